@@ -1,0 +1,96 @@
+"""What generated code (tools.py, verifiers.py) may import and touch.
+
+Stdlib only: the sandbox worker imports this module. The loader applies `check_source`
+statically; the worker enforces the same allowlist at run time through restricted builtins.
+"""
+
+from __future__ import annotations
+
+import ast
+
+#: Top-level modules generated code may import.
+ALLOWED_MODULES: frozenset[str] = frozenset(
+    {
+        "__future__", "abc", "base64", "bisect", "calendar", "collections", "copy", "dataclasses",
+        "datetime", "decimal", "difflib", "enum", "fractions", "functools", "hashlib", "heapq",
+        "itertools", "json", "math", "numbers", "operator", "random", "re", "sqlite3", "statistics",
+        "string", "textwrap", "time", "typing", "unicodedata", "uuid",
+    }
+)
+
+#: The runtime's own module, importable only for its ToolError.
+RUNTIME_MODULE = "worldsmith.runtime"
+RUNTIME_NAMES: frozenset[str] = frozenset({"ToolError"})
+
+#: Builtins removed from generated code's namespace.
+FORBIDDEN_BUILTINS: frozenset[str] = frozenset(
+    {
+        "__import__", "breakpoint", "compile", "delattr", "eval", "exec", "exit", "globals", "help",
+        "input", "locals", "memoryview", "open", "quit", "vars",
+    }
+)
+
+#: Names that may not appear in generated code at all.
+FORBIDDEN_NAMES: frozenset[str] = FORBIDDEN_BUILTINS | {"__builtins__", "__loader__", "__spec__"}
+
+#: Dunder attributes generated code may use (everything else double-underscored is refused).
+ALLOWED_DUNDERS: frozenset[str] = frozenset(
+    {"__init__", "__name__", "__doc__", "__str__", "__repr__", "__len__", "__eq__", "__hash__",
+     "__iter__", "__next__", "__contains__", "__getitem__", "__enter__", "__exit__", "__lt__"}
+)
+
+
+def is_dunder(name: str) -> bool:
+    return len(name) > 4 and name.startswith("__") and name.endswith("__")
+
+
+def module_allowed(name: str) -> bool:
+    """True if `import name` is allowed for generated code."""
+    return name == RUNTIME_MODULE or name.split(".")[0] in ALLOWED_MODULES
+
+
+def check_source(source: str, filename: str) -> list[tuple[int, str]]:
+    """Static policy check of generated code: `(line, problem)` for every violation, [] if clean.
+
+    A syntax error is reported as a violation at its line.
+    """
+    try:
+        tree = ast.parse(source, filename=filename)
+    except SyntaxError as exc:
+        return [(exc.lineno or 1, f"syntax error: {exc.msg}")]
+    problems: list[tuple[int, str]] = []
+    allowed = ", ".join(sorted(ALLOWED_MODULES))
+    for node in ast.walk(tree):
+        line = getattr(node, "lineno", 1)
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if not module_allowed(alias.name) or alias.name == RUNTIME_MODULE:
+                    problems.append((line, f"import of {alias.name!r} is not allowed (allowed: {allowed})"))
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:
+                problems.append((line, "relative imports are not allowed"))
+            elif module == RUNTIME_MODULE:
+                extra = sorted({a.name for a in node.names} - RUNTIME_NAMES)
+                if extra:
+                    problems.append((line, f"only ToolError may be imported from {RUNTIME_MODULE} (not {', '.join(extra)})"))
+            elif not module_allowed(module):
+                problems.append((line, f"import from {module!r} is not allowed (allowed: {allowed})"))
+        elif isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
+            problems.append((line, f"use of {node.id!r} is not allowed"))
+        elif isinstance(node, ast.Attribute) and is_dunder(node.attr) and node.attr not in ALLOWED_DUNDERS:
+            problems.append((line, f"access to attribute {node.attr!r} is not allowed"))
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in {"getattr", "setattr", "hasattr"}
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+            and node.args[1].value.startswith("_")
+        ):
+            problems.append((line, f"{node.func.id}() of private attribute {node.args[1].value!r} is not allowed"))
+        elif isinstance(node, ast.AsyncFunctionDef):
+            problems.append((line, f"async function {node.name!r}: tools and verifiers must be plain functions"))
+    problems.sort()
+    return problems

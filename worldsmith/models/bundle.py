@@ -1,0 +1,82 @@
+"""Pydantic specs of the bundle files (design.md section 3)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+BUNDLE_FORMAT = "worldsmith-bundle/1"
+ENV_ID_PATTERN = re.compile(r"^[a-z][a-z0-9_]{1,63}$")
+
+
+class Scenario(BaseModel):
+    """The product or domain a world simulates."""
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    categories: list[str] = Field(default_factory=list)
+
+
+class GeneratorInfo(BaseModel):
+    """Who wrote the bundle: backend, model, prompt version and seed."""
+
+    backend: str = "handwritten"
+    model: str | None = None
+    prompt_version: str | None = None
+    seed: int | None = None
+
+
+class Manifest(BaseModel):
+    """`manifest.json`: identity, provenance and the sha256 of every artifact."""
+
+    model_config = ConfigDict(extra="allow")
+
+    format: str = BUNDLE_FORMAT
+    env_id: str
+    version: int | None = None
+    scenario: Scenario
+    generator: GeneratorInfo = Field(default_factory=GeneratorInfo)
+    artifacts: dict[str, str] = Field(default_factory=dict)
+    stats: dict[str, Any] = Field(default_factory=dict)
+    quality: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("format")
+    @classmethod
+    def _known_format(cls, value: str) -> str:
+        if value != BUNDLE_FORMAT:
+            raise ValueError(f"unsupported bundle format {value!r}; expected {BUNDLE_FORMAT!r}")
+        return value
+
+    @field_validator("env_id")
+    @classmethod
+    def _snake_case(cls, value: str) -> str:
+        if not ENV_ID_PATTERN.match(value):
+            raise ValueError(f"env_id {value!r} must be snake_case: [a-z][a-z0-9_]{{1,63}}")
+        return value
+
+
+class SolutionStep(BaseModel):
+    """One tool call of a reference solution."""
+
+    tool: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class TaskSpec(BaseModel):
+    """One line of `tasks.jsonl`: a user request with its verifier and reference solution."""
+
+    id: str = Field(min_length=1)
+    instruction: str = Field(min_length=1)
+    verifier: str = Field(min_length=1)
+    solution: list[SolutionStep]
+    answer: str | None = None
+
+
+class ToolSchema(BaseModel):
+    """One entry of `tools.json`: name, description and JSON Schema of the arguments."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]

@@ -1,0 +1,68 @@
+"""Results that cross the runtime boundary: tool results, verifier results, database diffs."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+
+class VerifierStatus(str, Enum):
+    complete = "complete"
+    partial = "partial"
+    incomplete = "incomplete"
+
+
+class ToolResult(BaseModel):
+    """Outcome of one tool call.
+
+    `ok`: the tool returned `value`. `tool_error`: an agent-facing refusal or bad arguments
+    (`error` says why). `env_error`: the environment failed (an exception in tool code, or a
+    sandbox limit named by `limit`); counted against the env, not the agent.
+    """
+
+    status: Literal["ok", "tool_error", "env_error"]
+    value: Any = None
+    error: str | None = None
+    limit: str | None = None
+    stdout: str = ""
+    changed: bool = False
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+class VerifierResult(BaseModel):
+    """What a task's verifier said, or an env_error when the verifier itself failed."""
+
+    status: VerifierStatus | Literal["env_error"]
+    evidence: dict[str, Any] = Field(default_factory=dict)
+    error: str | None = None
+    limit: str | None = None
+
+
+class TableDiff(BaseModel):
+    """Rows of one table that changed between two snapshots, keyed by primary key."""
+
+    inserted: list[dict[str, Any]] = Field(default_factory=list)
+    updated: list[dict[str, Any]] = Field(default_factory=list)  # {"key":..., "before":..., "after":...}
+    deleted: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class DbDiff(BaseModel):
+    """Per-table changes between two database snapshots (tables without changes are omitted)."""
+
+    tables: dict[str, TableDiff] = Field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        return not self.tables
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        return {
+            name: {"inserted": len(t.inserted), "updated": len(t.updated), "deleted": len(t.deleted)}
+            for name, t in self.tables.items()
+        }

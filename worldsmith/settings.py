@@ -1,0 +1,41 @@
+"""Process-wide settings, read from `WORLDSMITH_*` environment variables (pydantic-settings)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """All knobs of a worldsmith installation; every field maps to `WORLDSMITH_<NAME>`."""
+
+    model_config = SettingsConfigDict(env_prefix="WORLDSMITH_", extra="ignore")
+
+    home: Path = Field(Path(".worldsmith"), description="Directory holding local state.")
+
+    # Sandbox (see docs/security.md)
+    sandbox_workers: int = Field(0, ge=0, description="Worker processes; 0 means one per CPU core (at least 2).")
+    sandbox_call_timeout_s: float = Field(5.0, gt=0, description="Wall-clock limit of one tool or verifier call.")
+    sandbox_cpu_s: float = Field(5.0, gt=0, description="CPU seconds one call may use.")
+    sandbox_memory_mb: int = Field(2048, ge=256, description="Address-space limit of one worker process.")
+    sandbox_file_size_mb: int = Field(16, ge=1, description="Largest file a worker may write.")
+    sandbox_uid: int = Field(65534, description="Unprivileged uid (and gid) workers drop to when started as root.")
+
+    # MCP gateway
+    gateway_host: str = "127.0.0.1"
+    gateway_port: int = 8765
+    gateway_session_idle_s: float = Field(900.0, gt=0, description="Idle MCP sessions (episodes) expire after this.")
+
+    def worker_count(self) -> int:
+        import os
+
+        return self.sandbox_workers or max(2, os.cpu_count() or 2)
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """The settings of this process (read once)."""
+    return Settings()
