@@ -91,30 +91,38 @@ def _authorizer(read_only: bool):
 def harden(conn: sqlite3.Connection, *, read_only: bool = False) -> sqlite3.Connection:
     """Make a connection safe for untrusted SQL: foreign keys on, no ATTACH / VACUUM INTO / extensions,
     only introspection PRAGMAs, bounded value sizes; `read_only` also refuses every write."""
-    conn.execute("PRAGMA foreign_keys = ON")
+    base = sqlite3.Connection  # unbound methods: subclasses given to tools refuse these
+    base.execute(conn, "PRAGMA foreign_keys = ON")
     if read_only:
-        conn.execute("PRAGMA query_only = ON")
-    conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
-    conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_SQL_LENGTH)
-    conn.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, MAX_SQL_LENGTH)
-    conn.set_authorizer(_authorizer(read_only))
+        base.execute(conn, "PRAGMA query_only = ON")
+    base.setlimit(conn, sqlite3.SQLITE_LIMIT_ATTACHED, 0)
+    base.setlimit(conn, sqlite3.SQLITE_LIMIT_LENGTH, MAX_SQL_LENGTH)
+    base.setlimit(conn, sqlite3.SQLITE_LIMIT_SQL_LENGTH, MAX_SQL_LENGTH)
+    base.set_authorizer(conn, _authorizer(read_only))
     return conn
 
 
 def deserialize(data: bytes, *, read_only: bool = False, factory: type[sqlite3.Connection] = sqlite3.Connection) -> sqlite3.Connection:
     """A private in-memory, hardened connection holding a copy of serialized database `data`."""
     conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False, factory=factory)
-    conn.deserialize(data)
+    sqlite3.Connection.deserialize(conn, data)
     return harden(conn, read_only=read_only)
 
 
 def snapshot(conn: sqlite3.Connection, *, read_only: bool = False) -> bytes:
     """Serialize a hardened connection's database (the authorizer must step aside for it)."""
-    conn.set_authorizer(None)
+    sqlite3.Connection.set_authorizer(conn, None)
     try:
-        return conn.serialize()
+        return sqlite3.Connection.serialize(conn)
     finally:
-        conn.set_authorizer(_authorizer(read_only))
+        sqlite3.Connection.set_authorizer(conn, _authorizer(read_only))
+
+
+def restore(conn: sqlite3.Connection, data: bytes, *, read_only: bool = False) -> None:
+    """Replace a hardened connection's database by serialized `data` (a memory copy)."""
+    sqlite3.Connection.set_authorizer(conn, None)
+    sqlite3.Connection.deserialize(conn, data)
+    harden(conn, read_only=read_only)
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ the episode (rows support column-name access) and the agent's final message, and
 """
 
 
-def _result(status, **evidence):
-    return {"status": status, "evidence": evidence}
+def _result(verdict, **evidence):
+    return {"status": verdict, "evidence": evidence}
 
 
 def _new_orders(initial, final, customer_id):

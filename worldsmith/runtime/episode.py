@@ -1,0 +1,230 @@
+"""Episodes: one agent attempt at one task on a private copy of an environment's database.
+
+`Runtime` owns the sandbox worker pool; `Runtime.open_episode(bundle, task)` returns an
+`Episode` whose database lives in a worker (restored from `world.db` bytes, so a reset is a
+memory copy). The parent keeps each episode's journal of successful writing calls: if its
+worker dies or is retired (because some episode's code broke a limit), the episode is
+reopened on a fresh worker and the journal replayed, so other episodes go on untouched.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+from worldsmith.bundle.loader import Bundle, jsonschema_error
+from worldsmith.models.bundle import TaskSpec
+from worldsmith.models.episode import DbDiff, ToolResult, VerifierResult
+from worldsmith.runtime.errors import RuntimeFault, WorkerLost
+from worldsmith.runtime.pool import SandboxLimits, SandboxWorker, WorkerPool
+from worldsmith.settings import get_settings
+
+
+class Runtime:
+    """Runs bundles' tools and verifiers in a pool of sandbox workers."""
+
+    def __init__(self, limits: SandboxLimits | None = None, workers: int | None = None, scratch: Path | None = None):
+        settings = get_settings()
+        self.limits = limits or SandboxLimits.from_settings(settings)
+        root = scratch or (settings.home / "sandbox" / uuid.uuid4().hex[:8])
+        self.pool = WorkerPool(self.limits, workers or settings.worker_count(), root.resolve())
+        self._episodes: dict[str, Episode] = {}
+        self._lock = threading.Lock()
+
+    def open_episode(self, bundle: Bundle, task: str | TaskSpec | None = None) -> "Episode":
+        """A new isolated episode of `bundle`, for `task` (an id or spec; None for free play)."""
+        spec = bundle.task(task) if isinstance(task, str) else task
+        episode = Episode(self, bundle, spec)
+        with self._lock:
+            self._episodes[episode.id] = episode
+        return episode
+
+    def _forget(self, episode: "Episode") -> None:
+        with self._lock:
+            self._episodes.pop(episode.id, None)
+
+    @property
+    def open_episodes(self) -> int:
+        return len(self._episodes)
+
+    def layers(self) -> dict[str, str]:
+        """Which confinement layers the workers run with (docs/security.md)."""
+        return self.pool.layers()
+
+    def close(self) -> None:
+        for episode in list(self._episodes.values()):
+            episode.close()
+        self.pool.close()
+
+    def __enter__(self) -> "Runtime":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Episode:
+    """One isolated episode. Thread-safe: operations on one episode run one at a time."""
+
+    def __init__(self, runtime: Runtime, bundle: Bundle, task: TaskSpec | None):
+        self.runtime = runtime
+        self.bundle = bundle
+        self.task = task
+        self.id = uuid.uuid4().hex
+        self._lock = threading.Lock()
+        self._journal: list[tuple[str, dict[str, Any]]] = []
+        self._base: bytes | None = None  # database the journal starts from; None = world.db
+        self._broken: str | None = None
+        self._closed = False
+        self.relocations = 0
+        self._worker: SandboxWorker = self._place()
+
+    # -- placement and recovery ----------------------------------------------------------
+    def _place(self) -> SandboxWorker:
+        """Open this episode on a worker and replay its journal there."""
+        pool = self.runtime.pool
+        while True:
+            worker = pool.acquire()
+            try:
+                pool.ensure_env(worker, self.bundle)
+                reply, _ = worker.request({"op": "open", "episode": self.id, "env": self.bundle.key},
+                                          [self._base] if self._base is not None else [],
+                                          timeout=self._timeout())
+                if reply["status"] != "ok":
+                    pool.release(worker)
+                    raise RuntimeFault(f"opening an episode of {self.bundle.env_id} failed: {reply.get('error')}")
+                for tool, arguments in self._journal:
+                    replayed, _ = worker.request({"op": "call", "episode": self.id, "tool": tool, "arguments": arguments}, timeout=self._timeout())
+                    if replayed["status"] != "ok":
+                        self._broken = f"episode state lost: replaying {tool} on a new worker failed ({replayed.get('error')})"
+                        break
+                return worker
+            except WorkerLost:
+                pool.release(worker)
+                continue  # that worker died while we set up; take another
+
+    def _timeout(self, calls: int = 1) -> float:
+        limits = self.runtime.limits
+        return calls * limits.call_timeout_s + limits.grace_s
+
+    def _request(self, header: dict[str, Any], blobs: list[bytes] | tuple[bytes, ...] = (), *, calls: int = 1) -> tuple[dict[str, Any], list[bytes]]:
+        """Send a request for this episode, moving it to a fresh worker if its worker is gone.
+
+        A request lost while executing is not retried (it may be the culprit): `WorkerLost`
+        propagates, after the episode has been moved.
+        """
+        if self._closed:
+            raise RuntimeFault(f"episode {self.id} is closed")
+        for _ in range(3):
+            try:
+                return self._worker.request({**header, "episode": self.id}, blobs, timeout=self._timeout(calls))
+            except WorkerLost as lost:
+                self._relocate()
+                if lost.in_flight:
+                    raise
+        raise RuntimeFault("sandbox workers keep dying; giving up")
+
+    def _relocate(self) -> None:
+        self.runtime.pool.release(self._worker)
+        self.relocations += 1
+        self._worker = self._place()
+
+    # -- API -----------------------------------------------------------------------------
+    def tools(self) -> list[dict[str, Any]]:
+        """The tools' JSON Schemas (`tools.json`)."""
+        return [t.model_dump() for t in self.bundle.tools]
+
+    def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> ToolResult:
+        """Call tool `name`; bad arguments and refusals come back as `tool_error`, faults as `env_error`."""
+        arguments = {} if arguments is None else arguments
+        try:
+            schema = self.bundle.tool(name)
+        except KeyError:
+            known = ", ".join(t.name for t in self.bundle.tools)
+            return ToolResult(status="tool_error", error=f"unknown tool {name!r}; available tools: {known}")
+        problem = jsonschema_error(schema.parameters, arguments)
+        if problem:
+            return ToolResult(status="tool_error", error=f"invalid arguments for {name}: {problem}")
+        with self._lock:
+            if self._broken:
+                return ToolResult(status="env_error", error=self._broken, limit="crash")
+            try:
+                reply, _ = self._request({"op": "call", "tool": name, "arguments": arguments})
+            except WorkerLost as lost:
+                return ToolResult(status="env_error", error=lost.reason, limit=lost.limit)
+            result = ToolResult.model_validate({k: v for k, v in reply.items() if k in ToolResult.model_fields})
+            if result.ok and result.changed:
+                self._journal.append((name, arguments))
+            return result
+
+    def snapshot(self) -> bytes:
+        """The episode's database, serialized."""
+        with self._lock:
+            reply, blobs = self._request({"op": "snapshot"})
+            self._raise_unless_ok(reply, "snapshot")
+            return blobs[0]
+
+    def restore(self, data: bytes | None = None) -> None:
+        """Replace the episode's database by `data` (a snapshot), or by the pristine world (reset)."""
+        with self._lock:
+            reply, _ = self._request({"op": "restore"}, [data] if data is not None else [])
+            self._raise_unless_ok(reply, "restore")
+            self._base = data
+            self._journal = []
+            self._broken = None
+
+    def reset(self) -> None:
+        """Back to the untouched initial database: a memory copy in the worker."""
+        self.restore(None)
+
+    def diff(self, before: bytes, after: bytes | None = None) -> DbDiff:
+        """Rows inserted, updated and deleted per table from snapshot `before` to `after` (default: now)."""
+        with self._lock:
+            reply, _ = self._request({"op": "diff"}, [before] if after is None else [before, after], calls=10)
+            self._raise_unless_ok(reply, "diff")
+            return DbDiff.model_validate({"tables": reply["diff"]})
+
+    def verify(self, answer: str = "") -> VerifierResult:
+        """Run the task's verifier on the untouched and the current database plus the final `answer`."""
+        if self.task is None:
+            raise RuntimeFault("this episode has no task to verify")
+        with self._lock:
+            try:
+                reply, _ = self._request({"op": "verify", "verifier": self.task.verifier, "answer": answer}, calls=2)
+            except WorkerLost as lost:
+                return VerifierResult(status="env_error", error=lost.reason, limit=lost.limit)
+            if reply["status"] != "ok":
+                return VerifierResult(status="env_error", error=reply.get("error"), limit=reply.get("limit"))
+            return VerifierResult(status=reply["verdict"], evidence=reply.get("evidence") or {})
+
+    @staticmethod
+    def _raise_unless_ok(reply: dict[str, Any], what: str) -> None:
+        if reply["status"] != "ok":
+            raise RuntimeFault(f"{what} failed: {reply.get('error')}")
+
+    def close(self) -> None:
+        """Free the episode's database in its worker (idempotent)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                if self._worker.alive:
+                    self._worker.request({"op": "close", "episode": self.id}, timeout=self._timeout())
+            except WorkerLost:
+                pass
+            finally:
+                self.runtime.pool.release(self._worker)
+                self.runtime._forget(self)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> "Episode":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,229 @@
+"""Python-level guard of the sandbox worker. Stdlib only.
+
+Generated code runs only inside `Guard.untrusted(...)`: an audit hook refuses files outside the
+episode, sockets, subprocesses, native loading, introspection of frames and code, and new
+database connections; restricted builtins and a guarded `__import__` enforce the import
+allowlist; interval timers bound wall-clock and CPU time. Every refusal is recorded, so code
+that swallows the exception is still caught after the call.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import signal
+import sqlite3
+import sys
+import sysconfig
+import time
+import types
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from worldsmith.bundle.codepolicy import ALLOWED_MODULES, FORBIDDEN_BUILTINS, RUNTIME_MODULE, module_allowed
+from worldsmith.runtime.errors import ToolError
+
+
+class SandboxViolation(BaseException):
+    """Generated code tried something the sandbox forbids. BaseException: `except Exception` cannot swallow it."""
+
+    def __init__(self, limit: str, detail: str):
+        super().__init__(f"{limit}: {detail}")
+        self.limit = limit
+        self.detail = detail
+
+
+# Audit events refused while generated code runs, by prefix.
+_DENIED_EVENT_PREFIXES = (
+    "os.", "subprocess.", "socket.", "ctypes.", "sys.", "cpython.", "gc.", "marshal.", "pickle.", "shutil.",
+    "tempfile.", "glob.", "mmap.", "fcntl.", "resource.", "signal.", "syslog.", "urllib.", "http.", "ftplib.",
+    "smtplib.", "imaplib.", "poplib.", "nntplib.", "telnetlib.", "webbrowser.", "pty.", "sqlite3.",
+    "builtins.input", "builtins.breakpoint", "code.__new__", "function.__new__", "setopencodehook",
+)
+_EVENT_LIMITS = {
+    "socket.": "network", "subprocess.": "subprocess", "os.system": "subprocess", "os.exec": "subprocess",
+    "os.posix_spawn": "subprocess", "os.spawn": "subprocess", "os.fork": "process", "os.forkpty": "process",
+    "ctypes.": "native_code", "sqlite3.": "database",
+}
+_DENIED_IMPORTS = frozenset({
+    "ctypes", "_ctypes", "subprocess", "_posixsubprocess", "socket", "_socket", "ssl", "_ssl", "select",
+    "selectors", "multiprocessing", "_multiprocessing", "mmap", "pty", "fcntl", "resource", "signal",
+    "_signal", "gc", "importlib", "_imp", "builtins", "inspect", "code", "codeop", "marshal", "pickle",
+    "_pickle", "shutil", "tempfile", "threading", "_thread", "asyncio", "urllib", "http", "posix", "os",
+})
+_SENSITIVE_SETATTR = frozenset({
+    "__code__", "__globals__", "__closure__", "__defaults__", "__kwdefaults__", "__builtins__", "__class__",
+    "__bases__", "__dict__", "__getattribute__",
+})
+_SQLITE_EXPORTS = ("Row", "Error", "DatabaseError", "IntegrityError", "OperationalError", "ProgrammingError",
+                   "InterfaceError", "DataError", "NotSupportedError", "Warning", "complete_statement",
+                   "sqlite_version", "sqlite_version_info", "PARSE_DECLTYPES", "PARSE_COLNAMES")
+
+
+def _limit_for(event: str) -> str:
+    for prefix, limit in _EVENT_LIMITS.items():
+        if event.startswith(prefix):
+            return limit
+    return "forbidden_operation"
+
+
+def _stub_module(name: str, values: dict[str, Any]) -> types.ModuleType:
+    module = types.ModuleType(name)
+    module.__dict__.update(values)
+    return module
+
+
+class Guard:
+    """The worker's single guard: install once, then run generated code inside `untrusted()`."""
+
+    def __init__(self) -> None:
+        self.active = False
+        self.episode_dir: str | None = None
+        self.violations: list[SandboxViolation] = []
+        self.read_roots = tuple(
+            os.path.realpath(p) for p in {sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib")} if p
+        )
+        self._stubs = {
+            RUNTIME_MODULE: _stub_module(RUNTIME_MODULE, {"ToolError": ToolError}),
+            "sqlite3": _stub_module("sqlite3", {n: getattr(sqlite3, n) for n in _SQLITE_EXPORTS}),
+        }
+        self.builtins = self._restricted_builtins()
+
+    # -- refusal bookkeeping -------------------------------------------------------------
+    def refuse(self, limit: str, detail: str) -> SandboxViolation:
+        violation = SandboxViolation(limit, detail)
+        self.violations.append(violation)
+        return violation
+
+    # -- audit hook ----------------------------------------------------------------------
+    def install(self) -> None:
+        sys.addaudithook(self._audit)
+
+    def _audit(self, event: str, args: tuple[Any, ...]) -> None:
+        if not self.active:
+            return
+        if event == "open":
+            self._check_open(args)
+        elif event == "import":
+            top = str(args[0]).split(".")[0]
+            if top in _DENIED_IMPORTS:
+                raise self.refuse("import", f"import of {args[0]!r} refused")
+        elif event == "object.__getattr__":
+            raise self.refuse("introspection", f"access to {args[1]!r} refused")
+        elif event in ("object.__setattr__", "object.__delattr__"):
+            if str(args[1]) in _SENSITIVE_SETATTR:
+                raise self.refuse("introspection", f"changing {args[1]!r} refused")
+        elif event == "sys._getframe":
+            return  # used internally by namedtuple/enum; generated code cannot import sys itself
+        elif event.startswith(_DENIED_EVENT_PREFIXES):
+            raise self.refuse(_limit_for(event), f"{event}{self._describe(args)} refused")
+
+    @staticmethod
+    def _describe(args: tuple[Any, ...]) -> str:
+        try:
+            text = repr(args)
+        except Exception:  # noqa: BLE001 - hostile reprs
+            text = "(...)"
+        return text if len(text) < 200 else text[:197] + "..."
+
+    def _check_open(self, args: tuple[Any, ...]) -> None:
+        path, mode, flags = (list(args) + [None, None, None])[:3]
+        if isinstance(path, int):
+            raise self.refuse("filesystem", f"open of file descriptor {path} refused")
+        try:
+            real = os.path.realpath(os.fsdecode(path))
+        except Exception:  # noqa: BLE001
+            raise self.refuse("filesystem", f"open of {path!r} refused") from None
+        if self.episode_dir and (real == self.episode_dir or real.startswith(self.episode_dir + os.sep)):
+            return
+        writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+            isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND)
+        )
+        if not writing and any(real.startswith(root + os.sep) for root in self.read_roots):
+            return  # the standard library, for lazy imports of allowed modules
+        raise self.refuse("filesystem", f"open({os.fsdecode(path)!r}, {'write' if writing else 'read'}) outside the episode refused")
+
+    # -- restricted builtins -------------------------------------------------------------
+    def _restricted_builtins(self) -> dict[str, Any]:
+        allowed = {name: value for name, value in vars(builtins).items() if name not in FORBIDDEN_BUILTINS}
+        guard = self
+
+        def guarded_import(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
+            if level:
+                raise guard.refuse("import", "relative imports refused")
+            if name in guard._stubs:
+                return guard._stubs[name]
+            if name == "worldsmith" and fromlist:
+                raise guard.refuse("import", f"import from {name!r} refused")
+            if not module_allowed(name) or name.split(".")[0] not in ALLOWED_MODULES:
+                raise guard.refuse("import", f"import of {name!r} refused (not on the allowlist)")
+            return builtins.__import__(name, globals, locals, fromlist, level)
+
+        def safe_getattr(obj: Any, name: str, *default: Any) -> Any:
+            if isinstance(name, str) and name.startswith("_"):
+                raise guard.refuse("introspection", f"getattr of private attribute {name!r} refused")
+            return getattr(obj, name, *default)
+
+        def safe_hasattr(obj: Any, name: str) -> bool:
+            return hasattr(obj, name) if not (isinstance(name, str) and name.startswith("_")) else False
+
+        def safe_setattr(obj: Any, name: str, value: Any) -> None:
+            if isinstance(name, str) and name.startswith("_"):
+                raise guard.refuse("introspection", f"setattr of private attribute {name!r} refused")
+            setattr(obj, name, value)
+
+        def episode_open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+            guard._check_open((file, mode, 0))  # refuses anything outside the episode's directory
+            return builtins.open(file, mode, *args, **kwargs)
+
+        def refusing(name: str) -> Any:
+            def refuse(*args: Any, **kwargs: Any) -> Any:
+                raise guard.refuse("forbidden_builtin", f"{name}() is not available to generated code")
+            return refuse
+
+        allowed.update({name: refusing(name) for name in FORBIDDEN_BUILTINS | {"super"}})
+        allowed.update(__import__=guarded_import, getattr=safe_getattr, hasattr=safe_hasattr, setattr=safe_setattr, open=episode_open)
+        return allowed
+
+    def namespace(self, name: str) -> dict[str, Any]:
+        """A fresh module namespace for generated code."""
+        return {"__name__": name, "__builtins__": self.builtins, "ToolError": ToolError}
+
+    # -- running untrusted code ----------------------------------------------------------
+    @contextmanager
+    def untrusted(self, *, episode_dir: str | None, wall_s: float, cpu_s: float, conn: sqlite3.Connection | None = None) -> Iterator[None]:
+        """Run generated code: audit refusals on, wall-clock and CPU timers armed, SQLite queries
+        interrupted past the deadline. Violations recorded meanwhile stay in `self.violations`."""
+        deadline = time.monotonic() + wall_s
+        guard = self
+
+        def on_alarm(signum: int, frame: Any) -> None:
+            raise guard.refuse("timeout", f"call exceeded {wall_s:g} s of wall-clock time")
+
+        def on_cpu(signum: int, frame: Any) -> None:
+            raise guard.refuse("cpu", f"call exceeded {cpu_s:g} CPU seconds")
+
+        def on_progress() -> int:
+            if time.monotonic() > deadline:
+                guard.refuse("timeout", f"SQL query exceeded {wall_s:g} s of wall-clock time")
+                return 1
+            return 0
+
+        previous = (signal.signal(signal.SIGALRM, on_alarm), signal.signal(signal.SIGPROF, on_cpu))
+        if conn is not None:
+            sqlite3.Connection.set_progress_handler(conn, on_progress, 10_000)
+        signal.setitimer(signal.ITIMER_REAL, wall_s)
+        signal.setitimer(signal.ITIMER_PROF, cpu_s)
+        self.episode_dir = episode_dir
+        self.active = True
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.setitimer(signal.ITIMER_PROF, 0)
+            self.active = False
+            signal.signal(signal.SIGALRM, previous[0])
+            signal.signal(signal.SIGPROF, previous[1])
+            if conn is not None:
+                sqlite3.Connection.set_progress_handler(conn, None, 0)
+            self.episode_dir = None

@@ -1,0 +1,217 @@
+"""Kernel-enforced confinement of a sandbox worker. Stdlib only (ctypes for the syscalls).
+
+`confine` runs once in a fresh worker, after the modules generated code may use are loaded
+and before any generated code runs. Each layer is applied if the kernel allows it and
+reported as "on" or "off: <reason>"; see docs/security.md for what each one stops.
+
+Order: network namespace -> resource limits -> no_new_privs -> Landlock (filesystem, TCP,
+signals) -> drop to an unprivileged uid/gid -> seccomp (syscall deny list).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import platform
+import resource
+import struct
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+
+PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+CLONE_NEWNET = 0x40000000
+CLONE_NEWUSER = 0x10000000
+
+SYS_LANDLOCK_CREATE_RULESET = 444
+SYS_LANDLOCK_ADD_RULE = 445
+SYS_LANDLOCK_RESTRICT_SELF = 446
+LANDLOCK_CREATE_RULESET_VERSION = 1
+LANDLOCK_RULE_PATH_BENEATH = 1
+
+# Landlock filesystem rights by ABI version that introduced them.
+_FS_RIGHTS = {1: (1 << 13) - 1, 2: 1 << 13, 3: 1 << 14, 5: 1 << 15}
+FS_READ = (1 << 2) | (1 << 3)  # READ_FILE | READ_DIR
+
+
+def _fail(what: str) -> OSError:
+    err = ctypes.get_errno()
+    return OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def new_network_namespace() -> None:
+    """Move into an empty network namespace (only a downed loopback): no route anywhere."""
+    flags = CLONE_NEWNET if os.geteuid() == 0 else CLONE_NEWUSER | CLONE_NEWNET
+    if _libc.unshare(flags) != 0:
+        raise _fail("unshare")
+
+
+def set_limits(memory_bytes: int, file_bytes: int, cpu_seconds: int, open_files: int = 64) -> None:
+    """Address space, file size, lifetime CPU, open files and core dumps; soft = hard so they cannot be lifted."""
+    for limit, value in (
+        (resource.RLIMIT_AS, memory_bytes),
+        (resource.RLIMIT_FSIZE, file_bytes),
+        (resource.RLIMIT_CPU, cpu_seconds),
+        (resource.RLIMIT_NOFILE, open_files),
+        (resource.RLIMIT_CORE, 0),
+    ):
+        resource.setrlimit(limit, (value, value))
+
+
+def no_new_privs() -> None:
+    if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise _fail("prctl(NO_NEW_PRIVS)")
+
+
+def drop_privileges(uid: int, gid: int) -> None:
+    """Become `uid`/`gid` with no supplementary groups and no capabilities; then forbid new processes."""
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    if os.getuid() != uid or os.geteuid() != uid:
+        raise OSError(errno.EPERM, "privilege drop did not take")
+
+
+def forbid_processes() -> None:
+    """RLIMIT_NPROC 0: this (unprivileged) process can create no process or thread."""
+    resource.setrlimit(resource.RLIMIT_NPROC, (0, 0))
+
+
+def landlock_abi() -> int:
+    abi = _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, None, 0, LANDLOCK_CREATE_RULESET_VERSION)
+    if abi < 0:
+        raise _fail("landlock")
+    return abi
+
+
+def landlock(read_paths: list[str], write_paths: list[str]) -> int:
+    """Allow only reading `read_paths` and full access to `write_paths`; no TCP bind/connect,
+    no signals or abstract sockets outside this process (by ABI). Returns the ABI used."""
+    abi = landlock_abi()
+    fs = sum(bits for version, bits in _FS_RIGHTS.items() if version <= abi)
+    net = 0b11 if abi >= 4 else 0
+    scoped = 0b11 if abi >= 6 else 0
+    attr = struct.pack("=QQQ", fs, net, scoped)[: 8 if abi < 4 else 16 if abi < 6 else 24]
+    buf = ctypes.create_string_buffer(attr, len(attr))
+    ruleset = _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, buf, len(attr), 0)
+    if ruleset < 0:
+        raise _fail("landlock_create_ruleset")
+    try:
+        for paths, rights in ((read_paths, FS_READ), (write_paths, fs)):
+            for path in paths:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+                try:
+                    rule = ctypes.create_string_buffer(struct.pack("=Qi", rights if os.path.isdir(path) else rights & 0b111, fd), 12)
+                    if _libc.syscall(SYS_LANDLOCK_ADD_RULE, ruleset, LANDLOCK_RULE_PATH_BENEATH, rule, 0) != 0:
+                        raise _fail(f"landlock_add_rule({path})")
+                finally:
+                    os.close(fd)
+        if _libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0) != 0:
+            raise _fail("landlock_restrict_self")
+    finally:
+        os.close(ruleset)
+    return abi
+
+
+# --- seccomp ------------------------------------------------------------------------------
+
+_AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+# Syscalls a worker never needs: networking, process creation, exec, tracing, namespaces,
+# mounts, identity and limit changes, kernel modules, signalling other processes.
+_DENIED = {
+    "x86_64": {
+        "socket": 41, "connect": 42, "accept": 43, "bind": 49, "listen": 50, "socketpair": 53, "accept4": 288,
+        "clone": 56, "fork": 57, "vfork": 58, "execve": 59, "execveat": 322, "kill": 62, "tkill": 200, "tgkill": 234,
+        "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "mount": 165, "umount2": 166,
+        "unshare": 272, "setns": 308, "chroot": 161, "pivot_root": 155, "setuid": 105, "setgid": 106,
+        "setreuid": 113, "setregid": 114, "setresuid": 117, "setresgid": 119, "setgroups": 116,
+        "setrlimit": 160, "prlimit64": 302, "bpf": 321, "perf_event_open": 298, "keyctl": 250, "add_key": 248,
+        "request_key": 249, "io_uring_setup": 425, "userfaultfd": 323, "kexec_load": 246, "init_module": 175,
+        "finit_module": 313, "delete_module": 176, "personality": 135,
+    },
+    "aarch64": {
+        "socket": 198, "socketpair": 199, "bind": 200, "listen": 201, "accept": 202, "connect": 203, "accept4": 242,
+        "clone": 220, "execve": 221, "execveat": 281, "kill": 129, "tkill": 130, "tgkill": 131, "ptrace": 117,
+        "process_vm_readv": 270, "process_vm_writev": 271, "mount": 40, "umount2": 39, "unshare": 97, "setns": 268,
+        "chroot": 51, "pivot_root": 41, "setuid": 146, "setgid": 144, "setreuid": 145, "setregid": 143,
+        "setresuid": 147, "setresgid": 149, "setgroups": 159, "setrlimit": 164, "prlimit64": 261, "bpf": 280,
+        "perf_event_open": 241, "keyctl": 219, "add_key": 217, "request_key": 218, "io_uring_setup": 425,
+        "userfaultfd": 282, "kexec_load": 104, "init_module": 105, "finit_module": 273, "delete_module": 106,
+        "personality": 92,
+    },
+}
+_CLONE3 = 435  # same number on both: answered ENOSYS so libc falls back to (denied) clone
+
+_BPF_LD_W_ABS, _BPF_JEQ_K, _BPF_JGE_K, _BPF_RET_K = 0x20, 0x15, 0x35, 0x06
+_RET_ALLOW, _RET_KILL_PROCESS, _RET_ERRNO = 0x7FFF0000, 0x80000000, 0x00050000
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def seccomp_program(machine: str) -> list[tuple[int, int, int, int]]:
+    """The BPF program: kill on a foreign architecture, EPERM for denied syscalls, allow the rest."""
+    arch = _AUDIT_ARCH[machine]
+    denied = sorted(_DENIED[machine].values())
+    prog = [
+        (_BPF_LD_W_ABS, 0, 0, 4),  # seccomp_data.arch
+        (_BPF_JEQ_K, 1, 0, arch),
+        (_BPF_RET_K, 0, 0, _RET_KILL_PROCESS),
+        (_BPF_LD_W_ABS, 0, 0, 0),  # seccomp_data.nr
+    ]
+    if machine == "x86_64":  # x32 ABI numbers carry bit 30
+        prog += [(_BPF_JGE_K, 0, 1, 0x40000000), (_BPF_RET_K, 0, 0, _RET_ERRNO | errno.EPERM)]
+    prog += [(_BPF_JEQ_K, 0, 1, _CLONE3), (_BPF_RET_K, 0, 0, _RET_ERRNO | errno.ENOSYS)]
+    for number in denied:
+        prog += [(_BPF_JEQ_K, 0, 1, number), (_BPF_RET_K, 0, 0, _RET_ERRNO | errno.EPERM)]
+    prog.append((_BPF_RET_K, 0, 0, _RET_ALLOW))
+    return prog
+
+
+def seccomp() -> int:
+    """Install the syscall filter (needs no_new_privs). Returns how many syscalls it denies."""
+    machine = platform.machine()
+    if machine not in _AUDIT_ARCH:
+        raise OSError(errno.ENOSYS, f"no seccomp table for {machine}")
+    prog = seccomp_program(machine)
+    filters = (_SockFilter * len(prog))(*[_SockFilter(*ins) for ins in prog])
+    fprog = _SockFprog(len(prog), filters)
+    if _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        raise _fail("prctl(SECCOMP)")
+    return len(_DENIED[machine])
+
+
+def confine(*, uid: int, memory_bytes: int, file_bytes: int, cpu_seconds: int, read_paths: list[str], write_paths: list[str]) -> dict[str, str]:
+    """Apply every layer the kernel allows; returns {layer: "on ..." | "off: reason"}."""
+    layers: dict[str, str] = {}
+
+    def attempt(name: str, action) -> None:
+        try:
+            detail = action()
+            layers[name] = "on" + (f" ({detail})" if detail else "")
+        except OSError as exc:
+            layers[name] = f"off: {exc}"
+
+    attempt("netns", new_network_namespace)
+    attempt("rlimits", lambda: set_limits(memory_bytes, file_bytes, cpu_seconds))
+    attempt("no_new_privs", no_new_privs)
+    # Landlock before the uid drop: the rules' paths are opened with the starting user's rights.
+    attempt("landlock", lambda: f"ABI {landlock(read_paths, write_paths)}")
+    if os.geteuid() == 0:
+        attempt("unprivileged_uid", lambda: drop_privileges(uid, uid) or f"uid {uid}")
+    else:
+        layers["unprivileged_uid"] = f"on (started as uid {os.geteuid()})"
+    if os.geteuid() != 0:
+        attempt("no_processes", forbid_processes)
+    else:
+        layers["no_processes"] = "off: still root"
+    attempt("seccomp", lambda: f"{seccomp()} syscalls denied")
+    return layers

@@ -1,0 +1,359 @@
+"""The sandbox worker process: hosts episodes and runs generated tools and verifiers. Stdlib only.
+
+Started by `worldsmith.runtime.pool` as `python -I -S -B -c ...` with a scrubbed environment.
+It loads the modules generated code may use, confines itself (kernel layers, then the Python
+guard), says hello, and then serves one request at a time over stdin/stdout frames.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import decimal
+import importlib
+import io
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from types import CodeType
+from typing import Any, Callable
+
+from worldsmith.bundle.codepolicy import ALLOWED_MODULES
+from worldsmith.bundle.sqlscript import deserialize, restore, snapshot
+from worldsmith.runtime.errors import ToolError
+from worldsmith.runtime.sandbox import dbdiff, kernel
+from worldsmith.runtime.sandbox.guard import Guard, SandboxViolation
+from worldsmith.runtime.sandbox.protocol import ProtocolClosed, read_frame, write_frame
+
+MAX_RESULT_BYTES = 4 * 1024 * 1024
+MAX_STDOUT = 64 * 1024
+SAVEPOINT = "ws_call"
+# Modules that allowed modules import lazily; loaded before the filesystem is closed.
+EXTRA_PRELOAD = ("_strptime", "encodings.idna", "encodings.ascii", "encodings.latin_1", "json.decoder", "json.encoder")
+
+GUARD: Guard  # set in main()
+
+
+class EpisodeConnection(sqlite3.Connection):
+    """The connection tools receive: the runtime owns transactions and connection settings."""
+
+    def commit(self) -> None:  # the runtime commits when the tool returns
+        return None
+
+    def rollback(self) -> None:  # undo this call's writes so far
+        sqlite3.Connection.execute(self, f"ROLLBACK TO {SAVEPOINT}")
+
+    def close(self) -> None:
+        return None
+
+    def executescript(self, *args: Any, **kwargs: Any) -> Any:
+        raise sqlite3.NotSupportedError("executescript is not available to tools; use execute()")
+
+    def _refused(self, *args: Any, **kwargs: Any) -> Any:
+        raise GUARD.refuse("database", "changing the episode connection's settings is refused")
+
+    set_authorizer = set_progress_handler = set_trace_callback = setlimit = _refused
+    enable_load_extension = load_extension = deserialize = serialize = backup = _refused
+
+
+@dataclass
+class LoadedEnv:
+    key: str
+    world: bytes
+    tools_code: CodeType
+    verifiers_code: CodeType
+    tool_names: list[str]
+
+
+@dataclass
+class Episode:
+    id: str
+    env: LoadedEnv
+    conn: EpisodeConnection
+    directory: str
+    tools: dict[str, Callable[..., Any]] = field(default_factory=dict)
+
+
+class Failure(Exception):
+    """An operation's outcome that is not a success: becomes the reply's status/error/limit."""
+
+    def __init__(self, status: str, error: str, limit: str | None = None):
+        super().__init__(error)
+        self.status, self.error, self.limit = status, error, limit
+
+
+def _to_json(value: Any) -> Any:
+    if isinstance(value, sqlite3.Row):
+        return dict(zip(value.keys(), tuple(value)))
+    if isinstance(value, (set, frozenset)):
+        return sorted(value, key=repr)
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if isinstance(value, (datetime.date, datetime.datetime, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return float(value)
+    raise TypeError(f"a value of type {type(value).__name__} is not JSON-serialisable")
+
+
+def _code_location(exc: BaseException, files: tuple[str, ...]) -> str:
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename in files]
+    if not frames:
+        return ""
+    last = frames[-1]
+    return f" (at {last.filename}:{last.lineno} in {last.name})"
+
+
+class Worker:
+    def __init__(self, config: dict[str, Any], out: io.BufferedWriter):
+        self.config = config
+        self.out = out
+        self.scratch: str = config["scratch"]
+        self.envs: dict[str, LoadedEnv] = {}
+        self.episodes: dict[str, Episode] = {}
+
+    # -- generated code ------------------------------------------------------------------
+    def _run_untrusted(self, fn: Callable[[], Any], *, episode: Episode | None, files: tuple[str, ...], conn: sqlite3.Connection | None = None) -> tuple[Any, str]:
+        """Run `fn` as generated code; returns (result, captured stdout) or raises Failure."""
+        stdout, stderr = sys.stdout, sys.stderr
+        capture = io.StringIO()
+        sys.stdout = sys.stderr = capture
+        before = len(GUARD.violations)
+        try:
+            with GUARD.untrusted(
+                episode_dir=episode.directory if episode else None,
+                wall_s=self.config["call_timeout_s"],
+                cpu_s=self.config["cpu_s"],
+                conn=conn,
+            ):
+                result = fn()
+        except ToolError as exc:
+            if len(GUARD.violations) == before:
+                raise Failure("tool_error", str(exc) or type(exc).__name__) from None
+            result = None
+        except SandboxViolation:
+            result = None
+        except MemoryError:
+            GUARD.refuse("memory", "call exceeded the worker's memory limit")
+            result = None
+        except RecursionError as exc:
+            GUARD.refuse("recursion", f"maximum recursion depth exceeded{_code_location(exc, files)}")
+            result = None
+        except BaseException as exc:  # noqa: BLE001 - any exception of generated code is an env fault
+            if len(GUARD.violations) == before:
+                raise Failure("env_error", f"{type(exc).__name__}: {exc}{_code_location(exc, files)}") from None
+            result = None
+        finally:
+            sys.stdout, sys.stderr = stdout, stderr
+        if len(GUARD.violations) > before:
+            violation = GUARD.violations[before]
+            raise Failure("env_error", f"sandbox limit {violation.limit}: {violation.detail}", violation.limit)
+        return result, capture.getvalue()[:MAX_STDOUT]
+
+    # -- operations ----------------------------------------------------------------------
+    def op_load_env(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
+        self.envs[header["env"]] = LoadedEnv(
+            key=header["env"],
+            world=blobs[0],
+            tools_code=compile(header["tools"], "tools.py", "exec", dont_inherit=True),
+            verifiers_code=compile(header["verifiers"], "verifiers.py", "exec", dont_inherit=True),
+            tool_names=list(header["tool_names"]),
+        )
+        return {}
+
+    def _episode(self, header: dict[str, Any]) -> Episode:
+        try:
+            return self.episodes[header["episode"]]
+        except KeyError:
+            raise Failure("env_error", f"episode {header['episode']} is not open in this worker") from None
+
+    def _load_module(self, code: CodeType, name: str, episode: Episode | None) -> dict[str, Any]:
+        namespace = GUARD.namespace(name)
+        self._run_untrusted(lambda: exec(code, namespace), episode=episode, files=(code.co_filename,))
+        return namespace
+
+    def op_open(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
+        env = self.envs.get(header["env"])
+        if env is None:
+            raise Failure("env_error", f"environment {header['env']} is not loaded in this worker")
+        directory = os.path.join(self.scratch, header["episode"])
+        os.makedirs(directory, exist_ok=True)
+        conn = deserialize(blobs[0] if blobs else env.world, factory=EpisodeConnection)
+        conn.row_factory = sqlite3.Row
+        episode = Episode(id=header["episode"], env=env, conn=conn, directory=directory)
+        namespace = self._load_module(env.tools_code, "tools", episode)
+        missing = [n for n in env.tool_names if not callable(namespace.get(n))]
+        if missing:
+            raise Failure("env_error", f"tools.py does not define {', '.join(missing)}")
+        episode.tools = {name: namespace[name] for name in env.tool_names}
+        self.episodes[episode.id] = episode
+        return {}
+
+    def op_call(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
+        episode = self._episode(header)
+        tool = episode.tools.get(header["tool"])
+        if tool is None:
+            raise Failure("tool_error", f"unknown tool {header['tool']!r}")
+        conn = episode.conn
+        conn.row_factory = sqlite3.Row
+        arguments = header.get("arguments") or {}
+        changes = conn.total_changes
+        sqlite3.Connection.execute(conn, f"SAVEPOINT {SAVEPOINT}")
+        try:
+            text, stdout = self._run_untrusted(
+                lambda: json.dumps(tool(conn, **arguments), default=_to_json),
+                episode=episode, files=("tools.py",), conn=conn,
+            )
+            if len(text) > MAX_RESULT_BYTES:
+                raise Failure("env_error", f"tool result of {len(text)} bytes exceeds {MAX_RESULT_BYTES}", "result_size")
+        except BaseException:
+            self._end_call(conn, commit=False)
+            raise
+        self._end_call(conn, commit=True)
+        return {"status": "ok", "value": json.loads(text), "stdout": stdout, "changed": conn.total_changes != changes}
+
+    @staticmethod
+    def _end_call(conn: sqlite3.Connection, *, commit: bool) -> None:
+        try:
+            if not commit:
+                sqlite3.Connection.execute(conn, f"ROLLBACK TO {SAVEPOINT}")
+            sqlite3.Connection.execute(conn, f"RELEASE {SAVEPOINT}")
+        except sqlite3.Error:
+            if conn.in_transaction:  # the tool ended our savepoint itself; do not leave a transaction open
+                sqlite3.Connection.execute(conn, "COMMIT" if commit else "ROLLBACK")
+
+    def op_snapshot(self, header: dict[str, Any], blobs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
+        episode = self._episode(header)
+        return {}, [snapshot(episode.conn)]
+
+    def op_restore(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
+        episode = self._episode(header)
+        restore(episode.conn, blobs[0] if blobs else episode.env.world)
+        return {}
+
+    def op_diff(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
+        before = deserialize(blobs[0], read_only=True)
+        after = deserialize(blobs[1], read_only=True) if len(blobs) > 1 else self._episode(header).conn
+        try:
+            return {"diff": dbdiff.diff(before, after)}
+        finally:
+            before.close()
+
+    def op_verify(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
+        episode = self._episode(header)
+        initial = deserialize(episode.env.world, read_only=True)
+        final = deserialize(snapshot(episode.conn), read_only=True)
+        for conn in (initial, final):
+            conn.row_factory = sqlite3.Row
+        try:
+            namespace = self._load_module(episode.env.verifiers_code, "verifiers", episode)
+            verifier = namespace.get(header["verifier"])
+            if not callable(verifier):
+                raise Failure("env_error", f"verifiers.py does not define {header['verifier']!r}")
+            answer = header.get("answer") or ""
+            text, _ = self._run_untrusted(
+                lambda: json.dumps(verifier(initial, final, answer), default=_to_json),
+                episode=episode, files=("verifiers.py",),
+            )
+        finally:
+            initial.close()
+            final.close()
+        result = json.loads(text)
+        if not isinstance(result, dict) or result.get("status") not in ("complete", "partial", "incomplete"):
+            raise Failure("env_error", f"verifier {header['verifier']} returned {text[:200]}; expected {{'status': complete|partial|incomplete, 'evidence': {{...}}}}")
+        evidence = result.get("evidence") or {}
+        if not isinstance(evidence, dict):
+            raise Failure("env_error", f"verifier {header['verifier']} returned evidence that is not a dict")
+        return {"verdict": result["status"], "evidence": evidence}
+
+    def op_close(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
+        episode = self.episodes.pop(header["episode"], None)
+        if episode is not None:
+            sqlite3.Connection.close(episode.conn)
+            shutil.rmtree(episode.directory, ignore_errors=True)
+        return {}
+
+    def op_drop_env(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
+        self.envs.pop(header["env"], None)
+        return {}
+
+    def op_ping(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
+        return {"episodes": len(self.episodes), "envs": len(self.envs)}
+
+    # -- loop ----------------------------------------------------------------------------
+    def handle(self, header: dict[str, Any], blobs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
+        started = time.perf_counter()
+        handler = getattr(self, "op_" + str(header.get("op")), None)
+        reply_blobs: list[bytes] = []
+        try:
+            if handler is None:
+                raise Failure("env_error", f"unknown operation {header.get('op')!r}")
+            result = handler(header, blobs)
+            if isinstance(result, tuple):
+                result, reply_blobs = result
+            reply = {"status": "ok", **result}
+        except Failure as failure:
+            reply = {"status": failure.status, "error": failure.error, "limit": failure.limit}
+        except MemoryError:
+            reply = {"status": "env_error", "error": "sandbox limit memory: worker out of memory", "limit": "memory"}
+            GUARD.refuse("memory", "worker out of memory")
+        except SandboxViolation as violation:
+            reply = {"status": "env_error", "error": f"sandbox limit {violation}", "limit": violation.limit}
+        except Exception as exc:  # noqa: BLE001 - a fault of the worker itself: report it, keep serving
+            reply = {"status": "env_error", "error": f"sandbox worker fault: {type(exc).__name__}: {exc}", "limit": None}
+        reply["seconds"] = time.perf_counter() - started
+        reply["retire"] = bool(GUARD.violations)
+        return reply, reply_blobs
+
+    def serve(self) -> None:
+        while True:
+            try:
+                header, blobs = read_frame(0)
+            except ProtocolClosed:
+                return
+            reply, reply_blobs = self.handle(header, blobs)
+            write_frame(self.out, reply, reply_blobs)
+
+
+def _preload() -> None:
+    for name in sorted(ALLOWED_MODULES - {"__future__"}) + list(EXTRA_PRELOAD):
+        importlib.import_module(name)
+    datetime.datetime.strptime("2024-01-01", "%Y-%m-%d")  # warms _strptime's caches
+
+
+def main() -> None:
+    global GUARD
+    config = json.loads(sys.argv[1])
+    out = os.fdopen(os.dup(1), "wb")
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an over-long write fails with EFBIG instead of killing us
+    _preload()
+    scratch = config["scratch"]
+    os.makedirs(scratch, exist_ok=True)
+    if os.geteuid() == 0:
+        os.chown(scratch, config["uid"], config["uid"])
+    GUARD = Guard()
+    layers = kernel.confine(
+        uid=config["uid"],
+        memory_bytes=config["memory_mb"] * 1024 * 1024,
+        file_bytes=config["file_size_mb"] * 1024 * 1024,
+        cpu_seconds=config["lifetime_cpu_s"],
+        read_paths=list(GUARD.read_roots),
+        write_paths=[scratch],
+    )
+    GUARD.install()
+    sys.setrecursionlimit(config.get("recursion_limit", 1000))
+    write_frame(out, {"status": "ok", "op": "hello", "pid": os.getpid(), "layers": layers})
+    Worker(config, out).serve()
+
+
+if __name__ == "__main__":
+    main()
