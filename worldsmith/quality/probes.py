@@ -1,0 +1,115 @@
+"""Execution probes of an environment: its tools run, its reference solutions are accepted,
+its untouched state is rejected, its replay is deterministic. `worldsmith env check` prints them."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from worldsmith.bundle.loader import Bundle
+from worldsmith.runtime.episode import Runtime
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """One probe: what it checked (`probe`, `target`), whether it `passed`, and why (`detail`)."""
+
+    probe: str
+    target: str
+    passed: bool
+    detail: str = ""
+
+
+class _SeedValues:
+    """Plausible argument values taken from the seeded database, by column name."""
+
+    def __init__(self, world: bytes):
+        conn = sqlite3.connect(":memory:")
+        conn.deserialize(world)
+        self.columns: dict[str, list[Any]] = {}
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'")]
+        for table in tables:
+            cursor = conn.execute(f'SELECT * FROM "{table}" LIMIT 5')
+            names = [d[0] for d in cursor.description]
+            for row in cursor.fetchall():
+                for name, value in zip(names, row):
+                    if value is not None:
+                        self.columns.setdefault(name, []).append(value)
+                        if name == "id":
+                            self.columns.setdefault(f"{table.rstrip('s')}_id", []).append(value)
+        conn.close()
+
+    def value(self, name: str, schema: dict[str, Any]) -> Any:
+        if "enum" in schema:
+            return schema["enum"][0]
+        kinds = schema.get("type", "string")
+        kind = next((k for k in kinds if k != "null"), "string") if isinstance(kinds, list) else kinds
+        wanted = {"integer": int, "number": (int, float), "string": str, "boolean": bool}.get(kind)
+        for candidate in self.columns.get(name, []):
+            if wanted and isinstance(candidate, wanted):
+                return candidate
+        return {"integer": 1, "number": 1.0, "string": "test", "boolean": True, "array": [], "object": {}}.get(kind, "test")
+
+
+def sample_arguments(tool: dict[str, Any], seeds: _SeedValues) -> dict[str, Any]:
+    """Arguments for every required parameter of `tool`, drawn from the seed data where possible."""
+    params = tool["parameters"]
+    return {name: seeds.value(name, params["properties"][name]) for name in params.get("required", [])}
+
+
+def probe_tools(runtime: Runtime, bundle: Bundle) -> list[ProbeResult]:
+    """Every tool runs: called with the arguments of a reference solution, else with seed-data
+    arguments. A refusal (tool_error) counts as running; an env_error does not."""
+    calls: dict[str, dict[str, Any]] = {}
+    for task in bundle.tasks:
+        for step in task.solution:
+            calls.setdefault(step.tool, step.arguments)
+    seeds = _SeedValues(bundle.world)
+    results = []
+    with runtime.open_episode(bundle) as episode:
+        for tool in bundle.tools:
+            arguments = calls.get(tool.name) or sample_arguments(tool.model_dump(), seeds)
+            outcome = episode.call_tool(tool.name, arguments)
+            passed = outcome.status != "env_error"
+            detail = outcome.status if passed else f"{outcome.error}"
+            results.append(ProbeResult("tool runs", tool.name, passed, detail))
+    return results
+
+
+def probe_tasks(runtime: Runtime, bundle: Bundle) -> list[ProbeResult]:
+    """Per task: the reference solution runs and is judged complete; the untouched database is
+    judged not complete; replaying the solution twice gives the same database."""
+    results = []
+    for task in bundle.tasks:
+        finals: list[bytes] = []
+        failure = None
+        for _ in range(2):
+            with runtime.open_episode(bundle, task) as episode:
+                for number, step in enumerate(task.solution, start=1):
+                    outcome = episode.call_tool(step.tool, step.arguments)
+                    if not outcome.ok:
+                        failure = f"step {number} ({step.tool}) gave {outcome.status}: {outcome.error}"
+                        break
+                if failure is None:
+                    verdict = episode.verify(task.answer or "")
+                    if verdict.status != "complete":
+                        failure = f"verifier said {getattr(verdict.status, 'value', verdict.status)}: {verdict.error or verdict.evidence}"
+                finals.append(episode.snapshot())
+            if failure:
+                break
+        results.append(ProbeResult("reference accepted", task.id, failure is None, failure or "complete"))
+        with runtime.open_episode(bundle, task) as episode:
+            untouched = episode.verify("")
+            status = getattr(untouched.status, "value", untouched.status)
+            ok = status in ("incomplete", "partial")
+            results.append(ProbeResult("untouched rejected", task.id, ok, status if ok else f"{status}: {untouched.error or untouched.evidence}"))
+            if failure is None:
+                changes = episode.diff(finals[0], finals[1])
+                results.append(ProbeResult("replay deterministic", task.id, changes.empty, "same database" if changes.empty else f"replays differ: {changes.counts()}"))
+    return results
+
+
+def check_environment(runtime: Runtime, bundle: Bundle) -> list[ProbeResult]:
+    """All execution probes of `bundle`."""
+    return probe_tools(runtime, bundle) + probe_tasks(runtime, bundle)
