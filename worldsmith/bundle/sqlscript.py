@@ -138,6 +138,28 @@ class SqlFault:
         return self.statement.line if self.statement else None
 
 
+def _foreign_key_detail(conn: sqlite3.Connection, statement: Statement, limit: int = 5) -> str:
+    """Which rows of `statement` break which foreign key: replayed on a copy with checks deferred."""
+    probe = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        sqlite3.Connection.deserialize(probe, snapshot(conn))
+        harden(probe)
+        probe.execute("PRAGMA foreign_keys = OFF")
+        probe.execute(statement.sql)
+        rows = probe.execute("PRAGMA foreign_key_check").fetchmany(limit)
+        links = []
+        for table, rowid, parent, fk_index in rows:
+            fk = [r for r in probe.execute(f'PRAGMA foreign_key_list("{table}")') if r[0] == fk_index]
+            column = fk[0][3] if fk else "?"
+            value = probe.execute(f'SELECT "{column}" FROM "{table}" WHERE rowid = ?', (rowid,)).fetchone() if fk else None
+            links.append(f"{table} row {rowid}: {column}={value[0] if value else '?'} has no match in {parent}")
+        return " (" + "; ".join(links) + ")" if links else ""
+    except sqlite3.Error:
+        return ""
+    finally:
+        probe.close()
+
+
 def build_world(schema_sql: str, seed_sql: str, *, max_faults: int = 20) -> tuple[bytes | None, list[SqlFault]]:
     """Run `schema.sql` then `seed.sql` on a fresh database; every statement must succeed.
 
@@ -165,6 +187,9 @@ def build_world(schema_sql: str, seed_sql: str, *, max_faults: int = 20) -> tupl
                 continue
             try:
                 conn.execute(statement.sql)
+            except sqlite3.IntegrityError as exc:
+                detail = _foreign_key_detail(conn, statement) if "FOREIGN KEY" in str(exc) else ""
+                faults.append(SqlFault(file, statement, f"SQL error: {exc}{detail}"))
             except sqlite3.Error as exc:
                 faults.append(SqlFault(file, statement, f"SQL error: {exc}"))
     if faults:
