@@ -143,8 +143,7 @@ def _foreign_key_detail(conn: sqlite3.Connection, statement: Statement, limit: i
     probe = sqlite3.connect(":memory:", isolation_level=None)
     try:
         sqlite3.Connection.deserialize(probe, snapshot(conn))
-        harden(probe)
-        probe.execute("PRAGMA foreign_keys = OFF")
+        probe.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)  # foreign keys stay off (SQLite's default)
         probe.execute(statement.sql)
         rows = probe.execute("PRAGMA foreign_key_check").fetchmany(limit)
         links = []
