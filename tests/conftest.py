@@ -40,8 +40,8 @@ def golden() -> Bundle:
 
 
 @pytest.fixture(scope="module")
-def runtime(tmp_path_factory: pytest.TempPathFactory) -> Runtime:
-    rt = Runtime(limits=FAST_LIMITS, workers=2, scratch=tmp_path_factory.mktemp("sandbox"))
+def runtime() -> Runtime:
+    rt = Runtime(limits=FAST_LIMITS, workers=2)
     yield rt
     rt.close()
 

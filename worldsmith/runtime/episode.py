@@ -9,6 +9,8 @@ reopened on a fresh worker and the journal replayed, so other episodes go on unt
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import threading
 import uuid
 from pathlib import Path
@@ -28,7 +30,10 @@ class Runtime:
     def __init__(self, limits: SandboxLimits | None = None, workers: int | None = None, scratch: Path | None = None):
         settings = get_settings()
         self.limits = limits or SandboxLimits.from_settings(settings)
-        root = scratch or (settings.home / "sandbox" / uuid.uuid4().hex[:8])
+        # Scratch space must be reachable by the workers' unprivileged uid: a fresh directory
+        # in the system temp dir (sticky, world-traversable) unless one is given.
+        self._own_scratch = scratch is None
+        root = scratch or Path(tempfile.mkdtemp(prefix="worldsmith-sandbox-"))
         self.pool = WorkerPool(self.limits, workers or settings.worker_count(), root.resolve())
         self._episodes: dict[str, Episode] = {}
         self._lock = threading.Lock()
@@ -57,6 +62,8 @@ class Runtime:
         for episode in list(self._episodes.values()):
             episode.close()
         self.pool.close()
+        if self._own_scratch:
+            shutil.rmtree(self.pool.scratch_root, ignore_errors=True)
 
     def __enter__(self) -> "Runtime":
         return self
