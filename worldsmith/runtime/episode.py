@@ -119,18 +119,24 @@ class Episode:
     def _request(self, header: dict[str, Any], blobs: list[bytes] | tuple[bytes, ...] = (), *, calls: int = 1) -> tuple[dict[str, Any], list[bytes]]:
         """Send a request for this episode, moving it to a fresh worker if its worker is gone.
 
-        A request lost while executing is not retried (it may be the culprit): `WorkerLost`
-        propagates, after the episode has been moved.
+        The effects of a request lost in flight died with its worker, so it may run again: once,
+        if the worker crashed (it may have been killed from outside); never after a timeout
+        (the request itself was stuck). Otherwise `WorkerLost` propagates, after the move.
         """
         if self._closed:
             raise RuntimeFault(f"episode {self.id} is closed")
-        for _ in range(3):
+        crashes = 0
+        for _ in range(4):
             try:
                 return self._worker.request({**header, "episode": self.id}, blobs, timeout=self._timeout(calls))
             except WorkerLost as lost:
                 self._relocate()
-                if lost.in_flight:
-                    raise
+                if not lost.in_flight:
+                    continue
+                if lost.limit == "crash" and crashes == 0:
+                    crashes += 1
+                    continue
+                raise
         raise RuntimeFault("sandbox workers keep dying; giving up")
 
     def _relocate(self) -> None:

@@ -85,9 +85,12 @@ class Guard:
         )
         self._stubs = {
             RUNTIME_MODULE: _stub_module(RUNTIME_MODULE, {"ToolError": ToolError}),
-            "sqlite3": _stub_module("sqlite3", {n: getattr(sqlite3, n) for n in _SQLITE_EXPORTS}),
+            "sqlite3": _stub_module("sqlite3", {n: getattr(sqlite3, n) for n in _SQLITE_EXPORTS} | {"connect": self._refuse_connect}),
         }
         self.builtins = self._restricted_builtins()
+
+    def _refuse_connect(self, *args: Any, **kwargs: Any) -> Any:
+        raise self.refuse("database", f"sqlite3.connect{self._describe(args)} refused: use the episode's connection")
 
     # -- refusal bookkeeping -------------------------------------------------------------
     def refuse(self, limit: str, detail: str) -> SandboxViolation:

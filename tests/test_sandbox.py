@@ -1,0 +1,212 @@
+"""Hostile generated code: each attempt is contained with an env_error naming the limit, the
+worker that ran it is replaced, and other episodes go on untouched."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from worldsmith.runtime.episode import Runtime
+from worldsmith.runtime.pool import WORKER_ENV
+
+from conftest import FAST_LIMITS, REPO, with_tools
+
+SECRET = "sk-planted-secret-0123456789"
+
+# Each hostile tool, the limit its env_error must name, and a word its message must contain.
+HOSTILE = {
+    "read_passwd": ("def read_passwd(conn):\n    return open('/etc/passwd').read()\n", "filesystem", "/etc/passwd"),
+    "write_outside": ("def write_outside(conn):\n    with open('/tmp/worldsmith-escape.txt', 'w') as f:\n        f.write('x')\n", "filesystem", "worldsmith-escape"),
+    "socket_connect": ("def socket_connect(conn):\n    import socket\n    s = socket.create_connection(('127.0.0.1', 22))\n", "import", "socket"),
+    "subprocess_run": ("def subprocess_run(conn):\n    import subprocess\n    return subprocess.check_output(['id']).decode()\n", "import", "subprocess"),
+    "os_system": ("def os_system(conn):\n    import os\n    return os.system('touch /tmp/pwned')\n", "import", "'os'"),
+    "fork": ("def fork(conn):\n    import os\n    return os.fork()\n", "import", "'os'"),
+    "infinite_loop": ("def infinite_loop(conn):\n    while True:\n        pass\n", "cpu", "CPU seconds"),
+    "sleep_forever": ("def sleep_forever(conn):\n    import time\n    time.sleep(3600)\n", "timeout", "wall-clock"),
+    "stuck_in_c": ("def stuck_in_c(conn):\n    return sum(range(10 ** 14))\n", "timeout", "worker killed and replaced"),
+    "memory_bomb": ("def memory_bomb(conn):\n    blocks = []\n    while True:\n        blocks.append(bytearray(64 * 1024 * 1024))\n", "memory", "memory limit"),
+    "deep_recursion": ("def deep_recursion(conn):\n    def down(n):\n        return down(n + 1) + 1\n    return down(0)\n", "recursion", "recursion depth"),
+    "ctypes_load": ("def ctypes_load(conn):\n    import ctypes\n    return ctypes.CDLL(None).getpid()\n", "import", "ctypes"),
+    "read_environ": ("def read_environ(conn):\n    import os\n    return dict(os.environ)\n", "import", "'os'"),
+    "import_via_builtins": ("def import_via_builtins(conn):\n    return __builtins__['__import__']('os').getcwd()\n", "import", "'os'"),
+    "eval_trick": ("def eval_trick(conn):\n    return eval(\"__import__('os').getcwd()\")\n", "forbidden_builtin", "eval"),
+    "globals_trick": (
+        "def globals_trick(conn):\n"
+        "    for cls in ().__class__.__base__.__subclasses__():\n"
+        "        if cls.__name__ == '_wrap_close':\n"
+        "            return cls.__init__.__globals__['system']('id')\n",
+        "subprocess", "os.system",  # __globals__ is not audited by CPython; the call itself is
+    ),
+    "builtin_importer_trick": (
+        "def builtin_importer_trick(conn):\n"
+        "    importer = [c for c in ().__class__.__base__.__subclasses__() if c.__name__ == 'BuiltinImporter'][0]\n"
+        "    posix = importer.load_module('posix')\n"
+        "    return posix.system('id')\n",
+        "subprocess", "os.system",
+    ),
+    "frame_walk": (
+        "def frame_walk(conn):\n"
+        "    try:\n"
+        "        raise ValueError\n"
+        "    except ValueError as exc:\n"
+        "        return list(exc.__traceback__.tb_frame.f_back.f_globals)\n",
+        "introspection", "tb_frame",
+    ),
+    "attach_file": ("def attach_file(conn):\n    conn.setlimit(10, 5)\n    conn.execute(\"ATTACH DATABASE '/etc/passwd' AS p\")\n", "database", "settings"),
+    "new_connection": ("def new_connection(conn):\n    import sqlite3\n    return sqlite3.connect('/tmp/x.db')\n", "database", "sqlite3.connect"),
+    "swallow_violation": (
+        "def swallow_violation(conn):\n"
+        "    try:\n"
+        "        import socket\n"
+        "    except BaseException:\n"
+        "        pass\n"
+        "    return 'got away with it'\n",
+        "import", "socket",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def hostile_runtime() -> Runtime:
+    os.environ["OPENAI_API_KEY"] = SECRET  # planted in the parent: must never reach a worker
+    rt = Runtime(limits=FAST_LIMITS, workers=1)
+    yield rt
+    rt.close()
+    os.environ.pop("OPENAI_API_KEY", None)
+
+
+@pytest.fixture(scope="module")
+def hostile_bundle(golden):
+    return with_tools(golden, "\n\n".join(src for src, _, _ in HOSTILE.values()), list(HOSTILE))
+
+
+@pytest.mark.parametrize("tool", list(HOSTILE))
+def test_hostile_tool_is_contained_and_worker_replaced(hostile_runtime, hostile_bundle, tool):
+    _, limit, words = HOSTILE[tool]
+    bystander = hostile_runtime.open_episode(hostile_bundle)  # shares the single worker
+    culprit = hostile_runtime.open_episode(hostile_bundle)
+    try:
+        assert bystander.call_tool("update_customer_email", {"customer_id": 2, "email": "bystander@example.com"}).ok
+        worker_pid = hostile_runtime.pool.workers()[0].pid
+
+        result = culprit.call_tool(tool)
+
+        assert result.status == "env_error", result
+        assert result.limit == limit, result
+        assert words in result.error, result.error
+        assert SECRET not in (result.error + json.dumps(result.value))
+        # the worker that ran the code is gone; the bystander goes on with its own state
+        assert bystander.call_tool("get_customer", {"customer_id": 2}).value["email"] == "bystander@example.com"
+        assert hostile_runtime.pool.workers()[0].pid != worker_pid
+        # and the culprit's episode itself is still usable
+        assert culprit.call_tool("get_customer", {"customer_id": 2}).value["email"] == "james.chen@example.com"
+    finally:
+        bystander.close()
+        culprit.close()
+    assert not Path("/tmp/worldsmith-escape.txt").exists()
+    assert not Path("/tmp/pwned").exists()
+
+
+def test_worker_environment_is_scrubbed(hostile_runtime, hostile_bundle):
+    with hostile_runtime.open_episode(hostile_bundle) as episode:
+        assert episode.call_tool("get_customer", {"customer_id": 1}).ok
+        pid = hostile_runtime.pool.workers()[0].pid
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    names = {item.split(b"=", 1)[0].decode() for item in environ if item}
+    assert names == set(WORKER_ENV)
+    assert SECRET.encode() not in b"".join(environ)
+
+
+def test_worker_runs_unprivileged_without_network(hostile_runtime, hostile_bundle):
+    with hostile_runtime.open_episode(hostile_bundle) as episode:
+        assert episode.call_tool("get_customer", {"customer_id": 1}).ok
+        worker = hostile_runtime.pool.workers()[0]
+        status = Path(f"/proc/{worker.pid}/status").read_text()
+    if os.geteuid() == 0:
+        uid_line = next(line for line in status.splitlines() if line.startswith("Uid:"))
+        assert uid_line.split()[1:] == [str(FAST_LIMITS.uid)] * 4
+        assert worker.layers["unprivileged_uid"].startswith("on")
+    assert "NoNewPrivs:\t1" in status
+    assert worker.layers["seccomp"].startswith("on") == ("Seccomp:\t2" in status)
+
+
+def test_other_episodes_survive_a_killed_worker(hostile_runtime, hostile_bundle):
+    episodes = [hostile_runtime.open_episode(hostile_bundle) for _ in range(5)]
+    try:
+        for i, episode in enumerate(episodes):
+            assert episode.call_tool("update_customer_email", {"customer_id": 3, "email": f"s{i}@example.com"}).ok
+        hostile_runtime.pool.workers()[0].process.kill()  # e.g. the OOM killer
+        for i, episode in enumerate(episodes):
+            assert episode.call_tool("get_customer", {"customer_id": 3}).value["email"] == f"s{i}@example.com"
+            assert episode.relocations == 1
+    finally:
+        for episode in episodes:
+            episode.close()
+
+
+def test_relative_paths_resolve_outside_the_episode_and_are_refused(hostile_runtime, golden):
+    bundle = with_tools(golden, textwrap.dedent('''
+        def scratch_file(conn):
+            import json
+            with open("notes.json", "w") as f:
+                json.dump({"a": 1}, f)
+            return "ok"
+    '''), ["scratch_file"])
+    with hostile_runtime.open_episode(bundle) as episode:
+        result = episode.call_tool("scratch_file")
+        # relative paths resolve against "/", outside the episode: refused like any other
+        assert result.status == "env_error" and result.limit == "filesystem"
+
+
+KERNEL_PROBE = r"""
+import errno, json, os, socket, sys
+sys.path.insert(0, sys.argv[2])
+from worldsmith.runtime.sandbox import kernel
+scratch = sys.argv[1]
+layers = kernel.confine(uid=65534, memory_bytes=1 << 30, file_bytes=1 << 20, cpu_seconds=60,
+                        read_paths=[], write_paths=[scratch])
+out = {"layers": layers}
+def attempt(name, fn):
+    try:
+        fn()
+        out[name] = "allowed"
+    except OSError as exc:
+        out[name] = errno.errorcode.get(exc.errno, str(exc.errno))
+attempt("read_passwd", lambda: open("/etc/passwd").read())
+attempt("write_tmp", lambda: open("/tmp/worldsmith-kernel-escape", "w").write("x"))
+attempt("write_scratch", lambda: open(os.path.join(scratch, "ok"), "w").write("x"))
+attempt("socket", lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+attempt("fork", lambda: os.waitpid(os.fork(), 0) if True else None)
+attempt("exec", lambda: os.execv("/bin/true", ["true"]))
+attempt("setuid_root", lambda: os.setuid(0))
+print(json.dumps(out))
+"""
+
+
+def test_kernel_layers_hold_without_the_python_guard():
+    """The layers below Python: what a full escape from the interpreter-level guard still meets."""
+    scratch = Path(tempfile.mkdtemp(prefix="worldsmith-kernel-test-"))  # traversable by the sandbox uid
+    if os.geteuid() == 0:
+        os.chown(scratch, 65534, 65534)
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", KERNEL_PROBE, str(scratch), str(REPO)],
+                          capture_output=True, text=True, env=WORKER_ENV, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    layers = out["layers"]
+    if layers["landlock"].startswith("on"):
+        assert out["read_passwd"] == "EACCES"
+        assert out["write_tmp"] == "EACCES"
+    assert out["write_scratch"] == "allowed"
+    if layers["seccomp"].startswith("on"):
+        assert out["socket"] == "EPERM"
+        assert out["fork"] in ("EPERM", "EAGAIN")
+        assert out["exec"] == "EPERM"
+        assert out["setuid_root"] == "EPERM"
+    assert not Path("/tmp/worldsmith-kernel-escape").exists()
