@@ -95,8 +95,10 @@ class Gateway:
                 self.sessions[session_id] = episode
 
                 async def close_episode() -> None:
-                    self.sessions.pop(session_id, None)
-                    await anyio.to_thread.run_sync(episode.close)
+                    try:
+                        await anyio.to_thread.run_sync(episode.close)
+                    finally:
+                        self.sessions.pop(session_id, None)
 
                 connection.exit_stack.push_async_callback(close_episode)
             return await call_next(ctx)
