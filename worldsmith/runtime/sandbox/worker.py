@@ -301,7 +301,7 @@ class Worker:
         except Failure as failure:
             reply = {"status": failure.status, "error": failure.error, "limit": failure.limit}
         except MemoryError:
-            reply = {"status": "env_error", "error": "sandbox limit memory: worker out of memory", "limit": "memory"}
+            reply = {"status": "env_error", "error": "sandbox limit memory: worker exceeded its memory limit", "limit": "memory"}
             GUARD.refuse("memory", "worker out of memory")
         except SandboxViolation as violation:
             reply = {"status": "env_error", "error": f"sandbox limit {violation}", "limit": violation.limit}
