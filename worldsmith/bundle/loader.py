@@ -72,6 +72,11 @@ class Bundle:
                 return task
         raise KeyError(f"{self.env_id} has no task {task_id!r} (tasks: {', '.join(t.id for t in self.tasks)})")
 
+    @cached_property
+    def validators(self) -> dict[str, jsonschema.protocols.Validator]:
+        """A prepared JSON Schema validator of each tool's arguments."""
+        return {t.name: jsonschema.Draft202012Validator(t.parameters) for t in self.tools}
+
     def tool(self, name: str) -> ToolSchema:
         for tool in self.tools:
             if tool.name == name:
@@ -180,9 +185,11 @@ def _check_tasks(tasks: list[tuple[int, TaskSpec]], tools: list[dict[str, Any]],
                 issues.append(BundleIssue("tasks.jsonl", f"task {task.id!r}: solution step {number} ({step.tool}): {error}", line))
 
 
-def jsonschema_error(schema: dict[str, Any], arguments: Any) -> str | None:
-    """The first reason `arguments` do not match `schema`, or None."""
-    validator = jsonschema.Draft202012Validator(schema)
+def jsonschema_error(schema: dict[str, Any] | jsonschema.protocols.Validator, arguments: Any) -> str | None:
+    """The first reason `arguments` do not match `schema` (or a prepared validator), or None."""
+    validator = schema if hasattr(schema, "iter_errors") else jsonschema.Draft202012Validator(schema)
+    if validator.is_valid(arguments):
+        return None
     error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
     if error is None:
         return None

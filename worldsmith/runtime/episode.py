@@ -152,12 +152,11 @@ class Episode:
     def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> ToolResult:
         """Call tool `name`; bad arguments and refusals come back as `tool_error`, faults as `env_error`."""
         arguments = {} if arguments is None else arguments
-        try:
-            schema = self.bundle.tool(name)
-        except KeyError:
+        validator = self.bundle.validators.get(name)
+        if validator is None:
             known = ", ".join(t.name for t in self.bundle.tools)
             return ToolResult(status="tool_error", error=f"unknown tool {name!r}; available tools: {known}")
-        problem = jsonschema_error(schema.parameters, arguments)
+        problem = jsonschema_error(validator, arguments)
         if problem:
             return ToolResult(status="tool_error", error=f"invalid arguments for {name}: {problem}")
         with self._lock:

@@ -25,7 +25,7 @@ from typing import Any
 import worldsmith
 from worldsmith.bundle.loader import Bundle
 from worldsmith.runtime.errors import RuntimeFault, WorkerLost
-from worldsmith.runtime.sandbox.protocol import ProtocolClosed, ProtocolTimeout, read_frame, write_frame
+from worldsmith.runtime.sandbox.protocol import FrameReader, ProtocolClosed, ProtocolTimeout, write_frame
 from worldsmith.settings import Settings, get_settings
 
 _PACKAGE_ROOT = str(Path(worldsmith.__file__).resolve().parent.parent)
@@ -81,8 +81,9 @@ class SandboxWorker:
             env=WORKER_ENV, cwd="/", close_fds=True, start_new_session=True,
         )
         threading.Thread(target=self._drain_stderr, daemon=True, name=f"sandbox-stderr-{self.name}").start()
+        self._reader = FrameReader(self.process.stdout.fileno())
         try:
-            hello, _ = read_frame(self.process.stdout.fileno(), time.monotonic() + limits.start_timeout_s)
+            hello, _ = self._reader.read(time.monotonic() + limits.start_timeout_s)
         except (ProtocolClosed, ProtocolTimeout) as exc:
             self.kill(f"failed to start: {exc}")
             raise RuntimeFault(f"sandbox worker failed to start: {exc}; stderr: {self.stderr_tail()}") from None
@@ -119,7 +120,7 @@ class SandboxWorker:
                 self.kill(reason)
                 raise WorkerLost(reason, in_flight=False) from None
             try:
-                reply, reply_blobs = read_frame(self.process.stdout.fileno(), time.monotonic() + timeout)
+                reply, reply_blobs = self._reader.read(time.monotonic() + timeout)
             except ProtocolTimeout:
                 reason = f"sandbox limit timeout: no reply within {timeout:g} s; worker killed and replaced"
                 self.kill(reason)

@@ -88,6 +88,8 @@ class Guard:
             "sqlite3": _stub_module("sqlite3", {n: getattr(sqlite3, n) for n in _SQLITE_EXPORTS} | {"connect": self._refuse_connect}),
         }
         self.builtins = self._restricted_builtins()
+        self._wall_s = self._cpu_s = 0.0
+        self._deadline = 0.0
 
     def _refuse_connect(self, *args: Any, **kwargs: Any) -> Any:
         raise self.refuse("database", f"sqlite3.connect{self._describe(args)} refused: use the episode's connection")
@@ -100,7 +102,10 @@ class Guard:
 
     # -- audit hook ----------------------------------------------------------------------
     def install(self) -> None:
+        """Install the audit hook and the timer signal handlers (once per process)."""
         sys.addaudithook(self._audit)
+        signal.signal(signal.SIGALRM, self._on_alarm)
+        signal.signal(signal.SIGPROF, self._on_cpu)
 
     def _audit(self, event: str, args: tuple[Any, ...]) -> None:
         if not self.active:
@@ -193,31 +198,34 @@ class Guard:
         return {"__name__": name, "__builtins__": self.builtins, "ToolError": ToolError}
 
     # -- running untrusted code ----------------------------------------------------------
+    def _on_alarm(self, signum: int, frame: Any) -> None:
+        if self.active:
+            raise self.refuse("timeout", f"call exceeded {self._wall_s:g} s of wall-clock time")
+
+    def _on_cpu(self, signum: int, frame: Any) -> None:
+        if self.active:
+            raise self.refuse("cpu", f"call exceeded {self._cpu_s:g} CPU seconds")
+
+    def _on_progress(self) -> int:
+        """SQLite progress handler of episode connections: interrupt queries past the deadline."""
+        if self.active and time.monotonic() > self._deadline:
+            self.refuse("timeout", f"SQL query exceeded {self._wall_s:g} s of wall-clock time")
+            return 1
+        return 0
+
+    def watch(self, conn: sqlite3.Connection) -> None:
+        """Let the deadline of untrusted calls interrupt `conn`'s queries."""
+        sqlite3.Connection.set_progress_handler(conn, self._on_progress, 10_000)
+
     @contextmanager
-    def untrusted(self, *, episode_dir: str | None, wall_s: float, cpu_s: float, conn: sqlite3.Connection | None = None) -> Iterator[None]:
-        """Run generated code: audit refusals on, wall-clock and CPU timers armed, SQLite queries
-        interrupted past the deadline. Violations recorded meanwhile stay in `self.violations`."""
-        deadline = time.monotonic() + wall_s
-        guard = self
-
-        def on_alarm(signum: int, frame: Any) -> None:
-            raise guard.refuse("timeout", f"call exceeded {wall_s:g} s of wall-clock time")
-
-        def on_cpu(signum: int, frame: Any) -> None:
-            raise guard.refuse("cpu", f"call exceeded {cpu_s:g} CPU seconds")
-
-        def on_progress() -> int:
-            if time.monotonic() > deadline:
-                guard.refuse("timeout", f"SQL query exceeded {wall_s:g} s of wall-clock time")
-                return 1
-            return 0
-
-        previous = (signal.signal(signal.SIGALRM, on_alarm), signal.signal(signal.SIGPROF, on_cpu))
-        if conn is not None:
-            sqlite3.Connection.set_progress_handler(conn, on_progress, 10_000)
+    def untrusted(self, *, episode_dir: str | None, wall_s: float, cpu_s: float) -> Iterator[None]:
+        """Run generated code: audit refusals on, wall-clock and CPU timers armed, watched SQLite
+        queries interrupted past the deadline. Violations recorded meanwhile stay in `self.violations`."""
+        self._wall_s, self._cpu_s = wall_s, cpu_s
+        self._deadline = time.monotonic() + wall_s
+        self.episode_dir = episode_dir
         signal.setitimer(signal.ITIMER_REAL, wall_s)
         signal.setitimer(signal.ITIMER_PROF, cpu_s)
-        self.episode_dir = episode_dir
         self.active = True
         try:
             yield
@@ -225,8 +233,4 @@ class Guard:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.setitimer(signal.ITIMER_PROF, 0)
             self.active = False
-            signal.signal(signal.SIGALRM, previous[0])
-            signal.signal(signal.SIGPROF, previous[1])
-            if conn is not None:
-                sqlite3.Connection.set_progress_handler(conn, None, 0)
             self.episode_dir = None

@@ -36,27 +36,35 @@ def write_frame(stream: BinaryIO, header: dict[str, Any], blobs: list[bytes] | t
     stream.flush()
 
 
-def _read_exact(fd: int, size: int, deadline: float | None) -> bytes:
-    chunks: list[bytes] = []
-    remaining = size
-    while remaining:
-        if deadline is not None:
-            wait = deadline - time.monotonic()
-            if wait <= 0 or not select.select([fd], [], [], wait)[0]:
-                raise ProtocolTimeout(f"no reply within the deadline ({remaining} of {size} bytes missing)")
-        chunk = os.read(fd, min(remaining, 1 << 20))
-        if not chunk:
-            raise ProtocolClosed("pipe closed")
-        chunks.append(chunk)
-        remaining -= len(chunk)
-    return b"".join(chunks)
+class FrameReader:
+    """Reads frames from a file descriptor through a buffer (one read call per frame, usually)."""
 
+    def __init__(self, fd: int):
+        self.fd = fd
+        self._buffer = bytearray()
 
-def read_frame(fd: int, deadline: float | None = None) -> tuple[dict[str, Any], list[bytes]]:
-    """Read one frame from file descriptor `fd`, waiting at most until `deadline` (monotonic)."""
-    (length,) = _LEN.unpack(_read_exact(fd, _LEN.size, deadline))
-    if length > MAX_HEADER:
-        raise ProtocolClosed(f"frame header of {length} bytes is too large")
-    header = json.loads(_read_exact(fd, length, deadline))
-    blobs = [_read_exact(fd, n, deadline) for n in header.pop("blobs", [])]
-    return header, blobs
+    def _fill(self, size: int, deadline: float | None) -> None:
+        while len(self._buffer) < size:
+            if deadline is not None:
+                wait = deadline - time.monotonic()
+                if wait <= 0 or not select.select([self.fd], [], [], wait)[0]:
+                    raise ProtocolTimeout(f"no reply within the deadline ({size - len(self._buffer)} bytes missing)")
+            chunk = os.read(self.fd, max(size - len(self._buffer), 1 << 16))
+            if not chunk:
+                raise ProtocolClosed("pipe closed")
+            self._buffer += chunk
+
+    def _take(self, size: int, deadline: float | None) -> bytes:
+        self._fill(size, deadline)
+        data = bytes(self._buffer[:size])
+        del self._buffer[:size]
+        return data
+
+    def read(self, deadline: float | None = None) -> tuple[dict[str, Any], list[bytes]]:
+        """The next frame, waiting at most until `deadline` (monotonic seconds; None: forever)."""
+        (length,) = _LEN.unpack(self._take(_LEN.size, deadline))
+        if length > MAX_HEADER:
+            raise ProtocolClosed(f"frame header of {length} bytes is too large")
+        header = json.loads(self._take(length, deadline))
+        blobs = [self._take(n, deadline) for n in header.pop("blobs", [])]
+        return header, blobs

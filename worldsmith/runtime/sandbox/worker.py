@@ -29,7 +29,7 @@ from worldsmith.bundle.sqlscript import deserialize, restore, snapshot
 from worldsmith.runtime.errors import ToolError
 from worldsmith.runtime.sandbox import dbdiff, kernel
 from worldsmith.runtime.sandbox.guard import Guard, SandboxViolation
-from worldsmith.runtime.sandbox.protocol import ProtocolClosed, read_frame, write_frame
+from worldsmith.runtime.sandbox.protocol import FrameReader, ProtocolClosed, write_frame
 
 MAX_RESULT_BYTES = 4 * 1024 * 1024
 MAX_STDOUT = 64 * 1024
@@ -119,7 +119,7 @@ class Worker:
         self.episodes: dict[str, Episode] = {}
 
     # -- generated code ------------------------------------------------------------------
-    def _run_untrusted(self, fn: Callable[[], Any], *, episode: Episode | None, files: tuple[str, ...], conn: sqlite3.Connection | None = None) -> tuple[Any, str]:
+    def _run_untrusted(self, fn: Callable[[], Any], *, episode: Episode | None, files: tuple[str, ...]) -> tuple[Any, str]:
         """Run `fn` as generated code; returns (result, captured stdout) or raises Failure."""
         stdout, stderr = sys.stdout, sys.stderr
         capture = io.StringIO()
@@ -130,7 +130,6 @@ class Worker:
                 episode_dir=episode.directory if episode else None,
                 wall_s=self.config["call_timeout_s"],
                 cpu_s=self.config["cpu_s"],
-                conn=conn,
             ):
                 result = fn()
         except ToolError as exc:
@@ -186,6 +185,7 @@ class Worker:
         os.makedirs(directory, exist_ok=True)
         conn = deserialize(blobs[0] if blobs else env.world, factory=EpisodeConnection)
         conn.row_factory = sqlite3.Row
+        GUARD.watch(conn)
         episode = Episode(id=header["episode"], env=env, conn=conn, directory=directory)
         namespace = self._load_module(env.tools_code, "tools", episode)
         missing = [n for n in env.tool_names if not callable(namespace.get(n))]
@@ -208,7 +208,7 @@ class Worker:
         try:
             text, stdout = self._run_untrusted(
                 lambda: json.dumps(tool(conn, **arguments), default=_to_json),
-                episode=episode, files=("tools.py",), conn=conn,
+                episode=episode, files=("tools.py",),
             )
             if len(text) > MAX_RESULT_BYTES:
                 raise Failure("env_error", f"tool result of {len(text)} bytes exceeds {MAX_RESULT_BYTES}", "result_size")
@@ -251,6 +251,7 @@ class Worker:
         final = deserialize(snapshot(episode.conn), read_only=True)
         for conn in (initial, final):
             conn.row_factory = sqlite3.Row
+            GUARD.watch(conn)
         try:
             namespace = self._load_module(episode.env.verifiers_code, "verifiers", episode)
             verifier = namespace.get(header["verifier"])
@@ -312,9 +313,10 @@ class Worker:
         return reply, reply_blobs
 
     def serve(self) -> None:
+        reader = FrameReader(0)
         while True:
             try:
-                header, blobs = read_frame(0)
+                header, blobs = reader.read()
             except ProtocolClosed:
                 return
             reply, reply_blobs = self.handle(header, blobs)

@@ -1,0 +1,225 @@
+"""Runtime benchmarks; each figure is a ratio or a bound measured in this same run.
+
+    .venv/bin/python bench/runtime.py [--calls N] [--episodes N]
+
+Prints one line per figure and, last, a JSON object with all of them:
+- tool_call_overhead: a tool call through the sandboxed runtime vs the same function called
+  directly on an in-process SQLite connection;
+- gateway_vs_sdk: MCP tool-call latency through the worldsmith gateway (sandboxed echo tool) vs
+  the plain `mcp` SDK (MCPServer) serving an equivalent echo tool, both over streamable HTTP;
+- reset: restoring a ~1 MB world.db by deserialize (what episodes do) vs copying the file and
+  opening a new connection;
+- open_1024: opening 1,024 episodes at once from 32 threads (wall time, peak RSS of the parent
+  plus its workers), on the golden bundle and on a ~1 MB world.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sqlite3
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import logging
+
+import anyio
+import psutil
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp.server import MCPServer
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from worldsmith.bundle.loader import Bundle, build_bundle, load_bundle  # noqa: E402
+from worldsmith.bundle.sqlscript import deserialize, harden  # noqa: E402
+from worldsmith.runtime.episode import Runtime  # noqa: E402
+from worldsmith.runtime.gateway import BackgroundServer, Gateway  # noqa: E402
+
+GOLDEN = ROOT / "examples" / "bundles" / "retail_store"
+SOURCES = ("schema.sql", "seed.sql", "tools.py", "tasks.jsonl", "verifiers.py")
+ECHO_TOOL = '''
+
+def echo(conn, text: str) -> str:
+    """Return the text unchanged.
+
+    Args:
+        text: Any text.
+    """
+    return text
+'''
+
+
+def variant(golden: Bundle, env_id: str, *, extra_seed: str = "", extra_tools: str = "") -> Bundle:
+    sources = {name: golden.files[name] for name in SOURCES}
+    sources["seed.sql"] += extra_seed.encode()
+    sources["tools.py"] += extra_tools.encode()
+    return build_bundle(sources, golden.manifest.model_copy(update={"env_id": env_id}))
+
+
+def megabyte_world(golden: Bundle) -> Bundle:
+    rows = ",\n".join(
+        f"({100 + i}, 'Bench Customer {i:05d} with a longer display name', 'bench{i:05d}@example.com', 'bronze', {i % 500}, '2025-01-01')"
+        for i in range(9000)
+    )
+    return variant(golden, "retail_store_1mb", extra_seed=f"\nINSERT INTO customers (id, name, email, tier, loyalty_points, created_at) VALUES\n{rows};\n")
+
+
+def timed(fn, repeat: int) -> float:
+    """Median seconds of `fn` over `repeat` runs (after one warm-up)."""
+    fn()
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def bench_tool_call(runtime: Runtime, golden: Bundle, calls: int) -> dict[str, float]:
+    namespace: dict = {}
+    exec(compile(golden.text("tools.py"), "tools.py", "exec"), namespace)
+    conn = deserialize(golden.world)
+    conn.row_factory = sqlite3.Row
+    direct = timed(lambda: namespace["get_product"](conn, "KB-101"), calls)
+    with runtime.open_episode(golden) as episode:
+        sandboxed = timed(lambda: episode.call_tool("get_product", {"sku": "KB-101"}), calls)
+    return {"direct_us": direct * 1e6, "runtime_us": sandboxed * 1e6, "ratio": sandboxed / direct,
+            "overhead_us": (sandboxed - direct) * 1e6}
+
+
+async def _mcp_latency(url: str, tool: str, calls: int) -> float:
+    async with streamable_http_client(url) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.initialize()
+            await session.list_tools()
+            for _ in range(10):
+                await session.call_tool(tool, {"text": "warm"})
+            samples = []
+            for i in range(calls):
+                start = time.perf_counter()
+                result = await session.call_tool(tool, {"text": f"hello {i}"})
+                samples.append(time.perf_counter() - start)
+                assert not result.is_error
+            return statistics.median(samples)
+
+
+def bench_gateway(runtime: Runtime, golden: Bundle, calls: int) -> dict[str, float]:
+    echo_env = variant(golden, "echo_env", extra_tools=ECHO_TOOL)
+    baseline = MCPServer("echo-baseline")
+
+    @baseline.tool(name="echo")
+    def echo(text: str) -> str:
+        return text
+
+    logging.getLogger().setLevel(logging.WARNING)  # MCPServer turns on INFO logging of every request
+    with BackgroundServer(baseline.streamable_http_app(streamable_http_path="/mcp")) as sdk_server:
+        sdk = anyio.run(_mcp_latency, f"{sdk_server.url}/mcp", "echo", calls)
+    with BackgroundServer(Gateway(runtime, [echo_env]).app()) as gateway_server:
+        ours = anyio.run(_mcp_latency, f"{gateway_server.url}/envs/echo_env/mcp", "echo", calls)
+    return {"sdk_ms": sdk * 1e3, "gateway_ms": ours * 1e3, "ratio": ours / sdk}
+
+
+def bench_reset(world: bytes, repeat: int) -> dict[str, float]:
+    tmp = Path(tempfile.mkdtemp(prefix="worldsmith-bench-"))
+    source = tmp / "world.db"
+    source.write_bytes(world)
+    conn = deserialize(world)
+
+    def by_deserialize() -> None:
+        sqlite3.Connection.set_authorizer(conn, None)
+        sqlite3.Connection.deserialize(conn, world)
+        harden(conn)
+        conn.execute("SELECT count(*) FROM customers").fetchone()
+
+    def by_file_copy() -> None:
+        target = tmp / "episode.db"
+        shutil.copyfile(source, target)
+        fresh = sqlite3.connect(target)
+        harden(fresh)
+        fresh.execute("SELECT count(*) FROM customers").fetchone()
+        fresh.close()
+
+    memory = timed(by_deserialize, repeat)
+    files = timed(by_file_copy, repeat)
+    shutil.rmtree(tmp)
+    return {"world_bytes": len(world), "deserialize_ms": memory * 1e3, "file_copy_ms": files * 1e3, "speedup": files / memory}
+
+
+def _rss(runtime: Runtime) -> int:
+    """Resident memory of this process plus every sandbox worker of `runtime`."""
+    total = psutil.Process().memory_info().rss
+    for worker in runtime.pool.workers():
+        try:
+            total += psutil.Process(worker.pid).memory_info().rss
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def bench_open(bundle: Bundle, count: int, workers: int) -> dict[str, float]:
+    with Runtime(workers=workers) as runtime:
+        warm = runtime.open_episode(bundle)  # workers started and the env loaded: not part of the figure
+        warm.close()
+        base_rss = _rss(runtime)
+        peak = [base_rss]
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.is_set():
+                peak[0] = max(peak[0], _rss(runtime))
+                time.sleep(0.01)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        start = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=32) as pool:
+            episodes = list(pool.map(lambda _: runtime.open_episode(bundle), range(count)))
+        wall = time.perf_counter() - start
+        peak[0] = max(peak[0], _rss(runtime))
+        done.set()
+        sampler.join()
+        assert runtime.open_episodes == count
+        probe = episodes[-1].call_tool("get_customer", {"customer_id": 1})
+        assert probe.ok
+    return {"episodes": count, "world_bytes": len(bundle.world), "wall_s": wall, "peak_rss_mb": peak[0] / 2**20,
+            "rss_growth_mb": (peak[0] - base_rss) / 2**20}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=500)
+    parser.add_argument("--episodes", type=int, default=1024)
+    parser.add_argument("--workers", type=int, default=2)
+    args = parser.parse_args()
+
+    golden = load_bundle(GOLDEN)
+    big = megabyte_world(golden)
+    results: dict[str, dict[str, float]] = {}
+    with Runtime(workers=args.workers) as runtime:
+        results["tool_call_overhead"] = bench_tool_call(runtime, golden, args.calls)
+        print(f"tool call: direct {results['tool_call_overhead']['direct_us']:.1f} us, through runtime "
+              f"{results['tool_call_overhead']['runtime_us']:.1f} us (x{results['tool_call_overhead']['ratio']:.1f})", flush=True)
+        results["gateway_vs_sdk"] = bench_gateway(runtime, golden, max(50, args.calls // 5))
+        print(f"MCP call: plain SDK {results['gateway_vs_sdk']['sdk_ms']:.2f} ms, gateway "
+              f"{results['gateway_vs_sdk']['gateway_ms']:.2f} ms (x{results['gateway_vs_sdk']['ratio']:.2f}; target <= 1.5)", flush=True)
+    results["reset"] = bench_reset(big.world, 200)
+    print(f"reset of a {results['reset']['world_bytes'] / 2**20:.2f} MB world: deserialize {results['reset']['deserialize_ms']:.3f} ms, "
+          f"file copy + connect {results['reset']['file_copy_ms']:.3f} ms (x{results['reset']['speedup']:.1f} faster; target < 1 ms)", flush=True)
+    for name, bundle in (("open_1024_golden", golden), ("open_1024_1mb", big)):
+        results[name] = bench_open(bundle, args.episodes, args.workers)
+        r = results[name]
+        print(f"open {r['episodes']} episodes of a {r['world_bytes'] / 2**20:.2f} MB world: {r['wall_s']:.2f} s, "
+              f"peak RSS {r['peak_rss_mb']:.0f} MB (targets < 2 s, < 2048 MB)", flush=True)
+    print(json.dumps({k: {m: round(v, 4) for m, v in r.items()} for k, r in results.items()}))
+
+
+if __name__ == "__main__":
+    main()
