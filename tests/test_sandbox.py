@@ -31,6 +31,11 @@ HOSTILE = {
     "infinite_loop": ("def infinite_loop(conn):\n    while True:\n        pass\n", "cpu", "CPU seconds"),
     "sleep_forever": ("def sleep_forever(conn):\n    import time\n    time.sleep(3600)\n", "timeout", "wall-clock"),
     "stuck_in_c": ("def stuck_in_c(conn):\n    return sum(range(10 ** 14))\n", "timeout", "worker killed and replaced"),
+    "endless_sql": (
+        "def endless_sql(conn):\n"
+        "    return conn.execute('WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c').fetchone()[0]\n",
+        "cpu", "CPU seconds",
+    ),
     "memory_bomb": ("def memory_bomb(conn):\n    blocks = []\n    while True:\n        blocks.append(bytearray(64 * 1024 * 1024))\n", "memory", "memory limit"),
     "deep_recursion": ("def deep_recursion(conn):\n    def down(n):\n        return down(n + 1) + 1\n    return down(0)\n", "recursion", "recursion depth"),
     "ctypes_load": ("def ctypes_load(conn):\n    import ctypes\n    return ctypes.CDLL(None).getpid()\n", "import", "ctypes"),

@@ -76,3 +76,6 @@ def test_code_policy():
     assert "private attribute '__doc__'" in problems[5]
     assert "only ToolError may be imported" in problems[6]
     assert check_source("def f(:\n", "verifiers.py")[0][1].startswith("syntax error")
+    assert check_source("import operator\nget = operator.attrgetter('__globals__')\n", "tools.py") == [
+        (2, "string naming the attribute '__globals__' is not allowed")
+    ]

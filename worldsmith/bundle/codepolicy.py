@@ -36,7 +36,7 @@ FORBIDDEN_NAMES: frozenset[str] = FORBIDDEN_BUILTINS | {"__builtins__", "__loade
 #: Dunder attributes generated code may use (everything else double-underscored is refused).
 ALLOWED_DUNDERS: frozenset[str] = frozenset(
     {"__init__", "__name__", "__doc__", "__str__", "__repr__", "__len__", "__eq__", "__hash__",
-     "__iter__", "__next__", "__contains__", "__getitem__", "__enter__", "__exit__", "__lt__"}
+     "__iter__", "__next__", "__contains__", "__getitem__", "__enter__", "__exit__", "__lt__", "__main__"}
 )
 
 
@@ -90,6 +90,8 @@ def check_source(source: str, filename: str) -> list[tuple[int, str]]:
             and node.args[1].value.startswith("_")
         ):
             problems.append((line, f"{node.func.id}() of private attribute {node.args[1].value!r} is not allowed"))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and is_dunder(node.value) and node.value not in ALLOWED_DUNDERS:
+            problems.append((line, f"string naming the attribute {node.value!r} is not allowed"))
         elif isinstance(node, ast.AsyncFunctionDef):
             problems.append((line, f"async function {node.name!r}: tools and verifiers must be plain functions"))
     problems.sort()

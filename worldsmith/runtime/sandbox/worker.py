@@ -181,8 +181,9 @@ class Worker:
         env = self.envs.get(header["env"])
         if env is None:
             raise Failure("env_error", f"environment {header['env']} is not loaded in this worker")
+        # The episode's file area: the only place its code may open files; created by the runtime
+        # when it puts files there (nothing does yet), removed with the episode.
         directory = os.path.join(self.scratch, header["episode"])
-        os.makedirs(directory, exist_ok=True)
         conn = deserialize(blobs[0] if blobs else env.world, factory=EpisodeConnection)
         conn.row_factory = sqlite3.Row
         GUARD.watch(conn)
