@@ -175,3 +175,27 @@ def test_many_environments_on_one_server(golden, tmp_path):
                 return out
 
             assert anyio.run(both) == ["worldsmith/retail_store", "worldsmith/retail_store_copy"]
+
+
+def test_session_limit_refuses_with_503_and_frees_up(golden):
+    with Runtime(limits=FAST_LIMITS, workers=1) as runtime:
+        gateway = Gateway(runtime, [golden], max_sessions=2)
+        with BackgroundServer(gateway.app()) as server:
+            url = f"{server.url}/envs/retail_store/mcp"
+            opening = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}}
+            headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+            ids = []
+            for _ in range(2):
+                response = httpx.post(url, json=opening, headers=headers)
+                assert response.status_code == 200
+                ids.append(response.headers["mcp-session-id"])
+            refused = httpx.post(url, json=opening, headers=headers)
+            assert refused.status_code == 503 and "Too many open sessions" in refused.text
+            assert runtime.open_episodes == 2
+            assert httpx.delete(url, headers={"mcp-session-id": ids[0]}).status_code == 200
+            for _ in range(50):
+                if runtime.open_episodes == 1:
+                    break
+                time.sleep(0.05)
+            assert httpx.post(url, json=opening, headers=headers).status_code == 200

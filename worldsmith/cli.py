@@ -132,7 +132,7 @@ def env_serve(
     for bundle in bundles:
         console.print(f"serving {bundle.env_id} at http://{host}:{port}/envs/{bundle.env_id}/mcp")
     with _runtime() as runtime:
-        serve(runtime, bundles, host, port, settings.gateway_session_idle_s)
+        serve(runtime, bundles, host, port, session_idle_s=settings.gateway_session_idle_s, max_sessions=settings.gateway_max_sessions)
 
 
 @app.command("demo")

@@ -67,7 +67,7 @@ def tool_result_to_mcp(result: ToolResult) -> types.CallToolResult:
 class Gateway:
     """The gateway's state: hosted bundles, one MCP server and session manager per env, live sessions."""
 
-    def __init__(self, runtime: Runtime, bundles: list[Bundle], *, session_idle_s: float = 900.0):
+    def __init__(self, runtime: Runtime, bundles: list[Bundle], *, session_idle_s: float = 900.0, max_sessions: int = 4096):
         ids = [b.env_id for b in bundles]
         duplicates = sorted({i for i in ids if ids.count(i) > 1})
         if duplicates:
@@ -76,7 +76,9 @@ class Gateway:
         self.bundles = {b.env_id: b for b in bundles}
         self.sessions: dict[str, Episode] = {}
         self.managers = {
-            env_id: StreamableHTTPSessionManager(app=self._server(bundle), stateless=False, session_idle_timeout=session_idle_s)
+            env_id: StreamableHTTPSessionManager(
+                app=self._server(bundle), stateless=False, session_idle_timeout=session_idle_s, max_sessions=max_sessions
+            )
             for env_id, bundle in self.bundles.items()
         }
 
@@ -168,6 +170,7 @@ class BackgroundServer:
         self._thread.join(timeout=30)
 
 
-def serve(runtime: Runtime, bundles: list[Bundle], host: str, port: int, session_idle_s: float) -> None:
+def serve(runtime: Runtime, bundles: list[Bundle], host: str, port: int, *, session_idle_s: float, max_sessions: int) -> None:
     """Serve `bundles` until interrupted."""
-    uvicorn.run(Gateway(runtime, bundles, session_idle_s=session_idle_s).app(), host=host, port=port, log_level="info")
+    gateway = Gateway(runtime, bundles, session_idle_s=session_idle_s, max_sessions=max_sessions)
+    uvicorn.run(gateway.app(), host=host, port=port, log_level="info")
