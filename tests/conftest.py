@@ -61,3 +61,79 @@ def with_tools(bundle: Bundle, source: str, names: list[str]) -> Bundle:
         tasks=bundle.tasks,
         tools=bundle.tools + tuple(extra),
     )
+
+
+# -- storage backends ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> str:
+    """moto's S3 server on loopback, reached over HTTP by a real boto3 client."""
+    from moto.server import ThreadedMotoServer
+
+    from worldsmith.runtime.gateway import free_port
+
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
+@pytest.fixture()
+def s3_bucket(s3_endpoint: str) -> str:
+    import uuid
+
+    import boto3
+
+    name = f"ws-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket=name)
+    return name
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> str:
+    """A PostgreSQL server on loopback: WORLDSMITH_TEST_POSTGRES_URL (set by .ci/run), else one
+    started here from the installed server binaries; skipped outside CI if there are none."""
+    import subprocess
+
+    url = os.environ.get("WORLDSMITH_TEST_POSTGRES_URL")
+    started = None
+    if not url:
+        proc = subprocess.run([str(REPO / "scripts" / "test-postgres.sh"), "start"], capture_output=True, text=True)
+        if proc.returncode != 0:
+            if os.environ.get("CI"):
+                pytest.fail(f"PostgreSQL is required in CI: {proc.stderr}")
+            pytest.skip(f"no PostgreSQL server available: {proc.stderr.strip()}")
+        url = started = proc.stdout.strip()
+    yield url.split("?")[0]
+    if started:
+        subprocess.run([str(REPO / "scripts" / "test-postgres.sh"), "stop", started], check=False)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def catalog(request: pytest.FixtureRequest, tmp_path: Path):
+    """An empty catalog on each database the catalog supports."""
+    from sqlalchemy import text
+
+    from worldsmith.storage.catalog import Catalog
+
+    if request.param == "sqlite":
+        cat = Catalog(f"sqlite:///{tmp_path / 'catalog.db'}")
+    else:
+        import uuid
+
+        from sqlalchemy import create_engine
+
+        base = request.getfixturevalue("postgres_url")
+        name = f"ws_{uuid.uuid4().hex[:10]}"
+        admin = create_engine(base.replace("postgresql://", "postgresql+psycopg://"), isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+        admin.dispose()
+        cat = Catalog(base.rsplit("/", 1)[0] + f"/{name}")
+    yield cat
+    cat.close()

@@ -16,6 +16,11 @@ class Settings(BaseSettings):
 
     home: Path = Field(Path(".worldsmith"), description="Directory holding local state.")
 
+    # Artifact store and catalog (docs/architecture.md)
+    store_url: str | None = Field(None, description="Object store: a directory, file:///path or s3://bucket/prefix; default $HOME/store.")
+    s3_endpoint_url: str | None = Field(None, description="S3 endpoint for MinIO, R2, Ceph...; default AWS.")
+    catalog_url: str | None = Field(None, description="SQLAlchemy URL of the catalog; default sqlite:///$HOME/catalog.db.")
+
     # Sandbox (see docs/security.md)
     sandbox_workers: int = Field(0, ge=0, description="Worker processes; 0 means one per CPU core (at least 2).")
     sandbox_call_timeout_s: float = Field(5.0, gt=0, description="Wall-clock limit of one tool or verifier call.")
@@ -29,6 +34,15 @@ class Settings(BaseSettings):
     gateway_port: int = 8765
     gateway_session_idle_s: float = Field(900.0, gt=0, description="Idle MCP sessions (episodes) expire after this.")
     gateway_max_sessions: int = Field(4096, ge=1, description="Open MCP sessions per environment; more get HTTP 503.")
+
+    def resolved_store_url(self) -> str:
+        return self.store_url or str((self.home / "store").resolve())
+
+    def resolved_catalog_url(self) -> str:
+        if self.catalog_url:
+            return self.catalog_url
+        self.home.mkdir(parents=True, exist_ok=True)
+        return f"sqlite:///{(self.home / 'catalog.db').resolve()}"
 
     def worker_count(self) -> int:
         import os

@@ -1,0 +1,93 @@
+"""The catalog database: SQLModel on SQLite (default, foreign keys enforced) or PostgreSQL.
+
+`Catalog(url)` connects and brings the schema to the newest Alembic revision, so an existing
+catalog upgrades in place without losing rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+from sqlmodel import Session, create_engine
+
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+
+
+def _sqlite_pragmas(dbapi_connection, connection_record) -> None:  # noqa: ANN001 - SQLAlchemy hook
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA foreign_keys = ON")
+    cursor.execute("PRAGMA busy_timeout = 30000")
+    cursor.execute("PRAGMA journal_mode = WAL")
+    cursor.close()
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for `url`; SQLite connections enforce foreign keys and wait on locks."""
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        event.listen(engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_engine(url, pool_pre_ping=True)
+
+
+def alembic_config(url: str) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return config
+
+
+class Catalog:
+    """A connection to the catalog database, migrated to the newest schema on open."""
+
+    def __init__(self, url: str, *, migrate: bool = True):
+        self.url = url
+        self.engine = make_engine(url)
+        if migrate:
+            self.upgrade()
+
+    def upgrade(self, revision: str = "head") -> None:
+        """Apply pending migrations (idempotent)."""
+        config = alembic_config(self.url)
+        with self.engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.upgrade(config, revision)
+
+    def revision(self) -> str | None:
+        with self.engine.connect() as connection:
+            return MigrationContext.configure(connection).get_current_revision()
+
+    @staticmethod
+    def head() -> str:
+        return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """A session whose work is committed on success and rolled back on error."""
+        with Session(self.engine, expire_on_commit=False) as session:
+            try:
+                yield session
+                session.commit()
+            except BaseException:
+                session.rollback()
+                raise
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+def open_catalog(url: str | None = None) -> Catalog:
+    """The catalog at `url`, or the configured one (`WORLDSMITH_CATALOG_URL`)."""
+    from worldsmith.settings import get_settings
+
+    return Catalog(url or get_settings().resolved_catalog_url())

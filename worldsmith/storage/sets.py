@@ -1,0 +1,154 @@
+"""Environment sets: named, immutable selections of environment versions built from a query,
+split into train and validation by environment, exported for external trainers."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+from sqlalchemy.exc import IntegrityError
+from sqlmodel import Session, select
+
+from worldsmith.models.catalog import Environment, EnvironmentSet, EnvironmentSetMember, EnvironmentVersion
+from worldsmith.storage.catalog import Catalog
+from worldsmith.storage.objectstore import ObjectStore
+from worldsmith.storage.publish import CatalogError, fetch
+
+
+class SetQuery(BaseModel):
+    """Which versions a set takes. Only versions whose status is `status` qualify; by default the
+    latest such version of each env."""
+
+    status: str = "good"
+    categories: list[str] = Field(default_factory=list, description="keep envs with any of these categories")
+    env_ids: list[str] = Field(default_factory=list, description="keep only these envs")
+    min_tasks: int = 0
+    min_tools: int = 0
+    require_passed: list[str] = Field(default_factory=list, description="quality checks that must have passed")
+    count: int | None = Field(None, ge=1, description="sample this many envs (deterministic for the seed)")
+    seed: int = 0
+    validation_fraction: float = Field(0.1, ge=0.0, lt=1.0)
+    latest_only: bool = True
+
+
+def _candidates(session: Session, query: SetQuery) -> list[EnvironmentVersion]:
+    rows = session.exec(
+        select(EnvironmentVersion, Environment).join(Environment).where(EnvironmentVersion.status == query.status)
+        .order_by(EnvironmentVersion.env_id, EnvironmentVersion.version)
+    ).all()
+    chosen: dict[str, EnvironmentVersion] = {}
+    keep: list[EnvironmentVersion] = []
+    for version, env in rows:
+        if query.env_ids and version.env_id not in query.env_ids:
+            continue
+        if query.categories and not set(query.categories) & set(env.categories):
+            continue
+        if version.stats.get("tasks", 0) < query.min_tasks or version.stats.get("tools", 0) < query.min_tools:
+            continue
+        if any(not version.quality.get(kind, {}).get("passed") for kind in query.require_passed):
+            continue
+        if query.latest_only:
+            chosen[version.env_id] = version  # ordered by version: the last one wins
+        else:
+            keep.append(version)
+    return sorted(chosen.values(), key=lambda v: v.env_id) if query.latest_only else keep
+
+
+def _rank(seed: int, env_id: str) -> str:
+    return hashlib.sha256(f"{seed}:{env_id}".encode()).hexdigest()
+
+
+def select_members(candidates: list[EnvironmentVersion], query: SetQuery) -> list[tuple[EnvironmentVersion, str]]:
+    """Sample and split deterministically: the same catalog and query give the same set."""
+    pool = sorted(candidates, key=lambda v: (v.env_id, v.version))
+    if query.count is not None:
+        if query.count > len(pool):
+            raise CatalogError(f"the query matches {len(pool)} environment versions, fewer than count={query.count}")
+        pool = random.Random(query.seed).sample(pool, query.count)
+    envs = sorted({v.env_id for v in pool}, key=lambda e: _rank(query.seed, e))
+    n_val = round(len(envs) * query.validation_fraction)
+    if query.validation_fraction > 0 and n_val == 0 and len(envs) >= 2:
+        n_val = 1
+    validation = set(envs[:n_val])
+    return sorted(((v, "validation" if v.env_id in validation else "train") for v in pool), key=lambda m: (m[0].env_id, m[0].version))
+
+
+def create_set(catalog: Catalog, name: str, query: SetQuery) -> EnvironmentSet:
+    """Create set `name` from `query`. Sets are immutable: an existing name is refused."""
+    with catalog.session() as session:
+        if session.exec(select(EnvironmentSet).where(EnvironmentSet.name == name)).first() is not None:
+            raise CatalogError(f"environment set {name!r} already exists (sets are immutable; choose another name)")
+        members = select_members(_candidates(session, query), query)
+        if not members:
+            raise CatalogError(f"no environment version matches the query {query.model_dump(exclude_defaults=True)}")
+    try:
+        with catalog.session() as session:
+            env_set = EnvironmentSet(name=name, query=query.model_dump())
+            session.add(env_set)
+            session.flush()
+            for version, split in members:
+                session.add(EnvironmentSetMember(set_id=env_set.id, version_id=version.id, split=split))
+        return env_set
+    except IntegrityError:
+        raise CatalogError(f"environment set {name!r} already exists") from None
+
+
+def get_set(session: Session, name: str) -> EnvironmentSet:
+    found = session.exec(select(EnvironmentSet).where(EnvironmentSet.name == name)).first()
+    if found is None:
+        raise CatalogError(f"no environment set {name!r}")
+    return found
+
+
+def members_of(session: Session, env_set: EnvironmentSet) -> list[tuple[EnvironmentVersion, str]]:
+    rows = session.exec(
+        select(EnvironmentVersion, EnvironmentSetMember.split).join(EnvironmentSetMember, EnvironmentSetMember.version_id == EnvironmentVersion.id)
+        .where(EnvironmentSetMember.set_id == env_set.id).order_by(EnvironmentVersion.env_id)
+    ).all()
+    return [(version, split) for version, split in rows]
+
+
+def set_manifest(session: Session, env_set: EnvironmentSet) -> dict[str, Any]:
+    """The set as JSON: its query and every member's version id, hashes and split."""
+    return {
+        "format": "worldsmith-set/1",
+        "name": env_set.name,
+        "query": env_set.query,
+        "created_at": env_set.created_at.isoformat(),
+        "members": [
+            {"ref": v.ref, "env_id": v.env_id, "version": v.version, "content_key": v.content_key,
+             "manifest": v.manifest_digest, "split": split}
+            for v, split in members_of(session, env_set)
+        ],
+    }
+
+
+def export_set(name: str, target: Path, store: ObjectStore, catalog: Catalog) -> dict[str, Any]:
+    """Write set `name` into `target`: `set.json`, every member bundle under `bundles/ENV@V/`, and
+    one row per (env, task) in `tasks.jsonl` and `tasks.parquet`."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with catalog.session() as session:
+        manifest = set_manifest(session, get_set(session, name))
+    target.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    for member in manifest["members"]:
+        bundle = fetch(member["ref"], target / "bundles" / member["ref"], store, catalog)
+        for task in bundle.tasks:
+            rows.append({
+                "set": name, "env_id": member["env_id"], "version": member["version"], "ref": member["ref"],
+                "content_key": member["content_key"], "split": member["split"], "task_id": task.id,
+                "instruction": task.instruction, "verifier": task.verifier, "answer": task.answer,
+                "solution": json.dumps([s.model_dump() for s in task.solution]),
+            })
+    (target / "set.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    with (target / "tasks.jsonl").open("w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    pq.write_table(pa.Table.from_pylist(rows), target / "tasks.parquet")
+    return manifest
