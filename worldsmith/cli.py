@@ -18,6 +18,10 @@ from worldsmith.settings import get_settings
 app = typer.Typer(help="Manufacture executable tool-use worlds for LLM agents and train agents in them.", no_args_is_help=True)
 env_app = typer.Typer(help="Inspect, check, call and serve environment bundles.", no_args_is_help=True)
 app.add_typer(env_app, name="env")
+catalog_app = typer.Typer(help="Publish, list, compare, fetch and move environment versions.", no_args_is_help=True)
+app.add_typer(catalog_app, name="catalog")
+sets_app = typer.Typer(help="Create and export environment sets (immutable, split by environment).", no_args_is_help=True)
+app.add_typer(sets_app, name="sets")
 console = Console()
 errors = Console(stderr=True)
 
@@ -133,6 +137,225 @@ def env_serve(
         console.print(f"serving {bundle.env_id} at http://{host}:{port}/envs/{bundle.env_id}/mcp")
     with _runtime() as runtime:
         serve(runtime, bundles, host, port, session_idle_s=settings.gateway_session_idle_s, max_sessions=settings.gateway_max_sessions)
+
+
+def _storage():
+    from worldsmith.storage.catalog import open_catalog
+    from worldsmith.storage.objectstore import open_store
+
+    settings = get_settings()
+    return open_store(settings.resolved_store_url(), endpoint_url=settings.s3_endpoint_url), open_catalog()
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    errors.print(message, markup=False, highlight=False)
+    return typer.Exit(code)
+
+
+@catalog_app.command("publish")
+def catalog_publish(
+    path: BundleArg,
+    probes: Annotated[bool, typer.Option(help="Also run the execution probes in the sandbox.")] = True,
+) -> None:
+    """Check a bundle (seed-data expectations, execution probes) and publish it; exit 1 if it was
+    published as failed."""
+    from worldsmith.quality.checks import quality_checks
+    from worldsmith.runtime.episode import Runtime
+    from worldsmith.storage.publish import publish
+
+    bundle = _load(path)
+    store, catalog = _storage()
+    if probes:
+        with Runtime() as runtime:
+            checks = quality_checks(bundle, runtime)
+    else:
+        checks = quality_checks(bundle)
+    result = publish(bundle, store, catalog, checks)
+    version = result.version
+    verb = "published" if result.created else "already published as"
+    console.print(f"{verb} {version.ref}: {version.status}" + (f" ({version.failure_reason})" if version.failure_reason else ""), highlight=False)
+    raise typer.Exit(0 if version.status == "good" else 1)
+
+
+@catalog_app.command("ls")
+def catalog_ls(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """List every environment version."""
+    from sqlmodel import select
+
+    from worldsmith.models.catalog import EnvironmentVersion
+
+    _, catalog = _storage()
+    with catalog.session() as session:
+        versions = session.exec(select(EnvironmentVersion).order_by(EnvironmentVersion.env_id, EnvironmentVersion.version)).all()
+    rows = [{"ref": v.ref, "status": v.status, "tables": v.stats.get("tables"), "tools": v.stats.get("tools"),
+             "tasks": v.stats.get("tasks"), "checks": {k: q.get("passed") for k, q in v.quality.items()},
+             "created_at": v.created_at.isoformat(timespec="seconds")} for v in versions]
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    table = Table(title=f"{len(rows)} environment versions")
+    for column in ("ref", "status", "tables", "tools", "tasks", "checks", "created"):
+        table.add_column(column)
+    for r in rows:
+        checks = ", ".join(f"{k} {'ok' if ok else 'FAILED'}" for k, ok in r["checks"].items())
+        table.add_row(r["ref"], r["status"], str(r["tables"]), str(r["tools"]), str(r["tasks"]), checks, r["created_at"])
+    console.print(table)
+
+
+@catalog_app.command("show")
+def catalog_show(ref: Annotated[str, typer.Argument(help="ENV or ENV@VERSION.")]) -> None:
+    """Print a version's record: status, provenance, stats, artifacts and quality reports (JSON)."""
+    from worldsmith.storage.publish import CatalogError, resolve, version_record
+
+    _, catalog = _storage()
+    try:
+        with catalog.session() as session:
+            record = version_record(session, resolve(session, ref))
+    except CatalogError as exc:
+        raise _fail(str(exc)) from None
+    print(json.dumps(record, indent=2))
+
+
+@catalog_app.command("diff")
+def catalog_diff(a: Annotated[str, typer.Argument(help="ENV@V1")], b: Annotated[str, typer.Argument(help="ENV@V2")]) -> None:
+    """Show what changed between two versions: stats, artifacts, and a unified diff of each text artifact."""
+    import difflib
+
+    from worldsmith.storage.publish import CatalogError, artifacts_of, resolve
+
+    store, catalog = _storage()
+    try:
+        with catalog.session() as session:
+            va, vb = resolve(session, a), resolve(session, b)
+            fa, fb = artifacts_of(session, va), artifacts_of(session, vb)
+    except CatalogError as exc:
+        raise _fail(str(exc)) from None
+    changes = {k: (va.stats.get(k), vb.stats.get(k)) for k in sorted(set(va.stats) | set(vb.stats)) if va.stats.get(k) != vb.stats.get(k)}
+    console.print(f"{va.ref} -> {vb.ref}; stats changed: {changes or 'none'}", highlight=False)
+    for name in sorted(set(fa) | set(fb)):
+        if fa.get(name) == fb.get(name):
+            continue
+        if name == "world.db" or name not in fa or name not in fb:
+            console.print(f"{name}: {'differs' if name in fa and name in fb else 'only in ' + (va.ref if name in fa else vb.ref)}")
+            continue
+        old = store.get_bytes(fa[name]).decode().splitlines(keepends=True)
+        new = store.get_bytes(fb[name]).decode().splitlines(keepends=True)
+        sys.stdout.writelines(difflib.unified_diff(old, new, f"{va.ref}/{name}", f"{vb.ref}/{name}"))
+
+
+@catalog_app.command("fetch")
+def catalog_fetch(ref: Annotated[str, typer.Argument(help="ENV or ENV@VERSION.")], target: Annotated[Path, typer.Argument(help="Directory to write.")]) -> None:
+    """Write a version's bundle into a directory, byte for byte as published."""
+    from worldsmith.storage.publish import CatalogError, fetch
+
+    store, catalog = _storage()
+    try:
+        bundle = fetch(ref, target, store, catalog)
+    except CatalogError as exc:
+        raise _fail(str(exc)) from None
+    console.print(f"fetched {bundle.env_id}@{bundle.manifest.version} into {target}")
+
+
+@catalog_app.command("export")
+def catalog_export(target: Annotated[Path, typer.Argument(help="Directory to write.")]) -> None:
+    """Export every environment, version, object and set into a directory (for `catalog import`)."""
+    from worldsmith.storage.transfer import export_catalog
+
+    store, catalog = _storage()
+    console.print(f"exported {export_catalog(target, store, catalog)} into {target}")
+
+
+@catalog_app.command("import")
+def catalog_import(source: Annotated[Path, typer.Argument(help="A directory written by `catalog export`.")]) -> None:
+    """Import an export; what is already here (same content, same set name) is skipped."""
+    from worldsmith.storage.publish import CatalogError
+    from worldsmith.storage.transfer import import_catalog
+
+    store, catalog = _storage()
+    try:
+        counts = import_catalog(source, store, catalog)
+    except CatalogError as exc:
+        raise _fail(str(exc)) from None
+    console.print(f"imported from {source}: {counts}")
+
+
+@sets_app.command("create")
+def sets_create(
+    name: Annotated[str, typer.Argument(help="Name of the new set (sets are immutable).")],
+    category: Annotated[Optional[list[str]], typer.Option(help="Keep envs with this category (repeatable).")] = None,
+    env: Annotated[Optional[list[str]], typer.Option(help="Keep only this env (repeatable).")] = None,
+    count: Annotated[Optional[int], typer.Option(help="Sample this many envs.")] = None,
+    seed: Annotated[int, typer.Option(help="Sampling and split seed.")] = 0,
+    validation_fraction: Annotated[float, typer.Option(help="Share of envs in the validation split.")] = 0.1,
+    min_tasks: Annotated[int, typer.Option(help="Minimum tasks per env.")] = 0,
+    min_tools: Annotated[int, typer.Option(help="Minimum tools per env.")] = 0,
+    require_passed: Annotated[Optional[list[str]], typer.Option(help="Quality check that must have passed (repeatable).")] = None,
+    status: Annotated[str, typer.Option(help="Version status to select.")] = "good",
+) -> None:
+    """Create an environment set from a query over the catalog."""
+    from worldsmith.storage.publish import CatalogError
+    from worldsmith.storage.sets import SetQuery, create_set, get_set, members_of
+
+    _, catalog = _storage()
+    query = SetQuery(categories=category or [], env_ids=env or [], count=count, seed=seed, validation_fraction=validation_fraction,
+                     min_tasks=min_tasks, min_tools=min_tools, require_passed=require_passed or [], status=status)
+    try:
+        create_set(catalog, name, query)
+    except CatalogError as exc:
+        raise _fail(str(exc)) from None
+    with catalog.session() as session:
+        members = members_of(session, get_set(session, name))
+    splits = {s: sum(1 for _, x in members if x == s) for s in ("train", "validation")}
+    console.print(f"created set {name}: {len(members)} environment versions ({splits['train']} train, {splits['validation']} validation)")
+
+
+@sets_app.command("ls")
+def sets_ls() -> None:
+    """List environment sets."""
+    from sqlmodel import select
+
+    from worldsmith.models.catalog import EnvironmentSet
+    from worldsmith.storage.sets import members_of
+
+    _, catalog = _storage()
+    table = Table(title="environment sets")
+    for column in ("name", "members", "train", "validation", "created"):
+        table.add_column(column)
+    with catalog.session() as session:
+        for env_set in session.exec(select(EnvironmentSet).order_by(EnvironmentSet.name)).all():
+            members = members_of(session, env_set)
+            train = sum(1 for _, split in members if split == "train")
+            table.add_row(env_set.name, str(len(members)), str(train), str(len(members) - train), env_set.created_at.isoformat(timespec="seconds"))
+    console.print(table)
+
+
+@sets_app.command("show")
+def sets_show(name: Annotated[str, typer.Argument(help="Set name.")]) -> None:
+    """Print a set's manifest (query, members with hashes and splits) as JSON."""
+    from worldsmith.storage.publish import CatalogError
+    from worldsmith.storage.sets import get_set, set_manifest
+
+    _, catalog = _storage()
+    try:
+        with catalog.session() as session:
+            manifest = set_manifest(session, get_set(session, name))
+    except CatalogError as exc:
+        raise _fail(str(exc)) from None
+    print(json.dumps(manifest, indent=2))
+
+
+@sets_app.command("export")
+def sets_export(name: Annotated[str, typer.Argument(help="Set name.")], target: Annotated[Path, typer.Argument(help="Directory to write.")]) -> None:
+    """Export a set: set.json, its bundles, and (env, task) rows as tasks.jsonl and tasks.parquet."""
+    from worldsmith.storage.publish import CatalogError
+    from worldsmith.storage.sets import export_set
+
+    store, catalog = _storage()
+    try:
+        manifest = export_set(name, target, store, catalog)
+    except CatalogError as exc:
+        raise _fail(str(exc)) from None
+    console.print(f"exported set {name} ({len(manifest['members'])} environment versions) into {target}")
 
 
 @app.command("demo")

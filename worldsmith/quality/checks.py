@@ -1,0 +1,28 @@
+"""The quality record of an environment version: data expectations on its seed tables and the
+runtime's execution probes, as checks to publish with it."""
+
+from __future__ import annotations
+
+from worldsmith.bundle.loader import Bundle
+from worldsmith.quality.expectations import validate_seed_data
+from worldsmith.quality.probes import check_environment
+from worldsmith.runtime.episode import Runtime
+from worldsmith.storage.publish import QualityCheck
+
+
+def probe_check(runtime: Runtime, bundle: Bundle) -> QualityCheck:
+    """The execution probes as one check: tools run, references accepted, untouched rejected, replay deterministic."""
+    results = check_environment(runtime, bundle)
+    failed = [r for r in results if not r.passed]
+    summary = {"probes": len(results), "failed": len(failed)}
+    if failed:
+        summary["reason"] = f"{len(failed)} of {len(results)} probes failed (first: {failed[0].probe} {failed[0].target}: {failed[0].detail})"
+    return QualityCheck("probes", not failed, summary, [vars(r) for r in failed])
+
+
+def quality_checks(bundle: Bundle, runtime: Runtime | None = None) -> list[QualityCheck]:
+    """Expectations on the seed data, then (given a runtime) the execution probes."""
+    checks = [validate_seed_data(bundle)]
+    if runtime is not None:
+        checks.append(probe_check(runtime, bundle))
+    return checks
