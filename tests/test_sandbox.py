@@ -36,7 +36,7 @@ HOSTILE = {
         "    return conn.execute('WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c').fetchone()[0]\n",
         "cpu", "CPU seconds",
     ),
-    "memory_bomb": ("def memory_bomb(conn):\n    blocks = []\n    while True:\n        blocks.append(bytearray(64 * 1024 * 1024))\n", "memory", "memory limit"),
+    "memory_bomb": ("def memory_bomb(conn):\n    blocks = []\n    while True:\n        blocks.append(bytes(64 * 1024 * 1024))\n", "memory", "memory limit"),
     "deep_recursion": ("def deep_recursion(conn):\n    def down(n):\n        return down(n + 1) + 1\n    return down(0)\n", "recursion", "recursion depth"),
     "ctypes_load": ("def ctypes_load(conn):\n    import ctypes\n    return ctypes.CDLL(None).getpid()\n", "import", "ctypes"),
     "read_environ": ("def read_environ(conn):\n    import os\n    return dict(os.environ)\n", "import", "'os'"),

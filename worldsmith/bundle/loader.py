@@ -63,8 +63,8 @@ class Bundle:
 
     @cached_property
     def key(self) -> str:
-        """Content key of this version: sha256 over its artifact hashes (stable across copies)."""
-        return sha256_hex(json.dumps(self.manifest.artifacts, sort_keys=True).encode())
+        """Content key of this version: sha256 over its env_id and artifact hashes (stable across copies)."""
+        return sha256_hex(json.dumps({"env_id": self.env_id, "artifacts": self.manifest.artifacts}, sort_keys=True).encode())
 
     def task(self, task_id: str) -> TaskSpec:
         for task in self.tasks:

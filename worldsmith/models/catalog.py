@@ -35,7 +35,7 @@ class EnvironmentVersion(SQLModel, table=True):
     id: Optional[int] = Field(default=None, primary_key=True)
     env_id: str = Field(foreign_key="environments.env_id", index=True, max_length=64)
     version: int
-    content_key: str = Field(unique=True, max_length=64, description="sha256 over the artifact hashes")
+    content_key: str = Field(unique=True, max_length=64, description="sha256 over the env_id and artifact hashes")
     manifest_digest: str = Field(max_length=71)
     status: str = Field(default="good", max_length=16, description="good | failed")
     failure_reason: Optional[str] = None
