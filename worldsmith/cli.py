@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -28,14 +30,18 @@ errors = Console(stderr=True)
 BundleArg = Annotated[Path, typer.Argument(help="Bundle directory.", exists=False)]
 
 
+def _bundle_failure(title: str, exc: BundleError) -> typer.Exit:
+    errors.print(f"[bold red]{title}[/]")
+    for issue in exc.issues:
+        errors.print(f"  {issue}", markup=False, highlight=False)
+    return typer.Exit(2)
+
+
 def _load(path: Path) -> Bundle:
     try:
         return load_bundle(path)
     except BundleError as exc:
-        errors.print(f"[bold red]invalid bundle {path}[/]")
-        for issue in exc.issues:
-            errors.print(f"  {issue}", markup=False, highlight=False)
-        raise typer.Exit(2) from None
+        raise _bundle_failure(f"invalid bundle {path}", exc) from None
 
 
 def _runtime():
@@ -50,10 +56,7 @@ def env_build(path: BundleArg) -> None:
     try:
         bundle = rebuild_bundle_dir(path)
     except BundleError as exc:
-        errors.print(f"[bold red]cannot build {path}[/]")
-        for issue in exc.issues:
-            errors.print(f"  {issue}", markup=False, highlight=False)
-        raise typer.Exit(2) from None
+        raise _bundle_failure(f"cannot build {path}", exc) from None
     console.print(f"built {bundle.env_id}: {bundle.manifest.stats}")
 
 
@@ -147,9 +150,16 @@ def _storage():
     return open_store(settings.resolved_store_url(), endpoint_url=settings.s3_endpoint_url), open_catalog()
 
 
-def _fail(message: str, code: int = 2) -> typer.Exit:
-    errors.print(message, markup=False, highlight=False)
-    return typer.Exit(code)
+@contextmanager
+def _reported() -> Iterator[None]:
+    """Turn a catalog refusal into its message on stderr and exit status 2."""
+    from worldsmith.storage.publish import CatalogError
+
+    try:
+        yield
+    except CatalogError as exc:
+        errors.print(str(exc), markup=False, highlight=False)
+        raise typer.Exit(2) from None
 
 
 @catalog_app.command("publish")
@@ -205,14 +215,12 @@ def catalog_ls(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.
 @catalog_app.command("show")
 def catalog_show(ref: Annotated[str, typer.Argument(help="ENV or ENV@VERSION.")]) -> None:
     """Print a version's record: status, provenance, stats, artifacts and quality reports (JSON)."""
-    from worldsmith.storage.publish import CatalogError, resolve, version_record
+    from worldsmith.storage.publish import resolve, version_record
 
     _, catalog = _storage()
-    try:
+    with _reported():
         with catalog.session() as session:
             record = version_record(session, resolve(session, ref))
-    except CatalogError as exc:
-        raise _fail(str(exc)) from None
     print(json.dumps(record, indent=2))
 
 
@@ -221,15 +229,13 @@ def catalog_diff(a: Annotated[str, typer.Argument(help="ENV@V1")], b: Annotated[
     """Show what changed between two versions: stats, artifacts, and a unified diff of each text artifact."""
     import difflib
 
-    from worldsmith.storage.publish import CatalogError, artifacts_of, resolve
+    from worldsmith.storage.publish import artifacts_of, resolve
 
     store, catalog = _storage()
-    try:
+    with _reported():
         with catalog.session() as session:
             va, vb = resolve(session, a), resolve(session, b)
             fa, fb = artifacts_of(session, va), artifacts_of(session, vb)
-    except CatalogError as exc:
-        raise _fail(str(exc)) from None
     changes = {k: (va.stats.get(k), vb.stats.get(k)) for k in sorted(set(va.stats) | set(vb.stats)) if va.stats.get(k) != vb.stats.get(k)}
     console.print(f"{va.ref} -> {vb.ref}; stats changed: {changes or 'none'}", highlight=False)
     for name in sorted(set(fa) | set(fb)):
@@ -246,13 +252,11 @@ def catalog_diff(a: Annotated[str, typer.Argument(help="ENV@V1")], b: Annotated[
 @catalog_app.command("fetch")
 def catalog_fetch(ref: Annotated[str, typer.Argument(help="ENV or ENV@VERSION.")], target: Annotated[Path, typer.Argument(help="Directory to write.")]) -> None:
     """Write a version's bundle into a directory, byte for byte as published."""
-    from worldsmith.storage.publish import CatalogError, fetch
+    from worldsmith.storage.publish import fetch
 
     store, catalog = _storage()
-    try:
+    with _reported():
         bundle = fetch(ref, target, store, catalog)
-    except CatalogError as exc:
-        raise _fail(str(exc)) from None
     console.print(f"fetched {bundle.env_id}@{bundle.manifest.version} into {target}")
 
 
@@ -268,14 +272,11 @@ def catalog_export(target: Annotated[Path, typer.Argument(help="Directory to wri
 @catalog_app.command("import")
 def catalog_import(source: Annotated[Path, typer.Argument(help="A directory written by `catalog export`.")]) -> None:
     """Import an export; what is already here (same content, same set name) is skipped."""
-    from worldsmith.storage.publish import CatalogError
     from worldsmith.storage.transfer import import_catalog
 
     store, catalog = _storage()
-    try:
+    with _reported():
         counts = import_catalog(source, store, catalog)
-    except CatalogError as exc:
-        raise _fail(str(exc)) from None
     console.print(f"imported from {source}: {counts}")
 
 
@@ -293,16 +294,13 @@ def sets_create(
     status: Annotated[str, typer.Option(help="Version status to select.")] = "good",
 ) -> None:
     """Create an environment set from a query over the catalog."""
-    from worldsmith.storage.publish import CatalogError
     from worldsmith.storage.sets import SetQuery, create_set, get_set, members_of
 
     _, catalog = _storage()
     query = SetQuery(categories=category or [], env_ids=env or [], count=count, seed=seed, validation_fraction=validation_fraction,
                      min_tasks=min_tasks, min_tools=min_tools, require_passed=require_passed or [], status=status)
-    try:
+    with _reported():
         create_set(catalog, name, query)
-    except CatalogError as exc:
-        raise _fail(str(exc)) from None
     with catalog.session() as session:
         members = members_of(session, get_set(session, name))
     splits = {s: sum(1 for _, x in members if x == s) for s in ("train", "validation")}
@@ -332,29 +330,23 @@ def sets_ls() -> None:
 @sets_app.command("show")
 def sets_show(name: Annotated[str, typer.Argument(help="Set name.")]) -> None:
     """Print a set's manifest (query, members with hashes and splits) as JSON."""
-    from worldsmith.storage.publish import CatalogError
     from worldsmith.storage.sets import get_set, set_manifest
 
     _, catalog = _storage()
-    try:
+    with _reported():
         with catalog.session() as session:
             manifest = set_manifest(session, get_set(session, name))
-    except CatalogError as exc:
-        raise _fail(str(exc)) from None
     print(json.dumps(manifest, indent=2))
 
 
 @sets_app.command("export")
 def sets_export(name: Annotated[str, typer.Argument(help="Set name.")], target: Annotated[Path, typer.Argument(help="Directory to write.")]) -> None:
     """Export a set: set.json, its bundles, and (env, task) rows as tasks.jsonl and tasks.parquet."""
-    from worldsmith.storage.publish import CatalogError
     from worldsmith.storage.sets import export_set
 
     store, catalog = _storage()
-    try:
+    with _reported():
         manifest = export_set(name, target, store, catalog)
-    except CatalogError as exc:
-        raise _fail(str(exc)) from None
     console.print(f"exported set {name} ({len(manifest['members'])} environment versions) into {target}")
 
 
