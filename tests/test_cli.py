@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -83,7 +84,10 @@ def test_env_call_runs_one_tool():
 
 
 @pytest.mark.slow
-def test_demo_main_job_runs_end_to_end():
-    proc = subprocess.run([sys.executable, "-m", "worldsmith.cli", "demo"], cwd=REPO, capture_output=True, text=True, timeout=300)
+def test_demo_main_job_runs_end_to_end(tmp_path):
+    env = dict(os.environ, WORLDSMITH_HOME=str(tmp_path / "home"))
+    proc = subprocess.run([sys.executable, "-m", "worldsmith.cli", "demo"], cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "10/10 tasks complete; 0 failed probes" in proc.stdout
+    assert "expectations: passed" in proc.stdout and "probes: passed" in proc.stdout
+    assert "retail_store@1 (good)" in proc.stdout
+    assert "10/10 tasks complete; 0 failed quality checks" in proc.stdout

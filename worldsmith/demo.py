@@ -1,8 +1,9 @@
 """`worldsmith demo`: the main job on the embedded defaults, end to end on one machine.
 
-Checks the example environment in the sandbox, serves it over the MCP gateway, and has the
-reference policy solve each task through the official MCP client; every episode is verified
-in the sandbox afterwards (verification is not reachable through MCP).
+Runs the example environment's quality checks (seed-data expectations, sandboxed execution
+probes), publishes it into the local catalog, serves it over the MCP gateway, and has the
+reference policy solve each task through the official MCP client; every episode is verified in
+the sandbox afterwards (verification is not reachable through MCP).
 """
 
 from __future__ import annotations
@@ -16,9 +17,13 @@ from rich.table import Table
 
 from worldsmith.bundle.loader import Bundle
 from worldsmith.models.bundle import TaskSpec
-from worldsmith.quality.probes import check_environment
+from worldsmith.quality.checks import quality_checks
 from worldsmith.runtime.episode import Runtime
 from worldsmith.runtime.gateway import BackgroundServer, Gateway
+from worldsmith.settings import get_settings
+from worldsmith.storage.catalog import open_catalog
+from worldsmith.storage.objectstore import open_store
+from worldsmith.storage.publish import publish
 
 
 async def _solve_over_mcp(url: str, gateway: Gateway, task: TaskSpec) -> tuple[int, str, str]:
@@ -39,17 +44,26 @@ async def _solve_over_mcp(url: str, gateway: Gateway, task: TaskSpec) -> tuple[i
 def run_demo(bundle: Bundle, console: Console) -> int:
     """Run the demonstration; returns the process exit code (0 = everything passed)."""
     with Runtime() as runtime:
-        console.rule(f"[bold]1. environment check: {bundle.env_id}")
+        console.rule(f"[bold]1. quality checks: {bundle.env_id}")
         with Progress(console=console, transient=True) as progress:
-            progress.add_task("probing tools, reference solutions and untouched states", total=None)
-            probes = check_environment(runtime, bundle)
-        failed = [p for p in probes if not p.passed]
-        console.print(f"{len(probes) - len(failed)} probes passed, {len(failed)} failed")
-        for probe in failed:
-            console.print(f"  [red]FAIL[/] {probe.probe} {probe.target}: {probe.detail}")
+            progress.add_task("seed-data expectations, then probing tools, reference solutions and untouched states", total=None)
+            checks = quality_checks(bundle, runtime)
+        for check in checks:
+            status = "[green]passed[/]" if check.passed else "[red]FAILED[/]"
+            console.print(f"{check.kind}: {status} {check.summary}", highlight=False)
+            for detail in check.details[:5]:
+                console.print(f"  {detail}", markup=False, highlight=False)
+        failed = [c for c in checks if not c.passed]
         console.print("sandbox layers: " + ", ".join(f"{k} {v}" for k, v in runtime.layers().items()), highlight=False)
 
-        console.rule("[bold]2. reference policy over MCP")
+        console.rule("[bold]2. publish into the catalog")
+        settings = get_settings()
+        store = open_store(settings.resolved_store_url(), endpoint_url=settings.s3_endpoint_url)
+        published = publish(bundle, store, open_catalog(), checks)
+        verb = "published" if published.created else "already in the catalog as"
+        console.print(f"{verb} {published.version.ref} ({published.version.status}) in {store.url}", highlight=False)
+
+        console.rule("[bold]3. reference policy over MCP")
         gateway = Gateway(runtime, [bundle])
         table = Table()
         for column in ("task", "steps", "tool errors", "verdict"):
@@ -65,5 +79,5 @@ def run_demo(bundle: Bundle, console: Console) -> int:
                     table.add_row(task.id, str(len(task.solution)), str(errors), status + (f" ({detail})" if detail else ""))
                     progress.advance(bar)
         console.print(table)
-        console.print(f"[bold]{solved}/{len(bundle.tasks)} tasks complete[/]; {len(failed)} failed probes")
+        console.print(f"[bold]{solved}/{len(bundle.tasks)} tasks complete[/]; {len(failed)} failed quality checks")
         return 0 if solved == len(bundle.tasks) and not failed else 1
