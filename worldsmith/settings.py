@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -20,6 +20,20 @@ class Settings(BaseSettings):
     store_url: str | None = Field(None, description="Object store: a directory, file:///path or s3://bucket/prefix; default $HOME/store.")
     s3_endpoint_url: str | None = Field(None, description="S3 endpoint for MinIO, R2, Ceph...; default AWS.")
     catalog_url: str | None = Field(None, description="SQLAlchemy URL of the catalog; default sqlite:///$HOME/catalog.db.")
+
+    # LLM generator (OpenAI-compatible endpoint)
+    llm_base_url: str | None = Field(None, description="OpenAI-compatible endpoint; default the OpenAI API.")
+    llm_api_key: SecretStr | None = Field(None, description="API key of the endpoint.")
+    llm_model: str = "gpt-4.1-mini"
+    llm_temperature: float = Field(0.7, ge=0, le=2)
+    llm_max_tokens: int = Field(8192, ge=1)
+    llm_timeout_s: float = Field(120.0, gt=0, description="Timeout of one LLM call.")
+    llm_concurrency: int = Field(8, ge=1, description="LLM calls in flight at once, per process.")
+    llm_retries: int = Field(5, ge=0, description="Retries of a call on 429, 5xx, timeouts and connection errors.")
+    llm_prices: dict[str, dict[str, float]] = Field(
+        default_factory=dict,
+        description='USD per million tokens by model, e.g. {"gpt-4.1-mini": {"input": 0.4, "output": 1.6}}.',
+    )
 
     # Sandbox (see docs/security.md)
     sandbox_workers: int = Field(0, ge=0, description="Worker processes; 0 means one per CPU core (at least 2).")

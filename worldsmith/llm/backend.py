@@ -1,0 +1,59 @@
+"""The generator interface shared by every backend: ask for a pydantic spec, get a valid one
+with the call's usage, or a `GenerationFault` saying why not."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Generic, Protocol, TypeVar
+
+from pydantic import BaseModel
+
+Spec = TypeVar("Spec", bound=BaseModel)
+
+
+@dataclass
+class Usage:
+    """What generating one spec cost (summed over the HTTP attempts of one call)."""
+
+    calls: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+    seconds: float = 0.0
+    retries: list[str] = field(default_factory=list)  # why each retried HTTP attempt failed
+
+    def add(self, other: "Usage") -> None:
+        self.calls += other.calls
+        self.tokens_in += other.tokens_in
+        self.tokens_out += other.tokens_out
+        self.cost_usd += other.cost_usd
+        self.seconds += other.seconds
+        self.retries += other.retries
+
+
+@dataclass
+class Generation(Generic[Spec]):
+    spec: Spec
+    usage: Usage
+    raw: str = ""
+
+
+@dataclass
+class Prompt:
+    """One request: the system and user messages, and the stage it belongs to."""
+
+    stage: str
+    system: str
+    user: str
+
+
+class Generator(Protocol):
+    """A backend: `openai` (any OpenAI-compatible endpoint) or `procedural` (offline)."""
+
+    backend: str
+    model: str
+
+    def generate(self, prompt: Prompt, spec: type[Spec]) -> Generation[Spec]:
+        """A valid `spec` instance for `prompt`; raises OutputFault or TransientFault (with usage attached
+        as `fault.usage` when any was spent)."""
+        ...

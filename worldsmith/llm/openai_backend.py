@@ -1,0 +1,165 @@
+"""The `openai` generator backend: any OpenAI-compatible chat-completions endpoint (OpenAI, vLLM,
+SGLang, Ollama, gateways) through the `openai` SDK.
+
+Structured output: the spec's JSON Schema as `response_format` (falling back to JSON mode, with
+the schema in the prompt, on endpoints that refuse it), then repair of near-JSON and validation
+by the pydantic spec. Transient faults (429 honouring Retry-After, 5xx, timeouts, connection
+errors) are retried with backoff by tenacity; every retry is recorded in the call's usage.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+import openai
+from pydantic import BaseModel, ValidationError
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
+
+from worldsmith.llm.backend import Generation, Prompt, Spec, Usage
+from worldsmith.llm.errors import OutputFault, TransientFault
+from worldsmith.llm.jsonrepair import parse_json_object
+from worldsmith.settings import Settings, get_settings
+
+MAX_RETRY_AFTER_S = 60.0
+
+
+def _is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError, openai.InternalServerError)):
+        return True
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code in (408, 409, 429) or exc.status_code >= 500
+    return False
+
+
+def _retry_after(exc: BaseException | None) -> float | None:
+    response = getattr(exc, "response", None)
+    if response is None:
+        return None
+    value = response.headers.get("retry-after")
+    try:
+        return min(float(value), MAX_RETRY_AFTER_S) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _waiter(initial_s: float):
+    backoff = wait_exponential_jitter(initial=initial_s, max=30)
+
+    def wait(state: RetryCallState) -> float:
+        """Retry-After when the endpoint says how long, else exponential backoff with jitter."""
+        exc = state.outcome.exception() if state.outcome else None
+        given = _retry_after(exc)
+        return given if given is not None else backoff(state)
+
+    return wait
+
+
+def _describe(exc: BaseException) -> str:
+    status = getattr(exc, "status_code", None)
+    return f"{type(exc).__name__}" + (f" (HTTP {status})" if status else "") + f": {str(exc)[:200]}"
+
+
+class OpenAIGenerator:
+    """Generate pydantic specs with an OpenAI-compatible chat model."""
+
+    backend = "openai"
+
+    def __init__(self, *, model: str, base_url: str | None = None, api_key: str | None = None, temperature: float = 0.7,
+                 max_tokens: int = 8192, timeout_s: float = 120.0, concurrency: int = 8, retries: int = 5,
+                 prices: dict[str, dict[str, float]] | None = None, backoff_s: float = 0.5):
+        self.model = model
+        self.temperature = temperature
+        self.max_tokens = max_tokens
+        self.retries = retries
+        self.prices = prices or {}
+        self._wait = _waiter(backoff_s)
+        self.client = openai.OpenAI(base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_s, max_retries=0)
+        self._slots = threading.BoundedSemaphore(concurrency)
+        self._schema_mode = True  # JSON-schema response_format until the endpoint refuses it
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None, *, model: str | None = None) -> "OpenAIGenerator":
+        s = settings or get_settings()
+        return cls(model=model or s.llm_model, base_url=s.llm_base_url,
+                   api_key=s.llm_api_key.get_secret_value() if s.llm_api_key else None, temperature=s.llm_temperature,
+                   max_tokens=s.llm_max_tokens, timeout_s=s.llm_timeout_s, concurrency=s.llm_concurrency,
+                   retries=s.llm_retries, prices=s.llm_prices)
+
+    def cost(self, tokens_in: int, tokens_out: int) -> float:
+        price = self.prices.get(self.model, {})
+        return tokens_in / 1e6 * price.get("input", 0.0) + tokens_out / 1e6 * price.get("output", 0.0)
+
+    def _request(self, prompt: Prompt, spec: type[BaseModel]) -> dict[str, Any]:
+        schema = spec.model_json_schema()
+        system = prompt.system
+        if self._schema_mode:
+            response_format: dict[str, Any] = {"type": "json_schema", "json_schema": {"name": spec.__name__, "schema": schema, "strict": False}}
+        else:
+            response_format = {"type": "json_object"}
+            system += "\n\nAnswer with one JSON object matching this JSON Schema:\n" + json.dumps(schema)
+        return {"model": self.model, "temperature": self.temperature, "max_tokens": self.max_tokens, "response_format": response_format,
+                "messages": [{"role": "system", "content": system}, {"role": "user", "content": prompt.user}]}
+
+    def _complete(self, prompt: Prompt, spec: type[BaseModel], usage: Usage) -> Any:
+        """One chat completion, retried on transient faults; falls back to JSON mode once if refused."""
+
+        def attempt() -> Any:
+            with self._slots:
+                started = time.perf_counter()
+                usage.calls += 1
+                try:
+                    return self.client.chat.completions.create(**self._request(prompt, spec))
+                finally:
+                    usage.seconds += time.perf_counter() - started
+
+        def record(state: RetryCallState) -> None:
+            usage.retries.append(_describe(state.outcome.exception()))
+
+        retrying = Retrying(stop=stop_after_attempt(self.retries + 1), wait=self._wait, retry=retry_if_exception(_is_transient),
+                            before_sleep=record, reraise=True)
+        try:
+            return retrying(attempt)
+        except openai.BadRequestError as exc:
+            if self._schema_mode and "response_format" in str(exc).lower():
+                self._schema_mode = False
+                return self._complete(prompt, spec, usage)
+            raise TransientFault(f"endpoint refused the request: {_describe(exc)}") from exc
+        except Exception as exc:
+            if _is_transient(exc):
+                raise TransientFault(f"{usage.calls} attempts failed; last: {_describe(exc)}") from exc
+            raise
+
+    def generate(self, prompt: Prompt, spec: type[Spec]) -> Generation[Spec]:
+        usage = Usage()
+        try:
+            response = self._complete(prompt, spec, usage)
+        except TransientFault as fault:
+            fault.usage = usage  # type: ignore[attr-defined]
+            raise
+        if response.usage is not None:
+            usage.tokens_in += response.usage.prompt_tokens or 0
+            usage.tokens_out += response.usage.completion_tokens or 0
+        usage.cost_usd = self.cost(usage.tokens_in, usage.tokens_out)
+        choice = response.choices[0]
+        text = choice.message.content or ""
+
+        def fault(message: str) -> OutputFault:
+            error = OutputFault(message, text=text)
+            error.usage = usage  # type: ignore[attr-defined]
+            return error
+
+        if choice.finish_reason == "length":
+            raise fault(f"output truncated at max_tokens={self.max_tokens}")
+        try:
+            data = parse_json_object(text)
+        except ValueError as exc:
+            raise fault(str(exc)) from None
+        try:
+            value = spec.model_validate(data)
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors()[:10])
+            raise fault(f"output does not match {spec.__name__}: {problems}") from None
+        return Generation(value, usage, text)
