@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from worldsmith.bundle.codepolicy import check_source
 from worldsmith.bundle.errors import BundleError, BundleIssue
-from worldsmith.bundle.sqlscript import build_world
+from worldsmith.bundle.sqlscript import SqlFault, build_world
 from worldsmith.bundle.toolspec import derive_tool_schemas, function_signatures
 from worldsmith.models.bundle import Manifest, TaskSpec, ToolSchema
 
@@ -220,9 +220,7 @@ def _validate(files: dict[str, bytes], issues: list[BundleIssue]) -> tuple[list[
     world = None
     if texts["schema.sql"] is not None and texts["seed.sql"] is not None:
         world, faults = build_world(texts["schema.sql"], texts["seed.sql"])
-        for fault in faults:
-            statement = fault.statement.excerpt() if fault.statement and fault.statement.sql else None
-            issues.append(BundleIssue(fault.file, fault.problem, fault.line, statement))
+        issues.extend(sql_issues(faults))
     tasks: list[TaskSpec] = []
     if texts["tasks.jsonl"] is not None:
         parsed = parse_tasks(texts["tasks.jsonl"], issues)
@@ -230,6 +228,11 @@ def _validate(files: dict[str, bytes], issues: list[BundleIssue]) -> tuple[list[
         if texts["verifiers.py"] is not None and texts["tools.py"] is not None:
             _check_tasks(parsed, tools, texts["verifiers.py"], issues)
     return tools, tasks, world
+
+
+def sql_issues(faults: list[SqlFault]) -> list[BundleIssue]:
+    """SQL faults as bundle issues: file, line, problem and the statement's start."""
+    return [BundleIssue(f.file, f.problem, f.line, f.statement.excerpt() if f.statement and f.statement.sql else None) for f in faults]
 
 
 def tools_json_bytes(tools: list[dict[str, Any]]) -> bytes:

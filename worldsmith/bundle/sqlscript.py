@@ -159,39 +159,56 @@ def _foreign_key_detail(conn: sqlite3.Connection, statement: Statement, limit: i
         probe.close()
 
 
+ALLOWED = {"schema.sql": {"CREATE"}, "seed.sql": {"INSERT", "REPLACE"}}
+
+
+def _run_script(conn: sqlite3.Connection, file: str, script: str, faults: list[SqlFault], max_faults: int) -> None:
+    """Execute every statement of `script` on `conn`, appending a fault for each that fails."""
+    try:
+        statements = split_statements(script)
+    except IncompleteStatement as exc:
+        faults.append(SqlFault(file, Statement("", exc.line), str(exc)))
+        return
+    if not statements:
+        faults.append(SqlFault(file, None, "no SQL statements"))
+    for statement in statements:
+        if len(faults) >= max_faults:
+            break
+        if statement.keyword not in ALLOWED[file]:
+            kinds = " or ".join(sorted(ALLOWED[file]))
+            faults.append(SqlFault(file, statement, f"only {kinds} statements are allowed here, not {statement.keyword or 'this'}"))
+            continue
+        try:
+            conn.execute(statement.sql)
+        except sqlite3.IntegrityError as exc:
+            detail = _foreign_key_detail(conn, statement) if "FOREIGN KEY" in str(exc) else ""
+            faults.append(SqlFault(file, statement, f"SQL error: {exc}{detail}"))
+        except sqlite3.Error as exc:
+            faults.append(SqlFault(file, statement, f"SQL error: {exc}"))
+
+
+def check_schema(schema_sql: str, *, max_faults: int = 20) -> list[SqlFault]:
+    """Every fault of `schema.sql` run alone on a fresh database ([] if it is sound)."""
+    conn = harden(sqlite3.connect(":memory:", isolation_level=None))
+    faults: list[SqlFault] = []
+    _run_script(conn, "schema.sql", schema_sql, faults, max_faults)
+    conn.close()
+    return faults
+
+
 def build_world(schema_sql: str, seed_sql: str, *, max_faults: int = 20) -> tuple[bytes | None, list[SqlFault]]:
     """Run `schema.sql` then `seed.sql` on a fresh database; every statement must succeed.
 
     Returns the serialized database and no faults, or `None` and every fault found
     (file, statement with its line, SQLite's message).
     """
-    conn = sqlite3.connect(":memory:", isolation_level=None)
-    harden(conn)
+    conn = harden(sqlite3.connect(":memory:", isolation_level=None))
     faults: list[SqlFault] = []
-    allowed = {"schema.sql": {"CREATE"}, "seed.sql": {"INSERT", "REPLACE"}}
     for file, script in (("schema.sql", schema_sql), ("seed.sql", seed_sql)):
-        try:
-            statements = split_statements(script)
-        except IncompleteStatement as exc:
-            faults.append(SqlFault(file, Statement("", exc.line), str(exc)))
-            continue
-        if not statements:
-            faults.append(SqlFault(file, None, "no SQL statements"))
-        for statement in statements:
-            if len(faults) >= max_faults:
-                break
-            if statement.keyword not in allowed[file]:
-                kinds = " or ".join(sorted(allowed[file]))
-                faults.append(SqlFault(file, statement, f"only {kinds} statements are allowed here, not {statement.keyword or 'this'}"))
-                continue
-            try:
-                conn.execute(statement.sql)
-            except sqlite3.IntegrityError as exc:
-                detail = _foreign_key_detail(conn, statement) if "FOREIGN KEY" in str(exc) else ""
-                faults.append(SqlFault(file, statement, f"SQL error: {exc}{detail}"))
-            except sqlite3.Error as exc:
-                faults.append(SqlFault(file, statement, f"SQL error: {exc}"))
+        _run_script(conn, file, script, faults, max_faults)
     if faults:
         conn.close()
         return None, faults
-    return snapshot(conn), []
+    data = snapshot(conn)
+    conn.close()
+    return data, []

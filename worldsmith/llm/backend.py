@@ -4,7 +4,7 @@ with the call's usage, or a `GenerationFault` saying why not."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel
 
@@ -40,11 +40,14 @@ class Generation(Generic[Spec]):
 
 @dataclass
 class Prompt:
-    """One request: the system and user messages, and the stage it belongs to."""
+    """One request: the system and user messages and the stage it belongs to. `context` carries
+    the structured facts behind the text (scenario, seed, whether errors were fed back), which
+    the procedural backend uses and LLM backends ignore."""
 
     stage: str
     system: str
     user: str
+    context: dict[str, Any] = field(default_factory=dict)
 
 
 class Generator(Protocol):
@@ -57,3 +60,26 @@ class Generator(Protocol):
         """A valid `spec` instance for `prompt`; raises OutputFault or TransientFault (with usage attached
         as `fault.usage` when any was spent)."""
         ...
+
+
+def decode(text: str, spec: type[Spec], usage: Usage) -> Spec:
+    """The spec in a model's text output, or an OutputFault (with the text and usage) saying why not."""
+    from pydantic import ValidationError
+
+    from worldsmith.llm.errors import OutputFault
+    from worldsmith.llm.jsonrepair import parse_json_object
+
+    def fault(message: str) -> OutputFault:
+        error = OutputFault(message, text=text)
+        error.usage = usage  # type: ignore[attr-defined]
+        return error
+
+    try:
+        data = parse_json_object(text)
+    except ValueError as exc:
+        raise fault(str(exc)) from None
+    try:
+        return spec.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors()[:10])
+        raise fault(f"output does not match {spec.__name__}: {problems}") from None

@@ -15,12 +15,11 @@ import time
 from typing import Any
 
 import openai
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
-from worldsmith.llm.backend import Generation, Prompt, Spec, Usage
+from worldsmith.llm.backend import Generation, Prompt, Spec, Usage, decode
 from worldsmith.llm.errors import OutputFault, TransientFault
-from worldsmith.llm.jsonrepair import parse_json_object
 from worldsmith.settings import Settings, get_settings
 
 MAX_RETRY_AFTER_S = 60.0
@@ -146,20 +145,8 @@ class OpenAIGenerator:
         choice = response.choices[0]
         text = choice.message.content or ""
 
-        def fault(message: str) -> OutputFault:
-            error = OutputFault(message, text=text)
-            error.usage = usage  # type: ignore[attr-defined]
-            return error
-
         if choice.finish_reason == "length":
-            raise fault(f"output truncated at max_tokens={self.max_tokens}")
-        try:
-            data = parse_json_object(text)
-        except ValueError as exc:
-            raise fault(str(exc)) from None
-        try:
-            value = spec.model_validate(data)
-        except ValidationError as exc:
-            problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors()[:10])
-            raise fault(f"output does not match {spec.__name__}: {problems}") from None
-        return Generation(value, usage, text)
+            fault = OutputFault(f"output truncated at max_tokens={self.max_tokens}", text=text)
+            fault.usage = usage  # type: ignore[attr-defined]
+            raise fault
+        return Generation(decode(text, spec, usage), usage, text)

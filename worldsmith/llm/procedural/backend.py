@@ -1,0 +1,128 @@
+"""The `procedural` generator backend: offline, no network, deterministic for a given seed.
+
+It answers each stage's request with the matching slice of a world composed from building
+blocks (see compose.py), in the stage's spec, as JSON text decoded by the same path as LLM
+output. With `fault_rate` > 0, a stage's first attempt fails the way LLM output fails (bad JSON,
+truncation, SQL errors, a seed row breaking a foreign key, tool code that raises, a verifier that
+accepts the untouched state); once the error is fed back (context["feedback"]), it answers right.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from functools import lru_cache
+from typing import Any
+
+from faker import Faker
+
+from worldsmith.bundle.toolspec import derive_tool_schemas
+from worldsmith.llm.backend import Generation, Prompt, Spec, Usage, decode
+from worldsmith.llm.procedural.blocks import DOMAINS
+from worldsmith.llm.procedural.compose import WorldDraft, compose
+from worldsmith.llm.procedural.mapping import domain_for
+from worldsmith.models.bundle import Scenario
+
+MODEL = "procedural-v1"
+
+
+@lru_cache(maxsize=64)
+def _world(domain_key: str, seed: int) -> WorldDraft:
+    domain = next(d for d in DOMAINS if d.key == domain_key)
+    return compose(domain, seed)
+
+
+def world_for(scenario: Scenario, seed: int) -> WorldDraft:
+    return _world(domain_for(scenario).key, seed)
+
+
+def _chance(*parts: Any) -> float:
+    digest = hashlib.sha256("|".join(str(p) for p in parts).encode()).hexdigest()
+    return int(digest[:8], 16) / 0xFFFFFFFF
+
+
+class ProceduralGenerator:
+    """Answers stage requests from composed worlds; see the module docstring."""
+
+    backend = "procedural"
+    model = MODEL
+
+    def __init__(self, *, seed: int = 0, fault_rate: float = 0.0):
+        self.seed = seed
+        self.fault_rate = fault_rate
+
+    # -- correct answers ------------------------------------------------------------------
+    def _scenarios(self, context: dict[str, Any]) -> dict[str, Any]:
+        examples = [Scenario.model_validate(s) for s in context.get("examples", [])]
+        count = int(context.get("count", 1))
+        rng = random.Random(f"{self.seed}:{context.get('round', 0)}")
+        fake = Faker("en_US")
+        fake.seed_instance(rng.randint(0, 2**31))
+        weights: dict[str, int] = {}
+        for example in examples:
+            key = domain_for(example).key
+            weights[key] = weights.get(key, 0) + 1
+        domains = [d for d in DOMAINS if d.key in weights] or list(DOMAINS)
+        scenarios = []
+        for index in range(count):
+            domain = domains[index % len(domains)]  # balanced across the seeds' domains
+            company = fake.company()
+            entities = [e for e in domain.entities]
+            rng.shuffle(entities)
+            verbs = [f"{t.phrase} {e.table.replace('_', ' ')}" for e in entities for t in e.transitions][:4]
+            description = (f"{company} runs a {domain.title.lower()} platform based in {fake.city()}. "
+                           f"Users manage {', '.join(e.table.replace('_', ' ') for e in entities[:3])} and more. "
+                           f"Common operations: {'; '.join(verbs)}. {fake.catch_phrase()}.")
+            scenarios.append({"name": f"{company} {domain.title}", "description": description, "categories": [domain.key]})
+        return {"scenarios": scenarios}
+
+    def _answer(self, prompt: Prompt) -> dict[str, Any]:
+        context = prompt.context
+        if prompt.stage == "scenario":
+            return self._scenarios(context)
+        world = world_for(Scenario.model_validate(context["scenario"]), int(context.get("seed", self.seed)))
+        if prompt.stage == "tasks":
+            return {"tasks": [{"id": t.id, "instruction": t.instruction} for t in world.tasks]}
+        if prompt.stage == "schema":
+            return {"schema_sql": world.schema_sql}
+        if prompt.stage == "seed":
+            return {"seed_sql": world.seed_sql}
+        if prompt.stage == "tool_plan":
+            tools, _ = derive_tool_schemas(world.tools_py)
+            return {"tools": tools}
+        if prompt.stage == "tool_code":
+            return {"tools_py": world.tools_py}
+        if prompt.stage == "verifiers":
+            return {"verifiers_py": world.verifiers_py,
+                    "solutions": [{"task_id": t.id, "solution": t.solution, "answer": t.answer} for t in world.tasks]}
+        raise ValueError(f"the procedural backend has no answer for stage {prompt.stage!r}")
+
+    # -- faults ---------------------------------------------------------------------------
+    def _faulty(self, stage: str, answer: dict[str, Any]) -> str:
+        """The answer as a first LLM attempt might get it wrong, as text."""
+        text = json.dumps(answer)
+        if stage in ("scenario", "tasks", "tool_plan"):
+            return text[: len(text) * 2 // 3]  # truncated JSON
+        if stage == "schema":
+            answer["schema_sql"] = answer["schema_sql"].replace("CREATE TABLE audit_log", "CREATE TABEL audit_log", 1)
+        elif stage == "seed":  # a child row pointing at a parent that does not exist
+            answer["seed_sql"] = re.sub(r"(INSERT INTO \w+ \(id, (\w+_id),.*?VALUES\n    \(1, )(\d+)", r"\g<1>9999", answer["seed_sql"], count=1, flags=re.S)
+        elif stage == "tool_code":  # a tool that crashes on every call
+            answer["tools_py"] = re.sub(r"(def get_\w+\(conn, \w+: int\) -> dict \| list:\n    \"\"\"[^\"]*\"\"\"\n)",
+                                        r"\g<1>    return conn.execute('SELECT no_such_column FROM world_settings').fetchall()\n",
+                                        answer["tools_py"], count=1)
+        elif stage == "verifiers":  # a verifier that accepts the untouched state
+            answer["verifiers_py"] = re.sub(r"(def verify_\w+\(initial, final, answer\):\n)", r"\g<1>    return _result('complete')\n",
+                                            answer["verifiers_py"], count=1)
+        return json.dumps(answer)
+
+    def generate(self, prompt: Prompt, spec: type[Spec]) -> Generation[Spec]:
+        answer = self._answer(prompt)
+        context = prompt.context
+        first_try = not context.get("feedback")
+        inject = first_try and self.fault_rate > 0 and _chance(self.seed, context.get("scenario", {}).get("name"), prompt.stage) < self.fault_rate
+        text = self._faulty(prompt.stage, answer) if inject else json.dumps(answer)
+        usage = Usage(calls=1, tokens_in=(len(prompt.system) + len(prompt.user)) // 4, tokens_out=len(text) // 4)
+        return Generation(decode(text, spec, usage), usage, text)

@@ -1,0 +1,70 @@
+"""Pydantic specs of the generation stages: what each stage asks the generator for. They are the
+structured-output schemas of LLM calls and the shape the procedural backend answers in."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from worldsmith.models.bundle import Scenario, SolutionStep
+
+
+class ScenarioBatch(BaseModel):
+    """Stage `scenario`: new scenarios expanded from the seeds."""
+
+    scenarios: list[Scenario] = Field(min_length=1)
+
+
+class TaskDraftSpec(BaseModel):
+    id: str = Field(pattern=r"^[a-z][a-z0-9_]{0,63}$", description="snake_case task id")
+    instruction: str = Field(min_length=10, description="A self-contained user request with every value given.")
+
+
+class TaskList(BaseModel):
+    """Stage `tasks`: about ten tasks for the scenario."""
+
+    tasks: list[TaskDraftSpec] = Field(min_length=1)
+
+
+class SchemaSpec(BaseModel):
+    """Stage `database`, step 1: the schema."""
+
+    schema_sql: str = Field(min_length=10, description="CREATE TABLE / CREATE INDEX statements for SQLite.")
+
+
+class SeedSpec(BaseModel):
+    """Stage `database`, step 2: seed rows making every task possible."""
+
+    seed_sql: str = Field(min_length=10, description="INSERT statements for SQLite; every one must succeed.")
+
+
+class ToolSpecEntry(BaseModel):
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,63}$")
+    description: str
+    parameters: dict[str, Any] = Field(description="JSON Schema of the arguments (type object).")
+
+
+class ToolPlan(BaseModel):
+    """Stage `tools`, step 1: the tool specification."""
+
+    tools: list[ToolSpecEntry] = Field(min_length=1)
+
+
+class ToolCode(BaseModel):
+    """Stage `tools`, step 2: tools.py implementing the specification."""
+
+    tools_py: str = Field(min_length=10)
+
+
+class TaskSolution(BaseModel):
+    task_id: str
+    solution: list[SolutionStep] = Field(min_length=1)
+    answer: str | None = None
+
+
+class VerifierCode(BaseModel):
+    """Stage `verifiers`: verifiers.py with one verify_<task_id> per task, and reference solutions."""
+
+    verifiers_py: str = Field(min_length=10)
+    solutions: list[TaskSolution] = Field(min_length=1)

@@ -1,0 +1,88 @@
+"""The execute-and-repair loop every stage runs: ask the generator, execute what it wrote, and on
+a semantic fault feed the concrete error back into the next attempt, at most `max_attempts` times.
+Transient faults (the endpoint failing through its own retries) propagate for Prefect to retry."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from pydantic import BaseModel
+
+from worldsmith.llm.backend import Generator, Prompt, Usage
+from worldsmith.llm.errors import OutputFault, TransientFault
+from worldsmith.tasks.attempts import AttemptLog
+
+Spec = TypeVar("Spec", bound=BaseModel)
+Result = TypeVar("Result")
+FEEDBACK_CHARS = 4000
+
+
+class CheckFailed(Exception):
+    """What the stage wrote did not survive execution; `kind` classifies it (sql_error, tool_crash...)."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+
+
+class StageFailed(Exception):
+    """A stage ran out of attempts; the environment is failed with this reason."""
+
+    def __init__(self, stage: str, attempts: int, error: str):
+        super().__init__(f"stage {stage} failed after {attempts} attempts: {error}")
+        self.stage = stage
+        self.attempts = attempts
+        self.error = error
+
+
+def feedback_text(error: str, output: str) -> str:
+    shown = output if len(output) <= FEEDBACK_CHARS else output[:FEEDBACK_CHARS] + "\n... (truncated)"
+    return ("Your previous answer was rejected. The error was:\n"
+            f"{error}\n\nYour previous answer was:\n{shown}\n\nFix the problem and answer again in full.")
+
+
+def run_with_repair(
+    *,
+    stage: str,
+    env_id: str | None,
+    generator: Generator,
+    prompt: Callable[[str | None], Prompt],
+    spec: type[Spec],
+    check: Callable[[Spec], Result],
+    log: AttemptLog,
+    max_attempts: int = 5,
+    first_feedback: str | None = None,
+) -> Result:
+    """Run one stage to success or StageFailed. `prompt(feedback)` builds each attempt's request."""
+    feedback = first_feedback
+    error = "no attempt made"
+    for attempt in range(1, max_attempts + 1):
+        started = time.perf_counter()
+        try:
+            generation = generator.generate(prompt(feedback), spec)
+        except OutputFault as fault:
+            usage = getattr(fault, "usage", Usage())
+            usage.seconds = usage.seconds or time.perf_counter() - started
+            error = f"{type(fault).__name__}: {fault}"
+            log.record(env_id=env_id, stage=stage, attempt=attempt, outcome="failure", usage=usage, error_class="output", error_text=error)
+            feedback = feedback_text(error, fault.text)
+            continue
+        except TransientFault as fault:
+            log.record(env_id=env_id, stage=stage, attempt=attempt, outcome="transient", usage=getattr(fault, "usage", None),
+                       error_class="transient", error_text=str(fault))
+            raise
+        usage = generation.usage
+        try:
+            result = check(generation.spec)
+        except CheckFailed as failed:
+            usage.seconds = time.perf_counter() - started
+            error = f"{failed.kind}: {failed}"
+            log.record(env_id=env_id, stage=stage, attempt=attempt, outcome="failure", usage=usage, error_class=failed.kind, error_text=str(failed))
+            feedback = feedback_text(error, generation.raw)
+            continue
+        usage.seconds = time.perf_counter() - started
+        log.record(env_id=env_id, stage=stage, attempt=attempt, outcome="success", usage=usage)
+        return result
+    raise StageFailed(stage, max_attempts, error)

@@ -1,0 +1,33 @@
+"""Stage `tasks`: about ten self-contained tasks for the scenario."""
+
+from __future__ import annotations
+
+from worldsmith.llm.backend import Generator, Prompt
+from worldsmith.llm.prompts import render
+from worldsmith.models.specs import TaskList
+from worldsmith.tasks.attempts import AttemptLog
+from worldsmith.tasks.repair import CheckFailed, run_with_repair
+from worldsmith.tasks.work import EnvWork
+
+TASK_COUNT = 10
+MIN_TASKS = 5
+
+
+def check_tasks(tasks: TaskList) -> TaskList:
+    ids = [t.id for t in tasks.tasks]
+    duplicates = sorted({i for i in ids if ids.count(i) > 1})
+    if duplicates:
+        raise CheckFailed("duplicate_ids", f"task ids must be unique; repeated: {', '.join(duplicates)}")
+    if len(ids) < MIN_TASKS:
+        raise CheckFailed("too_few_tasks", f"got {len(ids)} tasks; write at least {MIN_TASKS} (about {TASK_COUNT})")
+    return tasks
+
+
+def run_tasks_stage(work: EnvWork, generator: Generator, log: AttemptLog, max_attempts: int, feedback: str | None = None) -> EnvWork:
+    def prompt(extra: str | None) -> Prompt:
+        system, user = render("tasks", name=work.scenario.name, description=work.scenario.description, count=TASK_COUNT, feedback=extra or "")
+        return Prompt("tasks", system, user, work.context(extra))
+
+    tasks = run_with_repair(stage="tasks", env_id=work.env_id, generator=generator, prompt=prompt, spec=TaskList,
+                            check=check_tasks, log=log, max_attempts=max_attempts, first_feedback=feedback)
+    return work.model_copy(update={"tasks": tasks})

@@ -1,0 +1,79 @@
+"""Stage `tools`: a tool specification, then tools.py implementing it. The code must pass the
+static policy, match the specification, and every tool must run in the sandbox (a refusal counts
+as running; a crash does not)."""
+
+from __future__ import annotations
+
+import jsonschema
+
+from worldsmith.bundle.codepolicy import check_source
+from worldsmith.bundle.loader import Bundle, artifact_digest
+from worldsmith.bundle.sqlscript import build_world
+from worldsmith.bundle.toolspec import derive_tool_schemas
+from worldsmith.llm.backend import Generator, Prompt
+from worldsmith.llm.prompts import render
+from worldsmith.models.bundle import Manifest, ToolSchema
+from worldsmith.models.specs import ToolCode, ToolPlan
+from worldsmith.quality.probes import probe_tools
+from worldsmith.runtime.episode import Runtime
+from worldsmith.tasks.attempts import AttemptLog
+from worldsmith.tasks.repair import CheckFailed, run_with_repair
+from worldsmith.tasks.work import EnvWork
+
+
+def check_plan(plan: ToolPlan) -> ToolPlan:
+    names = [t.name for t in plan.tools]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise CheckFailed("duplicate_tools", f"tool names must be unique; repeated: {', '.join(repeated)}")
+    for tool in plan.tools:
+        try:
+            jsonschema.Draft202012Validator.check_schema(tool.parameters)
+        except jsonschema.SchemaError as exc:
+            raise CheckFailed("bad_schema", f"tool {tool.name}: parameters are not a valid JSON Schema: {exc.message}") from None
+        if tool.parameters.get("type") != "object":
+            raise CheckFailed("bad_schema", f"tool {tool.name}: parameters must be a JSON Schema of type object")
+    return plan
+
+
+def tools_only_bundle(work: EnvWork, tools_py: str, tools: list[dict]) -> Bundle:
+    """A provisional bundle of the schema, seed and tools (no tasks yet), to run tools in the sandbox."""
+    world, faults = build_world(work.schema_sql or "", work.seed_sql or "")
+    if world is None:
+        raise CheckFailed("seed_error", f"the database does not build: {faults[0].problem}")
+    files = {"tools.py": tools_py.encode(), "verifiers.py": b"", "world.db": world}
+    manifest = Manifest(env_id=work.env_id, scenario=work.scenario, artifacts={n: artifact_digest(d) for n, d in files.items()})
+    return Bundle(manifest=manifest, files=files, tasks=(), tools=tuple(ToolSchema.model_validate(t) for t in tools))
+
+
+def run_tools_stage(work: EnvWork, generator: Generator, runtime: Runtime, log: AttemptLog, max_attempts: int, feedback: str | None = None) -> EnvWork:
+    def plan_prompt(extra: str | None) -> Prompt:
+        system, user = render("tool_plan", name=work.scenario.name, schema=work.schema_sql, tasks=work.task_lines(), feedback=extra or "")
+        return Prompt("tool_plan", system, user, work.context(extra))
+
+    plan = run_with_repair(stage="tools:spec", env_id=work.env_id, generator=generator, prompt=plan_prompt, spec=ToolPlan,
+                           check=check_plan, log=log, max_attempts=max_attempts, first_feedback=feedback)
+    planned = work.model_copy(update={"tool_plan": plan})
+
+    def code_prompt(extra: str | None) -> Prompt:
+        system, user = render("tool_code", schema=work.schema_sql, tools=planned.tool_lines(), feedback=extra or "")
+        return Prompt("tool_code", system, user, work.context(extra))
+
+    def check_code(code: ToolCode) -> str:
+        problems = check_source(code.tools_py, "tools.py")
+        if problems:
+            raise CheckFailed("code_policy", "\n".join(f"tools.py:{line}: {problem}" for line, problem in problems))
+        tools, issues = derive_tool_schemas(code.tools_py)
+        if issues:
+            raise CheckFailed("tool_contract", "\n".join(str(i) for i in issues))
+        missing = sorted({t.name for t in plan.tools} - {t["name"] for t in tools})
+        if missing:
+            raise CheckFailed("missing_tools", f"tools.py does not implement: {', '.join(missing)}")
+        failures = [r for r in probe_tools(runtime, tools_only_bundle(work, code.tools_py, tools)) if not r.passed]
+        if failures:
+            raise CheckFailed("tool_crash", "\n".join(f"calling {r.target} raised: {r.detail}" for r in failures))
+        return code.tools_py
+
+    tools_py = run_with_repair(stage="tools:code", env_id=work.env_id, generator=generator, prompt=code_prompt, spec=ToolCode,
+                               check=check_code, log=log, max_attempts=max_attempts)
+    return planned.model_copy(update={"tools_py": tools_py})

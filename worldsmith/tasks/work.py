@@ -1,0 +1,63 @@
+"""What the generation of one environment has produced so far, passed from stage to stage."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+from pydantic import BaseModel
+
+from worldsmith.bundle.loader import SOURCE_FILES
+from worldsmith.models.bundle import Scenario
+from worldsmith.models.specs import TaskList, ToolPlan, VerifierCode
+
+
+def env_id_for(scenario: Scenario, seed: int) -> str:
+    """A stable snake_case id: the scenario's name plus a short hash of name and seed."""
+    base = re.sub(r"[^a-z0-9]+", "_", scenario.name.lower()).strip("_")[:40] or "world"
+    if not base[0].isalpha():
+        base = "w_" + base
+    digest = hashlib.sha256(f"{scenario.name}|{seed}".encode()).hexdigest()[:6]
+    return f"{base}_{digest}"
+
+
+class EnvWork(BaseModel):
+    """The artifacts of one environment in the making (JSON-serialisable for resumable flows)."""
+
+    scenario: Scenario
+    seed: int
+    env_id: str
+    tasks: TaskList | None = None
+    schema_sql: str | None = None
+    seed_sql: str | None = None
+    tool_plan: ToolPlan | None = None
+    tools_py: str | None = None
+    verifiers: VerifierCode | None = None
+
+    def context(self, feedback: str | None = None) -> dict:
+        """The structured facts behind every prompt of this environment."""
+        return {"scenario": self.scenario.model_dump(), "seed": self.seed, "env_id": self.env_id, "feedback": feedback}
+
+    def task_lines(self) -> str:
+        return "\n".join(f"- {t.id}: {t.instruction}" for t in (self.tasks.tasks if self.tasks else []))
+
+    def tool_lines(self) -> str:
+        return json.dumps([t.model_dump() for t in self.tool_plan.tools], indent=1) if self.tool_plan else "[]"
+
+    def sources(self) -> dict[str, str]:
+        """The five source files of the bundle (all stages must have run)."""
+        assert self.tasks and self.schema_sql and self.seed_sql and self.tools_py and self.verifiers
+        solutions = {s.task_id: s for s in self.verifiers.solutions}
+        lines = []
+        for task in self.tasks.tasks:
+            solution = solutions.get(task.id)
+            lines.append(json.dumps({
+                "id": task.id, "instruction": task.instruction, "verifier": f"verify_{task.id}",
+                "solution": [step.model_dump() for step in solution.solution] if solution else [],
+                "answer": solution.answer if solution else None,
+            }))
+        files = {"schema.sql": self.schema_sql, "seed.sql": self.seed_sql, "tools.py": self.tools_py,
+                 "tasks.jsonl": "\n".join(lines) + "\n", "verifiers.py": self.verifiers.verifiers_py}
+        assert set(files) == set(SOURCE_FILES)
+        return files
