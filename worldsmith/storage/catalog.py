@@ -6,6 +6,7 @@ catalog upgrades in place without losing rows.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,6 +20,9 @@ from sqlalchemy.engine import Engine
 from sqlmodel import Session, create_engine
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+_MIGRATING = threading.Lock()  # Alembic's command API keeps global state: one migration at a time
+_OPEN: dict[str, "Catalog"] = {}
+_OPEN_LOCK = threading.Lock()
 
 
 def _sqlite_pragmas(dbapi_connection, connection_record) -> None:  # noqa: ANN001 - SQLAlchemy hook
@@ -59,7 +63,7 @@ class Catalog:
     def upgrade(self, revision: str = "head") -> None:
         """Apply pending migrations (idempotent)."""
         config = alembic_config(self.url)
-        with self.engine.begin() as connection:
+        with _MIGRATING, self.engine.begin() as connection:
             config.attributes["connection"] = connection
             command.upgrade(config, revision)
 
@@ -87,7 +91,12 @@ class Catalog:
 
 
 def open_catalog(url: str | None = None) -> Catalog:
-    """The catalog at `url`, or the configured one (`WORLDSMITH_CATALOG_URL`)."""
+    """The catalog at `url`, or the configured one (`WORLDSMITH_CATALOG_URL`); one shared
+    (migrated once) per URL in this process."""
     from worldsmith.settings import get_settings
 
-    return Catalog(url or get_settings().resolved_catalog_url())
+    target = url or get_settings().resolved_catalog_url()
+    with _OPEN_LOCK:
+        if target not in _OPEN:
+            _OPEN[target] = Catalog(target)
+        return _OPEN[target]

@@ -32,3 +32,27 @@ class AttemptLog:
         with self._lock:
             self.attempts.append(row)
         return row
+
+
+def stage_summary(attempts: list[StageAttempt]) -> list[dict[str, object]]:
+    """Per stage: invocations, first-attempt success, repair and failure rates, mean attempts,
+    tokens and cost. An invocation is one run of a stage's repair loop (attempts 1, 2, ...)."""
+    runs: dict[str, list[list[StageAttempt]]] = {}
+    for row in sorted(attempts, key=lambda a: (a.env_id or "", a.stage, a.id or 0)):
+        per_stage = runs.setdefault(row.stage, [])
+        if row.attempt == 1 or not per_stage or per_stage[-1][-1].env_id != row.env_id:
+            per_stage.append([])
+        per_stage[-1].append(row)
+    summary = []
+    for stage, invocations in sorted(runs.items()):
+        n = len(invocations)
+        first = sum(1 for inv in invocations if inv[0].outcome == "success")
+        repaired = sum(1 for inv in invocations if inv[0].outcome != "success" and inv[-1].outcome == "success")
+        rows = [a for inv in invocations for a in inv]
+        summary.append({
+            "stage": stage, "invocations": n, "first_attempt_success": round(first / n, 3), "repair_rate": round(repaired / n, 3),
+            "failure_rate": round((n - first - repaired) / n, 3), "mean_attempts": round(len(rows) / n, 2),
+            "tokens_in": sum(a.tokens_in for a in rows), "tokens_out": sum(a.tokens_out for a in rows),
+            "cost_usd": round(sum(a.cost_usd for a in rows), 6),
+        })
+    return summary

@@ -4,6 +4,7 @@ stage that made the faulty artifact and the stages after it run again."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from worldsmith.bundle.loader import Bundle
@@ -16,7 +17,7 @@ from worldsmith.tasks.database import run_database_stage
 from worldsmith.tasks.repair import StageFailed, feedback_text
 from worldsmith.tasks.task_list import run_tasks_stage
 from worldsmith.tasks.tools import run_tools_stage
-from worldsmith.tasks.validate import run_validate_stage
+from worldsmith.tasks.validate import Validation, run_validate_stage
 from worldsmith.tasks.verifiers import run_verifiers_stage
 from worldsmith.tasks.work import EnvWork, env_id_for
 
@@ -46,15 +47,26 @@ def run_stage(stage: str, work: EnvWork, generator: Generator, runtime: Runtime,
     return run_verifiers_stage(work, generator, runtime, log, max_attempts, feedback)
 
 
-def build_environment(scenario: Scenario, seed: int, generator: Generator, runtime: Runtime, log: AttemptLog, max_attempts: int = 5) -> BuildResult:
-    """Generate and validate one environment; never raises for semantic faults (they end in a failed result)."""
+StageRunner = Callable[[str, EnvWork, str | None], EnvWork]
+Validator = Callable[[EnvWork, int], Validation]
+
+
+def build_environment(scenario: Scenario, seed: int, generator: Generator, runtime: Runtime, log: AttemptLog, max_attempts: int = 5,
+                      *, stage_runner: StageRunner | None = None, validator: Validator | None = None) -> BuildResult:
+    """Generate and validate one environment; never raises for semantic faults (they end in a failed result).
+
+    `stage_runner(stage, work, feedback)` and `validator(work, round)` default to running the
+    stages directly; the generate flow passes Prefect-task versions of them.
+    """
+    stage_runner = stage_runner or (lambda stage, w, fb: run_stage(stage, w, generator, runtime, log, max_attempts, fb))
+    validator = validator or (lambda w, round_number: run_validate_stage(w, generator, runtime, log, round_number))
     work = EnvWork(scenario=scenario, seed=seed, env_id=env_id_for(scenario, seed))
     start, feedback = 0, None
     try:
         for round_number in range(1, max_attempts + 1):
             for index, stage in enumerate(ORDER[start:], start=start):
-                work = run_stage(stage, work, generator, runtime, log, max_attempts, feedback if index == start else None)
-            validation = run_validate_stage(work, generator, runtime, log, round_number)
+                work = stage_runner(stage, work, feedback if index == start else None)
+            validation = validator(work, round_number)
             if validation.back_to is None:
                 return BuildResult(work.env_id, validation.bundle, validation.checks)
             start, feedback = ORDER.index(validation.back_to), feedback_text(validation.error, "")

@@ -1,0 +1,85 @@
+"""Stage `scenario`: expand seed scenarios into new ones. Near-duplicates (of the seeds, of each
+other, of already accepted ones) are rejected by cosine similarity: of embeddings when an
+embeddings endpoint is configured, of TF-IDF vectors otherwise. Asks again until `count` are
+accepted or the attempts run out."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from worldsmith.llm.backend import Generator, Prompt
+from worldsmith.llm.prompts import render
+from worldsmith.models.bundle import Scenario
+from worldsmith.models.specs import ScenarioBatch
+from worldsmith.tasks.attempts import AttemptLog
+from worldsmith.tasks.repair import CheckFailed, run_with_repair
+
+DUPLICATE_COSINE = 0.85
+EXAMPLES = 8
+
+Embed = Callable[[list[str]], list[list[float]]]
+
+
+def _text(scenario: Scenario) -> str:
+    return f"{scenario.name}. {scenario.description}"
+
+
+def similarity(texts: list[str], embed: Embed | None = None):
+    """Pairwise cosine similarity matrix of `texts`."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.metrics.pairwise import cosine_similarity
+
+    if embed is not None:
+        return cosine_similarity(embed(texts))
+    return cosine_similarity(TfidfVectorizer(stop_words="english", sublinear_tf=True).fit_transform(texts))
+
+
+def novel(candidates: list[Scenario], known: list[Scenario], threshold: float = DUPLICATE_COSINE, embed: Embed | None = None) -> tuple[list[Scenario], list[str]]:
+    """The candidates that are not near-duplicates of `known` or of each other, and why the others were dropped."""
+    if not candidates:
+        return [], []
+    texts = [_text(s) for s in known + candidates]
+    matrix = similarity(texts, embed)
+    accepted: list[int] = []
+    dropped: list[str] = []
+    names = {s.name.lower() for s in known}
+    for offset, scenario in enumerate(candidates):
+        index = len(known) + offset
+        if scenario.name.lower() in names:
+            dropped.append(f"{scenario.name!r} repeats a name")
+            continue
+        rivals = list(range(len(known))) + [len(known) + a for a in accepted]
+        closest = max(rivals, key=lambda j: matrix[index][j], default=None)
+        if closest is not None and matrix[index][closest] >= threshold:
+            dropped.append(f"{scenario.name!r} is a near-duplicate of {texts[closest].split('.')[0]!r} (cosine {matrix[index][closest]:.2f})")
+            continue
+        accepted.append(offset)
+        names.add(scenario.name.lower())
+    return [candidates[i] for i in accepted], dropped
+
+
+def expand_scenarios(seeds: list[Scenario], count: int, generator: Generator, log: AttemptLog, *, max_attempts: int = 5,
+                     embed: Embed | None = None) -> list[Scenario]:
+    """`count` new scenarios in the spirit of `seeds`, none a near-duplicate of another or of a seed."""
+    accepted: list[Scenario] = []
+    for round_number in range(max_attempts):
+        missing = count - len(accepted)
+        if missing <= 0:
+            break
+        examples = seeds[round_number * EXAMPLES % max(len(seeds), 1):][:EXAMPLES] or seeds[:EXAMPLES]
+
+        def prompt(extra: str | None) -> Prompt:
+            listing = "\n".join(f"- {s.name}: {s.description}" for s in examples)
+            system, user = render("scenario", examples=listing, count=missing, feedback=extra or "")
+            context = {"examples": [s.model_dump() for s in seeds], "count": missing, "round": round_number, "feedback": extra}
+            return Prompt("scenario", system, user, context)
+
+        def check(batch: ScenarioBatch) -> list[Scenario]:
+            fresh, dropped = novel(batch.scenarios, seeds + accepted, embed=embed)
+            if not fresh:
+                raise CheckFailed("duplicates", "every proposed scenario was a near-duplicate: " + "; ".join(dropped[:10]))
+            return fresh
+
+        accepted += run_with_repair(stage="scenario", env_id=None, generator=generator, prompt=prompt, spec=ScenarioBatch,
+                                    check=check, log=log, max_attempts=max_attempts)[:missing]
+    return accepted
