@@ -30,6 +30,18 @@ errors = Console(stderr=True)
 BundleArg = Annotated[Path, typer.Argument(help="Bundle directory.", exists=False)]
 
 
+@app.callback()
+def _defaults() -> None:
+    """Keep Prefect's local state under WORLDSMITH_HOME and its analytics off unless configured."""
+    import os
+
+    home = get_settings().home
+    if "PREFECT_HOME" not in os.environ:
+        (home / "prefect").mkdir(parents=True, exist_ok=True)
+        os.environ["PREFECT_HOME"] = str((home / "prefect").resolve())
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+
 def _bundle_failure(title: str, exc: BundleError) -> typer.Exit:
     errors.print(f"[bold red]{title}[/]")
     for issue in exc.issues:

@@ -6,6 +6,7 @@ catalog upgrades in place without losing rows.
 
 from __future__ import annotations
 
+import fcntl
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,11 +16,12 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import event
+from sqlalchemy import event, text
 from sqlalchemy.engine import Engine
 from sqlmodel import Session, create_engine
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+MIGRATION_LOCK_KEY = 0x776F726C64  # "world"
 _MIGRATING = threading.Lock()  # Alembic's command API keeps global state: one migration at a time
 _OPEN: dict[str, "Catalog"] = {}
 _OPEN_LOCK = threading.Lock()
@@ -63,9 +65,25 @@ class Catalog:
     def upgrade(self, revision: str = "head") -> None:
         """Apply pending migrations (idempotent)."""
         config = alembic_config(self.url)
-        with _MIGRATING, self.engine.begin() as connection:
+        with _MIGRATING, self._migration_lock(), self.engine.begin() as connection:
+            if connection.dialect.name == "postgresql":  # other processes wait here until we are done
+                connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
             config.attributes["connection"] = connection
             command.upgrade(config, revision)
+
+    @contextmanager
+    def _migration_lock(self) -> Iterator[None]:
+        """Across processes: an exclusive lock file beside a SQLite catalog (PostgreSQL uses an advisory lock)."""
+        database = self.engine.url.database if self.engine.dialect.name == "sqlite" else None
+        if not database or database == ":memory:":
+            yield
+            return
+        with open(f"{database}.migrate.lock", "a+") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
 
     def revision(self) -> str | None:
         with self.engine.connect() as connection:

@@ -1,0 +1,117 @@
+"""The `generate` flow on a real (test-harness) Prefect server: published, checked environments,
+attempt records, artifacts, resuming after a kill without duplicates."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from sqlmodel import select
+from typer.testing import CliRunner
+
+from worldsmith.cli import app
+from worldsmith.flows.generate import GenerateParameters, run_generate
+from worldsmith.models.catalog import EnvironmentVersion, StageAttempt
+from worldsmith.settings import get_settings
+from worldsmith.storage.catalog import Catalog
+
+from conftest import REPO
+
+
+@pytest.fixture(scope="session")
+def prefect_api():
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield os.environ.get("PREFECT_API_URL")
+
+
+@pytest.fixture()
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("WORLDSMITH_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("WORLDSMITH_SANDBOX_WORKERS", "2")
+    get_settings.cache_clear()
+    yield tmp_path / "home"
+    get_settings.cache_clear()
+
+
+def catalog_at(home: Path) -> Catalog:
+    return Catalog(f"sqlite:///{home / 'catalog.db'}")
+
+
+def test_generate_flow_publishes_environments_that_pass_env_check(prefect_api, home):
+    params = GenerateParameters(count=3, seed=3, fault_rate=0.5, concurrency=2)
+    seen: list[dict] = []
+    results = run_generate(params, on_progress=seen.append)
+    assert [r["status"] for r in results] == ["good"] * 3 and len(seen) == 3
+    catalog = catalog_at(home)
+    with catalog.session() as session:
+        versions = session.exec(select(EnvironmentVersion)).all()
+        attempts = session.exec(select(StageAttempt)).all()
+    assert len(versions) == 3 and all(v.status == "good" and v.generator_backend == "procedural" for v in versions)
+    assert {a.stage for a in attempts} >= {"scenario", "tasks", "database:schema", "database:seed", "tools:spec", "tools:code", "verifiers", "validate"}
+    repaired = [a for a in attempts if a.outcome == "failure"]
+    assert repaired and all(a.error_text for a in repaired)
+
+    runner = CliRunner()
+    fetched = runner.invoke(app, ["catalog", "fetch", versions[0].ref, str(home.parent / "copy")])
+    assert fetched.exit_code == 0, fetched.output
+    check = runner.invoke(app, ["env", "check", str(home.parent / "copy")])
+    assert check.exit_code == 0 and ", 0 failed" in check.output
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    with get_client(sync_client=True) as client:
+        artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["generation-stages"])))
+    stages = {row["stage"]: row for row in artifacts[0].data} if isinstance(artifacts[0].data, list) else None
+    if stages is None:
+        import json
+
+        stages = {row["stage"]: row for row in json.loads(artifacts[0].data)}
+    assert set(stages) >= {"tasks", "validate"} and {"first_attempt_success", "repair_rate", "failure_rate", "mean_attempts", "tokens_in", "cost_usd"} <= set(stages["tasks"])
+
+    again = run_generate(params)  # everything cached: same environments, nothing new
+    assert [r["ref"] for r in again] == [r["ref"] for r in results]
+    with catalog.session() as session:
+        assert len(session.exec(select(EnvironmentVersion)).all()) == 3
+        assert len(session.exec(select(StageAttempt)).all()) == len(attempts)
+
+
+def _generate_process(home: Path, count: int) -> subprocess.Popen:
+    env = dict(os.environ, WORLDSMITH_HOME=str(home), WORLDSMITH_SANDBOX_WORKERS="1")
+    return subprocess.Popen([sys.executable, "-m", "worldsmith.cli", "generate", "--count", str(count), "--seed", "8",
+                             "--fault-rate", "0.5", "--concurrency", "1"],
+                            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def _content(home: Path) -> set[tuple[str, int, str]]:
+    with catalog_at(home).session() as session:
+        return {(v.env_id, v.version, v.content_key) for v in session.exec(select(EnvironmentVersion)).all()}
+
+
+@pytest.mark.slow
+def test_killed_run_resumes_to_the_same_catalog(prefect_api, tmp_path):
+    interrupted, clean = tmp_path / "interrupted", tmp_path / "clean"
+    process = _generate_process(interrupted, 4)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and process.poll() is None:
+        if (interrupted / "catalog.db").exists() and len(_content(interrupted)) >= 1:
+            break
+        time.sleep(0.2)
+    assert process.poll() is None, "the run finished before it could be killed"
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    partial = _content(interrupted)
+    assert 1 <= len(partial) < 4
+
+    assert _generate_process(interrupted, 4).wait(timeout=300) == 0
+    assert _generate_process(clean, 4).wait(timeout=300) == 0
+    resumed = _content(interrupted)
+    assert resumed == _content(clean) and len(resumed) == 4  # same environments, none twice
+    assert partial <= resumed

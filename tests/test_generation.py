@@ -1,0 +1,102 @@
+"""The generation pipeline without Prefect: procedural worlds, stages and their repair loops."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from worldsmith.bundle.loader import build_bundle
+from worldsmith.llm.procedural.backend import ProceduralGenerator, world_for
+from worldsmith.llm.procedural.blocks import DOMAINS
+from worldsmith.llm.procedural.compose import compose
+from worldsmith.llm.procedural.mapping import domain_for
+from worldsmith.models.bundle import Scenario
+from worldsmith.quality.probes import check_environment
+from worldsmith.tasks.attempts import AttemptLog, stage_summary
+from worldsmith.tasks.pipeline import build_environment
+from worldsmith.tasks.scenario import expand_scenarios, novel
+
+from conftest import SHARED
+
+SEEDS = [Scenario.model_validate_json(line) for line in (SHARED / "data" / "awm_seed_scenarios.jsonl").read_text().splitlines() if line.strip()]
+
+
+def draft_bundle(domain, seed):
+    world = compose(domain, seed)
+    tasks = "".join(json.dumps({"id": t.id, "instruction": t.instruction, "verifier": f"verify_{t.id}", "solution": t.solution, "answer": t.answer}) + "\n" for t in world.tasks)
+    sources = {"schema.sql": world.schema_sql, "seed.sql": world.seed_sql, "tools.py": world.tools_py, "tasks.jsonl": tasks, "verifiers.py": world.verifiers_py}
+    return build_bundle(sources, {"env_id": domain.key, "scenario": {"name": domain.title}})
+
+
+def test_at_least_twelve_domains_and_every_seed_scenario_maps_to_one():
+    assert len(DOMAINS) >= 12
+    counts = Counter(domain_for(s).key for s in SEEDS)
+    assert sum(counts.values()) == 100 and len(counts) >= 12
+    assert domain_for(next(s for s in SEEDS if s.name == "Airbnb")).key == "travel"
+    assert domain_for(next(s for s in SEEDS if s.name == "Chase")).key == "banking"
+
+
+@pytest.mark.parametrize("domain", DOMAINS, ids=[d.key for d in DOMAINS])
+def test_every_domain_composes_a_valid_world_of_the_right_size(domain):
+    bundle = draft_bundle(domain, seed=11)
+    stats = bundle.manifest.stats
+    assert 5 <= stats["tables"] <= 20 and 15 <= stats["tools"] <= 40 and stats["tasks"] == 10
+    assert compose(domain, 11).seed_sql == compose(domain, 11).seed_sql  # deterministic
+    assert compose(domain, 11).seed_sql != compose(domain, 12).seed_sql
+
+
+@pytest.mark.parametrize("key", ["retail", "clinic", "events"])
+def test_composed_worlds_pass_every_probe(runtime, key):
+    domain = next(d for d in DOMAINS if d.key == key)
+    failures = [r for r in check_environment(runtime, draft_bundle(domain, seed=3)) if not r.passed]
+    assert failures == []
+
+
+def test_pipeline_repairs_every_kind_of_fault(runtime):
+    log = AttemptLog("test-run")
+    generator = ProceduralGenerator(seed=4, fault_rate=1.0)  # every stage's first attempt fails
+    result = build_environment(SEEDS[0], 4, generator, runtime, log)
+    assert result.good and result.bundle.manifest.generator.backend == "procedural"
+    failures = {(a.stage, a.error_class) for a in log.attempts if a.outcome == "failure"}
+    assert ("tasks", "output") in failures  # malformed JSON
+    assert ("database:schema", "sql_error") in failures
+    assert ("database:seed", "seed_error") in failures  # a row breaking a foreign key
+    assert ("tools:code", "tool_crash") in failures
+    assert ("verifiers", "verifier_accepts_untouched") in failures
+    seed_error = next(a for a in log.attempts if a.error_class == "seed_error")
+    assert "FOREIGN KEY constraint failed" in seed_error.error_text and "9999 has no match" in seed_error.error_text
+    summary = {row["stage"]: row for row in stage_summary(log.attempts)}
+    assert summary["database:seed"]["repair_rate"] == 1.0 and summary["database:seed"]["mean_attempts"] == 2.0
+    assert summary["validate"]["first_attempt_success"] == 1.0
+
+
+def test_without_faults_every_stage_succeeds_first_time(runtime):
+    log = AttemptLog("clean")
+    result = build_environment(SEEDS[2], 9, ProceduralGenerator(seed=9), runtime, log)
+    assert result.good
+    assert all(a.outcome == "success" and a.attempt == 1 for a in log.attempts)
+
+
+def test_stage_out_of_attempts_fails_the_environment(runtime):
+    log = AttemptLog("strict")
+    result = build_environment(SEEDS[3], 5, ProceduralGenerator(seed=5, fault_rate=1.0), runtime, log, max_attempts=1)
+    assert not result.good and result.bundle is None
+    assert result.failed_stage == "tasks" and "failed after 1 attempts" in result.reason
+
+
+def test_scenarios_expand_without_near_duplicates():
+    log = AttemptLog("scenarios")
+    scenarios = expand_scenarios(SEEDS, 20, ProceduralGenerator(seed=2), log)
+    assert len(scenarios) == 20 and len({s.name for s in scenarios}) == 20
+    assert novel(scenarios, SEEDS)[0] == scenarios  # none is a near-duplicate of a seed or another
+    categories = Counter(s.categories[0] for s in scenarios)
+    assert max(categories.values()) - min(categories.values()) <= 1  # kept balanced
+    copy = SEEDS[0].model_copy(update={"name": "Amazon Marketplace"})
+    accepted, dropped = novel([copy], SEEDS)
+    assert accepted == [] and "near-duplicate of 'Amazon'" in dropped[0]
+
+
+def test_the_same_scenario_and_seed_give_the_same_world():
+    assert world_for(SEEDS[5], 1).tools_py == world_for(SEEDS[5], 1).tools_py
