@@ -18,9 +18,9 @@ from worldsmith.tasks.attempts import AttemptLog, stage_summary
 from worldsmith.tasks.pipeline import build_environment
 from worldsmith.tasks.scenario import expand_scenarios, novel
 
-from conftest import SHARED
+from worldsmith.flows.generate import DEFAULT_SCENARIOS, load_scenarios
 
-SEEDS = [Scenario.model_validate_json(line) for line in (SHARED / "data" / "awm_seed_scenarios.jsonl").read_text().splitlines() if line.strip()]
+SEEDS = load_scenarios(DEFAULT_SCENARIOS)
 
 
 def draft_bundle(domain, seed):

@@ -38,7 +38,8 @@ from worldsmith.tasks.scenario import expand_scenarios
 from worldsmith.tasks.validate import Validation, run_validate_stage
 from worldsmith.tasks.work import EnvWork
 
-DEFAULT_SCENARIOS = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "awm_seed_scenarios.jsonl"
+#: The 100 seed scenarios shipped with worldsmith (real products; the AWM paper's seed set).
+DEFAULT_SCENARIOS = Path(__file__).resolve().parents[1] / "data" / "seed_scenarios.jsonl"
 
 
 class GenerateParameters(BaseModel):
