@@ -18,7 +18,6 @@ from worldsmith.runtime.pool import SandboxLimits  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "examples" / "bundles" / "retail_store"
-SHARED = REPO.parent / "shared"
 
 #: Tight limits so hostile tests finish quickly.
 FAST_LIMITS = SandboxLimits(call_timeout_s=2.0, cpu_s=1.0, memory_mb=512, file_size_mb=1, grace_s=2.0)
