@@ -91,3 +91,60 @@ class ScriptedLLM:
 
     def serve(self) -> BackgroundServer:
         return BackgroundServer(self.app())
+
+
+class ProceduralLLM(ScriptedLLM):
+    """An OpenAI-compatible server that answers every generation stage with procedural content
+    (as a capable model would), after injecting the faults scheduled for that stage: `faults`
+    maps a stage to the faults of its next requests, in order."""
+
+    CONTENT_FAULTS = {"schema": "sql_error", "seed": "seed_fk", "tool_code": "tool_raises", "verifiers": "verifier_accepts_untouched"}
+
+    def __init__(self, faults: dict[str, list[str]] | None = None, seed: int = 0, latency_s: float = 0.0):
+        super().__init__()
+        from worldsmith.llm.procedural.backend import ProceduralGenerator
+
+        self.faults = {stage: list(kinds) for stage, kinds in (faults or {}).items()}
+        self.seed = seed
+        self.latency_s = latency_s
+        self.generator = ProceduralGenerator(seed=seed)
+        self.served: list[tuple[str, str]] = []  # (stage, fault or "ok")
+
+    def _fault(self, stage: str) -> str:
+        with self._lock:
+            kinds = self.faults.get(stage) or []
+            return kinds.pop(0) if kinds else "ok"
+
+    async def completions(self, request: Request) -> JSONResponse:
+        from worldsmith.llm.backend import Prompt
+        from worldsmith.llm.prompts import scenario_lines, stage_of
+
+        body = await request.json()
+        self.requests.append(body)
+        system, user = body["messages"][0]["content"], body["messages"][1]["content"]
+        stage = stage_of(system.split("\n\nAnswer with one JSON object")[0]) or "unknown"
+        fault = self._fault(stage)
+        self.served.append((stage, fault))
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        if fault == "http_429":
+            return JSONResponse({"error": {"message": "rate limited"}}, status_code=429, headers={"retry-after": "1"})
+        if fault == "http_500":
+            return JSONResponse({"error": {"message": "upstream exploded"}}, status_code=500)
+        if fault == "slow":
+            await asyncio.sleep(3.0)
+        name, description = scenario_lines(user)
+        prompt = Prompt(stage, system, user, {"scenario": {"name": name, "description": description, "categories": []}, "seed": self.seed})
+        text = self.generator.answer_text(prompt, fault=fault in ("sql_error", "seed_fk", "tool_raises", "verifier_accepts_untouched"))
+        finish = "stop"
+        if fault == "malformed_json":
+            text = "Here you go: " + text.replace('": ', '" ', 3)
+        elif fault == "truncated":
+            text, finish = text[: len(text) // 2], "length"
+        elif fault == "schema_violation":
+            text = json.dumps({"result": json.loads(text)})
+        usage = {"prompt_tokens": len(system.split()) + len(user.split()), "completion_tokens": len(text.split())}
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        return JSONResponse({"id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion", "created": int(time.time()),
+                             "model": body.get("model"), "usage": usage,
+                             "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}]})

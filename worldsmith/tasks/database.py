@@ -32,7 +32,7 @@ def run_database_stage(work: EnvWork, generator: Generator, log: AttemptLog, max
                                  spec=SchemaSpec, check=check, log=log, max_attempts=max_attempts, first_feedback=feedback)
 
     def seed_prompt(extra: str | None) -> Prompt:
-        system, user = render("seed", schema=schema_sql, tasks=work.task_lines(), feedback=extra or "")
+        system, user = render("seed", name=work.scenario.name, description=work.scenario.description, schema=schema_sql, tasks=work.task_lines(), feedback=extra or "")
         return Prompt("seed", system, user, work.context(extra))
 
     def check_seed(spec: SeedSpec) -> str:

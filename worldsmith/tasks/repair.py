@@ -37,6 +37,10 @@ class StageFailed(Exception):
         self.error = error
 
 
+def _retried(usage: Usage) -> str:
+    return f"\n(transient faults retried within this attempt: {'; '.join(usage.retries)})" if usage.retries else ""
+
+
 def feedback_text(error: str, output: str) -> str:
     shown = output if len(output) <= FEEDBACK_CHARS else output[:FEEDBACK_CHARS] + "\n... (truncated)"
     return ("Your previous answer was rejected. The error was:\n"
@@ -66,7 +70,8 @@ def run_with_repair(
             usage = getattr(fault, "usage", Usage())
             usage.seconds = usage.seconds or time.perf_counter() - started
             error = f"{type(fault).__name__}: {fault}"
-            log.record(env_id=env_id, stage=stage, attempt=attempt, outcome="failure", usage=usage, error_class="output", error_text=error)
+            log.record(env_id=env_id, stage=stage, attempt=attempt, outcome="failure", usage=usage, error_class="output",
+                       error_text=error + _retried(usage))
             feedback = feedback_text(error, fault.text)
             continue
         except TransientFault as fault:
@@ -79,10 +84,13 @@ def run_with_repair(
         except CheckFailed as failed:
             usage.seconds = time.perf_counter() - started
             error = f"{failed.kind}: {failed}"
-            log.record(env_id=env_id, stage=stage, attempt=attempt, outcome="failure", usage=usage, error_class=failed.kind, error_text=str(failed))
+            log.record(env_id=env_id, stage=stage, attempt=attempt, outcome="failure", usage=usage, error_class=failed.kind,
+                       error_text=str(failed) + _retried(usage))
             feedback = feedback_text(error, generation.raw)
             continue
         usage.seconds = time.perf_counter() - started
-        log.record(env_id=env_id, stage=stage, attempt=attempt, outcome="success", usage=usage)
+        retried = "; ".join(usage.retries) or None  # transient faults the client recovered from
+        log.record(env_id=env_id, stage=stage, attempt=attempt, outcome="success", usage=usage,
+                   error_class="retried" if retried else None, error_text=retried)
         return result
     raise StageFailed(stage, max_attempts, error)

@@ -48,7 +48,7 @@ def tools_only_bundle(work: EnvWork, tools_py: str, tools: list[dict]) -> Bundle
 
 def run_tools_stage(work: EnvWork, generator: Generator, runtime: Runtime, log: AttemptLog, max_attempts: int, feedback: str | None = None) -> EnvWork:
     def plan_prompt(extra: str | None) -> Prompt:
-        system, user = render("tool_plan", name=work.scenario.name, schema=work.schema_sql, tasks=work.task_lines(), feedback=extra or "")
+        system, user = render("tool_plan", name=work.scenario.name, description=work.scenario.description, schema=work.schema_sql, tasks=work.task_lines(), feedback=extra or "")
         return Prompt("tool_plan", system, user, work.context(extra))
 
     plan = run_with_repair(stage="tools:spec", env_id=work.env_id, generator=generator, prompt=plan_prompt, spec=ToolPlan,
@@ -56,7 +56,7 @@ def run_tools_stage(work: EnvWork, generator: Generator, runtime: Runtime, log: 
     planned = work.model_copy(update={"tool_plan": plan})
 
     def code_prompt(extra: str | None) -> Prompt:
-        system, user = render("tool_code", schema=work.schema_sql, tools=planned.tool_lines(), feedback=extra or "")
+        system, user = render("tool_code", name=work.scenario.name, description=work.scenario.description, schema=work.schema_sql, tools=planned.tool_lines(), feedback=extra or "")
         return Prompt("tool_code", system, user, work.context(extra))
 
     def check_code(code: ToolCode) -> str:

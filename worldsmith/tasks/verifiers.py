@@ -29,7 +29,7 @@ def assemble(work: EnvWork, generator: Generator) -> Bundle:
 
 def run_verifiers_stage(work: EnvWork, generator: Generator, runtime: Runtime, log: AttemptLog, max_attempts: int, feedback: str | None = None) -> EnvWork:
     def prompt(extra: str | None) -> Prompt:
-        system, user = render("verifiers", schema=work.schema_sql, tools=work.tool_lines(), tasks=work.task_lines(), feedback=extra or "")
+        system, user = render("verifiers", name=work.scenario.name, description=work.scenario.description, schema=work.schema_sql, tools=work.tool_lines(), tasks=work.task_lines(), feedback=extra or "")
         return Prompt("verifiers", system, user, work.context(extra))
 
     def check(code: VerifierCode) -> VerifierCode:

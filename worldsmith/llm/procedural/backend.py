@@ -118,11 +118,17 @@ class ProceduralGenerator:
                                             answer["verifiers_py"], count=1)
         return json.dumps(answer)
 
-    def generate(self, prompt: Prompt, spec: type[Spec]) -> Generation[Spec]:
+    def answer_text(self, prompt: Prompt, *, fault: bool | None = None) -> str:
+        """The model-like text answer to `prompt`: faulty on a first attempt with probability
+        `fault_rate` (or exactly when `fault` says so)."""
         answer = self._answer(prompt)
         context = prompt.context
-        first_try = not context.get("feedback")
-        inject = first_try and self.fault_rate > 0 and _chance(self.seed, context.get("scenario", {}).get("name"), prompt.stage) < self.fault_rate
-        text = self._faulty(prompt.stage, answer) if inject else json.dumps(answer)
+        if fault is None:
+            first_try = not context.get("feedback")
+            fault = first_try and self.fault_rate > 0 and _chance(self.seed, context.get("scenario", {}).get("name"), prompt.stage) < self.fault_rate
+        return self._faulty(prompt.stage, answer) if fault else json.dumps(answer)
+
+    def generate(self, prompt: Prompt, spec: type[Spec]) -> Generation[Spec]:
+        text = self.answer_text(prompt)
         usage = Usage(calls=1, tokens_in=(len(prompt.system) + len(prompt.user)) // 4, tokens_out=len(text) // 4)
         return Generation(decode(text, spec, usage), usage, text)

@@ -37,3 +37,18 @@ def prompt_version() -> str:
     """A short version over every stage template, recorded in each bundle's manifest."""
     versions = "|".join(f"{stage}:{_template(stage)[0]}" for stage in STAGES)
     return "p" + hashlib.sha256(versions.encode()).hexdigest()[:8]
+
+
+def stage_of(system: str) -> str | None:
+    """The stage whose template has this system message (how a test server tells stages apart)."""
+    for stage in STAGES:
+        if _template(stage)[1].template.partition("\n---\n")[0].strip() == system.strip():
+            return stage
+    return None
+
+
+def scenario_lines(user: str) -> tuple[str, str]:
+    """The product name and description every stage's user message starts with."""
+    name = next((line[len("Product: "):] for line in user.splitlines() if line.startswith("Product: ")), "")
+    description = next((line[len("Description: "):] for line in user.splitlines() if line.startswith("Description: ")), "")
+    return name, description
