@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -134,7 +135,11 @@ class ProceduralLLM(ScriptedLLM):
         if fault == "slow":
             await asyncio.sleep(3.0)
         name, description = scenario_lines(user)
-        prompt = Prompt(stage, system, user, {"scenario": {"name": name, "description": description, "categories": []}, "seed": self.seed})
+        context = {"scenario": {"name": name, "description": description, "categories": []}, "seed": self.seed}
+        if stage == "scenario":
+            wanted = re.search(r"Propose (\d+) new", user)
+            context = {"count": int(wanted.group(1)) if wanted else 1, "examples": [], "round": len(self.requests)}
+        prompt = Prompt(stage, system, user, context)
         text = self.generator.answer_text(prompt, fault=fault in ("sql_error", "seed_fk", "tool_raises", "verifier_accepts_untouched"))
         finish = "stop"
         if fault == "malformed_json":

@@ -102,6 +102,11 @@ def load_scenarios(path: str | Path | None) -> list[Scenario]:
     return scenarios
 
 
+def _warm_imports() -> None:
+    import great_expectations  # noqa: F401
+    import sklearn.feature_extraction.text  # noqa: F401
+
+
 def transient_only(task_: Any, task_run: Any, state: Any) -> bool:
     """Prefect retries a stage only for transient faults; semantic ones are the repair loop's job."""
     try:
@@ -174,6 +179,8 @@ def generate(params: GenerateParameters = GenerateParameters()) -> list[dict[str
     key = params.key()
     storage = _results_storage()
     seeds = load_scenarios(params.scenario_file)
+    # Import the quality gate's libraries while the first LLM calls are in flight.
+    threading.Thread(target=_warm_imports, daemon=True, name="warm-imports").start()
     with Runtime() as runtime:
         resources = RunResources(make_generator(params), runtime, AttemptLog(run_id, open_catalog()), params.max_attempts,
                                  _PROGRESS_HOOKS.get(key))

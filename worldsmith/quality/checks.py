@@ -10,9 +10,9 @@ from worldsmith.runtime.episode import Runtime
 from worldsmith.storage.publish import QualityCheck
 
 
-def probe_check(runtime: Runtime, bundle: Bundle) -> QualityCheck:
+def probe_check(runtime: Runtime, bundle: Bundle, *, reuse: bool = False) -> QualityCheck:
     """The execution probes as one check: tools run, references accepted, untouched rejected, replay deterministic."""
-    results = check_environment(runtime, bundle)
+    results = check_environment(runtime, bundle, reuse=reuse)
     failed = [r for r in results if not r.passed]
     summary = {"probes": len(results), "failed": len(failed)}
     if failed:
@@ -20,9 +20,9 @@ def probe_check(runtime: Runtime, bundle: Bundle) -> QualityCheck:
     return QualityCheck("probes", not failed, summary, [vars(r) for r in failed])
 
 
-def quality_checks(bundle: Bundle, runtime: Runtime | None = None) -> list[QualityCheck]:
+def quality_checks(bundle: Bundle, runtime: Runtime | None = None, *, reuse_probes: bool = False) -> list[QualityCheck]:
     """Expectations on the seed data, then (given a runtime) the execution probes."""
     checks = [validate_seed_data(bundle)]
     if runtime is not None:
-        checks.append(probe_check(runtime, bundle))
+        checks.append(probe_check(runtime, bundle, reuse=reuse_probes))
     return checks

@@ -4,6 +4,8 @@ its untouched state is rejected, its replay is deterministic. `worldsmith env ch
 from __future__ import annotations
 
 import sqlite3
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,6 +112,23 @@ def probe_tasks(runtime: Runtime, bundle: Bundle) -> list[ProbeResult]:
     return results
 
 
-def check_environment(runtime: Runtime, bundle: Bundle) -> list[ProbeResult]:
-    """All execution probes of `bundle`."""
-    return probe_tools(runtime, bundle) + probe_tasks(runtime, bundle)
+_MEMO: OrderedDict[str, list[ProbeResult]] = OrderedDict()
+_MEMO_SIZE = 256
+_MEMO_LOCK = threading.Lock()
+
+
+def check_environment(runtime: Runtime, bundle: Bundle, *, reuse: bool = False) -> list[ProbeResult]:
+    """All execution probes of `bundle`. With `reuse`, results for the same content (bundle key)
+    computed earlier in this process are returned instead of running again: the probes are
+    deterministic, and generation runs them in the verifiers stage and again in validate."""
+    if reuse:
+        with _MEMO_LOCK:
+            if bundle.key in _MEMO:
+                _MEMO.move_to_end(bundle.key)
+                return list(_MEMO[bundle.key])
+    results = probe_tools(runtime, bundle) + probe_tasks(runtime, bundle)
+    with _MEMO_LOCK:
+        _MEMO[bundle.key] = results
+        while len(_MEMO) > _MEMO_SIZE:
+            _MEMO.popitem(last=False)
+    return list(results)

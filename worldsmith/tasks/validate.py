@@ -47,7 +47,7 @@ def run_validate_stage(work: EnvWork, generator: Generator, runtime: Runtime, lo
         log.record(env_id=work.env_id, stage="validate", attempt=attempt, outcome="failure", error_class=failed.kind, error_text=str(failed),
                    usage=Usage(seconds=time.perf_counter() - started))
         return Validation(None, [], "verifiers", str(failed))
-    checks = quality_checks(bundle, runtime)
+    checks = quality_checks(bundle, runtime, reuse_probes=True)  # the verifiers stage probed this very bundle
     route = _route(checks)
     usage = Usage(seconds=time.perf_counter() - started)
     if route is None:

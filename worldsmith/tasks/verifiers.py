@@ -10,7 +10,7 @@ from worldsmith.llm.backend import Generator, Prompt
 from worldsmith.llm.prompts import prompt_version, render
 from worldsmith.models.bundle import GeneratorInfo, Manifest
 from worldsmith.models.specs import VerifierCode
-from worldsmith.quality.probes import probe_tasks
+from worldsmith.quality.probes import check_environment
 from worldsmith.runtime.episode import Runtime
 from worldsmith.tasks.attempts import AttemptLog
 from worldsmith.tasks.repair import CheckFailed, run_with_repair
@@ -35,7 +35,7 @@ def run_verifiers_stage(work: EnvWork, generator: Generator, runtime: Runtime, l
     def check(code: VerifierCode) -> VerifierCode:
         candidate = work.model_copy(update={"verifiers": code})
         bundle = assemble(candidate, generator)
-        failures = [r for r in probe_tasks(runtime, bundle) if not r.passed]
+        failures = [r for r in check_environment(runtime, bundle, reuse=True) if not r.passed and r.probe != "tool runs"]
         if failures:
             kind = "verifier_accepts_untouched" if any(r.probe == "untouched rejected" for r in failures) else "reference_rejected"
             raise CheckFailed(kind, "\n".join(f"{r.probe} failed for task {r.target}: {r.detail}" for r in failures))

@@ -1,0 +1,82 @@
+"""Generation throughput against an LLM with a fixed latency; every figure is measured in this run.
+
+    .venv/bin/python bench/generation.py [--count 8] [--concurrency 4] [--latency 5.0]
+
+A local OpenAI-compatible server answers each stage with procedural content after `latency`
+seconds. The `generate` flow (openai backend, Prefect test server) builds `count` environments
+with `concurrency` in parallel. The ideal wall time is the LLM time alone: one scenario call,
+then six stage calls per environment, `concurrency` environments at a time. Prints environments
+per hour (measured and ideal), pipeline overhead (target <= 10%), and per environment: LLM calls,
+tokens and cost. The last line is a JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+
+STAGE_CALLS = 6  # tasks, schema, seed, tool plan, tool code, verifiers
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--count", type=int, default=8)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--latency", type=float, default=5.0)
+    args = parser.parse_args()
+
+    home = Path(tempfile.mkdtemp(prefix="worldsmith-bench-gen-"))
+    os.environ["WORLDSMITH_HOME"] = str(home)
+    os.environ["WORLDSMITH_LLM_PRICES"] = json.dumps({"bench-model": {"input": 0.4, "output": 1.6}})
+    from llm_server import ProceduralLLM
+    from prefect.testing.utilities import prefect_test_harness
+    from sqlmodel import select
+
+    from worldsmith.flows.generate import GenerateParameters, run_generate
+    from worldsmith.models.catalog import StageAttempt
+    from worldsmith.settings import get_settings
+    from worldsmith.storage.catalog import open_catalog
+
+    server = ProceduralLLM(latency_s=args.latency)
+    with server.serve() as background, prefect_test_harness(server_startup_timeout=120):
+        os.environ["WORLDSMITH_LLM_BASE_URL"] = f"{background.url}/v1"
+        os.environ["WORLDSMITH_LLM_API_KEY"] = "sk-bench"
+        os.environ["WORLDSMITH_LLM_CONCURRENCY"] = str(max(8, args.concurrency * 2))
+        get_settings.cache_clear()
+        params = GenerateParameters(count=args.count, backend="openai", model="bench-model", concurrency=args.concurrency, seed=1)
+        started = time.perf_counter()
+        results = run_generate(params)
+        wall = time.perf_counter() - started
+    good = sum(r["status"] == "good" for r in results)
+    ideal = args.latency * (1 + math.ceil(args.count / args.concurrency) * STAGE_CALLS)
+    with open_catalog().session() as session:
+        attempts = session.exec(select(StageAttempt)).all()
+    calls = len(server.served)
+    figures = {
+        "environments": args.count, "good": good, "concurrency": args.concurrency, "latency_s": args.latency,
+        "wall_s": round(wall, 2), "ideal_s": round(ideal, 2),
+        "envs_per_hour": round(args.count / wall * 3600, 1), "ideal_envs_per_hour": round(args.count / ideal * 3600, 1),
+        "overhead": round(wall / ideal - 1, 4),
+        "llm_calls_per_env": round(calls / args.count, 2),
+        "tokens_per_env": round(sum(a.tokens_in + a.tokens_out for a in attempts) / args.count, 1),
+        "cost_usd_per_env": round(sum(a.cost_usd for a in attempts) / args.count, 6),
+    }
+    print(f"{good}/{args.count} environments good in {wall:.1f} s; ideal {ideal:.1f} s "
+          f"({figures['envs_per_hour']} vs {figures['ideal_envs_per_hour']} envs/hour; overhead {figures['overhead']:.1%}, target <= 10%)")
+    print(f"per environment: {figures['llm_calls_per_env']} LLM calls, {figures['tokens_per_env']} tokens, ${figures['cost_usd_per_env']}")
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
