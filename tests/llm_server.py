@@ -87,8 +87,24 @@ class ScriptedLLM:
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": len(content.split()), "total_tokens": prompt_tokens + len(content.split())},
         })
 
+    async def embeddings(self, request: Request) -> JSONResponse:
+        """Bag-of-words vectors over a fixed hashed vocabulary: similar texts get similar vectors."""
+        import hashlib
+
+        body = await request.json()
+        texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        self.requests.append(body)
+        data = []
+        for index, text in enumerate(texts):
+            vector = [0.0] * 64
+            for word in re.findall(r"[a-z]+", text.lower()):
+                vector[int(hashlib.md5(word.encode()).hexdigest(), 16) % 64] += 1.0
+            data.append({"object": "embedding", "index": index, "embedding": vector})
+        return JSONResponse({"object": "list", "data": data, "model": body.get("model"), "usage": {"prompt_tokens": 1, "total_tokens": 1}})
+
     def app(self) -> Starlette:
-        return Starlette(routes=[Route("/v1/chat/completions", self.completions, methods=["POST"])])
+        return Starlette(routes=[Route("/v1/chat/completions", self.completions, methods=["POST"]),
+                                 Route("/v1/embeddings", self.embeddings, methods=["POST"])])
 
     def serve(self) -> BackgroundServer:
         return BackgroundServer(self.app())

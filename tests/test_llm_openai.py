@@ -128,3 +128,18 @@ def test_parse_json_object_cases():
     assert parse_json_object('prefix {"a": {"b": "}"}} suffix') == {"a": {"b": "}"}}
     with pytest.raises(ValueError, match="no JSON object found"):
         parse_json_object("[1, 2]")
+
+
+def test_embeddings_for_scenario_dedup(llm):
+    from worldsmith.models.bundle import Scenario
+    from worldsmith.tasks.scenario import novel
+
+    gen = generator(llm)
+    vectors = gen.embed(["an online shoe store", "an online shoe shop", "a hospital"], "embed-model")
+    assert len(vectors) == 3 and len(vectors[0]) == 64
+    seeds = [Scenario(name="Shoes", description="An online store selling shoes and boots to customers.")]
+    close = Scenario(name="Boots", description="An online store selling boots and shoes to customers.")
+    far = Scenario(name="Clinic", description="Patients book doctor appointments and refill prescriptions.")
+    accepted, dropped = novel([close, far], seeds, embed=lambda texts: gen.embed(texts, "embed-model"))
+    assert accepted == [far] and "near-duplicate of 'Shoes'" in dropped[0]
+    assert llm.requests[-1]["model"] == "embed-model"

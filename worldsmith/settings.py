@@ -30,6 +30,7 @@ class Settings(BaseSettings):
     llm_timeout_s: float = Field(120.0, gt=0, description="Timeout of one LLM call.")
     llm_concurrency: int = Field(8, ge=1, description="LLM calls in flight at once, per process.")
     llm_retries: int = Field(5, ge=0, description="Retries of a call on 429, 5xx, timeouts and connection errors.")
+    llm_embeddings_model: str | None = Field(None, description="Embeddings model for scenario dedup (same endpoint); unset: TF-IDF.")
     llm_prices: dict[str, dict[str, float]] = Field(
         default_factory=dict,
         description='USD per million tokens by model, e.g. {"gpt-4.1-mini": {"input": 0.4, "output": 1.6}}.',

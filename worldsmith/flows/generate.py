@@ -125,10 +125,19 @@ def _results_storage() -> Path:
     return path
 
 
+def embedder(generator: Generator):
+    """Embeddings for scenario dedup when an embeddings model is configured (openai backend), else None (TF-IDF)."""
+    model = get_settings().llm_embeddings_model
+    if model and hasattr(generator, "embed"):
+        return lambda texts: generator.embed(texts, model)
+    return None
+
+
 @task(name="scenario", retries=3, retry_delay_seconds=[2, 10, 30], retry_condition_fn=transient_only, cache_policy=INPUTS, persist_result=True)
 def scenario_stage(key: str, seeds: list[Scenario], count: int) -> list[Scenario]:
     resources = _resources(key)
-    return expand_scenarios(seeds, count, resources.generator, resources.log, max_attempts=resources.max_attempts)
+    return expand_scenarios(seeds, count, resources.generator, resources.log, max_attempts=resources.max_attempts,
+                            embed=embedder(resources.generator))
 
 
 def _stage_task(stage: str):

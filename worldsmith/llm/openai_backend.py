@@ -131,6 +131,22 @@ class OpenAIGenerator:
                 raise TransientFault(f"{usage.calls} attempts failed; last: {_describe(exc)}") from exc
             raise
 
+    def embed(self, texts: list[str], model: str) -> list[list[float]]:
+        """Embeddings of `texts` from the endpoint's embeddings API (retried like completions)."""
+        retrying = Retrying(stop=stop_after_attempt(self.retries + 1), wait=self._wait, retry=retry_if_exception(_is_transient), reraise=True)
+
+        def call() -> list[list[float]]:
+            with self._slots:
+                response = self.client.embeddings.create(model=model, input=texts)
+            return [item.embedding for item in sorted(response.data, key=lambda d: d.index)]
+
+        try:
+            return retrying(call)
+        except Exception as exc:
+            if _is_transient(exc):
+                raise TransientFault(f"embeddings failed: {_describe(exc)}") from exc
+            raise
+
     def generate(self, prompt: Prompt, spec: type[Spec]) -> Generation[Spec]:
         usage = Usage()
         try:
