@@ -98,20 +98,20 @@ def _content(home: Path) -> set[tuple[str, int, str]]:
 @pytest.mark.slow
 def test_killed_run_resumes_to_the_same_catalog(prefect_api, tmp_path):
     interrupted, clean = tmp_path / "interrupted", tmp_path / "clean"
-    process = _generate_process(interrupted, 4)
+    process = _generate_process(interrupted, 6)
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and process.poll() is None:
         if (interrupted / "catalog.db").exists() and len(_content(interrupted)) >= 1:
             break
-        time.sleep(0.2)
+        time.sleep(0.1)
     assert process.poll() is None, "the run finished before it could be killed"
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     partial = _content(interrupted)
-    assert 1 <= len(partial) < 4
+    assert 1 <= len(partial) < 6
 
-    assert _generate_process(interrupted, 4).wait(timeout=300) == 0
-    assert _generate_process(clean, 4).wait(timeout=300) == 0
+    assert _generate_process(interrupted, 6).wait(timeout=300) == 0
+    assert _generate_process(clean, 6).wait(timeout=300) == 0
     resumed = _content(interrupted)
-    assert resumed == _content(clean) and len(resumed) == 4  # same environments, none twice
+    assert resumed == _content(clean) and len(resumed) == 6  # same environments, none twice
     assert partial <= resumed

@@ -1,6 +1,10 @@
 """The `generate` flow: seed scenarios -> new scenarios -> one environment each (stages as
 Prefect tasks with retries for transient faults and their own repair loops) -> published.
 
+Fan-out: a thread pool (`concurrency` environments at once). Each process that runs tasks builds
+its own generator, sandbox runtime and attempt log from the run's parameters, so tasks need
+nothing but their (serialisable) arguments.
+
 Resumable: stage tasks are cached by their inputs (persisted under WORLDSMITH_HOME), so running
 the flow again after a crash or kill reuses every finished stage, and publishing is idempotent, so
 no environment is duplicated.
@@ -8,6 +12,7 @@ no environment is duplicated.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import threading
@@ -20,13 +25,16 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_progress_artifact, create_table_artifact, update_progress_artifact
 from prefect.cache_policies import INPUTS
 from prefect.context import get_run_context
+from prefect.futures import as_completed
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, Field
+from sqlmodel import select
 
 from worldsmith.llm.backend import Generator
 from worldsmith.llm.errors import TransientFault
 from worldsmith.llm.prompts import prompt_version
 from worldsmith.models.bundle import Scenario
+from worldsmith.models.catalog import StageAttempt
 from worldsmith.runtime.episode import Runtime
 from worldsmith.settings import get_settings
 from worldsmith.storage.catalog import open_catalog
@@ -40,6 +48,7 @@ from worldsmith.tasks.work import EnvWork
 
 #: The 100 seed scenarios shipped with worldsmith (real products; the AWM paper's seed set).
 DEFAULT_SCENARIOS = Path(__file__).resolve().parents[1] / "data" / "seed_scenarios.jsonl"
+CACHED = INPUTS - "run_id"  # a rerun (new run id) reuses what an earlier run finished
 
 
 class GenerateParameters(BaseModel):
@@ -62,20 +71,16 @@ class GenerateParameters(BaseModel):
 
 @dataclass
 class RunResources:
+    """What tasks of one run need in this process."""
+
     generator: Generator
     runtime: Runtime
     log: AttemptLog
     max_attempts: int
-    on_progress: Callable[[dict[str, Any]], None] | None = None
 
 
-_RESOURCES: dict[str, RunResources] = {}
-_PROGRESS_HOOKS: dict[str, Callable[[dict[str, Any]], None]] = {}
+_RESOURCES: dict[tuple[str, str], RunResources] = {}
 _LOCK = threading.Lock()
-
-
-def _resources(key: str) -> RunResources:
-    return _RESOURCES[key]
 
 
 def make_generator(params: GenerateParameters) -> Generator:
@@ -86,6 +91,24 @@ def make_generator(params: GenerateParameters) -> Generator:
     from worldsmith.llm.procedural.backend import ProceduralGenerator
 
     return ProceduralGenerator(seed=params.seed, fault_rate=params.fault_rate)
+
+
+def resources(params: GenerateParameters, run_id: str) -> RunResources:
+    """This process's resources for the run, built on first use by whichever task needs them."""
+    key = (params.key(), run_id)
+    with _LOCK:
+        if key not in _RESOURCES:
+            runtime = Runtime()
+            atexit.register(runtime.close)
+            _RESOURCES[key] = RunResources(make_generator(params), runtime, AttemptLog(run_id, open_catalog()), params.max_attempts)
+        return _RESOURCES[key]
+
+
+def release(params: GenerateParameters, run_id: str) -> None:
+    with _LOCK:
+        found = _RESOURCES.pop((params.key(), run_id), None)
+    if found is not None:
+        found.runtime.close()
 
 
 def load_scenarios(path: str | Path | None) -> list[Scenario]:
@@ -133,17 +156,16 @@ def embedder(generator: Generator):
     return None
 
 
-@task(name="scenario", retries=3, retry_delay_seconds=[2, 10, 30], retry_condition_fn=transient_only, cache_policy=INPUTS, persist_result=True)
-def scenario_stage(key: str, seeds: list[Scenario], count: int) -> list[Scenario]:
-    resources = _resources(key)
-    return expand_scenarios(seeds, count, resources.generator, resources.log, max_attempts=resources.max_attempts,
-                            embed=embedder(resources.generator))
+@task(name="scenario", retries=3, retry_delay_seconds=[2, 10, 30], retry_condition_fn=transient_only, cache_policy=CACHED, persist_result=True)
+def scenario_stage(params: GenerateParameters, run_id: str, seeds: list[Scenario]) -> list[Scenario]:
+    r = resources(params, run_id)
+    return expand_scenarios(seeds, params.count, r.generator, r.log, max_attempts=r.max_attempts, embed=embedder(r.generator))
 
 
 def _stage_task(stage: str):
-    @task(name=stage, retries=3, retry_delay_seconds=[2, 10, 30], retry_condition_fn=transient_only, cache_policy=INPUTS, persist_result=True)
-    def stage_task(key: str, work: EnvWork, feedback: str | None) -> EnvWork:
-        r = _resources(key)
+    @task(name=stage, retries=3, retry_delay_seconds=[2, 10, 30], retry_condition_fn=transient_only, cache_policy=CACHED, persist_result=True)
+    def stage_task(params: GenerateParameters, run_id: str, work: EnvWork, feedback: str | None) -> EnvWork:
+        r = resources(params, run_id)
         return run_stage(stage, work, r.generator, r.runtime, r.log, r.max_attempts, feedback)
 
     return stage_task
@@ -152,21 +174,20 @@ def _stage_task(stage: str):
 STAGE_TASKS = {stage: _stage_task(stage) for stage in ("tasks", "database", "tools", "verifiers")}
 
 
-@task(name="validate", cache_policy=INPUTS, persist_result=True)
-def validate_stage(key: str, work: EnvWork, round_number: int) -> Validation:
-    r = _resources(key)
+@task(name="validate", cache_policy=CACHED, persist_result=True)
+def validate_stage(params: GenerateParameters, run_id: str, work: EnvWork, round_number: int) -> Validation:
+    r = resources(params, run_id)
     return run_validate_stage(work, r.generator, r.runtime, r.log, round_number)
 
 
-@task(name="build-environment", retries=2, retry_condition_fn=transient_only)
-def build_environment_task(key: str, scenario: Scenario, seed: int) -> dict[str, Any]:
+def build_environment_run(params: GenerateParameters, run_id: str, scenario: Scenario) -> dict[str, Any]:
     """One environment through every stage, then published (good, or failed with its reason)."""
-    r = _resources(key)
+    r = resources(params, run_id)
     storage = _results_storage()
     result = build_environment(
-        scenario, seed, r.generator, r.runtime, r.log, r.max_attempts,
-        stage_runner=lambda stage, work, feedback: STAGE_TASKS[stage].with_options(result_storage=storage)(key, work, feedback),
-        validator=lambda work, round_number: validate_stage.with_options(result_storage=storage)(key, work, round_number),
+        scenario, params.seed, r.generator, r.runtime, r.log, r.max_attempts,
+        stage_runner=lambda stage, work, feedback: STAGE_TASKS[stage].with_options(result_storage=storage)(params, run_id, work, feedback),
+        validator=lambda work, round_number: validate_stage.with_options(result_storage=storage)(params, run_id, work, round_number),
     )
     summary: dict[str, Any] = {"env_id": result.env_id, "scenario": scenario.name, "status": "failed", "ref": None, "reason": result.reason}
     if result.bundle is not None:
@@ -174,40 +195,42 @@ def build_environment_task(key: str, scenario: Scenario, seed: int) -> dict[str,
         store = open_store(settings.resolved_store_url(), endpoint_url=settings.s3_endpoint_url)
         published = publish(result.bundle, store, open_catalog(), result.checks)
         summary.update(status=published.version.status, ref=published.version.ref, reason=published.version.failure_reason or result.reason)
-    if r.on_progress:
-        r.on_progress(summary)
     return summary
+
+
+build_environment_task = task(build_environment_run, name="build-environment", retries=2, retry_condition_fn=transient_only)
+
+
+#: Callbacks of runs started by `run_generate` in this process (kept out of the flow's parameters,
+#: which travel to the Prefect API).
+_PROGRESS_HOOKS: dict[str, Callable[[dict[str, Any]], None]] = {}
 
 
 @flow(name="generate", log_prints=True)
 def generate(params: GenerateParameters = GenerateParameters()) -> list[dict[str, Any]]:
     """Generate `params.count` environments and publish them."""
+    on_progress = _PROGRESS_HOOKS.get(params.key())
     logger = get_run_logger()
     context = get_run_context()
     run_id = str(context.flow_run.id) if context and getattr(context, "flow_run", None) else params.key()
-    key = params.key()
     storage = _results_storage()
     seeds = load_scenarios(params.scenario_file)
-    # Import the quality gate's libraries while the first LLM calls are in flight.
-    threading.Thread(target=_warm_imports, daemon=True, name="warm-imports").start()
-    with Runtime() as runtime:
-        resources = RunResources(make_generator(params), runtime, AttemptLog(run_id, open_catalog()), params.max_attempts,
-                                 _PROGRESS_HOOKS.get(key))
-        with _LOCK:
-            _RESOURCES[key] = resources
-        try:
-            scenarios = scenario_stage.with_options(result_storage=storage)(key, seeds, params.count)
-            progress = create_progress_artifact(0.0, key="generation-progress", description=f"{len(scenarios)} environments")
-            futures = [build_environment_task.submit(key, scenario, params.seed) for scenario in scenarios]
-            results = []
-            for done, future in enumerate(futures, start=1):
-                results.append(future.result())
-                update_progress_artifact(progress, 100.0 * done / len(futures))
-        finally:
-            with _LOCK:
-                _RESOURCES.pop(key, None)
-    summary = stage_summary(resources.log.attempts)
-    create_table_artifact(summary, key="generation-stages", description="Per stage: first-attempt success, repair and failure rates, attempts, tokens, cost")
+    threading.Thread(target=_warm_imports, daemon=True, name="warm-imports").start()  # while the first LLM calls run
+    try:
+        scenarios = scenario_stage.with_options(result_storage=storage)(params, run_id, seeds)
+        progress = create_progress_artifact(0.0, key="generation-progress", description=f"{len(scenarios)} environments")
+        futures = [build_environment_task.submit(params, run_id, scenario) for scenario in scenarios]
+        for done, future in enumerate(as_completed(futures), start=1):
+            update_progress_artifact(progress, 100.0 * done / len(futures))
+            if on_progress is not None:
+                on_progress(future.result())
+        results = [future.result() for future in futures]
+    finally:
+        release(params, run_id)
+    with open_catalog().session() as session:
+        attempts = session.exec(select(StageAttempt).where(StageAttempt.run_id == run_id)).all()
+    create_table_artifact(stage_summary(list(attempts)), key="generation-stages",
+                          description="Per stage: first-attempt success, repair and failure rates, attempts, tokens, cost")
     create_table_artifact(results, key="generation-environments", description="Environments of this run")
     good = sum(1 for r in results if r["status"] == "good")
     create_markdown_artifact(f"# Generation run\n\n{good} of {len(results)} environments published as good "
@@ -218,10 +241,9 @@ def generate(params: GenerateParameters = GenerateParameters()) -> list[dict[str
 
 def run_generate(params: GenerateParameters, on_progress: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """Run the flow in this process (against the configured Prefect API or an ephemeral one)."""
-    key = params.key()
     if on_progress is not None:
-        _PROGRESS_HOOKS[key] = on_progress
+        _PROGRESS_HOOKS[params.key()] = on_progress
     try:
         return generate.with_options(task_runner=ThreadPoolTaskRunner(max_workers=params.concurrency))(params)
     finally:
-        _PROGRESS_HOOKS.pop(key, None)
+        _PROGRESS_HOOKS.pop(params.key(), None)
