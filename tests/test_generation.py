@@ -100,3 +100,11 @@ def test_scenarios_expand_without_near_duplicates():
 
 def test_the_same_scenario_and_seed_give_the_same_world():
     assert world_for(SEEDS[5], 1).tools_py == world_for(SEEDS[5], 1).tools_py
+
+
+def test_categories_are_kept_balanced_when_there_are_more_candidates():
+    from worldsmith.tasks.scenario import balanced
+
+    make = lambda name, category: Scenario(name=name, description=f"{name} does {category} things", categories=[category])  # noqa: E731
+    candidates = [make("A1", "retail"), make("A2", "retail"), make("A3", "retail"), make("B1", "travel"), make("C1", "banking")]
+    assert [s.name for s in balanced(candidates, [make("X", "retail")], 3)] == ["B1", "C1", "A1"]

@@ -80,6 +80,25 @@ def expand_scenarios(seeds: list[Scenario], count: int, generator: Generator, lo
                 raise CheckFailed("duplicates", "every proposed scenario was a near-duplicate: " + "; ".join(dropped[:10]))
             return fresh
 
-        accepted += run_with_repair(stage="scenario", env_id=None, generator=generator, prompt=prompt, spec=ScenarioBatch,
-                                    check=check, log=log, max_attempts=max_attempts)[:missing]
+        fresh = run_with_repair(stage="scenario", env_id=None, generator=generator, prompt=prompt, spec=ScenarioBatch,
+                                check=check, log=log, max_attempts=max_attempts)
+        accepted += balanced(fresh, accepted, missing)
     return accepted
+
+
+def _category(scenario: Scenario) -> str:
+    return scenario.categories[0].lower() if scenario.categories else "uncategorised"
+
+
+def balanced(candidates: list[Scenario], accepted: list[Scenario], take: int) -> list[Scenario]:
+    """Up to `take` candidates, each time from the category least represented so far."""
+    counts: dict[str, int] = {}
+    for scenario in accepted:
+        counts[_category(scenario)] = counts.get(_category(scenario), 0) + 1
+    pool, chosen = list(candidates), []
+    while pool and len(chosen) < take:
+        best = min(pool, key=lambda s: (counts.get(_category(s), 0), pool.index(s)))
+        pool.remove(best)
+        chosen.append(best)
+        counts[_category(best)] = counts.get(_category(best), 0) + 1
+    return chosen
