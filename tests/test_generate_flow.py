@@ -115,3 +115,13 @@ def test_killed_run_resumes_to_the_same_catalog(prefect_api, tmp_path):
     resumed = _content(interrupted)
     assert resumed == _content(clean) and len(resumed) == 6  # same environments, none twice
     assert partial <= resumed
+
+
+def test_an_environment_whose_stage_runs_out_of_attempts_is_recorded_as_failed(prefect_api, home):
+    # seed 21: the scenario stage's first attempt is clean at this fault rate, the environment's stages are not
+    results = run_generate(GenerateParameters(count=1, seed=21, fault_rate=0.9, max_attempts=1, concurrency=1))
+    assert results[0]["status"] == "failed" and "failed after 1 attempts" in results[0]["reason"]
+    with catalog_at(home).session() as session:
+        assert session.exec(select(EnvironmentVersion)).all() == []  # nothing failed is published as good
+        marks = session.exec(select(StageAttempt).where(StageAttempt.stage == "environment")).all()
+    assert len(marks) == 1 and marks[0].env_id == results[0]["env_id"] and marks[0].error_class.endswith("_exhausted")

@@ -190,7 +190,10 @@ def build_environment_run(params: GenerateParameters, run_id: str, scenario: Sce
         validator=lambda work, round_number: validate_stage.with_options(result_storage=storage)(params, run_id, work, round_number),
     )
     summary: dict[str, Any] = {"env_id": result.env_id, "scenario": scenario.name, "status": "failed", "ref": None, "reason": result.reason}
-    if result.bundle is not None:
+    if result.bundle is None:  # a stage ran out of attempts: nothing to publish; the failure is on record
+        r.log.record(env_id=result.env_id, stage="environment", attempt=1, outcome="failure",
+                     error_class=f"{result.failed_stage}_exhausted", error_text=result.reason)
+    else:
         settings = get_settings()
         store = open_store(settings.resolved_store_url(), endpoint_url=settings.s3_endpoint_url)
         published = publish(result.bundle, store, open_catalog(), result.checks)
