@@ -125,3 +125,16 @@ def test_an_environment_whose_stage_runs_out_of_attempts_is_recorded_as_failed(p
         assert session.exec(select(EnvironmentVersion)).all() == []  # nothing failed is published as good
         marks = session.exec(select(StageAttempt).where(StageAttempt.stage == "environment")).all()
     assert len(marks) == 1 and marks[0].env_id == results[0]["env_id"] and marks[0].error_class.endswith("_exhausted")
+
+
+@pytest.mark.slow
+def test_generate_fans_out_on_a_dask_cluster(prefect_api, home, monkeypatch):
+    monkeypatch.setenv("WORLDSMITH_TASK_RUNNER", "dask")
+    monkeypatch.setenv("WORLDSMITH_DASK_WORKERS", "1")
+    monkeypatch.setenv("WORLDSMITH_SANDBOX_WORKERS", "1")
+    get_settings.cache_clear()
+    results = run_generate(GenerateParameters(count=2, seed=6, concurrency=2))
+    assert [r["status"] for r in results] == ["good", "good"]
+    assert all(not r["built_by"].endswith(f":{os.getpid()}") for r in results)  # built in a Dask worker process
+    with catalog_at(home).session() as session:
+        assert len(session.exec(select(EnvironmentVersion)).all()) == 2

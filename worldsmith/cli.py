@@ -380,7 +380,8 @@ def generate_command(
 
     params = GenerateParameters(count=count, backend=backend, model=model, seed=seed, concurrency=concurrency,
                                 scenario_file=str(scenarios) if scenarios else None, max_attempts=max_attempts, fault_rate=fault_rate)
-    with Progress(console=console) as progress:
+    # stdout stays the real one: Prefect serialises the run context for Dask workers
+    with Progress(console=console, redirect_stdout=False, redirect_stderr=False) as progress:
         bar = progress.add_task("generating environments", total=count)
         results = run_generate(params, on_progress=lambda summary: progress.advance(bar))
     table = Table(title=f"{len(results)} environments")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -35,6 +36,11 @@ class Settings(BaseSettings):
         default_factory=dict,
         description='USD per million tokens by model, e.g. {"gpt-4.1-mini": {"input": 0.4, "output": 1.6}}.',
     )
+
+    # Flows
+    task_runner: Literal["threads", "dask"] = Field("threads", description="How flows fan out: threads here, or a Dask cluster.")
+    dask_address: str | None = Field(None, description="Scheduler of an existing Dask cluster; unset: a local cluster.")
+    dask_workers: int = Field(2, ge=1, description="Worker processes of the local Dask cluster.")
 
     # Sandbox (see docs/security.md)
     sandbox_workers: int = Field(0, ge=0, description="Worker processes; 0 means one per CPU core (at least 2).")

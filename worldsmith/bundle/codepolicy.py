@@ -7,6 +7,17 @@ statically; the worker enforces the same allowlist at run time through restricte
 from __future__ import annotations
 
 import ast
+import threading
+
+# CPython 3.11's AST constructor keeps its recursion bookkeeping per interpreter, and concurrent
+# ast.parse calls from threads can corrupt it ("AST constructor recursion depth mismatch").
+_PARSE_LOCK = threading.Lock()
+
+
+def parse_source(source: str, filename: str = "<generated>", mode: str = "exec") -> ast.AST:
+    """ast.parse, one call at a time in this process."""
+    with _PARSE_LOCK:
+        return ast.parse(source, filename=filename, mode=mode)
 
 #: Top-level modules generated code may import.
 ALLOWED_MODULES: frozenset[str] = frozenset(
@@ -55,7 +66,7 @@ def check_source(source: str, filename: str) -> list[tuple[int, str]]:
     A syntax error is reported as a violation at its line.
     """
     try:
-        tree = ast.parse(source, filename=filename)
+        tree = parse_source(source, filename)
     except SyntaxError as exc:
         return [(exc.lineno or 1, f"syntax error: {exc.msg}")]
     problems: list[tuple[int, str]] = []

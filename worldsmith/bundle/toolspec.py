@@ -10,6 +10,7 @@ import ast
 import re
 from typing import Any
 
+from worldsmith.bundle.codepolicy import parse_source
 from worldsmith.bundle.errors import BundleIssue
 
 FILE = "tools.py"
@@ -29,7 +30,7 @@ def _annotation_schema(node: ast.expr) -> dict[str, Any]:
     if isinstance(node, ast.Constant) and node.value is None:
         return {"type": "null"}
     if isinstance(node, ast.Constant) and isinstance(node.value, str):  # string annotation
-        return _annotation_schema(ast.parse(node.value, mode="eval").body)
+        return _annotation_schema(parse_source(node.value, mode="eval").body)
     if isinstance(node, ast.Name) and node.id in _SCALARS:
         return dict(_SCALARS[node.id])
     if isinstance(node, ast.Attribute) and node.attr in _SCALARS:  # typing.Any
@@ -100,7 +101,7 @@ def derive_tool_schemas(source: str) -> tuple[list[dict[str, Any]], list[BundleI
     """`tools.json` entries for every tool in `source`, and every defect that prevents one."""
     issues: list[BundleIssue] = []
     try:
-        tree = ast.parse(source, filename=FILE)
+        tree = parse_source(source, FILE)
     except SyntaxError as exc:
         return [], [BundleIssue(FILE, f"syntax error: {exc.msg}", exc.lineno)]
     tools: list[dict[str, Any]] = []
@@ -166,7 +167,7 @@ def derive_tool_schemas(source: str) -> tuple[list[dict[str, Any]], list[BundleI
 
 def function_signatures(source: str) -> dict[str, tuple[int, int]]:
     """`{name: (line, number of positional parameters)}` for the top-level functions of `source`."""
-    tree = ast.parse(source)
+    tree = parse_source(source)
     return {
         node.name: (node.lineno, len(node.args.posonlyargs + node.args.args))
         for node in tree.body

@@ -1,9 +1,10 @@
 """The `generate` flow: seed scenarios -> new scenarios -> one environment each (stages as
 Prefect tasks with retries for transient faults and their own repair loops) -> published.
 
-Fan-out: a thread pool (`concurrency` environments at once). Each process that runs tasks builds
-its own generator, sandbox runtime and attempt log from the run's parameters, so tasks need
-nothing but their (serialisable) arguments.
+Fan-out: a thread pool (`concurrency` environments at once), or a Dask cluster when configured
+(`WORLDSMITH_TASK_RUNNER=dask`). Each process that runs tasks builds its own generator, sandbox
+runtime and attempt log from the run's parameters, so tasks need nothing but their (serialisable)
+arguments.
 
 Resumable: stage tasks are cached by their inputs (persisted under WORLDSMITH_HOME), so running
 the flow again after a crash or kill reuses every finished stage, and publishing is idempotent, so
@@ -15,6 +16,9 @@ from __future__ import annotations
 import atexit
 import hashlib
 import json
+import math
+import os
+import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -189,7 +193,8 @@ def build_environment_run(params: GenerateParameters, run_id: str, scenario: Sce
         stage_runner=lambda stage, work, feedback: STAGE_TASKS[stage].with_options(result_storage=storage)(params, run_id, work, feedback),
         validator=lambda work, round_number: validate_stage.with_options(result_storage=storage)(params, run_id, work, round_number),
     )
-    summary: dict[str, Any] = {"env_id": result.env_id, "scenario": scenario.name, "status": "failed", "ref": None, "reason": result.reason}
+    summary: dict[str, Any] = {"env_id": result.env_id, "scenario": scenario.name, "status": "failed", "ref": None,
+                               "reason": result.reason, "built_by": f"{socket.gethostname()}:{os.getpid()}"}
     if result.bundle is None:  # a stage ran out of attempts: nothing to publish; the failure is on record
         r.log.record(env_id=result.env_id, stage="environment", attempt=1, outcome="failure",
                      error_class=f"{result.failed_stage}_exhausted", error_text=result.reason)
@@ -204,15 +209,15 @@ def build_environment_run(params: GenerateParameters, run_id: str, scenario: Sce
 build_environment_task = task(build_environment_run, name="build-environment", retries=2, retry_condition_fn=transient_only)
 
 
-#: Callbacks of runs started by `run_generate` in this process (kept out of the flow's parameters,
-#: which travel to the Prefect API).
-_PROGRESS_HOOKS: dict[str, Callable[[dict[str, Any]], None]] = {}
+#: Environments finished so far, per run started by `run_generate` in this process. Plain data
+#: only: the flow's module globals may travel to Dask workers, callbacks must not.
+_FINISHED: dict[str, list[dict[str, Any]]] = {}
 
 
 @flow(name="generate", log_prints=True)
 def generate(params: GenerateParameters = GenerateParameters()) -> list[dict[str, Any]]:
     """Generate `params.count` environments and publish them."""
-    on_progress = _PROGRESS_HOOKS.get(params.key())
+    finished = _FINISHED.get(params.key())
     logger = get_run_logger()
     context = get_run_context()
     run_id = str(context.flow_run.id) if context and getattr(context, "flow_run", None) else params.key()
@@ -225,8 +230,8 @@ def generate(params: GenerateParameters = GenerateParameters()) -> list[dict[str
         futures = [build_environment_task.submit(params, run_id, scenario) for scenario in scenarios]
         for done, future in enumerate(as_completed(futures), start=1):
             update_progress_artifact(progress, 100.0 * done / len(futures))
-            if on_progress is not None:
-                on_progress(future.result())
+            if finished is not None:
+                finished.append(future.result())
         results = [future.result() for future in futures]
     finally:
         release(params, run_id)
@@ -242,11 +247,46 @@ def generate(params: GenerateParameters = GenerateParameters()) -> list[dict[str
     return results
 
 
+def task_runner(concurrency: int) -> Any:
+    """Threads in this process (default), or a Dask cluster when `WORLDSMITH_TASK_RUNNER=dask`:
+    the one at `WORLDSMITH_DASK_ADDRESS`, else a local cluster of `WORLDSMITH_DASK_WORKERS` processes."""
+    settings = get_settings()
+    if settings.task_runner != "dask":
+        return ThreadPoolTaskRunner(max_workers=concurrency)
+    from prefect_dask import DaskTaskRunner
+
+    if settings.dask_address:
+        return DaskTaskRunner(address=settings.dask_address)
+    threads = max(1, math.ceil(concurrency / settings.dask_workers))
+    return DaskTaskRunner(cluster_kwargs={"n_workers": settings.dask_workers, "threads_per_worker": threads,
+                                          "processes": True, "dashboard_address": None})
+
+
 def run_generate(params: GenerateParameters, on_progress: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """Run the flow in this process (against the configured Prefect API or an ephemeral one)."""
-    if on_progress is not None:
-        _PROGRESS_HOOKS[params.key()] = on_progress
+    if on_progress is None:
+        return generate.with_options(task_runner=task_runner(params.concurrency))(params)
+    finished: list[dict[str, Any]] = []
+    _FINISHED[params.key()] = finished
+    outcome: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            outcome["results"] = generate.with_options(task_runner=task_runner(params.concurrency))(params)
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=run, name="generate-flow")
+    worker.start()
+    reported = 0
     try:
-        return generate.with_options(task_runner=ThreadPoolTaskRunner(max_workers=params.concurrency))(params)
+        while worker.is_alive() or reported < len(finished):
+            worker.join(timeout=0.2)
+            while reported < len(finished):
+                on_progress(finished[reported])
+                reported += 1
     finally:
-        _PROGRESS_HOOKS.pop(params.key(), None)
+        _FINISHED.pop(params.key(), None)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["results"]
