@@ -3,9 +3,7 @@ faults in the middle of a publish, fetch round trips, migrations."""
 
 from __future__ import annotations
 
-import shutil
 import threading
-from pathlib import Path
 
 import pytest
 from sqlmodel import select

@@ -4,7 +4,6 @@ between installations."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest

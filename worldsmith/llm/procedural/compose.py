@@ -78,8 +78,7 @@ def _column_sql(f: Field) -> str:
         check = f" CHECK ({f.name} >= {min(0, f.low)})"
     elif f.kind == "bool":
         check = f" CHECK ({f.name} IN (0, 1))"
-    unique = ""
-    return f"    {f.name} {kind} NOT NULL{unique}{check}"
+    return f"    {f.name} {kind} NOT NULL{check}"
 
 
 def schema_sql(domain: Domain) -> str:

@@ -8,7 +8,7 @@ import random
 from typing import Any
 
 from worldsmith.llm.procedural.blocks import Domain, Entity, Field, Transition
-from worldsmith.llm.procedural.compose import Rows, TaskDraft, _fk, _singular_of, ident, words
+from worldsmith.llm.procedural.compose import Rows, TaskDraft, _fk, ident, words
 
 TASKS = 10
 
