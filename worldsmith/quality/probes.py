@@ -3,6 +3,7 @@ its untouched state is rejected, its replay is deterministic. `worldsmith env ch
 
 from __future__ import annotations
 
+import random
 import sqlite3
 import threading
 from collections import OrderedDict
@@ -23,10 +24,12 @@ class ProbeResult:
     detail: str = ""
 
 
-class _SeedValues:
-    """Plausible argument values taken from the seeded database, by column name."""
+class SeedValues:
+    """Plausible argument values taken from the seeded database, by column name (the first found,
+    or a random one when given `rng`)."""
 
-    def __init__(self, world: bytes):
+    def __init__(self, world: bytes, rng: random.Random | None = None):
+        self.rng = rng
         conn = sqlite3.connect(":memory:")
         conn.deserialize(world)
         self.columns: dict[str, list[Any]] = {}
@@ -48,13 +51,13 @@ class _SeedValues:
         kinds = schema.get("type", "string")
         kind = next((k for k in kinds if k != "null"), "string") if isinstance(kinds, list) else kinds
         wanted = {"integer": int, "number": (int, float), "string": str, "boolean": bool}.get(kind)
-        for candidate in self.columns.get(name, []):
-            if wanted and isinstance(candidate, wanted):
-                return candidate
+        candidates = [c for c in self.columns.get(name, []) if wanted and isinstance(c, wanted) and not isinstance(c, bool) or kind == "boolean" and isinstance(c, bool)]
+        if candidates:
+            return self.rng.choice(candidates) if self.rng else candidates[0]
         return {"integer": 1, "number": 1.0, "string": "test", "boolean": True, "array": [], "object": {}}.get(kind, "test")
 
 
-def sample_arguments(tool: dict[str, Any], seeds: _SeedValues) -> dict[str, Any]:
+def sample_arguments(tool: dict[str, Any], seeds: SeedValues) -> dict[str, Any]:
     """Arguments for every required parameter of `tool`, drawn from the seed data where possible."""
     params = tool["parameters"]
     return {name: seeds.value(name, params["properties"][name]) for name in params.get("required", [])}
@@ -67,7 +70,7 @@ def probe_tools(runtime: Runtime, bundle: Bundle) -> list[ProbeResult]:
     for task in bundle.tasks:
         for step in task.solution:
             calls.setdefault(step.tool, step.arguments)
-    seeds = _SeedValues(bundle.world)
+    seeds = SeedValues(bundle.world)
     results = []
     with runtime.open_episode(bundle) as episode:
         for tool in bundle.tools:

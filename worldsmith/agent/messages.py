@@ -1,0 +1,30 @@
+"""Chat messages, tool calls and policy turns exchanged in an episode (OpenAI-style roles)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+
+class ToolCall(BaseModel):
+    id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class Message(BaseModel):
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    tool_call_id: str | None = None
+
+
+class PolicyTurn(BaseModel):
+    """What a policy produced for one turn: an assistant message, or a format error."""
+
+    message: Message | None = None
+    format_error: str | None = None
+    tokens_in: int = 0
+    tokens_out: int = 0
+    seconds: float = 0.0
