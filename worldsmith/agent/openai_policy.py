@@ -1,0 +1,96 @@
+"""A policy backed by an OpenAI-compatible chat model: native tool calls, or the text format
+`<tool_call>{"name": ..., "arguments": {...}}</tool_call>` for models without tool calling."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from typing import Any, Literal
+
+import openai
+
+from worldsmith.agent.messages import Message, PolicyTurn, ToolCall
+from worldsmith.bundle.loader import Bundle
+from worldsmith.models.bundle import TaskSpec
+
+_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
+TEXT_FORMAT = ('\n\nTo call a tool, write <tool_call>{"name": "<tool>", "arguments": {...}}</tool_call> '
+               "(one block per call). Tool results come back in <tool_response> blocks. Reply without a block when done.")
+
+
+def parse_text_calls(content: str, turn: int) -> tuple[list[ToolCall], str | None]:
+    """Tool calls written in the text format; a malformed block is a format error."""
+    calls = []
+    for index, block in enumerate(_TOOL_CALL.findall(content), start=1):
+        try:
+            data = json.loads(block)
+        except json.JSONDecodeError as exc:
+            return [], f"tool call {index} is not valid JSON: {exc.msg}"
+        if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not isinstance(data.get("arguments", {}), dict):
+            return [], f"tool call {index} must be {{\"name\": str, \"arguments\": object}}"
+        calls.append(ToolCall(id=f"call_{turn}_{index}", name=data["name"], arguments=data.get("arguments", {})))
+    if not calls and "<tool_call>" in content:
+        return [], "unterminated <tool_call> block"
+    return calls, None
+
+
+class OpenAIPolicy:
+    """Chat with an OpenAI-compatible endpoint; `mode` is "native" (tools parameter) or "text"."""
+
+    def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None, mode: Literal["native", "text"] = "native",
+                 temperature: float = 0.0, max_tokens: int = 1024, timeout_s: float = 60.0):
+        self.name = f"openai:{model}" + ("" if mode == "native" else f"[{mode}]")
+        self.model, self.mode, self.temperature, self.max_tokens = model, mode, temperature, max_tokens
+        self.client = openai.OpenAI(base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_s, max_retries=2)
+
+    def start(self, bundle: Bundle, task: TaskSpec, seed: int) -> None:
+        self.turn = 0
+
+    def _wire(self, view: list[Message]) -> list[dict[str, Any]]:
+        wire: list[dict[str, Any]] = []
+        for m in view:
+            if m.role == "system" and self.mode == "text":
+                wire.append({"role": "system", "content": m.content + TEXT_FORMAT})
+            elif m.role == "assistant" and m.tool_calls and self.mode == "native":
+                wire.append({"role": "assistant", "content": m.content or None, "tool_calls": [
+                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}} for c in m.tool_calls]})
+            elif m.role == "assistant" and m.tool_calls:
+                blocks = "".join(f"<tool_call>{json.dumps({'name': c.name, 'arguments': c.arguments})}</tool_call>" for c in m.tool_calls)
+                wire.append({"role": "assistant", "content": (m.content + "\n" if m.content else "") + blocks})
+            elif m.role == "tool" and self.mode == "text":
+                wire.append({"role": "user", "content": f"<tool_response>{m.content}</tool_response>"})
+            elif m.role == "tool":
+                wire.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content})
+            else:
+                wire.append({"role": m.role, "content": m.content})
+        return wire
+
+    def act(self, view: list[Message], tools: list[dict[str, Any]]) -> PolicyTurn:
+        self.turn += 1
+        request: dict[str, Any] = {"model": self.model, "messages": self._wire(view), "temperature": self.temperature, "max_tokens": self.max_tokens}
+        if self.mode == "native":
+            request["tools"] = [{"type": "function", "function": t} for t in tools]
+        started = time.perf_counter()
+        response = self.client.chat.completions.create(**request)
+        seconds = time.perf_counter() - started
+        usage = response.usage
+        counts = {"tokens_in": usage.prompt_tokens if usage else 0, "tokens_out": usage.completion_tokens if usage else 0, "seconds": seconds}
+        message = response.choices[0].message
+        content = message.content or ""
+        if self.mode == "text":
+            calls, problem = parse_text_calls(content, self.turn)
+            if problem:
+                return PolicyTurn(format_error=problem, **counts)
+            text = _TOOL_CALL.sub("", content).strip()
+            return PolicyTurn(message=Message(role="assistant", content=text, tool_calls=calls), **counts)
+        calls = []
+        for native in message.tool_calls or []:
+            try:
+                arguments = json.loads(native.function.arguments or "{}")
+            except json.JSONDecodeError as exc:
+                return PolicyTurn(format_error=f"arguments of {native.function.name} are not valid JSON: {exc.msg}", **counts)
+            if not isinstance(arguments, dict):
+                return PolicyTurn(format_error=f"arguments of {native.function.name} must be a JSON object", **counts)
+            calls.append(ToolCall(id=native.id, name=native.function.name, arguments=arguments))
+        return PolicyTurn(message=Message(role="assistant", content=content, tool_calls=calls), **counts)
