@@ -78,13 +78,17 @@ class ScriptedLLM:
         if reply.kind == "refuse_schema" and body.get("response_format", {}).get("type") == "json_schema":
             return JSONResponse({"error": {"message": "response_format json_schema is not supported", "type": "invalid_request_error"}}, status_code=400)
         content = json.dumps(reply.body) if reply.kind in ("json", "refuse_schema") else reply.body
+        return self.completion(body, content, "length" if reply.kind == "truncated" else "stop")
+
+    def completion(self, body: dict[str, Any], content: str, finish: str) -> JSONResponse:
+        """A chat-completion response with `content`; tokens counted as words."""
         prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
+        completion_tokens = len(content.split())
         return JSONResponse({
             "id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion", "created": int(time.time()),
             "model": body.get("model", "scripted"),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                         "finish_reason": "length" if reply.kind == "truncated" else "stop"}],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": len(content.split()), "total_tokens": prompt_tokens + len(content.split())},
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens},
         })
 
     async def embeddings(self, request: Request) -> JSONResponse:
@@ -164,8 +168,4 @@ class ProceduralLLM(ScriptedLLM):
             text, finish = text[: len(text) // 2], "length"
         elif fault == "schema_violation":
             text = json.dumps({"result": json.loads(text)})
-        usage = {"prompt_tokens": len(system.split()) + len(user.split()), "completion_tokens": len(text.split())}
-        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
-        return JSONResponse({"id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion", "created": int(time.time()),
-                             "model": body.get("model"), "usage": usage,
-                             "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}]})
+        return self.completion(body, text, finish)

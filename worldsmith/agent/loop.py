@@ -80,12 +80,12 @@ def run_episode(runtime: Runtime, bundle: Bundle, task: TaskSpec, policy: Policy
     config = config or EpisodeConfig()
     started = time.perf_counter()
     messages = [Message(role="system", content=system_prompt(bundle)), Message(role="user", content=task.instruction)]
-    tools = [t.model_dump() for t in bundle.tools]
     steps: list[Step] = []
     verdict, error, answer = None, None, ""
     tokens_in = tokens_out = turns = 0
     policy.start(bundle, task, config.seed)
     with runtime.open_episode(bundle, task) as episode:
+        tools = episode.tools()
         for turn in range(1, config.max_turns + 1):
             turns = turn
             produced = policy.act(visible(messages, config.window), tools)

@@ -231,10 +231,6 @@ class Episode:
                 self.runtime.pool.release(self._worker)
                 self.runtime._forget(self)
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
     def __enter__(self) -> "Episode":
         return self
 

@@ -163,7 +163,6 @@ class WorkerPool:
         os.chmod(scratch_root, 0o711)
         self._lock = threading.Lock()
         self._slots: list[SandboxWorker | None] = [None] * size
-        self.replaced = 0
         self._closed = False
 
     @property
@@ -182,7 +181,6 @@ class WorkerPool:
                 if worker is None or not worker.alive:
                     if worker is not None:
                         worker.kill(worker.dead_reason or "replaced")
-                        self.replaced += 1
                     self._slots[index] = SandboxWorker(self.limits, self.scratch_root)
                     break
             chosen = min(self._slots, key=lambda w: w.episodes if w is not None else 0)

@@ -8,7 +8,6 @@ assigned version and the quality summary; artifacts are stored exactly as given.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -158,6 +157,3 @@ def version_record(session: Session, version: EnvironmentVersion) -> dict[str, A
         "reports": [{"kind": r.kind, "passed": r.passed, "summary": r.summary, "details": r.details} for r in reports],
     }
 
-
-def load_manifest(store: ObjectStore, version: EnvironmentVersion) -> dict[str, Any]:
-    return json.loads(store.get_bytes(version.manifest_digest))

@@ -281,10 +281,6 @@ class Worker:
             shutil.rmtree(episode.directory, ignore_errors=True)
         return {}
 
-    def op_drop_env(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
-        self.envs.pop(header["env"], None)
-        return {}
-
     def op_ping(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
         return {"episodes": len(self.episodes), "envs": len(self.envs)}
 
