@@ -8,7 +8,7 @@ from collections import Counter
 import pytest
 
 from worldsmith.bundle.loader import build_bundle
-from worldsmith.llm.procedural.backend import ProceduralGenerator, world_for
+from worldsmith.llm.procedural.backend import ProceduralGenerator, procedural_bundle, world_for
 from worldsmith.llm.procedural.blocks import DOMAINS
 from worldsmith.llm.procedural.compose import compose
 from worldsmith.llm.procedural.mapping import domain_for
@@ -24,10 +24,7 @@ SEEDS = load_scenarios(DEFAULT_SCENARIOS)
 
 
 def draft_bundle(domain, seed):
-    world = compose(domain, seed)
-    tasks = "".join(json.dumps({"id": t.id, "instruction": t.instruction, "verifier": f"verify_{t.id}", "solution": t.solution, "answer": t.answer}) + "\n" for t in world.tasks)
-    sources = {"schema.sql": world.schema_sql, "seed.sql": world.seed_sql, "tools.py": world.tools_py, "tasks.jsonl": tasks, "verifiers.py": world.verifiers_py}
-    return build_bundle(sources, {"env_id": domain.key, "scenario": {"name": domain.title}})
+    return procedural_bundle(domain.key, seed)
 
 
 def test_at_least_twelve_domains_and_every_seed_scenario_maps_to_one():

@@ -19,8 +19,11 @@ from worldsmith.runtime.gateway import BackgroundServer
 class ToolCallingModel:
     """Plays a task's reference solution through the chat API, in the requested format."""
 
-    def __init__(self, task, mode: str, corrupt: bool = False):
-        self.steps, self.answer, self.mode, self.corrupt = list(task.solution), task.answer or "Done.", mode, corrupt
+    def __init__(self, task, mode: str, corrupt: bool = False, meta: bool = False):
+        self.steps = [(s.tool, s.arguments) for s in task.solution]
+        if meta:  # look the tools up first, then go through call_tool
+            self.steps = [("list_tools", {})] + [("call_tool", {"tool_name": name, "arguments": arguments}) for name, arguments in self.steps]
+        self.answer, self.mode, self.corrupt = task.answer or "Done.", mode, corrupt
         self.requests: list[dict] = []
 
     async def completions(self, request: Request) -> JSONResponse:
@@ -29,14 +32,13 @@ class ToolCallingModel:
         index = len(self.requests) - 1
         message: dict = {"role": "assistant", "content": None}
         if index < len(self.steps):
-            step = self.steps[index]
-            arguments = json.dumps(step.arguments)
+            tool, arguments = self.steps[index][0], json.dumps(self.steps[index][1])
             if self.corrupt:
                 arguments = arguments[:-1]
             if self.mode == "native":
-                message["tool_calls"] = [{"id": f"c{index}", "type": "function", "function": {"name": step.tool, "arguments": arguments}}]
+                message["tool_calls"] = [{"id": f"c{index}", "type": "function", "function": {"name": tool, "arguments": arguments}}]
             else:
-                message["content"] = f"Let me check.\n<tool_call>{{\"name\": \"{step.tool}\", \"arguments\": {arguments}}}</tool_call>"
+                message["content"] = f"Let me check.\n<tool_call>{{\"name\": \"{tool}\", \"arguments\": {arguments}}}</tool_call>"
         else:
             message["content"] = self.answer
         return JSONResponse({"id": "x", "object": "chat.completion", "created": int(time.time()), "model": body["model"],
@@ -69,6 +71,25 @@ def test_malformed_tool_call_is_a_format_error(runtime, golden, mode):
     with BackgroundServer(Starlette(routes=[Route("/v1/chat/completions", model.completions, methods=["POST"])])) as server:
         trajectory = run_episode(runtime, golden, task, OpenAIPolicy("tiny", base_url=f"{server.url}/v1", mode=mode))
     assert trajectory.verdict == "format_error" and trajectory.reward == -1.0 and trajectory.turns == 1
+
+
+@pytest.mark.parametrize("mode", ["native", "text"])
+def test_meta_tools_list_then_call(runtime, golden, mode):
+    task = golden.task("t03_cancel_and_readdress")
+    model = ToolCallingModel(task, mode, meta=True)
+    with BackgroundServer(Starlette(routes=[Route("/v1/chat/completions", model.completions, methods=["POST"])])) as server:
+        trajectory = run_episode(runtime, golden, task, OpenAIPolicy("tiny", base_url=f"{server.url}/v1", mode=mode, meta=True))
+    assert trajectory.verdict == "complete" and trajectory.policy.endswith("[meta]")
+    assert [s.call.name for s in trajectory.steps] == ["list_tools", "cancel_order", "update_shipping_address"]
+    listed = trajectory.steps[0].value
+    assert {t["name"] for t in listed} == {t.name for t in golden.tools}
+    last = model.requests[-1]
+    if mode == "native":
+        assert [t["function"]["name"] for t in model.requests[0]["tools"]] == ["list_tools", "call_tool"]
+        replayed = last["messages"][4]["tool_calls"][0]["function"]  # history goes back to the model as call_tool
+        assert replayed["name"] == "call_tool" and json.loads(replayed["arguments"])["tool_name"] == "cancel_order"
+    else:
+        assert '"name": "call_tool"' in last["messages"][4]["content"] and "call_tool" in last["messages"][0]["content"]
 
 
 def test_parse_text_calls():

@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
+from worldsmith.agent.footprint import reference_run
 from worldsmith.agent.messages import Message, ToolCall
-from worldsmith.agent.policies import Policy, tool_message
+from worldsmith.agent.policies import Policy, meta_result, tool_message
 from worldsmith.agent.rewards import RewardMap
 from worldsmith.bundle.loader import Bundle
 from worldsmith.models.bundle import TaskSpec
-from worldsmith.runtime.episode import Runtime
+from worldsmith.models.episode import VerifierResult
+from worldsmith.runtime.episode import Episode, Runtime
 
 SYSTEM_PROMPT = """You are an agent operating the {name} application through its tools.
 Complete the user's request by calling tools; every value you need is in the request or can be
@@ -27,7 +29,20 @@ class EpisodeConfig(BaseModel):
     max_turns: int = Field(20, ge=1)
     window: int | None = Field(None, ge=1, description="Keep the last w turns (task and tools always kept); None: full history.")
     rewards: RewardMap = Field(default_factory=RewardMap)
+    side_effects: bool = Field(True, description="Downgrade `complete` to `partial` when the end state reaches outside the "
+                                                   "reference solution's footprint (see footprint.py).")
     seed: int = 0
+
+
+class TurnRecord(BaseModel):
+    """One model call: its token counts and time; token ids when the policy is local."""
+
+    turn: int
+    tokens_in: int = 0
+    tokens_out: int = 0
+    seconds: float = 0.0
+    prompt_ids: list[int] | None = None
+    completion_ids: list[int] | None = None
 
 
 class Step(BaseModel):
@@ -58,6 +73,8 @@ class Trajectory(BaseModel):
     seconds: float = 0.0
     tokens_in: int = 0
     tokens_out: int = 0
+    turn_records: list[TurnRecord] = Field(default_factory=list)
+    judge: dict[str, Any] | None = Field(None, description="The LLM judge's votes and ruling, when one reviewed the episode.")
 
 
 def visible(messages: list[Message], window: int | None) -> list[Message]:
@@ -75,22 +92,45 @@ def system_prompt(bundle: Bundle) -> str:
     return SYSTEM_PROMPT.format(name=bundle.manifest.scenario.name, tools=tools)
 
 
-def run_episode(runtime: Runtime, bundle: Bundle, task: TaskSpec, policy: Policy, config: EpisodeConfig | None = None) -> Trajectory:
-    """Run `policy` on `task` in a fresh episode of `bundle` and judge it."""
+class Judge(Protocol):
+    """Reviews a judged trajectory (see judge.py); returns the final verdict and its record."""
+
+    def review(self, task: TaskSpec, trajectory: Trajectory) -> tuple[str, dict[str, Any]]: ...
+
+
+def _guard(runtime: Runtime, bundle: Bundle, task: TaskSpec, episode: Episode, judged: VerifierResult) -> tuple[str, dict[str, Any]]:
+    verdict = getattr(judged.status, "value", judged.status)
+    if verdict != "complete":
+        return verdict, judged.evidence
+    overreach = reference_run(runtime, bundle, task).footprint.overreach(episode.diff(bundle.world))
+    if not overreach:
+        return verdict, judged.evidence
+    return "partial", {**judged.evidence, "side_effects": overreach}
+
+
+def run_episode(runtime: Runtime, bundle: Bundle, task: TaskSpec, policy: Policy, config: EpisodeConfig | None = None,
+                judge: Judge | None = None) -> Trajectory:
+    """Run `policy` on `task` in a fresh episode of `bundle` and judge it: the verifier's verdict,
+    the side-effect guard, then the LLM judge when one is given."""
     config = config or EpisodeConfig()
     started = time.perf_counter()
     messages = [Message(role="system", content=system_prompt(bundle)), Message(role="user", content=task.instruction)]
     steps: list[Step] = []
+    records: list[TurnRecord] = []
     verdict, error, answer = None, None, ""
-    tokens_in = tokens_out = turns = 0
+    turns = 0
     policy.start(bundle, task, config.seed)
     with runtime.open_episode(bundle, task) as episode:
         tools = episode.tools()
         for turn in range(1, config.max_turns + 1):
             turns = turn
-            produced = policy.act(visible(messages, config.window), tools)
-            tokens_in += produced.tokens_in
-            tokens_out += produced.tokens_out
+            try:
+                produced = policy.act(visible(messages, config.window), tools)
+            except Exception as exc:  # noqa: BLE001 - a model that cannot answer (timeout, refused connection) ends the episode
+                verdict, error = "agent_error", f"the policy failed: {type(exc).__name__}: {exc}"
+                break
+            records.append(TurnRecord(turn=turn, tokens_in=produced.tokens_in, tokens_out=produced.tokens_out, seconds=produced.seconds,
+                                      prompt_ids=produced.prompt_ids, completion_ids=produced.completion_ids))
             if produced.format_error is not None or produced.message is None:
                 verdict, error = "format_error", produced.format_error or "no message"
                 break
@@ -102,7 +142,7 @@ def run_episode(runtime: Runtime, bundle: Bundle, task: TaskSpec, policy: Policy
             for call in message.tool_calls:
                 before = episode.snapshot()
                 call_started = time.perf_counter()
-                result = episode.call_tool(call.name, call.arguments)
+                result = meta_result(call, tools) or episode.call_tool(call.name, call.arguments)
                 diff = episode.diff(before).model_dump()["tables"] if result.changed else {}
                 steps.append(Step(turn=turn, call=call, status=result.status, value=result.value, error=result.error,
                                   diff=diff, seconds=time.perf_counter() - call_started))
@@ -115,8 +155,15 @@ def run_episode(runtime: Runtime, bundle: Bundle, task: TaskSpec, policy: Policy
         evidence: dict[str, Any] = {}
         if verdict is None:
             judged = episode.verify(answer)
-            verdict = getattr(judged.status, "value", judged.status)
-            evidence, error = judged.evidence, judged.error
-    return Trajectory(env_id=bundle.env_id, env_key=bundle.key, task_id=task.id, policy=policy.name, messages=messages, steps=steps,
-                      turns=turns, answer=answer, verdict=verdict, reward=config.rewards.reward(verdict), evidence=evidence,
-                      error=error, seconds=time.perf_counter() - started, tokens_in=tokens_in, tokens_out=tokens_out)
+            error = judged.error
+            verdict, evidence = _guard(runtime, bundle, task, episode, judged) if config.side_effects else (
+                getattr(judged.status, "value", judged.status), judged.evidence)
+    trajectory = Trajectory(env_id=bundle.env_id, env_key=bundle.key, task_id=task.id, policy=policy.name, messages=messages, steps=steps,
+                            turns=turns, answer=answer, verdict=verdict, reward=config.rewards.reward(verdict), evidence=evidence,
+                            error=error, seconds=time.perf_counter() - started, tokens_in=sum(r.tokens_in for r in records),
+                            tokens_out=sum(r.tokens_out for r in records), turn_records=records)
+    if judge is not None and verdict not in ("format_error", "env_error"):
+        ruling, record = judge.review(task, trajectory)
+        trajectory.verdict, trajectory.judge = ruling, {**record, "verifier_verdict": verdict}
+        trajectory.reward = config.rewards.reward(ruling)
+    return trajectory

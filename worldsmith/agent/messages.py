@@ -28,3 +28,5 @@ class PolicyTurn(BaseModel):
     tokens_in: int = 0
     tokens_out: int = 0
     seconds: float = 0.0
+    prompt_ids: list[int] | None = Field(None, description="Token ids the model saw (local policies only).")
+    completion_ids: list[int] | None = Field(None, description="Token ids the model produced (local policies only).")

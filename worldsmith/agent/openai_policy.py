@@ -1,5 +1,6 @@
 """A policy backed by an OpenAI-compatible chat model: native tool calls, or the text format
-`<tool_call>{"name": ..., "arguments": {...}}</tool_call>` for models without tool calling."""
+`<tool_call>{"name": ..., "arguments": {...}}</tool_call>` for models without tool calling; either
+one optionally through the two meta-tools `list_tools` and `call_tool` (the reference paper's agent)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,32 @@ from typing import Any, Literal
 import openai
 
 from worldsmith.agent.messages import Message, PolicyTurn, ToolCall
+from worldsmith.agent.policies import META_TOOLS
 from worldsmith.bundle.loader import Bundle
 from worldsmith.models.bundle import TaskSpec
 
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
+META_FORMAT = ("\n\nCall the tools above through the meta-tool call_tool with {\"tool_name\": <tool>, \"arguments\": {...}}; "
+               "list_tools lists them again.")
 TEXT_FORMAT = ('\n\nTo call a tool, write <tool_call>{"name": "<tool>", "arguments": {...}}</tool_call> '
                "(one block per call). Tool results come back in <tool_response> blocks. Reply without a block when done.")
+
+
+def to_meta(call: ToolCall) -> tuple[str, dict[str, Any]]:
+    """How a real tool call is written through the meta-tools."""
+    if call.name == "list_tools":
+        return "list_tools", {}
+    return "call_tool", {"tool_name": call.name, "arguments": call.arguments}
+
+
+def from_meta(call: ToolCall) -> tuple[ToolCall | None, str | None]:
+    """The real tool call behind a meta-tool call; a call_tool without a tool name is a format error."""
+    if call.name != "call_tool":
+        return call, None
+    name, arguments = call.arguments.get("tool_name"), call.arguments.get("arguments", {})
+    if not isinstance(name, str) or not isinstance(arguments, dict):
+        return None, "call_tool needs {\"tool_name\": str, \"arguments\": object}"
+    return ToolCall(id=call.id, name=name, arguments=arguments), None
 
 
 def parse_text_calls(content: str, turn: int) -> tuple[list[ToolCall], str | None]:
@@ -36,12 +57,13 @@ def parse_text_calls(content: str, turn: int) -> tuple[list[ToolCall], str | Non
 
 
 class OpenAIPolicy:
-    """Chat with an OpenAI-compatible endpoint; `mode` is "native" (tools parameter) or "text"."""
+    """Chat with an OpenAI-compatible endpoint; `mode` is "native" (tools parameter) or "text";
+    `meta` routes every call through `list_tools` / `call_tool`."""
 
     def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None, mode: Literal["native", "text"] = "native",
-                 temperature: float = 0.0, max_tokens: int = 1024, timeout_s: float = 60.0):
-        self.name = f"openai:{model}" + ("" if mode == "native" else f"[{mode}]")
-        self.model, self.mode, self.temperature, self.max_tokens = model, mode, temperature, max_tokens
+                 meta: bool = False, temperature: float = 0.0, max_tokens: int = 1024, timeout_s: float = 60.0):
+        self.name = f"openai:{model}" + ("" if mode == "native" else f"[{mode}]") + ("[meta]" if meta else "")
+        self.model, self.mode, self.meta, self.temperature, self.max_tokens = model, mode, meta, temperature, max_tokens
         self.client = openai.OpenAI(base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_s, max_retries=2)
 
     def start(self, bundle: Bundle, task: TaskSpec, seed: int) -> None:
@@ -49,14 +71,17 @@ class OpenAIPolicy:
 
     def _wire(self, view: list[Message]) -> list[dict[str, Any]]:
         wire: list[dict[str, Any]] = []
+        written = (lambda c: to_meta(c)) if self.meta else (lambda c: (c.name, c.arguments))
         for m in view:
-            if m.role == "system" and self.mode == "text":
-                wire.append({"role": "system", "content": m.content + TEXT_FORMAT})
+            if m.role == "system":
+                wire.append({"role": "system", "content": m.content + (META_FORMAT if self.meta else "") + (TEXT_FORMAT if self.mode == "text" else "")})
             elif m.role == "assistant" and m.tool_calls and self.mode == "native":
                 wire.append({"role": "assistant", "content": m.content or None, "tool_calls": [
-                    {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}} for c in m.tool_calls]})
+                    {"id": c.id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+                    for c in m.tool_calls for name, arguments in [written(c)]]})
             elif m.role == "assistant" and m.tool_calls:
-                blocks = "".join(f"<tool_call>{json.dumps({'name': c.name, 'arguments': c.arguments})}</tool_call>" for c in m.tool_calls)
+                blocks = "".join(f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+                                 for c in m.tool_calls for name, arguments in [written(c)])
                 wire.append({"role": "assistant", "content": (m.content + "\n" if m.content else "") + blocks})
             elif m.role == "tool" and self.mode == "text":
                 wire.append({"role": "user", "content": f"<tool_response>{m.content}</tool_response>"})
@@ -70,7 +95,7 @@ class OpenAIPolicy:
         self.turn += 1
         request: dict[str, Any] = {"model": self.model, "messages": self._wire(view), "temperature": self.temperature, "max_tokens": self.max_tokens}
         if self.mode == "native":
-            request["tools"] = [{"type": "function", "function": t} for t in tools]
+            request["tools"] = [{"type": "function", "function": t} for t in (META_TOOLS if self.meta else tools)]
         started = time.perf_counter()
         response = self.client.chat.completions.create(**request)
         seconds = time.perf_counter() - started
@@ -80,17 +105,26 @@ class OpenAIPolicy:
         content = message.content or ""
         if self.mode == "text":
             calls, problem = parse_text_calls(content, self.turn)
-            if problem:
-                return PolicyTurn(format_error=problem, **counts)
-            text = _TOOL_CALL.sub("", content).strip()
-            return PolicyTurn(message=Message(role="assistant", content=text, tool_calls=calls), **counts)
+            content = _TOOL_CALL.sub("", content).strip()
+        else:
+            calls, problem = self._native_calls(message.tool_calls or [])
+        if problem is None and self.meta:
+            unwrapped = [from_meta(c) for c in calls]
+            problem = next((p for _, p in unwrapped if p), None)
+            calls = [c for c, _ in unwrapped if c is not None]
+        if problem:
+            return PolicyTurn(format_error=problem, **counts)
+        return PolicyTurn(message=Message(role="assistant", content=content, tool_calls=calls), **counts)
+
+    @staticmethod
+    def _native_calls(natives: list[Any]) -> tuple[list[ToolCall], str | None]:
         calls = []
-        for native in message.tool_calls or []:
+        for native in natives:
             try:
                 arguments = json.loads(native.function.arguments or "{}")
             except json.JSONDecodeError as exc:
-                return PolicyTurn(format_error=f"arguments of {native.function.name} are not valid JSON: {exc.msg}", **counts)
+                return [], f"arguments of {native.function.name} are not valid JSON: {exc.msg}"
             if not isinstance(arguments, dict):
-                return PolicyTurn(format_error=f"arguments of {native.function.name} must be a JSON object", **counts)
+                return [], f"arguments of {native.function.name} must be a JSON object"
             calls.append(ToolCall(id=native.id, name=native.function.name, arguments=arguments))
-        return PolicyTurn(message=Message(role="assistant", content=content, tool_calls=calls), **counts)
+        return calls, None

@@ -10,6 +10,7 @@ from typing import Any, Protocol
 from worldsmith.agent.messages import Message, PolicyTurn, ToolCall
 from worldsmith.bundle.loader import Bundle
 from worldsmith.models.bundle import TaskSpec
+from worldsmith.models.episode import ToolResult
 from worldsmith.quality.probes import SeedValues, sample_arguments
 
 
@@ -23,23 +24,35 @@ class Policy(Protocol):
     def act(self, view: list[Message], tools: list[dict[str, Any]]) -> PolicyTurn: ...
 
 
-class ReferencePolicy:
-    """Replays the task's reference solution, one tool call per turn, then answers."""
+class ScriptPolicy:
+    """Plays fixed tool calls, one per turn, then answers `answer`; with `answer=None` it reports
+    the last tool result it saw (what an agent that trusts its last lookup would say)."""
 
-    name = "reference"
+    def __init__(self, name: str, calls: list[tuple[str, dict[str, Any]]], answer: str | None = "Done."):
+        self.name, self.calls, self.answer = name, list(calls), answer
 
     def start(self, bundle: Bundle, task: TaskSpec, seed: int) -> None:
-        self.steps = list(task.solution)
-        self.answer = task.answer or "Done."
         self.turn = 0
 
     def act(self, view: list[Message], tools: list[dict[str, Any]]) -> PolicyTurn:
-        if self.turn < len(self.steps):
-            step = self.steps[self.turn]
+        if self.turn < len(self.calls):
+            name, arguments = self.calls[self.turn]
             self.turn += 1
-            call = ToolCall(id=f"call_{self.turn}", name=step.tool, arguments=step.arguments)
-            return PolicyTurn(message=Message(role="assistant", tool_calls=[call]))
-        return PolicyTurn(message=Message(role="assistant", content=self.answer))
+            return PolicyTurn(message=Message(role="assistant", tool_calls=[ToolCall(id=f"call_{self.turn}", name=name, arguments=arguments)]))
+        answer = self.answer if self.answer is not None else next((m.content for m in reversed(view) if m.role == "tool"), "")
+        return PolicyTurn(message=Message(role="assistant", content=answer))
+
+
+class ReferencePolicy(ScriptPolicy):
+    """Replays the task's reference solution, one tool call per turn, then gives its answer."""
+
+    def __init__(self) -> None:
+        super().__init__("reference", [])
+
+    def start(self, bundle: Bundle, task: TaskSpec, seed: int) -> None:
+        self.calls = [(step.tool, step.arguments) for step in task.solution]
+        self.answer = task.answer or "Done."
+        self.turn = 0
 
 
 class RandomPolicy:
@@ -68,3 +81,19 @@ def tool_message(call: ToolCall, status: str, value: Any, error: str | None) -> 
     """What the agent sees of a tool call's result."""
     content = json.dumps(value) if status == "ok" else f"error: {error}"
     return Message(role="tool", content=content, tool_call_id=call.id)
+
+
+META_TOOLS = [
+    {"name": "list_tools", "description": "List the application's tools with their JSON Schemas.",
+     "parameters": {"type": "object", "properties": {}, "additionalProperties": False}},
+    {"name": "call_tool", "description": "Call one of the application's tools by name.",
+     "parameters": {"type": "object", "properties": {"tool_name": {"type": "string"}, "arguments": {"type": "object"}},
+                    "required": ["tool_name"], "additionalProperties": False}},
+]
+
+
+def meta_result(call: ToolCall, tools: list[dict[str, Any]]) -> ToolResult | None:
+    """The answer to the `list_tools` meta-tool (policies in meta mode), or None for a real tool call."""
+    if call.name == "list_tools" and all(t["name"] != "list_tools" for t in tools):
+        return ToolResult(status="ok", value=tools)
+    return None

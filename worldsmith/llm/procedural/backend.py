@@ -18,6 +18,7 @@ from typing import Any
 
 from faker import Faker
 
+from worldsmith.bundle.loader import Bundle, build_bundle
 from worldsmith.bundle.toolspec import derive_tool_schemas
 from worldsmith.llm.backend import Generation, Prompt, Spec, Usage, decode
 from worldsmith.llm.procedural.blocks import DOMAINS
@@ -36,6 +37,18 @@ def _world(domain_key: str, seed: int) -> WorldDraft:
 
 def world_for(scenario: Scenario, seed: int) -> WorldDraft:
     return _world(domain_for(scenario).key, seed)
+
+
+def procedural_bundle(domain_key: str, seed: int) -> Bundle:
+    """The composed world of `domain_key` as a bundle, without the generation pipeline (for tests,
+    benchmarks and suites that need many valid worlds quickly)."""
+    world = _world(domain_key, seed)
+    tasks = "".join(json.dumps({"id": t.id, "instruction": t.instruction, "verifier": f"verify_{t.id}", "solution": t.solution,
+                                "answer": t.answer}) + "\n" for t in world.tasks)
+    sources = {"schema.sql": world.schema_sql, "seed.sql": world.seed_sql, "tools.py": world.tools_py, "tasks.jsonl": tasks,
+               "verifiers.py": world.verifiers_py}
+    domain = next(d for d in DOMAINS if d.key == domain_key)
+    return build_bundle(sources, {"env_id": f"{domain_key}_{seed}", "scenario": {"name": domain.title}})
 
 
 def _chance(*parts: Any) -> float:

@@ -41,8 +41,13 @@ def _changed_tables(initial, final):
             != [tuple(r) for r in final.execute(f'SELECT * FROM "{n}" ORDER BY rowid')]]
 
 
-def _numbers(answer):
-    return [int(n) for n in re.findall(r"-?\\d+", answer or "")]
+def _numbers(text):
+    return {int(n) for n in re.findall(r"-?\\d+", text or "")}
+
+
+def _states_count(answer, instruction, n):
+    """The answer names n and no other number than those the instruction already holds."""
+    return _numbers(answer) - (_numbers(instruction) - {n}) == {n}
 '''
 
 
@@ -168,12 +173,12 @@ def _task_count(task_id: str, domain: Domain, entity: Entity, rows: Rows, rng: r
     if not options:
         return None
     parent_row, status, n = rng.choice(options)
-    body = (f"    said = {n} in _numbers(answer)\n    changed = _changed_tables(initial, final)\n"
+    instruction = (f"How many {entity.table.replace('_', ' ')} with status '{status}' does the {_ref(parents[parent], parent_row)} have? "
+                   "Reply with the number.")
+    body = (f"    said = _states_count(answer, {instruction!r}, {n})\n    changed = _changed_tables(initial, final)\n"
             f"    if said and not changed:\n        return _result('complete', expected={n})\n"
             f"    return _result('partial' if said else 'incomplete', expected={n}, changed_tables=changed, answer=answer)\n")
     steps = _lookup(parents[parent], parent_row) + [{"tool": f"list_{entity.table}", "arguments": {column: parent_row["id"], "status": status, "limit": 100}}]
-    instruction = (f"How many {entity.table.replace('_', ' ')} with status '{status}' does the {_ref(parents[parent], parent_row)} have? "
-                   "Reply with the number.")
     return TaskDraft(task_id, instruction, steps, body, answer=str(n))
 
 

@@ -1,0 +1,142 @@
+"""Adversarial trajectories that probe a task's verdict path (verifier plus side-effect guard).
+
+For each task with a reference solution, five scripted agents that must not be judged complete:
+`nothing` (answers without acting), `claim` (claims success without acting), `wrong_entity` (the
+solution played on another row of the same column), `side_effect` (the solution plus one change
+outside the task's footprint), and `half` (the first half of the solution's state changes; it must
+be judged partial when the solution has two or more). The reference itself must be judged
+complete; anything else is a false negative.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+from worldsmith.agent.footprint import reference_run
+from worldsmith.agent.loop import EpisodeConfig, run_episode
+from worldsmith.agent.policies import ReferencePolicy, ScriptPolicy
+from worldsmith.bundle.loader import Bundle
+from worldsmith.models.bundle import TaskSpec
+from worldsmith.quality.probes import SeedValues, sample_arguments
+from worldsmith.runtime.episode import Runtime
+
+CLAIM = "I have completed your request: everything you asked for is done and confirmed."
+DESTRUCTIVE_WORDS = ("delete", "remove", "cancel", "close", "refund", "update", "set", "hide", "archive", "reject")
+
+
+@dataclass
+class Probe:
+    """One adversarial (or reference) trajectory and what its verdict should be."""
+
+    env_id: str
+    task_id: str
+    kind: str
+    expect: str  # "complete", "partial" or "not_complete"
+    verdict: str = ""
+    evidence: dict[str, Any] | None = None
+
+    @property
+    def false_positive(self) -> bool:
+        return self.kind != "reference" and self.verdict == "complete"
+
+    @property
+    def false_negative(self) -> bool:
+        return self.expect == "complete" and self.verdict != "complete" or self.expect == "partial" and self.verdict != "partial"
+
+
+def _calls(task: TaskSpec) -> list[tuple[str, dict[str, Any]]]:
+    return [(step.tool, step.arguments) for step in task.solution]
+
+
+def wrong_entity(bundle: Bundle, task: TaskSpec, changed: tuple[bool, ...]) -> list[tuple[str, dict[str, Any]]] | None:
+    """The solution with the first entity value of a state-changing step (of the last step when
+    none changes state) replaced by another seed row's value of that column, everywhere it
+    appears; None when no argument is such a value."""
+    seeds = SeedValues(bundle.world)
+    calls = _calls(task)
+    targets = [i for i, did_change in enumerate(changed) if did_change] or [len(calls) - 1]
+    for index in targets:
+        for name, value in calls[index][1].items():
+            others = [v for v in seeds.columns.get(name, []) if v != value and type(v) is type(value)]
+            if value in seeds.columns.get(name, []) and others:
+                return [(t, {k: (others[0] if k == name and v == value else v) for k, v in a.items()}) for t, a in calls]
+    return None
+
+
+def side_effect(runtime: Runtime, bundle: Bundle, task: TaskSpec, tries: int = 60) -> list[tuple[str, dict[str, Any]]] | None:
+    """The solution plus one successful call whose change falls outside the task's footprint
+    (found by trying destructive-looking tools with seed-data arguments); None when none is found."""
+    footprint = reference_run(runtime, bundle, task).footprint
+    rng = random.Random(f"{bundle.key}:{task.id}")
+    seeds = SeedValues(bundle.world, rng=rng)
+    tools = sorted((t.model_dump() for t in bundle.tools), key=lambda t: not t["name"].startswith(DESTRUCTIVE_WORDS))
+    with runtime.open_episode(bundle, task) as episode:
+        for tool, arguments in _calls(task):
+            episode.call_tool(tool, arguments)
+        solved = episode.snapshot()
+        for attempt in range(tries):
+            tool = tools[attempt % len(tools)] if attempt < len(tools) else rng.choice(tools)
+            arguments = sample_arguments(tool, seeds)
+            result = episode.call_tool(tool["name"], arguments)
+            if result.ok and result.changed and footprint.overreach(episode.diff(bundle.world)):
+                return _calls(task) + [(tool["name"], arguments)]
+            if result.changed:
+                episode.restore(solved)
+    return None
+
+
+def probes_for(runtime: Runtime, bundle: Bundle, task: TaskSpec) -> list[tuple[Probe, Any]]:
+    """The reference and the adversaries of `task` that apply to it, each with its policy."""
+    reference = reference_run(runtime, bundle, task)
+    mutations = [i for i, changed in enumerate(reference.changed) if changed]
+    make = lambda kind, expect: Probe(bundle.env_id, task.id, kind, expect)  # noqa: E731
+    probes: list[tuple[Probe, Any]] = [
+        (make("reference", "complete"), ReferencePolicy()),
+        (make("nothing", "not_complete"), ScriptPolicy("nothing", [], "Done.")),
+        (make("claim", "not_complete"), ScriptPolicy("claim", [], CLAIM)),
+    ]
+    wrong = wrong_entity(bundle, task, reference.changed)
+    if wrong is not None:
+        probes.append((make("wrong_entity", "not_complete"), ScriptPolicy("wrong_entity", wrong, None)))
+    extra = side_effect(runtime, bundle, task)
+    if extra is not None:
+        probes.append((make("side_effect", "not_complete"), ScriptPolicy("side_effect", extra, task.answer or "Done.")))
+    if len(mutations) >= 2:
+        cut = mutations[len(mutations) // 2]  # keep the lookups and the first half of the state changes
+        probes.append((make("half", "partial"), ScriptPolicy("half", _calls(task)[:cut], "Done.")))
+    return probes
+
+
+def run_probes(runtime: Runtime, bundle: Bundle, *, guard: bool = True) -> list[Probe]:
+    """Every probe of every task of `bundle` that has a reference solution, judged (`guard`: with
+    the side-effect guard, as episodes are judged by default)."""
+    config = EpisodeConfig(side_effects=guard)
+    done = []
+    for task in bundle.tasks:
+        if not task.solution and not task.answer:
+            continue
+        for probe, policy in probes_for(runtime, bundle, task):
+            trajectory = run_episode(runtime, bundle, task, policy, config)
+            probe.verdict, probe.evidence = trajectory.verdict, trajectory.evidence
+            done.append(probe)
+    return done
+
+
+def rates(probes: list[Probe]) -> dict[str, Any]:
+    """False-positive rate (adversaries judged complete) and false-negative rate (reference not
+    complete, or half not partial), overall and per kind."""
+    adversarial = [p for p in probes if p.kind != "reference"]
+    expected_right = [p for p in probes if p.expect in ("complete", "partial")]
+    kinds = sorted({p.kind for p in probes})
+    return {
+        "probes": len(probes),
+        "false_positive_rate": sum(p.false_positive for p in adversarial) / len(adversarial) if adversarial else 0.0,
+        "false_negative_rate": sum(p.false_negative for p in expected_right) / len(expected_right) if expected_right else 0.0,
+        "by_kind": {k: {"n": sum(p.kind == k for p in probes), "verdicts": dict(Counter(p.verdict for p in probes if p.kind == k))} for k in kinds},
+        "false_positives": [f"{p.env_id}/{p.task_id}/{p.kind}" for p in adversarial if p.false_positive],
+        "false_negatives": [f"{p.env_id}/{p.task_id}/{p.kind}: {p.verdict}" for p in expected_right if p.false_negative],
+    }
+
