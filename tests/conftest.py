@@ -45,6 +45,16 @@ def runtime() -> Runtime:
     rt.close()
 
 
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory, golden: Bundle) -> Path:
+    """A tiny Qwen3-architecture model with random weights, built offline for the golden bundle
+    and two procedural worlds."""
+    from worldsmith.llm.procedural.backend import procedural_bundle
+    from worldsmith.training.tiny import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-qwen3"), [golden, procedural_bundle("retail", 1), procedural_bundle("clinic", 1)])
+
+
 def with_tools(bundle: Bundle, source: str, names: list[str]) -> Bundle:
     """`bundle` with `source` appended to tools.py and `names` exposed as argument-less tools.
 

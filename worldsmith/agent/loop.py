@@ -20,9 +20,7 @@ from worldsmith.runtime.episode import Episode, Runtime
 
 SYSTEM_PROMPT = """You are an agent operating the {name} application through its tools.
 Complete the user's request by calling tools; every value you need is in the request or can be
-looked up. When you are done, reply with a final message (no tool call) that answers the user.
-Tools:
-{tools}"""
+looked up. When you are done, reply with a final message (no tool call) that answers the user."""
 
 
 class EpisodeConfig(BaseModel):
@@ -62,6 +60,7 @@ class Trajectory(BaseModel):
     env_key: str
     task_id: str
     policy: str
+    tools: list[dict[str, Any]] = Field(default_factory=list, description="The tool schemas the agent was given.")
     messages: list[Message]
     steps: list[Step]
     turns: int
@@ -87,9 +86,13 @@ def visible(messages: list[Message], window: int | None) -> list[Message]:
     return head + (rest[starts[-window]:] if len(starts) > window else rest)
 
 
-def system_prompt(bundle: Bundle) -> str:
-    tools = "\n".join(json.dumps(t.model_dump()) for t in bundle.tools)
-    return SYSTEM_PROMPT.format(name=bundle.manifest.scenario.name, tools=tools)
+def system_prompt(bundle: Bundle, with_tools: bool = True) -> str:
+    """The episode's system message; the tool list is left out for policies that show the tools
+    to their model themselves (a `shows_tools` attribute: native tool calling, chat templates)."""
+    text = SYSTEM_PROMPT.format(name=bundle.manifest.scenario.name)
+    if not with_tools:
+        return text
+    return text + "\nTools:\n" + "\n".join(json.dumps(t.model_dump()) for t in bundle.tools)
 
 
 class Judge(Protocol):
@@ -114,7 +117,8 @@ def run_episode(runtime: Runtime, bundle: Bundle, task: TaskSpec, policy: Policy
     the side-effect guard, then the LLM judge when one is given."""
     config = config or EpisodeConfig()
     started = time.perf_counter()
-    messages = [Message(role="system", content=system_prompt(bundle)), Message(role="user", content=task.instruction)]
+    messages = [Message(role="system", content=system_prompt(bundle, with_tools=not getattr(policy, "shows_tools", False))),
+                Message(role="user", content=task.instruction)]
     steps: list[Step] = []
     records: list[TurnRecord] = []
     verdict, error, answer = None, None, ""
@@ -158,7 +162,7 @@ def run_episode(runtime: Runtime, bundle: Bundle, task: TaskSpec, policy: Policy
             error = judged.error
             verdict, evidence = _guard(runtime, bundle, task, episode, judged) if config.side_effects else (
                 getattr(judged.status, "value", judged.status), judged.evidence)
-    trajectory = Trajectory(env_id=bundle.env_id, env_key=bundle.key, task_id=task.id, policy=policy.name, messages=messages, steps=steps,
+    trajectory = Trajectory(env_id=bundle.env_id, env_key=bundle.key, task_id=task.id, policy=policy.name, tools=tools, messages=messages, steps=steps,
                             turns=turns, answer=answer, verdict=verdict, reward=config.rewards.reward(verdict), evidence=evidence,
                             error=error, seconds=time.perf_counter() - started, tokens_in=sum(r.tokens_in for r in records),
                             tokens_out=sum(r.tokens_out for r in records), turn_records=records)

@@ -66,6 +66,11 @@ class OpenAIPolicy:
         self.model, self.mode, self.meta, self.temperature, self.max_tokens = model, mode, meta, temperature, max_tokens
         self.client = openai.OpenAI(base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_s, max_retries=2)
 
+    @property
+    def shows_tools(self) -> bool:
+        """Native tool calling hands the model the tools itself (see loop.system_prompt)."""
+        return self.mode == "native" and not self.meta
+
     def start(self, bundle: Bundle, task: TaskSpec, seed: int) -> None:
         self.turn = 0
 
