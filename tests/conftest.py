@@ -34,6 +34,27 @@ def _worldsmith_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def prefect_api():
+    """One Prefect test server for the whole session (starting one costs about 10 s)."""
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield os.environ.get("PREFECT_API_URL")
+
+
+@pytest.fixture()
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh WORLDSMITH_HOME (local store and SQLite catalog) for one test."""
+    from worldsmith.settings import get_settings
+
+    monkeypatch.setenv("WORLDSMITH_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("WORLDSMITH_SANDBOX_WORKERS", "2")
+    get_settings.cache_clear()
+    yield tmp_path / "home"
+    get_settings.cache_clear()
+
+
+@pytest.fixture(scope="session")
 def golden() -> Bundle:
     return load_bundle(GOLDEN)
 

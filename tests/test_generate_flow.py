@@ -23,23 +23,6 @@ from worldsmith.storage.catalog import Catalog
 from conftest import REPO
 
 
-@pytest.fixture(scope="session")
-def prefect_api():
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=120):
-        yield os.environ.get("PREFECT_API_URL")
-
-
-@pytest.fixture()
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("WORLDSMITH_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("WORLDSMITH_SANDBOX_WORKERS", "2")
-    get_settings.cache_clear()
-    yield tmp_path / "home"
-    get_settings.cache_clear()
-
-
 def catalog_at(home: Path) -> Catalog:
     return Catalog(f"sqlite:///{home / 'catalog.db'}")
 

@@ -24,6 +24,8 @@ catalog_app = typer.Typer(help="Publish, list, compare, fetch and move environme
 app.add_typer(catalog_app, name="catalog")
 sets_app = typer.Typer(help="Create and export environment sets (immutable, split by environment).", no_args_is_help=True)
 app.add_typer(sets_app, name="sets")
+data_app = typer.Typer(help="Datasets from evaluation trajectories: SFT conversations and world-model transitions.", no_args_is_help=True)
+app.add_typer(data_app, name="data")
 console = Console()
 errors = Console(stderr=True)
 
@@ -391,6 +393,86 @@ def generate_command(
         table.add_row(r["ref"] or r["env_id"], r["status"], (r["reason"] or "")[:100])
     console.print(table)
     raise typer.Exit(0 if all(r["status"] == "good" for r in results) else 1)
+
+
+@app.command("eval")
+def eval_command(
+    set_name: Annotated[str, typer.Option("--set", help="Environment set to evaluate on.")],
+    policy: Annotated[str, typer.Option(help="reference | random | openai:MODEL | hf:PATH")] = "reference",
+    samples: Annotated[int, typer.Option(help="Episodes per task (k of pass@k).")] = 1,
+    split: Annotated[str, typer.Option(help="all | train | validation")] = "all",
+    max_turns: Annotated[int, typer.Option(help="Turns per episode.")] = 20,
+    window: Annotated[Optional[int], typer.Option(help="History window in turns (default: full history).")] = None,
+    temperature: Annotated[Optional[float], typer.Option(help="Sampling temperature (default 0 for one sample, 0.7 for more).")] = None,
+    tool_format: Annotated[str, typer.Option(help="openai policy: native tool calls or the <tool_call> text format.")] = "native",
+    meta_tools: Annotated[bool, typer.Option(help="openai policy: call tools through list_tools / call_tool.")] = False,
+    judge: Annotated[Optional[str], typer.Option(help="LLM judge model on the configured endpoint.")] = None,
+    judge_votes: Annotated[int, typer.Option(help="Judges voting per episode.")] = 1,
+    concurrency: Annotated[int, typer.Option(help="Tasks evaluated at once.")] = 4,
+    seed: Annotated[int, typer.Option(help="Seed of the first sample.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Evaluate a policy on an environment set with the `evaluate` flow; stores an evaluation run."""
+    from worldsmith.flows.evaluate import EvaluateParameters, run_evaluate
+
+    try:
+        params = EvaluateParameters(set_name=set_name, policy=policy, samples=samples, split=split, max_turns=max_turns, window=window,
+                                    temperature=temperature, tool_format=tool_format, meta_tools=meta_tools, judge_model=judge,
+                                    judge_votes=judge_votes, concurrency=concurrency, seed=seed)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    with _reported(), console.status(f"evaluating {policy} on {set_name}", spinner="dots"):
+        result = run_evaluate(params)
+    if as_json:
+        print(json.dumps(result, indent=2, default=str))
+        return
+    k = params.samples
+    table = Table(title=f"evaluation {result['run_id']}: {policy} on {set_name} ({split}, {k} sample(s) per task)")
+    for column in ("env", "tasks", "episodes", "pass@1", f"pass@{k}", "mean reward", "mean turns", "env_error", "format_error"):
+        table.add_column(column)
+    for env, s in [*result["per_env"].items(), ("all", result["overall"])]:
+        table.add_row(env, str(s["tasks"]), str(s["episodes"]), f"{s['pass@1']:.3f}", f"{s[f'pass@{k}']:.3f}", f"{s['mean_reward']:.3f}",
+                      f"{s['mean_turns']:.2f}", f"{s['env_error_rate']:.3f}", f"{s['format_error_rate']:.3f}")
+    console.print(table)
+    console.print(f"trajectories: {result['trajectories']['jsonl']}")
+
+
+@data_app.command("sft")
+def data_sft(
+    trajectories: Annotated[Path, typer.Argument(help="trajectories.jsonl of an evaluation run.")],
+    out: Annotated[Path, typer.Argument(help="Directory to write sft.jsonl and sft.parquet into.")],
+    per_turn: Annotated[bool, typer.Option(help="One prompt/completion row per assistant turn instead of one conversation per episode.")] = False,
+    window: Annotated[Optional[int], typer.Option(help="Per-turn rows: history window of the prompt (default: full history).")] = None,
+) -> None:
+    """Successful trajectories as chat-format SFT data (TRL SFTTrainer format)."""
+    from worldsmith.agent.datasets import sft_rows, turn_rows, write_rows
+    from worldsmith.agent.trajectories import read_jsonl
+
+    loaded = read_jsonl(trajectories)
+    rows = turn_rows(loaded, window) if per_turn else sft_rows(loaded)
+    if not rows:
+        errors.print(f"no complete trajectory in {trajectories}: nothing to write")
+        raise typer.Exit(2)
+    paths = write_rows(rows, out, "sft")
+    console.print(f"{len(rows)} rows from {len(loaded)} trajectories: {paths['jsonl']}, {paths['parquet']}")
+
+
+@data_app.command("transitions")
+def data_transitions(
+    trajectories: Annotated[Path, typer.Argument(help="trajectories.jsonl of an evaluation run.")],
+    out: Annotated[Path, typer.Argument(help="Directory to write transitions.jsonl and transitions.parquet into.")],
+) -> None:
+    """Every tool call as a world-model transition: state, action, observation, database diff."""
+    from worldsmith.agent.datasets import transition_rows, write_rows
+    from worldsmith.agent.trajectories import read_jsonl
+
+    loaded = read_jsonl(trajectories)
+    rows = transition_rows(loaded)
+    if not rows:
+        errors.print(f"no tool call in {trajectories}: nothing to write")
+        raise typer.Exit(2)
+    paths = write_rows(rows, out, "transitions")
+    console.print(f"{len(rows)} transitions from {len(loaded)} trajectories: {paths['jsonl']}, {paths['parquet']}")
 
 
 @app.command("demo")

@@ -25,16 +25,15 @@ def read_jsonl(path: Path) -> list[Trajectory]:
 
 
 def write_parquet(trajectories: list[Trajectory], path: Path) -> Path:
-    """A flat table: scalar fields as columns, messages and steps as JSON strings."""
+    """A flat table: scalar fields as columns, structured ones (messages, steps, tools, evidence,
+    turn records, judge) as JSON text."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     rows: list[dict[str, Any]] = []
     for t in trajectories:
-        row = t.model_dump(exclude={"messages", "steps", "evidence"})
-        row.update(messages=json.dumps([m.model_dump() for m in t.messages]), steps=json.dumps([s.model_dump() for s in t.steps]),
-                   evidence=json.dumps(t.evidence))
-        rows.append(row)
+        row = t.model_dump(mode="json")
+        rows.append({k: json.dumps(v) if isinstance(v, (dict, list)) or (v is None and k == "judge") else v for k, v in row.items()})
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows), path)
     return path

@@ -1,0 +1,95 @@
+"""The `evaluate` flow and `worldsmith eval` on a real (test-harness) Prefect server."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from datasets import load_dataset
+from prefect.client.orchestration import get_client
+from sqlmodel import select
+from typer.testing import CliRunner
+
+from worldsmith.cli import app
+from worldsmith.flows.evaluate import EvaluateParameters, run_evaluate
+from worldsmith.llm.procedural.backend import procedural_bundle
+from worldsmith.models.catalog import EvaluationRun
+from worldsmith.settings import get_settings
+from worldsmith.storage.catalog import open_catalog
+from worldsmith.storage.objectstore import open_store
+from worldsmith.storage.publish import publish
+from worldsmith.storage.sets import SetQuery, create_set
+
+
+@pytest.fixture()
+def env_set(home, golden):
+    """A set of the golden bundle and two procedural worlds."""
+    settings = get_settings()
+    store, catalog = open_store(settings.resolved_store_url()), open_catalog()
+    for bundle in (golden, procedural_bundle("retail", 2), procedural_bundle("clinic", 2)):
+        publish(bundle, store, catalog)
+    create_set(catalog, "evalset", SetQuery(validation_fraction=0.0))
+    return "evalset"
+
+
+def test_reference_scores_one_and_random_clearly_less(prefect_api, env_set):
+    reference = run_evaluate(EvaluateParameters(set_name=env_set, policy="reference"))
+    assert reference["overall"]["pass@1"] == 1.0 and reference["overall"]["episodes"] == 30
+    assert set(reference["per_env"]) == {"retail_store", "retail_2", "clinic_2"}
+    random_run = run_evaluate(EvaluateParameters(set_name=env_set, policy="random", samples=3))
+    assert random_run["overall"]["episodes"] == 90 and random_run["overall"]["pass@1"] < 0.3
+    assert random_run["overall"]["pass@3"] >= random_run["overall"]["pass@1"]
+    with open_catalog().session() as session:
+        runs = session.exec(select(EvaluationRun).order_by(EvaluationRun.id)).all()
+    assert [(r.policy, r.status, r.samples) for r in runs] == [("reference", "completed", 1), ("random", "completed", 3)]
+    assert runs[0].metrics["overall"]["pass@1"] == 1.0 and runs[1].finished_at is not None
+    trajectories = load_dataset("parquet", data_files=random_run["trajectories"]["parquet"], split="train")
+    assert len(trajectories) == 90 and set(trajectories["policy"]) == {"random"}
+
+
+async def _artifact_keys(flow_run_id: str) -> set[str]:
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    async with get_client() as client:
+        artifacts = await client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])))
+    return {a.key for a in artifacts}
+
+
+def test_cli_eval_json_and_prefect_artifacts(prefect_api, env_set):
+    import asyncio
+
+    result = CliRunner().invoke(app, ["eval", "--set", env_set, "--policy", "reference", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["overall"]["pass@1"] == 1.0 and report["overall"]["env_error_rate"] == 0.0
+    with open_catalog().session() as session:
+        run = session.get(EvaluationRun, report["run_id"])
+    assert run.flow_run_id and asyncio.run(_artifact_keys(run.flow_run_id)) >= {"evaluation-per-env", "evaluation-summary"}
+    table = CliRunner().invoke(app, ["eval", "--set", env_set, "--policy", "random"])
+    assert table.exit_code == 0 and f"evaluation {report['run_id'] + 1}: random on evalset" in table.output
+
+
+def test_bad_policy_and_unknown_set_are_named(prefect_api, env_set):
+    bad = CliRunner().invoke(app, ["eval", "--set", env_set, "--policy", "gpt"])
+    assert bad.exit_code != 0 and "unknown policy 'gpt'" in bad.output
+    missing = CliRunner().invoke(app, ["eval", "--set", "nope"])
+    assert missing.exit_code == 2 and "no environment set 'nope'" in missing.output
+
+
+def test_trajectories_export_to_datasets(prefect_api, env_set, tmp_path):
+    report = run_evaluate(EvaluateParameters(set_name=env_set, policy="reference"))
+    runner = CliRunner()
+    sft = runner.invoke(app, ["data", "sft", report["trajectories"]["jsonl"], str(tmp_path / "sft")])
+    transitions = runner.invoke(app, ["data", "transitions", report["trajectories"]["jsonl"], str(tmp_path / "wm")])
+    assert sft.exit_code == 0 and transitions.exit_code == 0, sft.output + transitions.output
+    assert len(load_dataset("json", data_files=str(tmp_path / "sft" / "sft.jsonl"), split="train")) == 30
+    assert len(load_dataset("parquet", data_files=str(tmp_path / "wm" / "transitions.parquet"), split="train")) > 30
+
+
+def test_local_model_policy_through_the_flow(prefect_api, env_set, tiny_model):
+    create_set(open_catalog(), "golden-only", SetQuery(env_ids=["retail_store"], validation_fraction=0.0))
+    report = run_evaluate(EvaluateParameters(set_name="golden-only", policy=f"hf:{tiny_model}", max_turns=2, max_new_tokens=12, concurrency=2))
+    overall = report["overall"]
+    assert overall["episodes"] == 10 and overall["pass@1"] == 0.0 and overall["env_error_rate"] == 0.0
+    rows = [json.loads(line) for line in open(report["trajectories"]["jsonl"])]
+    assert all(r["policy"] == f"hf:{tiny_model}" and r["turn_records"][0]["completion_ids"] for r in rows)

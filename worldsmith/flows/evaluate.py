@@ -1,0 +1,227 @@
+"""The `evaluate` flow: a policy over an environment set, k samples per task, concurrently.
+
+set members (one split or all) -> bundles fetched from the object store -> one Prefect task per
+(env, task) running its k episodes -> scores overall and per env (pass@1, pass@k, mean reward and
+turns, env_error and format_error rates) -> trajectories written (JSON lines + Parquet, and the
+JSON lines into the object store) -> an evaluation run in the catalog and table and markdown
+artifacts in Prefect.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import threading
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.context import get_run_context
+from prefect.task_runners import ThreadPoolTaskRunner
+from pydantic import BaseModel, Field, field_validator
+
+from worldsmith.agent.judge import LLMJudge
+from worldsmith.agent.loop import EpisodeConfig, Trajectory, run_episode
+from worldsmith.agent.policies import Policy
+from worldsmith.agent.specs import SPEC_HELP, check_spec, policy_factory
+from worldsmith.agent.trajectories import scores, write_jsonl, write_parquet
+from worldsmith.bundle.loader import Bundle, load_bundle
+from worldsmith.models.catalog import EvaluationRun, utcnow
+from worldsmith.runtime.episode import Runtime
+from worldsmith.settings import get_settings
+from worldsmith.storage.catalog import open_catalog
+from worldsmith.storage.objectstore import open_store
+from worldsmith.storage.publish import CatalogError, fetch
+from worldsmith.storage.sets import get_set, members_of
+
+
+class EvaluateParameters(BaseModel):
+    """Parameters of an evaluation run (the `evaluate` flow and `worldsmith eval`)."""
+
+    set_name: str = Field(description="Environment set to evaluate on.")
+    policy: str = Field("reference", description=SPEC_HELP)
+    samples: int = Field(1, ge=1, le=64, description="Episodes per task (k of pass@k).")
+    split: Literal["all", "train", "validation"] = "all"
+    max_turns: int = Field(20, ge=1, le=200)
+    window: int | None = Field(None, ge=1, description="History window in turns; unset: full history.")
+    temperature: float | None = Field(None, ge=0, le=2, description="Sampling temperature of model policies; unset: 0 for one sample, 0.7 for more.")
+    tool_format: Literal["native", "text"] = "native"
+    meta_tools: bool = Field(False, description="Route tool calls through list_tools / call_tool.")
+    judge_model: str | None = Field(None, description="LLM judge model on the configured endpoint; unset: the code verifier alone.")
+    judge_votes: int = Field(1, ge=1, le=15)
+    concurrency: int = Field(4, ge=1, le=256, description="Tasks evaluated at once.")
+    seed: int = 0
+
+    max_new_tokens: int = Field(512, ge=1, description="Local (hf:) policies: tokens generated per turn at most.")
+
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, value: str) -> str:
+        return check_spec(value)
+
+
+class Job(BaseModel):
+    ref: str
+    env_id: str
+    path: str
+    task_id: str
+
+
+_POLICIES: dict[str, tuple[Callable[[], Policy], Runtime]] = {}
+_LOCK = threading.Lock()
+
+
+def _resources(params: EvaluateParameters, run_key: str) -> tuple[Callable[[], Policy], Runtime]:
+    """This process's policy factory and runtime for the run (a local model is loaded once)."""
+    with _LOCK:
+        if run_key not in _POLICIES:
+            temperature = params.temperature if params.temperature is not None else (0.0 if params.samples == 1 else 0.7)
+            factory = policy_factory(params.policy, temperature=temperature, tool_format=params.tool_format, meta_tools=params.meta_tools,
+                                     max_new_tokens=params.max_new_tokens)
+            runtime = Runtime()
+            atexit.register(runtime.close)
+            _POLICIES[run_key] = (factory, runtime)
+        return _POLICIES[run_key]
+
+
+def _release(run_key: str) -> None:
+    with _LOCK:
+        found = _POLICIES.pop(run_key, None)
+    if found is not None:
+        found[1].close()
+
+
+def cached_bundle(ref: str, content_key: str) -> Path:
+    """The bundle of `ref`, fetched once into WORLDSMITH_HOME/cache/bundles/<content key>."""
+    settings = get_settings()
+    target = settings.home / "cache" / "bundles" / content_key
+    if not (target / "manifest.json").is_file():
+        store = open_store(settings.resolved_store_url(), endpoint_url=settings.s3_endpoint_url)
+        fetch(ref, target, store, open_catalog())
+    return target
+
+
+@task(name="plan-episodes", retries=2, retry_delay_seconds=2)
+def plan(params: EvaluateParameters) -> list[Job]:
+    """One job per (member env, task) of the set's chosen split."""
+    with open_catalog().session() as session:
+        members = [(v.ref, v.env_id, v.content_key) for v, split in members_of(session, get_set(session, params.set_name))
+                   if params.split == "all" or split == params.split]
+    if not members:
+        raise CatalogError(f"set {params.set_name!r} has no members in split {params.split!r}")
+    jobs = []
+    for ref, env_id, content_key in members:
+        path = cached_bundle(ref, content_key)
+        jobs += [Job(ref=ref, env_id=env_id, path=str(path), task_id=t.id) for t in load_bundle(path).tasks]
+    return jobs
+
+
+def _judge(params: EvaluateParameters) -> LLMJudge | None:
+    if params.judge_model is None:
+        return None
+    settings = get_settings()
+    key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
+    return LLMJudge(params.judge_model, base_url=settings.llm_base_url, api_key=key, votes=params.judge_votes, timeout_s=settings.llm_timeout_s)
+
+
+_BUNDLES: dict[str, Bundle] = {}
+
+
+def _bundle(path: str) -> Bundle:
+    with _LOCK:
+        if path not in _BUNDLES:
+            _BUNDLES[path] = load_bundle(Path(path))
+        return _BUNDLES[path]
+
+
+@task(name="evaluate-task", cache_policy=NO_CACHE, task_run_name="{job.env_id}/{job.task_id}")
+def evaluate_task(params: EvaluateParameters, run_key: str, job: Job) -> list[dict[str, Any]]:
+    """The k episodes of one task (fresh policy each, seeds seed..seed+k-1), as trajectory dicts."""
+    factory, runtime = _resources(params, run_key)
+    bundle = _bundle(job.path)
+    task_spec = bundle.task(job.task_id)
+    judge = _judge(params)
+    out = []
+    for sample in range(params.samples):
+        config = EpisodeConfig(max_turns=params.max_turns, window=params.window, seed=params.seed + sample)
+        out.append(run_episode(runtime, bundle, task_spec, factory(), config, judge).model_dump(mode="json"))
+    return out
+
+
+def report(trajectories: list[Trajectory], k: int) -> dict[str, Any]:
+    """Scores overall and per env."""
+    by_env: dict[str, list[Trajectory]] = defaultdict(list)
+    for t in trajectories:
+        by_env[t.env_id].append(t)
+    return {"overall": scores(trajectories, k), "per_env": {env: scores(ts, k) for env, ts in sorted(by_env.items())}}
+
+
+def _start(params: EvaluateParameters, flow_run_id: str | None) -> int:
+    catalog = open_catalog()
+    with catalog.session() as session:
+        env_set = get_set(session, params.set_name)
+        run = EvaluationRun(set_id=env_set.id, policy=params.policy, samples=params.samples, flow_run_id=flow_run_id,
+                            metrics={"parameters": params.model_dump()})
+        session.add(run)
+        session.commit()
+        return run.id
+
+
+def _finish(run_id: int, status: str, metrics: dict[str, Any]) -> None:
+    with open_catalog().session() as session:
+        run = session.get(EvaluationRun, run_id)
+        run.status, run.finished_at = status, utcnow()
+        run.metrics = {**run.metrics, **metrics}
+        session.add(run)
+        session.commit()
+
+
+def _store_trajectories(run_id: int, trajectories: list[Trajectory]) -> dict[str, str]:
+    settings = get_settings()
+    folder = settings.home / "evaluations" / str(run_id)
+    jsonl = write_jsonl(trajectories, folder / "trajectories.jsonl")
+    parquet = write_parquet(trajectories, folder / "trajectories.parquet")
+    store = open_store(settings.resolved_store_url(), endpoint_url=settings.s3_endpoint_url)
+    digest = store.put_bytes(jsonl.read_bytes())
+    return {"jsonl": str(jsonl), "parquet": str(parquet), "digest": digest}
+
+
+@flow(name="evaluate", log_prints=True)
+def evaluate(params: EvaluateParameters) -> dict[str, Any]:
+    """Evaluate `params.policy` on set `params.set_name`; returns the report with the run id."""
+    logger = get_run_logger()
+    context = get_run_context()
+    flow_run_id = str(context.flow_run.id) if context and getattr(context, "flow_run", None) else None
+    run_id = _start(params, flow_run_id)
+    run_key = f"evaluation-{run_id}"
+    try:
+        jobs = plan(params)
+        futures = [evaluate_task.submit(params, run_key, job) for job in jobs]
+        trajectories = [Trajectory.model_validate(t) for future in futures for t in future.result()]
+    except BaseException as exc:
+        _finish(run_id, "failed", {"error": f"{type(exc).__name__}: {exc}"})
+        raise
+    finally:
+        _release(run_key)
+    result = report(trajectories, params.samples)
+    result["trajectories"] = _store_trajectories(run_id, trajectories)
+    _finish(run_id, "completed", result)
+    overall = result["overall"]
+    rows = [{"env": env, **{k: round(v, 4) if isinstance(v, float) else v for k, v in s.items()}} for env, s in result["per_env"].items()]
+    create_table_artifact(rows, key="evaluation-per-env", description=f"{params.policy} on {params.set_name}: scores per environment")
+    create_markdown_artifact(
+        f"# Evaluation {run_id}\n\n{params.policy} on set `{params.set_name}` ({params.split}), {params.samples} sample(s) per task: "
+        f"pass@1 {overall['pass@1']:.3f}, pass@{params.samples} {overall[f'pass@{params.samples}']:.3f}, mean turns "
+        f"{overall['mean_turns']:.2f}, env_error rate {overall['env_error_rate']:.3f}, format_error rate {overall['format_error_rate']:.3f}.",
+        key="evaluation-summary")
+    logger.info("evaluation %s: %s", run_id, json.dumps(overall))
+    return {"run_id": run_id, **result}
+
+
+def run_evaluate(params: EvaluateParameters) -> dict[str, Any]:
+    """Run the flow in this process with `concurrency` tasks at once."""
+    return evaluate.with_options(task_runner=ThreadPoolTaskRunner(max_workers=params.concurrency))(params)
