@@ -1,0 +1,57 @@
+"""TrainingConfig: everything a GRPO run in the worlds needs, as one typed, documented model.
+
+It is the parameter form of the `train` flow and of the training deployment (Prefect renders the
+nested fields, descriptions and enums as a form). Defaults follow the reference paper's recipe:
+group size 16, learning rate 7e-7, a windowed history of the last 3 turns.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field, model_validator
+
+from worldsmith.agent.rewards import RewardMap
+
+
+class LoraConfig(BaseModel):
+    """Low-rank adapters instead of full fine-tuning (PEFT)."""
+
+    enabled: bool = Field(False, description="Train LoRA adapters only.")
+    rank: int = Field(16, ge=1, le=512)
+    alpha: int = Field(32, ge=1)
+    dropout: float = Field(0.05, ge=0.0, lt=1.0)
+    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+
+
+class TrainingConfig(BaseModel):
+    """A multi-turn GRPO run over an environment set."""
+
+    model: str = Field(description="Model directory (or an id already in the local Hugging Face cache); nothing is downloaded.")
+    set_name: str = Field(description="Environment set whose train split gives the (env, task) rows.")
+    split: Literal["train", "validation", "all"] = Field("train", description="Split the training rows come from.")
+    profile: Literal["cpu-test", "gpu"] = Field("cpu-test", description="cpu-test: fp32 on the CPU; gpu: bf16, gradient checkpointing, vLLM when installed.")
+    group_size: int = Field(16, ge=2, le=256, description="Rollouts per (env, task) row; advantages are normalised within the group.")
+    learning_rate: float = Field(7e-7, gt=0, description="AdamW learning rate.")
+    beta: float = Field(0.0, ge=0, description="KL penalty against the reference model (0: no reference model is kept).")
+    epsilon: float = Field(0.2, gt=0, lt=1, description="PPO-style clip range of the importance ratio.")
+    max_turns: int = Field(10, ge=1, le=100, description="Turns per rollout.")
+    history: Literal["windowed", "full"] = Field("windowed", description="windowed: each turn is a row holding exactly the window the policy "
+                                                                          "saw; full: one row per rollout through TRL's tool loop.")
+    window: int = Field(3, ge=1, le=100, description="Turns kept in the windowed history (the task and tools are always kept).")
+    max_completion_length: int = Field(256, ge=8, le=32768, description="Tokens generated per turn at most.")
+    temperature: float = Field(1.0, gt=0, le=2, description="Sampling temperature of rollouts.")
+    steps: int = Field(100, ge=1, description="Optimizer steps.")
+    rows_per_step: int = Field(1, ge=1, description="(env, task) rows per step; each gets `group_size` rollouts.")
+    seed: int = Field(0, description="Seed of sampling, row order and initialisation.")
+    lora: LoraConfig = Field(default_factory=LoraConfig)
+    rewards: RewardMap = Field(default_factory=RewardMap, description="Reward of each verdict.")
+    output: str | None = Field(None, description="Where checkpoints go (default: the object store, under the run).")
+    save_every: int = Field(0, ge=0, description="Checkpoint every n steps (0: only at the end).")
+    tensorboard: bool = Field(False, description="Also write metrics for TensorBoard under the run directory.")
+
+    @model_validator(mode="after")
+    def _window_only_when_windowed(self) -> "TrainingConfig":
+        if self.history == "full" and "window" in self.model_fields_set:
+            raise ValueError("window applies to history='windowed' only; remove it or choose windowed")
+        return self
