@@ -25,3 +25,10 @@ def test_read_turn_parses_qwen_tool_calls():
     assert turn.message.content == ""
     assert read_turn("The balance is 1250 points.", 1).message.content == "The balance is 1250 points."
     assert read_turn('<tool_call>\n{"name": "f", "arguments": {"x": ', 1).format_error == "unterminated <tool_call> block"
+
+
+def test_generation_time_is_bounded(runtime, golden, tiny_model):
+    policy = HFPolicy(tiny_model, max_new_tokens=4000, timeout_s=0.05)
+    trajectory = run_episode(runtime, golden, golden.task("t01_points_balance"), policy, EpisodeConfig(max_turns=1))
+    record = trajectory.turn_records[0]
+    assert record.seconds < 2.0 and record.tokens_out < 4000

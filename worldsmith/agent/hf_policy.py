@@ -52,19 +52,20 @@ def read_turn(text: str, turn: int) -> PolicyTurn:
 
 
 class HFPolicy:
-    """Generates with a local model; greedy when `temperature` is 0."""
+    """Generates with a local model; greedy when `temperature` is 0. A turn stops at `max_new_tokens`
+    or after `timeout_s` seconds; a tool call cut off that way is a format error."""
 
     shows_tools = True
 
     def __init__(self, path: str | Path | None = None, *, model: Any = None, tokenizer: Any = None, max_new_tokens: int = 256,
-                 temperature: float = 0.0, device: str | None = None):
+                 temperature: float = 0.0, timeout_s: float | None = 120.0, device: str | None = None):
         if model is None or tokenizer is None:
             if path is None:
                 raise ValueError("HFPolicy needs a model path, or both model and tokenizer")
             model, tokenizer = load_model(path, device)
         self.model, self.tokenizer = model, tokenizer
         self.name = f"hf:{path or getattr(model, 'name_or_path', 'model')}"
-        self.max_new_tokens, self.temperature = max_new_tokens, temperature
+        self.max_new_tokens, self.temperature, self.timeout_s = max_new_tokens, temperature, timeout_s
         self.stop_ids = [i for i in {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")} if isinstance(i, int) and i >= 0]
 
     def start(self, bundle: Bundle, task: TaskSpec, seed: int) -> None:
@@ -82,7 +83,8 @@ class HFPolicy:
         sampling = {"do_sample": True, "temperature": self.temperature} if self.temperature > 0 else {"do_sample": False}
         with torch.no_grad():
             output = self.model.generate(torch.tensor([prompt_ids], device=self.model.device), max_new_tokens=self.max_new_tokens,
-                                         eos_token_id=self.stop_ids, pad_token_id=self.tokenizer.pad_token_id, **sampling)
+                                         eos_token_id=self.stop_ids, pad_token_id=self.tokenizer.pad_token_id, max_time=self.timeout_s,
+                                         **sampling)
         completion_ids = output[0, len(prompt_ids):].tolist()
         text = self.tokenizer.decode(completion_ids, skip_special_tokens=False)
         for stop in ("<|im_end|>", "<|endoftext|>", self.tokenizer.eos_token or ""):
