@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 
 import pytest
 
-from worldsmith.bundle.loader import build_bundle
 from worldsmith.llm.procedural.backend import ProceduralGenerator, procedural_bundle, world_for
 from worldsmith.llm.procedural.blocks import DOMAINS
 from worldsmith.llm.procedural.compose import compose
