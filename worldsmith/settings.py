@@ -56,6 +56,10 @@ class Settings(BaseSettings):
     gateway_session_idle_s: float = Field(900.0, gt=0, description="Idle MCP sessions (episodes) expire after this.")
     gateway_max_sessions: int = Field(4096, ge=1, description="Open MCP sessions per environment; more get HTTP 503.")
 
+    def llm_key(self) -> str | None:
+        """The endpoint's API key as plain text (None when unset)."""
+        return self.llm_api_key.get_secret_value() if self.llm_api_key else None
+
     def resolved_store_url(self) -> str:
         return self.store_url or str((self.home / "store").resolve())
 

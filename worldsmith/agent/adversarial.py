@@ -78,7 +78,7 @@ def side_effect(runtime: Runtime, bundle: Bundle, task: TaskSpec, tries: int = 6
             episode.call_tool(tool, arguments)
         solved = episode.snapshot()
         for attempt in range(tries):
-            tool = tools[attempt % len(tools)] if attempt < len(tools) else rng.choice(tools)
+            tool = tools[attempt] if attempt < len(tools) else rng.choice(tools)
             arguments = sample_arguments(tool, seeds)
             result = episode.call_tool(tool["name"], arguments)
             if result.ok and result.changed and footprint.overreach(episode.diff(bundle.world)):

@@ -101,9 +101,11 @@ class Judge(Protocol):
     def review(self, task: TaskSpec, trajectory: Trajectory) -> tuple[str, dict[str, Any]]: ...
 
 
-def _guard(runtime: Runtime, bundle: Bundle, task: TaskSpec, episode: Episode, judged: VerifierResult) -> tuple[str, dict[str, Any]]:
+def _verdict(runtime: Runtime, bundle: Bundle, task: TaskSpec, episode: Episode, judged: VerifierResult,
+             guard: bool) -> tuple[str, dict[str, Any]]:
+    """The verifier's verdict and evidence, downgraded by the side-effect guard when `guard` is on."""
     verdict = getattr(judged.status, "value", judged.status)
-    if verdict != "complete":
+    if verdict != "complete" or not guard:
         return verdict, judged.evidence
     overreach = reference_run(runtime, bundle, task).footprint.overreach(episode.diff(bundle.world))
     if not overreach:
@@ -160,8 +162,7 @@ def run_episode(runtime: Runtime, bundle: Bundle, task: TaskSpec, policy: Policy
         if verdict is None:
             judged = episode.verify(answer)
             error = judged.error
-            verdict, evidence = _guard(runtime, bundle, task, episode, judged) if config.side_effects else (
-                getattr(judged.status, "value", judged.status), judged.evidence)
+            verdict, evidence = _verdict(runtime, bundle, task, episode, judged, config.side_effects)
     trajectory = Trajectory(env_id=bundle.env_id, env_key=bundle.key, task_id=task.id, policy=policy.name, tools=tools, messages=messages, steps=steps,
                             turns=turns, answer=answer, verdict=verdict, reward=config.rewards.reward(verdict), evidence=evidence,
                             error=error, seconds=time.perf_counter() - started, tokens_in=sum(r.tokens_in for r in records),

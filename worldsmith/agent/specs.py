@@ -33,8 +33,7 @@ def policy_factory(spec: str, *, temperature: float = 0.0, tool_format: Literal[
         from worldsmith.agent.openai_policy import OpenAIPolicy
 
         settings = get_settings()
-        key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
-        return lambda: OpenAIPolicy(target, base_url=settings.llm_base_url, api_key=key, mode=tool_format, meta=meta_tools,
+        return lambda: OpenAIPolicy(target, base_url=settings.llm_base_url, api_key=settings.llm_key(), mode=tool_format, meta=meta_tools,
                                     temperature=temperature, timeout_s=settings.llm_timeout_s)
     from worldsmith.agent.hf_policy import HFPolicy, load_model
 

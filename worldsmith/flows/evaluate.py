@@ -71,26 +71,26 @@ class Job(BaseModel):
     task_id: str
 
 
-_POLICIES: dict[str, tuple[Callable[[], Policy], Runtime]] = {}
+_RESOURCES: dict[str, tuple[Callable[[], Policy], Runtime, LLMJudge | None]] = {}
 _LOCK = threading.Lock()
 
 
-def _resources(params: EvaluateParameters, run_key: str) -> tuple[Callable[[], Policy], Runtime]:
-    """This process's policy factory and runtime for the run (a local model is loaded once)."""
+def _resources(params: EvaluateParameters, run_key: str) -> tuple[Callable[[], Policy], Runtime, LLMJudge | None]:
+    """This process's policy factory, runtime and judge for the run (a local model is loaded once)."""
     with _LOCK:
-        if run_key not in _POLICIES:
+        if run_key not in _RESOURCES:
             temperature = params.temperature if params.temperature is not None else (0.0 if params.samples == 1 else 0.7)
             factory = policy_factory(params.policy, temperature=temperature, tool_format=params.tool_format, meta_tools=params.meta_tools,
                                      max_new_tokens=params.max_new_tokens)
             runtime = Runtime()
             atexit.register(runtime.close)
-            _POLICIES[run_key] = (factory, runtime)
-        return _POLICIES[run_key]
+            _RESOURCES[run_key] = (factory, runtime, _judge(params))
+        return _RESOURCES[run_key]
 
 
 def _release(run_key: str) -> None:
     with _LOCK:
-        found = _POLICIES.pop(run_key, None)
+        found = _RESOURCES.pop(run_key, None)
     if found is not None:
         found[1].close()
 
@@ -124,8 +124,7 @@ def _judge(params: EvaluateParameters) -> LLMJudge | None:
     if params.judge_model is None:
         return None
     settings = get_settings()
-    key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
-    return LLMJudge(params.judge_model, base_url=settings.llm_base_url, api_key=key, votes=params.judge_votes, timeout_s=settings.llm_timeout_s)
+    return LLMJudge(params.judge_model, base_url=settings.llm_base_url, api_key=settings.llm_key(), votes=params.judge_votes, timeout_s=settings.llm_timeout_s)
 
 
 _BUNDLES: dict[str, Bundle] = {}
@@ -141,10 +140,9 @@ def _bundle(path: str) -> Bundle:
 @task(name="evaluate-task", cache_policy=NO_CACHE, task_run_name="{job.env_id}/{job.task_id}")
 def evaluate_task(params: EvaluateParameters, run_key: str, job: Job) -> list[dict[str, Any]]:
     """The k episodes of one task (fresh policy each, seeds seed..seed+k-1), as trajectory dicts."""
-    factory, runtime = _resources(params, run_key)
+    factory, runtime, judge = _resources(params, run_key)
     bundle = _bundle(job.path)
     task_spec = bundle.task(job.task_id)
-    judge = _judge(params)
     out = []
     for sample in range(params.samples):
         config = EpisodeConfig(max_turns=params.max_turns, window=params.window, seed=params.seed + sample)

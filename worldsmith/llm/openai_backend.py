@@ -83,7 +83,7 @@ class OpenAIGenerator:
     def from_settings(cls, settings: Settings | None = None, *, model: str | None = None) -> "OpenAIGenerator":
         s = settings or get_settings()
         return cls(model=model or s.llm_model, base_url=s.llm_base_url,
-                   api_key=s.llm_api_key.get_secret_value() if s.llm_api_key else None, temperature=s.llm_temperature,
+                   api_key=s.llm_key(), temperature=s.llm_temperature,
                    max_tokens=s.llm_max_tokens, timeout_s=s.llm_timeout_s, concurrency=s.llm_concurrency,
                    retries=s.llm_retries, prices=s.llm_prices)
 
