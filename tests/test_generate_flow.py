@@ -67,10 +67,18 @@ def test_generate_flow_publishes_environments_that_pass_env_check(prefect_api, h
 
 
 def _generate_process(home: Path, count: int) -> subprocess.Popen:
+    """`worldsmith generate` in its own session; its output goes to HOME.log (see `_log`)."""
     env = dict(os.environ, WORLDSMITH_HOME=str(home), WORLDSMITH_SANDBOX_WORKERS="1")
-    return subprocess.Popen([sys.executable, "-m", "worldsmith.cli", "generate", "--count", str(count), "--seed", "8",
-                             "--fault-rate", "0.5", "--concurrency", "1"],
-                            cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    home.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{home}.log", "ab") as log:
+        return subprocess.Popen([sys.executable, "-m", "worldsmith.cli", "generate", "--count", str(count), "--seed", "8",
+                                 "--fault-rate", "0.5", "--concurrency", "1"],
+                                cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _log(home: Path) -> str:
+    """The last lines the generate processes of HOME printed (for assertion messages)."""
+    return "\n".join(Path(f"{home}.log").read_text(errors="replace").splitlines()[-40:])
 
 
 def _content(home: Path) -> set[tuple[str, int, str]]:
@@ -87,16 +95,16 @@ def test_killed_run_resumes_to_the_same_catalog(prefect_api, tmp_path):
         if (interrupted / "catalog.db").exists() and len(_content(interrupted)) >= 1:
             break
         time.sleep(0.1)
-    assert process.poll() is None, "the run finished before it could be killed"
+    assert process.poll() is None, f"the run finished before it could be killed:\n{_log(interrupted)}"
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     partial = _content(interrupted)
-    assert 1 <= len(partial) < 6
+    assert 1 <= len(partial) < 6, partial
 
-    assert _generate_process(interrupted, 6).wait(timeout=300) == 0
-    assert _generate_process(clean, 6).wait(timeout=300) == 0
+    assert _generate_process(interrupted, 6).wait(timeout=300) == 0, _log(interrupted)
+    assert _generate_process(clean, 6).wait(timeout=300) == 0, _log(clean)
     resumed = _content(interrupted)
-    assert resumed == _content(clean) and len(resumed) == 6  # same environments, none twice
+    assert resumed == _content(clean) and len(resumed) == 6, (resumed ^ _content(clean), _log(interrupted))  # same environments, none twice
     assert partial <= resumed
 
 
