@@ -437,6 +437,55 @@ def eval_command(
     console.print(f"trajectories: {result['trajectories']['jsonl']}")
 
 
+@app.command("train")
+def train_command(
+    set_name: Annotated[str, typer.Option("--set", help="Environment set whose train split gives the (env, task) rows.")],
+    model: Annotated[str, typer.Option(help="Model directory, a cached Hugging Face id, or `tiny` (built offline, cpu-test).")] = "tiny",
+    profile: Annotated[str, typer.Option(help="cpu-test (fp32 on the CPU) | gpu (bf16, gradient checkpointing, vLLM when installed).")] = "cpu-test",
+    steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 20,
+    group_size: Annotated[int, typer.Option(help="Rollouts per (env, task) row.")] = 16,
+    learning_rate: Annotated[float, typer.Option(help="AdamW learning rate.")] = 7e-7,
+    beta: Annotated[float, typer.Option(help="KL penalty against the reference model.")] = 0.0,
+    history: Annotated[str, typer.Option(help="windowed | full")] = "windowed",
+    window: Annotated[Optional[int], typer.Option(help="Turns kept in the windowed history (default 3).")] = None,
+    max_turns: Annotated[int, typer.Option(help="Turns per rollout.")] = 10,
+    max_completion_length: Annotated[int, typer.Option(help="Tokens generated per turn at most.")] = 256,
+    rows_per_step: Annotated[int, typer.Option(help="(env, task) rows per step.")] = 1,
+    lora: Annotated[bool, typer.Option(help="Train LoRA adapters instead of every weight.")] = False,
+    tensorboard: Annotated[bool, typer.Option(help="Also write TensorBoard event files under the run's output.")] = False,
+    output: Annotated[Optional[Path], typer.Option(help="Output directory (default WORLDSMITH_HOME/training/<run id>).")] = None,
+    warmup_steps: Annotated[int, typer.Option(help="--model tiny: supervised steps on the reference solutions first.")] = 120,
+    seed: Annotated[int, typer.Option(help="Seed of sampling, row order and initialisation.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the run's record as JSON.")] = False,
+) -> None:
+    """Train a policy with multi-turn GRPO on an environment set (the `train` flow); stores a training run."""
+    from worldsmith.flows.train import train
+    from worldsmith.training.config import TrainingConfig
+
+    fields = {"model": model, "set_name": set_name, "profile": profile, "steps": steps, "group_size": group_size, "learning_rate": learning_rate,
+              "beta": beta, "history": history, "max_turns": max_turns, "max_completion_length": max_completion_length,
+              "rows_per_step": rows_per_step, "lora": {"enabled": lora}, "tensorboard": tensorboard, "seed": seed, "warmup_steps": warmup_steps,
+              "output": str(output) if output else None}
+    try:
+        config = TrainingConfig(**fields, **({"window": window} if window is not None else {}))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    with _reported():
+        result = train(config, progress=not as_json)
+    if as_json:
+        print(json.dumps(result, indent=2, default=str))
+        return
+    table = Table(title=f"training run {result['run_id']}: {config.model} on {set_name}, {result['steps']} steps")
+    for column in ("validation", "pass@1", "mean reward", "format_error", "evaluation"):
+        table.add_column(column)
+    for name in ("before", "after"):
+        report = result[name]
+        if report is not None:
+            table.add_row(name, f"{report['pass@1']:.3f}", f"{report['mean_reward']:.3f}", f"{report['format_error_rate']:.3f}", str(report["run_id"]))
+    console.print(table)
+    console.print(f"final model: {result['final']} (object {result['checkpoint']})")
+
+
 @data_app.command("sft")
 def data_sft(
     trajectories: Annotated[Path, typer.Argument(help="trajectories.jsonl of an evaluation run.")],

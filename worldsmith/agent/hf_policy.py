@@ -33,11 +33,12 @@ def load_model(path: str | Path, device: str | None = None) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def render_prompt(tokenizer: Any, view: list[Message], tools: list[dict[str, Any]]) -> list[int]:
-    """Token ids of the chat-template rendering of `view` with `tools`, ending in the assistant's
-    generation prompt (thinking off where the template supports it)."""
+def render_prompt(tokenizer: Any, view: list[Message], tools: list[dict[str, Any]], chat_template: str | None = None) -> list[int]:
+    """Token ids of the chat-template rendering of `view` with `tools` (the tokenizer's template
+    unless `chat_template` is given), ending in the assistant's generation prompt (thinking off
+    where the template supports it)."""
     encoded = tokenizer.apply_chat_template(hf_messages(view), tools=hf_tools(tools), add_generation_prompt=True, tokenize=True,
-                                            return_dict=True, enable_thinking=False)
+                                            return_dict=True, enable_thinking=False, chat_template=chat_template)
     return list(encoded["input_ids"])
 
 
@@ -74,18 +75,26 @@ class HFPolicy:
         self.turn = 0
         torch.manual_seed(seed)
 
-    def act(self, view: list[Message], tools: list[dict[str, Any]]) -> PolicyTurn:
+    def prompt_ids(self, view: list[Message], tools: list[dict[str, Any]]) -> list[int]:
+        """Token ids the model sees for this turn: the chat-template rendering of `view`."""
+        return render_prompt(self.tokenizer, view, tools)
+
+    def generate(self, prompt_ids: list[int]) -> list[int]:
+        """Completion token ids for one prompt (up to and including the stop token when one came)."""
         import torch
 
-        self.turn += 1
-        prompt_ids = render_prompt(self.tokenizer, view, tools)
-        started = time.perf_counter()
         sampling = {"do_sample": True, "temperature": self.temperature} if self.temperature > 0 else {"do_sample": False}
         with torch.no_grad():
             output = self.model.generate(torch.tensor([prompt_ids], device=self.model.device), max_new_tokens=self.max_new_tokens,
                                          eos_token_id=self.stop_ids, pad_token_id=self.tokenizer.pad_token_id, max_time=self.timeout_s,
                                          **sampling)
-        completion_ids = output[0, len(prompt_ids):].tolist()
+        return output[0, len(prompt_ids):].tolist()
+
+    def act(self, view: list[Message], tools: list[dict[str, Any]]) -> PolicyTurn:
+        self.turn += 1
+        started = time.perf_counter()
+        prompt_ids = self.prompt_ids(view, tools)
+        completion_ids = self.generate(prompt_ids)
         text = self.tokenizer.decode(completion_ids, skip_special_tokens=False)
         for stop in ("<|im_end|>", "<|endoftext|>", self.tokenizer.eos_token or ""):
             text = text.split(stop)[0] if stop else text

@@ -20,7 +20,6 @@ from typing import Any, Literal
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
-from prefect.context import get_run_context
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, Field, field_validator
 
@@ -30,7 +29,8 @@ from worldsmith.agent.policies import Policy
 from worldsmith.agent.specs import SPEC_HELP, check_spec, policy_factory
 from worldsmith.agent.trajectories import scores, write_jsonl, write_parquet
 from worldsmith.bundle.loader import Bundle, load_bundle
-from worldsmith.models.catalog import EvaluationRun, utcnow
+from worldsmith.flows.records import add_run, current_flow_run_id, finish_run
+from worldsmith.models.catalog import EvaluationRun
 from worldsmith.runtime.episode import Runtime
 from worldsmith.settings import get_settings
 from worldsmith.storage.catalog import open_catalog
@@ -158,24 +158,11 @@ def report(trajectories: list[Trajectory], k: int) -> dict[str, Any]:
     return {"overall": scores(trajectories, k), "per_env": {env: scores(ts, k) for env, ts in sorted(by_env.items())}}
 
 
-def _start(params: EvaluateParameters, flow_run_id: str | None) -> int:
-    catalog = open_catalog()
-    with catalog.session() as session:
-        env_set = get_set(session, params.set_name)
-        run = EvaluationRun(set_id=env_set.id, policy=params.policy, samples=params.samples, flow_run_id=flow_run_id,
-                            metrics={"parameters": params.model_dump()})
-        session.add(run)
-        session.commit()
-        return run.id
-
-
-def _finish(run_id: int, status: str, metrics: dict[str, Any]) -> None:
+def _start(params: EvaluateParameters) -> int:
     with open_catalog().session() as session:
-        run = session.get(EvaluationRun, run_id)
-        run.status, run.finished_at = status, utcnow()
-        run.metrics = {**run.metrics, **metrics}
-        session.add(run)
-        session.commit()
+        set_id = get_set(session, params.set_name).id
+    return add_run(EvaluationRun(set_id=set_id, policy=params.policy, samples=params.samples, flow_run_id=current_flow_run_id(),
+                                 metrics={"parameters": params.model_dump()}))
 
 
 def _store_trajectories(run_id: int, trajectories: list[Trajectory]) -> dict[str, str]:
@@ -192,22 +179,20 @@ def _store_trajectories(run_id: int, trajectories: list[Trajectory]) -> dict[str
 def evaluate(params: EvaluateParameters) -> dict[str, Any]:
     """Evaluate `params.policy` on set `params.set_name`; returns the report with the run id."""
     logger = get_run_logger()
-    context = get_run_context()
-    flow_run_id = str(context.flow_run.id) if context and getattr(context, "flow_run", None) else None
-    run_id = _start(params, flow_run_id)
+    run_id = _start(params)
     run_key = f"evaluation-{run_id}"
     try:
         jobs = plan(params)
         futures = [evaluate_task.submit(params, run_key, job) for job in jobs]
         trajectories = [Trajectory.model_validate(t) for future in futures for t in future.result()]
     except BaseException as exc:
-        _finish(run_id, "failed", {"error": f"{type(exc).__name__}: {exc}"})
+        finish_run(EvaluationRun, run_id, "failed", {"error": f"{type(exc).__name__}: {exc}"})
         raise
     finally:
         _release(run_key)
     result = report(trajectories, params.samples)
     result["trajectories"] = _store_trajectories(run_id, trajectories)
-    _finish(run_id, "completed", result)
+    finish_run(EvaluationRun, run_id, "completed", result)
     overall = result["overall"]
     rows = [{"env": env, **{k: round(v, 4) if isinstance(v, float) else v for k, v in s.items()}} for env, s in result["per_env"].items()]
     create_table_artifact(rows, key="evaluation-per-env", description=f"{params.policy} on {params.set_name}: scores per environment")

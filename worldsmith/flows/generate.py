@@ -28,12 +28,12 @@ from typing import Any, Literal
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_progress_artifact, create_table_artifact, update_progress_artifact
 from prefect.cache_policies import INPUTS
-from prefect.context import get_run_context
 from prefect.futures import as_completed
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, Field
 from sqlmodel import select
 
+from worldsmith.flows.records import current_flow_run_id
 from worldsmith.llm.backend import Generator
 from worldsmith.llm.errors import TransientFault
 from worldsmith.llm.prompts import prompt_version
@@ -219,8 +219,7 @@ def generate(params: GenerateParameters = GenerateParameters()) -> list[dict[str
     """Generate `params.count` environments and publish them."""
     finished = _FINISHED.get(params.key())
     logger = get_run_logger()
-    context = get_run_context()
-    run_id = str(context.flow_run.id) if context and getattr(context, "flow_run", None) else params.key()
+    run_id = current_flow_run_id() or params.key()
     storage = _results_storage()
     seeds = load_scenarios(params.scenario_file)
     threading.Thread(target=_warm_imports, daemon=True, name="warm-imports").start()  # while the first LLM calls run

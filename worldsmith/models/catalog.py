@@ -153,6 +153,19 @@ class TrainingRun(SQLModel, table=True):
     finished_at: Optional[datetime] = None
 
 
+class TrainingStep(SQLModel, table=True):
+    """Metrics of one logged optimizer step of a training run (reward, success, KL, loss, ...)."""
+
+    __tablename__ = "training_steps"
+    __table_args__ = (Index("ix_training_steps_run_step", "training_run_id", "step", unique=True),)
+
+    id: Optional[int] = Field(default=None, primary_key=True)
+    training_run_id: int = Field(foreign_key="training_runs.id")
+    step: int
+    metrics: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    created_at: datetime = Field(default_factory=utcnow)
+
+
 class Checkpoint(SQLModel, table=True):
     """A model checkpoint of a training run, stored in the object store."""
 

@@ -13,6 +13,8 @@ from pydantic import BaseModel, Field, model_validator
 
 from worldsmith.agent.rewards import RewardMap
 
+TINY = "tiny"
+
 
 class LoraConfig(BaseModel):
     """Low-rank adapters instead of full fine-tuning (PEFT)."""
@@ -27,7 +29,8 @@ class LoraConfig(BaseModel):
 class TrainingConfig(BaseModel):
     """A multi-turn GRPO run over an environment set."""
 
-    model: str = Field(description="Model directory (or an id already in the local Hugging Face cache); nothing is downloaded.")
+    model: str = Field(description="Model directory (or an id already in the local Hugging Face cache; nothing is downloaded), or "
+                                   "`tiny`: a tiny Qwen3 model built offline from the set and warmed up on its reference solutions.")
     set_name: str = Field(description="Environment set whose train split gives the (env, task) rows.")
     split: Literal["train", "validation", "all"] = Field("train", description="Split the training rows come from.")
     profile: Literal["cpu-test", "gpu"] = Field("cpu-test", description="cpu-test: fp32 on the CPU; gpu: bf16, gradient checkpointing, vLLM when installed.")
@@ -44,6 +47,7 @@ class TrainingConfig(BaseModel):
     steps: int = Field(100, ge=1, description="Optimizer steps.")
     rows_per_step: int = Field(1, ge=1, description="(env, task) rows per step; each gets `group_size` rollouts.")
     seed: int = Field(0, description="Seed of sampling, row order and initialisation.")
+    warmup_steps: int = Field(120, ge=0, description="model=tiny only: supervised steps on the reference solutions before GRPO.")
     lora: LoraConfig = Field(default_factory=LoraConfig)
     rewards: RewardMap = Field(default_factory=RewardMap, description="Reward of each verdict.")
     output: str | None = Field(None, description="Where checkpoints go (default: the object store, under the run).")

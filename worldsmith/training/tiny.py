@@ -68,7 +68,7 @@ def build_tiny_model(out: Path, bundles: Iterable[Any], *, seed: int = 0, vocab_
     tokenizer = train_tokenizer(corpus(bundles), vocab_size)
     config = Qwen3Config(vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=hidden_size * 3, num_hidden_layers=layers,
                          num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=hidden_size // heads, max_position_embeddings=16384,
-                         tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
+                         tie_word_embeddings=False, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
     torch.manual_seed(seed)
     model = Qwen3ForCausalLM(config)
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, do_sample=False)

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# GPU smoke test of GRPO training, for a lent GPU worker (see docs/training.md).
+# Usage: bench/gpu_train_smoke.sh [extra args for bench/gpu_train_smoke.py]
+# Needs the project installed with a CUDA build of torch (scripts/setup.sh on the worker, or the
+# wheels carried to it); runs the tiny offline model in bf16 on CUDA for a few GRPO steps in both
+# history modes and prints step times and peak GPU memory.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-.venv/bin/python}
+[ -x "$PY" ] || PY=python3
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1 PREFECT_SERVER_ANALYTICS_ENABLED=false GX_ANALYTICS_ENABLED=false
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || { echo "no NVIDIA GPU visible" >&2; exit 2; }
+"$PY" -c "import torch; assert torch.cuda.is_available(), 'torch has no CUDA: install a CUDA build'; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
+for history in windowed full; do
+  echo "== GRPO smoke, history=$history"
+  "$PY" bench/gpu_train_smoke.py --profile gpu --history "$history" "$@"
+done

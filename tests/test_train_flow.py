@@ -1,0 +1,81 @@
+"""The `train` flow and `worldsmith train` on a real (test-harness) Prefect server: set -> tiny
+model warmed up -> validation evaluated -> GRPO steps -> checkpoint in the object store ->
+validation evaluated again, all recorded in the catalog."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+
+import pytest
+from sqlmodel import select
+from typer.testing import CliRunner
+
+from worldsmith.cli import app
+from worldsmith.flows.train import train
+from worldsmith.llm.procedural.backend import procedural_bundle
+from worldsmith.models.catalog import Checkpoint, EvaluationRun, TrainingRun, TrainingStep
+from worldsmith.settings import get_settings
+from worldsmith.storage.catalog import open_catalog
+from worldsmith.storage.objectstore import open_store
+from worldsmith.storage.publish import publish
+from worldsmith.storage.sets import SetQuery, create_set
+from worldsmith.training.config import TrainingConfig
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+QUICK = {"model": "tiny", "group_size": 2, "steps": 2, "max_turns": 1, "max_completion_length": 16, "warmup_steps": 2,
+         "learning_rate": 1e-4}
+
+
+@pytest.fixture()
+def train_set(home):
+    """Two procedural worlds: one in the train split, one in validation."""
+    settings = get_settings()
+    store, catalog = open_store(settings.resolved_store_url()), open_catalog()
+    for bundle in (procedural_bundle("retail", 3), procedural_bundle("clinic", 3)):
+        publish(bundle, store, catalog)
+    create_set(catalog, "trainset", SetQuery(validation_fraction=0.5))
+    return "trainset"
+
+
+def test_train_flow_records_steps_checkpoint_and_evaluations(prefect_api, train_set):
+    result = train(TrainingConfig(set_name=train_set, **QUICK))
+    assert result["steps"] == 2 and len(result["log"]) == 2
+    with open_catalog().session() as session:
+        run = session.get(TrainingRun, result["run_id"])
+        steps = session.exec(select(TrainingStep).where(TrainingStep.training_run_id == run.id).order_by(TrainingStep.step)).all()
+        checkpoints = session.exec(select(Checkpoint).where(Checkpoint.training_run_id == run.id)).all()
+        evaluations = session.exec(select(EvaluationRun).order_by(EvaluationRun.id)).all()
+    assert run.status == "completed" and run.finished_at is not None and run.config["model"] == "tiny"
+    assert [s.step for s in steps] == [1, 2]
+    for step in steps:
+        assert {"loss", "reward", "reward_std", "success_rate", "env_error_rate", "turns", "tokens"} <= set(step.metrics)
+    # the final model is in the object store, loadable from the archive
+    assert [(c.step, c.digest) for c in checkpoints] == [(2, result["checkpoint"])] and checkpoints[0].metrics["final"] is True
+    archive = tarfile.open(fileobj=io.BytesIO(open_store(get_settings().resolved_store_url()).get_bytes(result["checkpoint"])))
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(archive.getnames())
+    # validation before and after, by the evaluate flow, with the model before and after training
+    assert [(e.policy, e.status) for e in evaluations] == [(f"hf:{result['model']}", "completed"), (f"hf:{result['final']}", "completed")]
+    assert result["before"]["run_id"] == evaluations[0].id and result["after"]["run_id"] == evaluations[1].id
+    assert result["before"]["episodes"] == result["after"]["episodes"] == 10
+
+
+def test_cli_train_json_and_refusals(prefect_api, train_set, tmp_path):
+    runner = CliRunner()
+    out = tmp_path / "run"
+    args = ["train", "--set", train_set, "--steps", "1", "--group-size", "2", "--max-turns", "1", "--max-completion-length", "8",
+            "--learning-rate", "1e-4", "--history", "full", "--warmup-steps", "1", "--tensorboard", "--output", str(out), "--json"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.output[result.output.index("{"):])
+    assert record["steps"] == 1 and record["final"] == str(out / "final") and (out / "final" / "config.json").is_file()
+    assert list(out.rglob("events.out.tfevents.*"))  # TensorBoard event files under the run's output
+    with open_catalog().session() as session:
+        assert session.get(TrainingRun, record["run_id"]).config["history"] == "full"
+    refused = runner.invoke(app, ["train", "--set", train_set, "--history", "full", "--window", "2"])
+    assert refused.exit_code == 2 and "window applies to history='windowed' only" in refused.output
+    missing = runner.invoke(app, ["train", "--set", "no-such-set", "--steps", "1"])
+    assert missing.exit_code != 0 and "no environment set 'no-such-set'" in missing.output

@@ -1,0 +1,255 @@
+"""GRPO in the worlds: advantages, history-aligned rows, tool-result masks, env_error exclusion, and
+real optimizer steps of TRL's GRPOTrainer on the tiny offline model.
+
+Most tests script what the model "generates" (the `ScriptedTrainer` below overrides generation
+only) so that every verdict kind appears in one group; prompts, token ids, the loss, the
+optimizer and the runtime are all real.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import with_tools
+from worldsmith.agent.hf_policy import render_prompt
+from worldsmith.agent.loop import Trajectory, TurnRecord, visible
+from worldsmith.bundle.loader import Bundle
+from worldsmith.training.config import TrainingConfig
+from worldsmith.training.rollouts import Batcher
+from worldsmith.training.rows import full_row, group_advantages, windowed_rows
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+TASK = "t01_points_balance"
+
+
+def call_text(name: str, arguments: dict) -> str:
+    return f'<tool_call>\n{json.dumps({"name": name, "arguments": arguments})}\n</tool_call><|im_end|>'
+
+
+@pytest.fixture(scope="module")
+def one_task(golden: Bundle) -> Bundle:
+    """The golden world with one task (so every dataset row is that task) and a crashing tool."""
+    broken = with_tools(golden, "def broken(conn):\n    return 1 / 0\n", ["broken"])
+    return dataclasses.replace(broken, tasks=(golden.task(TASK),))
+
+
+def scripts_for(bundle: Bundle) -> list[list[str]]:
+    """Four rollouts of TASK: solved (1.0), a wrong answer (0.0), an env_error (None), a broken
+    tool call (format_error, -1.0)."""
+    task = bundle.task(TASK)
+    solved = [call_text(s.tool, s.arguments) for s in task.solution] + [f"The balance is {task.answer} points.<|im_end|>"]
+    return [solved, ["I do not know.<|im_end|>"], [call_text("broken", {})], ['<tool_call>\n[[ oops, no json<|im_end|>']]
+
+
+def make_trainer(model_dir: Path, bundle: Bundle, runtime, tmp_path: Path, *, scripted: bool = True, **overrides):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from worldsmith.training.trainer import WorldGRPOTrainer, grpo_args, peft_config, task_dataset
+
+    class ScriptedTrainer(WorldGRPOTrainer):
+        """Generation follows `scripts` (rollout i's turn k); batch k holds the rollouts still running."""
+
+        def rollouts(self, inputs):
+            self.turn = 0
+            return super().rollouts(inputs)
+
+        def generate_batch(self, prompts):
+            live = [s for s in self.scripts if len(s) > self.turn]
+            self.turn += 1
+            assert len(live) == len(prompts)
+            return [self.processing_class.encode(s[self.turn - 1], add_special_tokens=False) for s in live]
+
+    config = TrainingConfig(**{"model": str(model_dir), "set_name": "test", "group_size": 4, "steps": 1, "learning_rate": 1e-3,
+                               "max_turns": 4, "max_completion_length": 32, **overrides})
+    cls = ScriptedTrainer if scripted else WorldGRPOTrainer
+    trainer = cls(model=AutoModelForCausalLM.from_pretrained(model_dir), args=grpo_args(config, tmp_path / "out"),
+                  train_dataset=task_dataset({"b": bundle}), processing_class=AutoTokenizer.from_pretrained(model_dir), world=config,
+                  runtime=runtime, bundles={"b": bundle}, peft_config=peft_config(config))
+    if scripted:
+        trainer.scripts = scripts_for(bundle) * (config.group_size // 4)
+    return trainer
+
+
+def test_group_advantages_are_group_relative_and_skip_env_errors():
+    advantages = group_advantages([1.0, 0.0, None, -1.0, 1.0, 1.0, 1.0, 1.0], 4)
+    assert advantages[:4] == pytest.approx([1 / 1.0001, 0.0, 0.0, -1 / 1.0001])
+    assert advantages[4:] == [0.0] * 4  # no spread, no signal
+    assert group_advantages([None, None], 2) == [0.0, 0.0]
+    assert group_advantages([1.0, 0.0], 2, "none") == [0.5, -0.5]
+    with pytest.raises(ValueError, match="groups of 3"):
+        group_advantages([1.0, 0.0], 3)
+
+
+def test_rows_of_env_error_rollouts_are_empty():
+    trajectory = Trajectory(env_id="e", env_key="k", task_id="t", policy="p", messages=[], steps=[], turns=1, verdict="env_error", reward=None,
+                            turn_records=[TurnRecord(turn=1, prompt_ids=[1, 2], completion_ids=[3])])
+    assert windowed_rows(trajectory, 0.0, 0) == [] and full_row(trajectory, 0.0, 0) == []
+
+
+def test_batcher_waits_for_every_live_episode():
+    import threading
+
+    seen: list[list[list[int]]] = []
+    batcher = Batcher(lambda prompts: (seen.append(prompts), [[p[0] * 10] for p in prompts])[1], live=3)
+    results: dict[int, list[int]] = {}
+
+    def episode(index: int, turns: int) -> None:
+        for turn in range(turns):
+            results[index * 100 + turn] = batcher.generate(index, [index + turn])
+        batcher.retire()
+
+    threads = [threading.Thread(target=episode, args=(i, t)) for i, t in ((2, 1), (0, 2), (1, 3))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=10)
+    # batches in index order, shrinking as episodes end, whatever the thread timing
+    assert seen == [[[0], [1], [2]], [[1], [2]], [[3]]]
+    assert results == {0: [0], 1: [10], 200: [20], 100: [10], 101: [20], 102: [30]}
+
+
+def test_windowed_step_rows_hold_exactly_what_the_policy_saw(tiny_model, one_task, runtime, tmp_path):
+    trainer = make_trainer(tiny_model, one_task, runtime, tmp_path, window=1)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    result = trainer.train()
+    rollouts, rows = trainer.last_rollouts, trainer.last_rows
+    assert [t.verdict for t in rollouts] == ["complete", "incomplete", "env_error", "format_error"]
+    tokenizer = trainer.processing_class
+    for index, trajectory in enumerate(rollouts):
+        mine = [r for r in rows if r.rollout == index]
+        if trajectory.verdict == "env_error":
+            assert mine == []  # contributes nothing to the loss
+            continue
+        assert len(mine) == trajectory.turns
+        assistant = [i for i, m in enumerate(trajectory.messages) if m.role == "assistant"]
+        for turn, row in enumerate(mine):
+            # exactly the window the policy saw: system, task, the last w=1 turn, rendered by the chat template
+            upto = assistant[turn] if turn < len(assistant) else len(trajectory.messages)
+            assert row.prompt_ids == render_prompt(tokenizer, visible(trajectory.messages[:upto], 1), trajectory.tools)
+            assert row.completion_ids == tokenizer.encode(scripts_for(one_task)[index][turn], add_special_tokens=False)
+    advantages = {r.rollout: r.advantage for r in rows}
+    assert advantages[0] > 0 and advantages[1] == 0.0 and advantages[3] < 0  # group of rewards 1, 0, (env_error), -1
+    assert math.isfinite(result.training_loss) and result.global_step == 1
+    assert any(not torch.equal(before[n], p) for n, p in trainer.model.named_parameters())
+    log = trainer.state.log_history[0]
+    assert log["success_rate"] == 0.25 and log["env_error_rate"] == 0.25 and log["format_error_rate"] == 0.25
+    assert log["rows"] == len(rows) == len(scripts_for(one_task)[0]) + 1 + 1
+
+
+def test_full_history_masks_exactly_the_tool_results(tiny_model, one_task, runtime, tmp_path):
+    trainer = make_trainer(tiny_model, one_task, runtime, tmp_path, history="full")
+    trainer.train()
+    solved, row = trainer.last_rollouts[0], next(r for r in trainer.last_rows if r.rollout == 0)
+    tokenizer = trainer.processing_class
+    script = scripts_for(one_task)[0]
+    # unmasked: the policy's own tokens, turn after turn, nothing else
+    own = [t for t, m in zip(row.completion_ids, row.tool_mask) if m]
+    assert own == [t for text in script for t in tokenizer.encode(text, add_special_tokens=False)]
+    # masked: one span per tool call, each exactly the tool result in the template's framing
+    spans, current = [], []
+    for token, mask in zip(row.completion_ids, row.tool_mask):
+        if mask:
+            if current:
+                spans.append(current)
+            current = []
+        else:
+            current.append(token)
+    results = [m.content for m in solved.messages if m.role == "tool"]
+    assert len(spans) == len(results) == 2
+    for span, content in zip(spans, results):
+        assert tokenizer.decode(span) == (f"\n<|im_start|>user\n<tool_response>\n{content}\n</tool_response><|im_end|>\n"
+                                          "<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert {r.rollout for r in trainer.last_rows} == {0, 1, 3}  # one row per scored rollout
+
+
+def test_three_steps_train_and_log_every_step(tiny_model, one_task, runtime, tmp_path):
+    trainer = make_trainer(tiny_model, one_task, runtime, tmp_path, steps=3)
+    trainer.scripts = scripts_for(one_task)
+    result = trainer.train()
+    logs = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert result.global_step == 3 and len(logs) == 3
+    assert all(math.isfinite(entry["loss"]) and entry["reward"] == pytest.approx(0.0) for entry in logs)
+
+
+def test_lora_with_kl_trains_adapters_only_and_logs_kl(tiny_model, one_task, runtime, tmp_path):
+    trainer = make_trainer(tiny_model, one_task, runtime, tmp_path, beta=0.04, lora={"enabled": True, "rank": 4, "target_modules": ["q_proj", "v_proj"]})
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    changed = {n for n, p in trainer.model.named_parameters() if not torch.equal(before[n], p)}
+    assert changed and all("lora_" in n for n in changed)  # the base weights stay as they were
+    log = trainer.state.log_history[0]
+    assert math.isfinite(log["kl"]) and log["kl"] >= 0 and math.isfinite(log["loss"])
+
+
+LEARNABLE = ("t08_hide", "t09_reject")
+
+
+def success_rate(trainer, samples: int) -> float:
+    """Share of `samples` rollouts per task that end `complete`, sampled as in training."""
+    inputs = [{"bundle": "b", "task_id": task} for task in LEARNABLE for _ in range(samples)]
+    return sum(t.verdict == "complete" for t in trainer.rollouts(inputs)) / len(inputs)
+
+
+def test_grpo_raises_the_success_rate_of_the_warmed_up_tiny_model(runtime, tmp_path):
+    """Learning test. A simple procedural world (two one-entity tasks, their four tools); the tiny
+    model, built with a fixed seed, is warmed up on two habits for each task: the reference
+    solution (look the entity up, act on it, answer; twice as many rows) and a lazy one (look it
+    up, answer "Done." without acting; incomplete). GRPO with the verifier's rewards, 15 steps of
+    group 8 over both tasks at temperature 0.7, must raise the success rate, measured on 128
+    rollouts sampled the same way, by at least 0.08 (observed on this machine: 0.76 to 0.92)."""
+    from worldsmith.agent.datasets import turn_rows
+    from worldsmith.agent.loop import EpisodeConfig, run_episode
+    from worldsmith.agent.policies import ScriptPolicy
+    from worldsmith.llm.procedural.backend import procedural_bundle
+    from worldsmith.training.tiny import build_tiny_model
+    from worldsmith.training.warmup import reference_rows, warm_up
+
+    class Lazy(ScriptPolicy):
+        shows_tools = True  # prompts as a chat-template policy sees them
+
+    retail = procedural_bundle("retail", 0)
+    tasks = tuple(retail.task(t) for t in LEARNABLE)
+    tools = {s.tool for t in tasks for s in t.solution}
+    world = dataclasses.replace(retail, tasks=tasks, tools=tuple(t for t in retail.tools if t.name in tools))
+    lazy = [run_episode(runtime, world, t, Lazy("lazy", [(t.solution[0].tool, t.solution[0].arguments)]), EpisodeConfig(window=3))
+            for t in tasks]
+    rows = reference_rows(runtime, [world], 3) * 2 + turn_rows(lazy, 3, verdicts=("incomplete",))
+    warm = warm_up(build_tiny_model(tmp_path / "tiny", [retail], seed=0), rows, tmp_path / "warm", steps=80, learning_rate=3e-3, seed=0)
+    trainer = make_trainer(warm, world, runtime, tmp_path, scripted=False, group_size=8, rows_per_step=2, steps=15, learning_rate=5e-4,
+                           temperature=0.7, max_turns=4, max_completion_length=48)
+    before = success_rate(trainer, 64)
+    trainer.train()
+    after = success_rate(trainer, 64)
+    print(f"learning test: success rate {before:.3f} -> {after:.3f}")
+    assert after >= before + 0.08, f"success rate {before:.3f} -> {after:.3f}"
+
+
+def completion_logp(trainer, rows) -> list[float]:
+    """Sum of the model's log-probabilities of each row's completion tokens."""
+    from worldsmith.training.rows import collate
+
+    batch = collate(rows, trainer.processing_class.pad_token_id)
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+    mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+    with torch.no_grad():
+        logps = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, batch["completion_ids"].size(1))[0]
+    return (logps * batch["completion_mask"]).sum(-1).tolist()
+
+
+def test_steps_move_probability_towards_the_better_rollouts(tiny_model, one_task, runtime, tmp_path):
+    untrained = make_trainer(tiny_model, one_task, runtime, tmp_path / "untrained")
+    trainer = make_trainer(tiny_model, one_task, runtime, tmp_path, steps=3)
+    trainer.train()
+    first = trainer.last_rows[0].prompt_ids  # every rollout's first turn shares this prompt
+    rows = [next(r for r in trainer.last_rows if r.rollout == i and r.prompt_ids == first) for i in (0, 1, 3)]
+    start, end = completion_logp(untrained, rows), completion_logp(trainer, rows)
+    assert end[0] > start[0]  # the solved rollout's first tool call (advantage > 0): more likely
+    assert end[2] < start[2]  # the malformed call (advantage < 0): less likely

@@ -1,0 +1,177 @@
+"""The `train` flow: multi-turn GRPO over an environment set.
+
+set members -> bundles fetched from the object store -> the model (a local path, or `tiny`: built
+offline and warmed up on the reference solutions) -> the validation split evaluated with the
+`evaluate` flow -> GRPO on the train split's (env, task) rows -> the final model stored in the
+object store as a checkpoint -> the validation split evaluated again. The training run, each
+step's metrics and the checkpoints are catalog rows; a markdown artifact summarises the run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+
+from worldsmith.bundle.loader import load_bundle
+from worldsmith.flows.evaluate import EvaluateParameters, cached_bundle, evaluate
+from worldsmith.flows.records import add_run, current_flow_run_id, finish_run
+from worldsmith.models.catalog import Checkpoint, TrainingRun
+from worldsmith.runtime.episode import Runtime
+from worldsmith.settings import get_settings
+from worldsmith.storage.catalog import open_catalog
+from worldsmith.storage.objectstore import open_store
+from worldsmith.storage.publish import CatalogError
+from worldsmith.storage.sets import get_set, members_of
+from worldsmith.training.config import TINY, TrainingConfig
+
+
+@task(name="plan-training", retries=2, retry_delay_seconds=2)
+def plan(config: TrainingConfig) -> dict[str, list[str]]:
+    """Bundle directories of the set's members, by split (fetched into the local cache once)."""
+    with open_catalog().session() as session:
+        members = [(v.ref, v.content_key, split) for v, split in members_of(session, get_set(session, config.set_name))]
+    paths: dict[str, list[str]] = {"train": [], "validation": []}
+    for ref, content_key, split in members:
+        paths[split].append(str(cached_bundle(ref, content_key)))
+    chosen = paths["train"] + paths["validation"] if config.split == "all" else paths[config.split]
+    if not chosen:
+        raise CatalogError(f"set {config.set_name!r} has no members in split {config.split!r}: nothing to train on")
+    return {"train": chosen, "validation": paths["validation"]}
+
+
+@task(name="prepare-model", cache_policy=NO_CACHE)
+def prepare_model(config: TrainingConfig, bundle_paths: list[str]) -> str:
+    """The model directory to train: `config.model` itself, or for `tiny` a tiny Qwen3 model built
+    offline from the bundles and warmed up on their reference solutions (cached by content)."""
+    if config.model != TINY:
+        return config.model
+    from worldsmith.training.tiny import build_tiny_model
+    from worldsmith.training.warmup import reference_rows, warm_up
+
+    bundles = [load_bundle(Path(p)) for p in sorted(bundle_paths)]
+    key = hashlib.sha256(json.dumps([[b.key for b in bundles], config.seed, config.window, config.warmup_steps]).encode()).hexdigest()[:16]
+    target = get_settings().home / "models" / f"tiny-{key}"
+    if (target / "config.json").is_file():
+        return str(target)
+    runtime = Runtime()
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            base = build_tiny_model(Path(scratch) / "base", bundles, seed=config.seed)
+            rows = reference_rows(runtime, bundles, config.window if config.history == "windowed" else None)
+            warm_up(base, rows, Path(scratch) / "warm", steps=config.warmup_steps, seed=config.seed)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            (Path(scratch) / "warm").rename(target)
+    finally:
+        runtime.close()
+    return str(target)
+
+
+def _evaluate_split(config: TrainingConfig, model: str, split: str) -> dict[str, Any] | None:
+    """Greedy evaluation of `model` on the set's `split` with the evaluate flow (None: empty split)."""
+    params = EvaluateParameters(set_name=config.set_name, policy=f"hf:{model}", split=split, max_turns=config.max_turns,
+                                window=config.window if config.history == "windowed" else None, temperature=0.0,
+                                max_new_tokens=config.max_completion_length, seed=config.seed)
+    result = evaluate(params)
+    return {"run_id": result["run_id"], **result["overall"]}
+
+
+@task(name="train-policy", cache_policy=NO_CACHE)
+def train_policy(config: TrainingConfig, model: str, bundle_paths: list[str], run_id: int, output: str, progress: bool) -> dict[str, Any]:
+    """Run GRPO; returns the final model directory, the checkpoints written and the per-step log."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from worldsmith.training.callbacks import CatalogMetrics, ProgressBar
+    from worldsmith.training.trainer import WorldGRPOTrainer, grpo_args, peft_config, task_dataset
+
+    bundles = {path: load_bundle(Path(path)) for path in bundle_paths}
+    out = Path(output)
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    policy = AutoModelForCausalLM.from_pretrained(model, dtype="bfloat16" if config.profile == "gpu" else "float32")
+    metrics = CatalogMetrics(run_id)
+    callbacks = [metrics, ProgressBar(f"GRPO on {config.set_name}")] if progress else [metrics]
+    runtime = Runtime()
+    try:
+        trainer = WorldGRPOTrainer(model=policy, args=grpo_args(config, out), train_dataset=task_dataset(bundles), processing_class=tokenizer,
+                                   callbacks=callbacks, peft_config=peft_config(config), world=config, runtime=runtime, bundles=bundles)
+        trainer.train()
+        final = out / "final"
+        trained = trainer.model.merge_and_unload() if config.lora.enabled else trainer.model
+        trained.save_pretrained(final)
+        tokenizer.save_pretrained(final)
+    finally:
+        runtime.close()
+    checkpoints = sorted((int(p.name.split("-")[1]), str(p)) for p in out.glob("checkpoint-*") if p.is_dir())
+    return {"final": str(final), "steps": trainer.state.global_step, "checkpoints": checkpoints, "log": metrics.steps}
+
+
+def _tar(directory: Path) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for path in sorted(directory.rglob("*")):
+            if path.is_file():
+                archive.add(path, arcname=str(path.relative_to(directory)))
+    return buffer.getvalue()
+
+
+@task(name="store-checkpoint", retries=2, retry_delay_seconds=2)
+def store_checkpoint(run_id: int, directory: str, step: int, metrics: dict[str, Any]) -> str:
+    """`directory` as a tar.gz in the object store and a checkpoint row of run `run_id`; returns the digest."""
+    settings = get_settings()
+    store = open_store(settings.resolved_store_url(), endpoint_url=settings.s3_endpoint_url)
+    digest = store.put_bytes(_tar(Path(directory)))
+    with open_catalog().session() as session:
+        session.add(Checkpoint(training_run_id=run_id, step=step, digest=digest, metrics=metrics))
+        session.commit()
+    return digest
+
+
+def _summary(run_id: int, config: TrainingConfig, result: dict[str, Any]) -> str:
+    def line(name: str, report: dict[str, Any] | None) -> str:
+        if report is None:
+            return f"- {name}: no validation split in the set"
+        return f"- {name}: pass@1 {report['pass@1']:.3f}, mean reward {report['mean_reward']:.3f} (evaluation {report['run_id']})"
+
+    last = result["log"][-1] if result["log"] else {}
+    return "\n".join([f"# Training run {run_id}", "", f"GRPO of `{config.model}` on set `{config.set_name}` ({config.split}), "
+                      f"{result['steps']} steps, group {config.group_size}, history {config.history}.", "",
+                      line("before", result["before"]), line("after", result["after"]), "",
+                      f"Last step: reward {last.get('reward', float('nan')):.3f}, success rate {last.get('success_rate', float('nan')):.3f}.",
+                      f"Final model: object {result['checkpoint']}."])
+
+
+@flow(name="train", log_prints=True)
+def train(config: TrainingConfig, progress: bool = False) -> dict[str, Any]:
+    """GRPO of `config.model` on set `config.set_name`; returns the run's record (ids, evaluations, checkpoint)."""
+    logger = get_run_logger()
+    with open_catalog().session() as session:
+        set_id = get_set(session, config.set_name).id
+    run_id = add_run(TrainingRun(set_id=set_id, config=config.model_dump(), flow_run_id=current_flow_run_id()))
+    output = Path(config.output) if config.output else get_settings().home / "training" / str(run_id)
+    try:
+        paths = plan(config)
+        model = prepare_model(config, paths["train"])
+        before = _evaluate_split(config, model, "validation") if paths["validation"] else None
+        trained = train_policy(config, model, paths["train"], run_id, str(output), progress)
+        for step, directory in trained["checkpoints"]:
+            store_checkpoint(run_id, directory, step, {})
+        last = trained["log"][-1] if trained["log"] else {}
+        digest = store_checkpoint(run_id, trained["final"], trained["steps"], {**last, "final": True})
+        after = _evaluate_split(config, trained["final"], "validation") if paths["validation"] else None
+    except BaseException as exc:
+        finish_run(TrainingRun, run_id, "failed", {"error": f"{type(exc).__name__}: {exc}"})
+        raise
+    result = {"run_id": run_id, "model": model, "final": trained["final"], "checkpoint": digest, "steps": trained["steps"],
+              "before": before, "after": after, "log": trained["log"]}
+    finish_run(TrainingRun, run_id, "completed", {k: v for k, v in result.items() if k != "log"})
+    create_markdown_artifact(_summary(run_id, config, result), key="training-summary")
+    logger.info("training run %s finished: %s steps, checkpoint %s", run_id, trained["steps"], digest)
+    return result

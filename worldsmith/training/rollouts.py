@@ -1,0 +1,137 @@
+"""Rollouts for training: many episodes at once, each in its own thread running the ordinary
+episode loop, their model calls gathered into one batched `generate` per turn.
+
+A batch runs when every live episode is waiting for the model (or has ended), so which prompts
+share a batch, and hence the sampled tokens under a fixed seed, do not depend on thread timing.
+
+Two history modes (TrainingConfig.history):
+- windowed: the policy renders the task, the tools and the last `window` turns with the chat
+  template each turn (what `HFPolicy` does), so each turn has its own prompt;
+- full: the first prompt is rendered once; every later prompt is the previous prompt and
+  completion plus the tool-result tokens spliced in exactly as TRL's tool loop does
+  (`GRPOTrainer._get_tool_suffix_ids`, with TRL's prefix-preserving training variant of the chat
+  template where the model's own is not, as Qwen3's is not), so one rollout is one token sequence.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from worldsmith.agent.hf_policy import HFPolicy, render_prompt
+from worldsmith.agent.loop import EpisodeConfig, Trajectory, run_episode
+from worldsmith.agent.messages import Message
+from worldsmith.bundle.loader import Bundle
+from worldsmith.models.bundle import TaskSpec
+from worldsmith.runtime.episode import Runtime
+
+
+@dataclass
+class _Request:
+    index: int
+    prompt_ids: list[int]
+    done: threading.Event = field(default_factory=threading.Event)
+    completion_ids: list[int] | None = None
+    error: BaseException | None = None
+
+
+class Batcher:
+    """Collects one prompt from each live episode, then generates for all of them in one call.
+
+    `generate_batch(prompts) -> completions` does the model work; episodes call `generate` (blocks
+    until their completion is ready) and `retire` when they end."""
+
+    def __init__(self, generate_batch: Callable[[list[list[int]]], list[list[int]]], live: int):
+        self._generate_batch, self._live = generate_batch, live
+        self._pending: list[_Request] = []
+        self._lock = threading.Lock()
+        self.batches = 0
+
+    def generate(self, index: int, prompt_ids: list[int]) -> list[int]:
+        request = _Request(index, prompt_ids)
+        with self._lock:
+            self._pending.append(request)
+            ready = self._take()
+        self._run(ready)
+        request.done.wait()
+        if request.error is not None:
+            raise request.error
+        return request.completion_ids or []
+
+    def retire(self) -> None:
+        with self._lock:
+            self._live -= 1
+            ready = self._take()
+        self._run(ready)
+
+    def _take(self) -> list[_Request]:
+        if not self._pending or len(self._pending) < self._live:
+            return []
+        ready, self._pending = sorted(self._pending, key=lambda r: r.index), []
+        return ready
+
+    def _run(self, ready: list[_Request]) -> None:
+        if not ready:
+            return
+        self.batches += 1
+        try:
+            completions = self._generate_batch([r.prompt_ids for r in ready])
+            for request, completion in zip(ready, completions, strict=True):
+                request.completion_ids = completion
+        except BaseException as exc:  # noqa: BLE001 - every waiting episode sees the model's failure
+            for request in ready:
+                request.error = exc
+        for request in ready:
+            request.done.set()
+
+
+class TrainingPolicy(HFPolicy):
+    """The model being trained, as an episode policy: generation goes through the shared batcher;
+    with `suffix` set (full history) prompts are spliced token by token instead of re-rendered."""
+
+    def __init__(self, model: Any, tokenizer: Any, batcher: Batcher, index: int, *,
+                 suffix: Callable[[list[dict[str, Any]]], list[int]] | None = None, chat_template: str | None = None,
+                 max_new_tokens: int = 256, temperature: float = 1.0):
+        super().__init__(model=model, tokenizer=tokenizer, max_new_tokens=max_new_tokens, temperature=temperature, timeout_s=None)
+        self.name = "training"
+        self.batcher, self.index, self.suffix, self.chat_template = batcher, index, suffix, chat_template
+        self._last: list[int] | None = None
+
+    def start(self, bundle: Bundle, task: TaskSpec, seed: int) -> None:
+        self.turn, self._last = 0, None
+
+    def prompt_ids(self, view: list[Message], tools: list[dict[str, Any]]) -> list[int]:
+        if self.suffix is None or self._last is None:
+            return render_prompt(self.tokenizer, view, tools, self.chat_template)
+        results = []
+        for message in reversed(view):
+            if message.role != "tool":
+                break
+            results.insert(0, message)
+        calls = {c.id: c.name for m in view if m.role == "assistant" for c in m.tool_calls}
+        return self._last + self.suffix([{"role": "tool", "name": calls.get(m.tool_call_id, "tool"), "content": m.content} for m in results])
+
+    def generate(self, prompt_ids: list[int]) -> list[int]:
+        completion = self.batcher.generate(self.index, prompt_ids)
+        self._last = prompt_ids + completion
+        return completion
+
+
+def run_rollouts(runtime: Runtime, jobs: list[tuple[Bundle, TaskSpec, int]], make_policy: Callable[[Batcher, int], TrainingPolicy],
+                 generate_batch: Callable[[list[list[int]]], list[list[int]]], config: EpisodeConfig) -> list[Trajectory]:
+    """One episode per (bundle, task, seed) job, all concurrently with batched generation; the
+    trajectories come back in job order."""
+    batcher = Batcher(generate_batch, live=len(jobs))
+
+    def one(index: int) -> Trajectory:
+        bundle, task, seed = jobs[index]
+        try:
+            return run_episode(runtime, bundle, task, make_policy(batcher, index), config.model_copy(update={"seed": seed}))
+        finally:
+            batcher.retire()
+
+    with ThreadPoolExecutor(max_workers=max(1, len(jobs)), thread_name_prefix="rollout") as pool:
+        return list(pool.map(one, range(len(jobs))))

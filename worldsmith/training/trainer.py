@@ -1,0 +1,197 @@
+"""GRPO in the worlds: TRL's GRPOTrainer with worldsmith episodes as its rollouts.
+
+The extension is one override, `_generate_and_score_completions`, the method in which TRL turns
+a batch of prompts into scored token sequences. Here it
+
+1. runs one episode per batch entry (TRL's RepeatSampler gives each (env, task) row `group_size`
+   consecutive entries) in the sandboxed runtime, generation batched across episodes through
+   TRL's own generation backend (`_generate_single_turn`: transformers, or vLLM when enabled);
+2. scores each rollout with the verdict's reward through TRL's reward machinery (a reward
+   function reading the verdict; env_error is None, which TRL gathers across processes as NaN);
+3. computes group-relative advantages (rows.group_advantages; env_error rollouts leave the
+   baseline and get no row at all, so they contribute nothing to the loss);
+4. builds rows by history mode: `windowed`, one row per turn holding exactly the window the
+   policy saw (TRL's loop cannot do this: it always feeds the whole history); `full`, one row per
+   rollout with tool-result tokens masked (`tool_mask`, as TRL's own tool loop produces it).
+
+Everything else (the clipped loss, KL against the reference, optimizer, checkpoints, logging,
+accelerate / DeepSpeed) is TRL's, unchanged.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from worldsmith.agent.loop import EpisodeConfig, Trajectory
+from worldsmith.agent.rewards import RewardMap
+from worldsmith.bundle.loader import Bundle
+from worldsmith.runtime.episode import Runtime
+from worldsmith.training.config import TrainingConfig
+from worldsmith.training.rollouts import Batcher, TrainingPolicy, run_rollouts
+from worldsmith.training.rows import TrainingRow, collate, full_row, group_advantages, windowed_rows
+
+try:
+    from trl import GRPOConfig, GRPOTrainer
+    from trl.chat_template_utils import get_training_chat_template, is_chat_template_prefix_preserving
+except ImportError as exc:  # pragma: no cover - trl is a pinned dependency
+    raise ImportError("training needs trl==1.16.0 (pip install -r requirements.lock)") from exc
+
+
+def verdict_reward(rewards: RewardMap) -> Callable[..., list[float | None]]:
+    """A TRL reward function: the reward of each rollout's verdict (None for env_error)."""
+
+    def episode_verdict(prompts: list[Any], completions: list[Any], verdict: list[str], **kwargs: Any) -> list[float | None]:
+        return [rewards.reward(v) for v in verdict]
+
+    return episode_verdict
+
+
+def task_dataset(bundles: dict[str, Bundle]) -> Any:
+    """One training row per (bundle, task): a `datasets.Dataset` of {bundle, env_id, task_id, prompt}."""
+    from datasets import Dataset
+
+    rows = [{"bundle": key, "env_id": bundle.env_id, "task_id": task.id, "prompt": [{"role": "user", "content": task.instruction}]}
+            for key, bundle in sorted(bundles.items()) for task in bundle.tasks]
+    if not rows:
+        raise ValueError("no tasks to train on: the bundles have none")
+    return Dataset.from_list(rows)
+
+
+def grpo_args(config: TrainingConfig, output_dir: Path) -> GRPOConfig:
+    """TRL's GRPOConfig for `config`: one optimizer step per generation batch of
+    `rows_per_step` (env, task) rows x `group_size` rollouts (per device)."""
+    gpu = config.profile == "gpu"
+    return GRPOConfig(
+        output_dir=str(output_dir), per_device_train_batch_size=config.group_size * config.rows_per_step, num_generations=config.group_size,
+        gradient_accumulation_steps=1, steps_per_generation=1, num_iterations=1, learning_rate=config.learning_rate, beta=config.beta,
+        epsilon=config.epsilon, temperature=config.temperature, max_completion_length=config.max_completion_length, max_steps=config.steps,
+        seed=config.seed, data_seed=config.seed, logging_steps=1, save_strategy="steps" if config.save_every else "no",
+        save_steps=config.save_every or 500, report_to=["tensorboard"] if config.tensorboard else "none",
+        chat_template_kwargs={"enable_thinking": False}, remove_unused_columns=False,
+        disable_tqdm=True, use_cpu=not gpu, bf16=gpu, use_vllm=gpu and _vllm_installed(), vllm_mode="colocate", shuffle_dataset=True,
+        **({"gradient_checkpointing": True} if gpu else {}),
+    )
+
+
+def peft_config(config: TrainingConfig) -> Any:
+    """PEFT LoRA settings when `config.lora.enabled`, else None (full fine-tuning)."""
+    if not config.lora.enabled:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(r=config.lora.rank, lora_alpha=config.lora.alpha, lora_dropout=config.lora.dropout,
+                      target_modules=config.lora.target_modules, task_type="CAUSAL_LM")
+
+
+def _vllm_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+class WorldGRPOTrainer(GRPOTrainer):
+    """GRPOTrainer whose rollouts are episodes in worldsmith worlds (see the module docstring).
+
+    Dataset rows (see `task_dataset`) carry `bundle` (a key of `bundles`), `task_id` and `prompt`
+    (the task as chat messages, for TRL's bookkeeping)."""
+
+    def __init__(self, *args: Any, world: TrainingConfig, runtime: Runtime, bundles: dict[str, Bundle], **kwargs: Any):
+        self.world, self.runtime, self.bundles = world, runtime, bundles
+        self.last_rollouts: list[Trajectory] = []
+        self.last_rows: list[TrainingRow] = []
+        super().__init__(*args, reward_funcs=[verdict_reward(world.rewards)], **kwargs)
+        if world.history == "full" and not is_chat_template_prefix_preserving(self.processing_class):
+            self.chat_template = get_training_chat_template(self.processing_class)  # what TRL's own tool loop does
+
+    def rollouts(self, inputs: list[dict[str, Any]]) -> list[Trajectory]:
+        """One episode per input, seeded by (config seed, step, position)."""
+        import torch
+
+        from trl.models.utils import disable_gradient_checkpointing
+
+        step = self.state.global_step
+        jobs = [(self.bundles[x["bundle"]], self.bundles[x["bundle"]].task(x["task_id"]), self.world.seed * 100_003 + step * len(inputs) + i)
+                for i, x in enumerate(inputs)]
+        episode = EpisodeConfig(max_turns=self.world.max_turns, window=self.world.window if self.world.history == "windowed" else None,
+                                rewards=self.world.rewards)
+        suffix = self._get_tool_suffix_ids if self.world.history == "full" else None
+
+        def policy(batcher: Batcher, index: int) -> TrainingPolicy:
+            return TrainingPolicy(self.model, self.processing_class, batcher, index, suffix=suffix, chat_template=self.chat_template,
+                                  max_new_tokens=self.world.max_completion_length, temperature=self.world.temperature)
+
+        torch.manual_seed(self.world.seed * 100_003 + step + self.accelerator.process_index)
+        with disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+            trajectories = run_rollouts(self.runtime, jobs, policy, self.generate_batch, episode)
+        failed = [t for t in trajectories if t.verdict == "agent_error"]
+        if failed:  # the model itself failed (out of memory, say): not the agent's fault, not a reward
+            raise RuntimeError(f"generation failed during rollouts: {failed[0].error}")
+        return trajectories
+
+    def generate_batch(self, prompts: list[list[int]]) -> list[list[int]]:
+        """Completions for a batch of prompt token ids, by TRL's generation backend (transformers,
+        or vLLM when enabled), with the trainer's sampling settings."""
+        return self._generate_single_turn(prompts, None, {}, num_generations=1)[0]
+
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+        mode = "train" if self.model.training else "eval"
+        device = self.accelerator.device
+        trajectories = self.rollouts(inputs)
+        scored = [{**x, "verdict": t.verdict} for x, t in zip(inputs, trajectories, strict=True)]
+        rewards_all = self._calculate_rewards(scored, [x["prompt"] for x in inputs], [t.answer for t in trajectories],
+                                              [[] for _ in inputs])[:, 0]
+        rewards = [None if math.isnan(r) else r for r in rewards_all.tolist()]
+        advantages_all = group_advantages(rewards, self.num_generations, self.scale_rewards)
+        start = self.accelerator.process_index * len(inputs)
+        advantages = advantages_all[start:start + len(inputs)]
+
+        build = windowed_rows if self.world.history == "windowed" else full_row
+        rows = [row for i, (t, a) in enumerate(zip(trajectories, advantages, strict=True)) for row in build(t, a, i)]
+        self.last_rollouts, self.last_rows = trajectories, rows
+        pad_id = self.processing_class.pad_token_id
+        batch = collate(rows or [TrainingRow([pad_id], [pad_id], 0.0, -1)], pad_id, device)
+        if not rows:  # every rollout hit an env_error: a step that moves nothing
+            batch["completion_mask"].zero_()
+        loss_mask = batch["completion_mask"] * batch.get("tool_mask", 1)
+        batch["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
+        if self.beta != 0.0:
+            batch["ref_per_token_logps"] = self._reference_logps(batch)
+        self._log_rollouts(mode, trajectories, rewards_all, rows)
+        return batch
+
+    def _reference_logps(self, batch: dict[str, Any]) -> Any:
+        """Per-token log-probabilities of the completions under the reference model (KL term)."""
+        import torch
+
+        from trl.trainer.utils import use_adapter
+
+        ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+        mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        keep = batch["completion_ids"].size(1)
+        with torch.no_grad():
+            if self.ref_model is not None:
+                return self._get_per_token_logps_and_entropies(self.ref_model, ids, mask, keep)[0]
+            model = self.accelerator.unwrap_model(self.model)
+            with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
+                return self._get_per_token_logps_and_entropies(self.model, ids, mask, keep)[0]
+
+    def _log_rollouts(self, mode: str, trajectories: list[Trajectory], rewards: Any, rows: list[TrainingRow]) -> None:
+        """Per-step rollout metrics (TRL averages them per logging step)."""
+        import torch
+
+        def rate(*verdicts: str) -> float:
+            return sum(t.verdict in verdicts for t in trajectories) / len(trajectories)
+
+        metrics = self._metrics[mode]
+        finite = rewards[~torch.isnan(rewards)]
+        metrics["reward"].append(finite.mean().item() if finite.numel() else float("nan"))
+        metrics["reward_std"].append(finite.std().item() if finite.numel() > 1 else 0.0)
+        metrics["success_rate"].append(rate("complete"))
+        metrics["env_error_rate"].append(rate("env_error"))
+        metrics["format_error_rate"].append(rate("format_error"))
+        metrics["turns"].append(sum(t.turns for t in trajectories) / len(trajectories))
+        metrics["tokens"].append(sum(t.tokens_out for t in trajectories) / len(trajectories))
+        metrics["rows"].append(float(len(rows)))
