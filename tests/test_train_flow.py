@@ -77,5 +77,7 @@ def test_cli_train_json_and_refusals(prefect_api, train_set, tmp_path):
         assert session.get(TrainingRun, record["run_id"]).config["history"] == "full"
     refused = runner.invoke(app, ["train", "--set", train_set, "--history", "full", "--window", "2"])
     assert refused.exit_code == 2 and "window applies to history='windowed' only" in refused.output
+    no_model = runner.invoke(app, ["train", "--set", train_set, "--model", str(tmp_path / "nowhere"), "--steps", "1"])
+    assert no_model.exit_code != 0 and "is neither a model directory nor in the local Hugging Face cache" in no_model.output
     missing = runner.invoke(app, ["train", "--set", "no-such-set", "--steps", "1"])
     assert missing.exit_code != 0 and "no environment set 'no-such-set'" in missing.output

@@ -470,8 +470,12 @@ def train_command(
         config = TrainingConfig(**fields, **({"window": window} if window is not None else {}))
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
-    with _reported():
-        result = train(config, progress=not as_json)
+    try:
+        with _reported():
+            result = train(config, progress=not as_json)
+    except ValueError as exc:  # a model that is not on this machine, a set without tasks
+        errors.print(str(exc), markup=False, highlight=False)
+        raise typer.Exit(2) from None
     if as_json:
         print(json.dumps(result, indent=2, default=str))
         return

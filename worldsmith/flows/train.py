@@ -53,7 +53,7 @@ def prepare_model(config: TrainingConfig, bundle_paths: list[str]) -> str:
     """The model directory to train: `config.model` itself, or for `tiny` a tiny Qwen3 model built
     offline from the bundles and warmed up on their reference solutions (cached by content)."""
     if config.model != TINY:
-        return config.model
+        return _local_model(config.model)
     from worldsmith.training.tiny import build_tiny_model
     from worldsmith.training.warmup import reference_rows, warm_up
 
@@ -73,6 +73,18 @@ def prepare_model(config: TrainingConfig, bundle_paths: list[str]) -> str:
     finally:
         runtime.close()
     return str(target)
+
+
+def _local_model(model: str) -> str:
+    """`model` if it is a model directory or an id in the local Hugging Face cache; else ValueError."""
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.from_pretrained(model, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"model {model!r} is neither a model directory nor in the local Hugging Face cache "
+                         f"(nothing is downloaded): {exc}") from None
+    return model
 
 
 def _evaluate_split(config: TrainingConfig, model: str, split: str) -> dict[str, Any] | None:
