@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import shutil
 import tarfile
 import tempfile
 from pathlib import Path
@@ -69,7 +70,7 @@ def prepare_model(config: TrainingConfig, bundle_paths: list[str]) -> str:
             rows = reference_rows(runtime, bundles, config.window if config.history == "windowed" else None)
             warm_up(base, rows, Path(scratch) / "warm", steps=config.warmup_steps, seed=config.seed)
             target.parent.mkdir(parents=True, exist_ok=True)
-            (Path(scratch) / "warm").rename(target)
+            shutil.move(str(Path(scratch) / "warm"), target)  # scratch and home may be on different file systems
     finally:
         runtime.close()
     return str(target)
