@@ -490,6 +490,17 @@ def train_command(
     console.print(f"final model: {result['final']} (object {result['checkpoint']})")
 
 
+def _write_dataset(rows: list[dict], out: Path, name: str, empty: str, what: str) -> None:
+    """Write `rows` as OUT/NAME.jsonl and .parquet and report them; exit 2 with `empty` when there are none."""
+    from worldsmith.agent.datasets import write_rows
+
+    if not rows:
+        errors.print(f"{empty}: nothing to write")
+        raise typer.Exit(2)
+    paths = write_rows(rows, out, name)
+    console.print(f"{len(rows)} {what}: {paths['jsonl']}, {paths['parquet']}")
+
+
 @data_app.command("sft")
 def data_sft(
     trajectories: Annotated[Path, typer.Argument(help="trajectories.jsonl of an evaluation run.")],
@@ -498,16 +509,12 @@ def data_sft(
     window: Annotated[Optional[int], typer.Option(help="Per-turn rows: history window of the prompt (default: full history).")] = None,
 ) -> None:
     """Successful trajectories as chat-format SFT data (TRL SFTTrainer format)."""
-    from worldsmith.agent.datasets import sft_rows, turn_rows, write_rows
+    from worldsmith.agent.datasets import sft_rows, turn_rows
     from worldsmith.agent.trajectories import read_jsonl
 
     loaded = read_jsonl(trajectories)
     rows = turn_rows(loaded, window) if per_turn else sft_rows(loaded)
-    if not rows:
-        errors.print(f"no complete trajectory in {trajectories}: nothing to write")
-        raise typer.Exit(2)
-    paths = write_rows(rows, out, "sft")
-    console.print(f"{len(rows)} rows from {len(loaded)} trajectories: {paths['jsonl']}, {paths['parquet']}")
+    _write_dataset(rows, out, "sft", f"no complete trajectory in {trajectories}", f"rows from {len(loaded)} trajectories")
 
 
 @data_app.command("transitions")
@@ -516,16 +523,11 @@ def data_transitions(
     out: Annotated[Path, typer.Argument(help="Directory to write transitions.jsonl and transitions.parquet into.")],
 ) -> None:
     """Every tool call as a world-model transition: state, action, observation, database diff."""
-    from worldsmith.agent.datasets import transition_rows, write_rows
+    from worldsmith.agent.datasets import transition_rows
     from worldsmith.agent.trajectories import read_jsonl
 
     loaded = read_jsonl(trajectories)
-    rows = transition_rows(loaded)
-    if not rows:
-        errors.print(f"no tool call in {trajectories}: nothing to write")
-        raise typer.Exit(2)
-    paths = write_rows(rows, out, "transitions")
-    console.print(f"{len(rows)} transitions from {len(loaded)} trajectories: {paths['jsonl']}, {paths['parquet']}")
+    _write_dataset(transition_rows(loaded), out, "transitions", f"no tool call in {trajectories}", f"transitions from {len(loaded)} trajectories")
 
 
 @app.command("demo")

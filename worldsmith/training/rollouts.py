@@ -48,7 +48,6 @@ class Batcher:
         self._generate_batch, self._live = generate_batch, live
         self._pending: list[_Request] = []
         self._lock = threading.Lock()
-        self.batches = 0
 
     def generate(self, index: int, prompt_ids: list[int]) -> list[int]:
         request = _Request(index, prompt_ids)
@@ -76,7 +75,6 @@ class Batcher:
     def _run(self, ready: list[_Request]) -> None:
         if not ready:
             return
-        self.batches += 1
         try:
             completions = self._generate_batch([r.prompt_ids for r in ready])
             for request, completion in zip(ready, completions, strict=True):
@@ -120,16 +118,16 @@ class TrainingPolicy(HFPolicy):
         return completion
 
 
-def run_rollouts(runtime: Runtime, jobs: list[tuple[Bundle, TaskSpec, int]], make_policy: Callable[[Batcher, int], TrainingPolicy],
+def run_rollouts(runtime: Runtime, jobs: list[tuple[Bundle, TaskSpec]], make_policy: Callable[[Batcher, int], TrainingPolicy],
                  generate_batch: Callable[[list[list[int]]], list[list[int]]], config: EpisodeConfig) -> list[Trajectory]:
-    """One episode per (bundle, task, seed) job, all concurrently with batched generation; the
-    trajectories come back in job order."""
+    """One episode per (bundle, task) job, all concurrently with batched generation (the job's
+    position is its episode seed); the trajectories come back in job order."""
     batcher = Batcher(generate_batch, live=len(jobs))
 
     def one(index: int) -> Trajectory:
-        bundle, task, seed = jobs[index]
+        bundle, task = jobs[index]
         try:
-            return run_episode(runtime, bundle, task, make_policy(batcher, index), config.model_copy(update={"seed": seed}))
+            return run_episode(runtime, bundle, task, make_policy(batcher, index), config.model_copy(update={"seed": index}))
         finally:
             batcher.retire()
 

@@ -107,14 +107,13 @@ class WorldGRPOTrainer(GRPOTrainer):
             self.chat_template = get_training_chat_template(self.processing_class)  # what TRL's own tool loop does
 
     def rollouts(self, inputs: list[dict[str, Any]]) -> list[Trajectory]:
-        """One episode per input, seeded by (config seed, step, position)."""
+        """One episode per input; sampling is seeded once per batch by (config seed, step, process)."""
         import torch
 
         from trl.models.utils import disable_gradient_checkpointing
 
         step = self.state.global_step
-        jobs = [(self.bundles[x["bundle"]], self.bundles[x["bundle"]].task(x["task_id"]), self.world.seed * 100_003 + step * len(inputs) + i)
-                for i, x in enumerate(inputs)]
+        jobs = [(self.bundles[x["bundle"]], self.bundles[x["bundle"]].task(x["task_id"])) for x in inputs]
         episode = EpisodeConfig(max_turns=self.world.max_turns, window=self.world.window if self.world.history == "windowed" else None,
                                 rewards=self.world.rewards)
         suffix = self._get_tool_suffix_ids if self.world.history == "full" else None
