@@ -13,7 +13,9 @@ import pytest
 from sqlmodel import select
 from typer.testing import CliRunner
 
+from worldsmith.bundle.loader import write_bundle
 from worldsmith.cli import app
+from worldsmith.flows.records import add_run
 from worldsmith.flows.train import train
 from worldsmith.llm.procedural.backend import procedural_bundle
 from worldsmith.models.catalog import Checkpoint, EvaluationRun, TrainingRun, TrainingStep
@@ -81,3 +83,24 @@ def test_cli_train_json_and_refusals(prefect_api, train_set, tmp_path):
     assert no_model.exit_code != 0 and "is neither a model directory nor in the local Hugging Face cache" in no_model.output
     missing = runner.invoke(app, ["train", "--set", "no-such-set", "--steps", "1"])
     assert missing.exit_code != 0 and "no environment set 'no-such-set'" in missing.output
+
+
+def test_training_step_in_two_processes(home, tiny_model, tmp_path):
+    """The launched path of the training step: two processes (gloo on the CPU), rewards gathered
+    across them, one writer of the catalog's step rows and of the final model."""
+    from worldsmith.training.launch import TrainRequest, launch
+
+    bundle = write_bundle(procedural_bundle("retail", 3), tmp_path / "retail_3")
+    run_id = add_run(TrainingRun(config={}))
+    config = TrainingConfig(model=str(tiny_model), set_name="none", group_size=2, steps=2, max_turns=1, max_completion_length=8,
+                            learning_rate=1e-4, processes=2)
+    out = tmp_path / "out"
+    result = launch(TrainRequest(config=config, model=str(tiny_model), bundles=[str(bundle)], run_id=run_id, output=str(out)), 2)
+    assert result["processes"] == 2 and result["steps"] == 2 and (out / "final" / "model.safetensors").is_file()
+    assert [entry["step"] for entry in result["log"]] == [1, 2]
+    with open_catalog().session() as session:
+        steps = session.exec(select(TrainingStep).where(TrainingStep.training_run_id == run_id)).all()
+    assert sorted(s.step for s in steps) == [1, 2]  # written once, by the main process
+    failed = TrainRequest(config=config, model=str(tmp_path / "nowhere"), bundles=[str(bundle)], run_id=run_id, output=str(tmp_path / "bad"))
+    with pytest.raises(RuntimeError, match="training in 2 processes failed"):
+        launch(failed, 2)

@@ -450,7 +450,8 @@ def train_command(
     window: Annotated[Optional[int], typer.Option(help="Turns kept in the windowed history (default 3).")] = None,
     max_turns: Annotated[int, typer.Option(help="Turns per rollout.")] = 10,
     max_completion_length: Annotated[int, typer.Option(help="Tokens generated per turn at most.")] = 256,
-    rows_per_step: Annotated[int, typer.Option(help="(env, task) rows per step.")] = 1,
+    rows_per_step: Annotated[int, typer.Option(help="(env, task) rows per step, per process.")] = 1,
+    processes: Annotated[int, typer.Option(help="Training processes, one per GPU (launched with torch.distributed.run).")] = 1,
     lora: Annotated[bool, typer.Option(help="Train LoRA adapters instead of every weight.")] = False,
     tensorboard: Annotated[bool, typer.Option(help="Also write TensorBoard event files under the run's output.")] = False,
     output: Annotated[Optional[Path], typer.Option(help="Output directory (default WORLDSMITH_HOME/training/<run id>).")] = None,
@@ -464,7 +465,7 @@ def train_command(
 
     fields = {"model": model, "set_name": set_name, "profile": profile, "steps": steps, "group_size": group_size, "learning_rate": learning_rate,
               "beta": beta, "history": history, "max_turns": max_turns, "max_completion_length": max_completion_length,
-              "rows_per_step": rows_per_step, "lora": {"enabled": lora}, "tensorboard": tensorboard, "seed": seed, "warmup_steps": warmup_steps,
+              "rows_per_step": rows_per_step, "processes": processes, "lora": {"enabled": lora}, "tensorboard": tensorboard, "seed": seed, "warmup_steps": warmup_steps,
               "output": str(output) if output else None}
     try:
         config = TrainingConfig(**fields, **({"window": window} if window is not None else {}))

@@ -99,31 +99,12 @@ def _evaluate_split(config: TrainingConfig, model: str, split: str) -> dict[str,
 
 @task(name="train-policy", cache_policy=NO_CACHE)
 def train_policy(config: TrainingConfig, model: str, bundle_paths: list[str], run_id: int, output: str, progress: bool) -> dict[str, Any]:
-    """Run GRPO; returns the final model directory, the checkpoints written and the per-step log."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    """Run GRPO, here or in `config.processes` launched processes; returns the final model
+    directory, the checkpoints written and the per-step log."""
+    from worldsmith.training.launch import TrainRequest, launch, run_training
 
-    from worldsmith.training.callbacks import CatalogMetrics, ProgressBar
-    from worldsmith.training.trainer import WorldGRPOTrainer, grpo_args, peft_config, task_dataset
-
-    bundles = {path: load_bundle(Path(path)) for path in bundle_paths}
-    out = Path(output)
-    tokenizer = AutoTokenizer.from_pretrained(model)
-    policy = AutoModelForCausalLM.from_pretrained(model, dtype="bfloat16" if config.profile == "gpu" else "float32")
-    metrics = CatalogMetrics(run_id)
-    callbacks = [metrics, ProgressBar(f"GRPO on {config.set_name}")] if progress else [metrics]
-    runtime = Runtime()
-    try:
-        trainer = WorldGRPOTrainer(model=policy, args=grpo_args(config, out), train_dataset=task_dataset(bundles), processing_class=tokenizer,
-                                   callbacks=callbacks, peft_config=peft_config(config), world=config, runtime=runtime, bundles=bundles)
-        trainer.train()
-        final = out / "final"
-        trained = trainer.model.merge_and_unload() if config.lora.enabled else trainer.model
-        trained.save_pretrained(final)
-        tokenizer.save_pretrained(final)
-    finally:
-        runtime.close()
-    checkpoints = sorted((int(p.name.split("-")[1]), str(p)) for p in out.glob("checkpoint-*") if p.is_dir())
-    return {"final": str(final), "steps": trainer.state.global_step, "checkpoints": checkpoints, "log": metrics.steps}
+    request = TrainRequest(config=config, model=model, bundles=bundle_paths, run_id=run_id, output=output)
+    return run_training(request, progress) if config.processes == 1 else launch(request, config.processes)
 
 
 def _tar(directory: Path) -> bytes:

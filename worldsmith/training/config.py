@@ -48,6 +48,8 @@ class TrainingConfig(BaseModel):
     rows_per_step: int = Field(1, ge=1, description="(env, task) rows per step; each gets `group_size` rollouts.")
     seed: int = Field(0, description="Seed of sampling, row order and initialisation.")
     warmup_steps: int = Field(120, ge=0, description="model=tiny only: supervised steps on the reference solutions before GRPO.")
+    processes: int = Field(1, ge=1, le=64, description="Training processes (one per GPU); more than 1 launches them with "
+                                                        "torch.distributed.run. rows_per_step is per process.")
     lora: LoraConfig = Field(default_factory=LoraConfig)
     rewards: RewardMap = Field(default_factory=RewardMap, description="Reward of each verdict.")
     output: str | None = Field(None, description="Where checkpoints go (default: the object store, under the run).")

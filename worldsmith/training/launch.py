@@ -1,0 +1,105 @@
+"""The training step of the `train` flow: GRPO in this process, or in several processes (one per
+GPU) started by `torch.distributed.run`, which is what `accelerate launch` runs underneath.
+
+    python -m torch.distributed.run --nproc_per_node N -m worldsmith.training.launch REQUEST.json
+
+Each process builds the same trainer; accelerate reads the distributed environment (NCCL on GPUs,
+gloo on CPUs), TRL gathers rewards across processes before the group advantages, and only the
+main process writes the catalog's step rows, the final model and `OUTPUT/result.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from worldsmith.bundle.loader import load_bundle
+from worldsmith.runtime.episode import Runtime
+from worldsmith.training.config import TrainingConfig
+
+
+class TrainRequest(BaseModel):
+    """Everything the training step needs, as JSON for the launched processes."""
+
+    config: TrainingConfig
+    model: str
+    bundles: list[str]
+    run_id: int
+    output: str
+
+
+def run_training(request: TrainRequest, progress: bool = False) -> dict[str, Any]:
+    """Run GRPO; returns (on every process) the final model directory, the checkpoints written,
+    the number of processes and, on the main process, the per-step log."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from worldsmith.training.callbacks import CatalogMetrics, ProgressBar
+    from worldsmith.training.trainer import WorldGRPOTrainer, grpo_args, peft_config, task_dataset
+
+    config, out = request.config, Path(request.output)
+    bundles = {path: load_bundle(Path(path)) for path in request.bundles}
+    tokenizer = AutoTokenizer.from_pretrained(request.model)
+    policy = AutoModelForCausalLM.from_pretrained(request.model, dtype="bfloat16" if config.profile == "gpu" else "float32")
+    metrics = CatalogMetrics(request.run_id)
+    callbacks = [metrics, ProgressBar(f"GRPO on {config.set_name}")] if progress else [metrics]
+    runtime = Runtime()
+    try:
+        trainer = WorldGRPOTrainer(model=policy, args=grpo_args(config, out), train_dataset=task_dataset(bundles), processing_class=tokenizer,
+                                   callbacks=callbacks, peft_config=peft_config(config), world=config, runtime=runtime, bundles=bundles)
+        trainer.train()
+        final = out / "final"
+        trainer.accelerator.wait_for_everyone()
+        if trainer.accelerator.is_main_process:
+            trained = trainer.accelerator.unwrap_model(trainer.model)
+            (trained.merge_and_unload() if config.lora.enabled else trained).save_pretrained(final)
+            tokenizer.save_pretrained(final)
+        trainer.accelerator.wait_for_everyone()
+    finally:
+        runtime.close()
+    checkpoints = sorted((int(p.name.split("-")[1]), str(p)) for p in out.glob("checkpoint-*") if p.is_dir())
+    return {"final": str(final), "steps": trainer.state.global_step, "checkpoints": checkpoints, "log": metrics.steps,
+            "processes": trainer.accelerator.num_processes, "main": trainer.accelerator.is_main_process}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch(request: TrainRequest, processes: int) -> dict[str, Any]:
+    """Run the training step in `processes` processes and return the main process's result; a
+    failed launch raises RuntimeError with the end of its log (OUTPUT/launch.log)."""
+    out = Path(request.output)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "request.json").write_text(request.model_dump_json())
+    (out / "result.json").unlink(missing_ok=True)
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes), "--master_addr", "127.0.0.1",
+               "--master_port", str(_free_port()), "-m", "worldsmith.training.launch", str(out / "request.json")]
+    with (out / "launch.log").open("w") as log:
+        code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
+    if code != 0 or not (out / "result.json").is_file():
+        tail = (out / "launch.log").read_text(errors="replace")[-4000:]
+        raise RuntimeError(f"training in {processes} processes failed (exit {code}); end of {out / 'launch.log'}:\n{tail}")
+    return json.loads((out / "result.json").read_text())
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of each launched process: REQUEST.json in, OUTPUT/result.json out (main process)."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        raise SystemExit("usage: python -m worldsmith.training.launch REQUEST.json")
+    request = TrainRequest.model_validate_json(Path(args[0]).read_text())
+    result = run_training(request)
+    if result["main"]:
+        (Path(request.output) / "result.json").write_text(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
