@@ -40,12 +40,11 @@ def main() -> None:
     from worldsmith.runtime.episode import Runtime
     from worldsmith.training.config import TrainingConfig
     from worldsmith.training.tiny import build_tiny_model
-    from worldsmith.training.trainer import WorldGRPOTrainer, grpo_args, task_dataset
+    from worldsmith.training.trainer import WorldGRPOTrainer, check_profile, grpo_args, task_dataset
     from worldsmith.training.warmup import reference_rows, warm_up
 
+    check_profile(TrainingConfig(model="tiny", set_name="smoke", profile=args.profile))  # before building anything
     cuda = torch.cuda.is_available()
-    if args.profile == "gpu" and not cuda:
-        raise SystemExit("--profile gpu needs a CUDA device (torch.cuda.is_available() is False); use --profile cpu-test")
     bundles = {f"retail_{s}": procedural_bundle("retail", s) for s in (0, 1)}
     runtime = Runtime()
 

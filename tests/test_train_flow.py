@@ -10,6 +10,7 @@ import os
 import tarfile
 
 import pytest
+import torch
 from sqlmodel import select
 from typer.testing import CliRunner
 
@@ -81,6 +82,9 @@ def test_cli_train_json_and_refusals(prefect_api, train_set, tmp_path):
     assert refused.exit_code == 2 and "window applies to history='windowed' only" in refused.output
     no_model = runner.invoke(app, ["train", "--set", train_set, "--model", str(tmp_path / "nowhere"), "--steps", "1"])
     assert no_model.exit_code != 0 and "is neither a model directory nor in the local Hugging Face cache" in no_model.output
+    if not torch.cuda.is_available():
+        no_gpu = runner.invoke(app, ["train", "--set", train_set, "--profile", "gpu", "--steps", "1"])
+        assert no_gpu.exit_code == 2 and "profile 'gpu' needs a CUDA device" in no_gpu.output
     missing = runner.invoke(app, ["train", "--set", "no-such-set", "--steps", "1"])
     assert missing.exit_code != 0 and "no environment set 'no-such-set'" in missing.output
 

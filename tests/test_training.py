@@ -253,3 +253,19 @@ def test_steps_move_probability_towards_the_better_rollouts(tiny_model, one_task
     start, end = completion_logp(untrained, rows), completion_logp(trainer, rows)
     assert end[0] > start[0]  # the solved rollout's first tool call (advantage > 0): more likely
     assert end[2] < start[2]  # the malformed call (advantage < 0): less likely
+
+
+def test_gpu_profile_settings(tiny_model, one_task, runtime, tmp_path):
+    """The gpu profile: bf16, gradient checkpointing, vLLM only when installed; refused with a clear
+    message on a machine without CUDA (the GPU figures come from bench/gpu_train_smoke.sh)."""
+    import importlib.util
+
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="profile 'gpu' needs a CUDA device"):
+            make_trainer(tiny_model, one_task, runtime, tmp_path, profile="gpu")
+        return
+    trainer = make_trainer(tiny_model, one_task, runtime, tmp_path, profile="gpu")
+    assert trainer.args.bf16 and trainer.args.gradient_checkpointing
+    assert trainer.use_vllm == (importlib.util.find_spec("vllm") is not None)
+    result = trainer.train()
+    assert math.isfinite(result.training_loss) and trainer.model.is_gradient_checkpointing

@@ -146,6 +146,9 @@ def _summary(run_id: int, config: TrainingConfig, result: dict[str, Any]) -> str
 def train(config: TrainingConfig, progress: bool = False) -> dict[str, Any]:
     """GRPO of `config.model` on set `config.set_name`; returns the run's record (ids, evaluations, checkpoint)."""
     logger = get_run_logger()
+    from worldsmith.training.trainer import check_profile
+
+    check_profile(config)  # before any work: a gpu run on a machine without one
     with open_catalog().session() as session:
         set_id = get_set(session, config.set_name).id
     run_id = add_run(TrainingRun(set_id=set_id, config=config.model_dump(), flow_run_id=current_flow_run_id()))

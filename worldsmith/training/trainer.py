@@ -60,9 +60,18 @@ def task_dataset(bundles: dict[str, Bundle]) -> Any:
     return Dataset.from_list(rows)
 
 
+def check_profile(config: TrainingConfig) -> None:
+    """ValueError naming the problem when the profile cannot run on this machine."""
+    import torch
+
+    if config.profile == "gpu" and not torch.cuda.is_available():
+        raise ValueError("profile 'gpu' needs a CUDA device and torch sees none on this machine; use profile 'cpu-test'")
+
+
 def grpo_args(config: TrainingConfig, output_dir: Path) -> GRPOConfig:
     """TRL's GRPOConfig for `config`: one optimizer step per generation batch of
     `rows_per_step` (env, task) rows x `group_size` rollouts (per device)."""
+    check_profile(config)
     gpu = config.profile == "gpu"
     return GRPOConfig(
         output_dir=str(output_dir), per_device_train_batch_size=config.group_size * config.rows_per_step, num_generations=config.group_size,
