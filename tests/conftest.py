@@ -167,3 +167,28 @@ def catalog(request: pytest.FixtureRequest, tmp_path: Path):
         cat = Catalog(base.rsplit("/", 1)[0] + f"/{name}")
     yield cat
     cat.close()
+
+
+CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync", "--window-size=1400,1800")
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Headless Chromium (Debian's chromium and chromium-driver, installed by .ci/run) driven by Selenium."""
+    import shutil
+
+    chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
+    if not chromium or not driver_path:
+        pytest.skip("browser tests need Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()

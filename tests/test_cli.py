@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from worldsmith.bundle.loader import rebuild_bundle_dir
 from worldsmith.cli import app
+from worldsmith.runtime.gateway import free_port
 
 from conftest import GOLDEN, REPO
 
@@ -85,9 +86,39 @@ def test_env_call_runs_one_tool():
 
 @pytest.mark.slow
 def test_demo_main_job_runs_end_to_end(tmp_path):
-    env = dict(os.environ, WORLDSMITH_HOME=str(tmp_path / "home"))
-    proc = subprocess.run([sys.executable, "-m", "worldsmith.cli", "demo"], cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "expectations: passed" in proc.stdout and "probes: passed" in proc.stdout
-    assert "retail_store@1 (good)" in proc.stdout
-    assert "10/10 tasks complete; 0 failed quality checks" in proc.stdout
+    """The README's first command at a reduced size: the whole loop on a fresh home, its summary
+    checked, the dashboard and the Prefect server left running with the runs in them, then down."""
+    import httpx
+
+    home = tmp_path / "home"
+    env = dict(os.environ, WORLDSMITH_HOME=str(home), PREFECT_HOME=str(home / "prefect"), WORLDSMITH_PREFECT_PORT=str(free_port()),
+               WORLDSMITH_DASHBOARD_PORT=str(free_port()), COLUMNS="160")
+    command = [sys.executable, "-m", "worldsmith.cli", "demo", "--envs", "5", "--warmup-steps", "10", "--train-steps", "2"]
+    try:
+        proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=1200, env=env)
+        assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-5000:]
+        summary = json.loads((home / "demo-summary.json").read_text())
+        generation = summary["generation"]
+        assert generation["environments"] == 5 and generation["good"] + generation["failed"] == 5 and generation["good"] >= 2
+        assert generation["repaired_stage_runs"] > 0  # faults were on: repairs happened
+        assert summary["set"]["members"] == generation["good"] and summary["set"]["validation"] >= 1
+        assert summary["mcp"]["complete"] == summary["mcp"]["tasks"] > 0
+        assert summary["evaluations"]["reference"]["pass@1"] == 1.0 and summary["evaluations"]["random"]["pass@1"] < 1.0
+        assert summary["training"]["steps"] == 2 and summary["training"]["checkpoint"].startswith("sha256:")
+        urls = summary["urls"]
+        assert f"dashboard:  {urls['dashboard']}" in proc.stdout and f"Prefect UI: {urls['prefect_ui']}" in proc.stdout
+
+        # the printed addresses are live and hold this run's numbers
+        shown = httpx.get(f"{urls['dashboard']}/api/summary", timeout=30).json()
+        by_policy = {e["policy"]: e for e in shown["evaluations"]}
+        assert by_policy["reference"]["pass@1"] == 1.0 and by_policy["random"]["id"] == summary["evaluations"]["random"]["run_id"]
+        assert [t["id"] for t in shown["training"]] == [summary["training"]["run_id"]] and len(shown["training"][0]["steps"]) == 2
+        assert len(shown["environments"]) == 5
+        runs = httpx.post(f"{urls['prefect_ui']}/api/flow_runs/filter", json={}, timeout=30).json()
+        flows = {f["id"]: f["name"] for f in httpx.post(f"{urls['prefect_ui']}/api/flows/filter", json={}, timeout=30).json()}
+        completed = sorted(flows[r["flow_id"]] for r in runs if r["state_type"] == "COMPLETED")
+        # generate, curate, reference + random evaluations, train with its validation evaluations before and after
+        assert completed == ["curate", "evaluate", "evaluate", "evaluate", "evaluate", "generate", "train"]
+    finally:
+        stopped = subprocess.run([sys.executable, "-m", "worldsmith.cli", "down"], cwd=REPO, capture_output=True, text=True, env=env, timeout=120)
+    assert "prefect-server" in stopped.stdout and "dashboard" in stopped.stdout

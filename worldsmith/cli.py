@@ -34,7 +34,8 @@ BundleArg = Annotated[Path, typer.Argument(help="Bundle directory.", exists=Fals
 
 @app.callback()
 def _defaults() -> None:
-    """Keep Prefect's local state under WORLDSMITH_HOME and its analytics off unless configured."""
+    """Keep Prefect's local state under WORLDSMITH_HOME and its analytics off unless configured; use the
+    local stack's Prefect server when `worldsmith up` started one and no PREFECT_API_URL is set."""
     import os
 
     home = get_settings().home
@@ -42,6 +43,12 @@ def _defaults() -> None:
         (home / "prefect").mkdir(parents=True, exist_ok=True)
         os.environ["PREFECT_HOME"] = str((home / "prefect").resolve())
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    if "PREFECT_API_URL" not in os.environ:  # flows report to the server of `worldsmith up` when it runs
+        from worldsmith.ops.stack import Stack
+
+        stack = Stack.from_settings()
+        if stack.server().pid() is not None:
+            os.environ["PREFECT_API_URL"] = stack.api_url
 
 
 def _bundle_failure(title: str, exc: BundleError) -> typer.Exit:
@@ -531,15 +538,79 @@ def data_transitions(
     _write_dataset(transition_rows(loaded), out, "transitions", f"no tool call in {trajectories}", f"transitions from {len(loaded)} trajectories")
 
 
+@app.command("up")
+def up(
+    worker: Annotated[Optional[list[str]], typer.Option(help="Start a worker on this work pool (repeatable): local, gpu.")] = None,
+    dashboard: Annotated[bool, typer.Option(help="Also serve the dashboard.")] = True,
+) -> None:
+    """Start the local Prefect server, create the work pools, deploy deployments/prefect.yaml, start a
+    worker and the dashboard. Idempotent: what runs keeps running, nothing is duplicated."""
+    from worldsmith.ops.services import ServiceError
+    from worldsmith.ops.stack import Stack
+
+    stack = Stack.from_settings(tuple(worker or ["local"]))
+    try:
+        with console.status("bringing the local stack up (Prefect server, pools, deployments, worker, dashboard)"):
+            state = stack.up(dashboard=dashboard)
+    except ServiceError as exc:
+        errors.print(str(exc), markup=False, highlight=False)
+        raise typer.Exit(1) from None
+    for part, what in state.items():
+        console.print(f"{part}: {what}", highlight=False)
+    console.print(f"Prefect UI: {stack.ui_url}", highlight=False)
+    if dashboard:
+        console.print(f"dashboard:  {stack.dashboard_url}", highlight=False)
+    console.print(f"flows and workers use PREFECT_API_URL={stack.api_url}; stop everything with `worldsmith down`", highlight=False)
+
+
+@app.command("down")
+def down() -> None:
+    """Stop what `worldsmith up` started (workers, dashboard, Prefect server)."""
+    from worldsmith.ops.stack import Stack
+
+    stopped = Stack.from_settings().down()
+    console.print("stopped: " + ", ".join(stopped) if stopped else "nothing was running")
+
+
+@app.command("dashboard")
+def dashboard_command(
+    host: Annotated[Optional[str], typer.Option(help="Address to listen on (default WORLDSMITH_DASHBOARD_HOST).")] = None,
+    port: Annotated[Optional[int], typer.Option(help="Port (default WORLDSMITH_DASHBOARD_PORT).")] = None,
+) -> None:
+    """Serve the dashboard: generation outcomes per night, cost, quality, sets, evaluations, training."""
+    import uvicorn
+
+    from worldsmith.dashboard.app import dashboard_app
+
+    settings = get_settings()
+    app_ = dashboard_app(prefect_ui_url=f"http://127.0.0.1:{settings.prefect_port}")
+    uvicorn.run(app_, host=host or settings.dashboard_host, port=port or settings.dashboard_port, log_level="warning")
+
+
 @app.command("demo")
 def demo(
-    bundle_path: Annotated[Path, typer.Option("--bundle", help="Bundle to demonstrate.")] = Path("examples/bundles/retail_store"),
+    envs: Annotated[int, typer.Option(help="Environments to generate.")] = 10,
+    fault_rate: Annotated[float, typer.Option(help="Share of first attempts that fail like LLM output (repairs happen).")] = 0.3,
+    train_steps: Annotated[int, typer.Option(help="GRPO steps of the tiny model.")] = 8,
+    warmup_steps: Annotated[int, typer.Option(help="Supervised warm-up steps of the tiny model.")] = 60,
+    seed: Annotated[int, typer.Option(help="Seed of generation, curation, evaluation and training.")] = 0,
 ) -> None:
-    """The main job on the embedded defaults: check the example environment, serve it over MCP,
-    and let the reference policy solve every task through the MCP client, verified in the sandbox."""
-    from worldsmith.demo import run_demo
+    """The main job on the embedded defaults: start the local stack, generate environments (faults on),
+    curate them into a set, solve one over MCP, evaluate the reference and random policies, train the
+    tiny model with GRPO on the CPU, and print a summary with the dashboard and Prefect UI addresses."""
+    from worldsmith.demo import DemoOptions, run_demo
+    from worldsmith.ops.services import ServiceError
 
-    raise typer.Exit(run_demo(_load(bundle_path), console))
+    try:
+        options = DemoOptions(envs=envs, fault_rate=fault_rate, train_steps=train_steps, warmup_steps=warmup_steps, seed=seed)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    try:
+        code = run_demo(options, console)
+    except ServiceError as exc:
+        errors.print(str(exc), markup=False, highlight=False)
+        raise typer.Exit(1) from None
+    raise typer.Exit(code)
 
 
 def main() -> None:  # pragma: no cover - console entry point

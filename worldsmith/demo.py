@@ -1,83 +1,225 @@
-"""`worldsmith demo`: the main job on the embedded defaults, end to end on one machine.
+"""`worldsmith demo`: the main job on the embedded defaults, the whole loop on one machine.
 
-Runs the example environment's quality checks (seed-data expectations, sandboxed execution
-probes), publishes it into the local catalog, serves it over the MCP gateway, and has the
-reference policy solve each task through the official MCP client; every episode is verified in
-the sandbox afterwards (verification is not reachable through MCP).
+up (local Prefect server, work pools, deployments, worker, dashboard) -> generate ~10 environments
+with the offline procedural backend, faults on so the repair loops work -> curate the good ones
+into a set -> serve one over the MCP gateway and solve its tasks through the MCP client -> evaluate
+the reference and random policies -> a short GRPO run of the tiny model on the CPU -> a summary
+with the dashboard and Prefect UI addresses (also written as JSON to WORLDSMITH_HOME/demo-summary.json).
+
+Every flow runs in this process against the local server, so each run shows in the Prefect UI and
+every number lands in the catalog the dashboard reads.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
 import anyio
-from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
+from pydantic import BaseModel, Field
 from rich.console import Console
-from rich.progress import Progress
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from worldsmith.bundle.loader import Bundle
-from worldsmith.models.bundle import TaskSpec
-from worldsmith.quality.checks import quality_checks
-from worldsmith.runtime.episode import Runtime
-from worldsmith.runtime.gateway import BackgroundServer, Gateway
+from worldsmith.ops.stack import Stack
 from worldsmith.settings import get_settings
-from worldsmith.storage.catalog import open_catalog
-from worldsmith.storage.objectstore import open_store
-from worldsmith.storage.publish import publish
 
 
-async def _solve_over_mcp(url: str, gateway: Gateway, task: TaskSpec) -> tuple[int, str, str]:
-    """Replay `task`'s reference solution through an MCP session; returns (tool errors, verdict, detail)."""
-    errors = 0
-    async with streamable_http_client(f"{url}/envs/{next(iter(gateway.bundles))}/mcp?task={task.id}") as (read, write):
-        async with ClientSession(read, write) as session:
-            await session.initialize()
-            for step in task.solution:
-                result = await session.call_tool(step.tool, step.arguments)
-                errors += bool(result.is_error)
-            (episode,) = gateway.sessions.values()  # the demo runs one session at a time
-            verdict = await anyio.to_thread.run_sync(episode.verify, task.answer or "")
-    status = getattr(verdict.status, "value", verdict.status)
-    return errors, status, verdict.error or ""
+class DemoOptions(BaseModel):
+    """Knobs of the demonstration (the defaults take about 10 minutes on 2 cores)."""
+
+    envs: int = Field(10, ge=2, le=100, description="Environments to generate.")
+    fault_rate: float = Field(0.3, ge=0, le=1, description="Share of first attempts that fail like LLM output (repairs happen).")
+    seed: int = 0
+    random_samples: int = Field(2, ge=1, description="Episodes per task of the random policy.")
+    train_steps: int = Field(8, ge=1)
+    group_size: int = Field(4, ge=2)
+    warmup_steps: int = Field(60, ge=0, description="Supervised warm-up steps of the tiny model (about 6 s each on 2 cores).")
+    set_name: str = "demo"
 
 
-def run_demo(bundle: Bundle, console: Console) -> int:
-    """Run the demonstration; returns the process exit code (0 = everything passed)."""
-    with Runtime() as runtime:
-        console.rule(f"[bold]1. quality checks: {bundle.env_id}")
-        with Progress(console=console, transient=True) as progress:
-            progress.add_task("seed-data expectations, then probing tools, reference solutions and untouched states", total=None)
-            checks = quality_checks(bundle, runtime)
-        for check in checks:
-            status = "[green]passed[/]" if check.passed else "[red]FAILED[/]"
-            console.print(f"{check.kind}: {status} {check.summary}", highlight=False)
-            for detail in check.details[:5]:
-                console.print(f"  {detail}", markup=False, highlight=False)
-        failed = [c for c in checks if not c.passed]
-        console.print("sandbox layers: " + ", ".join(f"{k} {v}" for k, v in runtime.layers().items()), highlight=False)
+def _solve_over_mcp(url: str, gateway: Any, env_id: str, task: Any) -> str:
+    """Replay `task`'s reference solution through an MCP session, then verify it; returns the verdict."""
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
 
-        console.rule("[bold]2. publish into the catalog")
-        settings = get_settings()
-        store = open_store(settings.resolved_store_url(), endpoint_url=settings.s3_endpoint_url)
-        published = publish(bundle, store, open_catalog(), checks)
-        verb = "published" if published.created else "already in the catalog as"
-        console.print(f"{verb} {published.version.ref} ({published.version.status}) in {store.url}", highlight=False)
+    async def solve() -> str:
+        async with streamable_http_client(f"{url}/envs/{env_id}/mcp?task={task.id}") as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                for step in task.solution:
+                    await session.call_tool(step.tool, step.arguments)
+                (episode,) = gateway.sessions.values()  # one session at a time
+                verdict = await anyio.to_thread.run_sync(episode.verify, task.answer or "")
+        return getattr(verdict.status, "value", verdict.status)
 
-        console.rule("[bold]3. reference policy over MCP")
-        gateway = Gateway(runtime, [bundle])
-        table = Table()
-        for column in ("task", "steps", "tool errors", "verdict"):
+    return anyio.run(solve)
+
+
+class Demo:
+    """The demonstration's steps, each printing what it did; `summary` collects the numbers."""
+
+    def __init__(self, options: DemoOptions, console: Console):
+        self.options, self.console = options, console
+        self.stack = Stack.from_settings()
+        self.summary: dict[str, Any] = {"options": options.model_dump()}
+
+    def run(self) -> dict[str, Any]:
+        # Flows in this process report to the stack's server; Prefect's console logging stays quiet.
+        os.environ["PREFECT_API_URL"] = self.stack.api_url
+        os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")
+        for variable in ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS"):  # the demo draws its own progress
+            os.environ.setdefault(variable, "1")
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        self.up()
+        self.generate()
+        self.curate()
+        self.serve_over_mcp()
+        self.evaluate()
+        self.train()
+        self.finish()
+        return self.summary
+
+    def _step(self, number: int, title: str) -> None:
+        self.console.rule(f"[bold]{number}. {title}")
+
+    def up(self) -> None:
+        self._step(1, "local stack: Prefect server, work pools, deployments, worker, dashboard")
+        with self.console.status("starting the Prefect server and deploying deployments/prefect.yaml"):
+            state = self.stack.up()
+        for part, what in state.items():
+            self.console.print(f"{part}: {what}", highlight=False)
+        self.summary["urls"] = {"prefect_ui": self.stack.ui_url, "dashboard": self.stack.dashboard_url}
+
+    def generate(self) -> None:
+        from sqlmodel import select
+
+        from worldsmith.flows.generate import GenerateParameters, run_generate
+        from worldsmith.models.catalog import StageAttempt
+        from worldsmith.storage.catalog import open_catalog
+        from worldsmith.tasks.attempts import stage_summary
+
+        o = self.options
+        self._step(2, f"generate {o.envs} environments (procedural backend, fault rate {o.fault_rate})")
+        params = GenerateParameters(count=o.envs, seed=o.seed, fault_rate=o.fault_rate, concurrency=2)
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=self.console) as bar:
+            task = bar.add_task("environments built", total=o.envs)
+            results = run_generate(params, on_progress=lambda _: bar.advance(task))
+        good = [r for r in results if r["status"] == "good"]
+        with open_catalog().session() as session:
+            attempts = session.exec(select(StageAttempt).where(StageAttempt.env_id.in_([r["env_id"] for r in results]))).all()
+        stages = stage_summary(list(attempts))
+        table = Table(title=f"{len(good)} of {len(results)} environments published as good")
+        for column in ("stage", "invocations", "first-attempt success", "repair rate", "failure rate"):
             table.add_column(column)
-        solved = 0
-        with BackgroundServer(gateway.app()) as server:
-            console.print(f"MCP gateway: {server.url}/envs/{bundle.env_id}/mcp")
-            with Progress(console=console, transient=True) as progress:
-                bar = progress.add_task("solving tasks", total=len(bundle.tasks))
-                for task in bundle.tasks:
-                    errors, status, detail = anyio.run(_solve_over_mcp, server.url, gateway, task)
-                    solved += status == "complete"
-                    table.add_row(task.id, str(len(task.solution)), str(errors), status + (f" ({detail})" if detail else ""))
-                    progress.advance(bar)
-        console.print(table)
-        console.print(f"[bold]{solved}/{len(bundle.tasks)} tasks complete[/]; {len(failed)} failed quality checks")
-        return 0 if solved == len(bundle.tasks) and not failed else 1
+        for row in stages:
+            table.add_row(str(row["stage"]), str(row["invocations"]), f"{row['first_attempt_success']:.2f}", f"{row['repair_rate']:.2f}",
+                          f"{row['failure_rate']:.2f}")
+        self.console.print(table)
+        repaired = sum(round(float(r["repair_rate"]) * int(r["invocations"])) for r in stages)
+        self.summary["generation"] = {"environments": len(results), "good": len(good), "failed": len(results) - len(good),
+                                      "repaired_stage_runs": repaired}
+
+    def curate(self) -> None:
+        from worldsmith.flows.curate import CurateParameters, curate
+        from worldsmith.storage.sets import SetQuery
+
+        self._step(3, f"curate the good environments into set {self.options.set_name!r}")
+        query = SetQuery(require_passed=["expectations", "probes"], validation_fraction=0.1, seed=self.options.seed)
+        result = curate(CurateParameters(name=self.options.set_name, query=query))
+        members = result["members"]
+        splits = {s: sum(1 for m in members if m["split"] == s) for s in ("train", "validation")}
+        verb = "created" if result["created"] else "reused"
+        self.console.print(f"{verb} set {result['name']}: {len(members)} environments ({splits['train']} train, {splits['validation']} validation), "
+                           f"{sum(m['tasks'] for m in members)} tasks", highlight=False)
+        self.summary["set"] = {"name": result["name"], "members": len(members), **splits}
+
+    def serve_over_mcp(self) -> None:
+        from worldsmith.bundle.loader import load_bundle
+        from worldsmith.flows.evaluate import cached_bundle
+        from worldsmith.runtime.episode import Runtime
+        from worldsmith.runtime.gateway import BackgroundServer, Gateway
+        from worldsmith.storage.catalog import open_catalog
+        from worldsmith.storage.sets import get_set, members_of
+
+        with open_catalog().session() as session:
+            version, _ = members_of(session, get_set(session, self.options.set_name))[0]
+            ref, key = version.ref, version.content_key
+        bundle = load_bundle(cached_bundle(ref, key))
+        self._step(4, f"serve {ref} over MCP and solve its tasks through the MCP client")
+        with Runtime() as runtime:
+            gateway = Gateway(runtime, [bundle])
+            with BackgroundServer(gateway.app()) as server:
+                self.console.print(f"MCP gateway: {server.url}/envs/{bundle.env_id}/mcp", highlight=False)
+                verdicts = [_solve_over_mcp(server.url, gateway, bundle.env_id, task) for task in bundle.tasks]
+        solved = sum(v == "complete" for v in verdicts)
+        self.console.print(f"{solved}/{len(verdicts)} tasks complete through MCP", highlight=False)
+        self.summary["mcp"] = {"env": ref, "tasks": len(verdicts), "complete": solved}
+
+    def evaluate(self) -> None:
+        from worldsmith.flows.evaluate import EvaluateParameters, run_evaluate
+
+        self._step(5, "evaluate the reference and random policies on the set")
+        table = Table()
+        for column in ("policy", "samples", "pass@1", "pass@k", "mean turns", "env_error rate", "evaluation"):
+            table.add_column(column)
+        self.summary["evaluations"] = {}
+        for policy, samples in (("reference", 1), ("random", self.options.random_samples)):
+            with self.console.status(f"evaluating {policy} ({samples} sample(s) per task)"):
+                report = run_evaluate(EvaluateParameters(set_name=self.options.set_name, policy=policy, samples=samples, seed=self.options.seed))
+            overall = report["overall"]
+            table.add_row(policy, str(samples), f"{overall['pass@1']:.3f}", f"{overall[f'pass@{samples}']:.3f}", f"{overall['mean_turns']:.2f}",
+                          f"{overall['env_error_rate']:.3f}", str(report["run_id"]))
+            self.summary["evaluations"][policy] = {"run_id": report["run_id"], "pass@1": overall["pass@1"], "episodes": overall["episodes"],
+                                                   "env_error_rate": overall["env_error_rate"]}
+        self.console.print(table)
+
+    def train(self) -> None:
+        from worldsmith.flows.train import train
+        from worldsmith.training.config import TINY, TrainingConfig
+
+        o = self.options
+        self._step(6, f"GRPO of the tiny model on the CPU: {o.train_steps} steps, group {o.group_size}")
+        config = TrainingConfig(model=TINY, set_name=o.set_name, steps=o.train_steps, group_size=o.group_size, learning_rate=5e-5,
+                                warmup_steps=o.warmup_steps, max_turns=4, max_completion_length=48, seed=o.seed)
+        self.console.print("the tiny model is built offline and warmed up on the reference solutions first (cached afterwards)")
+        result = train(config, progress=True)
+        log = result["log"]
+        self.summary["training"] = {
+            "run_id": result["run_id"], "steps": result["steps"], "checkpoint": result["checkpoint"],
+            "reward_first": log[0].get("reward") if log else None, "reward_last": log[-1].get("reward") if log else None,
+            "validation_pass@1_before": (result["before"] or {}).get("pass@1"), "validation_pass@1_after": (result["after"] or {}).get("pass@1"),
+        }
+        t = self.summary["training"]
+        self.console.print(f"training run {t['run_id']}: {t['steps']} steps, reward {t['reward_first']:.3f} -> {t['reward_last']:.3f}; "
+                           f"validation pass@1 {t['validation_pass@1_before']} -> {t['validation_pass@1_after']}", highlight=False)
+
+    def finish(self) -> None:
+        self.console.rule("[bold]summary")
+        s = self.summary
+        lines = [
+            f"environments: {s['generation']['good']} good, {s['generation']['failed']} failed, {s['generation']['repaired_stage_runs']} stage runs repaired",
+            f"set {s['set']['name']}: {s['set']['members']} environments ({s['set']['train']} train, {s['set']['validation']} validation)",
+            f"MCP: {s['mcp']['complete']}/{s['mcp']['tasks']} tasks of {s['mcp']['env']} complete",
+            *(f"evaluation {p}: pass@1 {e['pass@1']:.3f} over {e['episodes']} episodes" for p, e in s["evaluations"].items()),
+            f"training run {s['training']['run_id']}: {s['training']['steps']} steps, final model {s['training']['checkpoint']}",
+            f"dashboard:  {s['urls']['dashboard']}",
+            f"Prefect UI: {s['urls']['prefect_ui']}",
+            "stop the local stack with `worldsmith down`",
+        ]
+        for line in lines:
+            self.console.print(line, highlight=False)
+        path = Path(get_settings().home) / "demo-summary.json"
+        path.write_text(json.dumps(s, indent=2, default=str))
+        self.console.print(f"summary: {path}", highlight=False)
+
+
+def run_demo(options: DemoOptions, console: Console) -> int:
+    """Run the demonstration; returns the process exit code (0 = every step did what it should)."""
+    summary = Demo(options, console).run()
+    ok = (summary["generation"]["good"] >= 2 and summary["mcp"]["complete"] == summary["mcp"]["tasks"]
+          and summary["evaluations"]["reference"]["pass@1"] == 1.0 and summary["training"]["steps"] == options.train_steps)
+    return 0 if ok else 1

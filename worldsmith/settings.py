@@ -56,6 +56,12 @@ class Settings(BaseSettings):
     gateway_session_idle_s: float = Field(900.0, gt=0, description="Idle MCP sessions (episodes) expire after this.")
     gateway_max_sessions: int = Field(4096, ge=1, description="Open MCP sessions per environment; more get HTTP 503.")
 
+    # Operations (docs/operations.md): the local Prefect server of `worldsmith up` and the dashboard
+    prefect_port: int = Field(4200, ge=1, le=65535, description="Port of the local Prefect server started by `worldsmith up`.")
+    dashboard_host: str = Field("127.0.0.1", description="Address the dashboard listens on.")
+    dashboard_port: int = Field(8780, ge=1, le=65535, description="Port of the dashboard.")
+    dashboard_url: str | None = Field(None, description="Public URL of the dashboard for links in Prefect artifacts; default http://HOST:PORT.")
+
     def llm_key(self) -> str | None:
         """The endpoint's API key as plain text (None when unset)."""
         return self.llm_api_key.get_secret_value() if self.llm_api_key else None
@@ -68,6 +74,9 @@ class Settings(BaseSettings):
             return self.catalog_url
         self.home.mkdir(parents=True, exist_ok=True)
         return f"sqlite:///{(self.home / 'catalog.db').resolve()}"
+
+    def resolved_dashboard_url(self) -> str:
+        return (self.dashboard_url or f"http://{self.dashboard_host}:{self.dashboard_port}").rstrip("/")
 
     def worker_count(self) -> int:
         import os

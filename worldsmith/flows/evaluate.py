@@ -29,6 +29,7 @@ from worldsmith.agent.policies import Policy
 from worldsmith.agent.specs import SPEC_HELP, check_spec, policy_factory
 from worldsmith.agent.trajectories import scores, write_jsonl, write_parquet
 from worldsmith.bundle.loader import Bundle, load_bundle
+from worldsmith.flows.links import dashboard_link
 from worldsmith.flows.records import add_run, current_flow_run_id, finish_run
 from worldsmith.models.catalog import EvaluationRun
 from worldsmith.runtime.episode import Runtime
@@ -199,7 +200,8 @@ def evaluate(params: EvaluateParameters) -> dict[str, Any]:
     create_markdown_artifact(
         f"# Evaluation {run_id}\n\n{params.policy} on set `{params.set_name}` ({params.split}), {params.samples} sample(s) per task: "
         f"pass@1 {overall['pass@1']:.3f}, pass@{params.samples} {overall[f'pass@{params.samples}']:.3f}, mean turns "
-        f"{overall['mean_turns']:.2f}, env_error rate {overall['env_error_rate']:.3f}, format_error rate {overall['format_error_rate']:.3f}.",
+        f"{overall['mean_turns']:.2f}, env_error rate {overall['env_error_rate']:.3f}, format_error rate {overall['format_error_rate']:.3f}."
+        f"\n\n{dashboard_link('evaluate')}",
         key="evaluation-summary")
     logger.info("evaluation %s: %s", run_id, json.dumps(overall))
     return {"run_id": run_id, **result}

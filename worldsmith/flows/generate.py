@@ -22,6 +22,7 @@ import socket
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
@@ -33,6 +34,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, Field
 from sqlmodel import select
 
+from worldsmith.flows.links import dashboard_link
 from worldsmith.flows.records import current_flow_run_id
 from worldsmith.llm.backend import Generator
 from worldsmith.llm.errors import TransientFault
@@ -64,8 +66,14 @@ class GenerateParameters(BaseModel):
     model: str | None = Field(None, description="Model of the openai backend (default WORLDSMITH_LLM_MODEL).")
     concurrency: int = Field(4, ge=1, le=256, description="Environments built at once.")
     max_attempts: int = Field(5, ge=1, le=20, description="Attempts of each stage's repair loop.")
-    seed: int = 0
+    seed: int | None = Field(0, description="Seed of the generator; unset: the UTC date (YYYYMMDD), so each night makes new environments.")
     fault_rate: float = Field(0.0, ge=0.0, le=1.0, description="Procedural backend: share of first attempts that fail like LLM output.")
+
+    def dated(self) -> "GenerateParameters":
+        """These parameters with an unset seed replaced by today's UTC date (what a nightly run uses)."""
+        if self.seed is not None:
+            return self
+        return self.model_copy(update={"seed": int(datetime.now(timezone.utc).strftime("%Y%m%d"))})
 
     def key(self) -> str:
         """Identity of the generated content: what must match for a rerun to reuse finished stages."""
@@ -217,6 +225,7 @@ _FINISHED: dict[str, list[dict[str, Any]]] = {}
 @flow(name="generate", log_prints=True)
 def generate(params: GenerateParameters = GenerateParameters()) -> list[dict[str, Any]]:
     """Generate `params.count` environments and publish them."""
+    params = params.dated()
     finished = _FINISHED.get(params.key())
     logger = get_run_logger()
     run_id = current_flow_run_id() or params.key()
@@ -241,7 +250,7 @@ def generate(params: GenerateParameters = GenerateParameters()) -> list[dict[str
     create_table_artifact(results, key="generation-environments", description="Environments of this run")
     good = sum(1 for r in results if r["status"] == "good")
     create_markdown_artifact(f"# Generation run\n\n{good} of {len(results)} environments published as good "
-                             f"(backend {params.backend}, prompt version {prompt_version()}).", key="generation-summary")
+                             f"(backend {params.backend}, prompt version {prompt_version()}).\n\n{dashboard_link('generate')}", key="generation-summary")
     logger.info("%d of %d environments published as good", good, len(results))
     return results
 
@@ -263,6 +272,7 @@ def task_runner(concurrency: int) -> Any:
 
 def run_generate(params: GenerateParameters, on_progress: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """Run the flow in this process (against the configured Prefect API or an ephemeral one)."""
+    params = params.dated()
     if on_progress is None:
         return generate.with_options(task_runner=task_runner(params.concurrency))(params)
     finished: list[dict[str, Any]] = []

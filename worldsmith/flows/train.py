@@ -19,11 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_markdown_artifact
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 
 from worldsmith.bundle.loader import load_bundle
 from worldsmith.flows.evaluate import EvaluateParameters, cached_bundle, evaluate
+from worldsmith.flows.links import dashboard_link
 from worldsmith.flows.records import add_run, current_flow_run_id, finish_run
 from worldsmith.models.catalog import Checkpoint, TrainingRun
 from worldsmith.runtime.episode import Runtime
@@ -49,7 +50,7 @@ def plan(config: TrainingConfig) -> dict[str, list[str]]:
     return {"train": chosen, "validation": paths["validation"]}
 
 
-@task(name="prepare-model", cache_policy=NO_CACHE)
+@task(name="prepare-model", cache_policy=NO_CACHE, log_prints=False)  # libraries print bytecode while hashing datasets
 def prepare_model(config: TrainingConfig, bundle_paths: list[str]) -> str:
     """The model directory to train: `config.model` itself, or for `tiny` a tiny Qwen3 model built
     offline from the bundles and warmed up on their reference solutions (cached by content)."""
@@ -139,12 +140,25 @@ def _summary(run_id: int, config: TrainingConfig, result: dict[str, Any]) -> str
                       f"{result['steps']} steps, group {config.group_size}, history {config.history}.", "",
                       line("before", result["before"]), line("after", result["after"]), "",
                       f"Last step: reward {last.get('reward', float('nan')):.3f}, success rate {last.get('success_rate', float('nan')):.3f}.",
-                      f"Final model: object {result['checkpoint']}."])
+                      f"Final model: object {result['checkpoint']}.", "", dashboard_link("train")])
+
+
+_STEP_COLUMNS = ("step", "loss", "reward", "reward_std", "success_rate", "env_error_rate", "turns", "tokens", "kl")
+
+
+def _step_table(log: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per logged step with the metrics people watch (rounded for display)."""
+    return [{c: round(e[c], 4) if isinstance(e.get(c), float) else e.get(c) for c in _STEP_COLUMNS} for e in log]
 
 
 @flow(name="train", log_prints=True)
 def train(config: TrainingConfig, progress: bool = False) -> dict[str, Any]:
-    """GRPO of `config.model` on set `config.set_name`; returns the run's record (ids, evaluations, checkpoint)."""
+    """GRPO of `config.model` on set `config.set_name`; returns the run's record (ids, evaluations, checkpoint).
+
+    Args:
+        config: The training run: model, environment set, GRPO and rollout settings.
+        progress: Draw a progress bar on the terminal (for runs started from the command line; leave off in deployments).
+    """
     logger = get_run_logger()
     from worldsmith.training.trainer import check_profile
 
@@ -169,6 +183,7 @@ def train(config: TrainingConfig, progress: bool = False) -> dict[str, Any]:
     result = {"run_id": run_id, "model": model, "final": trained["final"], "checkpoint": digest, "steps": trained["steps"],
               "before": before, "after": after, "log": trained["log"]}
     finish_run(TrainingRun, run_id, "completed", {k: v for k, v in result.items() if k != "log"})
+    create_table_artifact(_step_table(trained["log"]), key="training-steps", description=f"Training run {run_id}: metrics per step")
     create_markdown_artifact(_summary(run_id, config, result), key="training-summary")
     logger.info("training run %s finished: %s steps, checkpoint %s", run_id, trained["steps"], digest)
     return result

@@ -11,7 +11,6 @@ main process writes the catalog's step rows, the final model and `OUTPUT/result.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -67,21 +66,17 @@ def run_training(request: TrainRequest, progress: bool = False) -> dict[str, Any
             "processes": trainer.accelerator.num_processes, "main": trainer.accelerator.is_main_process}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def launch(request: TrainRequest, processes: int) -> dict[str, Any]:
     """Run the training step in `processes` processes and return the main process's result; a
     failed launch raises RuntimeError with the end of its log (OUTPUT/launch.log)."""
+    from worldsmith.runtime.gateway import free_port
+
     out = Path(request.output)
     out.mkdir(parents=True, exist_ok=True)
     (out / "request.json").write_text(request.model_dump_json())
     (out / "result.json").unlink(missing_ok=True)
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes), "--master_addr", "127.0.0.1",
-               "--master_port", str(_free_port()), "-m", "worldsmith.training.launch", str(out / "request.json")]
+               "--master_port", str(free_port()), "-m", "worldsmith.training.launch", str(out / "request.json")]
     with (out / "launch.log").open("w") as log:
         code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
     if code != 0 or not (out / "result.json").is_file():

@@ -51,7 +51,8 @@ def warm_up(model_dir: Path, rows: list[dict[str, Any]], out: Path, *, steps: in
     model = AutoModelForCausalLM.from_pretrained(str(model_dir))
     args = SFTConfig(output_dir=str(out / "sft"), max_steps=steps, per_device_train_batch_size=batch_size, learning_rate=learning_rate,
                      lr_scheduler_type="constant", warmup_steps=0, logging_steps=max(1, steps // 5), save_strategy="no", report_to="none",
-                     seed=seed, data_seed=seed, use_cpu=True, disable_tqdm=True, completion_only_loss=True, max_length=None)
+                     seed=seed, data_seed=seed, use_cpu=True, disable_tqdm=True, completion_only_loss=True, max_length=None,
+                     gradient_checkpointing=False)  # a tiny model needs no memory savings; recomputation only costs time
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
     trainer.train()
     model.save_pretrained(out)

@@ -1,0 +1,149 @@
+"""The dashboard: its numbers for a known catalog, over HTTP, and as a browser renders them."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import httpx
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.ui import WebDriverWait
+from starlette.testclient import TestClient
+
+from worldsmith.dashboard.app import dashboard_app
+from worldsmith.dashboard.data import summary
+from worldsmith.models.catalog import (
+    Environment,
+    EnvironmentSet,
+    EnvironmentSetMember,
+    EnvironmentVersion,
+    EvaluationRun,
+    QualityReport,
+    StageAttempt,
+    TrainingRun,
+    TrainingStep,
+)
+from worldsmith.runtime.gateway import BackgroundServer
+from worldsmith.storage.catalog import Catalog
+
+NIGHT_1, NIGHT_2 = datetime(2026, 11, 1, 2, 5, tzinfo=timezone.utc), datetime(2026, 11, 2, 2, 7, tzinfo=timezone.utc)
+
+#: (night, env, stage, attempt, outcome): env a repairs its schema; b never gets its tasks right; c repairs its tasks.
+ATTEMPTS = [
+    (NIGHT_1, "a", "database:schema", 1, "failure"), (NIGHT_1, "a", "database:schema", 2, "success"), (NIGHT_1, "a", "tasks", 1, "success"),
+    (NIGHT_1, "b", "database:schema", 1, "success"), (NIGHT_1, "b", "tasks", 1, "failure"), (NIGHT_1, "b", "tasks", 2, "failure"),
+    (NIGHT_2, "c", "database:schema", 1, "success"), (NIGHT_2, "c", "tasks", 1, "failure"), (NIGHT_2, "c", "tasks", 2, "success"),
+]
+
+
+@pytest.fixture()
+def known(tmp_path) -> Catalog:
+    """A catalog holding a known set of runs: two generation nights, quality reports, a set, two
+    evaluations and a three-step training run."""
+    catalog = Catalog(f"sqlite:///{tmp_path / 'catalog.db'}")
+    with catalog.session() as s:
+        for night, env, stage, attempt, outcome in ATTEMPTS:
+            s.add(StageAttempt(run_id=f"run-{night.day}", env_id=env, stage=stage, attempt=attempt, outcome=outcome, tokens_in=100 * attempt,
+                               tokens_out=40, cost_usd=0.01 * attempt, created_at=night))
+        for env in ("a", "c"):
+            s.add(Environment(env_id=env, scenario_name=env))
+        a = EnvironmentVersion(env_id="a", version=1, content_key="ka", manifest_digest="sha256:a", status="good")
+        c = EnvironmentVersion(env_id="c", version=1, content_key="kc", manifest_digest="sha256:c", status="failed",
+                               failure_reason="probes: t01 passes on the untouched database")
+        s.add_all([a, c])
+        s.flush()
+        s.add_all([QualityReport(version_id=a.id, kind="expectations", passed=True), QualityReport(version_id=a.id, kind="probes", passed=True),
+                   QualityReport(version_id=c.id, kind="expectations", passed=True), QualityReport(version_id=c.id, kind="probes", passed=False)])
+        env_set = EnvironmentSet(name="nightly")
+        s.add(env_set)
+        s.flush()
+        s.add_all([EnvironmentSetMember(set_id=env_set.id, version_id=a.id, split="train"),
+                   EnvironmentSetMember(set_id=env_set.id, version_id=c.id, split="validation")])
+        s.add(EvaluationRun(set_id=env_set.id, policy="reference", samples=1, status="completed",
+                            metrics={"overall": {"pass@1": 1.0, "episodes": 10, "env_error_rate": 0.0, "format_error_rate": 0.0}}))
+        s.add(EvaluationRun(set_id=env_set.id, policy="random", samples=4, status="completed",
+                            metrics={"overall": {"pass@1": 0.25, "pass@4": 0.5, "episodes": 40, "env_error_rate": 0.1, "format_error_rate": 0.2}}))
+        run = TrainingRun(set_id=env_set.id, config={"model": "tiny"}, status="completed")
+        s.add(run)
+        s.flush()
+        for step, reward in ((1, 0.1), (2, 0.3), (3, 0.5)):
+            s.add(TrainingStep(training_run_id=run.id, step=step, metrics={"reward": reward, "success_rate": reward / 2, "loss": 1.0 / step}))
+    yield catalog
+    catalog.close()
+
+
+EXPECTED_GENERATION = {
+    "nights": ["2026-11-01", "2026-11-02"],
+    "stages": {
+        "database:schema": {"first_attempt_success": [0.5, 1.0], "repair_rate": [0.5, 0.0], "failure_rate": [0.0, 0.0], "invocations": [2, 1]},
+        "tasks": {"first_attempt_success": [0.5, 0.0], "repair_rate": [0.0, 1.0], "failure_rate": [0.5, 0.0], "invocations": [2, 1]},
+    },
+}
+
+
+def test_summary_holds_the_catalogs_numbers(known):
+    with known.session() as session:
+        data = summary(session)
+    assert data["generation"] == EXPECTED_GENERATION
+    assert data["environments"] == [
+        {"env_id": "a", "attempts": 3, "tokens_in": 400, "tokens_out": 120, "cost_usd": 0.04, "status": "good"},
+        {"env_id": "b", "attempts": 3, "tokens_in": 400, "tokens_out": 120, "cost_usd": 0.04, "status": "unpublished"},
+        {"env_id": "c", "attempts": 3, "tokens_in": 400, "tokens_out": 120, "cost_usd": 0.04, "status": "failed"},
+    ]
+    assert data["quality"] == {"versions": {"failed": 1, "good": 1}, "checks": {"expectations": {"passed": 2, "failed": 0},
+                                                                              "probes": {"passed": 1, "failed": 1}},
+                               "failure_reasons": {"probes": 1}}
+    assert [(s["name"], s["members"], s["train"], s["validation"]) for s in data["sets"]] == [("nightly", 2, 1, 1)]
+    assert [(e["policy"], e["samples"], e["pass@1"], e["pass@k"], e["env_error_rate"]) for e in data["evaluations"]] == [
+        ("reference", 1, 1.0, 1.0, 0.0), ("random", 4, 0.25, 0.5, 0.1)]
+    (run,) = data["training"]
+    assert run["steps"] == [1, 2, 3] and run["reward"] == [0.1, 0.3, 0.5] and run["success_rate"] == [0.05, 0.15, 0.25]
+
+
+def test_empty_catalog_renders_and_api_matches_summary(known, tmp_path):
+    empty = Catalog(f"sqlite:///{tmp_path / 'empty.db'}")
+    page = TestClient(dashboard_app(empty)).get("/")
+    assert page.status_code == 200 and "No generation runs yet." in page.text and "No training runs yet." in page.text
+    client = TestClient(dashboard_app(known, prefect_ui_url="http://127.0.0.1:4200"))
+    with known.session() as session:
+        assert client.get("/api/summary").json() == json.loads(json.dumps(summary(session)))
+    html = client.get("/").text
+    for chart in ("generation-first_attempt_success", "generation-repair_rate", "generation-failure_rate", "env-cost", "env-tokens",
+                  "quality", "evaluations", "training"):
+        assert f'id="chart-{chart}"' in html
+    assert 'href="http://127.0.0.1:4200"' in html
+    assert client.get("/static/plotly.min.js").status_code == 200 and client.get("/healthz").text == "ok"
+
+
+def test_browser_renders_the_charts_with_the_catalogs_numbers(known, browser):
+    with BackgroundServer(dashboard_app(known)) as server:
+        assert httpx.get(f"{server.url}/healthz").text == "ok"
+        browser.get(server.url)
+        WebDriverWait(browser, 30).until(expected_conditions.presence_of_element_located((By.CSS_SELECTOR, "#chart-training .main-svg")))
+        charts = browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")
+        assert len(charts) == 8 and all(c.find_elements(By.CSS_SELECTOR, ".main-svg") for c in charts)
+
+        def traces(chart: str) -> dict:
+            return browser.execute_script(f"return Object.fromEntries(document.getElementById('chart-{chart}').data.map(t => [t.name, t.y]))")
+
+        for rate in ("first_attempt_success", "repair_rate", "failure_rate"):
+            assert traces(f"generation-{rate}") == {stage: series[rate] for stage, series in EXPECTED_GENERATION["stages"].items()}
+        assert traces("evaluations") == {"pass@1": [1.0, 0.25], "env_error rate": [0.0, 0.1]}
+        assert traces("training") == {"run 1 (tiny)": [0.1, 0.3, 0.5]}
+        assert traces("quality") == {"passed": [2, 1], "failed": [0, 1]}
+        # the drawn bars are there: one path per (trace, point) of the quality chart
+        assert len(browser.find_elements(By.CSS_SELECTOR, "#chart-quality .bars .point")) == 4
+
+        def cell(table: str, row: str, key: str) -> str:
+            return browser.find_element(By.CSS_SELECTOR, f"#table-{table} tr{row} td[data-key='{key}']").text
+
+        assert cell("generation", "[data-night='2026-11-01'][data-stage='tasks']", "failure_rate") == "0.500"
+        assert cell("generation", "[data-night='2026-11-02'][data-stage='tasks']", "repair_rate") == "1.000"
+        assert cell("environments", "[data-env='b']", "status") == "unpublished"
+        assert cell("environments", "[data-env='a']", "tokens_in") == "400"
+        assert cell("evaluations", "[data-run='2']", "pass@k") == "0.500"
+        assert cell("evaluations", "[data-run='2']", "format_error_rate") == "0.200"
+        assert cell("training", "[data-run='1']", "reward") == "0.500"
+        assert cell("sets", "[data-set='nightly']", "validation") == "1"

@@ -1,0 +1,181 @@
+"""Operations against a real local Prefect server started by the suite: `worldsmith up` / `down`,
+the deployments of deployments/prefect.yaml, runs through `prefect worker start --run-once`, and
+the Prefect UI in headless Chromium.
+
+The tests of this module share one stack and run in file order; the last one stops it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+from sqlmodel import select
+
+from worldsmith.models.catalog import Checkpoint, EnvironmentVersion, TrainingRun, TrainingStep
+from worldsmith.ops.stack import DEPLOYMENTS_FILE, Stack
+from worldsmith.runtime.gateway import free_port
+from worldsmith.storage.catalog import Catalog
+
+REPO = Path(__file__).resolve().parent.parent
+DEPLOYMENTS = {"nightly-generation": ("generate", "local"), "curate": ("curate", "local"), "evaluate": ("evaluate", "local"),
+               "train": ("train", "gpu")}
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory):
+    """A local stack without workers (runs go through `--run-once` workers) and without the dashboard."""
+    home = tmp_path_factory.mktemp("ops-home")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PREFECT_HOME", str(home / "prefect"))
+        stack = Stack(home=home, prefect_port=free_port(), dashboard_host="127.0.0.1", dashboard_port=free_port(), workers=())
+        stack.up(dashboard=False)
+        yield stack
+        stack.down()
+
+
+def _cli(stack: Stack, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run the `prefect` CLI against the stack's server, in the stack's environment (as a worker host would)."""
+    return subprocess.run([sys.executable, "-m", "prefect", "--no-prompt", *args], cwd=REPO, env={**os.environ, **stack.env()},
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _api(stack: Stack, method: str, path: str, **body) -> object:
+    response = httpx.request(method, f"{stack.api_url}{path}", json=body if method == "POST" else None, timeout=30)
+    response.raise_for_status()
+    return response.json()
+
+
+def _deployments(stack: Stack) -> dict[str, dict]:
+    return {d["name"]: d for d in _api(stack, "POST", "/deployments/filter")}
+
+
+def _run_through_worker(stack: Stack, deployment: str, pool: str, parameters: dict, timeout: float = 600) -> dict:
+    """`prefect deployment run` then `prefect worker start --run-once` on `pool`; returns the flow run."""
+    started = _cli(stack, "deployment", "run", deployment, "--params", json.dumps(parameters))
+    assert started.returncode == 0, started.stdout + started.stderr
+    flow_run_id = re.search(r"UUID: ([0-9a-f-]{36})", started.stdout).group(1)
+    worked = _cli(stack, "worker", "start", "--pool", pool, "--type", "process", "--run-once", timeout=timeout)
+    assert worked.returncode == 0, worked.stdout[-3000:] + worked.stderr[-3000:]
+    flow_run = _api(stack, "GET", f"/flow_runs/{flow_run_id}")
+    assert flow_run["state"]["type"] == "COMPLETED", (flow_run["state"], worked.stdout[-3000:] + worked.stderr[-3000:])
+    return flow_run
+
+
+def _catalog(stack: Stack) -> Catalog:
+    return Catalog(f"sqlite:///{stack.home / 'catalog.db'}")
+
+
+def test_up_creates_the_pools_and_deploys_every_deployment(stack):
+    pools = {p["name"]: p for p in _api(stack, "POST", "/work_pools/filter")}
+    assert {name: pools[name]["type"] for name in ("local", "gpu")} == {"local": "process", "gpu": "process"}
+    deployments = _deployments(stack)
+    assert set(deployments) == set(DEPLOYMENTS)
+    flows = {f["id"]: f["name"] for f in _api(stack, "POST", "/flows/filter")}
+    for name, (flow, pool) in DEPLOYMENTS.items():
+        assert (flows[deployments[name]["flow_id"]], deployments[name]["work_pool_name"]) == (flow, pool)
+    (schedule,) = deployments["nightly-generation"]["schedules"]
+    assert schedule["active"] and schedule["schedule"]["cron"] == "0 2 * * *" and schedule["schedule"]["timezone"] == "UTC"
+    assert all(not deployments[name]["schedules"] for name in ("curate", "evaluate", "train"))
+    assert deployments["nightly-generation"]["parameters"] == {"params": {"count": 10, "backend": "procedural", "model": None,
+                                                                         "scenario_file": None, "seed": None}}
+    # the training deployment's form is the typed TrainingConfig: nested fields, descriptions, enums
+    schema = deployments["train"]["parameter_openapi_schema"]
+    config = schema["definitions"]["TrainingConfig"]
+    assert schema["properties"]["config"]["$ref"] == "#/definitions/TrainingConfig" and schema["required"] == ["config"]
+    assert config["properties"]["history"]["enum"] == ["windowed", "full"]
+    assert config["properties"]["profile"]["enum"] == ["cpu-test", "gpu"]
+    assert config["properties"]["group_size"]["default"] == 16 and "advantages" in config["properties"]["group_size"]["description"]
+    assert config["properties"]["lora"]["$ref"] == "#/definitions/LoraConfig"
+
+
+def test_prefect_deploy_again_updates_in_place(stack):
+    before = _deployments(stack)
+    deployed = _cli(stack, "deploy", "--prefect-file", str(DEPLOYMENTS_FILE), "--all")
+    assert deployed.returncode == 0, deployed.stdout + deployed.stderr
+    after = _deployments(stack)
+    assert {n: d["id"] for n, d in after.items()} == {n: d["id"] for n, d in before.items()}
+    assert len(after["nightly-generation"]["schedules"]) == 1
+
+
+def test_generation_deployment_runs_through_a_worker(stack):
+    flow_run = _run_through_worker(stack, "generate/nightly-generation", "local",
+                                   {"params": {"count": 2, "seed": 11, "fault_rate": 0.5, "concurrency": 2}})
+    with _catalog(stack).session() as session:
+        versions = session.exec(select(EnvironmentVersion)).all()
+    assert len(versions) == 2 and {v.status for v in versions} == {"good"}
+    artifacts = _api(stack, "POST", "/artifacts/filter", artifacts={"flow_run_id": {"any_": [flow_run["id"]]}})
+    summary = next(a for a in artifacts if a["key"] == "generation-summary")
+    assert "2 of 2 environments published as good" in summary["data"] and f"{stack.env()['WORLDSMITH_DASHBOARD_URL']}/#generation" in summary["data"]
+    assert {"generation-stages", "generation-environments"} <= {a["key"] for a in artifacts if a["type"] == "table"}
+
+
+def test_curation_and_training_deployments_run_through_workers(stack):
+    _run_through_worker(stack, "curate/curate", "local", {"params": {"name": "ops", "query": {"validation_fraction": 0.5}}})
+    config = {"model": "tiny", "set_name": "ops", "steps": 1, "group_size": 2, "warmup_steps": 4, "max_turns": 2,
+              "max_completion_length": 16, "learning_rate": 1e-4}
+    flow_run = _run_through_worker(stack, "train/train", "gpu", {"config": config})
+    with _catalog(stack).session() as session:
+        (run,) = session.exec(select(TrainingRun)).all()
+        steps = session.exec(select(TrainingStep).where(TrainingStep.training_run_id == run.id)).all()
+        checkpoints = session.exec(select(Checkpoint).where(Checkpoint.training_run_id == run.id)).all()
+    assert run.status == "completed" and run.flow_run_id == flow_run["id"] and run.config["set_name"] == "ops"
+    assert [s.step for s in steps] == [1] and len(checkpoints) == 1
+    artifacts = _api(stack, "POST", "/artifacts/filter", artifacts={"flow_run_id": {"any_": [flow_run["id"]]}})
+    assert {"training-summary", "training-steps"} <= {a["key"] for a in artifacts}
+
+
+def test_prefect_ui_lists_the_deployments_and_renders_the_training_form(stack, browser):
+    browser.get(f"{stack.ui_url}/deployments")
+    WebDriverWait(browser, 60).until(lambda d: all(name in d.find_element(By.TAG_NAME, "body").text for name in DEPLOYMENTS))
+    assert "At 02:00 AM every day" in browser.find_element(By.TAG_NAME, "body").text
+    train_id = _deployments(stack)["train"]["id"]
+    browser.get(f"{stack.ui_url}/deployments/deployment/{train_id}/run")
+    labels = ("Model", "Set Name", "Profile (Optional)", "Group Size (Optional)", "Learning Rate (Optional)", "History (Optional)",
+              "Window (Optional)", "Lora (Optional)", "Rank (Optional)")
+    WebDriverWait(browser, 60).until(lambda d: "Group Size (Optional)" in d.find_element(By.TAG_NAME, "body").text)
+    text = browser.find_element(By.TAG_NAME, "body").text
+    assert all(label in text for label in labels)
+    assert "Rollouts per (env, task) row; advantages are normalised within the group." in text
+    choices = [[o.text for o in s.find_elements(By.TAG_NAME, "option")] for s in browser.find_elements(By.TAG_NAME, "select")]
+    assert ["cpu-test", "gpu"] in choices and ["windowed", "full"] in choices
+
+
+def _worker_processes(home: Path) -> int:
+    count = 0
+    for process in psutil.process_iter(["cmdline", "environ"]):
+        try:
+            cmdline, environ = process.info["cmdline"] or [], process.info["environ"] or {}
+        except psutil.Error:
+            continue
+        count += "worker" in cmdline and "start" in cmdline and environ.get("WORLDSMITH_HOME") == str(home)
+    return count
+
+
+def test_up_twice_duplicates_nothing_and_down_stops_everything(stack):
+    full = Stack(stack.home, stack.prefect_port, stack.dashboard_host, stack.dashboard_port, workers=("local",))
+    first = full.up()
+    assert first["prefect-server"] == "running" and first["worker-local"] == "started" and first["dashboard"] == "started"
+    pids, deployments = full.running(), {n: d["id"] for n, d in _deployments(full).items()}
+    second = full.up()
+    assert {second[k] for k in ("prefect-server", "worker-local", "dashboard")} == {"running"}
+    assert second["pool local"] == second["pool gpu"] == "exists"
+    assert full.running() == pids and {n: d["id"] for n, d in _deployments(full).items()} == deployments
+    assert len(_deployments(full)["nightly-generation"]["schedules"]) == 1
+    assert len(_api(full, "POST", "/work_pools/filter")) == 2 and _worker_processes(full.home) == 1
+    assert httpx.get(f"{full.dashboard_url}/healthz").text == "ok"
+
+    assert set(full.down()) == {"worker-local", "dashboard", "prefect-server"}
+    assert full.running() == {} and _worker_processes(full.home) == 0
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"{full.api_url}/health", timeout=2)
+    assert full.down() == []

@@ -1,0 +1,77 @@
+"""The dashboard's charts: plotly figures drawn from `data.summary()`, rendered as HTML fragments.
+
+Each chart is a `<div id="chart-NAME">` whose traces hold exactly the numbers of the summary, so
+what a browser shows can be checked against the catalog (the browser tests do).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import plotly.graph_objects as go
+import plotly.io as pio
+
+from worldsmith.dashboard.data import RATES
+
+_LAYOUT = {"height": 320, "margin": {"l": 50, "r": 20, "t": 40, "b": 60}, "template": "plotly_white",
+           "legend": {"orientation": "h", "y": -0.25}}
+
+
+def _html(name: str, figure: go.Figure) -> str:
+    return pio.to_html(figure, full_html=False, include_plotlyjs=False, div_id=f"chart-{name}",
+                       config={"displaylogo": False, "responsive": True})
+
+
+def generation_charts(generation: dict[str, Any]) -> dict[str, str]:
+    """One line chart per rate (first-attempt success, repair, failure) over the nights, a line per stage."""
+    charts = {}
+    for rate in RATES:
+        figure = go.Figure(layout={**_LAYOUT, "title": rate.replace("_", " "), "yaxis": {"range": [0, 1.05], "tickformat": ".0%"},
+                                   "xaxis": {"type": "category", "title": "night (UTC)"}})
+        for stage, series in generation["stages"].items():
+            figure.add_trace(go.Scatter(x=generation["nights"], y=series[rate], name=stage, mode="lines+markers", connectgaps=False))
+        charts[f"generation-{rate}"] = _html(f"generation-{rate}", figure)
+    return charts
+
+
+def environment_charts(environments: list[dict[str, Any]]) -> dict[str, str]:
+    """Cost per environment, and tokens in and out per environment (stacked)."""
+    envs = [e["env_id"] for e in environments]
+    cost = go.Figure(go.Bar(x=envs, y=[e["cost_usd"] for e in environments], name="cost (USD)"),
+                     layout={**_LAYOUT, "title": "LLM cost per environment (USD)"})
+    tokens = go.Figure(layout={**_LAYOUT, "title": "tokens per environment", "barmode": "stack"})
+    tokens.add_trace(go.Bar(x=envs, y=[e["tokens_in"] for e in environments], name="tokens in"))
+    tokens.add_trace(go.Bar(x=envs, y=[e["tokens_out"] for e in environments], name="tokens out"))
+    return {"env-cost": _html("env-cost", cost), "env-tokens": _html("env-tokens", tokens)}
+
+
+def quality_chart(quality: dict[str, Any]) -> dict[str, str]:
+    """Versions that passed and failed each quality check."""
+    kinds = list(quality["checks"])
+    figure = go.Figure(layout={**_LAYOUT, "title": "quality checks", "barmode": "group"})
+    figure.add_trace(go.Bar(x=kinds, y=[quality["checks"][k]["passed"] for k in kinds], name="passed", marker_color="#2ca02c"))
+    figure.add_trace(go.Bar(x=kinds, y=[quality["checks"][k]["failed"] for k in kinds], name="failed", marker_color="#d62728"))
+    return {"quality": _html("quality", figure)}
+
+
+def evaluation_chart(evaluations: list[dict[str, Any]]) -> dict[str, str]:
+    """pass@1 and env_error rate of each evaluation run."""
+    labels = [f"#{e['id']} {e['policy']} on {e['set']}" for e in evaluations]
+    figure = go.Figure(layout={**_LAYOUT, "title": "evaluations", "barmode": "group", "yaxis": {"range": [0, 1.05]}})
+    figure.add_trace(go.Bar(x=labels, y=[e["pass@1"] for e in evaluations], name="pass@1"))
+    figure.add_trace(go.Bar(x=labels, y=[e["env_error_rate"] for e in evaluations], name="env_error rate"))
+    return {"evaluations": _html("evaluations", figure)}
+
+
+def training_chart(training: list[dict[str, Any]]) -> dict[str, str]:
+    """Mean reward per step, a line per training run."""
+    figure = go.Figure(layout={**_LAYOUT, "title": "reward per step", "xaxis": {"title": "step"}})
+    for run in training:
+        figure.add_trace(go.Scatter(x=run["steps"], y=run["reward"], name=f"run {run['id']} ({run['model']})", mode="lines+markers"))
+    return {"training": _html("training", figure)}
+
+
+def all_charts(summary: dict[str, Any]) -> dict[str, str]:
+    """Every chart of the page by name."""
+    return {**generation_charts(summary["generation"]), **environment_charts(summary["environments"]), **quality_chart(summary["quality"]),
+            **evaluation_chart(summary["evaluations"]), **training_chart(summary["training"])}

@@ -1,0 +1,116 @@
+"""What the dashboard shows, read from the catalog as plain data (also served as JSON at /api/summary).
+
+Every function takes a catalog session and returns JSON-ready dicts and lists; the page and the
+charts are drawn from exactly these values, so the JSON is the dashboard's numbers.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from sqlmodel import Session, select
+
+from worldsmith.models.catalog import (
+    EnvironmentSet,
+    EnvironmentSetMember,
+    EnvironmentVersion,
+    EvaluationRun,
+    QualityReport,
+    StageAttempt,
+    TrainingRun,
+    TrainingStep,
+)
+from worldsmith.tasks.attempts import stage_summary
+
+RATES = ("first_attempt_success", "repair_rate", "failure_rate")
+
+
+def generation_by_night(session: Session) -> dict[str, Any]:
+    """Per night (UTC date of the attempts) and stage: first-attempt success, repair and failure
+    rates and invocations, as series aligned with `nights` (None where a stage did not run that night)."""
+    by_night: dict[str, list[StageAttempt]] = defaultdict(list)
+    for attempt in session.exec(select(StageAttempt)).all():
+        by_night[attempt.created_at.strftime("%Y-%m-%d")].append(attempt)
+    nights = sorted(by_night)
+    summaries = {night: {row["stage"]: row for row in stage_summary(by_night[night])} for night in nights}
+    stages = sorted({stage for summary in summaries.values() for stage in summary})
+    series = {stage: {key: [summaries[n][stage][key] if stage in summaries[n] else None for n in nights]
+                      for key in (*RATES, "invocations")} for stage in stages}
+    return {"nights": nights, "stages": series}
+
+
+def environment_costs(session: Session) -> list[dict[str, Any]]:
+    """Per environment: LLM tokens and cost over all its stage attempts, attempts made, and the
+    status of its latest version ('unpublished' when no version was published)."""
+    totals: dict[str, dict[str, Any]] = {}
+    for a in session.exec(select(StageAttempt).where(StageAttempt.env_id.is_not(None))).all():
+        row = totals.setdefault(a.env_id, {"env_id": a.env_id, "attempts": 0, "tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0})
+        row["attempts"] += 1
+        row["tokens_in"] += a.tokens_in
+        row["tokens_out"] += a.tokens_out
+        row["cost_usd"] += a.cost_usd
+    status = {v.env_id: v.status for v in session.exec(select(EnvironmentVersion).order_by(EnvironmentVersion.version)).all()}
+    return [{**row, "cost_usd": round(row["cost_usd"], 6), "status": status.get(env, "unpublished")} for env, row in sorted(totals.items())]
+
+
+def quality(session: Session) -> dict[str, Any]:
+    """Published versions by status, and per quality check kind how many versions passed and failed."""
+    versions = session.exec(select(EnvironmentVersion)).all()
+    by_status: dict[str, int] = defaultdict(int)
+    for v in versions:
+        by_status[v.status] += 1
+    checks: dict[str, dict[str, int]] = {}
+    for report in session.exec(select(QualityReport)).all():
+        counts = checks.setdefault(report.kind, {"passed": 0, "failed": 0})
+        counts["passed" if report.passed else "failed"] += 1
+    reasons: dict[str, int] = defaultdict(int)
+    for v in versions:
+        if v.status != "good":
+            reasons[(v.failure_reason or "unknown").split(":")[0][:80]] += 1
+    return {"versions": dict(sorted(by_status.items())), "checks": dict(sorted(checks.items())),
+            "failure_reasons": dict(sorted(reasons.items(), key=lambda kv: -kv[1]))}
+
+
+def sets(session: Session) -> list[dict[str, Any]]:
+    """Each environment set (newest first) with its member counts per split."""
+    counts: dict[int, dict[str, int]] = defaultdict(lambda: {"train": 0, "validation": 0})
+    for member in session.exec(select(EnvironmentSetMember)).all():
+        counts[member.set_id][member.split] += 1
+    return [{"name": s.name, "members": sum(counts[s.id].values()), **counts[s.id], "created_at": s.created_at.isoformat(timespec="seconds")}
+            for s in session.exec(select(EnvironmentSet).order_by(EnvironmentSet.id.desc())).all()]
+
+
+def _set_names(session: Session) -> dict[int, str]:
+    return {s.id: s.name for s in session.exec(select(EnvironmentSet)).all()}
+
+
+def evaluations(session: Session) -> list[dict[str, Any]]:
+    """Each evaluation run (oldest first): policy, set, status, pass@1, pass@k (k = samples), env_error and format_error rates."""
+    names = _set_names(session)
+    rows = []
+    for run in session.exec(select(EvaluationRun).order_by(EvaluationRun.id)).all():
+        overall = run.metrics.get("overall", {})
+        rows.append({"id": run.id, "policy": run.policy, "set": names.get(run.set_id, "?"), "samples": run.samples, "status": run.status,
+                     "pass@1": overall.get("pass@1"), "pass@k": overall.get(f"pass@{run.samples}"),
+                     "env_error_rate": overall.get("env_error_rate"), "format_error_rate": overall.get("format_error_rate"),
+                     "episodes": overall.get("episodes"), "started_at": run.started_at.isoformat(timespec="seconds")})
+    return rows
+
+
+def training(session: Session) -> list[dict[str, Any]]:
+    """Each training run (oldest first) with its per-step reward, success rate and loss curves."""
+    names = _set_names(session)
+    rows = []
+    for run in session.exec(select(TrainingRun).order_by(TrainingRun.id)).all():
+        steps = session.exec(select(TrainingStep).where(TrainingStep.training_run_id == run.id).order_by(TrainingStep.step)).all()
+        curve = {key: [s.metrics.get(key) for s in steps] for key in ("reward", "success_rate", "loss")}
+        rows.append({"id": run.id, "model": run.config.get("model"), "set": names.get(run.set_id, "?"), "status": run.status,
+                     "steps": [s.step for s in steps], **curve, "started_at": run.started_at.isoformat(timespec="seconds")})
+    return rows
+
+
+def summary(session: Session) -> dict[str, Any]:
+    """Everything the dashboard shows."""
+    return {"generation": generation_by_night(session), "environments": environment_costs(session), "quality": quality(session),
+            "sets": sets(session), "evaluations": evaluations(session), "training": training(session)}

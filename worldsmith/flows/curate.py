@@ -1,0 +1,68 @@
+"""The `curate` flow: an environment set from what passed the gates.
+
+the catalog's good versions (latest per env) -> filtered by the query (categories, minimum tasks
+and tools, quality checks that must have passed) -> sampled and split by environment -> an
+immutable set. Run again with the same name and query it returns the set it made (a retried or
+re-triggered run duplicates nothing); the same name with another query is refused.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from pydantic import BaseModel, Field
+
+from worldsmith.flows.links import dashboard_link
+from worldsmith.storage.catalog import open_catalog
+from worldsmith.storage.publish import CatalogError
+from worldsmith.storage.sets import SetQuery, create_set, get_set, members_of
+
+
+class CurateParameters(BaseModel):
+    """Parameters of a curation run (the `curate` flow and its deployment)."""
+
+    name: str | None = Field(None, description="Name of the set; unset: curated-YYYY-MM-DD (UTC), one set per day.")
+    query: SetQuery = Field(default_factory=lambda: SetQuery(require_passed=["expectations", "probes"]),
+                            description="Which good versions the set takes and how it is split.")
+
+    def set_name(self) -> str:
+        return self.name or f"curated-{datetime.now(timezone.utc):%Y-%m-%d}"
+
+
+@task(name="create-set", retries=2, retry_delay_seconds=2)
+def make_set(name: str, query: SetQuery) -> dict[str, Any]:
+    """Create set `name` from `query`, or return it when it already exists from the same query."""
+    catalog = open_catalog()
+    with catalog.session() as session:
+        try:
+            existing = get_set(session, name)
+        except CatalogError:
+            existing = None
+        if existing is not None and SetQuery.model_validate(existing.query) != query:
+            raise CatalogError(f"environment set {name!r} already exists with another query (sets are immutable; choose another name)")
+    created = existing is None
+    if created:
+        create_set(catalog, name, query)
+    with catalog.session() as session:
+        members = [{"ref": v.ref, "split": split, "tasks": v.stats.get("tasks", 0), "tools": v.stats.get("tools", 0)}
+                   for v, split in members_of(session, get_set(session, name))]
+    return {"name": name, "created": created, "members": members}
+
+
+@flow(name="curate", log_prints=True)
+def curate(params: CurateParameters = CurateParameters()) -> dict[str, Any]:
+    """Build an environment set from the catalog's good versions; returns its name and members."""
+    result = make_set(params.set_name(), params.query)
+    members = result["members"]
+    splits = {s: sum(1 for m in members if m["split"] == s) for s in ("train", "validation")}
+    create_table_artifact(members, key="curated-set-members", description=f"Members of set {result['name']}")
+    verb = "Created" if result["created"] else "Found existing"
+    create_markdown_artifact(
+        f"# Curation\n\n{verb} set `{result['name']}`: {len(members)} environment versions ({splits['train']} train, "
+        f"{splits['validation']} validation), {sum(m['tasks'] for m in members)} tasks.\n\n{dashboard_link('curate')}",
+        key="curation-summary")
+    get_run_logger().info("set %s: %d members", result["name"], len(members))
+    return result
