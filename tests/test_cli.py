@@ -105,6 +105,7 @@ def test_demo_main_job_runs_end_to_end(tmp_path):
         assert summary["mcp"]["complete"] == summary["mcp"]["tasks"] > 0
         assert summary["evaluations"]["reference"]["pass@1"] == 1.0 and summary["evaluations"]["random"]["pass@1"] < 1.0
         assert summary["training"]["steps"] == 2 and summary["training"]["checkpoint"].startswith("sha256:")
+        assert list(summary["seconds"]) == ["up", "generate", "curate", "serve_over_mcp", "evaluate", "train"]
         urls = summary["urls"]
         assert f"dashboard:  {urls['dashboard']}" in proc.stdout and f"Prefect UI: {urls['prefect_ui']}" in proc.stdout
 

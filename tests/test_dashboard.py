@@ -14,17 +14,8 @@ from starlette.testclient import TestClient
 
 from worldsmith.dashboard.app import dashboard_app
 from worldsmith.dashboard.data import summary
-from worldsmith.models.catalog import (
-    Environment,
-    EnvironmentSet,
-    EnvironmentSetMember,
-    EnvironmentVersion,
-    EvaluationRun,
-    QualityReport,
-    StageAttempt,
-    TrainingRun,
-    TrainingStep,
-)
+from worldsmith.models.catalog import Environment, EnvironmentSet, EnvironmentSetMember, EnvironmentVersion, EvaluationRun
+from worldsmith.models.catalog import QualityReport, StageAttempt, TrainingRun, TrainingStep
 from worldsmith.runtime.gateway import BackgroundServer
 from worldsmith.storage.catalog import Catalog
 

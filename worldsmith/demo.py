@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -74,12 +75,11 @@ class Demo:
         for variable in ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS"):  # the demo draws its own progress
             os.environ.setdefault(variable, "1")
         warnings.filterwarnings("ignore", category=FutureWarning)
-        self.up()
-        self.generate()
-        self.curate()
-        self.serve_over_mcp()
-        self.evaluate()
-        self.train()
+        seconds = self.summary["seconds"] = {}
+        for step in (self.up, self.generate, self.curate, self.serve_over_mcp, self.evaluate, self.train):
+            started = time.monotonic()
+            step()
+            seconds[step.__name__] = round(time.monotonic() - started, 1)
         self.finish()
         return self.summary
 
@@ -208,6 +208,7 @@ class Demo:
             f"training run {s['training']['run_id']}: {s['training']['steps']} steps, final model {s['training']['checkpoint']}",
             f"dashboard:  {s['urls']['dashboard']}",
             f"Prefect UI: {s['urls']['prefect_ui']}",
+            "seconds per step: " + ", ".join(f"{name} {t:.0f}" for name, t in s["seconds"].items()),
             "stop the local stack with `worldsmith down`",
         ]
         for line in lines:
