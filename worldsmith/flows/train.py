@@ -51,7 +51,7 @@ def plan(config: TrainingConfig) -> dict[str, list[str]]:
 
 
 @task(name="prepare-model", cache_policy=NO_CACHE, log_prints=False)  # libraries print bytecode while hashing datasets
-def prepare_model(config: TrainingConfig, bundle_paths: list[str]) -> str:
+def prepare_model(config: TrainingConfig, bundle_paths: list[str], progress: bool = False) -> str:
     """The model directory to train: `config.model` itself, or for `tiny` a tiny Qwen3 model built
     offline from the bundles and warmed up on their reference solutions (cached by content)."""
     if config.model != TINY:
@@ -69,7 +69,7 @@ def prepare_model(config: TrainingConfig, bundle_paths: list[str]) -> str:
         with tempfile.TemporaryDirectory() as scratch:
             base = build_tiny_model(Path(scratch) / "base", bundles, seed=config.seed)
             rows = reference_rows(runtime, bundles, config.window if config.history == "windowed" else None)
-            warm_up(base, rows, Path(scratch) / "warm", steps=config.warmup_steps, seed=config.seed)
+            warm_up(base, rows, Path(scratch) / "warm", steps=config.warmup_steps, seed=config.seed, progress=progress)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(str(Path(scratch) / "warm"), target)  # scratch and home may be on different file systems
     finally:
@@ -169,7 +169,7 @@ def train(config: TrainingConfig, progress: bool = False) -> dict[str, Any]:
     output = Path(config.output) if config.output else get_settings().home / "training" / str(run_id)
     try:
         paths = plan(config)
-        model = prepare_model(config, paths["train"])
+        model = prepare_model(config, paths["train"], progress)
         before = _evaluate_split(config, model, "validation") if paths["validation"] else None
         trained = train_policy(config, model, paths["train"], run_id, str(output), progress)
         for step, directory in trained["checkpoints"]:

@@ -39,12 +39,15 @@ def reference_rows(runtime: Runtime, bundles: list[Bundle], window: int | None) 
 
 
 def warm_up(model_dir: Path, rows: list[dict[str, Any]], out: Path, *, steps: int = 60, learning_rate: float = 3e-3, batch_size: int = 8,
-            seed: int = 0) -> Path:
+            seed: int = 0, progress: bool = False) -> Path:
     """SFT `model_dir` for `steps` steps on per-turn `rows` (`reference_rows`, or any `turn_rows`);
     the result (model and tokenizer) is saved to `out`, which is returned."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.trainer_callback import PrinterCallback
     from trl import SFTConfig, SFTTrainer
+
+    from worldsmith.training.callbacks import ProgressBar
 
     dataset = Dataset.from_list([{k: row[k] for k in ("prompt", "completion", "tools", "chat_template_kwargs")} for row in rows])
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
@@ -54,6 +57,9 @@ def warm_up(model_dir: Path, rows: list[dict[str, Any]], out: Path, *, steps: in
                      seed=seed, data_seed=seed, use_cpu=True, disable_tqdm=True, completion_only_loss=True, max_length=None,
                      gradient_checkpointing=False)  # a tiny model needs no memory savings; recomputation only costs time
     trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
+    trainer.remove_callback(PrinterCallback)  # stdout may be a --json answer; progress is a bar when asked for
+    if progress:
+        trainer.add_callback(ProgressBar("supervised warm-up"))
     trainer.train()
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
