@@ -24,9 +24,16 @@ ALLOWED_MODULES: frozenset[str] = frozenset(
     {
         "__future__", "abc", "base64", "bisect", "calendar", "collections", "copy", "dataclasses",
         "datetime", "decimal", "difflib", "enum", "fractions", "functools", "hashlib", "heapq",
-        "itertools", "json", "math", "numbers", "operator", "random", "re", "sqlite3", "statistics",
+        "itertools", "json", "math", "numbers", "operator", "pathlib", "random", "re", "sqlite3", "statistics",
         "string", "textwrap", "time", "typing", "unicodedata", "uuid",
     }
+)
+
+#: Top-level modules the code of an ASGI environment (app.py, a FastAPI app) may import besides
+#: ALLOWED_MODULES: the web stack it is written against. `os` is a stand-in whose environment is
+#: empty and records reads of secret-looking names (see runtime/sandbox/asgi.py).
+APP_MODULES: frozenset[str] = ALLOWED_MODULES | frozenset(
+    {"fastapi", "pydantic", "sqlalchemy", "starlette", "typing_extensions", "annotated_types", "os", "email_validator"}
 )
 
 #: The runtime's own module, importable only for its ToolError.
@@ -105,5 +112,32 @@ def check_source(source: str, filename: str) -> list[tuple[int, str]]:
             problems.append((line, f"string naming the attribute {node.value!r} is not allowed"))
         elif isinstance(node, ast.AsyncFunctionDef):
             problems.append((line, f"async function {node.name!r}: tools and verifiers must be plain functions"))
+    problems.sort()
+    return problems
+
+
+def check_app_source(source: str, filename: str = "app.py") -> list[tuple[int, str]]:
+    """Static check of an ASGI environment's app (its main block aside): `(line, problem)` for a syntax
+    error, no engine, an import outside APP_MODULES or a use of a forbidden builtin. Framework idioms (dunders such as
+    `__tablename__`, async routes) are fine; the sandbox confines the code at run time."""
+    from worldsmith.bundle.asgiapp import app_tree  # it builds on parse_source above
+
+    try:
+        tree, engines = app_tree(source, filename)
+    except SyntaxError as exc:
+        return [(exc.lineno or 1, f"syntax error: {exc.msg}")]
+    problems: list[tuple[int, str]] = []
+    if engines == 0:
+        problems.append((1, "no create_engine(...) call: the app must create its database engine (it is bound to the episode's database)"))
+    for node in ast.walk(tree):
+        line = getattr(node, "lineno", 1)
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+        if isinstance(node, ast.ImportFrom) and node.level:
+            problems.append((line, "relative imports are not allowed"))
+        for name in names:
+            if name.split(".")[0] not in APP_MODULES:
+                problems.append((line, f"import of {name!r} is not allowed in an app (allowed: the web stack and {', '.join(sorted(ALLOWED_MODULES))})"))
+        if isinstance(node, ast.Name) and node.id in FORBIDDEN_BUILTINS - {"globals", "locals", "vars", "exit", "quit", "help", "input"}:
+            problems.append((line, f"use of {node.id!r} is not allowed"))
     problems.sort()
     return problems

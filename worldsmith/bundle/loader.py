@@ -18,7 +18,7 @@ from typing import Any
 import jsonschema
 from pydantic import ValidationError
 
-from worldsmith.bundle.codepolicy import check_source
+from worldsmith.bundle.codepolicy import check_app_source, check_source
 from worldsmith.bundle.errors import BundleError, BundleIssue
 from worldsmith.bundle.sqlscript import SqlFault, build_world
 from worldsmith.bundle.toolspec import derive_tool_schemas, function_signatures
@@ -28,6 +28,16 @@ MANIFEST = "manifest.json"
 SOURCE_FILES = ("schema.sql", "seed.sql", "tools.py", "tasks.jsonl", "verifiers.py")
 DERIVED_FILES = ("tools.json", "world.db")
 ARTIFACT_FILES = SOURCE_FILES + DERIVED_FILES
+#: An ASGI environment's tools are the routes of app.py; tools.json is recorded from them (a source).
+ASGI_SOURCE_FILES = ("schema.sql", "seed.sql", "app.py", "tools.json", "tasks.jsonl", "verifiers.py")
+ASGI_DERIVED_FILES = ("world.db",)
+
+
+def kind_files(manifest: Manifest | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(source files, derived files) of a bundle of the manifest's tools kind."""
+    if manifest is not None and manifest.tools_kind == "asgi":
+        return ASGI_SOURCE_FILES, ASGI_DERIVED_FILES
+    return SOURCE_FILES, DERIVED_FILES
 
 
 def sha256_hex(data: bytes) -> str:
@@ -84,21 +94,30 @@ class Bundle:
         raise KeyError(name)
 
 
-def _read_files(root: Path) -> tuple[dict[str, bytes], list[BundleIssue]]:
+def _read_files(root: Path) -> tuple[dict[str, bytes], Manifest | None, list[BundleIssue]]:
+    """The manifest, then the files of its kind (sources must exist, derived ones may)."""
     if not root.is_dir():
         raise BundleError.single(str(root), "bundle directory not found")
     files: dict[str, bytes] = {}
     issues: list[BundleIssue] = []
-    for name in (MANIFEST, *SOURCE_FILES):
+    manifest = None
+    if not (root / MANIFEST).is_file():
+        issues.append(BundleIssue(MANIFEST, "missing file"))
+    else:
+        files[MANIFEST] = (root / MANIFEST).read_bytes()
+        text = _decode(files, MANIFEST, issues)
+        manifest = _parse_manifest(text, issues) if text is not None else None
+    sources, derived = kind_files(manifest)
+    for name in sources:
         path = root / name
         if not path.is_file():
             issues.append(BundleIssue(name, "missing file"))
         else:
             files[name] = path.read_bytes()
-    for name in DERIVED_FILES:
+    for name in derived:
         if (root / name).is_file():
             files[name] = (root / name).read_bytes()
-    return files, issues
+    return files, manifest, issues
 
 
 def _decode(files: dict[str, bytes], name: str, issues: list[BundleIssue]) -> str | None:
@@ -127,14 +146,16 @@ def _parse_manifest(text: str, issues: list[BundleIssue]) -> Manifest | None:
 
 
 def _check_hashes(manifest: Manifest, files: dict[str, bytes], issues: list[BundleIssue]) -> None:
+    sources, derived = kind_files(manifest)
+    artifact_files = sources + derived
     for name, digest in sorted(manifest.artifacts.items()):
-        if name not in ARTIFACT_FILES:
+        if name not in artifact_files:
             issues.append(BundleIssue(MANIFEST, f"lists unknown artifact {name!r}"))
         elif name not in files:
             issues.append(BundleIssue(name, "missing file (listed in manifest.json)"))
         elif artifact_digest(files[name]) != digest:
             issues.append(BundleIssue(name, f"sha256 mismatch: manifest.json says {digest}, file is {artifact_digest(files[name])}"))
-    for name in ARTIFACT_FILES:
+    for name in artifact_files:
         if name in files and name not in manifest.artifacts:
             issues.append(BundleIssue(name, "not listed in manifest.json artifacts"))
 
@@ -161,19 +182,27 @@ def parse_tasks(text: str, issues: list[BundleIssue]) -> list[tuple[int, TaskSpe
     return tasks
 
 
-def _check_tasks(tasks: list[tuple[int, TaskSpec]], tools: list[dict[str, Any]], verifiers_src: str, issues: list[BundleIssue]) -> None:
+#: Parameters a verifier takes, by verifiers kind: (accepted counts, how to say it).
+VERIFIER_ARITY = {None: ((3,), "(initial, final, answer)"), "awm-code": ((2, 3), "(initial_db_path, final_db_path, final_answer=None)"),
+                  "awm-sql": ((2,), "(initial_db_path, final_db_path)")}
+
+
+def _check_tasks(tasks: list[tuple[int, TaskSpec]], tools: list[dict[str, Any]], verifiers_src: str, manifest: Manifest | None,
+                 issues: list[BundleIssue]) -> None:
     try:
         verifiers = function_signatures(verifiers_src)
     except SyntaxError:
         verifiers = {}  # already reported by the code policy check
     by_name = {t["name"]: t for t in tools}
+    arities, form = VERIFIER_ARITY[manifest.verifiers_kind if manifest else None]
+    imported = manifest is not None and manifest.origin is not None
     for line, task in tasks:
         if task.verifier not in verifiers:
             issues.append(BundleIssue("tasks.jsonl", f"task {task.id!r}: verifier {task.verifier!r} is missing from verifiers.py", line))
-        elif verifiers[task.verifier][1] != 3:
+        elif verifiers[task.verifier][1] not in arities:
             vline = verifiers[task.verifier][0]
-            issues.append(BundleIssue("verifiers.py", f"verifier {task.verifier!r} must take (initial, final, answer)", vline))
-        if not task.solution:
+            issues.append(BundleIssue("verifiers.py", f"verifier {task.verifier!r} must take {form}", vline))
+        if not task.solution and not imported:  # imported environments may come without reference solutions
             issues.append(BundleIssue("tasks.jsonl", f"task {task.id!r}: reference solution is missing (empty)", line))
         for number, step in enumerate(task.solution, start=1):
             tool = by_name.get(step.tool)
@@ -203,20 +232,38 @@ def _stats(world: bytes, tools: list[dict[str, Any]], tasks: list[TaskSpec], fil
     tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
     rows = sum(conn.execute(f'SELECT COUNT(*) FROM "{t}"').fetchone()[0] for t in tables)
     conn.close()
-    loc = sum(files[n].decode().count("\n") for n in ("tools.py", "verifiers.py"))
+    loc = sum(files[n].decode().count("\n") for n in ("tools.py", "app.py", "verifiers.py") if n in files)
     return {"tables": len(tables), "rows": rows, "tools": len(tools), "tasks": len(tasks), "lines_of_code": loc, "world_bytes": len(world)}
 
 
-def _validate(files: dict[str, bytes], issues: list[BundleIssue]) -> tuple[list[dict[str, Any]], list[TaskSpec], bytes | None]:
-    """Validate the source artifacts; returns derived tool schemas, tasks and world bytes."""
-    texts = {name: _decode(files, name, issues) for name in SOURCE_FILES}
+def _recorded_tools(text: str, issues: list[BundleIssue]) -> list[dict[str, Any]]:
+    """tools.json of an ASGI environment (recorded from its app's routes): a list of tool schemas."""
+    try:
+        data = json.loads(text)
+        if not isinstance(data, list):
+            raise ValueError("expected a JSON list of tools")
+        return [ToolSchema.model_validate(t).model_dump(exclude_none=True) for t in data]
+    except (ValueError, ValidationError) as exc:
+        issues.append(BundleIssue("tools.json", f"not a list of tool schemas: {str(exc).splitlines()[0]}"))
+        return []
+
+
+def _validate(files: dict[str, bytes], issues: list[BundleIssue],
+              manifest: Manifest | None = None) -> tuple[list[dict[str, Any]], list[TaskSpec], bytes | None]:
+    """Validate the source artifacts; returns the tool schemas, tasks and world bytes."""
+    sources, _ = kind_files(manifest)
+    texts = {name: _decode(files, name, issues) for name in sources}
     for name in ("tools.py", "verifiers.py"):
-        if texts[name] is not None:
+        if texts.get(name) is not None:
             issues.extend(BundleIssue(name, problem, line) for line, problem in check_source(texts[name], name))
+    if texts.get("app.py") is not None:
+        issues.extend(BundleIssue("app.py", problem, line) for line, problem in check_app_source(texts["app.py"]))
     tools: list[dict[str, Any]] = []
-    if texts["tools.py"] is not None:
+    if texts.get("tools.py") is not None:
         tools, tool_issues = derive_tool_schemas(texts["tools.py"])
         issues.extend(tool_issues)
+    elif texts.get("tools.json") is not None:
+        tools = _recorded_tools(texts["tools.json"], issues)
     world = None
     if texts["schema.sql"] is not None and texts["seed.sql"] is not None:
         world, faults = build_world(texts["schema.sql"], texts["seed.sql"])
@@ -225,8 +272,8 @@ def _validate(files: dict[str, bytes], issues: list[BundleIssue]) -> tuple[list[
     if texts["tasks.jsonl"] is not None:
         parsed = parse_tasks(texts["tasks.jsonl"], issues)
         tasks = [t for _, t in parsed]
-        if texts["verifiers.py"] is not None and texts["tools.py"] is not None:
-            _check_tasks(parsed, tools, texts["verifiers.py"], issues)
+        if texts["verifiers.py"] is not None and (texts.get("tools.py") or texts.get("tools.json")) is not None:
+            _check_tasks(parsed, tools, texts["verifiers.py"], manifest, issues)
     return tools, tasks, world
 
 
@@ -242,24 +289,24 @@ def tools_json_bytes(tools: list[dict[str, Any]]) -> bytes:
 def load_bundle(path: str | Path) -> Bundle:
     """Read and fully validate the bundle directory at `path`; raise `BundleError` listing every defect."""
     root = Path(path)
-    files, issues = _read_files(root)
-    manifest_text = _decode(files, MANIFEST, issues)
-    manifest = _parse_manifest(manifest_text, issues) if manifest_text is not None else None
+    files, manifest, issues = _read_files(root)
     if manifest is not None:
         _check_hashes(manifest, files, issues)
-    tools, tasks, world = _validate(files, issues)
-    if "tools.json" in files and tools and files["tools.json"] != tools_json_bytes(tools):
+    tools, tasks, world = _validate(files, issues, manifest)
+    sources, derived = kind_files(manifest)
+    if "tools.json" in derived and "tools.json" in files and tools and files["tools.json"] != tools_json_bytes(tools):
         issues.append(BundleIssue("tools.json", "does not match the signatures and docstrings of tools.py (rebuild with `worldsmith env build`)"))
     if "world.db" in files and world is not None and files["world.db"] != world:
         issues.append(BundleIssue("world.db", "does not match schema.sql + seed.sql (rebuild with `worldsmith env build`)"))
     if issues:
         raise BundleError(issues)
     assert manifest is not None and world is not None
-    files["tools.json"] = tools_json_bytes(tools)
+    if "tools.json" in derived:
+        files["tools.json"] = tools_json_bytes(tools)
     files["world.db"] = world
     return Bundle(
         manifest=manifest,
-        files={name: files[name] for name in ARTIFACT_FILES},
+        files={name: files[name] for name in sources + derived},
         tasks=tuple(tasks),
         tools=tuple(ToolSchema.model_validate(t) for t in tools),
         root=root,
@@ -270,17 +317,19 @@ def build_bundle(sources: dict[str, bytes | str], manifest: Manifest | dict[str,
     """Make a bundle from its five source files: derive tools.json and world.db, hash every
     artifact into the manifest, compute stats. Raises `BundleError` on any defect."""
     files = {name: (data.encode() if isinstance(data, str) else data) for name, data in sources.items()}
-    issues = [BundleIssue(name, "missing file") for name in SOURCE_FILES if name not in files]
     base = manifest if isinstance(manifest, Manifest) else Manifest.model_validate(manifest)
-    tools, tasks, world = _validate(files, issues)
+    source_files, derived = kind_files(base)
+    issues = [BundleIssue(name, "missing file") for name in source_files if name not in files]
+    tools, tasks, world = _validate(files, issues, base)
     if issues:
         raise BundleError(issues)
     assert world is not None
-    files["tools.json"] = tools_json_bytes(tools)
+    if "tools.json" in derived:
+        files["tools.json"] = tools_json_bytes(tools)
     files["world.db"] = world
-    files = {name: files[name] for name in ARTIFACT_FILES}
+    files = {name: files[name] for name in source_files + derived}
     final = base.model_copy(update={
-        "artifacts": {name: artifact_digest(files[name]) for name in ARTIFACT_FILES},
+        "artifacts": {name: artifact_digest(data) for name, data in files.items()},
         "stats": _stats(world, tools, tasks, files),
     })
     return Bundle(manifest=final, files=files, tasks=tuple(tasks), tools=tuple(ToolSchema.model_validate(t) for t in tools))
@@ -304,13 +353,9 @@ def rebuild_bundle_dir(path: str | Path) -> Bundle:
     """Re-derive tools.json, world.db and the manifest's hashes and stats of a bundle directory
     from its sources, keeping the manifest's identity fields. Used when authoring bundles."""
     root = Path(path)
-    issues: list[BundleIssue] = []
-    files, read_issues = _read_files(root)
-    issues.extend(read_issues)
-    text = _decode(files, MANIFEST, issues)
-    manifest = _parse_manifest(text, issues) if text is not None else None
+    files, manifest, issues = _read_files(root)
     if issues or manifest is None:
         raise BundleError(issues)
-    bundle = build_bundle({n: files[n] for n in SOURCE_FILES}, manifest)
+    bundle = build_bundle({n: files[n] for n in kind_files(manifest)[0]}, manifest)
     write_bundle(bundle, root)
     return bundle

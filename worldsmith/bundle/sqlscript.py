@@ -15,7 +15,7 @@ _FIRST_WORD = re.compile(r"^\s*(?:(?:--[^\n]*\n)|(?:/\*.*?\*/)|\s)*([A-Za-z]+)",
 #: PRAGMAs tools and verifiers may run (read-only introspection).
 SAFE_PRAGMAS = frozenset(
     {"table_info", "table_xinfo", "index_list", "index_info", "foreign_key_list", "foreign_key_check",
-     "table_list", "data_version"}
+     "table_list", "data_version", "read_uncommitted"}  # read_uncommitted: SQLAlchemy reads it on connect; no effect without shared cache
 )
 #: SQL functions nobody in the sandbox may call.
 DENIED_FUNCTIONS = frozenset({"load_extension", "readfile", "writefile", "edit", "fts3_tokenizer"})

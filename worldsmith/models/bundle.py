@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -41,6 +41,14 @@ class Manifest(BaseModel):
     artifacts: dict[str, str] = Field(default_factory=dict)
     stats: dict[str, Any] = Field(default_factory=dict)
     quality: dict[str, Any] = Field(default_factory=dict)
+    #: How tools are defined: unset, plain functions in tools.py (tools.json derived from them);
+    #: "asgi", routes of the FastAPI app in app.py (tools.json recorded from its routes at import).
+    tools_kind: Literal["asgi"] | None = None
+    #: How verifiers are called: unset, `verify(initial, final, answer)` on read-only connections;
+    #: "awm-code" / "awm-sql", the AgentWorldModel-1K functions on read-only database files.
+    verifiers_kind: Literal["awm-code", "awm-sql"] | None = None
+    #: Where the environment came from when it was not generated here (e.g. the AWM release).
+    origin: dict[str, Any] | None = None
 
     @field_validator("format")
     @classmethod

@@ -35,8 +35,22 @@ class Runtime:
         self._own_scratch = scratch is None
         root = scratch or Path(tempfile.mkdtemp(prefix="worldsmith-sandbox-"))
         self.pool = WorkerPool(self.limits, workers or settings.worker_count(), root.resolve())
+        self._app_pool: WorkerPool | None = None  # workers with the web stack, started when an ASGI environment needs one
         self._episodes: dict[str, Episode] = {}
         self._lock = threading.Lock()
+
+    def pool_for(self, bundle: Bundle) -> WorkerPool:
+        """The pool whose workers can run `bundle`: stdlib-only workers, or for an ASGI environment
+        (tools_kind "asgi") workers that have the web stack."""
+        return self.pool_for_kind(bundle.manifest.tools_kind)
+
+    def pool_for_kind(self, tools_kind: str | None) -> WorkerPool:
+        if tools_kind != "asgi":
+            return self.pool
+        with self._lock:
+            if self._app_pool is None:
+                self._app_pool = WorkerPool(self.limits, self.pool.size, self.pool.scratch_root / "asgi", frameworks=True)
+            return self._app_pool
 
     def open_episode(self, bundle: Bundle, task: str | TaskSpec | None = None) -> "Episode":
         """A new isolated episode of `bundle`, for `task` (an id or spec; None for free play)."""
@@ -54,6 +68,25 @@ class Runtime:
     def open_episodes(self) -> int:
         return len(self._episodes)
 
+    def describe_app(self, app_source: str, world: bytes) -> list[dict[str, Any]]:
+        """The tools of an ASGI app (one per route, by operation_id), read by running the app in a
+        sandbox worker on a private copy of `world`; RuntimeFault with the app's error if it fails."""
+        pool = self.pool_for_kind("asgi")
+        worker = pool.acquire()
+        key = "describe-" + uuid.uuid4().hex
+        try:
+            header = {"op": "load_env", "env": key, "app": app_source, "verifiers": "", "tool_names": []}
+            reply, _ = worker.request(header, [world], timeout=60)
+            if reply["status"] == "ok":
+                reply, _ = worker.request({"op": "routes", "env": key}, timeout=self.limits.call_timeout_s * 4 + self.limits.grace_s)
+            if reply["status"] != "ok":
+                raise RuntimeFault(f"the app does not load: {reply.get('error')}")
+            return reply["tools"]
+        finally:
+            if worker.alive:
+                worker.request({"op": "unload_env", "env": key}, timeout=10)
+            pool.release(worker)
+
     def layers(self) -> dict[str, str]:
         """Which confinement layers the workers run with (docs/security.md)."""
         return self.pool.layers()
@@ -62,6 +95,8 @@ class Runtime:
         for episode in list(self._episodes.values()):
             episode.close()
         self.pool.close()
+        if self._app_pool is not None:
+            self._app_pool.close()
         if self._own_scratch:
             shutil.rmtree(self.pool.scratch_root, ignore_errors=True)
 
@@ -86,12 +121,13 @@ class Episode:
         self._broken: str | None = None
         self._closed = False
         self.relocations = 0
+        self._pool = runtime.pool_for(bundle)
         self._worker: SandboxWorker = self._place()
 
     # -- placement and recovery ----------------------------------------------------------
     def _place(self) -> SandboxWorker:
         """Open this episode on a worker and replay its journal there."""
-        pool = self.runtime.pool
+        pool = self._pool
         while True:
             worker = pool.acquire()
             try:
@@ -140,7 +176,7 @@ class Episode:
         raise RuntimeFault("sandbox workers keep dying; giving up")
 
     def _relocate(self) -> None:
-        self.runtime.pool.release(self._worker)
+        self._pool.release(self._worker)
         self.relocations += 1
         self._worker = self._place()
 
@@ -228,7 +264,7 @@ class Episode:
             except WorkerLost:
                 pass
             finally:
-                self.runtime.pool.release(self._worker)
+                self._pool.release(self._worker)
                 self.runtime._forget(self)
 
     def __enter__(self) -> "Episode":

@@ -60,8 +60,9 @@ class SandboxLimits:
 class SandboxWorker:
     """One confined worker process."""
 
-    def __init__(self, limits: SandboxLimits, scratch_root: Path):
+    def __init__(self, limits: SandboxLimits, scratch_root: Path, *, frameworks: bool = False):
         self.limits = limits
+        self.frameworks = frameworks
         self.name = uuid.uuid4().hex[:12]
         self.scratch = scratch_root / self.name
         self.loaded_envs: set[str] = set()
@@ -73,10 +74,13 @@ class SandboxWorker:
         config = {
             "scratch": str(self.scratch), "uid": limits.uid, "memory_mb": limits.memory_mb,
             "file_size_mb": limits.file_size_mb, "lifetime_cpu_s": limits.lifetime_cpu_s,
-            "call_timeout_s": limits.call_timeout_s, "cpu_s": limits.cpu_s,
+            "call_timeout_s": limits.call_timeout_s, "cpu_s": limits.cpu_s, "frameworks": frameworks,
         }
+        # Stdlib-only workers start without site-packages (-S); workers of ASGI environments need the
+        # web stack installed there and import it before they confine themselves.
+        flags = ["-I", "-B"] if frameworks else ["-I", "-S", "-B"]
         self.process = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-B", "-c", _BOOTSTRAP, json.dumps(config), _PACKAGE_ROOT],
+            [sys.executable, *flags, "-c", _BOOTSTRAP, json.dumps(config), _PACKAGE_ROOT],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env=WORKER_ENV, cwd="/", close_fds=True, start_new_session=True,
         )
@@ -154,10 +158,11 @@ class SandboxWorker:
 class WorkerPool:
     """A fixed number of worker slots; dead or retired workers are replaced when next needed."""
 
-    def __init__(self, limits: SandboxLimits, size: int, scratch_root: Path):
+    def __init__(self, limits: SandboxLimits, size: int, scratch_root: Path, *, frameworks: bool = False):
         if size < 1:
             raise ValueError("a worker pool needs at least one worker")
         self.limits = limits
+        self.frameworks = frameworks
         self.scratch_root = scratch_root
         scratch_root.mkdir(parents=True, exist_ok=True)
         os.chmod(scratch_root, 0o711)
@@ -181,7 +186,7 @@ class WorkerPool:
                 if worker is None or not worker.alive:
                     if worker is not None:
                         worker.kill(worker.dead_reason or "replaced")
-                    self._slots[index] = SandboxWorker(self.limits, self.scratch_root)
+                    self._slots[index] = SandboxWorker(self.limits, self.scratch_root, frameworks=self.frameworks)
                     break
             chosen = min(self._slots, key=lambda w: w.episodes if w is not None else 0)
             assert chosen is not None
@@ -196,9 +201,10 @@ class WorkerPool:
         """Load `bundle`'s code and world into `worker` once."""
         if bundle.key in worker.loaded_envs:
             return
+        code = {"app": bundle.text("app.py")} if bundle.manifest.tools_kind == "asgi" else {"tools": bundle.text("tools.py")}
         reply, _ = worker.request(
-            {"op": "load_env", "env": bundle.key, "tools": bundle.text("tools.py"), "verifiers": bundle.text("verifiers.py"),
-             "tool_names": [t.name for t in bundle.tools]},
+            {"op": "load_env", "env": bundle.key, **code, "verifiers": bundle.text("verifiers.py"),
+             "verifiers_kind": bundle.manifest.verifiers_kind, "tool_names": [t.name for t in bundle.tools]},
             [bundle.world],
             timeout=60,
         )

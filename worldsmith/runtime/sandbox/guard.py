@@ -17,10 +17,11 @@ import sys
 import sysconfig
 import time
 import types
+import urllib.parse
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-from worldsmith.bundle.codepolicy import ALLOWED_MODULES, FORBIDDEN_BUILTINS, RUNTIME_MODULE, module_allowed
+from worldsmith.bundle.codepolicy import ALLOWED_MODULES, APP_MODULES, FORBIDDEN_BUILTINS, RUNTIME_MODULE
 from worldsmith.runtime.errors import ToolError
 
 
@@ -51,6 +52,16 @@ _DENIED_IMPORTS = frozenset({
     "_signal", "gc", "importlib", "_imp", "builtins", "inspect", "code", "codeop", "marshal", "pickle",
     "_pickle", "shutil", "tempfile", "threading", "_thread", "asyncio", "urllib", "http", "posix", "os",
 })
+# In workers of ASGI environments the web stack runs inside the same window as the app's code and
+# needs introspection, os and sys; there the hook refuses only what reaches out of the worker or
+# changes files (the kernel layers stay the boundary either way).
+_FRAMEWORK_DENIED_PREFIXES = (
+    "socket.", "subprocess.", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "os.kill",
+    "os.killpg", "os.remove", "os.unlink", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.truncate",
+    "os.link", "os.symlink", "os.putenv", "os.unsetenv", "ctypes.", "pty.", "webbrowser.", "urllib.Request", "http.client.",
+    "ftplib.", "smtplib.", "imaplib.", "poplib.", "nntplib.", "telnetlib.", "shutil.", "sqlite3.connect", "sys.addaudithook",
+    "sys.settrace", "sys.setprofile", "setopencodehook", "builtins.input", "builtins.breakpoint",
+)
 _SENSITIVE_SETATTR = frozenset({
     "__code__", "__globals__", "__closure__", "__defaults__", "__kwdefaults__", "__builtins__", "__class__",
     "__bases__", "__dict__", "__getattribute__",
@@ -76,23 +87,48 @@ def _stub_module(name: str, values: dict[str, Any]) -> types.ModuleType:
 class Guard:
     """The worker's single guard: install once, then run generated code inside `untrusted()`."""
 
-    def __init__(self) -> None:
+    def __init__(self, frameworks: bool = False) -> None:
         self.active = False
+        self.frameworks = frameworks
         self.episode_dir: str | None = None
         self.violations: list[SandboxViolation] = []
-        self.read_roots = tuple(
-            os.path.realpath(p) for p in {sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib")} if p
-        )
+        paths = ["stdlib", "platstdlib"] + (["purelib", "platlib"] if frameworks else [])
+        self.read_roots = tuple(sorted({os.path.realpath(p) for p in (sysconfig.get_path(n) for n in paths) if p}))
+        self._trusted = False  # set while the guard itself does what it refuses to generated code
         self._stubs = {
             RUNTIME_MODULE: _stub_module(RUNTIME_MODULE, {"ToolError": ToolError}),
-            "sqlite3": _stub_module("sqlite3", {n: getattr(sqlite3, n) for n in _SQLITE_EXPORTS} | {"connect": self._refuse_connect}),
+            "sqlite3": _stub_module("sqlite3", {n: getattr(sqlite3, n) for n in _SQLITE_EXPORTS} | {"connect": self._connect}),
         }
+        if frameworks:  # an app's `os`: path helpers and an empty environment that reports secret lookups
+            from worldsmith.runtime.sandbox.asgi import MonitoredEnviron
+
+            environ = MonitoredEnviron(self._refuse_secret)
+            self._stubs["os"] = _stub_module("os", {"environ": environ, "getenv": environ.get, "path": os.path, "sep": os.sep,
+                                                    "linesep": os.linesep, "PathLike": os.PathLike, "fspath": os.fspath})
+        self.allowed_modules = APP_MODULES if frameworks else ALLOWED_MODULES
         self.builtins = self._restricted_builtins()
         self._wall_s = self._cpu_s = 0.0
         self._deadline = 0.0
 
-    def _refuse_connect(self, *args: Any, **kwargs: Any) -> Any:
-        raise self.refuse("database", f"sqlite3.connect{self._describe(args)} refused: use the episode's connection")
+    def _refuse_secret(self, name: str) -> None:
+        raise self.refuse("secrets", f"read of environment variable {name!r} refused (workers get no secrets)")
+
+    def _connect(self, database: Any, *args: Any, uri: bool = False, **kwargs: Any) -> sqlite3.Connection:
+        """sqlite3.connect for generated code: a database file in the episode's directory (the
+        snapshots verifiers read), opened read-only; anything else is refused."""
+        name = os.fsdecode(database) if isinstance(database, (str, bytes, os.PathLike)) else ""
+        path = name
+        if uri and name.startswith("file:"):
+            path = urllib.parse.unquote(urllib.parse.urlsplit(name).path)
+        real = os.path.realpath(path) if path and path != ":memory:" else ""
+        if not (self.episode_dir and real.startswith(self.episode_dir + os.sep) and os.path.isfile(real)):
+            raise self.refuse("database", f"sqlite3.connect{self._describe((database, *args))} refused: only the episode's "
+                                          "snapshot files can be opened (read-only)")
+        self._trusted = True
+        try:
+            return sqlite3.connect(f"file:{urllib.parse.quote(real)}?mode=ro", uri=True)
+        finally:
+            self._trusted = False
 
     # -- refusal bookkeeping -------------------------------------------------------------
     def refuse(self, limit: str, detail: str) -> SandboxViolation:
@@ -108,7 +144,13 @@ class Guard:
         signal.signal(signal.SIGPROF, self._on_cpu)
 
     def _audit(self, event: str, args: tuple[Any, ...]) -> None:
-        if not self.active:
+        if not self.active or self._trusted:
+            return
+        if self.frameworks:
+            if event == "open":
+                self._check_open(args)
+            elif event.startswith(_FRAMEWORK_DENIED_PREFIXES):
+                raise self.refuse(_limit_for(event), f"{event}{self._describe(args)} refused")
             return
         if event == "open":
             self._check_open(args)
@@ -161,9 +203,11 @@ class Guard:
                 raise guard.refuse("import", "relative imports refused")
             if name in guard._stubs:
                 return guard._stubs[name]
+            if not fromlist and name.split(".")[0] in guard._stubs:  # `import os.path` binds the stand-in `os`
+                return guard._stubs[name.split(".")[0]]
             if name == "worldsmith" and fromlist:
                 raise guard.refuse("import", f"import from {name!r} refused")
-            if not module_allowed(name) or name.split(".")[0] not in ALLOWED_MODULES:
+            if name != RUNTIME_MODULE and name.split(".")[0] not in guard.allowed_modules:
                 raise guard.refuse("import", f"import of {name!r} refused (not on the allowlist)")
             return builtins.__import__(name, globals, locals, fromlist, level)
 

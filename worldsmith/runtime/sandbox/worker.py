@@ -1,6 +1,7 @@
 """The sandbox worker process: hosts episodes and runs generated tools and verifiers. Stdlib only.
 
-Started by `worldsmith.runtime.pool` as `python -I -S -B -c ...` with a scrubbed environment.
+Started by `worldsmith.runtime.pool` as `python -I -S -B -c ...` with a scrubbed environment (workers of
+ASGI environments without `-S`: they import the web stack from site-packages before confining themselves).
 It loads the modules generated code may use, confines itself (kernel layers, then the Python
 guard), says hello, and then serves one request at a time over stdin/stdout frames.
 """
@@ -20,10 +21,12 @@ import sqlite3
 import sys
 import time
 import traceback
+import types
 from dataclasses import dataclass, field
 from types import CodeType
 from typing import Any, Callable
 
+from worldsmith.bundle.asgiapp import ENGINE_FACTORY, compile_app
 from worldsmith.bundle.codepolicy import ALLOWED_MODULES
 from worldsmith.bundle.sqlscript import deserialize, restore, snapshot
 from worldsmith.runtime.errors import ToolError
@@ -34,6 +37,7 @@ from worldsmith.runtime.sandbox.protocol import FrameReader, ProtocolClosed, wri
 MAX_RESULT_BYTES = 4 * 1024 * 1024
 MAX_STDOUT = 64 * 1024
 SAVEPOINT = "ws_call"
+APP_SAVEPOINT = "ws_app"  # inside SAVEPOINT, for ASGI apps' own transactions
 # Modules that allowed modules import lazily; loaded before the filesystem is closed.
 EXTRA_PRELOAD = ("_strptime", "encodings.idna", "encodings.ascii", "encodings.latin_1", "json.decoder", "json.encoder")
 
@@ -62,13 +66,30 @@ class EpisodeConnection(sqlite3.Connection):
     enable_load_extension = load_extension = deserialize = serialize = backup = _refused
 
 
+class AppConnection(EpisodeConnection):
+    """The connection an ASGI app's engine hands out: its commits and rollbacks act on an inner
+    savepoint, so a rollback after a commit (SQLAlchemy ends every session with one) keeps what was
+    committed, while the runtime can still undo the whole call."""
+
+    def commit(self) -> None:
+        sqlite3.Connection.execute(self, f"RELEASE {APP_SAVEPOINT}")
+        sqlite3.Connection.execute(self, f"SAVEPOINT {APP_SAVEPOINT}")
+
+    def rollback(self) -> None:
+        sqlite3.Connection.execute(self, f"ROLLBACK TO {APP_SAVEPOINT}")
+
+
 @dataclass
 class LoadedEnv:
     key: str
     world: bytes
-    tools_code: CodeType
+    tools_code: CodeType | None
     verifiers_code: CodeType
     tool_names: list[str]
+    verifiers_kind: str | None = None
+    app_code: CodeType | None = None  # an ASGI environment: app.py, engine creation rewritten
+    app: Any = None  # the app object, made on first use
+    routes: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -117,6 +138,8 @@ class Worker:
         self.scratch: str = config["scratch"]
         self.envs: dict[str, LoadedEnv] = {}
         self.episodes: dict[str, Episode] = {}
+        # ASGI environments: the connection their engines hand out right now
+        self.current_conn: sqlite3.Connection | None = None
 
     # -- generated code ------------------------------------------------------------------
     def _run_untrusted(self, fn: Callable[[], Any], *, episode: Episode | None, files: tuple[str, ...]) -> tuple[Any, str]:
@@ -157,14 +180,91 @@ class Worker:
 
     # -- operations ----------------------------------------------------------------------
     def op_load_env(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
+        app = header.get("app")
+        if app is not None and not self.config.get("frameworks"):
+            raise Failure("env_error", "an ASGI environment needs a worker with the web stack")
         self.envs[header["env"]] = LoadedEnv(
             key=header["env"],
             world=blobs[0],
-            tools_code=compile(header["tools"], "tools.py", "exec", dont_inherit=True),
+            tools_code=compile(header["tools"], "tools.py", "exec", dont_inherit=True) if app is None else None,
             verifiers_code=compile(header["verifiers"], "verifiers.py", "exec", dont_inherit=True),
             tool_names=list(header["tool_names"]),
+            verifiers_kind=header.get("verifiers_kind"),
+            app_code=compile_app(app) if app is not None else None,
         )
         return {}
+
+    # -- ASGI environments -------------------------------------------------------------------
+    def _engine(self, *args: Any, **kwargs: Any) -> Any:
+        """What the app's `create_engine(...)` returns: an engine whose connections are the
+        episode's own database connection, whatever URL the app asked for."""
+        from sqlalchemy import create_engine
+        from sqlalchemy.pool import NullPool
+
+        def connection() -> sqlite3.Connection:
+            if self.current_conn is None:
+                raise RuntimeError("no episode database is open")
+            return self.current_conn
+
+        # no reset on return: the runtime, not the pool, ends the call's savepoint
+        return create_engine("sqlite://", creator=connection, poolclass=NullPool, pool_reset_on_return=None)
+
+    def _ensure_app(self, env: LoadedEnv) -> Any:
+        """Run app.py once (on a private copy of the world) and read its routes."""
+        if env.app is not None:
+            return env.app
+        from worldsmith.runtime.sandbox import asgi
+
+        scratch = deserialize(env.world, factory=AppConnection)
+        for name in (SAVEPOINT, APP_SAVEPOINT):  # what the app's commits and rollbacks work within
+            sqlite3.Connection.execute(scratch, f"SAVEPOINT {name}")
+        self.current_conn = scratch
+        # a registered module: pydantic and SQLAlchemy resolve a class's annotations through sys.modules
+        module = types.ModuleType(f"worldsmith_app_{env.key[:16]}")
+        namespace = module.__dict__
+        namespace.update(GUARD.namespace(module.__name__))
+        namespace[ENGINE_FACTORY] = self._engine
+        sys.modules[module.__name__] = module
+        try:
+            self._run_untrusted(lambda: exec(env.app_code, namespace), episode=None, files=("app.py",))
+            from fastapi import FastAPI
+
+            apps = sorted((v for v in namespace.values() if isinstance(v, FastAPI)), key=lambda v: v is not namespace.get("app"))
+            if not apps:
+                raise Failure("env_error", "app.py defines no FastAPI application")
+            routes, _ = self._run_untrusted(lambda: asgi.routes_of(apps[0]), episode=None, files=("app.py",))
+        finally:
+            self.current_conn = None
+            sqlite3.Connection.close(scratch)
+        env.app, env.routes = apps[0], routes
+        return env.app
+
+    def op_unload_env(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
+        env = self.envs.pop(header["env"], None)
+        if env is not None and env.app is not None:
+            sys.modules.pop(f"worldsmith_app_{env.key[:16]}", None)
+        return {}
+
+    def op_routes(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
+        """The tools of an ASGI environment's app: one JSON schema per route."""
+        env = self.envs.get(header["env"])
+        if env is None or env.app_code is None:
+            raise Failure("env_error", f"ASGI environment {header['env']} is not loaded in this worker")
+        self._ensure_app(env)
+        return {"tools": [route.schema() for route in env.routes.values()]}
+
+    def _call_route(self, episode: Episode, name: str, arguments: dict[str, Any]) -> Any:
+        """Send one request to the app as generated code: 4xx answers are the tool's refusals
+        (ToolError), 5xx answers and exceptions are faults of the environment."""
+        from worldsmith.runtime.sandbox import asgi
+
+        route = episode.env.routes[name]
+        status, value = asgi.call(episode.env.app, route, arguments)
+        if 400 <= status < 500:
+            raise ToolError(f"HTTP {status}: {asgi.error_detail(value)}")
+        if status >= 500:
+            raise RuntimeError(f"HTTP {status} from {route.method} {route.path}: {asgi.error_detail(value)}")
+        return value
 
     def _episode(self, header: dict[str, Any]) -> Episode:
         try:
@@ -184,10 +284,17 @@ class Worker:
         # The episode's file area: the only place its code may open files; created by the runtime
         # when it puts files there (nothing does yet), removed with the episode.
         directory = os.path.join(self.scratch, header["episode"])
-        conn = deserialize(blobs[0] if blobs else env.world, factory=EpisodeConnection)
+        conn = deserialize(blobs[0] if blobs else env.world, factory=AppConnection if env.app_code is not None else EpisodeConnection)
         conn.row_factory = sqlite3.Row
         GUARD.watch(conn)
         episode = Episode(id=header["episode"], env=env, conn=conn, directory=directory)
+        if env.app_code is not None:
+            self._ensure_app(env)
+            missing = [n for n in env.tool_names if n not in env.routes]
+            if missing:
+                raise Failure("env_error", f"app.py has no route with operation_id {', '.join(missing)}")
+            self.episodes[episode.id] = episode
+            return {}
         namespace = self._load_module(env.tools_code, "tools", episode)
         missing = [n for n in env.tool_names if not callable(namespace.get(n))]
         if missing:
@@ -198,24 +305,32 @@ class Worker:
 
     def op_call(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
         episode = self._episode(header)
-        tool = episode.tools.get(header["tool"])
-        if tool is None:
-            raise Failure("tool_error", f"unknown tool {header['tool']!r}")
+        asgi_env = episode.env.app_code is not None
+        name = header["tool"]
+        tool = episode.tools.get(name)
+        if tool is None and not (asgi_env and name in episode.env.routes):
+            raise Failure("tool_error", f"unknown tool {name!r}")
         conn = episode.conn
-        conn.row_factory = sqlite3.Row
+        conn.row_factory = None if asgi_env else sqlite3.Row  # SQLAlchemy reads plain tuples
         arguments = header.get("arguments") or {}
         changes = conn.total_changes
         sqlite3.Connection.execute(conn, f"SAVEPOINT {SAVEPOINT}")
+        if asgi_env:
+            sqlite3.Connection.execute(conn, f"SAVEPOINT {APP_SAVEPOINT}")
+        self.current_conn = conn
         try:
+            run = (lambda: self._call_route(episode, name, arguments)) if asgi_env else (lambda: tool(conn, **arguments))
             text, stdout = self._run_untrusted(
-                lambda: json.dumps(tool(conn, **arguments), default=_to_json),
-                episode=episode, files=("tools.py",),
+                lambda: json.dumps(run(), default=_to_json),
+                episode=episode, files=("app.py" if asgi_env else "tools.py",),
             )
             if len(text) > MAX_RESULT_BYTES:
                 raise Failure("env_error", f"tool result of {len(text)} bytes exceeds {MAX_RESULT_BYTES}", "result_size")
         except BaseException:
             self._end_call(conn, commit=False)
             raise
+        finally:
+            self.current_conn = None
         self._end_call(conn, commit=True)
         return {"status": "ok", "value": json.loads(text), "stdout": stdout, "changed": conn.total_changes != changes}
 
@@ -246,8 +361,42 @@ class Worker:
         finally:
             before.close()
 
+    def _verify_files(self, episode: Episode, verifier: Callable[..., Any], answer: str) -> dict[str, Any]:
+        """An AgentWorldModel-1K verifier: called with paths of read-only snapshot files of the
+        untouched and the current database (in the episode's directory, its only readable files)."""
+        os.makedirs(episode.directory, exist_ok=True)
+        paths = []
+        for name, data in (("initial.db", episode.env.world), ("final.db", snapshot(episode.conn))):
+            path = os.path.join(episode.directory, name)
+            if os.path.exists(path):
+                os.chmod(path, 0o600)
+            with open(path, "wb") as handle:
+                handle.write(data)
+            os.chmod(path, 0o444)
+            paths.append(path)
+        kind = episode.env.verifiers_kind
+        code = verifier.__code__
+        takes_answer = kind == "awm-code" and code.co_argcount + code.co_kwonlyargcount >= 3
+        text, _ = self._run_untrusted(
+            lambda: json.dumps(verifier(*paths, answer) if takes_answer else verifier(*paths), default=_to_json),
+            episode=episode, files=("verifiers.py",),
+        )
+        result = json.loads(text)
+        if not isinstance(result, dict):
+            raise Failure("env_error", f"verifier returned {text[:200]}; expected a dict")
+        if kind == "awm-code":
+            return {"verdict": "complete" if result.get("result") == "complete" else "incomplete", "evidence": result}
+        # sql mode: evidence for a judge; a verdict of its own only where it says all its checks passed
+        return {"verdict": "complete" if result.get("all_checks_passed") is True else "incomplete", "evidence": result}
+
     def op_verify(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
         episode = self._episode(header)
+        if episode.env.verifiers_kind is not None:
+            namespace = self._load_module(episode.env.verifiers_code, "verifiers", episode)
+            verifier = namespace.get(header["verifier"])
+            if not callable(verifier):
+                raise Failure("env_error", f"verifiers.py does not define {header['verifier']!r}")
+            return self._verify_files(episode, verifier, header.get("answer") or "")
         initial = deserialize(episode.env.world, read_only=True)
         final = deserialize(snapshot(episode.conn), read_only=True)
         for conn in (initial, final):
@@ -320,10 +469,14 @@ class Worker:
             write_frame(self.out, reply, reply_blobs)
 
 
-def _preload() -> None:
+def _preload(frameworks: bool) -> None:
     for name in sorted(ALLOWED_MODULES - {"__future__"}) + list(EXTRA_PRELOAD):
         importlib.import_module(name)
     datetime.datetime.strptime("2024-01-01", "%Y-%m-%d")  # warms _strptime's caches
+    if frameworks:
+        from worldsmith.runtime.sandbox import asgi
+
+        asgi.preload()
 
 
 def main() -> None:
@@ -334,12 +487,13 @@ def main() -> None:
     os.dup2(devnull, 1)
     os.close(devnull)
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an over-long write fails with EFBIG instead of killing us
-    _preload()
+    frameworks = bool(config.get("frameworks"))
+    _preload(frameworks)
     scratch = config["scratch"]
     os.makedirs(scratch, exist_ok=True)
     if os.geteuid() == 0:
         os.chown(scratch, config["uid"], config["uid"])
-    GUARD = Guard()
+    GUARD = Guard(frameworks=frameworks)
     layers = kernel.confine(
         uid=config["uid"],
         memory_bytes=config["memory_mb"] * 1024 * 1024,

@@ -1,0 +1,73 @@
+"""The code of an ASGI environment (app.py, a FastAPI app written for the AWM release) made ready to
+run inside the sandbox. Stdlib only: the sandbox worker imports this module.
+
+Two rewrites of the syntax tree, never of the text (a call split over lines, aliased or
+qualified, is found all the same):
+- every call of `create_engine(...)` (`from sqlalchemy import create_engine`, `sqlalchemy.create_engine`,
+  an alias) becomes a call of `__worldsmith_engine__(...)`, which the worker binds to the episode's
+  private in-memory database whatever URL the code asked for;
+- the module-level `if __name__ == "__main__":` block (where the release starts uvicorn) is dropped.
+"""
+
+from __future__ import annotations
+
+import ast
+from types import CodeType
+
+from worldsmith.bundle.codepolicy import parse_source
+
+ENGINE_FACTORY = "__worldsmith_engine__"
+
+
+def is_main_guard(node: ast.AST) -> bool:
+    """Whether `node` is `if __name__ == "__main__":`."""
+    if not isinstance(node, ast.If) or not isinstance(node.test, ast.Compare) or len(node.test.comparators) != 1:
+        return False
+    sides = [node.test.left, node.test.comparators[0]]
+    names = [s for s in sides if isinstance(s, ast.Name) and s.id == "__name__"]
+    mains = [s for s in sides if isinstance(s, ast.Constant) and s.value == "__main__"]
+    return bool(names and mains and isinstance(node.test.ops[0], ast.Eq))
+
+
+def _engine_aliases(tree: ast.Module) -> tuple[set[str], set[str]]:
+    """Names bound to sqlalchemy's create_engine, and names bound to the sqlalchemy module."""
+    functions, modules = {"create_engine"}, set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "sqlalchemy":
+            functions.update(a.asname or a.name for a in node.names if a.name == "create_engine")
+        elif isinstance(node, ast.Import):
+            modules.update((a.asname or a.name).split(".")[0] for a in node.names if a.name.split(".")[0] == "sqlalchemy")
+    return functions, modules
+
+
+class _EngineCalls(ast.NodeTransformer):
+    def __init__(self, functions: set[str], modules: set[str]):
+        self.functions, self.modules, self.count = functions, modules, 0
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        func = node.func
+        direct = isinstance(func, ast.Name) and func.id in self.functions
+        qualified = isinstance(func, ast.Attribute) and func.attr == "create_engine" and isinstance(func.value, ast.Name) and func.value.id in self.modules
+        if direct or qualified:
+            self.count += 1
+            node.func = ast.copy_location(ast.Name(id=ENGINE_FACTORY, ctx=ast.Load()), func)
+        return node
+
+
+def app_tree(source: str, filename: str = "app.py") -> tuple[ast.Module, int]:
+    """The app's syntax tree with the main block dropped and engine creation rewritten, and how
+    many `create_engine` calls were rewritten. Raises SyntaxError."""
+    tree = parse_source(source, filename)
+    assert isinstance(tree, ast.Module)
+    tree.body = [node for node in tree.body if not is_main_guard(node)]
+    rewriter = _EngineCalls(*_engine_aliases(tree))
+    tree = rewriter.visit(tree)
+    ast.fix_missing_locations(tree)
+    return tree, rewriter.count
+
+
+def compile_app(source: str, filename: str = "app.py") -> CodeType:
+    """The rewritten app compiled with its original line numbers (errors point into app.py)."""
+    tree, _ = app_tree(source, filename)
+    return compile(tree, filename, "exec", dont_inherit=True)
