@@ -26,6 +26,8 @@ sets_app = typer.Typer(help="Create and export environment sets (immutable, spli
 app.add_typer(sets_app, name="sets")
 data_app = typer.Typer(help="Datasets from evaluation trajectories: SFT conversations and world-model transitions.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
+import_app = typer.Typer(help="Bring environments from other formats into the catalog.", no_args_is_help=True)
+app.add_typer(import_app, name="import")
 console = Console()
 errors = Console(stderr=True)
 
@@ -536,6 +538,45 @@ def data_transitions(
 
     loaded = read_jsonl(trajectories)
     _write_dataset(transition_rows(loaded), out, "transitions", f"no tool call in {trajectories}", f"transitions from {len(loaded)} trajectories")
+
+
+@import_app.command("awm")
+def import_awm(
+    directory: Annotated[Path, typer.Argument(help="Directory with the release's JSON-lines files (gen_scenario.jsonl, gen_envs.jsonl, ...).")],
+    scenarios: Annotated[Optional[str], typer.Option(help="Comma-separated scenario keys to import (default: all).")] = None,
+    verifier_mode: Annotated[str, typer.Option(help="code: gen_verifier.pure_code.jsonl (complete/others); sql: gen_verifier.jsonl (evidence for a judge).")] = "code",
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Import AgentWorldModel-1K environments: one version per scenario, published good or failed
+    with the defects found (failing seed inserts, crashing routes, raising verifiers, tasks the
+    untouched database already satisfies, attempts to reach secrets or the network)."""
+    from worldsmith.interop.awm import AwmFormatError
+    from worldsmith.interop.catalog_import import import_release
+
+    if verifier_mode not in ("code", "sql"):
+        raise typer.BadParameter("--verifier-mode must be code or sql")
+    store, catalog = _storage()
+    try:
+        with _runtime() as runtime:
+            rows = import_release(directory, runtime, store, catalog, mode=verifier_mode,  # type: ignore[arg-type]
+                                  scenarios=[s.strip() for s in scenarios.split(",") if s.strip()] if scenarios else None)
+    except AwmFormatError as exc:
+        errors.print(str(exc), markup=False, highlight=False)
+        raise typer.Exit(2) from None
+    if as_json:
+        print(json.dumps(rows, indent=2))
+    else:
+        table = Table(title=f"import of {directory} ({verifier_mode} verifiers)")
+        for column in ("scenario", "version", "status", "tools", "tasks", "defects"):
+            table.add_column(column)
+        for row in rows:
+            kinds: dict[str, int] = {}
+            for defect in row["defects"]:
+                kinds[defect["kind"]] = kinds.get(defect["kind"], 0) + 1
+            table.add_row(row["scenario"], row["ref"] or "-", row["status"], str(row["tools"]), str(row["tasks"]),
+                          ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items())) or "none")
+        console.print(table)
+    raise typer.Exit(0 if all(row["ref"] for row in rows) else 1)
 
 
 @app.command("up")

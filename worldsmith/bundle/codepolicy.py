@@ -117,9 +117,9 @@ def check_source(source: str, filename: str) -> list[tuple[int, str]]:
 
 
 def check_app_source(source: str, filename: str = "app.py") -> list[tuple[int, str]]:
-    """Static check of an ASGI environment's app (its main block aside): `(line, problem)` for a syntax
-    error, no engine, an import outside APP_MODULES or a use of a forbidden builtin. Framework idioms (dunders such as
-    `__tablename__`, async routes) are fine; the sandbox confines the code at run time."""
+    """Static check of an ASGI environment's app (its main block aside): `(line, problem)` for a
+    syntax error, no engine, or a use of a forbidden builtin. Imports are the sandbox's business
+    at run time (the worker refuses anything outside APP_MODULES); `app_imports` lists them."""
     from worldsmith.bundle.asgiapp import app_tree  # it builds on parse_source above
 
     try:
@@ -130,14 +130,24 @@ def check_app_source(source: str, filename: str = "app.py") -> list[tuple[int, s
     if engines == 0:
         problems.append((1, "no create_engine(...) call: the app must create its database engine (it is bound to the episode's database)"))
     for node in ast.walk(tree):
-        line = getattr(node, "lineno", 1)
-        names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""] if isinstance(node, ast.ImportFrom) else []
-        if isinstance(node, ast.ImportFrom) and node.level:
-            problems.append((line, "relative imports are not allowed"))
-        for name in names:
-            if name.split(".")[0] not in APP_MODULES:
-                problems.append((line, f"import of {name!r} is not allowed in an app (allowed: the web stack and {', '.join(sorted(ALLOWED_MODULES))})"))
         if isinstance(node, ast.Name) and node.id in FORBIDDEN_BUILTINS - {"globals", "locals", "vars", "exit", "quit", "help", "input"}:
-            problems.append((line, f"use of {node.id!r} is not allowed"))
+            problems.append((node.lineno, f"use of {node.id!r} is not allowed"))
     problems.sort()
     return problems
+
+
+def app_imports(source: str, filename: str = "app.py") -> list[tuple[int, str]]:
+    """`(line, module)` of every import of an app outside its main block (syntax errors: none)."""
+    from worldsmith.bundle.asgiapp import app_tree
+
+    try:
+        tree, _ = app_tree(source, filename)
+    except SyntaxError:
+        return []
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            found.append((node.lineno, node.module or ""))
+    return sorted(found)
