@@ -28,6 +28,8 @@ data_app = typer.Typer(help="Datasets from evaluation trajectories: SFT conversa
 app.add_typer(data_app, name="data")
 import_app = typer.Typer(help="Bring environments from other formats into the catalog.", no_args_is_help=True)
 app.add_typer(import_app, name="import")
+export_app = typer.Typer(help="Write environment sets in other formats.", no_args_is_help=True)
+app.add_typer(export_app, name="export")
 console = Console()
 errors = Console(stderr=True)
 
@@ -577,6 +579,21 @@ def import_awm(
                           ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items())) or "none")
         console.print(table)
     raise typer.Exit(0 if all(row["ref"] for row in rows) else 1)
+
+
+@export_app.command("awm")
+def export_awm(
+    set_name: Annotated[str, typer.Argument(help="Environment set to export.")],
+    directory: Annotated[Path, typer.Argument(help="Directory to write the release's JSON-lines files (and solutions.json) into.")],
+) -> None:
+    """Write a set's environments in the AgentWorldModel-1K format: each tool module wrapped as a
+    FastAPI app with one route per tool, each verifier in both modes; `import awm` takes it back."""
+    from worldsmith.interop.awm_export import export_set
+
+    store, catalog = _storage()
+    with _reported():
+        refs = export_set(set_name, directory, store, catalog)
+    console.print(f"exported {len(refs)} environments of set {set_name} to {directory}: {', '.join(refs)}", highlight=False)
 
 
 @app.command("up")

@@ -231,7 +231,9 @@ def generate(params: GenerateParameters = GenerateParameters()) -> list[dict[str
     run_id = current_flow_run_id() or params.key()
     storage = _results_storage()
     seeds = load_scenarios(params.scenario_file)
-    threading.Thread(target=_warm_imports, daemon=True, name="warm-imports").start()  # while the first LLM calls run
+    # Import the heavy libraries the stages use before any stage runs: threads that import one
+    # cycle of modules at once can deadlock (importlib raises _DeadlockError in one of them).
+    _warm_imports()
     try:
         scenarios = scenario_stage.with_options(result_storage=storage)(params, run_id, seeds)
         progress = create_progress_artifact(0.0, key="generation-progress", description=f"{len(scenarios)} environments")
