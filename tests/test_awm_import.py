@@ -83,6 +83,7 @@ def test_refusals_are_tool_errors_and_undo_nothing_else(imported, runtime):
         first = episode.call_tool("place_hold", {"book_id": 1, "pickup_branch_id": 2})
         twice = episode.call_tool("place_hold", {"book_id": 1, "pickup_branch_id": 2})
         assert first.ok and first.changed and twice.status == "tool_error" and "HTTP 409" in twice.error
+        assert first.value["placed_at"] == imported.manifest.origin["clock"]  # the app's clock is the environment's fixed instant
         holds = episode.call_tool("list_my_holds", {}).value
         assert sum(h["book_id"] == 1 for h in holds) == 1
         bad = episode.call_tool("place_hold", {"book_id": "one", "pickup_branch_id": 2})

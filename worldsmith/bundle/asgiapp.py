@@ -6,6 +6,9 @@ qualified, is found all the same):
 - every call of `create_engine(...)` (`from sqlalchemy import create_engine`, `sqlalchemy.create_engine`,
   an alias) becomes a call of `__worldsmith_engine__(...)`, which the worker binds to the episode's
   private in-memory database whatever URL the code asked for;
+- every read of the clock through `datetime` (`datetime.now()`, `datetime.utcnow()`, `date.today()`,
+  `datetime.datetime.now(tz)`...) becomes a call of `__worldsmith_clock__("datetime.now", ...)`, which
+  answers the environment's fixed instant: replays of an episode give the same database;
 - the module-level `if __name__ == "__main__":` block (where the release starts uvicorn) is dropped.
 """
 
@@ -17,6 +20,9 @@ from types import CodeType
 from worldsmith.bundle.codepolicy import parse_source
 
 ENGINE_FACTORY = "__worldsmith_engine__"
+CLOCK = "__worldsmith_clock__"
+#: Clock reads an app may make, by class: each becomes `__worldsmith_clock__("class.method", ...)`.
+CLOCK_READS = {"datetime": ("now", "utcnow", "today"), "date": ("today",)}
 
 
 def is_main_guard(node: ast.AST) -> bool:
@@ -55,14 +61,50 @@ class _EngineCalls(ast.NodeTransformer):
         return node
 
 
+def _clock_aliases(tree: ast.Module) -> tuple[dict[str, str], set[str]]:
+    """Names bound to datetime's `datetime` and `date` classes (name -> class), and names bound to the module."""
+    classes, modules = {}, set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "datetime":
+            classes.update({a.asname or a.name: a.name for a in node.names if a.name in CLOCK_READS})
+        elif isinstance(node, ast.Import):
+            modules.update(a.asname or a.name for a in node.names if a.name == "datetime")
+    return classes, modules
+
+
+class _ClockReads(ast.NodeTransformer):
+    """`datetime.now(...)`, `date.today()`, `dt.datetime.utcnow()`... -> `__worldsmith_clock__("datetime.now", ...)`."""
+
+    def __init__(self, classes: dict[str, str], modules: set[str]):
+        self.classes, self.modules = classes, modules
+
+    def _class_of(self, node: ast.expr) -> str | None:
+        if isinstance(node, ast.Name) and node.id in self.classes:
+            return self.classes[node.id]
+        if isinstance(node, ast.Attribute) and node.attr in CLOCK_READS and isinstance(node.value, ast.Name) and node.value.id in self.modules:
+            return node.attr
+        return None
+
+    def visit_Call(self, node: ast.Call) -> ast.AST:
+        self.generic_visit(node)
+        func = node.func
+        if isinstance(func, ast.Attribute):
+            cls = self._class_of(func.value)
+            if cls is not None and func.attr in CLOCK_READS[cls]:
+                node.args = [ast.copy_location(ast.Constant(f"{cls}.{func.attr}"), func), *node.args]
+                node.func = ast.copy_location(ast.Name(id=CLOCK, ctx=ast.Load()), func)
+        return node
+
+
 def app_tree(source: str, filename: str = "app.py") -> tuple[ast.Module, int]:
-    """The app's syntax tree with the main block dropped and engine creation rewritten, and how
-    many `create_engine` calls were rewritten. Raises SyntaxError."""
+    """The app's syntax tree with the main block dropped, engine creation and clock reads
+    rewritten, and how many `create_engine` calls were rewritten. Raises SyntaxError."""
     tree = parse_source(source, filename)
     assert isinstance(tree, ast.Module)
     tree.body = [node for node in tree.body if not is_main_guard(node)]
     rewriter = _EngineCalls(*_engine_aliases(tree))
     tree = rewriter.visit(tree)
+    tree = _ClockReads(*_clock_aliases(tree)).visit(tree)
     ast.fix_missing_locations(tree)
     return tree, rewriter.count
 

@@ -76,6 +76,13 @@ class Bundle:
         """Content key of this version: sha256 over its env_id and artifact hashes (stable across copies)."""
         return sha256_hex(json.dumps({"env_id": self.env_id, "artifacts": self.manifest.artifacts}, sort_keys=True).encode())
 
+    @cached_property
+    def runtime_key(self) -> str:
+        """What sandbox workers load this version under: its content key, and for an ASGI
+        environment also the fixed instant its clock reads answer (part of its behaviour)."""
+        clock = (self.manifest.origin or {}).get("clock") if self.manifest.tools_kind == "asgi" else None
+        return f"{self.key}@{clock}" if clock else self.key
+
     def task(self, task_id: str) -> TaskSpec:
         for task in self.tasks:
             if task.id == task_id:

@@ -19,6 +19,7 @@ import json
 import re
 import sqlite3
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
@@ -261,10 +262,11 @@ class Imported:
     inserts: int = 0
 
 
-def import_scenario(scenario: AwmScenario, runtime: Runtime, mode: VerifierMode = "code") -> Imported:
+def import_scenario(scenario: AwmScenario, runtime: Runtime, mode: VerifierMode = "code", clock: str | None = None) -> Imported:
     """Make the scenario's bundle: seed loaded insert by insert, tools read from the app's routes
     inside the sandbox. Defects (failed inserts, an app that does not load, bad verifiers) are
-    listed in `defects`; a bundle is still made when only inserts failed."""
+    listed in `defects`; a bundle is still made when only inserts failed. The app's clock is fixed
+    at `clock` (ISO, UTC; default now, to the second), recorded in the manifest."""
     env_id = env_id_for(scenario.key)
     result = Imported(scenario.key, env_id, None, inserts=len(scenario.inserts))
     schema = schema_sql(scenario)
@@ -290,7 +292,9 @@ def import_scenario(scenario: AwmScenario, runtime: Runtime, mode: VerifierMode 
         "env_id": env_id, "scenario": {"name": scenario.name, "description": scenario.description, "categories": ["awm-import"]},
         "generator": {"backend": "awm-import"}, "tools_kind": "asgi", "verifiers_kind": f"awm-{mode}",
         "origin": {"format": "agentworldmodel-1k", "scenario": scenario.key, "verifier_mode": mode,
-                   "failed_inserts": len(seed.failed), "inserts": len(scenario.inserts)},
+                   "failed_inserts": len(seed.failed), "inserts": len(scenario.inserts),
+                   # the app's clock reads answer this instant: episodes replay to the same database
+                   "clock": clock or datetime.now(timezone.utc).replace(microsecond=0, tzinfo=None).isoformat()},
     }
     try:
         tools = runtime.describe_app(scenario.app, _world_of(schema, seed.loaded))

@@ -131,12 +131,12 @@ def check_environment(runtime: Runtime, bundle: Bundle, *, reuse: bool = False) 
     deterministic, and generation runs them in the verifiers stage and again in validate."""
     if reuse:
         with _MEMO_LOCK:
-            if bundle.key in _MEMO:
-                _MEMO.move_to_end(bundle.key)
-                return list(_MEMO[bundle.key])
+            if bundle.runtime_key in _MEMO:
+                _MEMO.move_to_end(bundle.runtime_key)
+                return list(_MEMO[bundle.runtime_key])
     results = probe_tools(runtime, bundle) + probe_tasks(runtime, bundle)
     with _MEMO_LOCK:
-        _MEMO[bundle.key] = results
+        _MEMO[bundle.runtime_key] = results
         while len(_MEMO) > _MEMO_SIZE:
             _MEMO.popitem(last=False)
     return list(results)

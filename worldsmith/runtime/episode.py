@@ -132,7 +132,7 @@ class Episode:
             worker = pool.acquire()
             try:
                 pool.ensure_env(worker, self.bundle)
-                reply, _ = worker.request({"op": "open", "episode": self.id, "env": self.bundle.key},
+                reply, _ = worker.request({"op": "open", "episode": self.id, "env": self.bundle.runtime_key},
                                           [self._base] if self._base is not None else [],
                                           timeout=self._timeout())
                 if reply["status"] != "ok":

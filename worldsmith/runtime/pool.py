@@ -199,18 +199,21 @@ class WorkerPool:
 
     def ensure_env(self, worker: SandboxWorker, bundle: Bundle) -> None:
         """Load `bundle`'s code and world into `worker` once."""
-        if bundle.key in worker.loaded_envs:
+        if bundle.runtime_key in worker.loaded_envs:
             return
-        code = {"app": bundle.text("app.py")} if bundle.manifest.tools_kind == "asgi" else {"tools": bundle.text("tools.py")}
+        if bundle.manifest.tools_kind == "asgi":
+            code = {"app": bundle.text("app.py"), "clock": (bundle.manifest.origin or {}).get("clock")}
+        else:
+            code = {"tools": bundle.text("tools.py")}
         reply, _ = worker.request(
-            {"op": "load_env", "env": bundle.key, **code, "verifiers": bundle.text("verifiers.py"),
+            {"op": "load_env", "env": bundle.runtime_key, **code, "verifiers": bundle.text("verifiers.py"),
              "verifiers_kind": bundle.manifest.verifiers_kind, "tool_names": [t.name for t in bundle.tools]},
             [bundle.world],
             timeout=60,
         )
         if reply["status"] != "ok":
             raise RuntimeFault(f"loading {bundle.env_id} into a sandbox worker failed: {reply.get('error')}")
-        worker.loaded_envs.add(bundle.key)
+        worker.loaded_envs.add(bundle.runtime_key)
 
     def layers(self) -> dict[str, str]:
         """The confinement layers reported by a live worker (starting one if none runs)."""

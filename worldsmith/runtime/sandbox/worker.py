@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from types import CodeType
 from typing import Any, Callable
 
-from worldsmith.bundle.asgiapp import ENGINE_FACTORY, compile_app
+from worldsmith.bundle.asgiapp import CLOCK, ENGINE_FACTORY, compile_app
 from worldsmith.bundle.codepolicy import ALLOWED_MODULES
 from worldsmith.bundle.sqlscript import deserialize, restore, snapshot
 from worldsmith.runtime.errors import ToolError
@@ -88,6 +88,7 @@ class LoadedEnv:
     tool_names: list[str]
     verifiers_kind: str | None = None
     app_code: CodeType | None = None  # an ASGI environment: app.py, engine creation rewritten
+    clock: str | None = None  # ISO instant the app's clock reads answer (None: the real time)
     app: Any = None  # the app object, made on first use
     routes: dict[str, Any] = field(default_factory=dict)
 
@@ -107,6 +108,29 @@ class Failure(Exception):
     def __init__(self, status: str, error: str, limit: str | None = None):
         super().__init__(error)
         self.status, self.error, self.limit = status, error, limit
+
+
+def _app_module_name(key: str) -> str:
+    """The sys.modules name of an ASGI environment's app (one per runtime key)."""
+    return "worldsmith_app_" + "".join(c if c.isalnum() else "_" for c in key)
+
+
+def _clock(instant: str | None) -> Callable[..., Any]:
+    """What an app's clock reads answer: the fixed UTC `instant` (naive, as local time), or the
+    real time when there is none. `which` is "datetime.now", "datetime.utcnow", "datetime.today"
+    or "date.today"."""
+    fixed = datetime.datetime.fromisoformat(instant).replace(tzinfo=None) if instant else None
+
+    def read(which: str, tz: Any = None) -> Any:
+        if fixed is None:
+            now = datetime.datetime.now(tz) if which == "datetime.now" else datetime.datetime.utcnow() if which == "datetime.utcnow" else datetime.datetime.now()
+        elif tz is not None and which == "datetime.now":
+            now = fixed.replace(tzinfo=datetime.timezone.utc).astimezone(tz)
+        else:
+            now = fixed
+        return now.date() if which == "date.today" else now
+
+    return read
 
 
 def _to_json(value: Any) -> Any:
@@ -191,6 +215,7 @@ class Worker:
             tool_names=list(header["tool_names"]),
             verifiers_kind=header.get("verifiers_kind"),
             app_code=compile_app(app) if app is not None else None,
+            clock=header.get("clock"),
         )
         return {}
 
@@ -220,10 +245,11 @@ class Worker:
             sqlite3.Connection.execute(scratch, f"SAVEPOINT {name}")
         self.current_conn = scratch
         # a registered module: pydantic and SQLAlchemy resolve a class's annotations through sys.modules
-        module = types.ModuleType(f"worldsmith_app_{env.key[:16]}")
+        module = types.ModuleType(_app_module_name(env.key))
         namespace = module.__dict__
         namespace.update(GUARD.namespace(module.__name__))
         namespace[ENGINE_FACTORY] = self._engine
+        namespace[CLOCK] = _clock(env.clock)
         sys.modules[module.__name__] = module
         try:
             self._run_untrusted(lambda: exec(env.app_code, namespace), episode=None, files=("app.py",))
@@ -242,7 +268,7 @@ class Worker:
     def op_unload_env(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
         env = self.envs.pop(header["env"], None)
         if env is not None and env.app is not None:
-            sys.modules.pop(f"worldsmith_app_{env.key[:16]}", None)
+            sys.modules.pop(_app_module_name(env.key), None)
         return {}
 
     def op_routes(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
