@@ -293,3 +293,23 @@ def test_cli_round_trip_of_a_set(home, golden):
     assert row["ref"] == "retail_store@2"  # the same world as a new version of the ASGI kind
     bad = runner.invoke(app, ["import", "awm", str(home / "nowhere")])
     assert bad.exit_code == 2 and "is not a directory" in " ".join(bad.output.split())
+
+
+def test_imported_environment_is_evaluated_by_the_evaluate_flow(prefect_api, home):
+    from worldsmith.flows.evaluate import EvaluateParameters, run_evaluate
+    from worldsmith.runtime.episode import Runtime
+    from worldsmith.settings import get_settings
+    from worldsmith.storage.catalog import open_catalog
+    from worldsmith.storage.objectstore import open_store
+    from worldsmith.storage.sets import SetQuery, create_set
+
+    store, catalog = open_store(get_settings().resolved_store_url()), open_catalog()
+    with Runtime(workers=2) as runtime:
+        (row,) = import_release(SAMPLE, runtime, store, catalog, mode="sql")
+    assert row["status"] == "good"
+    create_set(catalog, "imported", SetQuery(categories=["awm-import"], require_passed=["probes", "import"], validation_fraction=0.0))
+    reference = run_evaluate(EvaluateParameters(set_name="imported", policy="reference"))
+    assert reference["overall"]["pass@1"] == 1.0 and reference["overall"]["episodes"] == 10 and reference["overall"]["env_error_rate"] == 0.0
+    random_run = run_evaluate(EvaluateParameters(set_name="imported", policy="random", samples=2, max_turns=4))
+    assert random_run["overall"]["episodes"] == 20 and random_run["overall"]["pass@1"] < 0.5
+    assert random_run["overall"]["env_error_rate"] == 0.0  # random arguments are the agent's errors, not the environment's
