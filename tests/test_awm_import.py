@@ -111,6 +111,25 @@ def test_two_episodes_of_one_environment_do_not_see_each_others_writes(imported,
         assert (mine, theirs) == ([2], [3])
 
 
+def test_every_route_answers_through_the_mcp_gateway(imported, runtime):
+    gateway = Gateway(runtime, [imported])
+
+    async def call_each(url: str) -> dict[str, tuple[bool, str]]:
+        answers = {}
+        for endpoint in endpoints():  # one MCP session (one episode) per route: each on a fresh copy
+            async with streamable_http_client(f"{url}/envs/{imported.env_id}/mcp") as (read, write):
+                async with ClientSession(read, write) as client:
+                    await client.initialize()
+                    result = await client.call_tool(endpoint["operation_id"], example_arguments(endpoint))
+                    answers[endpoint["operation_id"]] = (bool(result.is_error), result.content[0].text if result.content else "")
+        return answers
+
+    with BackgroundServer(gateway.app()) as server:
+        answers = anyio.run(call_each, server.url)
+    assert len(answers) == 19
+    assert {name: text for name, (is_error, text) in answers.items() if is_error} == {}
+
+
 def test_served_over_the_mcp_gateway(imported, runtime):
     gateway = Gateway(runtime, [imported])
 
@@ -250,6 +269,10 @@ def contents(world: bytes) -> dict[str, list[tuple]]:
 
 
 def test_export_then_import_gives_environments_that_pass_the_same_checks(runtime, golden, tmp_path):
+    from typer.testing import CliRunner
+
+    from worldsmith.bundle.loader import write_bundle
+    from worldsmith.cli import app
     from worldsmith.interop.awm_export import export_bundles
     from worldsmith.llm.procedural.backend import procedural_bundle
     from worldsmith.quality.probes import check_environment
@@ -269,6 +292,9 @@ def test_export_then_import_gives_environments_that_pass_the_same_checks(runtime
         assert contents(bundle.world) == contents(original.world)  # the same tables and rows
         failed = [r for r in check_environment(runtime, bundle) if not r.passed]
         assert failed == [], failed[:3]
+        written = write_bundle(bundle, tmp_path / "bundles" / bundle.env_id)  # and as a directory, through the CLI
+        checked = CliRunner().invoke(app, ["env", "check", str(written)])
+        assert checked.exit_code == 0, checked.output
         # the exported tool refuses as the original does: a ToolError becomes HTTP 409, a tool_error again
         with runtime.open_episode(original) as before, runtime.open_episode(bundle) as after:
             step = original.tasks[0].solution[-1]
