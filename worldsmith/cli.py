@@ -30,6 +30,8 @@ import_app = typer.Typer(help="Bring environments from other formats into the ca
 app.add_typer(import_app, name="import")
 export_app = typer.Typer(help="Write environment sets in other formats.", no_args_is_help=True)
 app.add_typer(export_app, name="export")
+wm_app = typer.Typer(help="World models: transition data from real episodes, and their evaluation against the real worlds.", no_args_is_help=True)
+app.add_typer(wm_app, name="wm")
 console = Console()
 errors = Console(stderr=True)
 
@@ -594,6 +596,83 @@ def export_awm(
     with _reported():
         refs = export_set(set_name, directory, store, catalog)
     console.print(f"exported {len(refs)} environments of set {set_name} to {directory}: {', '.join(refs)}", highlight=False)
+
+
+@wm_app.command("data")
+def wm_data(
+    trajectories: Annotated[Path, typer.Argument(help="trajectories.jsonl of an evaluation run (any policy).")],
+    out: Annotated[Path, typer.Argument(help="Directory to write transitions.jsonl into.")],
+    seed: Annotated[int, typer.Option(help="Seed of the environment split.")] = 0,
+    validation_fraction: Annotated[float, typer.Option(help="Share of environments in the validation split.")] = 0.15,
+    test_fraction: Annotated[float, typer.Option(help="Share of environments in the test split.")] = 0.15,
+) -> None:
+    """Replay every tool call of the trajectories in fresh episodes: (state, action) -> (observation,
+    diff) transitions, split by environment (no world is in two splits)."""
+    from sqlmodel import select
+
+    from worldsmith.agent.trajectories import read_jsonl
+    from worldsmith.bundle.loader import load_bundle
+    from worldsmith.flows.evaluate import cached_bundle
+    from worldsmith.models.catalog import EnvironmentVersion
+    from worldsmith.worldmodel.transitions import build_transitions, write_transitions
+
+    loaded = read_jsonl(trajectories)
+    _, catalog = _storage()
+    bundles = {}
+    with catalog.session() as session:
+        for key in sorted({t.env_key for t in loaded}):
+            version = session.exec(select(EnvironmentVersion).where(EnvironmentVersion.content_key == key)).first()
+            if version is None:
+                errors.print(f"environment version {key[:12]}... of the trajectories is not in the catalog", markup=False)
+                raise typer.Exit(2)
+            bundles[key] = load_bundle(cached_bundle(version.ref, key))
+    with _runtime() as runtime:
+        transitions = build_transitions(runtime, bundles, loaded, seed=seed, validation=validation_fraction, test=test_fraction)
+    if not transitions:
+        errors.print(f"no tool call in {trajectories}: nothing to write")
+        raise typer.Exit(2)
+    path = write_transitions(transitions, out / "transitions.jsonl")
+    splits = {s: len({t.env_id for t in transitions if t.split == s}) for s in ("train", "validation", "test")}
+    console.print(f"{len(transitions)} transitions of {len(loaded)} trajectories: {path} (environments per split: {splits})", highlight=False)
+
+
+@wm_app.command("eval")
+def wm_eval(
+    transitions: Annotated[Path, typer.Argument(help="transitions.jsonl made by `wm data`.")],
+    model: Annotated[str, typer.Option(help="oracle | static | openai:MODEL (the WORLDSMITH_LLM_* endpoint).")] = "oracle",
+    split: Annotated[str, typer.Option(help="train | validation | test | all")] = "test",
+    k: Annotated[int, typer.Option(help="Steps of the compound-error evaluation.")] = 3,
+    samples: Annotated[int, typer.Option(help="Samples per call for self-consistency (1: none).")] = 1,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Score a world model against the real worlds: one-step accuracy (observation, outcome, diff
+    P/R/F1 at row and field level) per environment, k-step compound error, self-consistency."""
+    from worldsmith.worldmodel.evaluation import evaluate_world_model
+    from worldsmith.worldmodel.models import world_model
+    from worldsmith.worldmodel.transitions import read_transitions
+
+    try:
+        chosen = [t for t in read_transitions(transitions) if split == "all" or t.split == split]
+        wm = world_model(model)
+    except (ValueError, FileNotFoundError) as exc:
+        errors.print(str(exc), markup=False, highlight=False)
+        raise typer.Exit(2) from None
+    if not chosen:
+        errors.print(f"no transitions in split {split!r} of {transitions}")
+        raise typer.Exit(2)
+    report = evaluate_world_model(wm, chosen, k=k, samples=samples)
+    if as_json:
+        print(json.dumps(report, indent=2))
+        return
+    one = report["one_step"]
+    table = Table(title=f"world model {wm.name} on {one['transitions']} transitions ({split})")
+    for column in ("environment", "transitions", "observation exact", "outcome agreement", "rows F1", "fields F1"):
+        table.add_column(column)
+    for env, scores in [*one["per_env"].items(), ("all", one)]:
+        table.add_row(env, str(scores["transitions"]), f"{scores['observation_exact']:.3f}", f"{scores['outcome_agreement']:.3f}",
+                      f"{scores['rows']['f1']:.3f}", f"{scores['fields']['f1']:.3f}")
+    console.print(table)
+    console.print("compound error by step: " + ", ".join(f"{s['step']}: {s['compound_error']:.3f}" for s in report["k_step"]["steps"]), highlight=False)
 
 
 @app.command("up")

@@ -1,0 +1,117 @@
+"""World models: given the state and a tool call, predict the observation and the database diff.
+
+- `OracleWorldModel`: replays the real transition (the ceiling every score is measured against);
+- `StaticWorldModel`: always "ok, nothing changed" (a deliberately wrong floor);
+- `OpenAIWorldModel`: any OpenAI-compatible chat model, prompted with the state and the call and
+  asked for JSON; an answer that is not that JSON is an invalid prediction (scored as wrong).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Protocol
+
+import openai
+from pydantic import BaseModel, Field, ValidationError
+
+from worldsmith.llm.jsonrepair import parse_json_object
+from worldsmith.worldmodel.transitions import Observation, Transition, state_text
+
+SYSTEM = """You simulate the tools of a software environment whose state is a SQLite database.
+Given the state (the task, relevant rows, recent calls) and one tool call, answer with one JSON object:
+{"observation": {"status": "ok" | "tool_error" | "env_error", "value": <the tool's result when ok>, "error": <message when not ok>},
+ "diff": {"<table>": {"inserted": [<row>...], "updated": [{"key": {...}, "before": {...}, "after": {...}}...], "deleted": [<row>...]}}}
+Use an empty diff {} when the call changes nothing. Answer with the JSON object only."""
+
+
+class Prediction(BaseModel):
+    """One predicted transition; `observation` None marks an invalid answer (`raw` holds it)."""
+
+    observation: Observation | None = None
+    diff: dict[str, Any] = Field(default_factory=dict)
+    raw: str | None = None
+
+
+class WorldModel(Protocol):
+    name: str
+
+    def predict(self, transition: Transition, history: list[dict[str, Any]], samples: int = 1) -> list[Prediction]:
+        """`samples` predictions of `transition`'s call, given `history` (the real earlier calls, or the
+        model's own predictions of them in k-step evaluation)."""
+        ...
+
+
+class OracleWorldModel:
+    """Answers every call with what really happened."""
+
+    name = "oracle"
+
+    def predict(self, transition: Transition, history: list[dict[str, Any]], samples: int = 1) -> list[Prediction]:
+        return [Prediction(observation=transition.observation, diff=transition.diff) for _ in range(samples)]
+
+
+class StaticWorldModel:
+    """Answers every call with success, no value, no change."""
+
+    name = "static"
+
+    def predict(self, transition: Transition, history: list[dict[str, Any]], samples: int = 1) -> list[Prediction]:
+        return [Prediction(observation=Observation(status="ok"), diff={}) for _ in range(samples)]
+
+
+def prompt(transition: Transition, history: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """The chat messages of one prediction (also the SFT prompt of a trained world model)."""
+    call = f"Tool call: {transition.action['name']}({json.dumps(transition.action['arguments'], sort_keys=True)})"
+    return [{"role": "system", "content": SYSTEM},
+            {"role": "user", "content": state_text(transition.task, transition.rows, history) + "\n" + call}]
+
+
+def target(transition: Transition) -> str:
+    """What a perfect world model answers (the SFT completion)."""
+    return json.dumps({"observation": transition.observation.model_dump(), "diff": transition.diff}, sort_keys=True, default=str)
+
+
+def parse_prediction(text: str) -> Prediction:
+    """A model's answer as a prediction; anything but the expected JSON is an invalid one."""
+    try:
+        data = parse_json_object(text)
+        observation = Observation.model_validate(data.get("observation"))
+        diff = data.get("diff") or {}
+        if not isinstance(diff, dict):
+            raise ValueError("diff is not an object")
+        return Prediction(observation=observation, diff=diff, raw=text)
+    except (ValueError, ValidationError, AttributeError):
+        return Prediction(observation=None, raw=text)
+
+
+class OpenAIWorldModel:
+    """A chat model on an OpenAI-compatible endpoint as a world model."""
+
+    def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None, temperature: float | None = None,
+                 max_tokens: int = 1024, timeout_s: float = 60.0):
+        self.name = f"openai:{model}"
+        self.model, self.temperature, self.max_tokens = model, temperature, max_tokens
+        self.client = openai.OpenAI(base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_s, max_retries=2)
+
+    def predict(self, transition: Transition, history: list[dict[str, Any]], samples: int = 1) -> list[Prediction]:
+        temperature = self.temperature if self.temperature is not None else (0.0 if samples == 1 else 0.7)
+        out = []
+        for _ in range(samples):
+            response = self.client.chat.completions.create(model=self.model, temperature=temperature, max_tokens=self.max_tokens,
+                                                           messages=prompt(transition, history))
+            out.append(parse_prediction(response.choices[0].message.content or ""))
+        return out
+
+
+def world_model(spec: str) -> WorldModel:
+    """A world model by name: oracle | static | openai:MODEL (the WORLDSMITH_LLM_* endpoint)."""
+    if spec == "oracle":
+        return OracleWorldModel()
+    if spec == "static":
+        return StaticWorldModel()
+    if spec.startswith("openai:") and len(spec) > len("openai:"):
+        from worldsmith.settings import get_settings
+
+        settings = get_settings()
+        return OpenAIWorldModel(spec.split(":", 1)[1], base_url=settings.llm_base_url, api_key=settings.llm_key(), timeout_s=settings.llm_timeout_s)
+    raise ValueError(f"unknown world model {spec!r}: use oracle, static or openai:MODEL")

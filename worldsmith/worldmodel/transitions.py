@@ -1,0 +1,146 @@
+"""World-model data: every tool call of real episodes as (state, action) -> (observation, diff).
+
+Transitions are made by replaying trajectories (of any policy) in fresh episodes of their
+environments, so each one carries the exact database before the call. The state is compact text:
+the task, the rows the call's arguments point at (by id-like argument names), and the last few
+calls with their outcomes. Splits are by environment (a hash of the env_id), so evaluation on
+`test` measures generalisation to worlds the model never saw.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from worldsmith.agent.trajectories import Trajectory
+from worldsmith.bundle.loader import Bundle
+from worldsmith.runtime.episode import Runtime
+
+Split = Literal["train", "validation", "test"]
+ROWS_PER_TABLE = 3
+
+
+class Observation(BaseModel):
+    """What a tool call answered: its status (ok, tool_error, env_error) and value or error."""
+
+    status: str
+    value: Any = None
+    error: str | None = None
+
+
+class Transition(BaseModel):
+    """One tool call of a real episode, with everything a world model sees and must predict."""
+
+    env_id: str
+    env_key: str
+    episode: str = Field(description="trajectory id: transitions of one episode share it, in `index` order")
+    index: int
+    task: str
+    rows: dict[str, list[dict[str, Any]]] = Field(default_factory=dict, description="rows the arguments point at, before the call")
+    history: list[dict[str, Any]] = Field(default_factory=list, description="earlier calls of the episode: action and observation")
+    action: dict[str, Any]
+    observation: Observation
+    diff: dict[str, Any] = Field(default_factory=dict, description="per table: inserted, updated, deleted rows")
+    split: Split = "train"
+
+
+def state_text(task: str, rows: dict[str, list[dict[str, Any]]], history: list[dict[str, Any]], window: int = 3) -> str:
+    """The compact textual state: the task, the relevant rows, the last `window` calls."""
+    lines = [f"Task: {task}", "Relevant rows:"]
+    lines += [f"  {table}: {json.dumps(row, sort_keys=True, default=str)}" for table, found in sorted(rows.items()) for row in found] or ["  (none)"]
+    lines.append("Recent calls:")
+    recent = history[-window:]
+    lines += [f"- {h['action']['name']}({json.dumps(h['action']['arguments'], sort_keys=True)}) -> {h['observation']['status']}: "
+              f"{json.dumps(h['observation'].get('value') if h['observation']['status'] == 'ok' else h['observation'].get('error'), default=str)[:300]}"
+              for h in recent] or ["(none)"]
+    return "\n".join(lines)
+
+
+def split_of(env_id: str, seed: int = 0, validation: float = 0.15, test: float = 0.15) -> Split:
+    """The split of an environment: deterministic for (env_id, seed), the same for all its transitions."""
+    draw = int(hashlib.sha256(f"{seed}:{env_id}".encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+    return "test" if draw < test else "validation" if draw < test + validation else "train"
+
+
+def _lookup_rows(world: bytes, arguments: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Rows whose columns hold the id-like argument values (`order_id=7` -> orders.id = 7 and *.order_id = 7)."""
+    conn = sqlite3.connect(":memory:")
+    conn.deserialize(world)
+    conn.row_factory = sqlite3.Row
+    found: dict[str, list[dict[str, Any]]] = {}
+    try:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
+        for table in tables:
+            columns = {r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')}
+            singular = table[:-1] if table.endswith("s") else table
+            for name, value in arguments.items():
+                if isinstance(value, (dict, list)) or value is None:
+                    continue
+                column = "id" if name == f"{singular}_id" and "id" in columns else name if name in columns and (name.endswith("_id") or name in ("id", "sku", "code", "email")) else None
+                if column is None:
+                    continue
+                rows = conn.execute(f'SELECT * FROM "{table}" WHERE "{column}" = ? LIMIT {ROWS_PER_TABLE}', (value,)).fetchall()
+                bucket = found.setdefault(table, [])
+                bucket.extend(dict(r) for r in rows if dict(r) not in bucket)
+        return {t: rows[:ROWS_PER_TABLE] for t, rows in found.items() if rows}
+    finally:
+        conn.close()
+
+
+def replay(runtime: Runtime, bundle: Bundle, trajectory: Trajectory, episode_id: str) -> list[Transition]:
+    """The transitions of one trajectory, replayed call by call in a fresh episode of `bundle`."""
+    task = bundle.task(trajectory.task_id)
+    transitions: list[Transition] = []
+    history: list[dict[str, Any]] = []
+    with runtime.open_episode(bundle, task) as episode:
+        for index, step in enumerate(trajectory.steps):
+            action = {"name": step.call.name, "arguments": step.call.arguments}
+            before = episode.snapshot()
+            result = episode.call_tool(step.call.name, step.call.arguments)
+            diff = episode.diff(before).model_dump()["tables"] if result.ok and result.changed else {}
+            observation = Observation(status=result.status, value=result.value if result.ok else None, error=None if result.ok else result.error)
+            transitions.append(Transition(env_id=bundle.env_id, env_key=bundle.key, episode=episode_id, index=index, task=task.instruction,
+                                          rows=_lookup_rows(before, step.call.arguments if isinstance(step.call.arguments, dict) else {}),
+                                          history=list(history), action=action, observation=observation, diff=diff))
+            history.append({"action": action, "observation": observation.model_dump()})
+    return transitions
+
+
+def build_transitions(runtime: Runtime, bundles: dict[str, Bundle], trajectories: list[Trajectory], *, seed: int = 0,
+                      validation: float = 0.15, test: float = 0.15) -> list[Transition]:
+    """Transitions of every trajectory whose environment is in `bundles` (by env_key), with env-disjoint splits."""
+    out: list[Transition] = []
+    for number, trajectory in enumerate(trajectories):
+        bundle = bundles.get(trajectory.env_key)
+        if bundle is None or not trajectory.steps:
+            continue
+        split = split_of(bundle.env_id, seed, validation, test)
+        for transition in replay(runtime, bundle, trajectory, f"{trajectory.env_id}/{trajectory.task_id}/{number}"):
+            transition.split = split
+            out.append(transition)
+    return out
+
+
+def write_transitions(transitions: list[Transition], path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as handle:
+        for transition in transitions:
+            handle.write(transition.model_dump_json() + "\n")
+    return path
+
+
+def read_transitions(path: Path) -> list[Transition]:
+    """Transitions from JSON lines; a malformed line raises ValueError naming it."""
+    out = []
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if line.strip():
+            try:
+                out.append(Transition.model_validate_json(line))
+            except ValueError as exc:
+                raise ValueError(f"{path}:{number}: not a transition ({str(exc).splitlines()[0]})") from None
+    return out
