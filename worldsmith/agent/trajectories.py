@@ -9,19 +9,16 @@ from pathlib import Path
 from typing import Any
 
 from worldsmith.agent.loop import Trajectory
+from worldsmith.models.jsonlines import read_models, write_models
 
 
 def write_jsonl(trajectories: list[Trajectory], path: Path) -> Path:
     """One trajectory per line, every field included."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as f:
-        for trajectory in trajectories:
-            f.write(trajectory.model_dump_json() + "\n")
-    return path
+    return write_models(trajectories, path)
 
 
 def read_jsonl(path: Path) -> list[Trajectory]:
-    return [Trajectory.model_validate_json(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_models(Trajectory, path, "a trajectory")
 
 
 def write_parquet(trajectories: list[Trajectory], path: Path) -> Path:

@@ -40,6 +40,7 @@ from worldsmith.llm.backend import Generator
 from worldsmith.llm.errors import TransientFault
 from worldsmith.llm.prompts import prompt_version
 from worldsmith.models.bundle import Scenario
+from worldsmith.models.jsonlines import read_models
 from worldsmith.models.catalog import StageAttempt
 from worldsmith.runtime.episode import Runtime
 from worldsmith.settings import get_settings
@@ -127,14 +128,7 @@ def load_scenarios(path: str | Path | None) -> list[Scenario]:
     file = Path(path) if path else DEFAULT_SCENARIOS
     if not file.is_file():
         raise FileNotFoundError(f"scenario file {file} not found")
-    scenarios = []
-    for number, line in enumerate(file.read_text().splitlines(), start=1):
-        if line.strip():
-            try:
-                scenarios.append(Scenario.model_validate_json(line))
-            except ValueError as exc:
-                raise ValueError(f"{file}:{number}: not a scenario ({exc})") from None
-    return scenarios
+    return read_models(Scenario, file, "a scenario")
 
 
 def _warm_imports() -> None:

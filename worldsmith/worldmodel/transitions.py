@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 
 from worldsmith.agent.trajectories import Trajectory
 from worldsmith.bundle.loader import Bundle
+from worldsmith.models.jsonlines import read_models, write_models
 from worldsmith.runtime.episode import Runtime
 
 Split = Literal["train", "validation", "test"]
@@ -127,20 +128,9 @@ def build_transitions(runtime: Runtime, bundles: dict[str, Bundle], trajectories
 
 
 def write_transitions(transitions: list[Transition], path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w") as handle:
-        for transition in transitions:
-            handle.write(transition.model_dump_json() + "\n")
-    return path
+    return write_models(transitions, path)
 
 
 def read_transitions(path: Path) -> list[Transition]:
     """Transitions from JSON lines; a malformed line raises ValueError naming it."""
-    out = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if line.strip():
-            try:
-                out.append(Transition.model_validate_json(line))
-            except ValueError as exc:
-                raise ValueError(f"{path}:{number}: not a transition ({str(exc).splitlines()[0]})") from None
-    return out
+    return read_models(Transition, path, "a transition")
