@@ -166,3 +166,32 @@ def test_wm_commands(home, worlds, trajectories, tmp_path):
     assert runner.invoke(app, ["wm", "eval", str(tmp_path / "wm" / "transitions.jsonl"), "--model", "psychic"]).exit_code == 2
     write_transitions([], tmp_path / "empty.jsonl")
     assert runner.invoke(app, ["wm", "eval", str(tmp_path / "empty.jsonl")]).exit_code == 2
+
+
+def test_world_model_sft_lowers_the_loss_and_the_result_is_evaluated(home, transitions, tmp_path):
+    from sqlmodel import select
+
+    from worldsmith.models.catalog import Checkpoint, TrainingRun, TrainingStep
+    from worldsmith.storage.catalog import open_catalog
+
+    path = write_transitions(transitions, tmp_path / "transitions.jsonl")
+    runner = CliRunner()
+    trained = runner.invoke(app, ["wm", "train", str(path), "--steps", "20", "--batch-size", "4", "--json"])
+    assert trained.exit_code == 0, trained.output
+    record = json.loads(trained.output[trained.output.index("{\n"):])  # after any progress bars on stderr
+    losses = [entry["loss"] for entry in record["log"]]
+    assert len(losses) >= 3 and losses[-1] < losses[0] * 0.8, losses  # the loss falls
+    with open_catalog().session() as session:
+        (run,) = session.exec(select(TrainingRun)).all()
+        steps = session.exec(select(TrainingStep).where(TrainingStep.training_run_id == run.id)).all()
+        (checkpoint,) = session.exec(select(Checkpoint).where(Checkpoint.training_run_id == run.id)).all()
+    assert run.status == "completed" and run.config["kind"] == "world_model" and run.config["transitions"] == sum(t.split == "train" for t in transitions)
+    assert len(steps) == len(losses) and checkpoint.digest == record["checkpoint"]
+    # the trained model answers through the same evaluation as any other (a tiny model mostly answers invalid JSON)
+    test_split = [t for t in transitions if t.split != "train"][:4]
+    held_out = write_transitions(test_split, tmp_path / "held_out.jsonl")
+    scored = runner.invoke(app, ["wm", "eval", str(held_out), "--model", f"hf:{record['model']}", "--split", "all", "--k", "2", "--max-new-tokens", "48", "--json"])
+    assert scored.exit_code == 0, scored.output
+    one = json.loads(scored.output[scored.output.index("{\n"):])["one_step"]
+    assert one["transitions"] == len(test_split) and 0.0 <= one["observation_exact"] <= 1.0
+    assert runner.invoke(app, ["wm", "train", str(path), "--profile", "gpu"]).exit_code == 2  # no CUDA here: refused, named

@@ -636,13 +636,47 @@ def wm_data(
     console.print(f"{len(transitions)} transitions of {len(loaded)} trajectories: {path} (environments per split: {splits})", highlight=False)
 
 
+@wm_app.command("train")
+def wm_train(
+    transitions: Annotated[Path, typer.Argument(help="transitions.jsonl made by `wm data` (its train split is used).")],
+    model: Annotated[str, typer.Option(help="Model directory to fine-tune, or `tiny` (built offline; cpu-test).")] = "tiny",
+    profile: Annotated[str, typer.Option(help="cpu-test (fp32 on the CPU) | gpu (bf16, gradient checkpointing).")] = "cpu-test",
+    steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 60,
+    learning_rate: Annotated[float, typer.Option(help="Learning rate.")] = 3e-3,
+    batch_size: Annotated[int, typer.Option(help="Transitions per step.")] = 8,
+    seed: Annotated[int, typer.Option(help="Seed of initialisation and data order.")] = 0,
+    output: Annotated[Optional[Path], typer.Option(help="Output directory (default WORLDSMITH_HOME/world-models/<run id>).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the run's record as JSON.")] = False,
+) -> None:
+    """Fine-tune a causal LM (SFT with TRL) to answer a call's observation and diff as JSON; the run,
+    its losses and the final model go to the catalog and the object store. Evaluate it with
+    `wm eval --model hf:DIR`."""
+    from worldsmith.worldmodel.training import WorldModelConfig, train_world_model
+    from worldsmith.worldmodel.transitions import read_transitions
+
+    try:
+        config = WorldModelConfig(model=model, profile=profile, steps=steps, learning_rate=learning_rate, batch_size=batch_size, seed=seed,  # type: ignore[arg-type]
+                                  output=str(output) if output else None)
+        result = train_world_model(read_transitions(transitions), config)
+    except (ValueError, FileNotFoundError, OSError) as exc:
+        errors.print(str(exc).splitlines()[0], markup=False, highlight=False)
+        raise typer.Exit(2) from None
+    if as_json:
+        print(json.dumps(result, indent=2, default=str))
+        return
+    losses = [entry["loss"] for entry in result["log"]]
+    console.print(f"world-model run {result['run_id']}: {result['steps']} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}; "
+                  f"model {result['model']} (object {result['checkpoint']})", highlight=False)
+
+
 @wm_app.command("eval")
 def wm_eval(
     transitions: Annotated[Path, typer.Argument(help="transitions.jsonl made by `wm data`.")],
-    model: Annotated[str, typer.Option(help="oracle | static | openai:MODEL (the WORLDSMITH_LLM_* endpoint).")] = "oracle",
+    model: Annotated[str, typer.Option(help="oracle | static | openai:MODEL (the WORLDSMITH_LLM_* endpoint) | hf:PATH (e.g. from `wm train`).")] = "oracle",
     split: Annotated[str, typer.Option(help="train | validation | test | all")] = "test",
     k: Annotated[int, typer.Option(help="Steps of the compound-error evaluation.")] = 3,
     samples: Annotated[int, typer.Option(help="Samples per call for self-consistency (1: none).")] = 1,
+    max_new_tokens: Annotated[int, typer.Option(help="hf: models: tokens generated per answer at most.")] = 512,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Score a world model against the real worlds: one-step accuracy (observation, outcome, diff
@@ -653,7 +687,7 @@ def wm_eval(
 
     try:
         chosen = [t for t in read_transitions(transitions) if split == "all" or t.split == split]
-        wm = world_model(model)
+        wm = world_model(model, max_new_tokens=max_new_tokens)
     except (ValueError, FileNotFoundError) as exc:
         errors.print(str(exc), markup=False, highlight=False)
         raise typer.Exit(2) from None

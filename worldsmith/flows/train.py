@@ -10,10 +10,8 @@ step's metrics and the checkpoints are catalog rows; a markdown artifact summari
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import shutil
-import tarfile
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -26,13 +24,13 @@ from worldsmith.bundle.loader import load_bundle
 from worldsmith.flows.evaluate import EvaluateParameters, cached_bundle, evaluate
 from worldsmith.flows.links import dashboard_link
 from worldsmith.flows.records import add_run, current_flow_run_id, finish_run
-from worldsmith.models.catalog import Checkpoint, TrainingRun
+from worldsmith.models.catalog import TrainingRun
 from worldsmith.runtime.episode import Runtime
 from worldsmith.settings import get_settings
 from worldsmith.storage.catalog import open_catalog
-from worldsmith.storage.objectstore import open_store
 from worldsmith.storage.publish import CatalogError
 from worldsmith.storage.sets import get_set, members_of
+from worldsmith.training.checkpoints import save_checkpoint
 from worldsmith.training.config import TINY, TrainingConfig
 
 
@@ -108,25 +106,10 @@ def train_policy(config: TrainingConfig, model: str, bundle_paths: list[str], ru
     return run_training(request, progress) if config.processes == 1 else launch(request, config.processes)
 
 
-def _tar(directory: Path) -> bytes:
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
-        for path in sorted(directory.rglob("*")):
-            if path.is_file():
-                archive.add(path, arcname=str(path.relative_to(directory)))
-    return buffer.getvalue()
-
-
 @task(name="store-checkpoint", retries=2, retry_delay_seconds=2)
 def store_checkpoint(run_id: int, directory: str, step: int, metrics: dict[str, Any]) -> str:
     """`directory` as a tar.gz in the object store and a checkpoint row of run `run_id`; returns the digest."""
-    settings = get_settings()
-    store = open_store(settings.resolved_store_url(), endpoint_url=settings.s3_endpoint_url)
-    digest = store.put_bytes(_tar(Path(directory)))
-    with open_catalog().session() as session:
-        session.add(Checkpoint(training_run_id=run_id, step=step, digest=digest, metrics=metrics))
-        session.commit()
-    return digest
+    return save_checkpoint(run_id, Path(directory), step, metrics)
 
 
 def _summary(run_id: int, config: TrainingConfig, result: dict[str, Any]) -> str:

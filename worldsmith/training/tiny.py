@@ -60,12 +60,12 @@ def corpus(bundles: Iterable[Any]) -> list[str]:
 
 
 def build_tiny_model(out: Path, bundles: Iterable[Any], *, seed: int = 0, vocab_size: int = 4096, hidden_size: int = 64,
-                     layers: int = 2, heads: int = 4, kv_heads: int = 2) -> Path:
-    """Write a tiny Qwen3ForCausalLM with its tokenizer to `out` and return `out`."""
+                     layers: int = 2, heads: int = 4, kv_heads: int = 2, texts: Iterable[str] = ()) -> Path:
+    """Write a tiny Qwen3ForCausalLM with its tokenizer (trained on the bundles' corpus and `texts`) to `out` and return `out`."""
     import torch
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
-    tokenizer = train_tokenizer(corpus(bundles), vocab_size)
+    tokenizer = train_tokenizer(corpus(bundles) + list(texts), vocab_size)
     config = Qwen3Config(vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=hidden_size * 3, num_hidden_layers=layers,
                          num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=hidden_size // heads, max_position_embeddings=16384,
                          tie_word_embeddings=False, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id, bos_token_id=None)

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any, Protocol
 
 import openai
@@ -103,8 +104,8 @@ class OpenAIWorldModel:
         return out
 
 
-def world_model(spec: str) -> WorldModel:
-    """A world model by name: oracle | static | openai:MODEL (the WORLDSMITH_LLM_* endpoint)."""
+def world_model(spec: str, *, max_new_tokens: int = 512) -> WorldModel:
+    """A world model by name: oracle | static | openai:MODEL (the WORLDSMITH_LLM_* endpoint) | hf:PATH (a local model directory)."""
     if spec == "oracle":
         return OracleWorldModel()
     if spec == "static":
@@ -114,4 +115,11 @@ def world_model(spec: str) -> WorldModel:
 
         settings = get_settings()
         return OpenAIWorldModel(spec.split(":", 1)[1], base_url=settings.llm_base_url, api_key=settings.llm_key(), timeout_s=settings.llm_timeout_s)
-    raise ValueError(f"unknown world model {spec!r}: use oracle, static or openai:MODEL")
+    if spec.startswith("hf:") and len(spec) > len("hf:"):
+        from worldsmith.worldmodel.training import HFWorldModel
+
+        path = spec.split(":", 1)[1]
+        if not (Path(path) / "config.json").is_file():
+            raise ValueError(f"world model {spec!r}: {path} is not a model directory")
+        return HFWorldModel(path, max_new_tokens=max_new_tokens)
+    raise ValueError(f"unknown world model {spec!r}: use oracle, static, openai:MODEL or hf:PATH")

@@ -1,0 +1,130 @@
+"""World-model training: supervised fine-tuning (TRL's SFTTrainer) of a causal LM to answer a
+transition's prompt with its observation and diff as JSON, and `HFWorldModel` to use the result.
+
+Profiles as for the policy: `cpu-test` trains a tiny Qwen3-architecture model built offline (its
+tokenizer trained on the transitions' text), fp32 on the CPU; `gpu` trains a given model directory
+in bf16 with gradient checkpointing. A run, its per-step losses and its final model are catalog
+rows (a training run whose config says `kind: world_model`) and an object-store checkpoint.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from worldsmith.worldmodel.models import Prediction, parse_prediction, prompt, target
+from worldsmith.worldmodel.transitions import Transition
+
+TINY = "tiny"
+
+
+class WorldModelConfig(BaseModel):
+    """A world-model SFT run."""
+
+    model: str = Field(TINY, description="Model directory to fine-tune, or `tiny` (built offline, cpu-test).")
+    profile: Literal["cpu-test", "gpu"] = "cpu-test"
+    steps: int = Field(60, ge=1)
+    learning_rate: float = Field(3e-3, gt=0)
+    batch_size: int = Field(8, ge=1)
+    seed: int = 0
+    output: str | None = Field(None, description="Where the model goes (default WORLDSMITH_HOME/world-models/<run id>).")
+
+
+def sft_rows(transitions: list[Transition]) -> list[dict[str, Any]]:
+    """Prompt/completion rows (TRL's conversational format): the state and call in, the JSON out."""
+    return [{"prompt": prompt(t, t.history), "completion": [{"role": "assistant", "content": target(t)}]} for t in transitions]
+
+
+def tiny_world_model(out: Path, transitions: list[Transition], seed: int = 0) -> Path:
+    """A tiny Qwen3 model whose tokenizer is trained on the transitions' prompts and answers."""
+    from worldsmith.training.tiny import build_tiny_model
+
+    texts = [m["content"] for row in sft_rows(transitions) for m in row["prompt"] + row["completion"]]
+    return build_tiny_model(out, [], seed=seed, texts=texts)
+
+
+def fine_tune(model_dir: Path, transitions: list[Transition], out: Path, config: WorldModelConfig, callbacks: list[Any] = ()) -> list[dict[str, Any]]:
+    """SFT of `model_dir` on `transitions` for `config.steps` steps (loss on the answers only);
+    saves model and tokenizer to `out`; returns the trainer's log of losses."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.trainer_callback import PrinterCallback
+    from trl import SFTConfig, SFTTrainer
+
+    gpu = config.profile == "gpu"
+    if gpu and not torch.cuda.is_available():
+        raise ValueError("profile 'gpu' needs a CUDA device; use profile 'cpu-test' on this machine")
+    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), torch_dtype=torch.bfloat16 if gpu else torch.float32)
+    args = SFTConfig(output_dir=str(out / "sft"), max_steps=config.steps, per_device_train_batch_size=config.batch_size,
+                     learning_rate=config.learning_rate, lr_scheduler_type="constant", warmup_steps=0, logging_steps=max(1, config.steps // 10),
+                     save_strategy="no", report_to="none", seed=config.seed, data_seed=config.seed, use_cpu=not gpu, bf16=gpu,
+                     gradient_checkpointing=gpu, disable_tqdm=True, completion_only_loss=True, max_length=None)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(sft_rows(transitions)), processing_class=tokenizer)
+    trainer.remove_callback(PrinterCallback)
+    for callback in callbacks:
+        trainer.add_callback(callback)
+    trainer.train()
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return [entry for entry in trainer.state.log_history if "loss" in entry]
+
+
+def train_world_model(transitions: list[Transition], config: WorldModelConfig) -> dict[str, Any]:
+    """A recorded run: the model (tiny or given) fine-tuned on the train-split transitions, its
+    steps and final model in the catalog and the object store. Returns the run's record."""
+    from worldsmith.flows.records import add_run, finish_run
+    from worldsmith.models.catalog import TrainingRun
+    from worldsmith.settings import get_settings
+    from worldsmith.training.callbacks import CatalogMetrics
+    from worldsmith.training.checkpoints import save_checkpoint
+
+    train = [t for t in transitions if t.split == "train"]
+    if not train:
+        raise ValueError("no transitions in the train split: nothing to train on")
+    run_id = add_run(TrainingRun(config={"kind": "world_model", **config.model_dump(), "transitions": len(train)}))
+    out = Path(config.output) if config.output else get_settings().home / "world-models" / str(run_id)
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            base = tiny_world_model(Path(scratch) / "base", transitions, config.seed) if config.model == TINY else Path(config.model)
+            log = fine_tune(base, train, out, config, [CatalogMetrics(run_id)])
+        digest = save_checkpoint(run_id, out, config.steps, {"final": True, **(log[-1] if log else {})})
+    except BaseException as exc:
+        finish_run(TrainingRun, run_id, "failed", {"error": f"{type(exc).__name__}: {exc}"})
+        raise
+    result = {"run_id": run_id, "model": str(out), "checkpoint": digest, "steps": config.steps, "log": log}
+    finish_run(TrainingRun, run_id, "completed", {k: v for k, v in result.items() if k != "log"})
+    return result
+
+
+class HFWorldModel:
+    """A local causal LM (a `save_pretrained` directory) as a world model: greedy for one sample."""
+
+    def __init__(self, path: str | Path, max_new_tokens: int = 512):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.name = f"hf:{path}"
+        self.tokenizer = AutoTokenizer.from_pretrained(str(path))
+        dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
+        self.model = AutoModelForCausalLM.from_pretrained(str(path), torch_dtype=dtype)
+        if torch.cuda.is_available():
+            self.model = self.model.to("cuda")
+        self.model.eval()
+        self.max_new_tokens = max_new_tokens
+
+    def predict(self, transition: Transition, history: list[dict[str, Any]], samples: int = 1) -> list[Prediction]:
+        import torch
+
+        encoded = self.tokenizer.apply_chat_template(prompt(transition, history), add_generation_prompt=True, tokenize=True,
+                                                     return_dict=True, return_tensors="pt", enable_thinking=False)
+        inputs = {k: v.to(self.model.device) for k, v in encoded.items()}
+        with torch.no_grad():
+            output = self.model.generate(**inputs, max_new_tokens=self.max_new_tokens, do_sample=samples > 1, num_return_sequences=samples,
+                                         pad_token_id=self.tokenizer.pad_token_id)
+        start = inputs["input_ids"].shape[1]
+        return [parse_prediction(self.tokenizer.decode(sequence[start:], skip_special_tokens=True)) for sequence in output]
