@@ -18,20 +18,22 @@ from worldsmith.bundle.loader import Bundle, load_bundle, rebuild_bundle_dir
 from worldsmith.settings import get_settings
 
 app = typer.Typer(help="Manufacture executable tool-use worlds for LLM agents and train agents in them.", no_args_is_help=True)
-env_app = typer.Typer(help="Inspect, check, call and serve environment bundles.", no_args_is_help=True)
-app.add_typer(env_app, name="env")
-catalog_app = typer.Typer(help="Publish, list, compare, fetch and move environment versions.", no_args_is_help=True)
-app.add_typer(catalog_app, name="catalog")
-sets_app = typer.Typer(help="Create and export environment sets (immutable, split by environment).", no_args_is_help=True)
-app.add_typer(sets_app, name="sets")
-data_app = typer.Typer(help="Datasets from evaluation trajectories: SFT conversations and world-model transitions.", no_args_is_help=True)
-app.add_typer(data_app, name="data")
-import_app = typer.Typer(help="Bring environments from other formats into the catalog.", no_args_is_help=True)
-app.add_typer(import_app, name="import")
-export_app = typer.Typer(help="Write environment sets in other formats.", no_args_is_help=True)
-app.add_typer(export_app, name="export")
-wm_app = typer.Typer(help="World models: transition data from real episodes, and their evaluation against the real worlds.", no_args_is_help=True)
-app.add_typer(wm_app, name="wm")
+
+
+def _command_group(name: str, help: str) -> typer.Typer:
+    """A sub-command group `worldsmith NAME ...` (without arguments: its help)."""
+    group = typer.Typer(help=help, no_args_is_help=True)
+    app.add_typer(group, name=name)
+    return group
+
+
+env_app = _command_group("env", "Inspect, check, call and serve environment bundles.")
+catalog_app = _command_group("catalog", "Publish, list, compare, fetch and move environment versions.")
+sets_app = _command_group("sets", "Create and export environment sets (immutable, split by environment).")
+data_app = _command_group("data", "Datasets from evaluation trajectories: SFT conversations and world-model transitions.")
+import_app = _command_group("import", "Bring environments from other formats into the catalog.")
+export_app = _command_group("export", "Write environment sets in other formats.")
+wm_app = _command_group("wm", "World models: transition data from real episodes, their training, and their evaluation against the real worlds.")
 console = Console()
 errors = Console(stderr=True)
 
