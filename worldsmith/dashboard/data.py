@@ -26,11 +26,11 @@ from worldsmith.tasks.attempts import stage_summary
 RATES = ("first_attempt_success", "repair_rate", "failure_rate")
 
 
-def generation_by_night(session: Session) -> dict[str, Any]:
+def generation_by_night(attempts: list[StageAttempt]) -> dict[str, Any]:
     """Per night (UTC date of the attempts) and stage: first-attempt success, repair and failure
     rates and invocations, as series aligned with `nights` (None where a stage did not run that night)."""
     by_night: dict[str, list[StageAttempt]] = defaultdict(list)
-    for attempt in session.exec(select(StageAttempt)).all():
+    for attempt in attempts:
         by_night[attempt.created_at.strftime("%Y-%m-%d")].append(attempt)
     nights = sorted(by_night)
     summaries = {night: {row["stage"]: row for row in stage_summary(by_night[night])} for night in nights}
@@ -40,11 +40,11 @@ def generation_by_night(session: Session) -> dict[str, Any]:
     return {"nights": nights, "stages": series}
 
 
-def environment_costs(session: Session) -> list[dict[str, Any]]:
+def environment_costs(session: Session, attempts: list[StageAttempt]) -> list[dict[str, Any]]:
     """Per environment: LLM tokens and cost over all its stage attempts, attempts made, and the
     status of its latest version ('unpublished' when no version was published)."""
     totals: dict[str, dict[str, Any]] = {}
-    for a in session.exec(select(StageAttempt).where(StageAttempt.env_id.is_not(None))).all():
+    for a in (a for a in attempts if a.env_id is not None):
         row = totals.setdefault(a.env_id, {"env_id": a.env_id, "attempts": 0, "tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0})
         row["attempts"] += 1
         row["tokens_in"] += a.tokens_in
@@ -112,5 +112,6 @@ def training(session: Session) -> list[dict[str, Any]]:
 
 def summary(session: Session) -> dict[str, Any]:
     """Everything the dashboard shows."""
-    return {"generation": generation_by_night(session), "environments": environment_costs(session), "quality": quality(session),
+    attempts = list(session.exec(select(StageAttempt)).all())  # read once: both sections are made from them
+    return {"generation": generation_by_night(attempts), "environments": environment_costs(session, attempts), "quality": quality(session),
             "sets": sets(session), "evaluations": evaluations(session), "training": training(session)}

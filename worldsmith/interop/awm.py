@@ -26,7 +26,7 @@ from typing import Any, Literal
 from worldsmith.bundle.codepolicy import parse_source
 from worldsmith.bundle.errors import BundleError
 from worldsmith.bundle.loader import Bundle, build_bundle, tools_json_bytes
-from worldsmith.bundle.sqlscript import harden, split_statements
+from worldsmith.bundle.sqlscript import harden, snapshot, split_statements
 from worldsmith.models.bundle import ENV_ID_PATTERN
 from worldsmith.runtime.episode import Runtime
 from worldsmith.runtime.errors import RuntimeFault
@@ -184,6 +184,7 @@ class SeedLoad:
     loaded: list[str]
     failed: list[tuple[str, str]]
     schema_error: str | None = None
+    world: bytes | None = None  # the database they made
 
 
 def load_seed(schema: str, inserts: list[str]) -> SeedLoad:
@@ -202,6 +203,7 @@ def load_seed(schema: str, inserts: list[str]) -> SeedLoad:
                 result.loaded.append(insert.strip())
             except sqlite3.Error as exc:
                 result.failed.append((insert.strip(), str(exc)))
+        result.world = snapshot(conn)
         return result
     finally:
         conn.close()
@@ -297,7 +299,7 @@ def import_scenario(scenario: AwmScenario, runtime: Runtime, mode: VerifierMode 
                    "clock": clock or datetime.now(timezone.utc).replace(microsecond=0, tzinfo=None).isoformat()},
     }
     try:
-        tools = runtime.describe_app(scenario.app, _world_of(schema, seed.loaded))
+        tools = runtime.describe_app(scenario.app, seed.world)
     except RuntimeFault as exc:
         result.defects.append(f"app: {exc}")
         return result
@@ -306,12 +308,3 @@ def import_scenario(scenario: AwmScenario, runtime: Runtime, mode: VerifierMode 
     except BundleError as exc:
         result.defects.extend(f"{issue.file}: {issue.problem}" + (f" (line {issue.line})" if issue.line else "") for issue in exc.issues[:10])
     return result
-
-
-def _world_of(schema: str, inserts: list[str]) -> bytes:
-    from worldsmith.bundle.sqlscript import build_world
-
-    world, faults = build_world(schema, "\n".join(inserts))
-    if world is None:
-        raise AwmFormatError(f"the loaded inserts do not rebuild the database: {faults[0].problem}")
-    return world

@@ -42,25 +42,10 @@ def warm_up(model_dir: Path, rows: list[dict[str, Any]], out: Path, *, steps: in
             seed: int = 0, progress: bool = False) -> Path:
     """SFT `model_dir` for `steps` steps on per-turn `rows` (`reference_rows`, or any `turn_rows`);
     the result (model and tokenizer) is saved to `out`, which is returned."""
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.trainer_callback import PrinterCallback
-    from trl import SFTConfig, SFTTrainer
-
     from worldsmith.training.callbacks import ProgressBar
+    from worldsmith.training.sft import supervised_fine_tune
 
-    dataset = Dataset.from_list([{k: row[k] for k in ("prompt", "completion", "tools", "chat_template_kwargs")} for row in rows])
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir))
-    args = SFTConfig(output_dir=str(out / "sft"), max_steps=steps, per_device_train_batch_size=batch_size, learning_rate=learning_rate,
-                     lr_scheduler_type="constant", warmup_steps=0, logging_steps=max(1, steps // 5), save_strategy="no", report_to="none",
-                     seed=seed, data_seed=seed, use_cpu=True, disable_tqdm=True, completion_only_loss=True, max_length=None,
-                     gradient_checkpointing=False)  # a tiny model needs no memory savings; recomputation only costs time
-    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer)
-    trainer.remove_callback(PrinterCallback)  # stdout may be a --json answer; progress is a bar when asked for
-    if progress:
-        trainer.add_callback(ProgressBar("supervised warm-up"))
-    trainer.train()
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+    kept = [{k: row[k] for k in ("prompt", "completion", "tools", "chat_template_kwargs")} for row in rows]
+    supervised_fine_tune(model_dir, kept, out, steps=steps, learning_rate=learning_rate, batch_size=batch_size, seed=seed,
+                         logging_steps=max(1, steps // 5), callbacks=[ProgressBar("supervised warm-up")] if progress else [])
     return out

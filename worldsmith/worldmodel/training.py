@@ -50,28 +50,15 @@ def fine_tune(model_dir: Path, transitions: list[Transition], out: Path, config:
     """SFT of `model_dir` on `transitions` for `config.steps` steps (loss on the answers only);
     saves model and tokenizer to `out`; returns the trainer's log of losses."""
     import torch
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.trainer_callback import PrinterCallback
-    from trl import SFTConfig, SFTTrainer
+
+    from worldsmith.training.sft import supervised_fine_tune
 
     gpu = config.profile == "gpu"
     if gpu and not torch.cuda.is_available():
         raise ValueError("profile 'gpu' needs a CUDA device; use profile 'cpu-test' on this machine")
-    tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), torch_dtype=torch.bfloat16 if gpu else torch.float32)
-    args = SFTConfig(output_dir=str(out / "sft"), max_steps=config.steps, per_device_train_batch_size=config.batch_size,
-                     learning_rate=config.learning_rate, lr_scheduler_type="constant", warmup_steps=0, logging_steps=max(1, config.steps // 10),
-                     save_strategy="no", report_to="none", seed=config.seed, data_seed=config.seed, use_cpu=not gpu, bf16=gpu,
-                     gradient_checkpointing=gpu, disable_tqdm=True, completion_only_loss=True, max_length=None)
-    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(sft_rows(transitions)), processing_class=tokenizer)
-    trainer.remove_callback(PrinterCallback)
-    for callback in callbacks:
-        trainer.add_callback(callback)
-    trainer.train()
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return [entry for entry in trainer.state.log_history if "loss" in entry]
+    return supervised_fine_tune(model_dir, sft_rows(transitions), out, steps=config.steps, learning_rate=config.learning_rate,
+                                batch_size=config.batch_size, seed=config.seed, logging_steps=max(1, config.steps // 10), gpu=gpu,
+                                callbacks=list(callbacks))
 
 
 def train_world_model(transitions: list[Transition], config: WorldModelConfig) -> dict[str, Any]:
