@@ -11,7 +11,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest  # noqa: E402
 
-from worldsmith.bundle.loader import Bundle, artifact_digest, load_bundle  # noqa: E402
+from worldsmith.bundle.loader import Bundle, artifact_digest, build_bundle, load_bundle  # noqa: E402
 from worldsmith.models.bundle import ToolSchema  # noqa: E402
 from worldsmith.runtime.episode import Runtime  # noqa: E402
 from worldsmith.runtime.pool import SandboxLimits  # noqa: E402
@@ -91,6 +91,24 @@ def with_tools(bundle: Bundle, source: str, names: list[str]) -> Bundle:
         tasks=bundle.tasks,
         tools=bundle.tools + tuple(extra),
     )
+
+
+def narrowed(bundle: Bundle, task_ids: tuple[str, ...]) -> Bundle:
+    """`bundle` with only the tasks `task_ids` and the tools their reference solutions call (the
+    other public functions of tools.py cut from its syntax tree), rebuilt by the loader, so it
+    passes every check and publishes as it is."""
+    import ast
+    import json
+
+    tasks = [bundle.task(t) for t in task_ids]
+    used = {s.tool for t in tasks for s in t.solution}
+    source = bundle.text("tools.py")
+    kept = [ast.get_source_segment(source, node) for node in ast.parse(source).body
+            if not isinstance(node, ast.FunctionDef) or node.name in used or node.name.startswith("_")]
+    sources = {name: bundle.files[name] for name in ("schema.sql", "seed.sql", "verifiers.py")}
+    sources["tools.py"] = "\n\n\n".join(kept) + "\n"
+    sources["tasks.jsonl"] = "".join(json.dumps(t.model_dump(mode="json")) + "\n" for t in tasks)
+    return build_bundle(sources, {"env_id": bundle.env_id, "scenario": bundle.manifest.scenario.model_dump()})
 
 
 # -- storage backends ---------------------------------------------------------------------------

@@ -61,6 +61,13 @@ def known(tmp_path) -> Catalog:
         s.flush()
         for step, reward in ((1, 0.1), (2, 0.3), (3, 0.5)):
             s.add(TrainingStep(training_run_id=run.id, step=step, metrics={"reward": reward, "success_rate": reward / 2, "loss": 1.0 / step}))
+        cotrain = TrainingRun(set_id=env_set.id, config={"kind": "cotrain", "policy": {"model": "tiny"}}, status="completed")
+        s.add(cotrain)
+        s.flush()
+        for number, real, pass1, accuracy in ((1, 0.5, 0.5, None), (2, 0.75, 1.0, 0.25)):
+            s.add(TrainingStep(training_run_id=cotrain.id, step=number, metrics={
+                "real_success_rate": real, "eval_pass@1": pass1, "imagined_rate": 0.75, "stopped_rate": 0.125, "wm_loss": 2.0 / number,
+                **({"wm_accuracy_fresh": accuracy} if accuracy is not None else {})}))
     yield catalog
     catalog.close()
 
@@ -91,18 +98,24 @@ def test_summary_holds_the_catalogs_numbers(known):
         ("reference", 1, 1.0, 1.0, 0.0), ("random", 4, 0.25, 0.5, 0.1)]
     (run,) = data["training"]
     assert run["steps"] == [1, 2, 3] and run["reward"] == [0.1, 0.3, 0.5] and run["success_rate"] == [0.05, 0.15, 0.25]
+    assert run["kind"] == "grpo" and [e["world"] for e in data["evaluations"]] == ["real", "real"]
+    (cotrain,) = data["cotraining"]
+    assert (cotrain["id"], cotrain["kind"], cotrain["model"], cotrain["steps"]) == (2, "cotrain", "tiny", [1, 2])
+    assert cotrain["real_success_rate"] == [0.5, 0.75] and cotrain["eval_pass@1"] == [0.5, 1.0]
+    assert cotrain["wm_accuracy_fresh"] == [None, 0.25] and cotrain["wm_loss"] == [2.0, 1.0] and cotrain["stopped_rate"] == [0.125, 0.125]
 
 
 def test_empty_catalog_renders_and_api_matches_summary(known, tmp_path):
     empty = Catalog(f"sqlite:///{tmp_path / 'empty.db'}")
     page = TestClient(dashboard_app(empty)).get("/")
     assert page.status_code == 200 and "No generation runs yet." in page.text and "No training runs yet." in page.text
+    assert "No co-training runs yet." in page.text
     client = TestClient(dashboard_app(known, prefect_ui_url="http://127.0.0.1:4200"))
     with known.session() as session:
         assert client.get("/api/summary").json() == json.loads(json.dumps(summary(session)))
     html = client.get("/").text
     for chart in ("generation-first_attempt_success", "generation-repair_rate", "generation-failure_rate", "env-cost", "env-tokens",
-                  "quality", "evaluations", "training"):
+                  "quality", "evaluations", "training", "cotraining"):
         assert f'id="chart-{chart}"' in html
     assert 'href="http://127.0.0.1:4200"' in html
     assert client.get("/static/plotly.min.js").status_code == 200 and client.get("/healthz").text == "ok"
@@ -114,7 +127,7 @@ def test_browser_renders_the_charts_with_the_catalogs_numbers(known, browser):
         browser.get(server.url)
         WebDriverWait(browser, 30).until(expected_conditions.presence_of_element_located((By.CSS_SELECTOR, "#chart-training .main-svg")))
         charts = browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")
-        assert len(charts) == 8 and all(c.find_elements(By.CSS_SELECTOR, ".main-svg") for c in charts)
+        assert len(charts) == 9 and all(c.find_elements(By.CSS_SELECTOR, ".main-svg") for c in charts)
 
         def traces(chart: str) -> dict:
             return browser.execute_script(f"return Object.fromEntries(document.getElementById('chart-{chart}').data.map(t => [t.name, t.y]))")
@@ -124,6 +137,8 @@ def test_browser_renders_the_charts_with_the_catalogs_numbers(known, browser):
         assert traces("evaluations") == {"pass@1": [1.0, 0.25], "env_error rate": [0.0, 0.1]}
         assert traces("training") == {"run 1 (tiny)": [0.1, 0.3, 0.5]}
         assert traces("quality") == {"passed": [2, 1], "failed": [0, 1]}
+        assert traces("cotraining") == {"run 2: real success": [0.5, 0.75], "run 2: eval pass@1": [0.5, 1.0],
+                                        "run 2: world model accuracy": [None, 0.25]}
         # the drawn bars are there: one path per (trace, point) of the quality chart
         assert len(browser.find_elements(By.CSS_SELECTOR, "#chart-quality .bars .point")) == 4
 
@@ -137,4 +152,7 @@ def test_browser_renders_the_charts_with_the_catalogs_numbers(known, browser):
         assert cell("evaluations", "[data-run='2']", "pass@k") == "0.500"
         assert cell("evaluations", "[data-run='2']", "format_error_rate") == "0.200"
         assert cell("training", "[data-run='1']", "reward") == "0.500"
+        assert cell("cotraining", "[data-run='2'][data-round='2']", "wm_accuracy_fresh") == "0.250"
+        assert cell("cotraining", "[data-run='2'][data-round='1']", "wm_accuracy_fresh") == ""
+        assert cell("cotraining", "[data-run='2'][data-round='1']", "stopped_rate") == "0.125"
         assert cell("sets", "[data-set='nightly']", "validation") == "1"

@@ -425,6 +425,9 @@ def eval_command(
     judge_votes: Annotated[int, typer.Option(help="Judges voting per episode.")] = 1,
     concurrency: Annotated[int, typer.Option(help="Tasks evaluated at once.")] = 4,
     seed: Annotated[int, typer.Option(help="Seed of the first sample.")] = 0,
+    simulate: Annotated[Optional[str], typer.Option(help=SIMULATE_HELP)] = None,
+    wm_samples: Annotated[int, typer.Option(help="--simulate: predictions per call (their disagreement is the uncertainty).")] = 1,
+    uncertainty_threshold: Annotated[float, typer.Option(help="--simulate: stop an episode at a call more uncertain than this.")] = 1.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Evaluate a policy on an environment set with the `evaluate` flow; stores an evaluation run."""
@@ -433,7 +436,8 @@ def eval_command(
     try:
         params = EvaluateParameters(set_name=set_name, policy=policy, samples=samples, split=split, max_turns=max_turns, window=window,
                                     temperature=temperature, tool_format=tool_format, meta_tools=meta_tools, judge_model=judge,
-                                    judge_votes=judge_votes, concurrency=concurrency, seed=seed)
+                                    judge_votes=judge_votes, concurrency=concurrency, seed=seed,
+                                    simulate=_simulation(simulate, wm_samples, uncertainty_threshold))
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     with _reported(), console.status(f"evaluating {policy} on {set_name}", spinner="dots"):
@@ -442,7 +446,7 @@ def eval_command(
         print(json.dumps(result, indent=2, default=str))
         return
     k = params.samples
-    table = Table(title=f"evaluation {result['run_id']}: {policy} on {set_name} ({split}, {k} sample(s) per task)")
+    table = Table(title=f"evaluation {result['run_id']}: {policy} on {set_name} ({split}, {result['world']} worlds, {k} sample(s) per task)")
     for column in ("env", "tasks", "episodes", "pass@1", f"pass@{k}", "mean reward", "mean turns", "env_error", "format_error"):
         table.add_column(column)
     for env, s in [*result["per_env"].items(), ("all", result["overall"])]:
@@ -450,6 +454,15 @@ def eval_command(
                       f"{s['mean_turns']:.2f}", f"{s['env_error_rate']:.3f}", f"{s['format_error_rate']:.3f}")
     console.print(table)
     console.print(f"trajectories: {result['trajectories']['jsonl']}")
+
+
+SIMULATE_HELP = ("Simulated mode: a world model answers the tool calls instead of the environments' code: "
+                 "code | static | openai:MODEL | hf:PATH (see docs/world-models.md).")
+
+
+def _simulation(world_model: str | None, samples: int, threshold: float) -> dict | None:
+    """The `simulate` settings of the --simulate options (None: the real worlds)."""
+    return None if world_model is None else {"world_model": world_model, "samples": samples, "uncertainty_threshold": threshold}
 
 
 @app.command("train")
@@ -472,6 +485,10 @@ def train_command(
     output: Annotated[Optional[Path], typer.Option(help="Output directory (default WORLDSMITH_HOME/training/<run id>).")] = None,
     warmup_steps: Annotated[int, typer.Option(help="--model tiny: supervised steps on the reference solutions first.")] = 120,
     seed: Annotated[int, typer.Option(help="Seed of sampling, row order and initialisation.")] = 0,
+    simulate: Annotated[Optional[str], typer.Option(help=SIMULATE_HELP)] = None,
+    wm_samples: Annotated[int, typer.Option(help="--simulate: predictions per call (their disagreement is the uncertainty).")] = 1,
+    uncertainty_threshold: Annotated[float, typer.Option(help="--simulate: stop a rollout at a call more uncertain than this.")] = 1.0,
+    real_share: Annotated[Optional[float], typer.Option(help="--simulate: share of rollout groups run in the real worlds (default 0).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the run's record as JSON.")] = False,
 ) -> None:
     """Train a policy with multi-turn GRPO on an environment set (the `train` flow); stores a training run."""
@@ -481,7 +498,8 @@ def train_command(
     fields = {"model": model, "set_name": set_name, "profile": profile, "steps": steps, "group_size": group_size, "learning_rate": learning_rate,
               "beta": beta, "history": history, "max_turns": max_turns, "max_completion_length": max_completion_length,
               "rows_per_step": rows_per_step, "processes": processes, "lora": {"enabled": lora}, "tensorboard": tensorboard, "seed": seed, "warmup_steps": warmup_steps,
-              "output": str(output) if output else None}
+              "output": str(output) if output else None, "simulate": _simulation(simulate, wm_samples, uncertainty_threshold),
+              **({"real_share": real_share} if real_share is not None else {})}
     try:
         config = TrainingConfig(**fields, **({"window": window} if window is not None else {}))
     except ValueError as exc:
@@ -709,6 +727,63 @@ def wm_eval(
                       f"{scores['rows']['f1']:.3f}", f"{scores['fields']['f1']:.3f}")
     console.print(table)
     console.print("compound error by step: " + ", ".join(f"{s['step']}: {s['compound_error']:.3f}" for s in report["k_step"]["steps"]), highlight=False)
+
+
+@app.command("cotrain")
+def cotrain_command(
+    set_name: Annotated[str, typer.Option("--set", help="Environment set: its train split is rolled out and trained on.")],
+    model: Annotated[str, typer.Option(help="Policy: a model directory or `tiny` (built offline and warmed up; cpu-test).")] = "tiny",
+    world_model: Annotated[str, typer.Option(help="World model to start from: a model directory or `tiny` (built offline).")] = "tiny",
+    profile: Annotated[str, typer.Option(help="cpu-test | gpu, for both models.")] = "cpu-test",
+    rounds: Annotated[int, typer.Option(help="Co-training rounds.")] = 3,
+    policy_steps: Annotated[int, typer.Option(help="GRPO steps per round.")] = 8,
+    wm_steps: Annotated[int, typer.Option(help="World-model SFT steps per round.")] = 40,
+    group_size: Annotated[int, typer.Option(help="Rollouts per (env, task) row.")] = 4,
+    learning_rate: Annotated[float, typer.Option(help="Policy learning rate.")] = 1e-4,
+    wm_learning_rate: Annotated[float, typer.Option(help="World-model learning rate.")] = 3e-3,
+    real_samples: Annotated[int, typer.Option(help="Real rollouts per train task each round.")] = 2,
+    real_share: Annotated[float, typer.Option(help="Share of the policy update's rollout groups run in the real worlds.")] = 0.2,
+    wm_samples: Annotated[int, typer.Option(help="World-model predictions per imagined call.")] = 3,
+    uncertainty_threshold: Annotated[float, typer.Option(help="Stop an imagined rollout at a call more uncertain than this.")] = 0.5,
+    max_turns: Annotated[int, typer.Option(help="Turns per rollout.")] = 6,
+    max_completion_length: Annotated[int, typer.Option(help="Policy tokens per turn at most.")] = 128,
+    max_new_tokens: Annotated[int, typer.Option(help="World-model tokens per prediction at most.")] = 384,
+    warmup_steps: Annotated[int, typer.Option(help="--model tiny: supervised steps on the reference solutions first.")] = 60,
+    seed: Annotated[int, typer.Option(help="Seed of everything.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the run's record as JSON.")] = False,
+) -> None:
+    """Co-train a policy and a world model (the `cotrain` flow): per round, real rollouts -> world-model
+    update -> GRPO on imagined rollouts mixed with real ones -> evaluation in the real worlds."""
+    from worldsmith.flows.cotrain import CotrainConfig, cotrain
+
+    try:
+        config = CotrainConfig(
+            policy={"model": model, "set_name": set_name, "profile": profile, "steps": policy_steps, "group_size": group_size,
+                    "learning_rate": learning_rate, "max_turns": max_turns, "max_completion_length": max_completion_length,
+                    "warmup_steps": warmup_steps, "seed": seed},
+            world_model={"model": world_model, "profile": profile, "steps": wm_steps, "learning_rate": wm_learning_rate, "seed": seed},
+            rounds=rounds, real_samples=real_samples, real_share=real_share, samples=wm_samples, uncertainty_threshold=uncertainty_threshold,
+            max_new_tokens=max_new_tokens)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    try:
+        with _reported():
+            result = cotrain(config, progress=not as_json)
+    except ValueError as exc:
+        errors.print(str(exc), markup=False, highlight=False)
+        raise typer.Exit(2) from None
+    if as_json:
+        print(json.dumps(result, indent=2, default=str))
+        return
+    table = Table(title=f"co-training run {result['run_id']} on {set_name}")
+    columns = {"round": "round", "real_success_rate": "real success", "wm_accuracy_fresh": "wm accuracy (fresh)", "wm_loss": "wm loss",
+               "imagined_rate": "imagined", "stopped_rate": "stopped", "eval_pass@1": "eval pass@1"}
+    for label in columns.values():
+        table.add_column(label)
+    for r in result["rounds"]:
+        table.add_row(*[f"{r[k]:.3f}" if isinstance(r.get(k), float) else str(r.get(k) if r.get(k) is not None else "") for k in columns])
+    console.print(table)
+    console.print(f"policy: {result['policy']}\nworld model: {result['world_model']}", highlight=False)
 
 
 @app.command("up")

@@ -60,6 +60,7 @@ class Trajectory(BaseModel):
     env_key: str
     task_id: str
     policy: str
+    world: str = Field("real", description="Where the episode ran: `real`, or `simulated:<world model>`.")
     tools: list[dict[str, Any]] = Field(default_factory=list, description="The tool schemas the agent was given.")
     messages: list[Message]
     steps: list[Step]
@@ -95,6 +96,15 @@ def system_prompt(bundle: Bundle, with_tools: bool = True) -> str:
     return text + "\nTools:\n" + "\n".join(json.dumps(t.model_dump()) for t in bundle.tools)
 
 
+class EpisodeSource(Protocol):
+    """Where episodes come from: the real worlds (`Runtime`) or a world model's imagination
+    (`worldmodel.simulated.SimulatedRuntime`); `name` is recorded on each trajectory."""
+
+    name: str
+
+    def open_episode(self, bundle: Bundle, task: str | TaskSpec | None = None) -> Any: ...
+
+
 class Judge(Protocol):
     """Reviews a judged trajectory (see judge.py); returns the final verdict and its record."""
 
@@ -114,9 +124,11 @@ def _verdict(runtime: Runtime, bundle: Bundle, task: TaskSpec, episode: Episode,
 
 
 def run_episode(runtime: Runtime, bundle: Bundle, task: TaskSpec, policy: Policy, config: EpisodeConfig | None = None,
-                judge: Judge | None = None) -> Trajectory:
+                judge: Judge | None = None, world: EpisodeSource | None = None) -> Trajectory:
     """Run `policy` on `task` in a fresh episode of `bundle` and judge it: the verifier's verdict,
-    the side-effect guard, then the LLM judge when one is given."""
+    the side-effect guard, then the LLM judge when one is given. The episode comes from `world`
+    when given (a simulated one), else from `runtime`, which always replays the reference solution
+    for the side-effect guard."""
     config = config or EpisodeConfig()
     started = time.perf_counter()
     messages = [Message(role="system", content=system_prompt(bundle, with_tools=not getattr(policy, "shows_tools", False))),
@@ -126,7 +138,8 @@ def run_episode(runtime: Runtime, bundle: Bundle, task: TaskSpec, policy: Policy
     verdict, error, answer = None, None, ""
     turns = 0
     policy.start(bundle, task, config.seed)
-    with runtime.open_episode(bundle, task) as episode:
+    world = world or runtime
+    with world.open_episode(bundle, task) as episode:
         tools = episode.tools()
         for turn in range(1, config.max_turns + 1):
             turns = turn
@@ -163,7 +176,8 @@ def run_episode(runtime: Runtime, bundle: Bundle, task: TaskSpec, policy: Policy
             judged = episode.verify(answer)
             error = judged.error
             verdict, evidence = _verdict(runtime, bundle, task, episode, judged, config.side_effects)
-    trajectory = Trajectory(env_id=bundle.env_id, env_key=bundle.key, task_id=task.id, policy=policy.name, tools=tools, messages=messages, steps=steps,
+    trajectory = Trajectory(env_id=bundle.env_id, env_key=bundle.key, task_id=task.id, policy=policy.name, world=world.name, tools=tools,
+                            messages=messages, steps=steps,
                             turns=turns, answer=answer, verdict=verdict, reward=config.rewards.reward(verdict), evidence=evidence,
                             error=error, seconds=time.perf_counter() - started, tokens_in=sum(r.tokens_in for r in records),
                             tokens_out=sum(r.tokens_out for r in records), turn_records=records)

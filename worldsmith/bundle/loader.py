@@ -94,6 +94,15 @@ class Bundle:
         """A prepared JSON Schema validator of each tool's arguments."""
         return {t.name: jsonschema.Draft202012Validator(t.parameters) for t in self.tools}
 
+    def argument_error(self, name: str, arguments: dict[str, Any]) -> str | None:
+        """Why calling tool `name` with `arguments` is refused before it runs (an unknown tool, arguments
+        that break its schema), or None: the agent-facing message of a `tool_error`."""
+        validator = self.validators.get(name)
+        if validator is None:
+            return f"unknown tool {name!r}; available tools: {', '.join(t.name for t in self.tools)}"
+        problem = jsonschema_error(validator, arguments)
+        return f"invalid arguments for {name}: {problem}" if problem else None
+
     def tool(self, name: str) -> ToolSchema:
         for tool in self.tools:
             if tool.name == name:

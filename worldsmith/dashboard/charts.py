@@ -71,7 +71,17 @@ def training_chart(training: list[dict[str, Any]]) -> dict[str, str]:
     return {"training": _html("training", figure)}
 
 
+def cotraining_chart(cotraining: list[dict[str, Any]]) -> dict[str, str]:
+    """Per co-training run and round: real success rate, evaluation pass@1 and the world model's accuracy on fresh real data."""
+    figure = go.Figure(layout={**_LAYOUT, "title": "co-training per round", "xaxis": {"title": "round", "dtick": 1},
+                               "yaxis": {"range": [0, 1.05]}})
+    for run in cotraining:
+        for key, label in (("real_success_rate", "real success"), ("eval_pass@1", "eval pass@1"), ("wm_accuracy_fresh", "world model accuracy")):
+            figure.add_trace(go.Scatter(x=run["steps"], y=run[key], name=f"run {run['id']}: {label}", mode="lines+markers"))
+    return {"cotraining": _html("cotraining", figure)}
+
+
 def all_charts(summary: dict[str, Any]) -> dict[str, str]:
     """Every chart of the page by name."""
     return {**generation_charts(summary["generation"]), **environment_charts(summary["environments"]), **quality_chart(summary["quality"]),
-            **evaluation_chart(summary["evaluations"]), **training_chart(summary["training"])}
+            **evaluation_chart(summary["evaluations"]), **training_chart(summary["training"]), **cotraining_chart(summary["cotraining"])}

@@ -91,27 +91,48 @@ def evaluations(session: Session) -> list[dict[str, Any]]:
     rows = []
     for run in session.exec(select(EvaluationRun).order_by(EvaluationRun.id)).all():
         overall = run.metrics.get("overall", {})
-        rows.append({"id": run.id, "policy": run.policy, "set": names.get(run.set_id, "?"), "samples": run.samples, "status": run.status,
+        rows.append({"id": run.id, "policy": run.policy, "world": run.metrics.get("world", "real"), "set": names.get(run.set_id, "?"),
+                     "samples": run.samples, "status": run.status,
                      "pass@1": overall.get("pass@1"), "pass@k": overall.get(f"pass@{run.samples}"),
                      "env_error_rate": overall.get("env_error_rate"), "format_error_rate": overall.get("format_error_rate"),
                      "episodes": overall.get("episodes"), "started_at": run.started_at.isoformat(timespec="seconds")})
     return rows
 
 
-def training(session: Session) -> list[dict[str, Any]]:
-    """Each training run (oldest first) with its per-step reward, success rate and loss curves."""
+COTRAIN_SERIES = ("real_success_rate", "eval_pass@1", "wm_accuracy_fresh", "imagined_rate", "stopped_rate", "wm_loss")
+
+
+def _runs(session: Session, keys: tuple[str, ...], cotrain: bool) -> list[dict[str, Any]]:
+    """Training runs (oldest first), co-training runs or the others, each with a series per key over its steps."""
     names = _set_names(session)
     rows = []
     for run in session.exec(select(TrainingRun).order_by(TrainingRun.id)).all():
+        kind = run.config.get("kind", "grpo")
+        if (kind == "cotrain") != cotrain:
+            continue
         steps = session.exec(select(TrainingStep).where(TrainingStep.training_run_id == run.id).order_by(TrainingStep.step)).all()
-        curve = {key: [s.metrics.get(key) for s in steps] for key in ("reward", "success_rate", "loss")}
-        rows.append({"id": run.id, "model": run.config.get("model"), "set": names.get(run.set_id, "?"), "status": run.status,
-                     "steps": [s.step for s in steps], **curve, "started_at": run.started_at.isoformat(timespec="seconds")})
+        model = run.config.get("policy", {}).get("model") if cotrain else run.config.get("model")
+        rows.append({"id": run.id, "kind": kind, "model": model, "set": names.get(run.set_id, "?"), "status": run.status,
+                     "steps": [s.step for s in steps], **{key: [s.metrics.get(key) for s in steps] for key in keys},
+                     "started_at": run.started_at.isoformat(timespec="seconds")})
     return rows
+
+
+def training(session: Session) -> list[dict[str, Any]]:
+    """Each training run (GRPO, world model; oldest first) with its per-step reward, success rate and loss curves."""
+    return _runs(session, ("reward", "success_rate", "loss"), cotrain=False)
+
+
+def cotraining(session: Session) -> list[dict[str, Any]]:
+    """Each co-training run (oldest first) with its per-round series: real success rate, evaluation pass@1, the world
+    model's accuracy on fresh real transitions, the share of imagined rollouts, the share of imagined calls stopped
+    as uncertain, the world model's loss. Its `steps` are the round numbers."""
+    return _runs(session, COTRAIN_SERIES, cotrain=True)
 
 
 def summary(session: Session) -> dict[str, Any]:
     """Everything the dashboard shows."""
     attempts = list(session.exec(select(StageAttempt)).all())  # read once: both sections are made from them
     return {"generation": generation_by_night(attempts), "environments": environment_costs(session, attempts), "quality": quality(session),
-            "sets": sets(session), "evaluations": evaluations(session), "training": training(session)}
+            "sets": sets(session), "evaluations": evaluations(session), "training": training(session),
+            "cotraining": cotraining(session)}

@@ -15,7 +15,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -24,7 +24,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, Field, field_validator
 
 from worldsmith.agent.judge import LLMJudge
-from worldsmith.agent.loop import EpisodeConfig, Trajectory, run_episode
+from worldsmith.agent.loop import EpisodeConfig, EpisodeSource, Trajectory, run_episode
 from worldsmith.agent.policies import Policy
 from worldsmith.agent.specs import SPEC_HELP, check_spec, policy_factory
 from worldsmith.agent.trajectories import scores, write_jsonl, write_parquet
@@ -38,6 +38,7 @@ from worldsmith.storage.catalog import open_catalog
 from worldsmith.storage.objectstore import open_store
 from worldsmith.storage.publish import CatalogError, fetch
 from worldsmith.storage.sets import get_set, members_of
+from worldsmith.worldmodel.simulated import SimulatedRuntime, SimulationConfig
 
 
 class EvaluateParameters(BaseModel):
@@ -56,6 +57,8 @@ class EvaluateParameters(BaseModel):
     judge_votes: int = Field(1, ge=1, le=15)
     concurrency: int = Field(4, ge=1, le=256, description="Tasks evaluated at once.")
     seed: int = 0
+    simulate: SimulationConfig | None = Field(None, description="Answer the tool calls with a world model instead of the environments' "
+                                                                "code (simulated mode); unset: the real worlds.")
 
     max_new_tokens: int = Field(512, ge=1, description="Local (hf:) policies: tokens generated per turn at most.")
 
@@ -72,12 +75,21 @@ class Job(BaseModel):
     task_id: str
 
 
-_RESOURCES: dict[str, tuple[Callable[[], Policy], Runtime, LLMJudge | None]] = {}
+class Resources(NamedTuple):
+    """What one process needs for a run: the policy factory, the runtime, where episodes come from, the judge."""
+
+    policy: Callable[[], Policy]
+    runtime: Runtime
+    world: EpisodeSource
+    judge: LLMJudge | None
+
+
+_RESOURCES: dict[str, Resources] = {}
 _LOCK = threading.Lock()
 
 
-def _resources(params: EvaluateParameters, run_key: str) -> tuple[Callable[[], Policy], Runtime, LLMJudge | None]:
-    """This process's policy factory, runtime and judge for the run (a local model is loaded once)."""
+def _resources(params: EvaluateParameters, run_key: str) -> Resources:
+    """This process's resources for the run (a local policy or world model is loaded once)."""
     with _LOCK:
         if run_key not in _RESOURCES:
             temperature = params.temperature if params.temperature is not None else (0.0 if params.samples == 1 else 0.7)
@@ -85,15 +97,19 @@ def _resources(params: EvaluateParameters, run_key: str) -> tuple[Callable[[], P
                                      max_new_tokens=params.max_new_tokens)
             runtime = Runtime()
             atexit.register(runtime.close)
-            _RESOURCES[run_key] = (factory, runtime, _judge(params))
+            world = SimulatedRuntime(runtime, params.simulate) if params.simulate else runtime
+            _RESOURCES[run_key] = Resources(factory, runtime, world, _judge(params))
         return _RESOURCES[run_key]
 
 
-def _release(run_key: str) -> None:
+def _release(run_key: str) -> dict[str, float] | None:
+    """Close the run's runtime; returns the simulated calls' counts (None in the real worlds)."""
     with _LOCK:
         found = _RESOURCES.pop(run_key, None)
-    if found is not None:
-        found[1].close()
+    if found is None:
+        return None
+    found.runtime.close()
+    return found.world.stats.as_dict() if isinstance(found.world, SimulatedRuntime) else None
 
 
 def cached_bundle(ref: str, content_key: str) -> Path:
@@ -141,13 +157,14 @@ def _bundle(path: str) -> Bundle:
 @task(name="evaluate-task", cache_policy=NO_CACHE, task_run_name="{job.env_id}/{job.task_id}")
 def evaluate_task(params: EvaluateParameters, run_key: str, job: Job) -> list[dict[str, Any]]:
     """The k episodes of one task (fresh policy each, seeds seed..seed+k-1), as trajectory dicts."""
-    factory, runtime, judge = _resources(params, run_key)
+    resources = _resources(params, run_key)
     bundle = _bundle(job.path)
     task_spec = bundle.task(job.task_id)
     out = []
     for sample in range(params.samples):
         config = EpisodeConfig(max_turns=params.max_turns, window=params.window, seed=params.seed + sample)
-        out.append(run_episode(runtime, bundle, task_spec, factory(), config, judge).model_dump(mode="json"))
+        trajectory = run_episode(resources.runtime, bundle, task_spec, resources.policy(), config, resources.judge, resources.world)
+        out.append(trajectory.model_dump(mode="json"))
     return out
 
 
@@ -190,15 +207,19 @@ def evaluate(params: EvaluateParameters) -> dict[str, Any]:
         finish_run(EvaluationRun, run_id, "failed", {"error": f"{type(exc).__name__}: {exc}"})
         raise
     finally:
-        _release(run_key)
+        simulation = _release(run_key)
     result = report(trajectories, params.samples)
+    result["world"] = f"simulated:{params.simulate.world_model}" if params.simulate else "real"
+    if simulation is not None:
+        result["simulation"] = simulation
     result["trajectories"] = _store_trajectories(run_id, trajectories)
     finish_run(EvaluationRun, run_id, "completed", result)
     overall = result["overall"]
     rows = [{"env": env, **{k: round(v, 4) if isinstance(v, float) else v for k, v in s.items()}} for env, s in result["per_env"].items()]
     create_table_artifact(rows, key="evaluation-per-env", description=f"{params.policy} on {params.set_name}: scores per environment")
     create_markdown_artifact(
-        f"# Evaluation {run_id}\n\n{params.policy} on set `{params.set_name}` ({params.split}), {params.samples} sample(s) per task: "
+        f"# Evaluation {run_id}\n\n{params.policy} on set `{params.set_name}` ({params.split}, {result['world']} worlds), "
+        f"{params.samples} sample(s) per task: "
         f"pass@1 {overall['pass@1']:.3f}, pass@{params.samples} {overall[f'pass@{params.samples}']:.3f}, mean turns "
         f"{overall['mean_turns']:.2f}, env_error rate {overall['env_error_rate']:.3f}, format_error rate {overall['format_error_rate']:.3f}."
         f"\n\n{dashboard_link('evaluate')}",

@@ -8,7 +8,7 @@ from typing import Any
 from prefect.context import get_run_context
 from sqlmodel import SQLModel
 
-from worldsmith.models.catalog import utcnow
+from worldsmith.models.catalog import TrainingStep, utcnow
 from worldsmith.storage.catalog import open_catalog
 
 
@@ -33,4 +33,11 @@ def finish_run(table: type[SQLModel], run_id: int, status: str, metrics: dict[st
         run.status, run.finished_at = status, utcnow()
         run.metrics = {**run.metrics, **metrics}
         session.add(run)
+        session.commit()
+
+
+def record_step(run_id: int, step: int, metrics: dict[str, Any]) -> None:
+    """A `training_steps` row of run `run_id`: one optimizer step, or one co-training round."""
+    with open_catalog().session() as session:
+        session.add(TrainingStep(training_run_id=run_id, step=step, metrics=metrics))
         session.commit()

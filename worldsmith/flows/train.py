@@ -87,7 +87,7 @@ def _local_model(model: str) -> str:
     return model
 
 
-def _evaluate_split(config: TrainingConfig, model: str, split: str) -> dict[str, Any] | None:
+def evaluate_split(config: TrainingConfig, model: str, split: str) -> dict[str, Any] | None:
     """Greedy evaluation of `model` on the set's `split` with the evaluate flow (None: empty split)."""
     params = EvaluateParameters(set_name=config.set_name, policy=f"hf:{model}", split=split, max_turns=config.max_turns,
                                 window=config.window if config.history == "windowed" else None, temperature=0.0,
@@ -115,11 +115,12 @@ def store_checkpoint(run_id: int, directory: str, step: int, metrics: dict[str, 
 def _summary(run_id: int, config: TrainingConfig, result: dict[str, Any]) -> str:
     def line(name: str, report: dict[str, Any] | None) -> str:
         if report is None:
-            return f"- {name}: no validation split in the set"
+            return f"- {name}: not evaluated (no validation split in the set, or validation off)"
         return f"- {name}: pass@1 {report['pass@1']:.3f}, mean reward {report['mean_reward']:.3f} (evaluation {report['run_id']})"
 
     last = result["log"][-1] if result["log"] else {}
-    return "\n".join([f"# Training run {run_id}", "", f"GRPO of `{config.model}` on set `{config.set_name}` ({config.split}), "
+    worlds = "real worlds" if config.simulate is None else f"world model `{config.simulate.world_model}` ({config.real_share:.0%} of groups real)"
+    return "\n".join([f"# Training run {run_id}", "", f"GRPO of `{config.model}` on set `{config.set_name}` ({config.split}) in the {worlds}, "
                       f"{result['steps']} steps, group {config.group_size}, history {config.history}.", "",
                       line("before", result["before"]), line("after", result["after"]), "",
                       f"Last step: reward {last.get('reward', float('nan')):.3f}, success rate {last.get('success_rate', float('nan')):.3f}.",
@@ -135,12 +136,13 @@ def _step_table(log: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 @flow(name="train", log_prints=True)
-def train(config: TrainingConfig, progress: bool = False) -> dict[str, Any]:
+def train(config: TrainingConfig, progress: bool = False, with_validation: bool = True) -> dict[str, Any]:
     """GRPO of `config.model` on set `config.set_name`; returns the run's record (ids, evaluations, checkpoint).
 
     Args:
         config: The training run: model, environment set, GRPO and rollout settings.
         progress: Draw a progress bar on the terminal (for runs started from the command line; leave off in deployments).
+        with_validation: Evaluate the validation split before and after training (in the real worlds, also for simulated training).
     """
     logger = get_run_logger()
     from worldsmith.training.trainer import check_profile
@@ -153,18 +155,18 @@ def train(config: TrainingConfig, progress: bool = False) -> dict[str, Any]:
     try:
         paths = plan(config)
         model = prepare_model(config, paths["train"], progress)
-        before = _evaluate_split(config, model, "validation") if paths["validation"] else None
+        before = evaluate_split(config, model, "validation") if with_validation and paths["validation"] else None
         trained = train_policy(config, model, paths["train"], run_id, str(output), progress)
         for step, directory in trained["checkpoints"]:
             store_checkpoint(run_id, directory, step, {})
         last = trained["log"][-1] if trained["log"] else {}
         digest = store_checkpoint(run_id, trained["final"], trained["steps"], {**last, "final": True})
-        after = _evaluate_split(config, trained["final"], "validation") if paths["validation"] else None
+        after = evaluate_split(config, trained["final"], "validation") if with_validation and paths["validation"] else None
     except BaseException as exc:
         finish_run(TrainingRun, run_id, "failed", {"error": f"{type(exc).__name__}: {exc}"})
         raise
     result = {"run_id": run_id, "model": model, "final": trained["final"], "checkpoint": digest, "steps": trained["steps"],
-              "before": before, "after": after, "log": trained["log"]}
+              "before": before, "after": after, "simulation": trained.get("simulation"), "log": trained["log"]}
     finish_run(TrainingRun, run_id, "completed", {k: v for k, v in result.items() if k != "log"})
     create_table_artifact(_step_table(trained["log"]), key="training-steps", description=f"Training run {run_id}: metrics per step")
     create_markdown_artifact(_summary(run_id, config, result), key="training-summary")

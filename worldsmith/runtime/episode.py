@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from worldsmith.bundle.loader import Bundle, jsonschema_error
+from worldsmith.bundle.loader import Bundle
 from worldsmith.models.bundle import TaskSpec
 from worldsmith.models.episode import DbDiff, ToolResult, VerifierResult
 from worldsmith.runtime.errors import RuntimeFault, WorkerLost
@@ -26,6 +26,8 @@ from worldsmith.settings import get_settings
 
 class Runtime:
     """Runs bundles' tools and verifiers in a pool of sandbox workers."""
+
+    name = "real"
 
     def __init__(self, limits: SandboxLimits | None = None, workers: int | None = None, scratch: Path | None = None):
         settings = get_settings()
@@ -188,13 +190,9 @@ class Episode:
     def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> ToolResult:
         """Call tool `name`; bad arguments and refusals come back as `tool_error`, faults as `env_error`."""
         arguments = {} if arguments is None else arguments
-        validator = self.bundle.validators.get(name)
-        if validator is None:
-            known = ", ".join(t.name for t in self.bundle.tools)
-            return ToolResult(status="tool_error", error=f"unknown tool {name!r}; available tools: {known}")
-        problem = jsonschema_error(validator, arguments)
-        if problem:
-            return ToolResult(status="tool_error", error=f"invalid arguments for {name}: {problem}")
+        refused = self.bundle.argument_error(name, arguments)
+        if refused:
+            return ToolResult(status="tool_error", error=refused)
         with self._lock:
             if self._broken:
                 return ToolResult(status="env_error", error=self._broken, limit="crash")

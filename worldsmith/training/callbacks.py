@@ -7,8 +7,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from worldsmith.models.catalog import TrainingStep
-from worldsmith.storage.catalog import open_catalog
+from worldsmith.flows.records import record_step
 
 SHOWN = ("reward", "success_rate", "loss")
 
@@ -30,9 +29,7 @@ class CatalogMetrics(TrainerCallback):
             return
         metrics = step_metrics(logs)
         self.steps.append({"step": state.global_step, **metrics})
-        with open_catalog().session() as session:
-            session.add(TrainingStep(training_run_id=self.run_id, step=state.global_step, metrics=metrics))
-            session.commit()
+        record_step(self.run_id, state.global_step, metrics)
 
 
 class ProgressBar(TrainerCallback):

@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, model_validator
 
 from worldsmith.agent.rewards import RewardMap
+from worldsmith.worldmodel.simulated import SimulationConfig
 
 TINY = "tiny"
 
@@ -50,6 +51,10 @@ class TrainingConfig(BaseModel):
     warmup_steps: int = Field(120, ge=0, description="model=tiny only: supervised steps on the reference solutions before GRPO.")
     processes: int = Field(1, ge=1, le=64, description="Training processes (one per GPU); more than 1 launches them with "
                                                         "torch.distributed.run. rows_per_step is per process.")
+    simulate: SimulationConfig | None = Field(None, description="Roll out in a world model's imagination (simulated mode) instead of "
+                                                                "the environments' code; unset: the real worlds.")
+    real_share: float = Field(0.0, ge=0, le=1, description="With simulate: the share of rollout groups still run in the real worlds "
+                                                           "(the first group of a run is real whenever this is above 0).")
     lora: LoraConfig = Field(default_factory=LoraConfig)
     rewards: RewardMap = Field(default_factory=RewardMap, description="Reward of each verdict.")
     output: str | None = Field(None, description="Where checkpoints go (default: the object store, under the run).")
@@ -60,4 +65,6 @@ class TrainingConfig(BaseModel):
     def _window_only_when_windowed(self) -> "TrainingConfig":
         if self.history == "full" and "window" in self.model_fields_set:
             raise ValueError("window applies to history='windowed' only; remove it or choose windowed")
+        if self.simulate is None and self.real_share > 0:
+            raise ValueError("real_share applies to simulated training only; set simulate or remove real_share")
         return self

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from worldsmith.bundle.loader import load_bundle
 from worldsmith.runtime.episode import Runtime
 from worldsmith.training.config import TrainingConfig
+from worldsmith.worldmodel.simulated import SimulatedRuntime
 
 
 class TrainRequest(BaseModel):
@@ -49,8 +50,10 @@ def run_training(request: TrainRequest, progress: bool = False) -> dict[str, Any
     callbacks = [metrics, ProgressBar(f"GRPO on {config.set_name}")] if progress else [metrics]
     runtime = Runtime()
     try:
+        simulation = SimulatedRuntime(runtime, config.simulate) if config.simulate else None
         trainer = WorldGRPOTrainer(model=policy, args=grpo_args(config, out), train_dataset=task_dataset(bundles), processing_class=tokenizer,
-                                   callbacks=callbacks, peft_config=peft_config(config), world=config, runtime=runtime, bundles=bundles)
+                                   callbacks=callbacks, peft_config=peft_config(config), world=config, runtime=runtime, bundles=bundles,
+                                   simulation=simulation)
         trainer.train()
         final = out / "final"
         trainer.accelerator.wait_for_everyone()
@@ -63,7 +66,8 @@ def run_training(request: TrainRequest, progress: bool = False) -> dict[str, Any
         runtime.close()
     checkpoints = sorted((int(p.name.split("-")[1]), str(p)) for p in out.glob("checkpoint-*") if p.is_dir())
     return {"final": str(final), "steps": trainer.state.global_step, "checkpoints": checkpoints, "log": metrics.steps,
-            "processes": trainer.accelerator.num_processes, "main": trainer.accelerator.is_main_process}
+            "processes": trainer.accelerator.num_processes, "main": trainer.accelerator.is_main_process,
+            "simulation": simulation.stats.as_dict() if simulation else None}
 
 
 def launch(request: TrainRequest, processes: int) -> dict[str, Any]:

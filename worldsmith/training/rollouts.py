@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from worldsmith.agent.hf_policy import HFPolicy, render_prompt
-from worldsmith.agent.loop import EpisodeConfig, Trajectory, run_episode
+from worldsmith.agent.loop import EpisodeConfig, EpisodeSource, Trajectory, run_episode
 from worldsmith.agent.messages import Message
 from worldsmith.bundle.loader import Bundle
 from worldsmith.models.bundle import TaskSpec
@@ -119,15 +119,18 @@ class TrainingPolicy(HFPolicy):
 
 
 def run_rollouts(runtime: Runtime, jobs: list[tuple[Bundle, TaskSpec]], make_policy: Callable[[Batcher, int], TrainingPolicy],
-                 generate_batch: Callable[[list[list[int]]], list[list[int]]], config: EpisodeConfig) -> list[Trajectory]:
+                 generate_batch: Callable[[list[list[int]]], list[list[int]]], config: EpisodeConfig,
+                 worlds: list[EpisodeSource] | None = None) -> list[Trajectory]:
     """One episode per (bundle, task) job, all concurrently with batched generation (the job's
-    position is its episode seed); the trajectories come back in job order."""
+    position is its episode seed), in the job's world (`worlds`, default the real `runtime`); the
+    trajectories come back in job order."""
     batcher = Batcher(generate_batch, live=len(jobs))
 
     def one(index: int) -> Trajectory:
         bundle, task = jobs[index]
         try:
-            return run_episode(runtime, bundle, task, make_policy(batcher, index), config.model_copy(update={"seed": index}))
+            return run_episode(runtime, bundle, task, make_policy(batcher, index), config.model_copy(update={"seed": index}),
+                               world=worlds[index] if worlds else None)
         finally:
             batcher.retire()
 

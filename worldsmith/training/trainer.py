@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from worldsmith.agent.loop import EpisodeConfig, Trajectory
+from worldsmith.agent.loop import EpisodeConfig, EpisodeSource, Trajectory
 from worldsmith.agent.rewards import RewardMap
 from worldsmith.bundle.loader import Bundle
 from worldsmith.runtime.episode import Runtime
@@ -101,14 +101,21 @@ def _vllm_installed() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
+def real_group(index: int, share: float) -> bool:
+    """Whether rollout group `index` (counted over the run) runs in the real worlds when a share
+    `share` of groups should: exactly ceil(n * share) of the first n groups are, group 0 first."""
+    return math.ceil((index + 1) * share - 1e-9) > math.ceil(index * share - 1e-9)
+
+
 class WorldGRPOTrainer(GRPOTrainer):
     """GRPOTrainer whose rollouts are episodes in worldsmith worlds (see the module docstring).
 
     Dataset rows (see `task_dataset`) carry `bundle` (a key of `bundles`), `task_id` and `prompt`
     (the task as chat messages, for TRL's bookkeeping)."""
 
-    def __init__(self, *args: Any, world: TrainingConfig, runtime: Runtime, bundles: dict[str, Bundle], **kwargs: Any):
-        self.world, self.runtime, self.bundles = world, runtime, bundles
+    def __init__(self, *args: Any, world: TrainingConfig, runtime: Runtime, bundles: dict[str, Bundle],
+                 simulation: EpisodeSource | None = None, **kwargs: Any):
+        self.world, self.runtime, self.bundles, self.simulation = world, runtime, bundles, simulation
         self.last_rollouts: list[Trajectory] = []
         self.last_rows: list[TrainingRow] = []
         super().__init__(*args, reward_funcs=[verdict_reward(world.rewards)], **kwargs)
@@ -133,11 +140,21 @@ class WorldGRPOTrainer(GRPOTrainer):
 
         torch.manual_seed(self.world.seed * 100_003 + step + self.accelerator.process_index)
         with disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
-            trajectories = run_rollouts(self.runtime, jobs, policy, self.generate_batch, episode)
+            trajectories = run_rollouts(self.runtime, jobs, policy, self.generate_batch, episode, self.worlds(step, len(inputs)))
         failed = [t for t in trajectories if t.verdict == "agent_error"]
         if failed:  # the model itself failed (out of memory, say): not the agent's fault, not a reward
             raise RuntimeError(f"generation failed during rollouts: {failed[0].error}")
         return trajectories
+
+    def worlds(self, step: int, entries: int) -> list[EpisodeSource] | None:
+        """Where each of this process's `entries` rollouts runs: None (all real) without simulation;
+        else one world per group, real for the groups `real_group` picks, imagined for the rest."""
+        if self.simulation is None:
+            return None
+        groups = entries // self.num_generations
+        first = (step * self.accelerator.num_processes + self.accelerator.process_index) * groups
+        return [self.runtime if real_group(first + g, self.world.real_share) else self.simulation
+                for g in range(groups) for _ in range(self.num_generations)]
 
     def generate_batch(self, prompts: list[list[int]]) -> list[list[int]]:
         """Completions for a batch of prompt token ids, by TRL's generation backend (transformers,
@@ -203,3 +220,5 @@ class WorldGRPOTrainer(GRPOTrainer):
         metrics["turns"].append(sum(t.turns for t in trajectories) / len(trajectories))
         metrics["tokens"].append(sum(t.tokens_out for t in trajectories) / len(trajectories))
         metrics["rows"].append(float(len(rows)))
+        if self.simulation is not None:
+            metrics["imagined_rate"].append(sum(t.world != "real" for t in trajectories) / len(trajectories))

@@ -14,12 +14,12 @@
 from __future__ import annotations
 
 import copy
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from worldsmith.worldmodel.models import Prediction, WorldModel
-from worldsmith.worldmodel.scoring import Counts, canonical, facts, observation_match, outcome_agreement
+from worldsmith.worldmodel.models import Prediction, WorldModel, consensus
+from worldsmith.worldmodel.scoring import Counts, facts, observation_match, outcome_agreement
 from worldsmith.worldmodel.transitions import Transition
 
 
@@ -51,10 +51,6 @@ class Tally:
                 "invalid_rate": self.invalid / n, "rows": self.rows.scores(), "fields": self.fields.scores()}
 
 
-def _key(prediction: Prediction) -> str:
-    return canonical({"observation": prediction.observation.model_dump() if prediction.observation else None, "diff": prediction.diff})
-
-
 def one_step(model: WorldModel, transitions: list[Transition], samples: int = 1) -> dict[str, Any]:
     """Scores of single-call predictions from the real state, overall and per environment."""
     overall, per_env = Tally(), defaultdict(Tally)
@@ -65,7 +61,7 @@ def one_step(model: WorldModel, transitions: list[Transition], samples: int = 1)
         hit = overall.add(predictions[0], transition)
         per_env[transition.env_id].add(predictions[0], transition)
         if samples > 1:
-            share = Counter(_key(p) for p in predictions).most_common(1)[0][1] / len(predictions)
+            share = consensus(predictions)[1]
             consistency.append(share)
             (consistent_hits if share == 1.0 else inconsistent_hits).append(hit)
     result = {**overall.scores(), "per_env": {env: tally.scores() for env, tally in sorted(per_env.items())}}

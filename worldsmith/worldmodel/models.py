@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -16,6 +17,7 @@ import openai
 from pydantic import BaseModel, Field, ValidationError
 
 from worldsmith.llm.jsonrepair import parse_json_object
+from worldsmith.worldmodel.scoring import canonical
 from worldsmith.worldmodel.transitions import Observation, Transition, state_text
 
 SYSTEM = """You simulate the tools of a software environment whose state is a SQLite database.
@@ -33,6 +35,21 @@ class Prediction(BaseModel):
     raw: str | None = None
 
 
+def prediction_key(prediction: Prediction) -> str:
+    """Canonical text of a prediction: equal keys, equal predictions (invalid answers are equal
+    only when their text is)."""
+    if prediction.observation is None:
+        return canonical({"invalid": prediction.raw})
+    return canonical({"observation": prediction.observation.model_dump(), "diff": prediction.diff})
+
+
+def consensus(predictions: list[Prediction]) -> tuple[Prediction, float]:
+    """The most common of `predictions` (the first of equals) and the share of them that agree with it."""
+    counts = Counter(prediction_key(p) for p in predictions)
+    best, count = counts.most_common(1)[0]
+    return next(p for p in predictions if prediction_key(p) == best), count / len(predictions)
+
+
 class WorldModel(Protocol):
     name: str
 
@@ -48,6 +65,8 @@ class OracleWorldModel:
     name = "oracle"
 
     def predict(self, transition: Transition, history: list[dict[str, Any]], samples: int = 1) -> list[Prediction]:
+        if transition.observation is None:
+            raise ValueError("the oracle replays recorded transitions and cannot answer a query; simulate with the `code` world model")
         return [Prediction(observation=transition.observation, diff=transition.diff) for _ in range(samples)]
 
 

@@ -9,7 +9,9 @@ rows (a training run whose config says `kind: world_model`) and an object-store 
 
 from __future__ import annotations
 
+import hashlib
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, Literal
 
@@ -89,7 +91,11 @@ def train_world_model(transitions: list[Transition], config: WorldModelConfig) -
 
 
 class HFWorldModel:
-    """A local causal LM (a `save_pretrained` directory) as a world model: greedy for one sample."""
+    """A local causal LM (a `save_pretrained` directory) as a world model: greedy for one sample.
+
+    Safe to share between threads (episodes running at once): one prediction at a time, each
+    sampled from its own generator seeded by its prompt, so the answers depend neither on thread
+    timing nor on the global random state, which they leave untouched."""
 
     def __init__(self, path: str | Path, max_new_tokens: int = 512):
         import torch
@@ -98,11 +104,12 @@ class HFWorldModel:
         self.name = f"hf:{path}"
         self.tokenizer = AutoTokenizer.from_pretrained(str(path))
         dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
-        self.model = AutoModelForCausalLM.from_pretrained(str(path), torch_dtype=dtype)
+        self.model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
         if torch.cuda.is_available():
             self.model = self.model.to("cuda")
         self.model.eval()
         self.max_new_tokens = max_new_tokens
+        self._lock = threading.Lock()
 
     def predict(self, transition: Transition, history: list[dict[str, Any]], samples: int = 1) -> list[Prediction]:
         import torch
@@ -110,7 +117,10 @@ class HFWorldModel:
         encoded = self.tokenizer.apply_chat_template(prompt(transition, history), add_generation_prompt=True, tokenize=True,
                                                      return_dict=True, return_tensors="pt", enable_thinking=False)
         inputs = {k: v.to(self.model.device) for k, v in encoded.items()}
-        with torch.no_grad():
+        seed = int(hashlib.sha256(repr(encoded["input_ids"][0].tolist()).encode()).hexdigest()[:8], 16)
+        devices = [self.model.device] if self.model.device.type == "cuda" else []
+        with self._lock, torch.random.fork_rng(devices=devices), torch.no_grad():
+            torch.manual_seed(seed)
             output = self.model.generate(**inputs, max_new_tokens=self.max_new_tokens, do_sample=samples > 1, num_return_sequences=samples,
                                          pad_token_id=self.tokenizer.pad_token_id)
         start = inputs["input_ids"].shape[1]

@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 from worldsmith.agent.trajectories import Trajectory
 from worldsmith.bundle.loader import Bundle
 from worldsmith.models.jsonlines import read_models, write_models
-from worldsmith.runtime.episode import Runtime
+from worldsmith.runtime.episode import Episode, Runtime
 
 Split = Literal["train", "validation", "test"]
 ROWS_PER_TABLE = 3
@@ -45,9 +45,10 @@ class Transition(BaseModel):
     rows: dict[str, list[dict[str, Any]]] = Field(default_factory=dict, description="rows the arguments point at, before the call")
     history: list[dict[str, Any]] = Field(default_factory=list, description="earlier calls of the episode: action and observation")
     action: dict[str, Any]
-    observation: Observation
+    observation: Observation | None = Field(description="what the call answered; None in a query, whose outcome is to be predicted")
     diff: dict[str, Any] = Field(default_factory=dict, description="per table: inserted, updated, deleted rows")
     split: Split = "train"
+    world: bytes | None = Field(None, exclude=True, repr=False, description="the whole database before the call, when at hand (never serialized)")
 
 
 def state_text(task: str, rows: dict[str, list[dict[str, Any]]], history: list[dict[str, Any]], window: int = 3) -> str:
@@ -68,29 +69,41 @@ def split_of(env_id: str, seed: int = 0, validation: float = 0.15, test: float =
     return "test" if draw < test else "validation" if draw < test + validation else "train"
 
 
-def _lookup_rows(world: bytes, arguments: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+def relevant_rows(conn: sqlite3.Connection, arguments: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """Rows whose columns hold the id-like argument values (`order_id=7` -> orders.id = 7 and *.order_id = 7)."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
+    for table in tables:
+        columns = {r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')}
+        singular = table[:-1] if table.endswith("s") else table
+        for name, value in arguments.items():
+            if isinstance(value, (dict, list)) or value is None:
+                continue
+            column = "id" if name == f"{singular}_id" and "id" in columns else name if name in columns and (name.endswith("_id") or name in ("id", "sku", "code", "email")) else None
+            if column is None:
+                continue
+            cursor = conn.execute(f'SELECT * FROM "{table}" WHERE "{column}" = ? LIMIT {ROWS_PER_TABLE}', (value,))
+            names = [d[0] for d in cursor.description]
+            bucket = found.setdefault(table, [])
+            bucket.extend(row for row in (dict(zip(names, values)) for values in cursor) if row not in bucket)
+    return {t: rows[:ROWS_PER_TABLE] for t, rows in found.items() if rows}
+
+
+def _lookup_rows(world: bytes, arguments: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """`relevant_rows` of a serialized database."""
     conn = sqlite3.connect(":memory:")
     conn.deserialize(world)
-    conn.row_factory = sqlite3.Row
-    found: dict[str, list[dict[str, Any]]] = {}
     try:
-        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
-        for table in tables:
-            columns = {r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')}
-            singular = table[:-1] if table.endswith("s") else table
-            for name, value in arguments.items():
-                if isinstance(value, (dict, list)) or value is None:
-                    continue
-                column = "id" if name == f"{singular}_id" and "id" in columns else name if name in columns and (name.endswith("_id") or name in ("id", "sku", "code", "email")) else None
-                if column is None:
-                    continue
-                rows = conn.execute(f'SELECT * FROM "{table}" WHERE "{column}" = ? LIMIT {ROWS_PER_TABLE}', (value,)).fetchall()
-                bucket = found.setdefault(table, [])
-                bucket.extend(dict(r) for r in rows if dict(r) not in bucket)
-        return {t: rows[:ROWS_PER_TABLE] for t, rows in found.items() if rows}
+        return relevant_rows(conn, arguments)
     finally:
         conn.close()
+
+
+def observe(episode: Episode, name: str, arguments: dict[str, Any], before: bytes) -> tuple[Observation, dict[str, Any]]:
+    """Call a tool in `episode` (whose database was `before`): what it answered and what it changed."""
+    result = episode.call_tool(name, arguments)
+    diff = episode.diff(before).model_dump()["tables"] if result.ok and result.changed else {}
+    return Observation(status=result.status, value=result.value if result.ok else None, error=None if result.ok else result.error), diff
 
 
 def replay(runtime: Runtime, bundle: Bundle, trajectory: Trajectory, episode_id: str) -> list[Transition]:
@@ -102,12 +115,10 @@ def replay(runtime: Runtime, bundle: Bundle, trajectory: Trajectory, episode_id:
         for index, step in enumerate(trajectory.steps):
             action = {"name": step.call.name, "arguments": step.call.arguments}
             before = episode.snapshot()
-            result = episode.call_tool(step.call.name, step.call.arguments)
-            diff = episode.diff(before).model_dump()["tables"] if result.ok and result.changed else {}
-            observation = Observation(status=result.status, value=result.value if result.ok else None, error=None if result.ok else result.error)
+            observation, diff = observe(episode, step.call.name, step.call.arguments, before)
             transitions.append(Transition(env_id=bundle.env_id, env_key=bundle.key, episode=episode_id, index=index, task=task.instruction,
                                           rows=_lookup_rows(before, step.call.arguments if isinstance(step.call.arguments, dict) else {}),
-                                          history=list(history), action=action, observation=observation, diff=diff))
+                                          history=list(history), action=action, observation=observation, diff=diff, world=before))
             history.append({"action": action, "observation": observation.model_dump()})
     return transitions
 

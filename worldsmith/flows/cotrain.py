@@ -1,0 +1,181 @@
+"""The `cotrain` flow: a policy and a world model trained together, Dyna style.
+
+Each round:
+
+1. real rollouts: the current policy, sampled, on the train split's tasks in the real worlds
+   (an `evaluate` run), which also gives the policy's real success rate;
+2. world-model update: their tool calls replayed into transitions; the world model is scored on
+   these fresh transitions before it sees them (its accuracy on new real data), then fine-tuned
+   on every real transition so far (a world-model training run, continuing the last one); the
+   reference solutions' transitions are part of the data from round 1 (`reference_transitions`);
+3. policy update: GRPO (a `train` run) whose rollouts run in the world model's imagination, with
+   `real_share` of the rollout groups (at least 20% by default) in the real worlds; an imagined
+   rollout stops at the first call whose uncertainty passes `uncertainty_threshold` and is then
+   left out of the loss, like any env_error;
+4. evaluation in the real worlds: the updated policy, greedy, on the validation split (the train
+   split when the set has none).
+
+The co-training run is a training run (config kind `cotrain`) whose steps are the rounds, each
+with its metrics; the dashboard charts them.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.cache_policies import NO_CACHE
+from pydantic import BaseModel, Field
+
+from worldsmith.agent.loop import run_episode
+from worldsmith.agent.policies import ReferencePolicy
+from worldsmith.agent.trajectories import Trajectory, read_jsonl
+from worldsmith.bundle.loader import load_bundle
+from worldsmith.flows.evaluate import EvaluateParameters, evaluate
+from worldsmith.flows.links import dashboard_link
+from worldsmith.flows.records import add_run, current_flow_run_id, finish_run, record_step
+from worldsmith.flows.train import evaluate_split, plan, prepare_model, train
+from worldsmith.models.catalog import TrainingRun
+from worldsmith.runtime.episode import Runtime
+from worldsmith.settings import get_settings
+from worldsmith.storage.catalog import open_catalog
+from worldsmith.storage.sets import get_set
+from worldsmith.training.config import TrainingConfig
+from worldsmith.worldmodel.evaluation import one_step
+from worldsmith.worldmodel.simulated import SimulationConfig
+from worldsmith.worldmodel.training import HFWorldModel, WorldModelConfig, train_world_model
+from worldsmith.worldmodel.transitions import Transition, build_transitions
+
+
+class CotrainConfig(BaseModel):
+    """A co-training run: the policy's GRPO settings (its `steps` per round), the world model's SFT
+    settings (its `steps` per round), and how the two meet."""
+
+    policy: TrainingConfig = Field(description="The policy and its GRPO settings; `steps` are optimizer steps per round.")
+    world_model: WorldModelConfig = Field(default_factory=WorldModelConfig,
+                                          description="The world model and its SFT settings; `steps` are optimizer steps per round.")
+    rounds: int = Field(3, ge=1, le=100, description="Co-training rounds.")
+    real_samples: int = Field(2, ge=1, le=64, description="Real rollouts per train-split task each round (the world model's new data).")
+    real_share: float = Field(0.2, ge=0, le=1, description="Share of the policy update's rollout groups run in the real worlds.")
+    samples: int = Field(3, ge=1, le=16, description="World-model predictions per imagined call; their disagreement is its uncertainty.")
+    uncertainty_threshold: float = Field(0.5, ge=0, le=1, description="An imagined rollout stops at a call whose uncertainty is above this.")
+    max_new_tokens: int = Field(384, ge=16, description="Tokens the world model generates per prediction at most.")
+    reference_transitions: bool = Field(True, description="Also learn, from round 1 on, the transitions of the train tasks' reference "
+                                                          "solutions (real episodes too), so a policy that hardly calls tools yet still "
+                                                          "gets a world model.")
+
+
+@task(name="real-transitions", cache_policy=NO_CACHE)
+def real_transitions(bundle_paths: list[str], trajectories: list[Trajectory] | None, seed: int) -> list[Transition]:
+    """Every tool call of `trajectories` (None: the reference solutions of every task) replayed in
+    fresh episodes, all in the train split: the world model learns the worlds the policy trains in."""
+    bundles = {bundle.key: bundle for bundle in (load_bundle(Path(p)) for p in bundle_paths)}
+    with Runtime() as runtime:
+        if trajectories is None:
+            trajectories = [run_episode(runtime, bundle, task, ReferencePolicy()) for bundle in bundles.values() for task in bundle.tasks]
+        return build_transitions(runtime, bundles, trajectories, seed=seed, validation=0.0, test=0.0)
+
+
+@task(name="score-world-model", cache_policy=NO_CACHE, log_prints=False)
+def score_world_model(model_dir: str, transitions: list[Transition], max_new_tokens: int) -> dict[str, Any]:
+    """One-step scores of the world model on transitions it has not been trained on."""
+    return one_step(HFWorldModel(model_dir, max_new_tokens=max_new_tokens), transitions)
+
+
+@task(name="update-world-model", cache_policy=NO_CACHE, log_prints=False)  # libraries print bytecode while hashing datasets
+def update_world_model(config: WorldModelConfig, transitions: list[Transition]) -> dict[str, Any]:
+    """Fine-tune `config.model` (a world model directory, or `tiny` to start one) on `transitions`: a recorded run."""
+    return train_world_model(transitions, config)
+
+
+def _mean(log: list[dict[str, Any]], key: str) -> float | None:
+    values = [entry[key] for entry in log if isinstance(entry.get(key), (int, float))]
+    return sum(values) / len(values) if values else None
+
+
+def _round_table(rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    columns = ("round", "real_success_rate", "transitions", "wm_accuracy_fresh", "wm_loss", "imagined_rate", "stopped_rate",
+               "policy_reward", "eval_pass@1")
+    return [{c: round(r[c], 4) if isinstance(r.get(c), float) else r.get(c) for c in columns} for r in rounds]
+
+
+@flow(name="cotrain", log_prints=True)
+def cotrain(config: CotrainConfig, progress: bool = False) -> dict[str, Any]:
+    """Co-train `config.policy.model` and a world model on set `config.policy.set_name` for `config.rounds` rounds.
+
+    Args:
+        config: The policy's and the world model's settings and the co-training knobs.
+        progress: Draw progress bars on the terminal (for runs started from the command line).
+    """
+    logger = get_run_logger()
+    settings = get_settings()
+    with open_catalog().session() as session:
+        set_id = get_set(session, config.policy.set_name).id
+    run_id = add_run(TrainingRun(set_id=set_id, config={"kind": "cotrain", **config.model_dump()}, flow_run_id=current_flow_run_id()))
+    folder = settings.home / "cotrain" / str(run_id)
+    rounds: list[dict[str, Any]] = []
+    try:
+        paths = plan(config.policy)
+        policy = prepare_model(config.policy, paths["train"], progress)
+        eval_split = "validation" if paths["validation"] else config.policy.split
+        world_dir: str | None = None
+        transitions = real_transitions(paths["train"], None, config.policy.seed) if config.reference_transitions else []
+        for number in range(1, config.rounds + 1):
+            started = time.perf_counter()
+            seed = config.policy.seed + 1000 * number
+            real = evaluate(EvaluateParameters(set_name=config.policy.set_name, policy=f"hf:{policy}", split=config.policy.split,
+                                               samples=config.real_samples, temperature=config.policy.temperature, seed=seed,
+                                               max_turns=config.policy.max_turns, max_new_tokens=config.policy.max_completion_length,
+                                               window=config.policy.window if config.policy.history == "windowed" else None))
+            fresh = real_transitions(paths["train"], read_jsonl(Path(real["trajectories"]["jsonl"])), seed)
+            scored = score_world_model(world_dir, fresh, config.max_new_tokens) if world_dir and fresh else None
+            transitions += fresh
+            learn = bool(fresh) or (world_dir is None and bool(transitions))
+            wm = update_world_model(config.world_model.model_copy(update={
+                "model": world_dir or config.world_model.model, "seed": config.world_model.seed + number,
+                "output": str(folder / f"round-{number}" / "world-model")}), transitions) if learn else None
+            world_dir = wm["model"] if wm else world_dir
+            if world_dir is None:
+                raise ValueError(f"round {number}: no tool call in the real worlds yet, so there is nothing to learn a world model from; "
+                                 "keep reference_transitions on, warm the policy up (model=tiny, warmup_steps) or start from a model that calls tools")
+            simulate = SimulationConfig(world_model=f"hf:{world_dir}", samples=config.samples, uncertainty_threshold=config.uncertainty_threshold,
+                                        max_new_tokens=config.max_new_tokens)
+            trained = train(config.policy.model_copy(update={"model": policy, "simulate": simulate, "real_share": config.real_share,
+                                                             "seed": seed, "output": str(folder / f"round-{number}" / "policy")}),
+                            progress=progress, with_validation=False)
+            policy = trained["final"]
+            evaluation = evaluate_split(config.policy, policy, eval_split)
+            simulation = trained["simulation"] or {}
+            metrics = {
+                "round": number, "real_evaluation": real["run_id"], "real_success_rate": real["overall"]["pass@1"],
+                "real_episodes": real["overall"]["episodes"], "transitions_new": len(fresh), "transitions": len(transitions),
+                "wm_accuracy_fresh": scored["observation_exact"] if scored else None,
+                "wm_fields_f1_fresh": scored["fields"]["f1"] if scored else None,
+                "wm_run": wm["run_id"] if wm else None, "wm_loss": wm["log"][-1].get("loss") if wm and wm["log"] else None,
+                "policy_run": trained["run_id"], "policy_reward": _mean(trained["log"], "reward"),
+                "imagined_rate": _mean(trained["log"], "imagined_rate"), "imagined_calls": simulation.get("calls", 0),
+                "stopped_rate": simulation.get("uncertain_rate"), "invalid_rate": simulation.get("invalid_rate"),
+                "mean_uncertainty": simulation.get("mean_uncertainty"), "eval_split": eval_split,
+                "eval_evaluation": evaluation["run_id"] if evaluation else None, "eval_pass@1": evaluation["pass@1"] if evaluation else None,
+                "seconds": time.perf_counter() - started,
+            }
+            record_step(run_id, number, {k: v for k, v in metrics.items() if v is not None})
+            rounds.append(metrics)
+            logger.info("co-training round %s: real success %.3f, world model %s, eval pass@1 %s", number, metrics["real_success_rate"],
+                        world_dir, metrics["eval_pass@1"])
+    except BaseException as exc:
+        finish_run(TrainingRun, run_id, "failed", {"error": f"{type(exc).__name__}: {exc}", "rounds": len(rounds)})
+        raise
+    result = {"run_id": run_id, "policy": policy, "world_model": world_dir, "rounds": rounds}
+    finish_run(TrainingRun, run_id, "completed", {"policy": policy, "world_model": world_dir, "rounds": len(rounds)})
+    create_table_artifact(_round_table(rounds), key="cotrain-rounds", description=f"Co-training run {run_id}: metrics per round")
+    last = rounds[-1]
+    create_markdown_artifact(
+        f"# Co-training run {run_id}\n\n{len(rounds)} rounds on set `{config.policy.set_name}`: real success rate "
+        f"{rounds[0]['real_success_rate']:.3f} -> {last['real_success_rate']:.3f}; last evaluation ({eval_split}) pass@1 "
+        f"{last['eval_pass@1'] if last['eval_pass@1'] is not None else 'n/a'}.\n\nPolicy: `{policy}`. World model: `{world_dir}`.\n\n"
+        f"{dashboard_link('cotrain')}", key="cotrain-summary")
+    return result
