@@ -3,7 +3,7 @@
 # Usage: bench/gpu_train_smoke.sh [extra args for bench/gpu_train_smoke.py]
 # Needs the project installed with a CUDA build of torch (scripts/setup.sh on the worker, or the
 # wheels carried to it); runs the tiny offline model in bf16 on CUDA for a few GRPO steps in both
-# history modes and prints step times and peak GPU memory.
+# history modes and prints step times and peak GPU memory; then the same for a world model (SFT, scores, a simulated episode).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-.venv/bin/python}
@@ -15,3 +15,5 @@ for history in windowed full; do
   echo "== GRPO smoke, history=$history"
   "$PY" bench/gpu_train_smoke.py --profile gpu --history "$history" "$@"
 done
+echo "== world-model smoke (SFT in bf16, scores, a simulated episode)"
+"$PY" bench/gpu_world_model_smoke.py --profile gpu

@@ -18,7 +18,7 @@ def supervised_fine_tune(model_dir: Path, rows: list[dict[str, Any]], out: Path,
     from trl import SFTConfig, SFTTrainer
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), torch_dtype=torch.bfloat16 if gpu else torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.bfloat16 if gpu else torch.float32)
     args = SFTConfig(output_dir=str(out / "sft"), max_steps=steps, per_device_train_batch_size=batch_size, learning_rate=learning_rate,
                      lr_scheduler_type="constant", warmup_steps=0, logging_steps=logging_steps, save_strategy="no", report_to="none",
                      seed=seed, data_seed=seed, use_cpu=not gpu, bf16=gpu, disable_tqdm=True, completion_only_loss=True, max_length=None,
