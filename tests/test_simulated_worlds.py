@@ -15,17 +15,13 @@ from llm_server import ScriptedLLM, json_reply, text_reply
 from sqlmodel import select
 from typer.testing import CliRunner
 
-from conftest import narrowed
+from conftest import narrowed, published_set
 from worldsmith.agent.loop import EpisodeConfig, run_episode
 from worldsmith.agent.policies import RandomPolicy, ReferencePolicy
 from worldsmith.cli import app
 from worldsmith.llm.procedural.backend import procedural_bundle
 from worldsmith.models.catalog import Checkpoint, EvaluationRun, TrainingRun, TrainingStep
-from worldsmith.settings import get_settings
 from worldsmith.storage.catalog import open_catalog
-from worldsmith.storage.objectstore import open_store
-from worldsmith.storage.publish import publish
-from worldsmith.storage.sets import SetQuery, create_set
 from worldsmith.training.trainer import real_group
 from worldsmith.worldmodel.models import OpenAIWorldModel, Prediction, target
 from worldsmith.worldmodel.simulated import SimulatedRuntime, SimulationConfig, apply_to_database
@@ -184,12 +180,7 @@ def test_real_groups_take_exactly_their_share_and_come_first():
 
 @pytest.fixture()
 def retail_set(home):
-    settings = get_settings()
-    store, catalog = open_store(settings.resolved_store_url()), open_catalog()
-    for bundle in (procedural_bundle("retail", 3), procedural_bundle("clinic", 3)):
-        publish(bundle, store, catalog)
-    create_set(catalog, "sim", SetQuery(validation_fraction=0.0))
-    return "sim"
+    return published_set("sim", [procedural_bundle("retail", 3), procedural_bundle("clinic", 3)], 0.0)
 
 
 def test_simulated_evaluation_through_the_flow_and_the_cli(prefect_api, retail_set):
@@ -233,10 +224,7 @@ def test_one_cotraining_round_runs_and_records_its_metrics(prefect_api, home):
     """One round on a small procedural world with a warmed-up tiny policy: real rollouts, a tiny
     world model trained on them, GRPO with imagined and real rollout groups, a real evaluation;
     the round's metrics in the catalog and on the dashboard."""
-    settings = get_settings()
-    store, catalog = open_store(settings.resolved_store_url()), open_catalog()
-    publish(narrowed(procedural_bundle("retail", 0), ("t08_hide", "t09_reject")), store, catalog)
-    create_set(catalog, "co", SetQuery(validation_fraction=0.0))
+    published_set("co", [narrowed(procedural_bundle("retail", 0), ("t08_hide", "t09_reject"))], 0.0)
     runner = CliRunner()
     done = runner.invoke(app, ["cotrain", "--set", "co", "--rounds", "1", "--policy-steps", "2", "--wm-steps", "6", "--group-size", "2",
                                "--real-samples", "2", "--real-share", "0.5", "--wm-samples", "2", "--max-turns", "4",

@@ -14,6 +14,7 @@ import torch
 from sqlmodel import select
 from typer.testing import CliRunner
 
+from conftest import published_set
 from worldsmith.bundle.loader import write_bundle
 from worldsmith.cli import app
 from worldsmith.flows.records import add_run
@@ -23,8 +24,6 @@ from worldsmith.models.catalog import Checkpoint, EvaluationRun, TrainingRun, Tr
 from worldsmith.settings import get_settings
 from worldsmith.storage.catalog import open_catalog
 from worldsmith.storage.objectstore import open_store
-from worldsmith.storage.publish import publish
-from worldsmith.storage.sets import SetQuery, create_set
 from worldsmith.training.config import TrainingConfig
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -36,12 +35,7 @@ QUICK = {"model": "tiny", "group_size": 2, "steps": 2, "max_turns": 1, "max_comp
 @pytest.fixture()
 def train_set(home):
     """Two procedural worlds: one in the train split, one in validation."""
-    settings = get_settings()
-    store, catalog = open_store(settings.resolved_store_url()), open_catalog()
-    for bundle in (procedural_bundle("retail", 3), procedural_bundle("clinic", 3)):
-        publish(bundle, store, catalog)
-    create_set(catalog, "trainset", SetQuery(validation_fraction=0.5))
-    return "trainset"
+    return published_set("trainset", [procedural_bundle("retail", 3), procedural_bundle("clinic", 3)], 0.5)
 
 
 def test_train_flow_records_steps_checkpoint_and_evaluations(prefect_api, train_set):

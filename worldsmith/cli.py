@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
@@ -456,6 +456,21 @@ def eval_command(
     console.print(f"trajectories: {result['trajectories']['jsonl']}")
 
 
+def _flow_result(run: Callable[[], dict[str, Any]], as_json: bool) -> dict[str, Any] | None:
+    """Run a training flow for a command: a ValueError (a model that is not on this machine, a set
+    without tasks) exits 2 with its message; with --json the record is printed and None returned."""
+    try:
+        with _reported():
+            result = run()
+    except ValueError as exc:
+        errors.print(str(exc), markup=False, highlight=False)
+        raise typer.Exit(2) from None
+    if as_json:
+        print(json.dumps(result, indent=2, default=str))
+        return None
+    return result
+
+
 SIMULATE_HELP = ("Simulated mode: a world model answers the tool calls instead of the environments' code: "
                  "code | static | openai:MODEL | hf:PATH (see docs/world-models.md).")
 
@@ -504,14 +519,8 @@ def train_command(
         config = TrainingConfig(**fields, **({"window": window} if window is not None else {}))
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
-    try:
-        with _reported():
-            result = train(config, progress=not as_json)
-    except ValueError as exc:  # a model that is not on this machine, a set without tasks
-        errors.print(str(exc), markup=False, highlight=False)
-        raise typer.Exit(2) from None
-    if as_json:
-        print(json.dumps(result, indent=2, default=str))
+    result = _flow_result(lambda: train(config, progress=not as_json), as_json)
+    if result is None:
         return
     table = Table(title=f"training run {result['run_id']}: {config.model} on {set_name}, {result['steps']} steps")
     for column in ("validation", "pass@1", "mean reward", "format_error", "evaluation"):
@@ -766,14 +775,8 @@ def cotrain_command(
             max_new_tokens=max_new_tokens)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
-    try:
-        with _reported():
-            result = cotrain(config, progress=not as_json)
-    except ValueError as exc:
-        errors.print(str(exc), markup=False, highlight=False)
-        raise typer.Exit(2) from None
-    if as_json:
-        print(json.dumps(result, indent=2, default=str))
+    result = _flow_result(lambda: cotrain(config, progress=not as_json), as_json)
+    if result is None:
         return
     table = Table(title=f"co-training run {result['run_id']} on {set_name}")
     columns = {"round": "round", "real_success_rate": "real success", "wm_accuracy_fresh": "wm accuracy (fresh)", "wm_loss": "wm loss",

@@ -24,6 +24,14 @@ from worldsmith.runtime.pool import SandboxLimits, SandboxWorker, WorkerPool
 from worldsmith.settings import get_settings
 
 
+def checked_call(bundle: Bundle, name: str, arguments: dict[str, Any] | None) -> tuple[dict[str, Any], ToolResult | None]:
+    """A call's arguments ({} for None) and, when the call is refused before any code runs (an
+    unknown tool, arguments that break its schema), the `tool_error` that answers it."""
+    arguments = {} if arguments is None else arguments
+    refused = bundle.argument_error(name, arguments)
+    return arguments, (ToolResult(status="tool_error", error=refused) if refused else None)
+
+
 class Runtime:
     """Runs bundles' tools and verifiers in a pool of sandbox workers."""
 
@@ -189,10 +197,9 @@ class Episode:
 
     def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> ToolResult:
         """Call tool `name`; bad arguments and refusals come back as `tool_error`, faults as `env_error`."""
-        arguments = {} if arguments is None else arguments
-        refused = self.bundle.argument_error(name, arguments)
-        if refused:
-            return ToolResult(status="tool_error", error=refused)
+        arguments, refusal = checked_call(self.bundle, name, arguments)
+        if refusal is not None:
+            return refusal
         with self._lock:
             if self._broken:
                 return ToolResult(status="env_error", error=self._broken, limit="crash")

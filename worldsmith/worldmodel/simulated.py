@@ -34,7 +34,7 @@ from pydantic import BaseModel, Field
 from worldsmith.bundle.loader import Bundle
 from worldsmith.models.bundle import TaskSpec
 from worldsmith.models.episode import DbDiff, ToolResult, VerifierResult
-from worldsmith.runtime.episode import Runtime
+from worldsmith.runtime.episode import Runtime, checked_call
 from worldsmith.runtime.sandbox import dbdiff
 from worldsmith.worldmodel.models import Prediction, WorldModel, consensus, world_model
 from worldsmith.worldmodel.transitions import Transition, observe, relevant_rows
@@ -183,10 +183,9 @@ class SimulatedEpisode:
 
     def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> ToolResult:
         """The world model's answer to the call; its predicted diff is applied to the imagined database."""
-        arguments = {} if arguments is None else arguments
-        refused = self.bundle.argument_error(name, arguments)
-        if refused:
-            return ToolResult(status="tool_error", error=refused)
+        arguments, refusal = checked_call(self.bundle, name, arguments)
+        if refusal is not None:
+            return refusal
         started = time.perf_counter()
         config = self.simulation.config
         query = Transition(env_id=self.bundle.env_id, env_key=self.bundle.key, episode=self.id, index=len(self.history),
