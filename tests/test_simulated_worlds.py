@@ -220,37 +220,43 @@ def test_simulated_training_mixes_real_and_imagined_groups(prefect_api, retail_s
     assert run.config["simulate"]["world_model"] == "code" and run.config["real_share"] == 0.5
 
 
-def test_one_cotraining_round_runs_and_records_its_metrics(prefect_api, home):
-    """One round on a small procedural world with a warmed-up tiny policy: real rollouts, a tiny
-    world model trained on them, GRPO with imagined and real rollout groups, a real evaluation;
-    the round's metrics in the catalog and on the dashboard."""
+def test_cotraining_rounds_run_and_record_their_metrics(prefect_api, home):
+    """Two rounds on a small procedural world with a warmed-up tiny policy: real rollouts, a tiny
+    world model trained on them (round 2 continues round 1's and is first scored on round 2's fresh
+    transitions), GRPO with imagined and real rollout groups, a real evaluation; each round's
+    metrics in the catalog and on the dashboard."""
     published_set("co", [narrowed(procedural_bundle("retail", 0), ("t08_hide", "t09_reject"))], 0.0)
     runner = CliRunner()
-    done = runner.invoke(app, ["cotrain", "--set", "co", "--rounds", "1", "--policy-steps", "2", "--wm-steps", "6", "--group-size", "2",
+    done = runner.invoke(app, ["cotrain", "--set", "co", "--rounds", "2", "--policy-steps", "2", "--wm-steps", "6", "--group-size", "2",
                                "--real-samples", "2", "--real-share", "0.5", "--wm-samples", "2", "--max-turns", "4",
                                "--max-completion-length", "48", "--max-new-tokens", "48", "--warmup-steps", "60", "--json"])
     assert done.exit_code == 0, done.output
     result = json.loads(done.stdout)
-    (round_,) = result["rounds"]
-    assert round_["round"] == 1 and round_["real_episodes"] == 4 and round_["transitions"] >= round_["transitions_new"] > 0
-    assert round_["imagined_rate"] == 0.5 and round_["eval_split"] == "train" and round_["eval_pass@1"] is not None
-    assert round_["wm_accuracy_fresh"] is None  # no world model before round 1
+    first, second = result["rounds"]
+    assert [r["round"] for r in result["rounds"]] == [1, 2] and first["real_episodes"] == second["real_episodes"] == 4
+    assert first["transitions"] >= first["transitions_new"] > 0 and second["transitions"] == first["transitions"] + second["transitions_new"]
+    assert first["imagined_rate"] == second["imagined_rate"] == 0.5 and first["eval_split"] == "train" and first["eval_pass@1"] is not None
+    assert first["wm_accuracy_fresh"] is None  # no world model before round 1
+    assert (second["wm_accuracy_fresh"] is None) == (second["transitions_new"] == 0)  # scored on fresh data when there is some
     with open_catalog().session() as session:
         run = session.get(TrainingRun, result["run_id"])
-        (step,) = session.exec(select(TrainingStep).where(TrainingStep.training_run_id == run.id)).all()
-        world_model = session.get(TrainingRun, round_["wm_run"])
-        policy = session.get(TrainingRun, round_["policy_run"])
-        checkpoints = session.exec(select(Checkpoint).where(Checkpoint.training_run_id == world_model.id)).all()
+        steps = session.exec(select(TrainingStep).where(TrainingStep.training_run_id == run.id).order_by(TrainingStep.step)).all()
+        world_models = [session.get(TrainingRun, r["wm_run"]) for r in result["rounds"] if r["wm_run"] is not None]
+        policies = [session.get(TrainingRun, r["policy_run"]) for r in result["rounds"]]
+        checkpoints = session.exec(select(Checkpoint).where(Checkpoint.training_run_id == world_models[0].id)).all()
         evaluations = {e.id: e for e in session.exec(select(EvaluationRun)).all()}
-    assert run.status == "completed" and run.config["kind"] == "cotrain" and run.metrics["rounds"] == 1
-    assert step.step == 1 and step.metrics["real_success_rate"] == round_["real_success_rate"] and step.metrics["imagined_rate"] == 0.5
-    assert world_model.config["kind"] == "world_model" and world_model.status == "completed" and len(checkpoints) == 1
-    assert policy.config["simulate"]["world_model"] == f"hf:{result['world_model']}" and policy.config["real_share"] == 0.5
-    assert evaluations[round_["real_evaluation"]].samples == 2 and evaluations[round_["eval_evaluation"]].policy == f"hf:{result['policy']}"
+    assert run.status == "completed" and run.config["kind"] == "cotrain" and run.metrics["rounds"] == 2
+    assert [s.step for s in steps] == [1, 2] and steps[0].metrics["real_success_rate"] == first["real_success_rate"]
+    assert all(w.config["kind"] == "world_model" and w.status == "completed" for w in world_models) and len(checkpoints) == 1
+    assert world_models[0].config["model"] == "tiny" and all(w.config["model"].endswith("round-1/world-model") for w in world_models[1:])
+    assert policies[0].config["simulate"]["world_model"].endswith("round-1/world-model") and policies[0].config["real_share"] == 0.5
+    assert policies[1].config["model"] == str(home / "cotrain" / str(run.id) / "round-1" / "policy" / "final")
+    assert result["policy"] == str(home / "cotrain" / str(run.id) / "round-2" / "policy" / "final")
+    assert evaluations[first["real_evaluation"]].samples == 2 and evaluations[second["eval_evaluation"]].policy == f"hf:{result['policy']}"
     from worldsmith.dashboard.data import summary
 
     with open_catalog().session() as session:
         shown = summary(session)
     (cotraining,) = shown["cotraining"]
-    assert cotraining["steps"] == [1] and cotraining["real_success_rate"] == [round_["real_success_rate"]]
-    assert cotraining["imagined_rate"] == [0.5] and {t["kind"] for t in shown["training"]} == {"world_model", "grpo"}
+    assert cotraining["steps"] == [1, 2] and cotraining["real_success_rate"] == [first["real_success_rate"], second["real_success_rate"]]
+    assert cotraining["imagined_rate"] == [0.5, 0.5] and {t["kind"] for t in shown["training"]} == {"world_model", "grpo"}

@@ -96,6 +96,38 @@ def _mean(log: list[dict[str, Any]], key: str) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def _real_rollouts(config: CotrainConfig, policy: str, seed: int) -> dict[str, Any]:
+    """Step 1: the policy, sampled as in training, on the train split in the real worlds (an `evaluate` run)."""
+    spec = config.policy
+    return evaluate(EvaluateParameters(set_name=spec.set_name, policy=f"hf:{policy}", split=spec.split, samples=config.real_samples,
+                                       temperature=spec.temperature, seed=seed, max_turns=spec.max_turns,
+                                       max_new_tokens=spec.max_completion_length, window=spec.window if spec.history == "windowed" else None))
+
+
+def _imagined_update(config: CotrainConfig, policy: str, world_dir: str, seed: int, output: Path, progress: bool) -> dict[str, Any]:
+    """Step 3: GRPO from `policy` in the world model's imagination, `real_share` of the groups in the real worlds (a `train` run)."""
+    simulate = SimulationConfig(world_model=f"hf:{world_dir}", samples=config.samples, uncertainty_threshold=config.uncertainty_threshold,
+                                max_new_tokens=config.max_new_tokens)
+    return train(config.policy.model_copy(update={"model": policy, "simulate": simulate, "real_share": config.real_share, "seed": seed,
+                                                  "output": str(output)}), progress=progress, with_validation=False)
+
+
+def _round_metrics(number: int, real: dict[str, Any], fresh: list[Transition], transitions: list[Transition], scored: dict[str, Any] | None,
+                   wm: dict[str, Any] | None, trained: dict[str, Any], evaluation: dict[str, Any] | None, eval_split: str) -> dict[str, Any]:
+    """What one round records (see the module docstring and docs/world-models.md)."""
+    simulation = trained["simulation"] or {}
+    return {
+        "round": number, "real_evaluation": real["run_id"], "real_success_rate": real["overall"]["pass@1"],
+        "real_episodes": real["overall"]["episodes"], "transitions_new": len(fresh), "transitions": len(transitions),
+        "wm_accuracy_fresh": scored["observation_exact"] if scored else None, "wm_fields_f1_fresh": scored["fields"]["f1"] if scored else None,
+        "wm_run": wm["run_id"] if wm else None, "wm_loss": wm["log"][-1].get("loss") if wm and wm["log"] else None,
+        "policy_run": trained["run_id"], "policy_reward": _mean(trained["log"], "reward"), "imagined_rate": _mean(trained["log"], "imagined_rate"),
+        "imagined_calls": simulation.get("calls", 0), "stopped_rate": simulation.get("uncertain_rate"),
+        "invalid_rate": simulation.get("invalid_rate"), "mean_uncertainty": simulation.get("mean_uncertainty"), "eval_split": eval_split,
+        "eval_evaluation": evaluation["run_id"] if evaluation else None, "eval_pass@1": evaluation["pass@1"] if evaluation else None,
+    }
+
+
 def _round_table(rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
     columns = ("round", "real_success_rate", "transitions", "wm_accuracy_fresh", "wm_loss", "imagined_rate", "stopped_rate",
                "policy_reward", "eval_pass@1")
@@ -124,44 +156,24 @@ def cotrain(config: CotrainConfig, progress: bool = False) -> dict[str, Any]:
         world_dir: str | None = None
         transitions = real_transitions(paths["train"], None, config.policy.seed) if config.reference_transitions else []
         for number in range(1, config.rounds + 1):
-            started = time.perf_counter()
-            seed = config.policy.seed + 1000 * number
-            real = evaluate(EvaluateParameters(set_name=config.policy.set_name, policy=f"hf:{policy}", split=config.policy.split,
-                                               samples=config.real_samples, temperature=config.policy.temperature, seed=seed,
-                                               max_turns=config.policy.max_turns, max_new_tokens=config.policy.max_completion_length,
-                                               window=config.policy.window if config.policy.history == "windowed" else None))
+            started, seed, here = time.perf_counter(), config.policy.seed + 1000 * number, folder / f"round-{number}"
+            real = _real_rollouts(config, policy, seed)
             fresh = real_transitions(paths["train"], read_jsonl(Path(real["trajectories"]["jsonl"])), seed)
             scored = score_world_model(world_dir, fresh, config.max_new_tokens) if world_dir and fresh else None
             transitions += fresh
             learn = bool(fresh) or (world_dir is None and bool(transitions))
             wm = update_world_model(config.world_model.model_copy(update={
                 "model": world_dir or config.world_model.model, "seed": config.world_model.seed + number,
-                "output": str(folder / f"round-{number}" / "world-model")}), transitions) if learn else None
+                "output": str(here / "world-model")}), transitions) if learn else None
             world_dir = wm["model"] if wm else world_dir
             if world_dir is None:
                 raise ValueError(f"round {number}: no tool call in the real worlds yet, so there is nothing to learn a world model from; "
                                  "keep reference_transitions on, warm the policy up (model=tiny, warmup_steps) or start from a model that calls tools")
-            simulate = SimulationConfig(world_model=f"hf:{world_dir}", samples=config.samples, uncertainty_threshold=config.uncertainty_threshold,
-                                        max_new_tokens=config.max_new_tokens)
-            trained = train(config.policy.model_copy(update={"model": policy, "simulate": simulate, "real_share": config.real_share,
-                                                             "seed": seed, "output": str(folder / f"round-{number}" / "policy")}),
-                            progress=progress, with_validation=False)
+            trained = _imagined_update(config, policy, world_dir, seed, here / "policy", progress)
             policy = trained["final"]
             evaluation = evaluate_split(config.policy, policy, eval_split)
-            simulation = trained["simulation"] or {}
-            metrics = {
-                "round": number, "real_evaluation": real["run_id"], "real_success_rate": real["overall"]["pass@1"],
-                "real_episodes": real["overall"]["episodes"], "transitions_new": len(fresh), "transitions": len(transitions),
-                "wm_accuracy_fresh": scored["observation_exact"] if scored else None,
-                "wm_fields_f1_fresh": scored["fields"]["f1"] if scored else None,
-                "wm_run": wm["run_id"] if wm else None, "wm_loss": wm["log"][-1].get("loss") if wm and wm["log"] else None,
-                "policy_run": trained["run_id"], "policy_reward": _mean(trained["log"], "reward"),
-                "imagined_rate": _mean(trained["log"], "imagined_rate"), "imagined_calls": simulation.get("calls", 0),
-                "stopped_rate": simulation.get("uncertain_rate"), "invalid_rate": simulation.get("invalid_rate"),
-                "mean_uncertainty": simulation.get("mean_uncertainty"), "eval_split": eval_split,
-                "eval_evaluation": evaluation["run_id"] if evaluation else None, "eval_pass@1": evaluation["pass@1"] if evaluation else None,
-                "seconds": time.perf_counter() - started,
-            }
+            metrics = {**_round_metrics(number, real, fresh, transitions, scored, wm, trained, evaluation, eval_split),
+                       "seconds": time.perf_counter() - started}
             record_step(run_id, number, {k: v for k, v in metrics.items() if v is not None})
             rounds.append(metrics)
             logger.info("co-training round %s: real success %.3f, world model %s, eval pass@1 %s", number, metrics["real_success_rate"],
