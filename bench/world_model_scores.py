@@ -8,7 +8,9 @@ reference solutions of every task and of random episodes (4 turns) of every task
 fresh episodes; environments split train / test (35% test) by `split_of`, so the test worlds are
 unseen. The tiny model (built offline, tokenizer trained on the transitions) is fine-tuned on the
 train split for `--steps` steps and scored on the test split, next to `static` (always "ok,
-nothing changed": the floor) and `oracle` (the real transition: the ceiling). The last line is JSON.
+nothing changed": the floor) and `oracle` (the real transition: the ceiling); the tiny model is
+also scored one step on a sample of its own train transitions (seen worlds), which separates
+underfitting from a generalisation gap. The last line is JSON.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import sys
 import tempfile
 import time
@@ -31,6 +34,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--k", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=384)
+    parser.add_argument("--train-sample", type=int, default=120, help="train transitions (seen worlds) also scored one step, by the tiny model")
     args = parser.parse_args()
     os.environ.setdefault("WORLDSMITH_HOME", tempfile.mkdtemp(prefix="worldsmith-wm-bench-"))
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -41,7 +45,7 @@ def main() -> None:
     from worldsmith.llm.procedural.backend import procedural_bundle
     from worldsmith.llm.procedural.blocks import DOMAINS
     from worldsmith.runtime.episode import Runtime
-    from worldsmith.worldmodel.evaluation import evaluate_world_model
+    from worldsmith.worldmodel.evaluation import evaluate_world_model, one_step
     from worldsmith.worldmodel.models import OracleWorldModel, StaticWorldModel
     from worldsmith.worldmodel.training import HFWorldModel, WorldModelConfig, train_world_model
     from worldsmith.worldmodel.transitions import build_transitions
@@ -70,8 +74,13 @@ def main() -> None:
         steps = " ".join(f"{s['compound_error']:.3f}" for s in report["k_step"]["steps"])
         print(f"{name:18} {one['observation_exact']:9.3f} {one['outcome_agreement']:8.3f} {one['invalid_rate']:8.3f} "
               f"{one['rows']['f1']:8.3f} {one['fields']['f1']:9.3f}  {steps}")
+    seen = random.Random(0).sample(train, min(args.train_sample, len(train)))
+    on_seen = one_step(models["tiny, trained"], seen)
+    print(f"tiny, trained, on {len(seen)} train transitions (seen worlds): observation exact {on_seen['observation_exact']:.3f}, "
+          f"outcome {on_seen['outcome_agreement']:.3f}, invalid {on_seen['invalid_rate']:.3f}, fields F1 {on_seen['fields']['f1']:.3f}")
     print(f"seconds: {time.perf_counter() - started:.0f}")
     print(json.dumps({"worlds": len(bundles), "train": len(train), "test": len(test), "steps": args.steps, "loss": [losses[0], losses[-1]],
+                      "tiny_on_seen": {k: v for k, v in on_seen.items() if k != "per_env"},
                       "reports": {name: {"one_step": {k: v for k, v in r["one_step"].items() if k != "per_env"}, "k_step": r["k_step"]}
                                   for name, r in reports.items()}}))
 

@@ -190,6 +190,8 @@ def test_simulated_evaluation_through_the_flow_and_the_cli(prefect_api, retail_s
     code = evaluate(EvaluateParameters(set_name=retail_set, simulate={"world_model": "code"}))
     assert (real["world"], code["world"]) == ("real", "simulated:code")
     assert code["overall"] == real["overall"] and code["overall"]["pass@1"] == 1.0 and code["simulation"]["calls"] > 0
+    refused = CliRunner().invoke(app, ["eval", "--set", retail_set, "--simulate", "oracle"])
+    assert refused.exit_code == 2 and "unknown world model 'oracle'" in refused.output
     shown = CliRunner().invoke(app, ["eval", "--set", retail_set, "--simulate", "static", "--json"])
     assert shown.exit_code == 0, shown.output
     static = json.loads(shown.output)

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from worldsmith.bundle.loader import Bundle
 from worldsmith.models.bundle import TaskSpec
@@ -51,6 +51,14 @@ class SimulationConfig(BaseModel):
     uncertainty_threshold: float = Field(1.0, ge=0, le=1, description="A simulated episode stops (env_error, limit `uncertain`) at a call "
                                                                       "whose uncertainty (1 - the share of the most common prediction) is above this.")
     max_new_tokens: int = Field(512, ge=16, description="hf: world models: tokens generated per prediction at most.")
+
+    @field_validator("world_model")
+    @classmethod
+    def _known_kind(cls, spec: str) -> str:
+        kind, _, target = spec.partition(":")
+        if spec in ("code", "static") or kind in ("openai", "hf") and target:
+            return spec
+        raise ValueError(f"unknown world model {spec!r} for simulated mode: use code, static, openai:MODEL or hf:PATH")
 
 
 class CodeWorldModel:
