@@ -14,9 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import tempfile
-import time
 from pathlib import Path
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -34,7 +32,8 @@ def main() -> None:
     args = parser.parse_args()
 
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from step_clock import StepClock  # bench/ is the script's directory; imported once the environment above is set
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from worldsmith.llm.procedural.backend import procedural_bundle
     from worldsmith.runtime.episode import Runtime
@@ -48,39 +47,20 @@ def main() -> None:
     bundles = {f"retail_{s}": procedural_bundle("retail", s) for s in (0, 1)}
     runtime = Runtime()
 
-    class StepClock(TrainerCallback):
-        def __init__(self) -> None:
-            self.rows: list[dict] = []
-            self.started = time.perf_counter()
-
-        def on_log(self, a, state, control, logs=None, **kw):  # noqa: ANN001
-            if not logs or "loss" not in logs:
-                return
-            now = time.perf_counter()
-            memory = torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0
-            self.rows.append({"step": state.global_step, "seconds": now - self.started, "reward": logs.get("reward"), "rows": logs.get("rows"),
-                              "loss": logs.get("loss"), "peak_gib": memory})
-            print(f"step {state.global_step}: {now - self.started:.2f} s, reward {logs.get('reward', float('nan')):.3f}, "
-                  f"rows {logs.get('rows', 0):.0f}, peak GPU memory {memory:.2f} GiB", flush=True)
-            self.started = now
-
     with tempfile.TemporaryDirectory() as scratch:
         base = build_tiny_model(Path(scratch) / "tiny", bundles.values(), hidden_size=args.hidden, layers=4, heads=4, kv_heads=2)
         model_dir = warm_up(base, reference_rows(runtime, list(bundles.values()), 3), Path(scratch) / "warm", steps=args.warmup_steps)
         config = TrainingConfig(model=str(model_dir), set_name="smoke", profile=args.profile, group_size=args.group_size, steps=args.steps,
                                 max_turns=6, max_completion_length=96, learning_rate=1e-5, history=args.history)
-        clock = StepClock()
+        clock = StepClock("step", ("reward", "rows", "loss"))
         dtype = torch.bfloat16 if args.profile == "gpu" else torch.float32
         trainer = WorldGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype), args=grpo_args(config, Path(scratch) / "out"),
                                    train_dataset=task_dataset(bundles), processing_class=AutoTokenizer.from_pretrained(model_dir),
                                    callbacks=[clock], world=config, runtime=runtime, bundles=bundles)
         trainer.train()
     runtime.close()
-    times = [r["seconds"] for r in clock.rows]
     summary = {"profile": args.profile, "history": args.history, "device": torch.cuda.get_device_name() if cuda else "cpu",
-               "steps": len(times), "first_step_s": times[0], "median_step_s": statistics.median(times),
-               "median_vs_first": statistics.median(times) / times[0], "peak_gib": max(r["peak_gib"] for r in clock.rows),
-               "use_vllm": trainer.use_vllm, "bf16": trainer.args.bf16}
+               **clock.summary(), "use_vllm": trainer.use_vllm, "bf16": trainer.args.bf16}
     print(json.dumps(summary, indent=2))
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -33,8 +32,7 @@ def main() -> None:
     os.environ.setdefault("WORLDSMITH_HOME", tempfile.mkdtemp(prefix="worldsmith-wm-smoke-"))
 
     import torch
-    from transformers import TrainerCallback
-
+    from step_clock import StepClock  # bench/ is the script's directory; imported once the environment above is set
     from worldsmith.agent.loop import run_episode
     from worldsmith.agent.policies import RandomPolicy, ReferencePolicy
     from worldsmith.llm.procedural.backend import procedural_bundle
@@ -48,25 +46,12 @@ def main() -> None:
     if args.profile == "gpu" and not cuda:
         raise SystemExit("profile 'gpu' needs a CUDA device; use --profile cpu-test on this machine")
 
-    class Clock(TrainerCallback):
-        def __init__(self) -> None:
-            self.rows: list[dict] = []
-            self.started = time.perf_counter()
-
-        def on_log(self, a, state, control, logs=None, **kw):  # noqa: ANN001
-            if not logs or "loss" not in logs:
-                return
-            now, memory = time.perf_counter(), (torch.cuda.max_memory_allocated() / 2**30 if cuda else 0.0)
-            self.rows.append({"step": state.global_step, "seconds": now - self.started, "loss": logs["loss"], "peak_gib": memory})
-            print(f"sft step {state.global_step}: {now - self.started:.2f} s, loss {logs['loss']:.3f}, peak GPU memory {memory:.2f} GiB", flush=True)
-            self.started = now
-
     bundles = [procedural_bundle("retail", 0), procedural_bundle("clinic", 0)]
     with Runtime() as runtime, tempfile.TemporaryDirectory() as scratch:
         trajectories = [run_episode(runtime, b, t, ReferencePolicy()) for b in bundles for t in b.tasks]
         trajectories += [run_episode(runtime, b, t, RandomPolicy()) for b in bundles for t in b.tasks[:4]]
         transitions = build_transitions(runtime, {b.key: b for b in bundles}, trajectories, validation=0.0, test=0.0)
-        clock = Clock()
+        clock = StepClock("sft step", ("loss",))
         out = Path(scratch) / "wm"
         fine_tune(tiny_world_model(Path(scratch) / "tiny", transitions), transitions, out,
                   WorldModelConfig(profile=args.profile, steps=args.steps), [clock])
@@ -79,11 +64,8 @@ def main() -> None:
     one = report["one_step"]
     print(f"one step on {one['transitions']} train transitions: observation exact {one['observation_exact']:.3f}, "
           f"invalid {one['invalid_rate']:.3f}; simulated episode: {episode.verdict} after {len(episode.steps)} call(s), {episode_s:.2f} s")
-    times = [r["seconds"] for r in clock.rows]
     print(json.dumps({"profile": args.profile, "device": torch.cuda.get_device_name() if cuda else "cpu", "model_device": str(model.model.device),
-                      "model_dtype": str(model.model.dtype), "transitions": len(transitions), "logged": len(times),
-                      "median_vs_first": statistics.median(times) / times[0] if times else None,
-                      "peak_gib": max((r["peak_gib"] for r in clock.rows), default=0.0), "loss": [r["loss"] for r in clock.rows],
+                      "model_dtype": str(model.model.dtype), "transitions": len(transitions), **clock.summary(), "loss": [r["loss"] for r in clock.rows],
                       "one_step": {k: v for k, v in one.items() if k != "per_env"}, "simulated_episode": episode.verdict,
                       "simulation": simulation.stats.as_dict()}, indent=2))
 

@@ -9,6 +9,9 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+# Prefect attaches its console log handler to the stderr of the moment `prefect.main` is first
+# imported; import it now, so that moment is not inside a CliRunner whose stream later flows find closed.
+import prefect.main  # noqa: E402,F401
 import pytest  # noqa: E402
 
 from worldsmith.bundle.loader import Bundle, artifact_digest, build_bundle, load_bundle  # noqa: E402

@@ -123,22 +123,28 @@ class OpenAIWorldModel:
         return out
 
 
+def check_world_model(spec: str, names: tuple[str, ...] = ("oracle", "static")) -> str:
+    """`spec` if it is one of `names`, openai:MODEL or hf:PATH, else ValueError naming the choices (nothing is loaded)."""
+    kind, _, target = spec.partition(":")
+    if spec in names or kind in ("openai", "hf") and target:
+        return spec
+    raise ValueError(f"unknown world model {spec!r}: use {', '.join(names)}, openai:MODEL or hf:PATH")
+
+
 def world_model(spec: str, *, max_new_tokens: int = 512) -> WorldModel:
     """A world model by name: oracle | static | openai:MODEL (the WORLDSMITH_LLM_* endpoint) | hf:PATH (a local model directory)."""
+    kind, _, target = check_world_model(spec).partition(":")
     if spec == "oracle":
         return OracleWorldModel()
     if spec == "static":
         return StaticWorldModel()
-    if spec.startswith("openai:") and len(spec) > len("openai:"):
+    if kind == "openai":
         from worldsmith.settings import get_settings
 
         settings = get_settings()
-        return OpenAIWorldModel(spec.split(":", 1)[1], base_url=settings.llm_base_url, api_key=settings.llm_key(), timeout_s=settings.llm_timeout_s)
-    if spec.startswith("hf:") and len(spec) > len("hf:"):
-        from worldsmith.worldmodel.training import HFWorldModel
+        return OpenAIWorldModel(target, base_url=settings.llm_base_url, api_key=settings.llm_key(), timeout_s=settings.llm_timeout_s)
+    from worldsmith.worldmodel.training import HFWorldModel
 
-        path = spec.split(":", 1)[1]
-        if not (Path(path) / "config.json").is_file():
-            raise ValueError(f"world model {spec!r}: {path} is not a model directory")
-        return HFWorldModel(path, max_new_tokens=max_new_tokens)
-    raise ValueError(f"unknown world model {spec!r}: use oracle, static, openai:MODEL or hf:PATH")
+    if not (Path(target) / "config.json").is_file():
+        raise ValueError(f"world model {spec!r}: {target} is not a model directory")
+    return HFWorldModel(target, max_new_tokens=max_new_tokens)

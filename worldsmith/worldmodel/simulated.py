@@ -36,7 +36,7 @@ from worldsmith.models.bundle import TaskSpec
 from worldsmith.models.episode import DbDiff, ToolResult, VerifierResult
 from worldsmith.runtime.episode import Runtime, checked_call
 from worldsmith.runtime.sandbox import dbdiff
-from worldsmith.worldmodel.models import Prediction, WorldModel, consensus, world_model
+from worldsmith.worldmodel.models import Prediction, WorldModel, check_world_model, consensus, world_model
 from worldsmith.worldmodel.transitions import Transition, observe, relevant_rows
 
 STATUSES = ("ok", "tool_error", "env_error")
@@ -55,10 +55,7 @@ class SimulationConfig(BaseModel):
     @field_validator("world_model")
     @classmethod
     def _known_kind(cls, spec: str) -> str:
-        kind, _, target = spec.partition(":")
-        if spec in ("code", "static") or kind in ("openai", "hf") and target:
-            return spec
-        raise ValueError(f"unknown world model {spec!r} for simulated mode: use code, static, openai:MODEL or hf:PATH")
+        return check_world_model(spec, ("code", "static"))
 
 
 class CodeWorldModel:
