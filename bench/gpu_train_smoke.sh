@@ -1,14 +1,13 @@
 #!/usr/bin/env bash
 # GPU smoke test of GRPO training, for a lent GPU worker (see docs/training.md).
 # Usage: bench/gpu_train_smoke.sh [extra args for bench/gpu_train_smoke.py]
-# Needs the project installed with a CUDA build of torch (scripts/setup.sh on the worker, or the
-# wheels carried to it); runs the tiny offline model in bf16 on CUDA for a few GRPO steps in both
+# Needs a CUDA build of torch and the project's dependencies: scripts/setup.sh on a worker, or a
+# CUDA image plus the wheels of bench/device_wheels.sh in .whl (bench/device_env.sh installs them).
+# Runs the tiny offline model in bf16 on CUDA for a few GRPO steps in both
 # history modes and prints step times and peak GPU memory; then the same for a world model (SFT, scores, a simulated episode).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-.venv/bin/python}
-[ -x "$PY" ] || PY=python3
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRL_EXPERIMENTAL_SILENCE=1 PREFECT_SERVER_ANALYTICS_ENABLED=false GX_ANALYTICS_ENABLED=false
+source bench/device_env.sh
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || { echo "no NVIDIA GPU visible" >&2; exit 2; }
 "$PY" -c "import torch; assert torch.cuda.is_available(), 'torch has no CUDA: install a CUDA build'; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
 for history in windowed full; do

@@ -7,8 +7,6 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from worldsmith.flows.records import record_step
-
 SHOWN = ("reward", "success_rate", "loss")
 
 
@@ -27,6 +25,8 @@ class CatalogMetrics(TrainerCallback):
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         if not logs or "train_runtime" in logs or not state.is_world_process_zero:
             return
+        from worldsmith.flows.records import record_step  # the catalog stack only where a run records steps
+
         metrics = step_metrics(logs)
         self.steps.append({"step": state.global_step, **metrics})
         record_step(self.run_id, state.global_step, metrics)

@@ -1,0 +1,63 @@
+"""The GPU smoke scripts run on a worker that has only the training stack (a CUDA image plus the
+wheels of bench/device_wheels.sh), without the orchestration stack: Prefect, the catalog's SQL
+layer, Great Expectations, MCP, boto3. Here they run in their CPU mode on a site without those
+packages, so an import that drags them onto the training path fails this test."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ABSENT = ("prefect", "sqlmodel", "sqlalchemy", "great_expectations", "mcp", "boto3", "botocore", "moto", "uvicorn", "starlette")
+
+
+def worker_python(tmp_path: Path) -> Path:
+    """A virtual environment whose site-packages links to this environment's packages, less those
+    of ABSENT (modules and metadata), so that to every import and `find_spec` they do not exist."""
+    venv = tmp_path / "worker"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
+    site = Path(subprocess.run([venv / "bin/python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               check=True, capture_output=True, text=True).stdout.strip())
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        name = entry.name.lower().replace("-", "_")
+        absent = any(name == a or name.startswith((f"{a}.", f"{a}_", f"{a}-")) for a in ABSENT)
+        if not absent and not (site / entry.name).exists():
+            (site / entry.name).symlink_to(entry)
+    return venv / "bin/python"
+
+
+def run_python(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    """Run the worker's Python on this repository (as bench/device_env.sh puts it on the path)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WORLDSMITH_HOME": str(tmp_path / "home")}
+    return subprocess.run([worker_python(tmp_path), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+def run_smoke(tmp_path: Path, script: str, *args: str) -> dict:
+    """Run a bench smoke script in its CPU mode on the worker's site; returns its JSON summary."""
+    done = run_python(tmp_path, f"bench/{script}", "--profile", "cpu-test", *args)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    start = max(i for i, line in enumerate(lines) if line == "{")
+    return json.loads("\n".join(lines[start:]))
+
+
+def test_the_worker_site_lacks_exactly_the_orchestration_stack(tmp_path):
+    done = run_python(tmp_path, "-c", "import importlib.util as u; print([m for m in ('prefect', 'sqlmodel', 'boto3', 'mcp', 'trl', "
+                                      "'transformers', 'pydantic', 'worldsmith') if u.find_spec(m)])")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['trl', 'transformers', 'pydantic', 'worldsmith']"
+
+
+def test_grpo_smoke_needs_no_orchestration_stack(tmp_path):
+    summary = run_smoke(tmp_path, "gpu_train_smoke.py", "--steps", "1", "--group-size", "2", "--hidden", "64", "--warmup-steps", "2")
+    assert summary["logged"] == 1 and summary["device"] == "cpu" and summary["bf16"] is False
+
+
+def test_world_model_smoke_needs_no_orchestration_stack(tmp_path):
+    summary = run_smoke(tmp_path, "gpu_world_model_smoke.py", "--steps", "2", "--max-new-tokens", "16")
+    assert summary["profile"] == "cpu-test" and summary["simulated_episode"] in {"complete", "incomplete", "env_error"}
