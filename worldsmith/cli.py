@@ -173,10 +173,9 @@ def env_serve(
 
 def _storage():
     from worldsmith.storage.catalog import open_catalog
-    from worldsmith.storage.objectstore import open_store
+    from worldsmith.storage.objectstore import configured_store
 
-    settings = get_settings()
-    return open_store(settings.resolved_store_url(), endpoint_url=settings.s3_endpoint_url), open_catalog()
+    return configured_store(), open_catalog()
 
 
 @contextmanager
@@ -498,6 +497,7 @@ def train_command(
     lora: Annotated[bool, typer.Option(help="Train LoRA adapters instead of every weight.")] = False,
     tensorboard: Annotated[bool, typer.Option(help="Also write TensorBoard event files under the run's output.")] = False,
     output: Annotated[Optional[Path], typer.Option(help="Output directory (default WORLDSMITH_HOME/training/<run id>).")] = None,
+    save_every: Annotated[int, typer.Option(help="Store a trainer checkpoint every n steps, for `worldsmith resume` (0: none).")] = 0,
     warmup_steps: Annotated[int, typer.Option(help="--model tiny: supervised steps on the reference solutions first.")] = 120,
     seed: Annotated[int, typer.Option(help="Seed of sampling, row order and initialisation.")] = 0,
     simulate: Annotated[Optional[str], typer.Option(help=SIMULATE_HELP)] = None,
@@ -513,16 +513,39 @@ def train_command(
     fields = {"model": model, "set_name": set_name, "profile": profile, "steps": steps, "group_size": group_size, "learning_rate": learning_rate,
               "beta": beta, "history": history, "max_turns": max_turns, "max_completion_length": max_completion_length,
               "rows_per_step": rows_per_step, "processes": processes, "lora": {"enabled": lora}, "tensorboard": tensorboard, "seed": seed, "warmup_steps": warmup_steps,
+              "save_every": save_every,
               "output": str(output) if output else None, "simulate": _simulation(simulate, wm_samples, uncertainty_threshold),
               **({"real_share": real_share} if real_share is not None else {})}
     try:
         config = TrainingConfig(**fields, **({"window": window} if window is not None else {}))
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
-    result = _flow_result(lambda: train(config, progress=not as_json), as_json)
+    _report_training(config, _flow_result(lambda: train(config, progress=not as_json), as_json))
+
+
+@app.command("resume")
+def resume_command(
+    run_id: Annotated[int, typer.Argument(help="A training run that stopped before finishing.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the run's record as JSON.")] = False,
+) -> None:
+    """Continue a GRPO training run that stopped (a killed worker, a preempted machine) from its
+    latest trainer checkpoint in the object store, with the run's own configuration."""
+    from worldsmith.flows.train import stored_config, train
+
+    try:
+        config = stored_config(run_id)
+    except ValueError as exc:
+        errors.print(str(exc), markup=False, highlight=False)
+        raise typer.Exit(2) from None
+    _report_training(config, _flow_result(lambda: train(config, progress=not as_json, resume=run_id), as_json))
+
+
+def _report_training(config: Any, result: dict[str, Any] | None) -> None:
+    """The validation table and final model of a finished training run (nothing when None: --json)."""
     if result is None:
         return
-    table = Table(title=f"training run {result['run_id']}: {config.model} on {set_name}, {result['steps']} steps")
+    resumed = f", resumed after step {result['resumed_from']}" if result.get("resumed_from") is not None else ""
+    table = Table(title=f"training run {result['run_id']}: {config.model} on {config.set_name}, {result['steps']} steps{resumed}")
     for column in ("validation", "pass@1", "mean reward", "format_error", "evaluation"):
         table.add_column(column)
     for name in ("before", "after"):

@@ -35,7 +35,7 @@ from worldsmith.models.catalog import EvaluationRun
 from worldsmith.runtime.episode import Runtime
 from worldsmith.settings import get_settings
 from worldsmith.storage.catalog import open_catalog
-from worldsmith.storage.objectstore import open_store
+from worldsmith.storage.objectstore import configured_store
 from worldsmith.storage.publish import CatalogError, fetch
 from worldsmith.storage.sets import get_set, members_of
 from worldsmith.worldmodel.simulated import SimulatedRuntime, SimulationConfig
@@ -117,8 +117,7 @@ def cached_bundle(ref: str, content_key: str) -> Path:
     settings = get_settings()
     target = settings.home / "cache" / "bundles" / content_key
     if not (target / "manifest.json").is_file():
-        store = open_store(settings.resolved_store_url(), endpoint_url=settings.s3_endpoint_url)
-        fetch(ref, target, store, open_catalog())
+        fetch(ref, target, configured_store(), open_catalog())
     return target
 
 
@@ -188,8 +187,7 @@ def _store_trajectories(run_id: int, trajectories: list[Trajectory]) -> dict[str
     folder = settings.home / "evaluations" / str(run_id)
     jsonl = write_jsonl(trajectories, folder / "trajectories.jsonl")
     parquet = write_parquet(trajectories, folder / "trajectories.parquet")
-    store = open_store(settings.resolved_store_url(), endpoint_url=settings.s3_endpoint_url)
-    digest = store.put_bytes(jsonl.read_bytes())
+    digest = configured_store().put_bytes(jsonl.read_bytes())
     return {"jsonl": str(jsonl), "parquet": str(parquet), "digest": digest}
 
 

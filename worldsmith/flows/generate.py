@@ -45,7 +45,7 @@ from worldsmith.models.catalog import StageAttempt
 from worldsmith.runtime.episode import Runtime
 from worldsmith.settings import get_settings
 from worldsmith.storage.catalog import open_catalog
-from worldsmith.storage.objectstore import open_store
+from worldsmith.storage.objectstore import configured_store
 from worldsmith.storage.publish import publish
 from worldsmith.tasks.attempts import AttemptLog, stage_summary
 from worldsmith.tasks.pipeline import build_environment, run_stage
@@ -201,9 +201,7 @@ def build_environment_run(params: GenerateParameters, run_id: str, scenario: Sce
         r.log.record(env_id=result.env_id, stage="environment", attempt=1, outcome="failure",
                      error_class=f"{result.failed_stage}_exhausted", error_text=result.reason)
     else:
-        settings = get_settings()
-        store = open_store(settings.resolved_store_url(), endpoint_url=settings.s3_endpoint_url)
-        published = publish(result.bundle, store, open_catalog(), result.checks)
+        published = publish(result.bundle, configured_store(), open_catalog(), result.checks)
         summary.update(status=published.version.status, ref=published.version.ref, reason=published.version.failure_reason or result.reason)
     return summary
 

@@ -28,10 +28,20 @@ def add_run(row: SQLModel) -> int:
 
 def finish_run(table: type[SQLModel], run_id: int, status: str, metrics: dict[str, Any]) -> None:
     """Set the run's status and finish time and merge `metrics` into its metrics."""
+    update_run(table, run_id, metrics, status=status, finished=True)
+
+
+def update_run(table: type[SQLModel], run_id: int, metrics: dict[str, Any], *, status: str | None = None, finished: bool = False,
+               flow_run_id: str | None = None) -> None:
+    """Merge `metrics` into the run's metrics; set its status (and finish time, or clear it when
+    not `finished`) and flow run when given."""
     with open_catalog().session() as session:
         run = session.get(table, run_id)
-        run.status, run.finished_at = status, utcnow()
         run.metrics = {**run.metrics, **metrics}
+        if status is not None:
+            run.status, run.finished_at = status, utcnow() if finished else None
+        if flow_run_id is not None:
+            run.flow_run_id = flow_run_id
         session.add(run)
         session.commit()
 

@@ -5,6 +5,11 @@ offline and warmed up on the reference solutions) -> the validation split evalua
 `evaluate` flow -> GRPO on the train split's (env, task) rows -> the final model stored in the
 object store as a checkpoint -> the validation split evaluated again. The training run, each
 step's metrics and the checkpoints are catalog rows; a markdown artifact summarises the run.
+
+With `save_every`, each trainer checkpoint reaches the object store as soon as it is written, and
+a run that stopped before finishing (a killed worker, a preempted machine) continues from its
+latest one with `resume=<run id>` (`worldsmith resume RUN_ID`): same run row, same configuration,
+the steps after that checkpoint run again (their rows from the stopped attempt are replaced).
 """
 
 from __future__ import annotations
@@ -19,18 +24,19 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
+from sqlmodel import select
 
 from worldsmith.bundle.loader import load_bundle
 from worldsmith.flows.evaluate import EvaluateParameters, cached_bundle, evaluate
 from worldsmith.flows.links import dashboard_link
-from worldsmith.flows.records import add_run, current_flow_run_id, finish_run
-from worldsmith.models.catalog import TrainingRun
+from worldsmith.flows.records import add_run, current_flow_run_id, finish_run, update_run
+from worldsmith.models.catalog import TrainingRun, TrainingStep
 from worldsmith.runtime.episode import Runtime
 from worldsmith.settings import get_settings
 from worldsmith.storage.catalog import open_catalog
 from worldsmith.storage.publish import CatalogError
 from worldsmith.storage.sets import get_set, members_of
-from worldsmith.training.checkpoints import save_checkpoint
+from worldsmith.training.checkpoints import fetch_checkpoint, latest_trainer_checkpoint, save_checkpoint
 from worldsmith.training.config import TINY, TrainingConfig
 
 
@@ -96,13 +102,55 @@ def evaluate_split(config: TrainingConfig, model: str, split: str) -> dict[str, 
     return {"run_id": result["run_id"], **result["overall"]}
 
 
+def stored_config(run_id: int) -> TrainingConfig:
+    """The configuration of GRPO training run `run_id`; ValueError when there is no such run."""
+    with open_catalog().session() as session:
+        run = session.get(TrainingRun, run_id)
+    if run is None:
+        raise ValueError(f"no training run {run_id}")
+    if "kind" in run.config:
+        raise ValueError(f"training run {run_id} is a {run.config['kind']} run; only GRPO training runs resume")
+    return TrainingConfig.model_validate(run.config)
+
+
+@task(name="reopen-training-run", cache_policy=NO_CACHE)
+def reopen_run(run_id: int, config: TrainingConfig, output: Path) -> dict[str, Any]:
+    """Make training run `run_id` (stopped before finishing, with `config` as its configuration)
+    running again from its latest trainer checkpoint: the checkpoint is unpacked under `output`
+    and the step rows after it are dropped. Returns {"step", "directory", "metrics"}; ValueError
+    naming the problem when the run cannot resume."""
+    stored = stored_config(run_id).model_dump()
+    changed = sorted(k for k, v in config.model_dump().items() if stored.get(k) != v)
+    if changed:
+        raise ValueError(f"training run {run_id} resumes with its own configuration; these fields differ: {', '.join(changed)}")
+    with open_catalog().session() as session:
+        run = session.get(TrainingRun, run_id)
+        if run.status == "completed":
+            raise ValueError(f"training run {run_id} completed; there is nothing to resume")
+        metrics = dict(run.metrics)
+    checkpoint = latest_trainer_checkpoint(run_id)
+    if checkpoint is None:
+        raise ValueError(f"training run {run_id} has no trainer checkpoint to resume from: it ran with save_every 0 "
+                         "or stopped before its first checkpoint; start a new run")
+    directory = fetch_checkpoint(checkpoint.digest, output / f"resume-from-{checkpoint.step}")
+    with open_catalog().session() as session:
+        for row in session.exec(select(TrainingStep).where(TrainingStep.training_run_id == run_id, TrainingStep.step > checkpoint.step)):
+            session.delete(row)
+        session.commit()
+    resumed = [*metrics.get("resumed_from_steps", []), checkpoint.step]
+    update_run(TrainingRun, run_id, {"resumed_from_steps": resumed}, status="running", flow_run_id=current_flow_run_id())
+    return {"step": checkpoint.step, "directory": str(directory), "metrics": metrics}
+
+
 @task(name="train-policy", cache_policy=NO_CACHE)
-def train_policy(config: TrainingConfig, model: str, bundle_paths: list[str], run_id: int, output: str, progress: bool) -> dict[str, Any]:
-    """Run GRPO, here or in `config.processes` launched processes; returns the final model
-    directory, the checkpoints written and the per-step log."""
+def train_policy(config: TrainingConfig, model: str, bundle_paths: list[str], run_id: int, output: str, progress: bool,
+                 resume_from: str | None = None) -> dict[str, Any]:
+    """Run GRPO (from the trainer checkpoint `resume_from` when set), here or in
+    `config.processes` launched processes; returns the final model directory, the trainer
+    checkpoints stored on the way and the per-step log."""
     from worldsmith.training.launch import TrainRequest, launch, run_training
 
-    request = TrainRequest(config=config, model=model, bundles=bundle_paths, run_id=run_id, output=output)
+    request = TrainRequest(config=config, model=model, bundles=bundle_paths, run_id=run_id, output=output, resume_from=resume_from)
     return run_training(request, progress) if config.processes == 1 else launch(request, config.processes)
 
 
@@ -136,29 +184,37 @@ def _step_table(log: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 @flow(name="train", log_prints=True)
-def train(config: TrainingConfig, progress: bool = False, with_validation: bool = True) -> dict[str, Any]:
+def train(config: TrainingConfig, progress: bool = False, with_validation: bool = True, resume: int | None = None) -> dict[str, Any]:
     """GRPO of `config.model` on set `config.set_name`; returns the run's record (ids, evaluations, checkpoint).
 
     Args:
         config: The training run: model, environment set, GRPO and rollout settings.
         progress: Draw a progress bar on the terminal (for runs started from the command line; leave off in deployments).
         with_validation: Evaluate the validation split before and after training (in the real worlds, also for simulated training).
+        resume: Continue this training run, stopped before finishing, from its latest trainer checkpoint (`config` must be the run's own).
     """
     logger = get_run_logger()
     from worldsmith.training.trainer import check_profile
 
     check_profile(config)  # before any work: a gpu run on a machine without one
-    with open_catalog().session() as session:
-        set_id = get_set(session, config.set_name).id
-    run_id = add_run(TrainingRun(set_id=set_id, config=config.model_dump(), flow_run_id=current_flow_run_id()))
+    if resume is None:
+        with open_catalog().session() as session:
+            set_id = get_set(session, config.set_name).id
+        run_id = add_run(TrainingRun(set_id=set_id, config=config.model_dump(), flow_run_id=current_flow_run_id()))
+    else:
+        run_id = resume
     output = Path(config.output) if config.output else get_settings().home / "training" / str(run_id)
+    reopened = reopen_run(run_id, config, output) if resume is not None else None  # its refusals leave the run as it was
     try:
         paths = plan(config)
         model = prepare_model(config, paths["train"], progress)
-        before = evaluate_split(config, model, "validation") if with_validation and paths["validation"] else None
-        trained = train_policy(config, model, paths["train"], run_id, str(output), progress)
-        for step, directory in trained["checkpoints"]:
-            store_checkpoint(run_id, directory, step, {})
+        if reopened and "before" in reopened["metrics"]:
+            before = reopened["metrics"]["before"]
+        else:
+            before = evaluate_split(config, model, "validation") if with_validation and paths["validation"] else None
+            update_run(TrainingRun, run_id, {"before": before})
+        trained = train_policy(config, model, paths["train"], run_id, str(output), progress,
+                               reopened["directory"] if reopened else None)
         last = trained["log"][-1] if trained["log"] else {}
         digest = store_checkpoint(run_id, trained["final"], trained["steps"], {**last, "final": True})
         after = evaluate_split(config, trained["final"], "validation") if with_validation and paths["validation"] else None
@@ -166,7 +222,8 @@ def train(config: TrainingConfig, progress: bool = False, with_validation: bool 
         finish_run(TrainingRun, run_id, "failed", {"error": f"{type(exc).__name__}: {exc}"})
         raise
     result = {"run_id": run_id, "model": model, "final": trained["final"], "checkpoint": digest, "steps": trained["steps"],
-              "before": before, "after": after, "simulation": trained.get("simulation"), "log": trained["log"]}
+              "before": before, "after": after, "simulation": trained.get("simulation"), "log": trained["log"],
+              "resumed_from": reopened["step"] if reopened else None}
     finish_run(TrainingRun, run_id, "completed", {k: v for k, v in result.items() if k != "log"})
     create_table_artifact(_step_table(trained["log"]), key="training-steps", description=f"Training run {run_id}: metrics per step")
     create_markdown_artifact(_summary(run_id, config, result), key="training-summary")

@@ -203,3 +203,11 @@ def open_store(url: str, *, endpoint_url: str | None = None) -> ObjectStore:
     if parsed.scheme in ("file", ""):
         return LocalStore(Path(parsed.path if parsed.scheme == "file" else url))
     raise ValueError(f"unsupported store URL {url!r}: use a directory, file:///path or s3://bucket/prefix")
+
+
+def configured_store() -> ObjectStore:
+    """The store the settings name (`WORLDSMITH_STORE_URL`, `WORLDSMITH_S3_ENDPOINT_URL`)."""
+    from worldsmith.settings import get_settings
+
+    settings = get_settings()
+    return open_store(settings.resolved_store_url(), endpoint_url=settings.s3_endpoint_url)

@@ -1,11 +1,15 @@
-"""Trainer callbacks: per-step metrics into the catalog, and a progress bar."""
+"""Trainer callbacks: per-step metrics into the catalog, checkpoints into the object store as they
+are written, and a progress bar."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
+from tenacity import retry, stop_after_attempt, wait_exponential
 from transformers import TrainerCallback
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 SHOWN = ("reward", "success_rate", "loss")
 
@@ -30,6 +34,36 @@ class CatalogMetrics(TrainerCallback):
         metrics = step_metrics(logs)
         self.steps.append({"step": state.global_step, **metrics})
         record_step(self.run_id, state.global_step, metrics)
+
+
+@retry(stop=stop_after_attempt(3), wait=wait_exponential(multiplier=1, max=8), reraise=True)
+def _store_checkpoint(run_id: int, directory: Path, step: int, metrics: dict[str, float]) -> str:
+    from worldsmith.training.checkpoints import save_checkpoint
+
+    return save_checkpoint(run_id, directory, step, metrics)
+
+
+class CheckpointUpload(TrainerCallback):
+    """Stores each trainer checkpoint (model, optimizer, scheduler, RNG and trainer state) in the
+    object store, with its catalog row, as soon as every process has written it: a run killed
+    later resumes from it (`worldsmith resume`). Only the main process uploads; `stored` lists
+    (step, digest) in order."""
+
+    def __init__(self, run_id: int):
+        self.run_id = run_id
+        self.stored: list[tuple[int, str]] = []
+
+    def on_save(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            dist.barrier()  # each process writes its own RNG state into the directory
+        if not state.is_world_process_zero:
+            return
+        step = state.global_step
+        logged = next((entry for entry in reversed(state.log_history) if entry.get("step") == step and "loss" in entry), {})
+        directory = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{step}"
+        self.stored.append((step, _store_checkpoint(self.run_id, directory, step, {k: v for k, v in step_metrics(logged).items() if k != "step"})))
 
 
 class ProgressBar(TrainerCallback):

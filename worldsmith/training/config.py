@@ -58,7 +58,8 @@ class TrainingConfig(BaseModel):
     lora: LoraConfig = Field(default_factory=LoraConfig)
     rewards: RewardMap = Field(default_factory=RewardMap, description="Reward of each verdict.")
     output: str | None = Field(None, description="Where checkpoints go (default: the object store, under the run).")
-    save_every: int = Field(0, ge=0, description="Checkpoint every n steps (0: only at the end).")
+    save_every: int = Field(0, ge=0, description="Store a trainer checkpoint every n steps, which a stopped run resumes from "
+                                                 "(0: only the final model).")
     tensorboard: bool = Field(False, description="Also write metrics for TensorBoard under the run directory.")
 
     @model_validator(mode="after")

@@ -32,29 +32,31 @@ class TrainRequest(BaseModel):
     bundles: list[str]
     run_id: int
     output: str
+    resume_from: str | None = None  # a trainer checkpoint directory to continue from
 
 
 def run_training(request: TrainRequest, progress: bool = False) -> dict[str, Any]:
-    """Run GRPO; returns (on every process) the final model directory, the checkpoints written,
-    the number of processes and, on the main process, the per-step log."""
+    """Run GRPO (from `request.resume_from` when set); returns (on every process) the final model
+    directory and the number of processes and, on the main process, the per-step log and the
+    trainer checkpoints stored in the object store as (step, digest)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from worldsmith.training.callbacks import CatalogMetrics, ProgressBar
+    from worldsmith.training.callbacks import CatalogMetrics, CheckpointUpload, ProgressBar
     from worldsmith.training.trainer import WorldGRPOTrainer, grpo_args, peft_config, task_dataset
 
     config, out = request.config, Path(request.output)
     bundles = {path: load_bundle(Path(path)) for path in request.bundles}
     tokenizer = AutoTokenizer.from_pretrained(request.model)
     policy = AutoModelForCausalLM.from_pretrained(request.model, dtype="bfloat16" if config.profile == "gpu" else "float32")
-    metrics = CatalogMetrics(request.run_id)
-    callbacks = [metrics, ProgressBar(f"GRPO on {config.set_name}")] if progress else [metrics]
+    metrics, uploads = CatalogMetrics(request.run_id), CheckpointUpload(request.run_id)
+    callbacks = [metrics, uploads, *([ProgressBar(f"GRPO on {config.set_name}")] if progress else [])]
     runtime = Runtime()
     try:
         simulation = SimulatedRuntime(runtime, config.simulate) if config.simulate else None
         trainer = WorldGRPOTrainer(model=policy, args=grpo_args(config, out), train_dataset=task_dataset(bundles), processing_class=tokenizer,
                                    callbacks=callbacks, peft_config=peft_config(config), world=config, runtime=runtime, bundles=bundles,
                                    simulation=simulation)
-        trainer.train()
+        trainer.train(resume_from_checkpoint=request.resume_from)
         final = out / "final"
         trainer.accelerator.wait_for_everyone()
         if trainer.accelerator.is_main_process:
@@ -64,8 +66,7 @@ def run_training(request: TrainRequest, progress: bool = False) -> dict[str, Any
         trainer.accelerator.wait_for_everyone()
     finally:
         runtime.close()
-    checkpoints = sorted((int(p.name.split("-")[1]), str(p)) for p in out.glob("checkpoint-*") if p.is_dir())
-    return {"final": str(final), "steps": trainer.state.global_step, "checkpoints": checkpoints, "log": metrics.steps,
+    return {"final": str(final), "steps": trainer.state.global_step, "checkpoints": uploads.stored, "log": metrics.steps,
             "processes": trainer.accelerator.num_processes, "main": trainer.accelerator.is_main_process,
             "simulation": simulation.stats.as_dict() if simulation else None}
 
