@@ -91,14 +91,19 @@ def test_training_step_in_two_processes(home, tiny_model, tmp_path):
     bundle = write_bundle(procedural_bundle("retail", 3), tmp_path / "retail_3")
     run_id = add_run(TrainingRun(config={}))
     config = TrainingConfig(model=str(tiny_model), set_name="none", group_size=2, steps=2, max_turns=1, max_completion_length=8,
-                            learning_rate=1e-4, processes=2)
+                            learning_rate=1e-4, processes=2, save_every=1)
     out = tmp_path / "out"
     result = launch(TrainRequest(config=config, model=str(tiny_model), bundles=[str(bundle)], run_id=run_id, output=str(out)), 2)
     assert result["processes"] == 2 and result["steps"] == 2 and (out / "final" / "model.safetensors").is_file()
     assert [entry["step"] for entry in result["log"]] == [1, 2]
     with open_catalog().session() as session:
         steps = session.exec(select(TrainingStep).where(TrainingStep.training_run_id == run_id)).all()
+        checkpoints = session.exec(select(Checkpoint).where(Checkpoint.training_run_id == run_id).order_by(Checkpoint.step)).all()
     assert sorted(s.step for s in steps) == [1, 2]  # written once, by the main process
+    # trainer checkpoints stored once each, after both processes wrote their RNG state into them
+    assert [(c.step, c.digest) for c in checkpoints] == [tuple(entry) for entry in result["checkpoints"]] and len(checkpoints) == 2
+    archive = tarfile.open(fileobj=io.BytesIO(open_store(get_settings().resolved_store_url()).get_bytes(checkpoints[0].digest)))
+    assert {"rng_state_0.pth", "rng_state_1.pth", "optimizer.pt", "trainer_state.json"} <= set(archive.getnames())
     failed = TrainRequest(config=config, model=str(tmp_path / "nowhere"), bundles=[str(bundle)], run_id=run_id, output=str(tmp_path / "bad"))
     with pytest.raises(RuntimeError, match="training in 2 processes failed"):
         launch(failed, 2)
