@@ -28,7 +28,7 @@ from worldsmith.storage.catalog import Catalog
 
 REPO = Path(__file__).resolve().parent.parent
 DEPLOYMENTS = {"nightly-generation": ("generate", "local"), "curate": ("curate", "local"), "evaluate": ("evaluate", "local"),
-               "train": ("train", "gpu"), "cotrain": ("cotrain", "gpu")}
+               "train": ("train", "gpu"), "resume-training": ("resume-training", "gpu"), "cotrain": ("cotrain", "gpu")}
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +85,7 @@ def test_up_creates_the_pools_and_deploys_every_deployment(stack):
         assert (flows[deployments[name]["flow_id"]], deployments[name]["work_pool_name"]) == (flow, pool)
     (schedule,) = deployments["nightly-generation"]["schedules"]
     assert schedule["active"] and schedule["schedule"]["cron"] == "0 2 * * *" and schedule["schedule"]["timezone"] == "UTC"
-    assert all(not deployments[name]["schedules"] for name in ("curate", "evaluate", "train", "cotrain"))
+    assert all(not deployments[name]["schedules"] for name in ("curate", "evaluate", "train", "resume-training", "cotrain"))
     assert deployments["nightly-generation"]["parameters"] == {"params": {"count": 10, "backend": "procedural", "model": None,
                                                                          "scenario_file": None, "seed": None}}
     # the training deployment's form is the typed TrainingConfig: nested fields, descriptions, enums
@@ -97,6 +97,10 @@ def test_up_creates_the_pools_and_deploys_every_deployment(stack):
     assert config["properties"]["group_size"]["default"] == 16 and "advantages" in config["properties"]["group_size"]["description"]
     assert config["properties"]["lora"]["$ref"] == "#/definitions/LoraConfig"
     assert config["properties"]["simulate"]["anyOf"][0]["$ref"] == "#/definitions/SimulationConfig"
+    assert schema["properties"]["resume"]["anyOf"][0]["type"] == "integer"
+    # resuming a stopped run from the UI takes the run's id alone
+    resume = deployments["resume-training"]["parameter_openapi_schema"]
+    assert resume["required"] == ["run_id"] and resume["properties"]["run_id"]["type"] == "integer"
     # the co-training form nests the policy's TrainingConfig and the world model's WorldModelConfig
     cotrain = deployments["cotrain"]["parameter_openapi_schema"]
     knobs = cotrain["definitions"]["CotrainConfig"]["properties"]

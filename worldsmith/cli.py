@@ -530,14 +530,14 @@ def resume_command(
 ) -> None:
     """Continue a GRPO training run that stopped (a killed worker, a preempted machine) from its
     latest trainer checkpoint in the object store, with the run's own configuration."""
-    from worldsmith.flows.train import stored_config, train
+    from worldsmith.flows.train import resume_training, stored_config
 
     try:
         config = stored_config(run_id)
     except ValueError as exc:
         errors.print(str(exc), markup=False, highlight=False)
         raise typer.Exit(2) from None
-    _report_training(config, _flow_result(lambda: train(config, progress=not as_json, resume=run_id), as_json))
+    _report_training(config, _flow_result(lambda: resume_training(run_id, progress=not as_json), as_json))
 
 
 def _report_training(config: Any, result: dict[str, Any] | None) -> None:

@@ -229,3 +229,15 @@ def train(config: TrainingConfig, progress: bool = False, with_validation: bool 
     create_markdown_artifact(_summary(run_id, config, result), key="training-summary")
     logger.info("training run %s finished: %s steps, checkpoint %s", run_id, trained["steps"], digest)
     return result
+
+
+@flow(name="resume-training", log_prints=True)
+def resume_training(run_id: int, progress: bool = False) -> dict[str, Any]:
+    """Continue GRPO training run `run_id`, stopped before finishing (a killed worker, a preempted
+    machine), from its latest trainer checkpoint, with the run's own configuration.
+
+    Args:
+        run_id: The training run (its id in the catalog, as the dashboard's training table shows it).
+        progress: Draw a progress bar on the terminal (for runs started from the command line).
+    """
+    return train(stored_config(run_id), progress=progress, resume=run_id)
