@@ -120,14 +120,14 @@ def reopen_run(run_id: int, config: TrainingConfig, output: Path) -> dict[str, A
     and the step rows after it are dropped. Returns {"step", "directory", "metrics"}; ValueError
     naming the problem when the run cannot resume."""
     stored = stored_config(run_id).model_dump()
+    with open_catalog().session() as session:
+        run = session.get(TrainingRun, run_id)
+        status, metrics = run.status, dict(run.metrics)
+    if status == "completed":
+        raise ValueError(f"training run {run_id} completed; there is nothing to resume")
     changed = sorted(k for k, v in config.model_dump().items() if stored.get(k) != v)
     if changed:
         raise ValueError(f"training run {run_id} resumes with its own configuration; these fields differ: {', '.join(changed)}")
-    with open_catalog().session() as session:
-        run = session.get(TrainingRun, run_id)
-        if run.status == "completed":
-            raise ValueError(f"training run {run_id} completed; there is nothing to resume")
-        metrics = dict(run.metrics)
     checkpoint = latest_trainer_checkpoint(run_id)
     if checkpoint is None:
         raise ValueError(f"training run {run_id} has no trainer checkpoint to resume from: it ran with save_every 0 "

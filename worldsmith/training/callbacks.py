@@ -62,8 +62,9 @@ class CheckpointUpload(TrainerCallback):
             return
         step = state.global_step
         logged = next((entry for entry in reversed(state.log_history) if entry.get("step") == step and "loss" in entry), {})
+        metrics = {k: v for k, v in step_metrics(logged).items() if k != "step"}
         directory = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{step}"
-        self.stored.append((step, _store_checkpoint(self.run_id, directory, step, {k: v for k, v in step_metrics(logged).items() if k != "step"})))
+        self.stored.append((step, _store_checkpoint(self.run_id, directory, step, metrics)))
 
 
 class ProgressBar(TrainerCallback):
