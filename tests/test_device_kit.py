@@ -61,3 +61,21 @@ def test_grpo_smoke_needs_no_orchestration_stack(tmp_path):
 def test_world_model_smoke_needs_no_orchestration_stack(tmp_path):
     summary = run_smoke(tmp_path, "gpu_world_model_smoke.py", "--steps", "2", "--max-new-tokens", "16")
     assert summary["profile"] == "cpu-test" and summary["simulated_episode"] in {"complete", "incomplete", "env_error"}
+
+
+def test_device_wheels_asks_for_the_lock_versions_for_the_machine(tmp_path):
+    """bench/device_wheels.sh with pip replaced by a recorder: one download of exactly the lock's
+    pins, binary only, for the machine's Python and platform."""
+    recorder = tmp_path / "pip.py"
+    recorder.write_text("import json, pathlib, sys\npathlib.Path(sys.argv[1]).write_text(json.dumps(sys.argv[2:]))\n")
+    calls = tmp_path / "args.json"
+    env = {**os.environ, "PIP": f"{sys.executable} {recorder} {calls}", "PYVER": "3.12"}
+    done = subprocess.run(["bash", "bench/device_wheels.sh", str(tmp_path / "wheels")], cwd=ROOT, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    args = json.loads(calls.read_text())
+    assert args[0] == "download" and {"--no-deps", "--only-binary=:all:"} <= set(args)
+    assert args[args.index("--python-version") + 1] == "3.12" and "manylinux_2_17_x86_64" in args
+    pins = {line.split("==")[0].lower(): line.strip() for line in (ROOT / "requirements.lock").read_text().splitlines() if "==" in line}
+    specs = [a for a in args if "==" in a]
+    assert {pins["trl"], pins["transformers"], pins["pydantic"]} <= set(specs) and all(pins[s.split("==")[0].lower()] == s for s in specs)
+    assert not any(s.split("==")[0] in {"torch", "numpy", "pyarrow", "prefect"} for s in specs)  # the image's, or not needed
