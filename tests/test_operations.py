@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -142,6 +143,56 @@ def test_curation_and_training_deployments_run_through_workers(stack):
     assert [s.step for s in steps] == [1] and len(checkpoints) == 1
     artifacts = _api(stack, "POST", "/artifacts/filter", artifacts={"flow_run_id": {"any_": [flow_run["id"]]}})
     assert {"training-summary", "training-steps"} <= {a["key"] for a in artifacts}
+
+
+def _flow_run_process(parent: psutil.Process, flow_run_id: str) -> psutil.Process | None:
+    """The process below `parent` that runs flow run `flow_run_id`, once it has started."""
+    for child in parent.children(recursive=True):
+        try:
+            if child.environ().get("PREFECT__FLOW_RUN_ID") == flow_run_id:
+                return child
+        except psutil.Error:
+            continue
+    return None
+
+
+def test_a_killed_training_flow_run_is_failed_by_its_worker_and_resumes_through_a_deployment(stack):
+    """SIGKILL the process of a `train` flow run (set `ops` from the test above) after its first
+    stored checkpoint: the worker marks the flow run crashed and its hook fails the catalog row,
+    then the `resume-training` deployment finishes the run from that checkpoint."""
+    config = {"model": "tiny", "set_name": "ops", "steps": 3, "save_every": 1, "group_size": 2, "warmup_steps": 4, "max_turns": 2,
+              "max_completion_length": 16, "learning_rate": 1e-4}
+    started = _cli(stack, "deployment", "run", "train/train", "--params", json.dumps({"config": config}))
+    assert started.returncode == 0, started.stdout + started.stderr
+    flow_run_id = re.search(r"UUID: ([0-9a-f-]{36})", started.stdout).group(1)
+    worker = subprocess.Popen([sys.executable, "-m", "prefect", "--no-prompt", "worker", "start", "--pool", "gpu", "--type", "process",
+                               "--run-once"], cwd=REPO, env={**os.environ, **stack.env()}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline, killed = time.monotonic() + 300, None
+        while killed is None and time.monotonic() < deadline and worker.poll() is None:
+            with _catalog(stack).session() as session:
+                stored = session.exec(select(Checkpoint).join(TrainingRun).where(TrainingRun.flow_run_id == flow_run_id)).first()
+            process = _flow_run_process(psutil.Process(worker.pid), flow_run_id) if stored else None
+            if process is not None:
+                process.kill()
+                killed = stored.training_run_id
+            time.sleep(0.2)
+        output = worker.communicate(timeout=300)[0].decode(errors="replace")
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+    assert killed is not None, output[-3000:]
+    assert _api(stack, "GET", f"/flow_runs/{flow_run_id}")["state"]["type"] == "CRASHED", output[-3000:]
+    with _catalog(stack).session() as session:
+        run = session.get(TrainingRun, killed)
+    assert run.status == "failed" and run.metrics["error"].startswith("crashed:"), (run.status, run.metrics, output[-3000:])
+
+    resumed = _run_through_worker(stack, "resume-training/resume-training", "gpu", {"run_id": killed})
+    with _catalog(stack).session() as session:
+        run = session.get(TrainingRun, killed)
+        steps = session.exec(select(TrainingStep).where(TrainingStep.training_run_id == killed).order_by(TrainingStep.step)).all()
+    assert run.status == "completed" and [s.step for s in steps] == [1, 2, 3] and len(run.metrics["resumed_from_steps"]) == 1
+    assert run.flow_run_id != flow_run_id and resumed["state"]["type"] == "COMPLETED"
 
 
 def test_prefect_ui_lists_the_deployments_and_renders_the_training_form(stack, browser):

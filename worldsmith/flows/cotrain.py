@@ -36,7 +36,7 @@ from worldsmith.agent.trajectories import Trajectory, read_jsonl
 from worldsmith.bundle.loader import load_bundle
 from worldsmith.flows.evaluate import EvaluateParameters, evaluate
 from worldsmith.flows.links import dashboard_link
-from worldsmith.flows.records import add_run, current_flow_run_id, finish_run, record_step
+from worldsmith.flows.records import add_run, current_flow_run_id, finish_run, mark_crashed, record_step
 from worldsmith.flows.train import evaluate_split, plan, prepare_model, train
 from worldsmith.models.catalog import TrainingRun
 from worldsmith.runtime.episode import Runtime
@@ -134,7 +134,7 @@ def _round_table(rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{c: round(r[c], 4) if isinstance(r.get(c), float) else r.get(c) for c in columns} for r in rounds]
 
 
-@flow(name="cotrain", log_prints=True)
+@flow(name="cotrain", log_prints=True, on_crashed=[mark_crashed])
 def cotrain(config: CotrainConfig, progress: bool = False) -> dict[str, Any]:
     """Co-train `config.policy.model` and a world model on set `config.policy.set_name` for `config.rounds` rounds.
 

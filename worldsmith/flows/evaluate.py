@@ -30,7 +30,7 @@ from worldsmith.agent.specs import SPEC_HELP, check_spec, policy_factory
 from worldsmith.agent.trajectories import scores, write_jsonl, write_parquet
 from worldsmith.bundle.loader import Bundle, load_bundle
 from worldsmith.flows.links import dashboard_link
-from worldsmith.flows.records import add_run, current_flow_run_id, finish_run
+from worldsmith.flows.records import add_run, current_flow_run_id, finish_run, mark_crashed
 from worldsmith.models.catalog import EvaluationRun
 from worldsmith.runtime.episode import Runtime
 from worldsmith.settings import get_settings
@@ -191,7 +191,7 @@ def _store_trajectories(run_id: int, trajectories: list[Trajectory]) -> dict[str
     return {"jsonl": str(jsonl), "parquet": str(parquet), "digest": digest}
 
 
-@flow(name="evaluate", log_prints=True)
+@flow(name="evaluate", log_prints=True, on_crashed=[mark_crashed])
 def evaluate(params: EvaluateParameters) -> dict[str, Any]:
     """Evaluate `params.policy` on set `params.set_name`; returns the report with the run id."""
     logger = get_run_logger()

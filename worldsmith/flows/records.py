@@ -1,21 +1,25 @@
 """Run records of flows in the catalog (evaluation and training runs): the current flow run's
-id, and finishing a run row with its status and metrics."""
+id, finishing a run row with its status and metrics, and the `on_crashed` hook that fails the
+rows of a flow run whose process died."""
 
 from __future__ import annotations
 
 from typing import Any
+from uuid import UUID
 
-from prefect.context import get_run_context
-from sqlmodel import SQLModel
+from prefect.context import FlowRunContext
+from sqlmodel import SQLModel, select
 
-from worldsmith.models.catalog import TrainingStep, utcnow
+from worldsmith.models.catalog import EvaluationRun, TrainingRun, TrainingStep, utcnow
 from worldsmith.storage.catalog import open_catalog
+
+RUN_TABLES: tuple[type[SQLModel], ...] = (EvaluationRun, TrainingRun)
 
 
 def current_flow_run_id() -> str | None:
-    """The id of the Prefect flow run this code runs in, or None outside one."""
-    context = get_run_context()
-    return str(context.flow_run.id) if context and getattr(context, "flow_run", None) else None
+    """The id of the Prefect flow run this code runs in (also from inside its tasks), or None outside one."""
+    context = FlowRunContext.get()
+    return str(context.flow_run.id) if context and context.flow_run else None
 
 
 def add_run(row: SQLModel) -> int:
@@ -51,3 +55,32 @@ def record_step(run_id: int, step: int, metrics: dict[str, Any]) -> None:
     with open_catalog().session() as session:
         session.add(TrainingStep(training_run_id=run_id, step=step, metrics=metrics))
         session.commit()
+
+
+def mark_crashed(flow: Any, flow_run: Any, state: Any) -> None:
+    """Prefect `on_crashed` hook, run by the worker when a flow run's process dies (SIGKILL, out of
+    memory): the catalog's run rows of that flow run and of its subflow runs that still read
+    `running` become `failed`, their error naming the crash, so the dashboard shows them as they
+    are and a training run among them can be resumed."""
+    ids = _with_subflows(flow_run.id)
+    error = f"crashed: {state.message or state.name}"
+    with open_catalog().session() as session:
+        for table in RUN_TABLES:
+            for run in session.exec(select(table).where(table.flow_run_id.in_(ids), table.status == "running")):
+                run.status, run.finished_at, run.metrics = "failed", utcnow(), {**run.metrics, "error": error}
+                session.add(run)
+        session.commit()
+
+
+def _with_subflows(flow_run_id: UUID) -> list[str]:
+    """`flow_run_id` and the ids of all its subflow runs, at any depth, as strings."""
+    from prefect import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterParentFlowRunId
+
+    found, frontier = [str(flow_run_id)], [flow_run_id]
+    with get_client(sync_client=True) as client:
+        while frontier:
+            children = client.read_flow_runs(flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=frontier)))
+            frontier = [child.id for child in children if str(child.id) not in found]
+            found += [str(child) for child in frontier]
+    return found

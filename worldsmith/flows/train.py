@@ -29,7 +29,7 @@ from sqlmodel import select
 from worldsmith.bundle.loader import load_bundle
 from worldsmith.flows.evaluate import EvaluateParameters, cached_bundle, evaluate
 from worldsmith.flows.links import dashboard_link
-from worldsmith.flows.records import add_run, current_flow_run_id, finish_run, update_run
+from worldsmith.flows.records import add_run, current_flow_run_id, finish_run, mark_crashed, update_run
 from worldsmith.models.catalog import TrainingRun, TrainingStep
 from worldsmith.runtime.episode import Runtime
 from worldsmith.settings import get_settings
@@ -183,7 +183,7 @@ def _step_table(log: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{c: round(e[c], 4) if isinstance(e.get(c), float) else e.get(c) for c in _STEP_COLUMNS} for e in log]
 
 
-@flow(name="train", log_prints=True)
+@flow(name="train", log_prints=True, on_crashed=[mark_crashed])
 def train(config: TrainingConfig, progress: bool = False, with_validation: bool = True, resume: int | None = None) -> dict[str, Any]:
     """GRPO of `config.model` on set `config.set_name`; returns the run's record (ids, evaluations, checkpoint).
 
@@ -231,7 +231,7 @@ def train(config: TrainingConfig, progress: bool = False, with_validation: bool 
     return result
 
 
-@flow(name="resume-training", log_prints=True)
+@flow(name="resume-training", log_prints=True, on_crashed=[mark_crashed])
 def resume_training(run_id: int, progress: bool = False) -> dict[str, Any]:
     """Continue GRPO training run `run_id`, stopped before finishing (a killed worker, a preempted
     machine), from its latest trainer checkpoint, with the run's own configuration.

@@ -66,7 +66,7 @@ def fine_tune(model_dir: Path, transitions: list[Transition], out: Path, config:
 def train_world_model(transitions: list[Transition], config: WorldModelConfig) -> dict[str, Any]:
     """A recorded run: the model (tiny or given) fine-tuned on the train-split transitions, its
     steps and final model in the catalog and the object store. Returns the run's record."""
-    from worldsmith.flows.records import add_run, finish_run
+    from worldsmith.flows.records import add_run, current_flow_run_id, finish_run
     from worldsmith.models.catalog import TrainingRun
     from worldsmith.settings import get_settings
     from worldsmith.training.callbacks import CatalogMetrics
@@ -75,7 +75,8 @@ def train_world_model(transitions: list[Transition], config: WorldModelConfig) -
     train = [t for t in transitions if t.split == "train"]
     if not train:
         raise ValueError("no transitions in the train split: nothing to train on")
-    run_id = add_run(TrainingRun(config={"kind": "world_model", **config.model_dump(), "transitions": len(train)}))
+    run_id = add_run(TrainingRun(config={"kind": "world_model", **config.model_dump(), "transitions": len(train)},
+                                 flow_run_id=current_flow_run_id()))
     out = Path(config.output) if config.output else get_settings().home / "world-models" / str(run_id)
     try:
         with tempfile.TemporaryDirectory() as scratch:
