@@ -29,10 +29,13 @@ ATTEMPTS = [
 ]
 
 
+CRASH = "crashed: Flow run infrastructure exited with non-zero status code -9."
+
+
 @pytest.fixture()
 def known(tmp_path) -> Catalog:
     """A catalog holding a known set of runs: two generation nights, quality reports, a set, two
-    evaluations and a three-step training run."""
+    evaluations, a three-step training run, a co-training run and a training run that crashed."""
     catalog = Catalog(f"sqlite:///{tmp_path / 'catalog.db'}")
     with catalog.session() as s:
         for night, env, stage, attempt, outcome in ATTEMPTS:
@@ -68,6 +71,10 @@ def known(tmp_path) -> Catalog:
             s.add(TrainingStep(training_run_id=cotrain.id, step=number, metrics={
                 "real_success_rate": real, "eval_pass@1": pass1, "imagined_rate": 0.75, "stopped_rate": 0.125, "wm_loss": 2.0 / number,
                 **({"wm_accuracy_fresh": accuracy} if accuracy is not None else {})}))
+        crashed = TrainingRun(set_id=env_set.id, config={"model": "tiny"}, status="failed", metrics={"error": CRASH})
+        s.add(crashed)
+        s.flush()
+        s.add(TrainingStep(training_run_id=crashed.id, step=1, metrics={"reward": 0.2, "success_rate": 0.1, "loss": 0.9}))
     yield catalog
     catalog.close()
 
@@ -96,7 +103,8 @@ def test_summary_holds_the_catalogs_numbers(known):
     assert [(s["name"], s["members"], s["train"], s["validation"]) for s in data["sets"]] == [("nightly", 2, 1, 1)]
     assert [(e["policy"], e["samples"], e["pass@1"], e["pass@k"], e["env_error_rate"]) for e in data["evaluations"]] == [
         ("reference", 1, 1.0, 1.0, 0.0), ("random", 4, 0.25, 0.5, 0.1)]
-    (run,) = data["training"]
+    run, crashed = data["training"]
+    assert (run["status"], run["error"], crashed["id"], crashed["status"], crashed["error"]) == ("completed", None, 3, "failed", CRASH)
     assert run["steps"] == [1, 2, 3] and run["reward"] == [0.1, 0.3, 0.5] and run["success_rate"] == [0.05, 0.15, 0.25]
     assert run["kind"] == "grpo" and [e["world"] for e in data["evaluations"]] == ["real", "real"]
     (cotrain,) = data["cotraining"]
@@ -135,7 +143,7 @@ def test_browser_renders_the_charts_with_the_catalogs_numbers(known, browser):
         for rate in ("first_attempt_success", "repair_rate", "failure_rate"):
             assert traces(f"generation-{rate}") == {stage: series[rate] for stage, series in EXPECTED_GENERATION["stages"].items()}
         assert traces("evaluations") == {"pass@1": [1.0, 0.25], "env_error rate": [0.0, 0.1]}
-        assert traces("training") == {"run 1 (tiny)": [0.1, 0.3, 0.5]}
+        assert traces("training") == {"run 1 (tiny)": [0.1, 0.3, 0.5], "run 3 (tiny)": [0.2]}
         assert traces("quality") == {"passed": [2, 1], "failed": [0, 1]}
         assert traces("cotraining") == {"run 2: real success": [0.5, 0.75], "run 2: eval pass@1": [0.5, 1.0],
                                         "run 2: world model accuracy": [None, 0.25]}
@@ -152,6 +160,8 @@ def test_browser_renders_the_charts_with_the_catalogs_numbers(known, browser):
         assert cell("evaluations", "[data-run='2']", "pass@k") == "0.500"
         assert cell("evaluations", "[data-run='2']", "format_error_rate") == "0.200"
         assert cell("training", "[data-run='1']", "reward") == "0.500"
+        assert cell("training", "[data-run='3']", "status") == "failed" and cell("training", "[data-run='3']", "error") == CRASH
+        assert cell("training", "[data-run='1']", "error") == "" and cell("evaluations", "[data-run='1']", "error") == ""
         assert cell("cotraining", "[data-run='2'][data-round='2']", "wm_accuracy_fresh") == "0.250"
         assert cell("cotraining", "[data-run='2'][data-round='1']", "wm_accuracy_fresh") == ""
         assert cell("cotraining", "[data-run='2'][data-round='1']", "stopped_rate") == "0.125"

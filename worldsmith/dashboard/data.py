@@ -86,7 +86,8 @@ def _set_names(session: Session) -> dict[int, str]:
 
 
 def evaluations(session: Session) -> list[dict[str, Any]]:
-    """Each evaluation run (oldest first): policy, set, status, pass@1, pass@k (k = samples), env_error and format_error rates."""
+    """Each evaluation run (oldest first): policy, set, status (and error when it failed), pass@1, pass@k (k = samples),
+    env_error and format_error rates."""
     names = _set_names(session)
     rows = []
     for run in session.exec(select(EvaluationRun).order_by(EvaluationRun.id)).all():
@@ -95,7 +96,8 @@ def evaluations(session: Session) -> list[dict[str, Any]]:
                      "samples": run.samples, "status": run.status,
                      "pass@1": overall.get("pass@1"), "pass@k": overall.get(f"pass@{run.samples}"),
                      "env_error_rate": overall.get("env_error_rate"), "format_error_rate": overall.get("format_error_rate"),
-                     "episodes": overall.get("episodes"), "started_at": run.started_at.isoformat(timespec="seconds")})
+                     "episodes": overall.get("episodes"), "error": run.metrics.get("error"),
+                     "started_at": run.started_at.isoformat(timespec="seconds")})
     return rows
 
 
@@ -113,6 +115,7 @@ def _runs(session: Session, keys: tuple[str, ...], cotrain: bool) -> list[dict[s
         steps = session.exec(select(TrainingStep).where(TrainingStep.training_run_id == run.id).order_by(TrainingStep.step)).all()
         model = run.config.get("policy", {}).get("model") if cotrain else run.config.get("model")
         rows.append({"id": run.id, "kind": kind, "model": model, "set": names.get(run.set_id, "?"), "status": run.status,
+                     "error": run.metrics.get("error"),
                      "steps": [s.step for s in steps], **{key: [s.metrics.get(key) for s in steps] for key in keys},
                      "started_at": run.started_at.isoformat(timespec="seconds")})
     return rows
