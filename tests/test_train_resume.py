@@ -7,17 +7,20 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
 
+import psutil
 import pytest
 from sqlmodel import select
 from typer.testing import CliRunner
 
 from conftest import published_set
 from worldsmith.cli import app
-from worldsmith.flows.records import add_run
+from worldsmith.dashboard.data import training
+from worldsmith.flows.records import add_run, update_run
 from worldsmith.flows.train import train
 from worldsmith.llm.procedural.backend import procedural_bundle
 from worldsmith.models.catalog import Checkpoint, EvaluationRun, TrainingRun, TrainingStep
@@ -84,6 +87,8 @@ def test_a_killed_run_resumes_from_its_stored_checkpoint_and_matches_an_uninterr
     run_id = start_and_kill_after_first_checkpoint(resume_set, PREFECT_API_URL.value())
     killed, steps, checkpoints = rows_of(run_id)
     assert killed.status == "running" and killed.finished_at is None and "before" in killed.metrics  # what a SIGKILL leaves
+    with open_catalog().session() as session:
+        assert {row["id"]: row["status"] for row in training(session)}[run_id] == "running (process gone)"  # as the dashboard shows it
     assert checkpoints and checkpoints[-1].step < 4 and steps[-1].step < 4
     resumable = checkpoints[-1].step
     with open_catalog().session() as session:
@@ -107,19 +112,42 @@ def test_a_killed_run_resumes_from_its_stored_checkpoint_and_matches_an_uninterr
     assert record["before"] == killed.metrics["before"]
 
 
+def dead_process() -> dict:
+    """The owner record of a process that ran on this host and has exited."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    owner = {"host": socket.gethostname(), "pid": child.pid, "started": psutil.Process(child.pid).create_time()}
+    child.kill()
+    child.wait()
+    return owner
+
+
+def stopped_run(config: dict) -> int:
+    """A run row left `running` by a process that died (as a SIGKILL outside a worker leaves it)."""
+    run_id = add_run(TrainingRun(config=config))
+    update_run(TrainingRun, run_id, {"process": dead_process()})
+    return run_id
+
+
 def test_resume_refusals_name_the_problem(prefect_api, resume_set):
     runner = CliRunner()
     finished = train(TrainingConfig(set_name=resume_set, **{**ARGS, "steps": 1, "save_every": 0}), with_validation=False)
+    config = TrainingConfig(set_name=resume_set, **ARGS).model_dump()
+    alive = add_run(TrainingRun(config=config))  # its process, this one, still runs
+    gone = stopped_run(config)
     cases = {
         "999": "no training run 999",
         str(finished["run_id"]): f"training run {finished['run_id']} completed; there is nothing to resume",
         str(add_run(TrainingRun(config={"kind": "world_model"}))): "is a world_model run; only GRPO training runs resume",
-        str(add_run(TrainingRun(config=TrainingConfig(set_name=resume_set, **ARGS).model_dump()))): "has no trainer checkpoint to resume from",
+        str(alive): f"training run {alive} is still running (process {os.getpid()} on this host); stop it before resuming",
+        str(gone): "has no trainer checkpoint to resume from",
     }
     for run_id, message in cases.items():
         refused = runner.invoke(app, ["resume", run_id])
-        assert refused.exit_code == 2 and message in refused.output, (run_id, refused.output)
-    unfinished = add_run(TrainingRun(config=TrainingConfig(set_name=resume_set, **ARGS).model_dump()))
+        assert refused.exit_code == 2 and message in " ".join(refused.output.split()), (run_id, refused.output)  # as wrapped
+    with open_catalog().session() as session:
+        shown = {row["id"]: row["status"] for row in training(session)}
+    assert shown[alive] == "running" and shown[gone] == "running (process gone)"
+    unfinished = stopped_run(config)
     with pytest.raises(ValueError, match="these fields differ: learning_rate, steps"):
         train(TrainingConfig(set_name=resume_set, **{**ARGS, "steps": 8, "learning_rate": 1e-3}), resume=unfinished)
     assert rows_of(unfinished)[0].status == "running"  # a refusal leaves the run as it was

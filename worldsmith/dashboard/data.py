@@ -21,6 +21,7 @@ from worldsmith.models.catalog import (
     TrainingRun,
     TrainingStep,
 )
+from worldsmith.ops.run_owner import process_alive
 from worldsmith.tasks.attempts import stage_summary
 
 RATES = ("first_attempt_success", "repair_rate", "failure_rate")
@@ -85,6 +86,14 @@ def _set_names(session: Session) -> dict[int, str]:
     return {s.id: s.name for s in session.exec(select(EnvironmentSet)).all()}
 
 
+def _status(run: EvaluationRun | TrainingRun) -> str:
+    """The run's status, or `running (process gone)` for a run that reads `running` although the
+    process that ran it on this host has died (killed outside a worker, so no hook failed it)."""
+    if run.status == "running" and process_alive(run.metrics.get("process")) is False:
+        return "running (process gone)"
+    return run.status
+
+
 def evaluations(session: Session) -> list[dict[str, Any]]:
     """Each evaluation run (oldest first): policy, set, status (and error when it failed), pass@1, pass@k (k = samples),
     env_error and format_error rates."""
@@ -93,7 +102,7 @@ def evaluations(session: Session) -> list[dict[str, Any]]:
     for run in session.exec(select(EvaluationRun).order_by(EvaluationRun.id)).all():
         overall = run.metrics.get("overall", {})
         rows.append({"id": run.id, "policy": run.policy, "world": run.metrics.get("world", "real"), "set": names.get(run.set_id, "?"),
-                     "samples": run.samples, "status": run.status,
+                     "samples": run.samples, "status": _status(run),
                      "pass@1": overall.get("pass@1"), "pass@k": overall.get(f"pass@{run.samples}"),
                      "env_error_rate": overall.get("env_error_rate"), "format_error_rate": overall.get("format_error_rate"),
                      "episodes": overall.get("episodes"), "error": run.metrics.get("error"),
@@ -114,7 +123,7 @@ def _runs(session: Session, keys: tuple[str, ...], cotrain: bool) -> list[dict[s
             continue
         steps = session.exec(select(TrainingStep).where(TrainingStep.training_run_id == run.id).order_by(TrainingStep.step)).all()
         model = run.config.get("policy", {}).get("model") if cotrain else run.config.get("model")
-        rows.append({"id": run.id, "kind": kind, "model": model, "set": names.get(run.set_id, "?"), "status": run.status,
+        rows.append({"id": run.id, "kind": kind, "model": model, "set": names.get(run.set_id, "?"), "status": _status(run),
                      "error": run.metrics.get("error"),
                      "steps": [s.step for s in steps], **{key: [s.metrics.get(key) for s in steps] for key in keys},
                      "started_at": run.started_at.isoformat(timespec="seconds")})

@@ -1,6 +1,6 @@
 """Run records of flows in the catalog (evaluation and training runs): the current flow run's
-id, finishing a run row with its status and metrics, and the `on_crashed` hook that fails the
-rows of a flow run whose process died."""
+id, the process that runs a run, finishing a run row with its status and metrics, and the
+`on_crashed` hook that fails the rows of a flow run whose process died."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from prefect.context import FlowRunContext
 from sqlmodel import SQLModel, select
 
 from worldsmith.models.catalog import EvaluationRun, TrainingRun, TrainingStep, utcnow
+from worldsmith.ops.run_owner import this_process
 from worldsmith.storage.catalog import open_catalog
 
 RUN_TABLES: tuple[type[SQLModel], ...] = (EvaluationRun, TrainingRun)
@@ -23,7 +24,8 @@ def current_flow_run_id() -> str | None:
 
 
 def add_run(row: SQLModel) -> int:
-    """Insert a run row (status `running`) and return its id."""
+    """Insert a run row (status `running`, metrics `process`: this process) and return its id."""
+    row.metrics = {**row.metrics, "process": this_process()}
     with open_catalog().session() as session:
         session.add(row)
         session.commit()

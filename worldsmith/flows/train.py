@@ -31,6 +31,7 @@ from worldsmith.flows.evaluate import EvaluateParameters, cached_bundle, evaluat
 from worldsmith.flows.links import dashboard_link
 from worldsmith.flows.records import add_run, current_flow_run_id, finish_run, mark_crashed, update_run
 from worldsmith.models.catalog import TrainingRun, TrainingStep
+from worldsmith.ops.run_owner import process_alive, this_process
 from worldsmith.runtime.episode import Runtime
 from worldsmith.settings import get_settings
 from worldsmith.storage.catalog import open_catalog
@@ -125,6 +126,9 @@ def reopen_run(run_id: int, config: TrainingConfig, output: Path) -> dict[str, A
         status, metrics = run.status, dict(run.metrics)
     if status == "completed":
         raise ValueError(f"training run {run_id} completed; there is nothing to resume")
+    owner = metrics.get("process") or {}
+    if status == "running" and process_alive(owner):
+        raise ValueError(f"training run {run_id} is still running (process {owner['pid']} on this host); stop it before resuming")
     changed = sorted(k for k, v in config.model_dump().items() if stored.get(k) != v)
     if changed:
         raise ValueError(f"training run {run_id} resumes with its own configuration; these fields differ: {', '.join(changed)}")
@@ -138,7 +142,8 @@ def reopen_run(run_id: int, config: TrainingConfig, output: Path) -> dict[str, A
             session.delete(row)
         session.commit()
     resumed = [*metrics.get("resumed_from_steps", []), checkpoint.step]
-    update_run(TrainingRun, run_id, {"resumed_from_steps": resumed}, status="running", flow_run_id=current_flow_run_id())
+    update_run(TrainingRun, run_id, {"resumed_from_steps": resumed, "process": this_process()}, status="running",
+               flow_run_id=current_flow_run_id())
     return {"step": checkpoint.step, "directory": str(directory), "metrics": metrics}
 
 

@@ -1,0 +1,27 @@
+"""The process that runs a catalog run (an evaluation or a training run), recorded in the run's
+metrics as `process`, and whether it still runs: so a run that reads `running` after its process
+died is told apart, and a run still in progress is not resumed twice."""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+import psutil
+
+
+def this_process() -> dict[str, Any]:
+    """The process running a run: host, pid and start time (a pid is reused, the pair is not)."""
+    return {"host": socket.gethostname(), "pid": os.getpid(), "started": psutil.Process().create_time()}
+
+
+def process_alive(owner: dict[str, Any] | None) -> bool | None:
+    """Whether the process `owner` (from `this_process`) still runs: True or False when it ran on
+    this host, None when it ran on another host or none was recorded."""
+    if not owner or owner.get("host") != socket.gethostname():
+        return None
+    try:
+        return psutil.Process(owner["pid"]).create_time() == owner["started"]
+    except psutil.NoSuchProcess:
+        return False
