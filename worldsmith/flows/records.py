@@ -65,13 +65,11 @@ def mark_crashed(flow: Any, flow_run: Any, state: Any) -> None:
     `running` become `failed`, their error naming the crash, so the dashboard shows them as they
     are and a training run among them can be resumed."""
     ids = _with_subflows(flow_run.id)
-    error = f"crashed: {state.message or state.name}"
     with open_catalog().session() as session:
-        for table in RUN_TABLES:
-            for run in session.exec(select(table).where(table.flow_run_id.in_(ids), table.status == "running")):
-                run.status, run.finished_at, run.metrics = "failed", utcnow(), {**run.metrics, "error": error}
-                session.add(run)
-        session.commit()
+        running = [(table, run_id) for table in RUN_TABLES
+                   for run_id in session.exec(select(table.id).where(table.flow_run_id.in_(ids), table.status == "running"))]
+    for table, run_id in running:
+        finish_run(table, run_id, "failed", {"error": f"crashed: {state.message or state.name}"})
 
 
 def _with_subflows(flow_run_id: UUID) -> list[str]:

@@ -103,15 +103,20 @@ def evaluate_split(config: TrainingConfig, model: str, split: str) -> dict[str, 
     return {"run_id": result["run_id"], **result["overall"]}
 
 
-def stored_config(run_id: int) -> TrainingConfig:
-    """The configuration of GRPO training run `run_id`; ValueError when there is no such run."""
+def _grpo_run(run_id: int) -> TrainingRun:
+    """GRPO training run `run_id`'s row; ValueError when there is no such run or it is another kind."""
     with open_catalog().session() as session:
         run = session.get(TrainingRun, run_id)
     if run is None:
         raise ValueError(f"no training run {run_id}")
     if "kind" in run.config:
         raise ValueError(f"training run {run_id} is a {run.config['kind']} run; only GRPO training runs resume")
-    return TrainingConfig.model_validate(run.config)
+    return run
+
+
+def stored_config(run_id: int) -> TrainingConfig:
+    """The configuration of GRPO training run `run_id`; ValueError when there is no such run."""
+    return TrainingConfig.model_validate(_grpo_run(run_id).config)
 
 
 @task(name="reopen-training-run", cache_policy=NO_CACHE)
@@ -120,10 +125,8 @@ def reopen_run(run_id: int, config: TrainingConfig, output: Path) -> dict[str, A
     running again from its latest trainer checkpoint: the checkpoint is unpacked under `output`
     and the step rows after it are dropped. Returns {"step", "directory", "metrics"}; ValueError
     naming the problem when the run cannot resume."""
-    stored = stored_config(run_id).model_dump()
-    with open_catalog().session() as session:
-        run = session.get(TrainingRun, run_id)
-        status, metrics = run.status, dict(run.metrics)
+    run = _grpo_run(run_id)
+    status, metrics, stored = run.status, dict(run.metrics), TrainingConfig.model_validate(run.config).model_dump()
     if status == "completed":
         raise ValueError(f"training run {run_id} completed; there is nothing to resume")
     owner = metrics.get("process") or {}
