@@ -39,7 +39,7 @@ def main() -> None:
     from worldsmith.runtime.episode import Runtime
     from worldsmith.training.config import TrainingConfig
     from worldsmith.training.tiny import build_tiny_model
-    from worldsmith.training.trainer import WorldGRPOTrainer, check_profile, grpo_args, task_dataset
+    from worldsmith.training.trainer import WorldGRPOTrainer, check_profile, grpo_args, model_dtype, task_dataset
     from worldsmith.training.warmup import reference_rows, warm_up
 
     check_profile(TrainingConfig(model="tiny", set_name="smoke", profile=args.profile))  # before building anything
@@ -52,9 +52,8 @@ def main() -> None:
         model_dir = warm_up(base, reference_rows(runtime, list(bundles.values()), 3), Path(scratch) / "warm", steps=args.warmup_steps)
         config = TrainingConfig(model=str(model_dir), set_name="smoke", profile=args.profile, group_size=args.group_size, steps=args.steps,
                                 max_turns=6, max_completion_length=96, learning_rate=1e-5, history=args.history)
-        clock = StepClock("step", ("reward", "rows", "loss"))
-        dtype = torch.bfloat16 if args.profile == "gpu" else torch.float32
-        trainer = WorldGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype), args=grpo_args(config, Path(scratch) / "out"),
+        clock = StepClock("step", ("reward", "rows", "loss", "sampling/importance_sampling_ratio/mean"))  # the last with vLLM only
+        trainer = WorldGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir, dtype=model_dtype(config)), args=grpo_args(config, Path(scratch) / "out"),
                                    train_dataset=task_dataset(bundles), processing_class=AutoTokenizer.from_pretrained(model_dir),
                                    callbacks=[clock], world=config, runtime=runtime, bundles=bundles)
         trainer.train()

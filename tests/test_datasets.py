@@ -63,7 +63,7 @@ def test_sft_data_trains_with_trl(trajectories, tiny_model, tmp_path, shape):
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     model = AutoModelForCausalLM.from_pretrained(tiny_model)
     args = SFTConfig(output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=2, report_to=[], save_strategy="no",
-                     logging_steps=1, use_cpu=True, max_length=4096, dataset_num_proc=None)
+                     logging_steps=1, use_cpu=True, max_length=4096, dataset_num_proc=None, activation_checkpointing=False)
     trainer = SFTTrainer(model=model, args=args, train_dataset=data.remove_columns(["env_id", "task_id", "reward"]), processing_class=tokenizer)
     result = trainer.train()
     assert result.global_step == 2 and math.isfinite(result.training_loss) and result.training_loss > 0

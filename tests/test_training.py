@@ -22,7 +22,8 @@ from worldsmith.agent.hf_policy import render_prompt
 from worldsmith.agent.loop import Trajectory, TurnRecord, visible
 from worldsmith.bundle.loader import Bundle
 from worldsmith.training.config import TrainingConfig
-from worldsmith.training.rollouts import Batcher
+from worldsmith.training.importance import importance_ratio
+from worldsmith.training.rollouts import Batcher, Sampled
 from worldsmith.training.rows import full_row, group_advantages, windowed_rows
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -49,13 +50,29 @@ def scripts_for(bundle: Bundle) -> list[list[str]]:
     return [solved, ["I do not know.<|im_end|>"], [call_text("broken", {})], ['<tool_call>\n[[ oops, no json<|im_end|>']]
 
 
-def make_trainer(model_dir: Path, bundle: Bundle, runtime, tmp_path: Path, *, scripted: bool = True, **overrides):
+def token_logps(model, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:
+    """log p(completion token i | prompt, earlier tokens) under `model`, one sequence at a time."""
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt_ids + completion_ids], device=model.device)).logits[0, len(prompt_ids) - 1:-1].float()
+    return logits.log_softmax(-1).gather(-1, torch.tensor(completion_ids, device=model.device)[:, None])[:, 0].tolist()
+
+
+def make_trainer(model_dir: Path, bundle: Bundle, runtime, tmp_path: Path, *, scripted: bool = True, dtype: torch.dtype = torch.float32,
+                 settings: dict | None = None, **overrides):
+    """The trainer for `bundle` (scripted generation unless `scripted=False`); `settings` override
+    GRPOConfig's arguments, `overrides` TrainingConfig's fields."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from worldsmith.training.trainer import WorldGRPOTrainer, grpo_args, peft_config, task_dataset
+    from trl import GRPOConfig
+
+    from worldsmith.training.trainer import WorldGRPOTrainer, grpo_args, grpo_settings, peft_config, task_dataset
 
     class ScriptedTrainer(WorldGRPOTrainer):
-        """Generation follows `scripts` (rollout i's turn k); batch k holds the rollouts still running."""
+        """Generation follows `scripts` (rollout i's turn k); batch k holds the rollouts still running.
+        With `sampler_shift` set it reports sampler log-probabilities as vLLM does: the model's own,
+        lowered by the shift. The last scored batch is kept as `last_batch`."""
+
+        sampler_shift: float | None = None
 
         def rollouts(self, inputs):
             self.turn = 0
@@ -65,12 +82,20 @@ def make_trainer(model_dir: Path, bundle: Bundle, runtime, tmp_path: Path, *, sc
             live = [s for s in self.scripts if len(s) > self.turn]
             self.turn += 1
             assert len(live) == len(prompts)
-            return [self.processing_class.encode(s[self.turn - 1], add_special_tokens=False) for s in live]
+            completions = [self.processing_class.encode(s[self.turn - 1], add_special_tokens=False) for s in live]
+            if self.sampler_shift is None:
+                return [Sampled(ids) for ids in completions]
+            return [Sampled(ids, [lp - self.sampler_shift for lp in token_logps(self.model, p, ids)]) for p, ids in zip(prompts, completions)]
+
+        def _generate_and_score_completions(self, inputs):
+            self.last_batch = super()._generate_and_score_completions(inputs)
+            return self.last_batch
 
     config = TrainingConfig(**{"model": str(model_dir), "set_name": "test", "group_size": 4, "steps": 1, "learning_rate": 1e-3,
                                "max_turns": 4, "max_completion_length": 32, **overrides})
     cls = ScriptedTrainer if scripted else WorldGRPOTrainer
-    trainer = cls(model=AutoModelForCausalLM.from_pretrained(model_dir), args=grpo_args(config, tmp_path / "out"),
+    args = GRPOConfig(**{**grpo_settings(config, tmp_path / "out"), **settings}) if settings else grpo_args(config, tmp_path / "out")
+    trainer = cls(model=AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype), args=args,
                   train_dataset=task_dataset({"b": bundle}), processing_class=AutoTokenizer.from_pretrained(model_dir), world=config,
                   runtime=runtime, bundles={"b": bundle}, peft_config=peft_config(config))
     if scripted:
@@ -98,12 +123,12 @@ def test_batcher_waits_for_every_live_episode():
     import threading
 
     seen: list[list[list[int]]] = []
-    batcher = Batcher(lambda prompts: (seen.append(prompts), [[p[0] * 10] for p in prompts])[1], live=3)
+    batcher = Batcher(lambda prompts: (seen.append(prompts), [Sampled([p[0] * 10]) for p in prompts])[1], live=3)
     results: dict[int, list[int]] = {}
 
     def episode(index: int, turns: int) -> None:
         for turn in range(turns):
-            results[index * 100 + turn] = batcher.generate(index, [index + turn])
+            results[index * 100 + turn] = batcher.generate(index, [index + turn]).ids
         batcher.retire()
 
     threads = [threading.Thread(target=episode, args=(i, t)) for i, t in ((2, 1), (0, 2), (1, 3))]
@@ -118,6 +143,7 @@ def test_batcher_waits_for_every_live_episode():
 
 def test_windowed_step_rows_hold_exactly_what_the_policy_saw(tiny_model, one_task, runtime, tmp_path):
     trainer = make_trainer(tiny_model, one_task, runtime, tmp_path, window=1)
+    assert not trainer.args.bf16 and not trainer.model.is_activation_checkpointing  # cpu-test: fp32, no recomputation
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     result = trainer.train()
     rollouts, rows = trainer.last_rollouts, trainer.last_rows
@@ -265,7 +291,79 @@ def test_gpu_profile_settings(tiny_model, one_task, runtime, tmp_path):
             make_trainer(tiny_model, one_task, runtime, tmp_path, profile="gpu")
         return
     trainer = make_trainer(tiny_model, one_task, runtime, tmp_path, profile="gpu")
-    assert trainer.args.bf16 and trainer.args.gradient_checkpointing
+    assert trainer.args.bf16 and trainer.args.activation_checkpointing
     assert trainer.use_vllm == (importlib.util.find_spec("vllm") is not None)
     result = trainer.train()
-    assert math.isfinite(result.training_loss) and trainer.model.is_gradient_checkpointing
+    assert math.isfinite(result.training_loss) and trainer.model.is_activation_checkpointing
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full-weights", "lora"])
+def test_gpu_profile_mechanics_run_in_bf16_on_the_cpu(tiny_model, one_task, runtime, tmp_path, lora):
+    """All the gpu profile changes but the device, run here: bf16 weights and autocast, activation
+    checkpointing off while rolling out and on for the loss (with LoRA too, which needs input
+    gradients for it), every verdict kind in the group (so the masks, advantages and env_error
+    exclusion meet bf16 log-probabilities before a GPU does), the KL term on."""
+    adapters = {"lora": {"enabled": True, "rank": 4, "target_modules": ["q_proj", "v_proj"]}} if lora else {}
+    trainer = make_trainer(tiny_model, one_task, runtime, tmp_path, dtype=torch.bfloat16, beta=0.04,
+                           settings={"bf16": True, "activation_checkpointing": True}, **adapters)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    result = trainer.train()
+    assert trainer.args.bf16 and trainer.model.is_activation_checkpointing and trainer.accelerator.mixed_precision == "bf16"
+    assert next(trainer.model.parameters()).dtype == torch.bfloat16
+    assert math.isfinite(result.training_loss)
+    assert [t.verdict for t in trainer.last_rollouts] == ["complete", "incomplete", "env_error", "format_error"]
+    changed = {n for n, p in trainer.model.named_parameters() if not torch.equal(before[n], p)}
+    assert changed and (not lora or all("lora_" in n for n in changed))
+    logged = trainer.state.log_history[0]
+    assert math.isfinite(logged["kl"]) and logged["success_rate"] == 0.25
+
+
+def test_importance_ratio_modes():
+    """TRL's vLLM correction rule: exp(train - sampler) per token or summed per sequence, truncated
+    or masked at the bounds; unknown (NaN) and masked tokens count as ratio 1."""
+    train = torch.tensor([[-1.0, -2.0, -3.0], [-1.0, -1.0, -1.0]])
+    sampler = torch.tensor([[-1.5, -2.0, math.nan], [-0.5, -2.5, -1.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    token = importance_ratio(train, sampler, mask, "token_truncate", clip_min=None, clip_max=1.5)
+    assert token.flatten().tolist() == pytest.approx([1.5, 1.0, 1.0, math.exp(-0.5), 1.5, 1.0])
+    masked = importance_ratio(train, sampler, mask, "token_mask", clip_min=0.7, clip_max=3.0)
+    assert masked.flatten().tolist() == pytest.approx([math.exp(0.5), 1.0, 1.0, 0.0, 0.0, 1.0])  # 0.61 < 0.7, 4.48 > 3
+    sequence = importance_ratio(train, sampler, mask, "sequence_mask", clip_max=2.0)
+    assert sequence.shape == (2, 1) and sequence.flatten().tolist() == pytest.approx([math.exp(0.5), 0.0])  # exp(1.0) > 2: out
+    assert importance_ratio(train, sampler, mask, "sequence_truncate", clip_max=2.0).flatten().tolist() == pytest.approx([math.exp(0.5), 2.0])
+    with pytest.raises(ValueError, match="unknown importance sampling mode 'per_row'"):
+        importance_ratio(train, sampler, mask, "per_row")
+
+
+def test_rows_carry_the_sampler_logprobs_of_generated_tokens_only():
+    records = [TurnRecord(turn=1, prompt_ids=[1, 2], completion_ids=[3, 4], completion_logprobs=[-0.1, -0.2]),
+               TurnRecord(turn=2, prompt_ids=[1, 2, 3, 4, 9, 9], completion_ids=[5], completion_logprobs=[-0.3])]
+    trajectory = Trajectory(env_id="e", env_key="k", task_id="t", policy="p", messages=[], steps=[], turns=2, verdict="complete",
+                            reward=1.0, turn_records=records)
+    assert [r.sampling_logps for r in windowed_rows(trajectory, 1.0, 0)] == [[-0.1, -0.2], [-0.3]]
+    (row,) = full_row(trajectory, 1.0, 0)
+    assert row.tool_mask == [1, 1, 0, 0, 1]
+    assert [x for x, keep in zip(row.sampling_logps, row.tool_mask) if keep] == [-0.1, -0.2, -0.3]
+    assert all(math.isnan(x) for x, keep in zip(row.sampling_logps, row.tool_mask) if not keep)
+    unsampled = trajectory.model_copy(update={"turn_records": [r.model_copy(update={"completion_logprobs": None}) for r in records]})
+    assert full_row(unsampled, 1.0, 0)[0].sampling_logps is None  # transformers generation reports none
+
+
+@pytest.mark.parametrize("history", ["windowed", "full"])
+def test_vllm_sampler_logprobs_become_trls_importance_correction(tiny_model, one_task, runtime, tmp_path, history):
+    """With vLLM generating (needs a GPU: its reported log-probabilities are scripted here as the
+    model's own minus 0.1 per token), the batch carries TRL's sequence_mask correction: exp(0.1 x
+    the row's generated tokens), 0 past the 3.0 bound; tool-result tokens do not count; the step
+    trains and logs the ratio."""
+    trainer = make_trainer(tiny_model, one_task, runtime, tmp_path, history=history)
+    trainer.use_vllm, trainer.sampler_shift = True, 0.1  # what GRPOTrainer sets when vLLM is installed; generation stays scripted
+    result = trainer.train()
+    batch = trainer.last_batch
+    generated = (batch["completion_mask"] * batch.get("tool_mask", 1)).sum(-1)
+    expected = torch.exp(0.1 * generated)
+    expected = torch.where(expected > 3.0, 0.0, expected)
+    assert batch["importance_sampling_ratio"][:, 0].tolist() == pytest.approx(expected.tolist(), rel=1e-3)
+    assert {0.0} < set(torch.round(batch["importance_sampling_ratio"][:, 0], decimals=3).tolist())  # some rows kept, some dropped
+    logged = trainer.state.log_history[0]
+    assert math.isfinite(result.training_loss)
+    assert logged["sampling/sampling_logp_difference/mean"] == pytest.approx(0.1, rel=1e-2)

@@ -41,6 +41,7 @@ class TurnRecord(BaseModel):
     seconds: float = 0.0
     prompt_ids: list[int] | None = None
     completion_ids: list[int] | None = None
+    completion_logprobs: list[float] | None = None
 
 
 class Step(BaseModel):
@@ -149,7 +150,8 @@ def run_episode(runtime: Runtime, bundle: Bundle, task: TaskSpec, policy: Policy
                 verdict, error = "agent_error", f"the policy failed: {type(exc).__name__}: {exc}"
                 break
             records.append(TurnRecord(turn=turn, tokens_in=produced.tokens_in, tokens_out=produced.tokens_out, seconds=produced.seconds,
-                                      prompt_ids=produced.prompt_ids, completion_ids=produced.completion_ids))
+                                      prompt_ids=produced.prompt_ids, completion_ids=produced.completion_ids,
+                                      completion_logprobs=produced.completion_logprobs))
             if produced.format_error is not None or produced.message is None:
                 verdict, error = "format_error", produced.format_error or "no message"
                 break

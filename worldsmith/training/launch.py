@@ -42,12 +42,12 @@ def run_training(request: TrainRequest, progress: bool = False) -> dict[str, Any
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from worldsmith.training.callbacks import CatalogMetrics, CheckpointUpload, ProgressBar
-    from worldsmith.training.trainer import WorldGRPOTrainer, grpo_args, peft_config, task_dataset
+    from worldsmith.training.trainer import WorldGRPOTrainer, grpo_args, model_dtype, peft_config, task_dataset
 
     config, out = request.config, Path(request.output)
     bundles = {path: load_bundle(Path(path)) for path in request.bundles}
     tokenizer = AutoTokenizer.from_pretrained(request.model)
-    policy = AutoModelForCausalLM.from_pretrained(request.model, dtype="bfloat16" if config.profile == "gpu" else "float32")
+    policy = AutoModelForCausalLM.from_pretrained(request.model, dtype=model_dtype(config))
     metrics, uploads = CatalogMetrics(request.run_id), CheckpointUpload(request.run_id)
     callbacks = [metrics, uploads, *([ProgressBar(f"GRPO on {config.set_name}")] if progress else [])]
     runtime = Runtime()

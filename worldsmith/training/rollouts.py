@@ -23,10 +23,22 @@ from typing import Any
 
 from worldsmith.agent.hf_policy import HFPolicy, render_prompt
 from worldsmith.agent.loop import EpisodeConfig, EpisodeSource, Trajectory, run_episode
-from worldsmith.agent.messages import Message
+from worldsmith.agent.messages import Message, PolicyTurn
 from worldsmith.bundle.loader import Bundle
 from worldsmith.models.bundle import TaskSpec
 from worldsmith.runtime.episode import Runtime
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """One generated completion: its token ids and, when the generation backend reports them
+    (vLLM), each token's log-probability under the sampler (for the importance-sampling correction)."""
+
+    ids: list[int]
+    logprobs: list[float] | None = None
+
+
+GenerateBatch = Callable[[list[list[int]]], list[Sampled]]
 
 
 @dataclass
@@ -34,7 +46,7 @@ class _Request:
     index: int
     prompt_ids: list[int]
     done: threading.Event = field(default_factory=threading.Event)
-    completion_ids: list[int] | None = None
+    completion: Sampled | None = None
     error: BaseException | None = None
 
 
@@ -44,12 +56,12 @@ class Batcher:
     `generate_batch(prompts) -> completions` does the model work; episodes call `generate` (blocks
     until their completion is ready) and `retire` when they end."""
 
-    def __init__(self, generate_batch: Callable[[list[list[int]]], list[list[int]]], live: int):
+    def __init__(self, generate_batch: GenerateBatch, live: int):
         self._generate_batch, self._live = generate_batch, live
         self._pending: list[_Request] = []
         self._lock = threading.Lock()
 
-    def generate(self, index: int, prompt_ids: list[int]) -> list[int]:
+    def generate(self, index: int, prompt_ids: list[int]) -> Sampled:
         request = _Request(index, prompt_ids)
         with self._lock:
             self._pending.append(request)
@@ -58,7 +70,7 @@ class Batcher:
         request.done.wait()
         if request.error is not None:
             raise request.error
-        return request.completion_ids or []
+        return request.completion or Sampled([])
 
     def retire(self) -> None:
         with self._lock:
@@ -78,7 +90,7 @@ class Batcher:
         try:
             completions = self._generate_batch([r.prompt_ids for r in ready])
             for request, completion in zip(ready, completions, strict=True):
-                request.completion_ids = completion
+                request.completion = completion
         except BaseException as exc:  # noqa: BLE001 - every waiting episode sees the model's failure
             for request in ready:
                 request.error = exc
@@ -97,6 +109,7 @@ class TrainingPolicy(HFPolicy):
         self.name = "training"
         self.batcher, self.index, self.suffix, self.chat_template = batcher, index, suffix, chat_template
         self._last: list[int] | None = None
+        self._logprobs: list[float] | None = None
 
     def start(self, bundle: Bundle, task: TaskSpec, seed: int) -> None:
         self.turn, self._last = 0, None
@@ -114,12 +127,17 @@ class TrainingPolicy(HFPolicy):
 
     def generate(self, prompt_ids: list[int]) -> list[int]:
         completion = self.batcher.generate(self.index, prompt_ids)
-        self._last = prompt_ids + completion
-        return completion
+        self._last, self._logprobs = prompt_ids + completion.ids, completion.logprobs
+        return completion.ids
+
+    def act(self, view: list[Message], tools: list[dict[str, Any]]) -> PolicyTurn:
+        turn = super().act(view, tools)
+        turn.completion_logprobs = self._logprobs
+        return turn
 
 
 def run_rollouts(runtime: Runtime, jobs: list[tuple[Bundle, TaskSpec]], make_policy: Callable[[Batcher, int], TrainingPolicy],
-                 generate_batch: Callable[[list[list[int]]], list[list[int]]], config: EpisodeConfig,
+                 generate_batch: GenerateBatch, config: EpisodeConfig,
                  worlds: list[EpisodeSource] | None = None) -> list[Trajectory]:
     """One episode per (bundle, task) job, all concurrently with batched generation (the job's
     position is its episode seed), in the job's world (`worlds`, default the real `runtime`); the

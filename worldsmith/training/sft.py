@@ -22,7 +22,7 @@ def supervised_fine_tune(model_dir: Path, rows: list[dict[str, Any]], out: Path,
     args = SFTConfig(output_dir=str(out / "sft"), max_steps=steps, per_device_train_batch_size=batch_size, learning_rate=learning_rate,
                      lr_scheduler_type="constant", warmup_steps=0, logging_steps=logging_steps, save_strategy="no", report_to="none",
                      seed=seed, data_seed=seed, use_cpu=not gpu, bf16=gpu, disable_tqdm=True, completion_only_loss=True, max_length=None,
-                     gradient_checkpointing=gpu)  # on the CPU models are small: recomputation would only cost time
+                     activation_checkpointing=gpu)  # on the CPU models are small: recomputation would only cost time
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
     trainer.remove_callback(PrinterCallback)  # stdout may be a --json answer; progress is a callback's business
     for callback in callbacks:

@@ -12,7 +12,9 @@ a batch of prompts into scored token sequences. Here it
    baseline and get no row at all, so they contribute nothing to the loss);
 4. builds rows by history mode: `windowed`, one row per turn holding exactly the window the
    policy saw (TRL's loop cannot do this: it always feeds the whole history); `full`, one row per
-   rollout with tool-result tokens masked (`tool_mask`, as TRL's own tool loop produces it).
+   rollout with tool-result tokens masked (`tool_mask`, as TRL's own tool loop produces it);
+5. with vLLM generating, applies TRL's importance-sampling correction from the sampler
+   log-probabilities the rollouts recorded (training/importance.py), as TRL's method would.
 
 Everything else (the clipped loss, KL against the reference, optimizer, checkpoints, logging,
 accelerate / DeepSpeed) is TRL's, unchanged.
@@ -30,7 +32,8 @@ from worldsmith.agent.rewards import RewardMap
 from worldsmith.bundle.loader import Bundle
 from worldsmith.runtime.episode import Runtime
 from worldsmith.training.config import TrainingConfig
-from worldsmith.training.rollouts import Batcher, TrainingPolicy, run_rollouts
+from worldsmith.training.importance import importance_ratio
+from worldsmith.training.rollouts import Batcher, Sampled, TrainingPolicy, run_rollouts
 from worldsmith.training.rows import TrainingRow, collate, full_row, group_advantages, windowed_rows
 
 try:
@@ -68,12 +71,12 @@ def check_profile(config: TrainingConfig) -> None:
         raise ValueError("profile 'gpu' needs a CUDA device and torch sees none on this machine; use profile 'cpu-test'")
 
 
-def grpo_args(config: TrainingConfig, output_dir: Path) -> GRPOConfig:
-    """TRL's GRPOConfig for `config`: one optimizer step per generation batch of
-    `rows_per_step` (env, task) rows x `group_size` rollouts (per device)."""
-    check_profile(config)
+def grpo_settings(config: TrainingConfig, output_dir: Path) -> dict[str, Any]:
+    """GRPOConfig's keyword arguments for `config`: one optimizer step per generation batch of
+    `rows_per_step` (env, task) rows x `group_size` rollouts (per device); the gpu profile adds bf16
+    and activation checkpointing (TRL turns checkpointing on by default: cpu-test turns it off)."""
     gpu = config.profile == "gpu"
-    return GRPOConfig(
+    return dict(
         output_dir=str(output_dir), per_device_train_batch_size=config.group_size * config.rows_per_step, num_generations=config.group_size,
         gradient_accumulation_steps=1, steps_per_generation=1, num_iterations=1, learning_rate=config.learning_rate, beta=config.beta,
         epsilon=config.epsilon, temperature=config.temperature, max_completion_length=config.max_completion_length, max_steps=config.steps,
@@ -81,8 +84,19 @@ def grpo_args(config: TrainingConfig, output_dir: Path) -> GRPOConfig:
         save_steps=config.save_every or 500, report_to=["tensorboard"] if config.tensorboard else "none",
         chat_template_kwargs={"enable_thinking": False}, remove_unused_columns=False,
         disable_tqdm=True, use_cpu=not gpu, bf16=gpu, use_vllm=gpu and _vllm_installed(), vllm_mode="colocate", shuffle_dataset=True,
-        **({"gradient_checkpointing": True} if gpu else {}),
+        activation_checkpointing=gpu,
     )
+
+
+def grpo_args(config: TrainingConfig, output_dir: Path) -> GRPOConfig:
+    """TRL's GRPOConfig for `config` (see `grpo_settings`), once the profile suits this machine."""
+    check_profile(config)
+    return GRPOConfig(**grpo_settings(config, output_dir))
+
+
+def model_dtype(config: TrainingConfig) -> str:
+    """The dtype the policy's weights load in: bf16 for the gpu profile, fp32 on the CPU."""
+    return "bfloat16" if config.profile == "gpu" else "float32"
 
 
 def peft_config(config: TrainingConfig) -> Any:
@@ -156,10 +170,13 @@ class WorldGRPOTrainer(GRPOTrainer):
         return [self.runtime if real_group(first + g, self.world.real_share) else self.simulation
                 for g in range(groups) for _ in range(self.num_generations)]
 
-    def generate_batch(self, prompts: list[list[int]]) -> list[list[int]]:
+    def generate_batch(self, prompts: list[list[int]]) -> list[Sampled]:
         """Completions for a batch of prompt token ids, by TRL's generation backend (transformers,
-        or vLLM when enabled), with the trainer's sampling settings."""
-        return self._generate_single_turn(prompts, None, {}, num_generations=1)[0]
+        or vLLM when enabled, which also reports each token's log-probability), with the trainer's
+        sampling settings."""
+        completions, logprobs = self._generate_single_turn(prompts, None, {}, num_generations=1)
+        return [Sampled(list(ids), list(lp) if logprobs is not None else None)
+                for ids, lp in zip(completions, logprobs or [None] * len(completions), strict=True)]
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         mode = "train" if self.model.training else "eval"
@@ -184,24 +201,50 @@ class WorldGRPOTrainer(GRPOTrainer):
         batch["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
         if self.beta != 0.0:
             batch["ref_per_token_logps"] = self._reference_logps(batch)
+        if self.use_vllm and self.vllm_importance_sampling_correction:
+            self._correct_for_sampler(mode, batch, loss_mask)
         self._log_rollouts(mode, trajectories, rewards_all, rows)
         return batch
 
-    def _reference_logps(self, batch: dict[str, Any]) -> Any:
-        """Per-token log-probabilities of the completions under the reference model (KL term)."""
+    def _completion_logps(self, model: Any, batch: dict[str, Any]) -> Any:
+        """Per-token log-probabilities of the batch's completions under `model`, without gradients."""
         import torch
-
-        from trl.trainer.utils import use_adapter
 
         ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
         mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
-        keep = batch["completion_ids"].size(1)
         with torch.no_grad():
-            if self.ref_model is not None:
-                return self._get_per_token_logps_and_entropies(self.ref_model, ids, mask, keep)[0]
-            model = self.accelerator.unwrap_model(self.model)
-            with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
-                return self._get_per_token_logps_and_entropies(self.model, ids, mask, keep)[0]
+            return self._get_per_token_logps_and_entropies(model, ids, mask, batch["completion_ids"].size(1))[0]
+
+    def _reference_logps(self, batch: dict[str, Any]) -> Any:
+        """Per-token log-probabilities of the completions under the reference model (KL term)."""
+        from trl.trainer.utils import use_adapter
+
+        if self.ref_model is not None:
+            return self._completion_logps(self.ref_model, batch)
+        model = self.accelerator.unwrap_model(self.model)
+        with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
+            return self._completion_logps(self.model, batch)
+
+    def _correct_for_sampler(self, mode: str, batch: dict[str, Any], loss_mask: Any) -> None:
+        """TRL's importance-sampling correction (see training/importance.py): the trained model's
+        log-probabilities of the sampled tokens (`old_per_token_logps`) against the sampler's, as
+        the ratio TRL's loss multiplies by; tokens without a sampler log-probability get ratio 1."""
+        import torch
+
+        old = self._completion_logps(self.model, batch)
+        sampling = batch.get("sampling_per_token_logps")
+        if sampling is None:
+            sampling = torch.full_like(old, math.nan)
+        batch["old_per_token_logps"], batch["sampling_per_token_logps"] = old, sampling
+        ratio = importance_ratio(old, sampling, loss_mask, self.vllm_importance_sampling_mode,
+                                 self.vllm_importance_sampling_clip_min, self.vllm_importance_sampling_clip_max)
+        batch["importance_sampling_ratio"] = ratio
+        kept = loss_mask.bool() & ~torch.isnan(sampling)
+        gap = (old - sampling).abs()[kept]
+        metrics = self._metrics[mode]
+        metrics["sampling/sampling_logp_difference/mean"].append(gap.mean().item() if gap.numel() else 0.0)
+        applied = ratio if ratio.size(-1) == 1 else ratio[loss_mask.bool()]  # per sequence, or per loss token
+        metrics["sampling/importance_sampling_ratio/mean"].append(applied.float().mean().item() if applied.numel() else 1.0)
 
     def _log_rollouts(self, mode: str, trajectories: list[Trajectory], rewards: Any, rows: list[TrainingRow]) -> None:
         """Per-step rollout metrics (TRL averages them per logging step)."""

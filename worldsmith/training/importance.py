@@ -1,0 +1,37 @@
+"""Importance-sampling correction for a sampler that is not the trained model (vLLM).
+
+vLLM's kernels give the sampled tokens slightly different probabilities than the trainer's own
+forward pass, so the rollouts are a little off-policy even in the first optimizer step. TRL
+multiplies the loss by the ratio pi_train(token) / pi_sampler(token), per token or per sequence,
+truncated or masked at its bounds (GRPOConfig's `vllm_importance_sampling_*` settings). TRL
+computes it inside `_generate_and_score_completions`, which WorldGRPOTrainer replaces; this is that
+rule over the sampler log-probabilities the rollouts recorded (rows.TrainingRow.sampling_logps).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+
+
+def importance_ratio(train_logps: Any, sampling_logps: Any, mask: Any, mode: str = "sequence_mask",
+                     clip_min: float | None = None, clip_max: float | None = 3.0) -> Any:
+    """exp(train - sampling) over the tokens `mask` keeps: per token (shape B x T) or summed per
+    sequence (B x 1); `*_truncate` clamps it into [clip_min, clip_max], `*_mask` sets it to 0
+    outside. A token whose sampler log-probability is unknown (NaN) or masked out counts as
+    ratio 1, so it neither corrects nor poisons the loss."""
+    import torch
+
+    if mode not in MODES:
+        raise ValueError(f"unknown importance sampling mode {mode!r}: use one of {', '.join(MODES)}")
+    diff = torch.nan_to_num((train_logps - sampling_logps) * mask, nan=0.0)
+    if mode.startswith("sequence"):
+        diff = diff.sum(dim=-1, keepdim=True)
+    ratio = torch.exp(diff)
+    if mode.endswith("_truncate"):
+        return ratio if clip_min is None and clip_max is None else torch.clamp(ratio, min=clip_min, max=clip_max)
+    low = -math.inf if clip_min is None else clip_min
+    high = math.inf if clip_max is None else clip_max
+    return ratio.masked_fill((ratio < low) | (ratio > high), 0.0)
