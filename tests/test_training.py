@@ -123,7 +123,14 @@ def test_batcher_waits_for_every_live_episode():
     import threading
 
     seen: list[list[list[int]]] = []
-    batcher = Batcher(lambda prompts: (seen.append(prompts), [Sampled([p[0] * 10]) for p in prompts])[1], live=3)
+    threads_generating: set[str] = set()
+
+    def generate_batch(prompts):
+        seen.append(prompts)
+        threads_generating.add(threading.current_thread().name)
+        return [Sampled([p[0] * 10]) for p in prompts]
+
+    batcher = Batcher(generate_batch, live=3)
     results: dict[int, list[int]] = {}
 
     def episode(index: int, turns: int) -> None:
@@ -134,11 +141,47 @@ def test_batcher_waits_for_every_live_episode():
     threads = [threading.Thread(target=episode, args=(i, t)) for i, t in ((2, 1), (0, 2), (1, 3))]
     for t in threads:
         t.start()
+    batcher.serve()  # returns once every episode retired
     for t in threads:
         t.join(timeout=10)
-    # batches in index order, shrinking as episodes end, whatever the thread timing
+    # batches in index order, shrinking as episodes end, whatever the thread timing; the model
+    # works only on the serving thread (the trainer's, which owns the CUDA device and any vLLM engine)
     assert seen == [[[0], [1], [2]], [[1], [2]], [[3]]]
+    assert threads_generating == {threading.current_thread().name}
     assert results == {0: [0], 1: [10], 200: [20], 100: [10], 101: [20], 102: [30]}
+
+
+def test_an_interrupted_batcher_fails_the_waiting_episodes_instead_of_hanging():
+    """An interrupt while generating (Ctrl-C in the trainer) reaches the caller; the episodes
+    waiting for that batch, and any that ask later, get an error instead of waiting forever."""
+    import threading
+
+    def interrupted(prompts):
+        raise KeyboardInterrupt
+
+    batcher = Batcher(interrupted, live=2)
+    errors: list[str] = []
+
+    def episode(index: int) -> None:
+        try:
+            batcher.generate(index, [index])
+        except RuntimeError as exc:
+            errors.append(str(exc))
+        try:
+            batcher.generate(index, [index])
+        except RuntimeError as exc:
+            errors.append(str(exc))
+        batcher.retire()
+
+    threads = [threading.Thread(target=episode, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    with pytest.raises(KeyboardInterrupt):
+        batcher.serve()
+    for t in threads:
+        t.join(timeout=10)
+    assert not any(t.is_alive() for t in threads)
+    assert errors == ["rollouts stopped: KeyboardInterrupt"] * 4
 
 
 def test_windowed_step_rows_hold_exactly_what_the_policy_saw(tiny_model, one_task, runtime, tmp_path):
@@ -367,3 +410,18 @@ def test_vllm_sampler_logprobs_become_trls_importance_correction(tiny_model, one
     logged = trainer.state.log_history[0]
     assert math.isfinite(result.training_loss)
     assert logged["sampling/sampling_logp_difference/mean"] == pytest.approx(0.1, rel=1e-2)
+
+
+def test_a_model_failure_fails_the_step_and_is_never_scored(tiny_model, one_task, runtime, tmp_path):
+    """The model failing to generate (out of memory, say) is not the agent's failure: the step
+    raises, naming it, before any reward or loss is computed."""
+    trainer = make_trainer(tiny_model, one_task, runtime, tmp_path)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+
+    def out_of_memory(prompts):
+        raise RuntimeError("CUDA out of memory (tried to allocate 2.00 GiB)")
+
+    trainer.generate_batch = out_of_memory
+    with pytest.raises(RuntimeError, match=r"generation failed during rollouts: .*CUDA out of memory"):
+        trainer.train()
+    assert all(torch.equal(before[n], p) for n, p in trainer.model.named_parameters())

@@ -11,6 +11,7 @@ main process writes the catalog's step rows, the final model and `OUTPUT/result.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -35,6 +36,16 @@ class TrainRequest(BaseModel):
     resume_from: str | None = None  # a trainer checkpoint directory to continue from
 
 
+def bind_local_gpu() -> None:
+    """Make this process's GPU (LOCAL_RANK, set by torch.distributed.run; 0 alone) the current CUDA
+    device before anything loads. Accelerate does so only when the trainer is built; a world model
+    loaded before that with `.to("cuda")` would otherwise land on GPU 0 in every process."""
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+
+
 def run_training(request: TrainRequest, progress: bool = False) -> dict[str, Any]:
     """Run GRPO (from `request.resume_from` when set); returns (on every process) the final model
     directory and the number of processes and, on the main process, the per-step log and the
@@ -44,6 +55,7 @@ def run_training(request: TrainRequest, progress: bool = False) -> dict[str, Any
     from worldsmith.training.callbacks import CatalogMetrics, CheckpointUpload, ProgressBar
     from worldsmith.training.trainer import WorldGRPOTrainer, grpo_args, model_dtype, peft_config, task_dataset
 
+    bind_local_gpu()
     config, out = request.config, Path(request.output)
     bundles = {path: load_bundle(Path(path)) for path in request.bundles}
     tokenizer = AutoTokenizer.from_pretrained(request.model)

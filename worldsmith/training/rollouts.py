@@ -3,6 +3,7 @@ episode loop, their model calls gathered into one batched `generate` per turn.
 
 A batch runs when every live episode is waiting for the model (or has ended), so which prompts
 share a batch, and hence the sampled tokens under a fixed seed, do not depend on thread timing.
+Batches run on the calling (trainer's) thread; the episode threads only wait and call tools.
 
 Two history modes (TrainingConfig.history):
 - windowed: the policy renders the task, the tools and the last `window` turns with the chat
@@ -53,47 +54,69 @@ class _Request:
 class Batcher:
     """Collects one prompt from each live episode, then generates for all of them in one call.
 
-    `generate_batch(prompts) -> completions` does the model work; episodes call `generate` (blocks
-    until their completion is ready) and `retire` when they end."""
+    `generate_batch(prompts) -> completions` does the model work, always on the thread that calls
+    `serve` (the trainer's: it owns the model's CUDA device, which is per thread, its process group
+    and any vLLM engine). Episode threads call `generate` (blocks until their completion is ready)
+    and `retire` when they end."""
 
     def __init__(self, generate_batch: GenerateBatch, live: int):
         self._generate_batch, self._live = generate_batch, live
         self._pending: list[_Request] = []
-        self._lock = threading.Lock()
+        self._changed = threading.Condition()
+        self._stopped: BaseException | None = None
 
     def generate(self, index: int, prompt_ids: list[int]) -> Sampled:
         request = _Request(index, prompt_ids)
-        with self._lock:
+        with self._changed:
+            if self._stopped is not None:
+                raise RuntimeError(f"rollouts stopped: {type(self._stopped).__name__}") from self._stopped
             self._pending.append(request)
-            ready = self._take()
-        self._run(ready)
+            self._changed.notify_all()
         request.done.wait()
         if request.error is not None:
             raise request.error
         return request.completion or Sampled([])
 
     def retire(self) -> None:
-        with self._lock:
+        with self._changed:
             self._live -= 1
-            ready = self._take()
-        self._run(ready)
+            self._changed.notify_all()
 
-    def _take(self) -> list[_Request]:
-        if not self._pending or len(self._pending) < self._live:
-            return []
-        ready, self._pending = sorted(self._pending, key=lambda r: r.index), []
-        return ready
+    def serve(self) -> None:
+        """Runs each batch on this thread as soon as every live episode waits, until none is live.
+        Should it stop early (an interrupt), the episodes waiting and any that ask later fail."""
+        try:
+            while (ready := self._next_batch()) is not None:
+                self._run(ready)
+        except BaseException as exc:
+            with self._changed:
+                self._stopped, waiting, self._pending = exc, self._pending, []
+            for request in waiting:
+                request.error = RuntimeError(f"rollouts stopped: {type(exc).__name__}")
+                request.done.set()
+            raise
+
+    def _next_batch(self) -> list[_Request] | None:
+        with self._changed:
+            self._changed.wait_for(lambda: self._live <= 0 or len(self._pending) >= self._live)
+            if self._live <= 0:
+                return None
+            ready, self._pending = sorted(self._pending, key=lambda r: r.index), []
+            return ready
 
     def _run(self, ready: list[_Request]) -> None:
-        if not ready:
-            return
         try:
             completions = self._generate_batch([r.prompt_ids for r in ready])
             for request, completion in zip(ready, completions, strict=True):
                 request.completion = completion
-        except BaseException as exc:  # noqa: BLE001 - every waiting episode sees the model's failure
+        except Exception as exc:  # noqa: BLE001 - every waiting episode sees the model's failure
             for request in ready:
                 request.error = exc
+        except BaseException as exc:
+            for request in ready:
+                request.error = RuntimeError(f"rollouts stopped: {type(exc).__name__}")
+                request.done.set()
+            raise
         for request in ready:
             request.done.set()
 
@@ -153,4 +176,6 @@ def run_rollouts(runtime: Runtime, jobs: list[tuple[Bundle, TaskSpec]], make_pol
             batcher.retire()
 
     with ThreadPoolExecutor(max_workers=max(1, len(jobs)), thread_name_prefix="rollout") as pool:
-        return list(pool.map(one, range(len(jobs))))
+        episodes = [pool.submit(one, index) for index in range(len(jobs))]
+        batcher.serve()  # the model works on this thread; the episodes' threads only wait and call tools
+        return [episode.result() for episode in episodes]

@@ -10,7 +10,7 @@ from typing import Any
 def supervised_fine_tune(model_dir: Path, rows: list[dict[str, Any]], out: Path, *, steps: int, learning_rate: float, batch_size: int,
                          seed: int, logging_steps: int, gpu: bool = False, callbacks: list[Any] = ()) -> list[dict[str, Any]]:
     """SFT of `model_dir` on prompt/completion `rows` for `steps` steps, fp32 on the CPU or (`gpu`) bf16
-    with gradient checkpointing; saves model and tokenizer to `out`; returns the logged losses."""
+    with activation checkpointing; saves model and tokenizer to `out`; returns the logged losses."""
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
