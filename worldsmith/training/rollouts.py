@@ -69,7 +69,7 @@ class Batcher:
         request = _Request(index, prompt_ids)
         with self._changed:
             if self._stopped is not None:
-                raise RuntimeError(f"rollouts stopped: {type(self._stopped).__name__}") from self._stopped
+                raise self._stopped_error() from self._stopped
             self._pending.append(request)
             self._changed.notify_all()
         request.done.wait()
@@ -85,16 +85,25 @@ class Batcher:
     def serve(self) -> None:
         """Runs each batch on this thread as soon as every live episode waits, until none is live.
         Should it stop early (an interrupt), the episodes waiting and any that ask later fail."""
+        batch: list[_Request] | None = None
         try:
-            while (ready := self._next_batch()) is not None:
-                self._run(ready)
+            while (batch := self._next_batch()) is not None:
+                self._run(batch)
         except BaseException as exc:
-            with self._changed:
-                self._stopped, waiting, self._pending = exc, self._pending, []
-            for request in waiting:
-                request.error = RuntimeError(f"rollouts stopped: {type(exc).__name__}")
-                request.done.set()
+            self._stop(exc, batch or [])
             raise
+
+    def _stop(self, cause: BaseException, batch: list[_Request]) -> None:
+        """Fails every request not answered yet (the batch in hand, those waiting) and all later ones."""
+        with self._changed:
+            self._stopped, waiting, self._pending = cause, [*batch, *self._pending], []
+        for request in waiting:
+            if not request.done.is_set():
+                request.error = self._stopped_error()
+                request.done.set()
+
+    def _stopped_error(self) -> RuntimeError:
+        return RuntimeError(f"rollouts stopped: {type(self._stopped).__name__}")
 
     def _next_batch(self) -> list[_Request] | None:
         with self._changed:
@@ -112,11 +121,6 @@ class Batcher:
         except Exception as exc:  # noqa: BLE001 - every waiting episode sees the model's failure
             for request in ready:
                 request.error = exc
-        except BaseException as exc:
-            for request in ready:
-                request.error = RuntimeError(f"rollouts stopped: {type(exc).__name__}")
-                request.done.set()
-            raise
         for request in ready:
             request.done.set()
 
