@@ -175,8 +175,9 @@ class WorldGRPOTrainer(GRPOTrainer):
         or vLLM when enabled, which also reports each token's log-probability), with the trainer's
         sampling settings."""
         completions, logprobs = self._generate_single_turn(prompts, None, {}, num_generations=1)
-        return [Sampled(list(ids), list(lp) if logprobs is not None else None)
-                for ids, lp in zip(completions, logprobs or [None] * len(completions), strict=True)]
+        if logprobs is None:  # transformers generation reports none
+            return [Sampled(list(ids)) for ids in completions]
+        return [Sampled(list(ids), list(lp)) for ids, lp in zip(completions, logprobs, strict=True)]
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
         mode = "train" if self.model.training else "eval"
