@@ -43,10 +43,11 @@ def main() -> None:
     from prefect.testing.utilities import prefect_test_harness
     from sqlmodel import select
 
-    from worldsmith.flows.generate import GenerateParameters, run_generate
+    from worldsmith.flows.generate import run_generate
     from worldsmith.models.catalog import StageAttempt
     from worldsmith.settings import get_settings
     from worldsmith.storage.catalog import open_catalog
+    from worldsmith.tasks.generation_run import GenerateParameters
 
     server = ProceduralLLM(latency_s=args.latency)
     with server.serve() as background, prefect_test_harness(server_startup_timeout=120):

@@ -55,7 +55,7 @@ def main() -> None:
         clock = StepClock("step", ("reward", "rows", "loss", "sampling/importance_sampling_ratio/mean"))  # the last with vLLM only
         trainer = WorldGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir, dtype=model_dtype(config)), args=grpo_args(config, Path(scratch) / "out"),
                                    train_dataset=task_dataset(bundles), processing_class=AutoTokenizer.from_pretrained(model_dir),
-                                   callbacks=[clock], world=config, runtime=runtime, bundles=bundles)
+                                   callbacks=[clock], config=config, runtime=runtime, bundles=bundles)
         trainer.train()
     runtime.close()
     summary = {"profile": args.profile, "history": args.history, "device": torch.cuda.get_device_name() if cuda else "cpu",

@@ -37,10 +37,11 @@ def main() -> None:
     from worldsmith.agent.policies import RandomPolicy, ReferencePolicy
     from worldsmith.llm.procedural.backend import procedural_bundle
     from worldsmith.runtime.episode import Runtime
+    from worldsmith.training.world_model_sft import WorldModelConfig, fine_tune, tiny_world_model
     from worldsmith.worldmodel.evaluation import evaluate_world_model
     from worldsmith.worldmodel.simulated import SimulatedRuntime, SimulationConfig
-    from worldsmith.worldmodel.training import HFWorldModel, WorldModelConfig, fine_tune, tiny_world_model
     from worldsmith.worldmodel.transitions import build_transitions
+    from worldsmith.worldmodel.world_models import HFWorldModel
 
     cuda = torch.cuda.is_available()
     if args.profile == "gpu" and not cuda:

@@ -47,7 +47,7 @@ def main() -> None:
         config = TrainingConfig(model=str(model_dir), set_name="bench", group_size=args.rollouts, max_turns=3,
                                 max_completion_length=args.tokens, temperature=1.0)
         trainer = WorldGRPOTrainer(model=model, args=grpo_args(config, Path(scratch) / "out"), train_dataset=task_dataset({"b": bundle}),
-                                   processing_class=tokenizer, world=config, runtime=runtime, bundles={"b": bundle})
+                                   processing_class=tokenizer, config=config, runtime=runtime, bundles={"b": bundle})
         inputs = [{"bundle": "b", "task_id": task.id}] * args.rollouts
         trainer.rollouts(inputs[:2])  # warm the runtime's worker and the model
         started = time.perf_counter()

@@ -38,7 +38,8 @@ from mcp.server import MCPServer
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from worldsmith.bundle.loader import Bundle, build_bundle, load_bundle  # noqa: E402
+from worldsmith.bundle.contract import Bundle  # noqa: E402
+from worldsmith.bundle.loader import build_bundle, load_bundle  # noqa: E402
 from worldsmith.bundle.sqlscript import deserialize, harden  # noqa: E402
 from worldsmith.runtime.episode import Runtime  # noqa: E402
 from worldsmith.runtime.gateway import BackgroundServer, Gateway  # noqa: E402

@@ -45,10 +45,10 @@ def main() -> None:
     from worldsmith.llm.procedural.backend import procedural_bundle
     from worldsmith.llm.procedural.blocks import DOMAINS
     from worldsmith.runtime.episode import Runtime
+    from worldsmith.training.world_model_sft import WorldModelConfig, train_world_model
     from worldsmith.worldmodel.evaluation import evaluate_world_model, one_step
-    from worldsmith.worldmodel.models import OracleWorldModel, StaticWorldModel
-    from worldsmith.worldmodel.training import HFWorldModel, WorldModelConfig, train_world_model
     from worldsmith.worldmodel.transitions import build_transitions
+    from worldsmith.worldmodel.world_models import HFWorldModel, OracleWorldModel, StaticWorldModel
 
     started = time.perf_counter()
     bundles = [procedural_bundle(d.key, seed) for d in DOMAINS[:args.domains] for seed in range(args.seeds)]

@@ -14,7 +14,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import prefect.main  # noqa: E402,F401
 import pytest  # noqa: E402
 
-from worldsmith.bundle.loader import Bundle, artifact_digest, build_bundle, load_bundle  # noqa: E402
+from worldsmith.bundle.contract import Bundle, artifact_digest  # noqa: E402
+from worldsmith.bundle.loader import build_bundle, load_bundle  # noqa: E402
 from worldsmith.models.bundle import ToolSchema  # noqa: E402
 from worldsmith.runtime.episode import Runtime  # noqa: E402
 from worldsmith.runtime.pool import SandboxLimits  # noqa: E402

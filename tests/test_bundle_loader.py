@@ -180,3 +180,17 @@ def test_every_defect_is_reported_at_once(copy):
     edit(copy, "tools.py", "def get_product(conn, sku: str) -> dict:", "def get_product(conn, sku) -> dict:")
     problems = issues_of(copy)
     assert len(problems) >= 3  # missing file, hash of tools.py, missing annotation
+
+
+def test_the_manifest_names_exactly_the_kinds_there_are():
+    from typing import get_args
+
+    from worldsmith.bundle.kinds import TOOLS_KINDS, VERIFIERS_KINDS
+    from worldsmith.models.bundle import Manifest
+
+    def names(field: str) -> set[str | None]:
+        literal, _ = get_args(Manifest.model_fields[field].annotation)  # Literal[...] | None
+        return {*get_args(literal), None}
+
+    assert names("tools_kind") == set(TOOLS_KINDS)
+    assert names("verifiers_kind") == set(VERIFIERS_KINDS)

@@ -56,7 +56,7 @@ def test_identical_content_is_a_noop_and_new_content_gets_the_next_version(catal
 
 
 def test_failed_checks_publish_as_failed_and_are_not_the_latest_good(catalog, golden, tmp_path):
-    from worldsmith.storage.publish import QualityCheck
+    from worldsmith.models.quality import QualityCheck
 
     store = LocalStore(tmp_path / "store")
     publish(golden, store, catalog)

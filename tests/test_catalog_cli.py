@@ -11,11 +11,18 @@ from typer.testing import CliRunner
 
 from worldsmith.bundle.loader import rebuild_bundle_dir
 from worldsmith.cli import app
+from worldsmith.cli import console as cli_console
 from worldsmith.settings import get_settings
 
 from conftest import GOLDEN
 
 runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def tables_at_a_fixed_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tables are laid out at the terminal's width: the same width for every run of these tests."""
+    monkeypatch.setattr(cli_console.console, "width", 120)
 
 
 @pytest.fixture()
@@ -58,7 +65,18 @@ def test_a_version_that_fails_its_checks_is_published_as_failed(installation):
     (bundle / "verifiers.py").write_text(verifiers)
     rebuild_bundle_dir(bundle)
     out = run("catalog", "publish", str(bundle), code=1)
-    assert "published retail_store@1: failed (probes: 1 of 46 probes failed (first: untouched rejected t07_cheapest_audio" in out.replace("\n", "")
+    assert "published retail_store@1: failed (probes: 1 of 46 probes failed (first: untouched rejected t07_cheapest_audio" in out
+
+
+def test_messages_are_not_wrapped_at_the_console_width(installation, monkeypatch):
+    """A message naming a long path stays on one line, whatever the terminal's width."""
+    for console in (cli_console.console, cli_console.errors):
+        monkeypatch.setattr(console, "width", 40)
+    target = installation.joinpath(*["a-rather-long-directory-name"] * 6)
+    run("catalog", "publish", str(GOLDEN), "--no-probes")
+    assert f"fetched retail_store@1 into {target}\n" in run("catalog", "fetch", "retail_store@1", str(target))
+    ref = "no-such-environment-" + "-".join(["with-a-rather-long-name"] * 4) + "@7"
+    assert f"no environment version '{ref}' in the catalog\n" in run("catalog", "fetch", ref, str(target), code=2)
 
 
 def test_diff_between_versions(installation):

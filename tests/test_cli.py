@@ -14,11 +14,18 @@ from typer.testing import CliRunner
 
 from worldsmith.bundle.loader import rebuild_bundle_dir
 from worldsmith.cli import app
+from worldsmith.cli import console as cli_console
 from worldsmith.runtime.gateway import free_port
 
 from conftest import GOLDEN, REPO
 
 runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def tables_at_a_fixed_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tables are laid out at the terminal's width: the same width for every run of these tests."""
+    monkeypatch.setattr(cli_console.console, "width", 120)
 
 
 def test_env_check_passes_on_the_golden_bundle():
@@ -65,6 +72,14 @@ def test_env_check_reports_a_malformed_bundle(tmp_path: Path):
     result = runner.invoke(app, ["env", "check", str(bundle)])
     assert result.exit_code == 2
     assert "schema.sql: missing file" in result.output
+
+
+def test_errors_are_not_wrapped_at_the_console_width(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """An error naming a long path is one line on stderr, whatever the terminal's width."""
+    monkeypatch.setattr(cli_console.errors, "width", 40)
+    bundle = tmp_path.joinpath(*["a-rather-long-directory-name"] * 6)
+    result = runner.invoke(app, ["env", "tools", str(bundle)])
+    assert result.exit_code == 2 and f"invalid bundle {bundle}\n" in result.output
 
 
 def test_env_tools_lists_schemas():

@@ -132,7 +132,7 @@ def test_verifier_faults_are_env_errors(runtime, golden):
     files = dict(golden.files)
     broken = golden.files["verifiers.py"].replace(b"def verify_t04_return_headphones(initial, final, answer):\n", b"def verify_t04_return_headphones(initial, final, answer):\n    final.execute('DELETE FROM returns')\n")
     files["verifiers.py"] = broken
-    from worldsmith.bundle.loader import Bundle, artifact_digest
+    from worldsmith.bundle.contract import Bundle, artifact_digest
 
     bundle = Bundle(manifest=golden.manifest.model_copy(update={"artifacts": {**golden.manifest.artifacts, "verifiers.py": artifact_digest(broken)}}),
                     files=files, tasks=golden.tasks, tools=golden.tools)

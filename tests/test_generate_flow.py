@@ -15,10 +15,11 @@ from sqlmodel import select
 from typer.testing import CliRunner
 
 from worldsmith.cli import app
-from worldsmith.flows.generate import GenerateParameters, run_generate
+from worldsmith.flows.generate import run_generate
 from worldsmith.models.catalog import EnvironmentVersion, StageAttempt
 from worldsmith.settings import get_settings
 from worldsmith.storage.catalog import Catalog
+from worldsmith.tasks.generation_run import GenerateParameters
 
 from conftest import REPO
 

@@ -12,11 +12,9 @@ from worldsmith.llm.procedural.compose import compose
 from worldsmith.llm.procedural.mapping import domain_for
 from worldsmith.models.bundle import Scenario
 from worldsmith.quality.probes import check_environment
-from worldsmith.tasks.attempts import AttemptLog, stage_summary
-from worldsmith.tasks.pipeline import build_environment
-from worldsmith.tasks.scenario import expand_scenarios, novel
-
-from worldsmith.flows.generate import DEFAULT_SCENARIOS, load_scenarios
+from worldsmith.stages.attempts import AttemptLog, stage_summary
+from worldsmith.stages.pipeline import build_environment
+from worldsmith.stages.scenario import DEFAULT_SCENARIOS, expand_scenarios, load_scenarios, novel
 
 SEEDS = load_scenarios(DEFAULT_SCENARIOS)
 
@@ -98,7 +96,7 @@ def test_the_same_scenario_and_seed_give_the_same_world():
 
 
 def test_categories_are_kept_balanced_when_there_are_more_candidates():
-    from worldsmith.tasks.scenario import balanced
+    from worldsmith.stages.scenario import balanced
 
     make = lambda name, category: Scenario(name=name, description=f"{name} does {category} things", categories=[category])  # noqa: E731
     candidates = [make("A1", "retail"), make("A2", "retail"), make("A3", "retail"), make("B1", "travel"), make("C1", "banking")]

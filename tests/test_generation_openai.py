@@ -7,8 +7,8 @@ import pytest
 
 from worldsmith.llm.openai_backend import OpenAIGenerator
 from worldsmith.models.bundle import Scenario
-from worldsmith.tasks.attempts import AttemptLog
-from worldsmith.tasks.pipeline import build_environment
+from worldsmith.stages.attempts import AttemptLog
+from worldsmith.stages.pipeline import build_environment
 
 from llm_server import ProceduralLLM
 

@@ -132,7 +132,7 @@ def test_parse_json_object_cases():
 
 def test_embeddings_for_scenario_dedup(llm):
     from worldsmith.models.bundle import Scenario
-    from worldsmith.tasks.scenario import novel
+    from worldsmith.stages.scenario import novel
 
     gen = generator(llm)
     vectors = gen.embed(["an online shoe store", "an online shoe shop", "a hospital"], "embed-model")

@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 
-from worldsmith.bundle.loader import Bundle
+from worldsmith.bundle.contract import Bundle
 from worldsmith.quality.expectations import validate_world
 from worldsmith.storage.objectstore import LocalStore
 from worldsmith.storage.publish import publish
@@ -79,7 +79,7 @@ def test_failing_gate_publishes_as_failed_with_the_report(golden, tmp_path):
 
     world = plant(golden.world, "UPDATE customers SET tier = 'platinum' WHERE id = 2")
     files = dict(golden.files, **{"world.db": world})
-    from worldsmith.bundle.loader import artifact_digest
+    from worldsmith.bundle.contract import artifact_digest
 
     defective = Bundle(manifest=golden.manifest.model_copy(update={"artifacts": {**golden.manifest.artifacts, "world.db": artifact_digest(world)}}),
                        files=files, tasks=golden.tasks, tools=golden.tools)

@@ -7,9 +7,10 @@ from prefect import flow, task
 from prefect.states import Crashed
 from sqlmodel import select
 
-from worldsmith.flows.records import add_run, current_flow_run_id, mark_crashed
+from worldsmith.flows.records import current_flow_run_id, mark_crashed
 from worldsmith.models.catalog import EvaluationRun, TrainingRun
 from worldsmith.storage.catalog import open_catalog
+from worldsmith.storage.run_records import add_run
 
 
 @task

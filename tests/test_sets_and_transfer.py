@@ -11,9 +11,10 @@ from sqlmodel import select
 
 from worldsmith.bundle.loader import build_bundle
 from worldsmith.models.catalog import EnvironmentSet, EnvironmentVersion
+from worldsmith.models.quality import QualityCheck
 from worldsmith.storage.catalog import Catalog
 from worldsmith.storage.objectstore import LocalStore
-from worldsmith.storage.publish import CatalogError, QualityCheck, publish
+from worldsmith.storage.publish import CatalogError, publish
 from worldsmith.storage.sets import SetQuery, create_set, export_set, get_set, members_of, set_manifest
 from worldsmith.storage.transfer import export_catalog, import_catalog
 

@@ -23,9 +23,9 @@ from worldsmith.llm.procedural.backend import procedural_bundle
 from worldsmith.models.catalog import Checkpoint, EvaluationRun, TrainingRun, TrainingStep
 from worldsmith.storage.catalog import open_catalog
 from worldsmith.training.trainer import real_group
-from worldsmith.worldmodel.models import OpenAIWorldModel, Prediction, target
 from worldsmith.worldmodel.simulated import SimulatedRuntime, SimulationConfig, apply_to_database
 from worldsmith.worldmodel.transitions import Observation, replay
+from worldsmith.worldmodel.world_models import OpenAIWorldModel, Prediction, target
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 

@@ -17,13 +17,13 @@ from typer.testing import CliRunner
 from conftest import published_set
 from worldsmith.bundle.loader import write_bundle
 from worldsmith.cli import app
-from worldsmith.flows.records import add_run
 from worldsmith.flows.train import train
 from worldsmith.llm.procedural.backend import procedural_bundle
 from worldsmith.models.catalog import Checkpoint, EvaluationRun, TrainingRun, TrainingStep
 from worldsmith.settings import get_settings
 from worldsmith.storage.catalog import open_catalog
 from worldsmith.storage.objectstore import open_store
+from worldsmith.storage.run_records import add_run
 from worldsmith.training.config import TrainingConfig
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")

@@ -20,11 +20,11 @@ from typer.testing import CliRunner
 from conftest import published_set
 from worldsmith.cli import app
 from worldsmith.dashboard.data import training
-from worldsmith.flows.records import add_run, update_run
 from worldsmith.flows.train import train
 from worldsmith.llm.procedural.backend import procedural_bundle
 from worldsmith.models.catalog import Checkpoint, EvaluationRun, TrainingRun, TrainingStep
 from worldsmith.storage.catalog import open_catalog
+from worldsmith.storage.run_records import add_run, update_run
 from worldsmith.training.checkpoints import fetch_checkpoint
 from worldsmith.training.config import TrainingConfig
 

@@ -20,7 +20,7 @@ import torch
 from conftest import with_tools
 from worldsmith.agent.hf_policy import render_prompt
 from worldsmith.agent.loop import Trajectory, TurnRecord, visible
-from worldsmith.bundle.loader import Bundle
+from worldsmith.bundle.contract import Bundle
 from worldsmith.training.config import TrainingConfig
 from worldsmith.training.importance import importance_ratio
 from worldsmith.training.rollouts import Batcher, Sampled
@@ -96,7 +96,7 @@ def make_trainer(model_dir: Path, bundle: Bundle, runtime, tmp_path: Path, *, sc
     cls = ScriptedTrainer if scripted else WorldGRPOTrainer
     args = GRPOConfig(**{**grpo_settings(config, tmp_path / "out"), **settings}) if settings else grpo_args(config, tmp_path / "out")
     trainer = cls(model=AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype), args=args,
-                  train_dataset=task_dataset({"b": bundle}), processing_class=AutoTokenizer.from_pretrained(model_dir), world=config,
+                  train_dataset=task_dataset({"b": bundle}), processing_class=AutoTokenizer.from_pretrained(model_dir), config=config,
                   runtime=runtime, bundles={"b": bundle}, peft_config=peft_config(config))
     if scripted:
         trainer.scripts = scripts_for(bundle) * (config.group_size // 4)

@@ -9,7 +9,7 @@ from worldsmith.agent.footprint import Footprint
 from worldsmith.agent.loop import EpisodeConfig, run_episode
 from worldsmith.agent.policies import ScriptPolicy
 from worldsmith.llm.procedural.backend import procedural_bundle
-from worldsmith.models.episode import DbDiff
+from worldsmith.models.results import DbDiff
 
 
 def test_golden_bundle_has_no_false_positive_or_negative(runtime, golden):

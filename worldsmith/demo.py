@@ -97,10 +97,11 @@ class Demo:
     def generate(self) -> None:
         from sqlmodel import select
 
-        from worldsmith.flows.generate import GenerateParameters, run_generate
+        from worldsmith.flows.generate import run_generate
         from worldsmith.models.catalog import StageAttempt
+        from worldsmith.stages.attempts import stage_summary
         from worldsmith.storage.catalog import open_catalog
-        from worldsmith.tasks.attempts import stage_summary
+        from worldsmith.tasks.generation_run import GenerateParameters
 
         o = self.options
         self._step(2, f"generate {o.envs} environments (procedural backend, fault rate {o.fault_rate})")
@@ -139,9 +140,9 @@ class Demo:
 
     def serve_over_mcp(self) -> None:
         from worldsmith.bundle.loader import load_bundle
-        from worldsmith.flows.evaluate import cached_bundle
         from worldsmith.runtime.episode import Runtime
         from worldsmith.runtime.gateway import BackgroundServer, Gateway
+        from worldsmith.storage.bundle_cache import cached_bundle
         from worldsmith.storage.catalog import open_catalog
         from worldsmith.storage.sets import get_set, members_of
 

@@ -18,7 +18,7 @@ from typing import Any
 from worldsmith.agent.footprint import reference_run
 from worldsmith.agent.loop import EpisodeConfig, run_episode
 from worldsmith.agent.policies import ReferencePolicy, ScriptPolicy
-from worldsmith.bundle.loader import Bundle
+from worldsmith.bundle.contract import Bundle
 from worldsmith.models.bundle import TaskSpec
 from worldsmith.quality.probes import SeedValues, sample_arguments
 from worldsmith.runtime.episode import Runtime

@@ -14,9 +14,9 @@ import json
 import threading
 from dataclasses import dataclass, field
 
-from worldsmith.bundle.loader import Bundle
+from worldsmith.bundle.contract import Bundle
 from worldsmith.models.bundle import TaskSpec
-from worldsmith.models.episode import DbDiff
+from worldsmith.models.results import DbDiff
 from worldsmith.runtime.episode import Runtime
 
 

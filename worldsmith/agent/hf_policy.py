@@ -13,7 +13,7 @@ from typing import Any
 from worldsmith.agent.chat import hf_messages, hf_tools
 from worldsmith.agent.messages import Message, PolicyTurn
 from worldsmith.agent.openai_policy import parse_text_calls
-from worldsmith.bundle.loader import Bundle
+from worldsmith.bundle.contract import Bundle
 from worldsmith.models.bundle import TaskSpec
 
 _THINK = re.compile(r"<think>.*?</think>", re.S)

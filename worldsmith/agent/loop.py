@@ -13,9 +13,9 @@ from worldsmith.agent.footprint import reference_run
 from worldsmith.agent.messages import Message, ToolCall
 from worldsmith.agent.policies import Policy, meta_result, tool_message
 from worldsmith.agent.rewards import RewardMap
-from worldsmith.bundle.loader import Bundle
+from worldsmith.bundle.contract import Bundle
 from worldsmith.models.bundle import TaskSpec
-from worldsmith.models.episode import VerifierResult
+from worldsmith.models.results import VerifierResult
 from worldsmith.runtime.episode import Episode, Runtime
 
 SYSTEM_PROMPT = """You are an agent operating the {name} application through its tools.
@@ -103,7 +103,7 @@ class EpisodeSource(Protocol):
 
     name: str
 
-    def open_episode(self, bundle: Bundle, task: str | TaskSpec | None = None) -> Any: ...
+    def open_episode(self, bundle: Bundle, task: str | TaskSpec | None = None) -> Episode: ...
 
 
 class Judge(Protocol):

@@ -13,7 +13,7 @@ import openai
 
 from worldsmith.agent.messages import Message, PolicyTurn, ToolCall
 from worldsmith.agent.policies import META_TOOLS
-from worldsmith.bundle.loader import Bundle
+from worldsmith.bundle.contract import Bundle
 from worldsmith.models.bundle import TaskSpec
 
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)

@@ -8,9 +8,9 @@ import random
 from typing import Any, Protocol
 
 from worldsmith.agent.messages import Message, PolicyTurn, ToolCall
-from worldsmith.bundle.loader import Bundle
+from worldsmith.bundle.contract import Bundle
 from worldsmith.models.bundle import TaskSpec
-from worldsmith.models.episode import ToolResult
+from worldsmith.models.results import ToolResult
 from worldsmith.quality.probes import SeedValues, sample_arguments
 
 

@@ -1,14 +1,14 @@
-"""Verdicts and the reward map (design.md section 6)."""
+"""The reward map: what each verdict (worldsmith/models/verdict.py) is worth in training and scores."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel
 
-VERDICTS = ("complete", "partial", "incomplete", "agent_error", "env_error", "format_error")
+from worldsmith.models.verdict import Verdict
 
 
 class RewardMap(BaseModel):
-    """Reward of each verdict; env_error episodes get no reward (excluded from scores and losses)."""
+    """Reward of each `Verdict`; env_error episodes get no reward (excluded from scores and losses)."""
 
     complete: float = 1.0
     partial: float = 0.1
@@ -16,7 +16,7 @@ class RewardMap(BaseModel):
     agent_error: float = 0.0
     format_error: float = -1.0
 
-    def reward(self, verdict: str) -> float | None:
-        if verdict == "env_error":
+    def reward(self, verdict: Verdict | str) -> float | None:
+        if verdict == Verdict.env_error:
             return None
         return float(getattr(self, verdict))

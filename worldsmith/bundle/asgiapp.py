@@ -1,5 +1,6 @@
-"""The code of an ASGI environment (app.py, a FastAPI app written for the AWM release) made ready to
-run inside the sandbox. Stdlib only: the sandbox worker imports this module.
+"""The code of an ASGI environment (app.py, a FastAPI app written for the AWM release): its static
+check (`check_app_source`, `app_imports`) and its code made ready to run inside the sandbox.
+Stdlib only: the sandbox worker imports this module.
 
 Two rewrites of the syntax tree, never of the text (a call split over lines, aliased or
 qualified, is found all the same):
@@ -17,7 +18,7 @@ from __future__ import annotations
 import ast
 from types import CodeType
 
-from worldsmith.bundle.codepolicy import parse_source
+from worldsmith.bundle.codepolicy import FORBIDDEN_BUILTINS, parse_source
 
 ENGINE_FACTORY = "__worldsmith_engine__"
 CLOCK = "__worldsmith_clock__"
@@ -113,3 +114,36 @@ def compile_app(source: str, filename: str = "app.py") -> CodeType:
     """The rewritten app compiled with its original line numbers (errors point into app.py)."""
     tree, _ = app_tree(source, filename)
     return compile(tree, filename, "exec", dont_inherit=True)
+
+
+def check_app_source(source: str, filename: str = "app.py") -> list[tuple[int, str]]:
+    """Static check of an ASGI environment's app (its main block aside): `(line, problem)` for a
+    syntax error, no engine, or a use of a forbidden builtin. Imports are the sandbox's business
+    at run time (the worker refuses anything outside APP_MODULES); `app_imports` lists them."""
+    try:
+        tree, engines = app_tree(source, filename)
+    except SyntaxError as exc:
+        return [(exc.lineno or 1, f"syntax error: {exc.msg}")]
+    problems: list[tuple[int, str]] = []
+    if engines == 0:
+        problems.append((1, "no create_engine(...) call: the app must create its database engine (it is bound to the episode's database)"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in FORBIDDEN_BUILTINS - {"globals", "locals", "vars", "exit", "quit", "help", "input"}:
+            problems.append((node.lineno, f"use of {node.id!r} is not allowed"))
+    problems.sort()
+    return problems
+
+
+def app_imports(source: str, filename: str = "app.py") -> list[tuple[int, str]]:
+    """`(line, module)` of every import of an app outside its main block (syntax errors: none)."""
+    try:
+        tree, _ = app_tree(source, filename)
+    except SyntaxError:
+        return []
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            found.append((node.lineno, node.module or ""))
+    return sorted(found)

@@ -21,8 +21,8 @@ from worldsmith.models.catalog import (
     TrainingRun,
     TrainingStep,
 )
-from worldsmith.ops.run_owner import process_alive
-from worldsmith.tasks.attempts import stage_summary
+from worldsmith.stages.attempts import stage_summary
+from worldsmith.storage.run_owner import process_alive
 
 RATES = ("first_attempt_success", "repair_rate", "failure_rate")
 

@@ -36,18 +36,20 @@ from worldsmith.agent.trajectories import Trajectory, read_jsonl
 from worldsmith.bundle.loader import load_bundle
 from worldsmith.flows.evaluate import EvaluateParameters, evaluate
 from worldsmith.flows.links import dashboard_link
-from worldsmith.flows.records import add_run, current_flow_run_id, finish_run, mark_crashed, record_step
+from worldsmith.flows.records import current_flow_run_id, mark_crashed
 from worldsmith.flows.train import evaluate_split, plan, prepare_model, train
 from worldsmith.models.catalog import TrainingRun
 from worldsmith.runtime.episode import Runtime
 from worldsmith.settings import get_settings
 from worldsmith.storage.catalog import open_catalog
+from worldsmith.storage.run_records import add_run, finish_run, record_step
 from worldsmith.storage.sets import get_set
 from worldsmith.training.config import TrainingConfig
+from worldsmith.training.world_model_sft import WorldModelConfig, train_world_model
 from worldsmith.worldmodel.evaluation import one_step
 from worldsmith.worldmodel.simulated import SimulationConfig
-from worldsmith.worldmodel.training import HFWorldModel, WorldModelConfig, train_world_model
 from worldsmith.worldmodel.transitions import Transition, build_transitions
+from worldsmith.worldmodel.world_models import HFWorldModel
 
 
 class CotrainConfig(BaseModel):
@@ -88,7 +90,7 @@ def score_world_model(model_dir: str, transitions: list[Transition], max_new_tok
 @task(name="update-world-model", cache_policy=NO_CACHE, log_prints=False)  # libraries print bytecode while hashing datasets
 def update_world_model(config: WorldModelConfig, transitions: list[Transition]) -> dict[str, Any]:
     """Fine-tune `config.model` (a world model directory, or `tiny` to start one) on `transitions`: a recorded run."""
-    return train_world_model(transitions, config)
+    return train_world_model(transitions, config, flow_run_id=current_flow_run_id())
 
 
 def _mean(log: list[dict[str, Any]], key: str) -> float | None:

@@ -26,17 +26,20 @@ from pydantic import BaseModel, Field, field_validator
 from worldsmith.agent.judge import LLMJudge
 from worldsmith.agent.loop import EpisodeConfig, EpisodeSource, Trajectory, run_episode
 from worldsmith.agent.policies import Policy
-from worldsmith.agent.specs import SPEC_HELP, check_spec, policy_factory
+from worldsmith.agent.policy_specs import SPEC_HELP, check_spec, policy_factory
 from worldsmith.agent.trajectories import scores, write_jsonl, write_parquet
-from worldsmith.bundle.loader import Bundle, load_bundle
+from worldsmith.bundle.contract import Bundle
+from worldsmith.bundle.loader import load_bundle
 from worldsmith.flows.links import dashboard_link
-from worldsmith.flows.records import add_run, current_flow_run_id, finish_run, mark_crashed
+from worldsmith.flows.records import current_flow_run_id, mark_crashed
 from worldsmith.models.catalog import EvaluationRun
 from worldsmith.runtime.episode import Runtime
 from worldsmith.settings import get_settings
+from worldsmith.storage.bundle_cache import cached_bundle
 from worldsmith.storage.catalog import open_catalog
 from worldsmith.storage.objectstore import configured_store
-from worldsmith.storage.publish import CatalogError, fetch
+from worldsmith.storage.publish import CatalogError
+from worldsmith.storage.run_records import add_run, finish_run
 from worldsmith.storage.sets import get_set, members_of
 from worldsmith.worldmodel.simulated import SimulatedRuntime, SimulationConfig
 
@@ -110,15 +113,6 @@ def _release(run_key: str) -> dict[str, float] | None:
         return None
     found.runtime.close()
     return found.world.stats.as_dict() if isinstance(found.world, SimulatedRuntime) else None
-
-
-def cached_bundle(ref: str, content_key: str) -> Path:
-    """The bundle of `ref`, fetched once into WORLDSMITH_HOME/cache/bundles/<content key>."""
-    settings = get_settings()
-    target = settings.home / "cache" / "bundles" / content_key
-    if not (target / "manifest.json").is_file():
-        fetch(ref, target, configured_store(), open_catalog())
-    return target
 
 
 @task(name="plan-episodes", retries=2, retry_delay_seconds=2)

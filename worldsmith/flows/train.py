@@ -27,15 +27,17 @@ from prefect.cache_policies import NO_CACHE
 from sqlmodel import select
 
 from worldsmith.bundle.loader import load_bundle
-from worldsmith.flows.evaluate import EvaluateParameters, cached_bundle, evaluate
+from worldsmith.flows.evaluate import EvaluateParameters, evaluate
 from worldsmith.flows.links import dashboard_link
-from worldsmith.flows.records import add_run, current_flow_run_id, finish_run, mark_crashed, update_run
+from worldsmith.flows.records import current_flow_run_id, mark_crashed
 from worldsmith.models.catalog import TrainingRun, TrainingStep
-from worldsmith.ops.run_owner import process_alive, this_process
 from worldsmith.runtime.episode import Runtime
 from worldsmith.settings import get_settings
+from worldsmith.storage.bundle_cache import cached_bundle
 from worldsmith.storage.catalog import open_catalog
 from worldsmith.storage.publish import CatalogError
+from worldsmith.storage.run_owner import process_alive, this_process
+from worldsmith.storage.run_records import add_run, finish_run, update_run
 from worldsmith.storage.sets import get_set, members_of
 from worldsmith.training.checkpoints import fetch_checkpoint, latest_trainer_checkpoint, save_checkpoint
 from worldsmith.training.config import TINY, TrainingConfig

@@ -1,4 +1,5 @@
-"""Import of the AgentWorldModel-1K release format (`../shared/awm-format.md`) as worldsmith bundles.
+"""Import of the AgentWorldModel-1K release format (its files: tests/data/awm_format_sample/README.md)
+as worldsmith bundles.
 
 One scenario (its records across the release's JSON-lines files) becomes one bundle of the ASGI
 kind: schema.sql and seed.sql from the table DDL and the insert statements, app.py the release's
@@ -25,7 +26,9 @@ from typing import Any, Literal
 
 from worldsmith.bundle.codepolicy import parse_source
 from worldsmith.bundle.errors import BundleError
-from worldsmith.bundle.loader import Bundle, build_bundle, tools_json_bytes
+from worldsmith.bundle.contract import Bundle
+from worldsmith.bundle.kinds import APP_TOOLS, RELEASE_CODE_VERIFIERS, RELEASE_SQL_VERIFIERS, VerifiersKind
+from worldsmith.bundle.loader import build_bundle, tools_json_bytes
 from worldsmith.bundle.sqlscript import harden, snapshot, split_statements
 from worldsmith.models.bundle import ENV_ID_PATTERN
 from worldsmith.runtime.episode import Runtime
@@ -37,6 +40,8 @@ FILES = {"gen_scenario.jsonl": True, "gen_tasks.jsonl": True, "gen_db.jsonl": Tr
          "gen_spec.jsonl": True, "gen_envs.jsonl": True, "gen_verifier.jsonl": False, "gen_verifier.pure_code.jsonl": False}
 VERIFIER_FILES = {"sql": "gen_verifier.jsonl", "code": "gen_verifier.pure_code.jsonl"}
 VERIFIER_FUNCTIONS = {"sql": "verify_task", "code": "verify_task_completion"}
+#: The verifiers kind of each mode.
+VERIFIERS_KIND_BY_MODE: dict[str, VerifiersKind] = {"sql": RELEASE_SQL_VERIFIERS, "code": RELEASE_CODE_VERIFIERS}
 SOLUTIONS_FILE = "solutions.json"
 
 
@@ -292,7 +297,8 @@ def import_scenario(scenario: AwmScenario, runtime: Runtime, mode: VerifierMode 
                                        "tasks.jsonl": tasks_jsonl(scenario), "verifiers.py": verifiers}
     manifest = {
         "env_id": env_id, "scenario": {"name": scenario.name, "description": scenario.description, "categories": ["awm-import"]},
-        "generator": {"backend": "awm-import"}, "tools_kind": "asgi", "verifiers_kind": f"awm-{mode}",
+        "generator": {"backend": "awm-import"},
+        "tools_kind": APP_TOOLS.name, "verifiers_kind": VERIFIERS_KIND_BY_MODE[mode].name,
         "origin": {"format": "agentworldmodel-1k", "scenario": scenario.key, "verifier_mode": mode,
                    "failed_inserts": len(seed.failed), "inserts": len(scenario.inserts),
                    # the app's clock reads answer this instant: episodes replay to the same database

@@ -3,8 +3,9 @@
 Per environment: its schema and seed split by table (gen_db, gen_sample), its tasks (gen_tasks),
 an API spec with one POST route per tool (gen_spec), one FastAPI file (gen_envs) that wraps the
 tool module unchanged (a pydantic model per tool from its JSON schema, the tool called with a
-connection from the app's engine, ToolError answered as HTTP 409), and per task a verifier in both
-modes that opens the two database files read-only and calls the environment's own verifier.
+connection from the app's engine, ToolError answered as HTTP 409, results converted to JSON as the
+sandbox converts them), and per task a verifier in both modes that opens the two database files
+read-only and calls the environment's own verifier.
 `solutions.json` (not part of the release) carries the reference solutions, so an export imported
 again can be checked like the original.
 """
@@ -12,13 +13,16 @@ again can be checked like the original.
 from __future__ import annotations
 
 import ast
+import inspect
 import json
 import re
 from pathlib import Path
 from typing import Any
 
 from worldsmith.bundle.codepolicy import RUNTIME_MODULE, parse_source
-from worldsmith.bundle.loader import Bundle
+from worldsmith.bundle.contract import Bundle
+from worldsmith.bundle.jsonvalues import json_default
+from worldsmith.bundle.kinds import APP_TOOLS, NATIVE_VERIFIERS
 from worldsmith.bundle.sqlscript import split_statements
 from worldsmith.interop.awm import FILES, SOLUTIONS_FILE, VERIFIER_FILES, VERIFIER_FUNCTIONS, scenario_key
 
@@ -31,6 +35,7 @@ APP_PRELUDE = '''"""{title}: worldsmith environment {env_id} exported as a FastA
 import base64
 import datetime
 import decimal
+import json
 import os
 import sqlite3
 from typing import Any, Optional
@@ -47,20 +52,12 @@ class ToolError(Exception):
     """A business-rule refusal of a tool: answered as HTTP 409."""
 
 
+{json_default}
+
+
 def _plain(value: Any) -> Any:
-    if isinstance(value, sqlite3.Row):
-        return {{k: _plain(value[k]) for k in value.keys()}}
-    if isinstance(value, dict):
-        return {{str(k): _plain(v) for k, v in value.items()}}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [_plain(v) for v in value]
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode()
-    if isinstance(value, (datetime.date, datetime.datetime, datetime.time)):
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal):
-        return float(value)
-    return value
+    """A tool's result as the JSON worldsmith's sandbox makes of it."""
+    return json.loads(json.dumps(value, default=json_default))
 
 
 def _run(tool: Any, arguments: dict) -> Any:
@@ -113,7 +110,8 @@ def verify_task(initial_db_path, final_db_path):
     """{task_id}: the environment's verifier's evidence on read-only copies of the two databases."""''' + _CALL_ON_FILES.replace("{answer}", '""') + '''    return {{"status": outcome.get("status"), "evidence": outcome.get("evidence", {{}}), "all_checks_passed": outcome.get("status") == "complete"}}
 ''',
 }
-#: Per mode: the release's verifier function around an imported environment's verifier (already on files).
+#: Per mode and verifiers kind: the release's verifier function around an imported environment's
+#: verifier (already on files).
 IMPORTED_WRAPPERS = {
     ("code", "awm-code"): "\n\ndef verify_task_completion(initial_db_path, final_db_path, final_answer=None):\n"
                           "    return {verifier}(initial_db_path, final_db_path, final_answer)\n",
@@ -165,7 +163,9 @@ def _model(tool: dict[str, Any]) -> tuple[str, str]:
 def app_source(bundle: Bundle) -> str:
     """A FastAPI app serving `bundle`'s tools, one POST route each (operation_id = tool name)."""
     scenario = bundle.manifest.scenario
-    parts = [APP_PRELUDE.format(title=scenario.name, env_id=bundle.env_id, description=scenario.description),
+    prelude = APP_PRELUDE.format(title=scenario.name, env_id=bundle.env_id, description=scenario.description,
+                                 json_default=inspect.getsource(json_default).strip())
+    parts = [prelude,
              _without_runtime_import(bundle.text("tools.py")).strip(), "\n\n# ---- one route per tool ----"]
     for tool in bundle.tools:
         model, source = _model(tool.model_dump())
@@ -212,8 +212,8 @@ def _tables(bundle: Bundle) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]
 def _verifier_code(bundle: Bundle, task_index: int, mode: str) -> str:
     """The task's verifier as the release's function of `mode`: the environment's verifiers with a wrapper."""
     task = bundle.tasks[task_index]
-    if bundle.manifest.tools_kind == "asgi":  # imported: its verifiers already take database paths
-        wrapper = IMPORTED_WRAPPERS[(mode, bundle.manifest.verifiers_kind or "awm-code")]
+    if bundle.verifiers_kind is not NATIVE_VERIFIERS:  # imported: its verifiers already take database paths
+        wrapper = IMPORTED_WRAPPERS[(mode, bundle.verifiers_kind.name)]
         return bundle.text("verifiers.py").strip() + "\n" + wrapper.format(verifier=task.verifier)
     return _without_runtime_import(bundle.text("verifiers.py")).strip() + "\n" + WRAPPERS[mode].format(task_id=task.id, verifier=task.verifier)
 
@@ -234,8 +234,9 @@ def export_bundles(bundles: list[Bundle], directory: Path) -> Path:
         out["gen_db.jsonl"].append({"scenario": key, "db_schema": {"tables": tables}, "db_path": db_path})
         out["gen_sample.jsonl"].append({"scenario": key, "tables_count": len(tables), "inserts_count": sum(len(s["insert_statements"]) for s in samples),
                                         "sample_data": {"tables": samples}})
-        out["gen_spec.jsonl"].append({"scenario": key, "api_spec": _spec(bundle) if bundle.manifest.tools_kind != "asgi" else {}})
-        app = bundle.text("app.py") if bundle.manifest.tools_kind == "asgi" else app_source(bundle)
+        imported = bundle.tools_kind is APP_TOOLS  # its app.py is already the release's FastAPI file
+        out["gen_spec.jsonl"].append({"scenario": key, "api_spec": {} if imported else _spec(bundle)})
+        app = bundle.text(APP_TOOLS.code_file) if imported else app_source(bundle)
         out["gen_envs.jsonl"].append({"scenario": key, "db_path": db_path, "full_code": app})
         for index, task in enumerate(bundle.tasks):
             for mode, file in VERIFIER_FILES.items():

@@ -20,10 +20,11 @@ import re
 from collections import Counter
 from typing import Any
 
-from worldsmith.bundle.codepolicy import APP_MODULES, app_imports
+from worldsmith.bundle.asgiapp import app_imports
+from worldsmith.bundle.codepolicy import APP_MODULES
 from worldsmith.interop.awm import Imported
+from worldsmith.models.quality import QualityCheck
 from worldsmith.quality.probes import ProbeResult
-from worldsmith.storage.publish import QualityCheck
 
 _LIMIT = re.compile(r"sandbox limit (\w+):")
 _BY_LIMIT = {"secrets": "secret_attempt", "network": "network_attempt"}

@@ -1,4 +1,4 @@
-"""Pydantic specs of the bundle files (design.md section 3)."""
+"""Pydantic specs of the bundle files: manifest.json, the lines of tasks.jsonl, the entries of tools.json."""
 
 from __future__ import annotations
 
@@ -41,11 +41,12 @@ class Manifest(BaseModel):
     artifacts: dict[str, str] = Field(default_factory=dict)
     stats: dict[str, Any] = Field(default_factory=dict)
     quality: dict[str, Any] = Field(default_factory=dict)
-    #: How tools are defined: unset, plain functions in tools.py (tools.json derived from them);
-    #: "asgi", routes of the FastAPI app in app.py (tools.json recorded from its routes at import).
+    #: The kinds of the environment's tools and verifiers, by name (worldsmith/bundle/kinds.py). Tools:
+    #: unset, plain functions in tools.py (tools.json derived from them); "asgi", routes of the FastAPI
+    #: app in app.py (tools.json recorded from its routes at import). Verifiers: unset, `verify(initial,
+    #: final, answer)` on read-only connections; "awm-code" / "awm-sql", the AgentWorldModel-1K functions
+    #: on read-only database files.
     tools_kind: Literal["asgi"] | None = None
-    #: How verifiers are called: unset, `verify(initial, final, answer)` on read-only connections;
-    #: "awm-code" / "awm-sql", the AgentWorldModel-1K functions on read-only database files.
     verifiers_kind: Literal["awm-code", "awm-sql"] | None = None
     #: Where the environment came from when it was not generated here (e.g. the AWM release).
     origin: dict[str, Any] | None = None

@@ -3,11 +3,11 @@ runtime's execution probes, as checks to publish with it."""
 
 from __future__ import annotations
 
-from worldsmith.bundle.loader import Bundle
+from worldsmith.bundle.contract import Bundle
+from worldsmith.models.quality import QualityCheck
 from worldsmith.quality.expectations import validate_seed_data
 from worldsmith.quality.probes import check_environment
 from worldsmith.runtime.episode import Runtime
-from worldsmith.storage.publish import QualityCheck
 
 
 def probe_check(runtime: Runtime, bundle: Bundle, *, reuse: bool = False) -> QualityCheck:

@@ -11,9 +11,9 @@ import logging
 import sqlite3
 from typing import Any
 
-from worldsmith.bundle.loader import Bundle
+from worldsmith.bundle.contract import Bundle
+from worldsmith.models.quality import QualityCheck
 from worldsmith.quality.schema import TableSchema, read_schema
-from worldsmith.storage.publish import QualityCheck
 
 ROWID = "_rowid_"
 MAX_OFFENDING = 20

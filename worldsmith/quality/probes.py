@@ -10,7 +10,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from worldsmith.bundle.loader import Bundle
+from worldsmith.bundle.contract import Bundle
 from worldsmith.runtime.episode import Runtime
 
 

@@ -1,7 +1,8 @@
 """Episodes: one agent attempt at one task on a private copy of an environment's database.
 
-`Runtime` owns the sandbox worker pool; `Runtime.open_episode(bundle, task)` returns an
-`Episode` whose database lives in a worker (restored from `world.db` bytes, so a reset is a
+`Episode` is what every world offers an agent, real or simulated (worldsmith/worldmodel/simulated.py).
+The real one: `Runtime` owns the sandbox worker pool; `Runtime.open_episode(bundle, task)` returns a
+`SandboxEpisode` whose database lives in a worker (restored from `world.db` bytes, so a reset is a
 memory copy). The parent keeps each episode's journal of successful writing calls: if its
 worker dies or is retired (because some episode's code broke a limit), the episode is
 reopened on a fresh worker and the journal replayed, so other episodes go on untouched.
@@ -14,14 +15,50 @@ import tempfile
 import threading
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from worldsmith.bundle.loader import Bundle
+from worldsmith.bundle.contract import Bundle
+from worldsmith.bundle.kinds import APP_TOOLS, ToolsKind
 from worldsmith.models.bundle import TaskSpec
-from worldsmith.models.episode import DbDiff, ToolResult, VerifierResult
+from worldsmith.models.results import DbDiff, ToolResult, VerifierResult
 from worldsmith.runtime.errors import RuntimeFault, WorkerLost
 from worldsmith.runtime.pool import SandboxLimits, SandboxWorker, WorkerPool
 from worldsmith.settings import get_settings
+
+
+class Episode(Protocol):
+    """One isolated attempt at a task (`task` None: free play) on a world, real or simulated: what
+    agents, probes and the MCP gateway call. Closing it frees its database; it is a context manager."""
+
+    id: str
+    bundle: Bundle
+    task: TaskSpec | None
+
+    def tools(self) -> list[dict[str, Any]]:
+        """The tools' JSON Schemas (`tools.json`)."""
+        ...
+
+    def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> ToolResult:
+        """Call tool `name`; bad arguments and refusals come back as `tool_error`, faults as `env_error`."""
+        ...
+
+    def snapshot(self) -> bytes:
+        """The episode's database, serialized."""
+        ...
+
+    def diff(self, before: bytes, after: bytes | None = None) -> DbDiff:
+        """Rows inserted, updated and deleted per table from snapshot `before` to `after` (default: now)."""
+        ...
+
+    def verify(self, answer: str = "") -> VerifierResult:
+        """The task's verifier on the untouched and the current database plus the final `answer`."""
+        ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Episode: ...
+
+    def __exit__(self, *exc: object) -> None: ...
 
 
 def checked_call(bundle: Bundle, name: str, arguments: dict[str, Any] | None) -> tuple[dict[str, Any], ToolResult | None]:
@@ -46,31 +83,31 @@ class Runtime:
         root = scratch or Path(tempfile.mkdtemp(prefix="worldsmith-sandbox-"))
         self.pool = WorkerPool(self.limits, workers or settings.worker_count(), root.resolve())
         self._app_pool: WorkerPool | None = None  # workers with the web stack, started when an ASGI environment needs one
-        self._episodes: dict[str, Episode] = {}
+        self._episodes: dict[str, SandboxEpisode] = {}
         self._lock = threading.Lock()
 
     def pool_for(self, bundle: Bundle) -> WorkerPool:
-        """The pool whose workers can run `bundle`: stdlib-only workers, or for an ASGI environment
-        (tools_kind "asgi") workers that have the web stack."""
-        return self.pool_for_kind(bundle.manifest.tools_kind)
+        """The pool whose workers can run `bundle`: stdlib-only workers, or where its tools kind needs
+        the web stack (an ASGI environment) workers that have it."""
+        return self.pool_for_kind(bundle.tools_kind)
 
-    def pool_for_kind(self, tools_kind: str | None) -> WorkerPool:
-        if tools_kind != "asgi":
+    def pool_for_kind(self, tools_kind: ToolsKind) -> WorkerPool:
+        if not tools_kind.web_stack:
             return self.pool
         with self._lock:
             if self._app_pool is None:
                 self._app_pool = WorkerPool(self.limits, self.pool.size, self.pool.scratch_root / "asgi", frameworks=True)
             return self._app_pool
 
-    def open_episode(self, bundle: Bundle, task: str | TaskSpec | None = None) -> "Episode":
+    def open_episode(self, bundle: Bundle, task: str | TaskSpec | None = None) -> SandboxEpisode:
         """A new isolated episode of `bundle`, for `task` (an id or spec; None for free play)."""
         spec = bundle.task(task) if isinstance(task, str) else task
-        episode = Episode(self, bundle, spec)
+        episode = SandboxEpisode(self, bundle, spec)
         with self._lock:
             self._episodes[episode.id] = episode
         return episode
 
-    def _forget(self, episode: "Episode") -> None:
+    def _forget(self, episode: SandboxEpisode) -> None:
         with self._lock:
             self._episodes.pop(episode.id, None)
 
@@ -81,11 +118,12 @@ class Runtime:
     def describe_app(self, app_source: str, world: bytes) -> list[dict[str, Any]]:
         """The tools of an ASGI app (one per route, by operation_id), read by running the app in a
         sandbox worker on a private copy of `world`; RuntimeFault with the app's error if it fails."""
-        pool = self.pool_for_kind("asgi")
+        pool = self.pool_for_kind(APP_TOOLS)
         worker = pool.acquire()
         key = "describe-" + uuid.uuid4().hex
         try:
-            header = {"op": "load_env", "env": key, "app": app_source, "verifiers": "", "tool_names": []}
+            header = {"op": "load_env", "env": key, "tools_kind": APP_TOOLS.name, "app": app_source, "verifiers": "",
+                      "tool_names": []}
             reply, _ = worker.request(header, [world], timeout=60)
             if reply["status"] == "ok":
                 reply, _ = worker.request({"op": "routes", "env": key}, timeout=self.limits.call_timeout_s * 4 + self.limits.grace_s)
@@ -117,8 +155,9 @@ class Runtime:
         self.close()
 
 
-class Episode:
-    """One isolated episode. Thread-safe: operations on one episode run one at a time."""
+class SandboxEpisode:
+    """One isolated episode of a real world, its database in a sandbox worker (an `Episode`).
+    Thread-safe: operations on one episode run one at a time."""
 
     def __init__(self, runtime: Runtime, bundle: Bundle, task: TaskSpec | None):
         self.runtime = runtime
@@ -272,7 +311,7 @@ class Episode:
                 self._pool.release(self._worker)
                 self.runtime._forget(self)
 
-    def __enter__(self) -> "Episode":
+    def __enter__(self) -> SandboxEpisode:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -30,8 +30,8 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 import worldsmith
-from worldsmith.bundle.loader import Bundle
-from worldsmith.models.episode import ToolResult
+from worldsmith.bundle.contract import Bundle
+from worldsmith.models.results import ToolResult
 from worldsmith.runtime.episode import Episode, Runtime
 
 EPISODE_KEY = "worldsmith.episode"

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import worldsmith
-from worldsmith.bundle.loader import Bundle
+from worldsmith.bundle.contract import Bundle
 from worldsmith.runtime.errors import RuntimeFault, WorkerLost
 from worldsmith.runtime.sandbox.protocol import FrameReader, ProtocolClosed, ProtocolTimeout, write_frame
 from worldsmith.settings import Settings, get_settings
@@ -201,13 +201,12 @@ class WorkerPool:
         """Load `bundle`'s code and world into `worker` once."""
         if bundle.runtime_key in worker.loaded_envs:
             return
-        if bundle.manifest.tools_kind == "asgi":
-            code = {"app": bundle.text("app.py"), "clock": (bundle.manifest.origin or {}).get("clock")}
-        else:
-            code = {"tools": bundle.text("tools.py")}
+        tools_kind = bundle.tools_kind
+        code = tools_kind.code_fields(bundle.files, bundle.manifest.origin)
         reply, _ = worker.request(
-            {"op": "load_env", "env": bundle.runtime_key, **code, "verifiers": bundle.text("verifiers.py"),
-             "verifiers_kind": bundle.manifest.verifiers_kind, "tool_names": [t.name for t in bundle.tools]},
+            {"op": "load_env", "env": bundle.runtime_key, "tools_kind": tools_kind.name, **code,
+             "verifiers": bundle.text("verifiers.py"), "verifiers_kind": bundle.verifiers_kind.name,
+             "tool_names": [t.name for t in bundle.tools]},
             [bundle.world],
             timeout=60,
         )

@@ -8,31 +8,23 @@ assigned version and the quality summary; artifacts are stored exactly as given.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, func, select
 
-from worldsmith.bundle.loader import MANIFEST, Bundle, load_bundle, manifest_bytes
+from worldsmith.bundle.contract import MANIFEST, Bundle
+from worldsmith.bundle.loader import load_bundle, manifest_bytes
 from worldsmith.models.catalog import Artifact, Environment, EnvironmentVersion, QualityReport
+from worldsmith.models.quality import QualityCheck
 from worldsmith.storage.catalog import Catalog
 from worldsmith.storage.objectstore import ObjectStore
 
 
 class CatalogError(LookupError):
     """A reference that names nothing in the catalog, or a request the catalog refuses."""
-
-
-@dataclass
-class QualityCheck:
-    """One quality check's outcome, to be stored as a quality report of the version."""
-
-    kind: str
-    passed: bool
-    summary: dict[str, Any] = field(default_factory=dict)
-    details: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass

@@ -11,6 +11,9 @@ from tenacity import retry, stop_after_attempt, wait_exponential
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from worldsmith.storage.run_records import record_step
+from worldsmith.training.checkpoints import save_checkpoint
+
 SHOWN = ("reward", "success_rate", "loss")
 
 
@@ -29,8 +32,6 @@ class CatalogMetrics(TrainerCallback):
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
         if not logs or "train_runtime" in logs or not state.is_world_process_zero:
             return
-        from worldsmith.flows.records import record_step  # the catalog stack only where a run records steps
-
         metrics = step_metrics(logs)
         self.steps.append({"step": state.global_step, **metrics})
         record_step(self.run_id, state.global_step, metrics)
@@ -38,8 +39,6 @@ class CatalogMetrics(TrainerCallback):
 
 @retry(stop=stop_after_attempt(3), wait=wait_exponential(multiplier=1, max=8), reraise=True)
 def _store_checkpoint(run_id: int, directory: Path, step: int, metrics: dict[str, float]) -> str:
-    from worldsmith.training.checkpoints import save_checkpoint
-
     return save_checkpoint(run_id, directory, step, metrics)
 
 

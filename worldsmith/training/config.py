@@ -1,7 +1,8 @@
 """TrainingConfig: everything a GRPO run in the worlds needs, as one typed, documented model.
 
 It is the parameter form of the `train` flow and of the training deployment (Prefect renders the
-nested fields, descriptions and enums as a form). Defaults follow the reference paper's recipe:
+nested fields, descriptions and enums as a form), and the options of `worldsmith train`: each field
+is an option with the field's default and description as help (worldsmith/cli/training.py). Defaults follow the reference paper's recipe:
 group size 16, learning rate 7e-7, a windowed history of the last 3 turns.
 """
 
@@ -21,10 +22,11 @@ class LoraConfig(BaseModel):
     """Low-rank adapters instead of full fine-tuning (PEFT)."""
 
     enabled: bool = Field(False, description="Train LoRA adapters only.")
-    rank: int = Field(16, ge=1, le=512)
-    alpha: int = Field(32, ge=1)
-    dropout: float = Field(0.05, ge=0.0, lt=1.0)
-    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+    rank: int = Field(16, ge=1, le=512, description="Rank of the adapter matrices.")
+    alpha: int = Field(32, ge=1, description="Scale of the adapters' update (alpha / rank).")
+    dropout: float = Field(0.05, ge=0.0, lt=1.0, description="Dropout on the adapters' input.")
+    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
+                                      description="Modules that get adapters.")
 
 
 class TrainingConfig(BaseModel):
@@ -55,7 +57,7 @@ class TrainingConfig(BaseModel):
                                                                 "the environments' code; unset: the real worlds.")
     real_share: float = Field(0.0, ge=0, le=1, description="With simulate: the share of rollout groups still run in the real worlds "
                                                            "(the first group of a run is real whenever this is above 0).")
-    lora: LoraConfig = Field(default_factory=LoraConfig)
+    lora: LoraConfig = Field(default_factory=LoraConfig, description="Low-rank adapters instead of full fine-tuning.")
     rewards: RewardMap = Field(default_factory=RewardMap, description="Reward of each verdict.")
     output: str | None = Field(None, description="Where checkpoints go (default: the object store, under the run).")
     save_every: int = Field(0, ge=0, description="Store a trainer checkpoint every n steps, which a stopped run resumes from "

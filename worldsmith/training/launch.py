@@ -66,7 +66,7 @@ def run_training(request: TrainRequest, progress: bool = False) -> dict[str, Any
     try:
         simulation = SimulatedRuntime(runtime, config.simulate) if config.simulate else None
         trainer = WorldGRPOTrainer(model=policy, args=grpo_args(config, out), train_dataset=task_dataset(bundles), processing_class=tokenizer,
-                                   callbacks=callbacks, peft_config=peft_config(config), world=config, runtime=runtime, bundles=bundles,
+                                   callbacks=callbacks, peft_config=peft_config(config), config=config, runtime=runtime, bundles=bundles,
                                    simulation=simulation)
         trainer.train(resume_from_checkpoint=request.resume_from)
         final = out / "final"

@@ -25,7 +25,7 @@ from typing import Any
 from worldsmith.agent.hf_policy import HFPolicy, render_prompt
 from worldsmith.agent.loop import EpisodeConfig, EpisodeSource, Trajectory, run_episode
 from worldsmith.agent.messages import Message, PolicyTurn
-from worldsmith.bundle.loader import Bundle
+from worldsmith.bundle.contract import Bundle
 from worldsmith.models.bundle import TaskSpec
 from worldsmith.runtime.episode import Runtime
 

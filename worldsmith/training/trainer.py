@@ -29,7 +29,7 @@ from typing import Any
 
 from worldsmith.agent.loop import EpisodeConfig, EpisodeSource, Trajectory
 from worldsmith.agent.rewards import RewardMap
-from worldsmith.bundle.loader import Bundle
+from worldsmith.bundle.contract import Bundle
 from worldsmith.runtime.episode import Runtime
 from worldsmith.training.config import TrainingConfig
 from worldsmith.training.importance import importance_ratio
@@ -127,13 +127,13 @@ class WorldGRPOTrainer(GRPOTrainer):
     Dataset rows (see `task_dataset`) carry `bundle` (a key of `bundles`), `task_id` and `prompt`
     (the task as chat messages, for TRL's bookkeeping)."""
 
-    def __init__(self, *args: Any, world: TrainingConfig, runtime: Runtime, bundles: dict[str, Bundle],
+    def __init__(self, *args: Any, config: TrainingConfig, runtime: Runtime, bundles: dict[str, Bundle],
                  simulation: EpisodeSource | None = None, **kwargs: Any):
-        self.world, self.runtime, self.bundles, self.simulation = world, runtime, bundles, simulation
+        self.config, self.runtime, self.bundles, self.simulation = config, runtime, bundles, simulation
         self.last_rollouts: list[Trajectory] = []
         self.last_rows: list[TrainingRow] = []
-        super().__init__(*args, reward_funcs=[verdict_reward(world.rewards)], **kwargs)
-        if world.history == "full" and not is_chat_template_prefix_preserving(self.processing_class):
+        super().__init__(*args, reward_funcs=[verdict_reward(config.rewards)], **kwargs)
+        if config.history == "full" and not is_chat_template_prefix_preserving(self.processing_class):
             self.chat_template = get_training_chat_template(self.processing_class)  # what TRL's own tool loop does
 
     def rollouts(self, inputs: list[dict[str, Any]]) -> list[Trajectory]:
@@ -144,15 +144,15 @@ class WorldGRPOTrainer(GRPOTrainer):
 
         step = self.state.global_step
         jobs = [(self.bundles[x["bundle"]], self.bundles[x["bundle"]].task(x["task_id"])) for x in inputs]
-        episode = EpisodeConfig(max_turns=self.world.max_turns, window=self.world.window if self.world.history == "windowed" else None,
-                                rewards=self.world.rewards)
-        suffix = self._get_tool_suffix_ids if self.world.history == "full" else None
+        episode = EpisodeConfig(max_turns=self.config.max_turns, window=self.config.window if self.config.history == "windowed" else None,
+                                rewards=self.config.rewards)
+        suffix = self._get_tool_suffix_ids if self.config.history == "full" else None
 
         def policy(batcher: Batcher, index: int) -> TrainingPolicy:
             return TrainingPolicy(self.model, self.processing_class, batcher, index, suffix=suffix, chat_template=self.chat_template,
-                                  max_new_tokens=self.world.max_completion_length, temperature=self.world.temperature)
+                                  max_new_tokens=self.config.max_completion_length, temperature=self.config.temperature)
 
-        torch.manual_seed(self.world.seed * 100_003 + step + self.accelerator.process_index)
+        torch.manual_seed(self.config.seed * 100_003 + step + self.accelerator.process_index)
         with disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
             trajectories = run_rollouts(self.runtime, jobs, policy, self.generate_batch, episode, self.worlds(step, len(inputs)))
         failed = [t for t in trajectories if t.verdict == "agent_error"]
@@ -167,7 +167,7 @@ class WorldGRPOTrainer(GRPOTrainer):
             return None
         groups = entries // self.num_generations
         first = (step * self.accelerator.num_processes + self.accelerator.process_index) * groups
-        return [self.runtime if real_group(first + g, self.world.real_share) else self.simulation
+        return [self.runtime if real_group(first + g, self.config.real_share) else self.simulation
                 for g in range(groups) for _ in range(self.num_generations)]
 
     def generate_batch(self, prompts: list[list[int]]) -> list[Sampled]:
@@ -191,7 +191,7 @@ class WorldGRPOTrainer(GRPOTrainer):
         start = self.accelerator.process_index * len(inputs)
         advantages = advantages_all[start:start + len(inputs)]
 
-        build = windowed_rows if self.world.history == "windowed" else full_row
+        build = windowed_rows if self.config.history == "windowed" else full_row
         rows = [row for i, (t, a) in enumerate(zip(trajectories, advantages, strict=True)) for row in build(t, a, i)]
         self.last_rollouts, self.last_rows = trajectories, rows
         pad_id = self.processing_class.pad_token_id

@@ -15,7 +15,7 @@ from typing import Any
 from worldsmith.agent.datasets import turn_rows
 from worldsmith.agent.loop import EpisodeConfig, run_episode
 from worldsmith.agent.policies import ReferencePolicy
-from worldsmith.bundle.loader import Bundle
+from worldsmith.bundle.contract import Bundle
 from worldsmith.runtime.episode import Runtime
 
 

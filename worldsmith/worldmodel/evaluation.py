@@ -18,9 +18,9 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from worldsmith.worldmodel.models import Prediction, WorldModel, consensus
 from worldsmith.worldmodel.scoring import Counts, facts, observation_match, outcome_agreement
 from worldsmith.worldmodel.transitions import Transition
+from worldsmith.worldmodel.world_models import Prediction, WorldModel, consensus
 
 
 @dataclass

@@ -31,13 +31,13 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
-from worldsmith.bundle.loader import Bundle
+from worldsmith.bundle.contract import Bundle
 from worldsmith.models.bundle import TaskSpec
-from worldsmith.models.episode import DbDiff, ToolResult, VerifierResult
+from worldsmith.models.results import DbDiff, ToolResult, VerifierResult
 from worldsmith.runtime.episode import Runtime, checked_call
 from worldsmith.runtime.sandbox import dbdiff
-from worldsmith.worldmodel.models import Prediction, WorldModel, check_world_model, consensus, world_model
 from worldsmith.worldmodel.transitions import Transition, observe, relevant_rows
+from worldsmith.worldmodel.world_models import Prediction, WorldModel, check_world_model, consensus, world_model
 
 STATUSES = ("ok", "tool_error", "env_error")
 
@@ -168,13 +168,13 @@ class SimulatedRuntime:
         self.name = f"simulated:{self.model.name}"
         self.stats = SimulationStats()
 
-    def open_episode(self, bundle: Bundle, task: str | TaskSpec | None = None) -> "SimulatedEpisode":
+    def open_episode(self, bundle: Bundle, task: str | TaskSpec | None = None) -> SimulatedEpisode:
         self.bundles.setdefault(bundle.key, bundle)
         return SimulatedEpisode(self, bundle, bundle.task(task) if isinstance(task, str) else task)
 
 
 class SimulatedEpisode:
-    """An episode on an imagined database; the same calls as `runtime.episode.Episode`."""
+    """An `Episode` (worldsmith/runtime/episode.py) on an imagined database."""
 
     def __init__(self, simulation: SimulatedRuntime, bundle: Bundle, task: TaskSpec | None):
         self.id = uuid.uuid4().hex

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from worldsmith.agent.trajectories import Trajectory
-from worldsmith.bundle.loader import Bundle
+from worldsmith.bundle.contract import Bundle
 from worldsmith.models.jsonlines import read_models, write_models
 from worldsmith.runtime.episode import Episode, Runtime
 

@@ -18,7 +18,8 @@ from typing import Any
 
 from faker import Faker
 
-from worldsmith.bundle.loader import Bundle, build_bundle
+from worldsmith.bundle.contract import Bundle
+from worldsmith.bundle.loader import build_bundle
 from worldsmith.bundle.toolspec import derive_tool_schemas
 from worldsmith.llm.backend import Generation, Prompt, Spec, Usage, decode
 from worldsmith.llm.procedural.blocks import DOMAINS

@@ -326,7 +326,7 @@ def tools_py(domain: Domain) -> tuple[str, list[str]]:
 
 def compose(domain: Domain, seed: int) -> WorldDraft:
     """All sources of a world of `domain` (tasks and verifiers included), deterministic in `seed`."""
-    from worldsmith.llm.procedural.tasks import make_tasks, verifiers_py
+    from worldsmith.llm.procedural.agent_tasks import make_tasks, verifiers_py
 
     rng = random.Random(seed)
     today = date(2026, 1, 1) + timedelta(days=rng.randint(0, 300))

@@ -8,9 +8,7 @@ guard), says hello, and then serves one request at a time over stdin/stdout fram
 
 from __future__ import annotations
 
-import base64
 import datetime
-import decimal
 import importlib
 import io
 import json
@@ -22,12 +20,16 @@ import sys
 import time
 import traceback
 import types
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import CodeType
 from typing import Any, Callable
 
-from worldsmith.bundle.asgiapp import CLOCK, ENGINE_FACTORY, compile_app
+from worldsmith.bundle.asgiapp import CLOCK, ENGINE_FACTORY
 from worldsmith.bundle.codepolicy import ALLOWED_MODULES
+from worldsmith.bundle.jsonvalues import json_text
+from worldsmith.bundle.kinds import TOOLS_KINDS, VERIFIERS_KINDS, EnvFault, Tool, ToolsKind, VerifiersKind
 from worldsmith.bundle.sqlscript import deserialize, restore, snapshot
 from worldsmith.runtime.errors import ToolError
 from worldsmith.runtime.sandbox import dbdiff, kernel
@@ -46,6 +48,10 @@ GUARD: Guard  # set in main()
 
 class EpisodeConnection(sqlite3.Connection):
     """The connection tools receive: the runtime owns transactions and connection settings."""
+
+    #: How rows read during a call come back, and the savepoints the runtime opens around each call.
+    CALL_ROW_FACTORY: Any = sqlite3.Row
+    CALL_SAVEPOINTS: tuple[str, ...] = (SAVEPOINT,)
 
     def commit(self) -> None:  # the runtime commits when the tool returns
         return None
@@ -71,6 +77,9 @@ class AppConnection(EpisodeConnection):
     savepoint, so a rollback after a commit (SQLAlchemy ends every session with one) keeps what was
     committed, while the runtime can still undo the whole call."""
 
+    CALL_ROW_FACTORY = None  # SQLAlchemy reads plain tuples
+    CALL_SAVEPOINTS = (SAVEPOINT, APP_SAVEPOINT)
+
     def commit(self) -> None:
         sqlite3.Connection.execute(self, f"RELEASE {APP_SAVEPOINT}")
         sqlite3.Connection.execute(self, f"SAVEPOINT {APP_SAVEPOINT}")
@@ -83,13 +92,13 @@ class AppConnection(EpisodeConnection):
 class LoadedEnv:
     key: str
     world: bytes
-    tools_code: CodeType | None
+    tools_kind: ToolsKind
+    code: CodeType  # the tools' code: tools.py, or an app with its engine creation rewritten
+    verifiers_kind: VerifiersKind
     verifiers_code: CodeType
     tool_names: list[str]
-    verifiers_kind: str | None = None
-    app_code: CodeType | None = None  # an ASGI environment: app.py, engine creation rewritten
-    clock: str | None = None  # ISO instant the app's clock reads answer (None: the real time)
-    app: Any = None  # the app object, made on first use
+    clock: str | None = None  # ISO instant an app's clock reads answer (None: the real time)
+    app: Any = None  # an app object, made on first use
     routes: dict[str, Any] = field(default_factory=dict)
 
 
@@ -99,7 +108,7 @@ class Episode:
     env: LoadedEnv
     conn: EpisodeConnection
     directory: str
-    tools: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    tools: dict[str, Tool] = field(default_factory=dict)
 
 
 class Failure(Exception):
@@ -133,20 +142,6 @@ def _clock(instant: str | None) -> Callable[..., Any]:
     return read
 
 
-def _to_json(value: Any) -> Any:
-    if isinstance(value, sqlite3.Row):
-        return dict(zip(value.keys(), tuple(value)))
-    if isinstance(value, (set, frozenset)):
-        return sorted(value, key=repr)
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode()
-    if isinstance(value, (datetime.date, datetime.datetime, datetime.time)):
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal):
-        return float(value)
-    raise TypeError(f"a value of type {type(value).__name__} is not JSON-serialisable")
-
-
 def _code_location(exc: BaseException, files: tuple[str, ...]) -> str:
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename in files]
     if not frames:
@@ -156,6 +151,9 @@ def _code_location(exc: BaseException, files: tuple[str, ...]) -> str:
 
 
 class Worker:
+    """Serves one request at a time; lends itself to the environments' kinds as their `Host`
+    (worldsmith/bundle/kinds.py), which decide how each environment is opened, called and verified."""
+
     def __init__(self, config: dict[str, Any], out: io.BufferedWriter):
         self.config = config
         self.out = out
@@ -165,8 +163,8 @@ class Worker:
         # ASGI environments: the connection their engines hand out right now
         self.current_conn: sqlite3.Connection | None = None
 
-    # -- generated code ------------------------------------------------------------------
-    def _run_untrusted(self, fn: Callable[[], Any], *, episode: Episode | None, files: tuple[str, ...]) -> tuple[Any, str]:
+    # -- generated code (the kinds' Host) ------------------------------------------------------
+    def run(self, fn: Callable[[], Any], *, episode: Episode | None, files: tuple[str, ...]) -> tuple[Any, str]:
         """Run `fn` as generated code; returns (result, captured stdout) or raises Failure."""
         stdout, stderr = sys.stdout, sys.stderr
         capture = io.StringIO()
@@ -202,19 +200,25 @@ class Worker:
             raise Failure("env_error", f"sandbox limit {violation.limit}: {violation.detail}", violation.limit)
         return result, capture.getvalue()[:MAX_STDOUT]
 
+    def module(self, code: CodeType, name: str, episode: Episode | None) -> dict[str, Any]:
+        """The namespace left by running `code` as module `name` of generated code."""
+        namespace = GUARD.namespace(name)
+        self.run(lambda: exec(code, namespace), episode=episode, files=(code.co_filename,))
+        return namespace
+
     # -- operations ----------------------------------------------------------------------
     def op_load_env(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
-        app = header.get("app")
-        if app is not None and not self.config.get("frameworks"):
+        kind = TOOLS_KINDS[header.get("tools_kind")]
+        if kind.web_stack and not self.config.get("frameworks"):
             raise Failure("env_error", "an ASGI environment needs a worker with the web stack")
         self.envs[header["env"]] = LoadedEnv(
             key=header["env"],
             world=blobs[0],
-            tools_code=compile(header["tools"], "tools.py", "exec", dont_inherit=True) if app is None else None,
+            tools_kind=kind,
+            code=kind.compile(header),
+            verifiers_kind=VERIFIERS_KINDS[header.get("verifiers_kind")],
             verifiers_code=compile(header["verifiers"], "verifiers.py", "exec", dont_inherit=True),
             tool_names=list(header["tool_names"]),
-            verifiers_kind=header.get("verifiers_kind"),
-            app_code=compile_app(app) if app is not None else None,
             clock=header.get("clock"),
         )
         return {}
@@ -234,10 +238,10 @@ class Worker:
         # no reset on return: the runtime, not the pool, ends the call's savepoint
         return create_engine("sqlite://", creator=connection, poolclass=NullPool, pool_reset_on_return=None)
 
-    def _ensure_app(self, env: LoadedEnv) -> Any:
-        """Run app.py once (on a private copy of the world) and read its routes."""
+    def start_app(self, env: LoadedEnv) -> dict[str, Any]:
+        """Run app.py once (on a private copy of the world) and read its routes (by tool name)."""
         if env.app is not None:
-            return env.app
+            return env.routes
         from worldsmith.runtime.sandbox import asgi
 
         scratch = deserialize(env.world, factory=AppConnection)
@@ -252,18 +256,18 @@ class Worker:
         namespace[CLOCK] = _clock(env.clock)
         sys.modules[module.__name__] = module
         try:
-            self._run_untrusted(lambda: exec(env.app_code, namespace), episode=None, files=("app.py",))
+            self.run(lambda: exec(env.code, namespace), episode=None, files=("app.py",))
             from fastapi import FastAPI
 
             apps = sorted((v for v in namespace.values() if isinstance(v, FastAPI)), key=lambda v: v is not namespace.get("app"))
             if not apps:
                 raise Failure("env_error", "app.py defines no FastAPI application")
-            routes, _ = self._run_untrusted(lambda: asgi.routes_of(apps[0]), episode=None, files=("app.py",))
+            routes, _ = self.run(lambda: asgi.routes_of(apps[0]), episode=None, files=("app.py",))
         finally:
             self.current_conn = None
             sqlite3.Connection.close(scratch)
         env.app, env.routes = apps[0], routes
-        return env.app
+        return env.routes
 
     def op_unload_env(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
         env = self.envs.pop(header["env"], None)
@@ -274,12 +278,12 @@ class Worker:
     def op_routes(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
         """The tools of an ASGI environment's app: one JSON schema per route."""
         env = self.envs.get(header["env"])
-        if env is None or env.app_code is None:
+        schemas = env.tools_kind.schemas(self, env) if env is not None else None
+        if schemas is None:
             raise Failure("env_error", f"ASGI environment {header['env']} is not loaded in this worker")
-        self._ensure_app(env)
-        return {"tools": [route.schema() for route in env.routes.values()]}
+        return {"tools": schemas}
 
-    def _call_route(self, episode: Episode, name: str, arguments: dict[str, Any]) -> Any:
+    def call_route(self, episode: Episode, name: str, arguments: dict[str, Any]) -> Any:
         """Send one request to the app as generated code: 4xx answers are the tool's refusals
         (ToolError), 5xx answers and exceptions are faults of the environment."""
         from worldsmith.runtime.sandbox import asgi
@@ -298,11 +302,6 @@ class Worker:
         except KeyError:
             raise Failure("env_error", f"episode {header['episode']} is not open in this worker") from None
 
-    def _load_module(self, code: CodeType, name: str, episode: Episode | None) -> dict[str, Any]:
-        namespace = GUARD.namespace(name)
-        self._run_untrusted(lambda: exec(code, namespace), episode=episode, files=(code.co_filename,))
-        return namespace
-
     def op_open(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
         env = self.envs.get(header["env"])
         if env is None:
@@ -310,45 +309,31 @@ class Worker:
         # The episode's file area: the only place its code may open files; created by the runtime
         # when it puts files there (nothing does yet), removed with the episode.
         directory = os.path.join(self.scratch, header["episode"])
-        conn = deserialize(blobs[0] if blobs else env.world, factory=AppConnection if env.app_code is not None else EpisodeConnection)
+        connection = AppConnection if env.tools_kind.app_transactions else EpisodeConnection
+        conn = deserialize(blobs[0] if blobs else env.world, factory=connection)
         conn.row_factory = sqlite3.Row
         GUARD.watch(conn)
         episode = Episode(id=header["episode"], env=env, conn=conn, directory=directory)
-        if env.app_code is not None:
-            self._ensure_app(env)
-            missing = [n for n in env.tool_names if n not in env.routes]
-            if missing:
-                raise Failure("env_error", f"app.py has no route with operation_id {', '.join(missing)}")
-            self.episodes[episode.id] = episode
-            return {}
-        namespace = self._load_module(env.tools_code, "tools", episode)
-        missing = [n for n in env.tool_names if not callable(namespace.get(n))]
-        if missing:
-            raise Failure("env_error", f"tools.py does not define {', '.join(missing)}")
-        episode.tools = {name: namespace[name] for name in env.tool_names}
+        episode.tools = env.tools_kind.open(self, env, episode)
         self.episodes[episode.id] = episode
         return {}
 
     def op_call(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
         episode = self._episode(header)
-        asgi_env = episode.env.app_code is not None
         name = header["tool"]
         tool = episode.tools.get(name)
-        if tool is None and not (asgi_env and name in episode.env.routes):
+        if tool is None:
             raise Failure("tool_error", f"unknown tool {name!r}")
         conn = episode.conn
-        conn.row_factory = None if asgi_env else sqlite3.Row  # SQLAlchemy reads plain tuples
+        conn.row_factory = conn.CALL_ROW_FACTORY
         arguments = header.get("arguments") or {}
         changes = conn.total_changes
-        sqlite3.Connection.execute(conn, f"SAVEPOINT {SAVEPOINT}")
-        if asgi_env:
-            sqlite3.Connection.execute(conn, f"SAVEPOINT {APP_SAVEPOINT}")
+        for savepoint in conn.CALL_SAVEPOINTS:
+            sqlite3.Connection.execute(conn, f"SAVEPOINT {savepoint}")
         self.current_conn = conn
         try:
-            run = (lambda: self._call_route(episode, name, arguments)) if asgi_env else (lambda: tool(conn, **arguments))
-            text, stdout = self._run_untrusted(
-                lambda: json.dumps(run(), default=_to_json),
-                episode=episode, files=("app.py" if asgi_env else "tools.py",),
+            text, stdout = self.run(
+                lambda: json_text(tool(arguments)), episode=episode, files=(episode.env.tools_kind.code_file,),
             )
             if len(text) > MAX_RESULT_BYTES:
                 raise Failure("env_error", f"tool result of {len(text)} bytes exceeds {MAX_RESULT_BYTES}", "result_size")
@@ -387,9 +372,23 @@ class Worker:
         finally:
             before.close()
 
-    def _verify_files(self, episode: Episode, verifier: Callable[..., Any], answer: str) -> dict[str, Any]:
-        """An AgentWorldModel-1K verifier: called with paths of read-only snapshot files of the
-        untouched and the current database (in the episode's directory, its only readable files)."""
+    @contextmanager
+    def databases(self, episode: Episode) -> Iterator[tuple[sqlite3.Connection, sqlite3.Connection]]:
+        """Read-only connections to the episode's untouched and current databases, closed on exit."""
+        initial = deserialize(episode.env.world, read_only=True)
+        final = deserialize(snapshot(episode.conn), read_only=True)
+        for conn in (initial, final):
+            conn.row_factory = sqlite3.Row
+            GUARD.watch(conn)
+        try:
+            yield initial, final
+        finally:
+            initial.close()
+            final.close()
+
+    def database_files(self, episode: Episode) -> tuple[str, str]:
+        """Read-only snapshot files of the untouched and the current database, in the episode's
+        directory (the only files its code may read)."""
         os.makedirs(episode.directory, exist_ok=True)
         paths = []
         for name, data in (("initial.db", episode.env.world), ("final.db", snapshot(episode.conn))):
@@ -400,54 +399,13 @@ class Worker:
                 handle.write(data)
             os.chmod(path, 0o444)
             paths.append(path)
-        kind = episode.env.verifiers_kind
-        code = verifier.__code__
-        takes_answer = kind == "awm-code" and code.co_argcount + code.co_kwonlyargcount >= 3
-        text, _ = self._run_untrusted(
-            lambda: json.dumps(verifier(*paths, answer) if takes_answer else verifier(*paths), default=_to_json),
-            episode=episode, files=("verifiers.py",),
-        )
-        result = json.loads(text)
-        if not isinstance(result, dict):
-            raise Failure("env_error", f"verifier returned {text[:200]}; expected a dict")
-        if kind == "awm-code":
-            return {"verdict": "complete" if result.get("result") == "complete" else "incomplete", "evidence": result}
-        # sql mode: evidence for a judge; a verdict of its own only where it says all its checks passed
-        return {"verdict": "complete" if result.get("all_checks_passed") is True else "incomplete", "evidence": result}
+        return paths[0], paths[1]
 
     def op_verify(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
         episode = self._episode(header)
-        if episode.env.verifiers_kind is not None:
-            namespace = self._load_module(episode.env.verifiers_code, "verifiers", episode)
-            verifier = namespace.get(header["verifier"])
-            if not callable(verifier):
-                raise Failure("env_error", f"verifiers.py does not define {header['verifier']!r}")
-            return self._verify_files(episode, verifier, header.get("answer") or "")
-        initial = deserialize(episode.env.world, read_only=True)
-        final = deserialize(snapshot(episode.conn), read_only=True)
-        for conn in (initial, final):
-            conn.row_factory = sqlite3.Row
-            GUARD.watch(conn)
-        try:
-            namespace = self._load_module(episode.env.verifiers_code, "verifiers", episode)
-            verifier = namespace.get(header["verifier"])
-            if not callable(verifier):
-                raise Failure("env_error", f"verifiers.py does not define {header['verifier']!r}")
-            answer = header.get("answer") or ""
-            text, _ = self._run_untrusted(
-                lambda: json.dumps(verifier(initial, final, answer), default=_to_json),
-                episode=episode, files=("verifiers.py",),
-            )
-        finally:
-            initial.close()
-            final.close()
-        result = json.loads(text)
-        if not isinstance(result, dict) or result.get("status") not in ("complete", "partial", "incomplete"):
-            raise Failure("env_error", f"verifier {header['verifier']} returned {text[:200]}; expected {{'status': complete|partial|incomplete, 'evidence': {{...}}}}")
-        evidence = result.get("evidence") or {}
-        if not isinstance(evidence, dict):
-            raise Failure("env_error", f"verifier {header['verifier']} returned evidence that is not a dict")
-        return {"verdict": result["status"], "evidence": evidence}
+        kind = episode.env.verifiers_kind
+        verdict, evidence = kind.verify(self, episode, header["verifier"], header.get("answer") or "")
+        return {"verdict": verdict.value, "evidence": evidence}
 
     def op_close(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
         episode = self.episodes.pop(header["episode"], None)
@@ -473,6 +431,8 @@ class Worker:
             reply = {"status": "ok", **result}
         except Failure as failure:
             reply = {"status": failure.status, "error": failure.error, "limit": failure.limit}
+        except EnvFault as fault:
+            reply = {"status": "env_error", "error": str(fault), "limit": None}
         except MemoryError:
             reply = {"status": "env_error", "error": "sandbox limit memory: worker exceeded its memory limit", "limit": "memory"}
             GUARD.refuse("memory", "worker out of memory")

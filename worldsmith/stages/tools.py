@@ -7,7 +7,7 @@ from __future__ import annotations
 import jsonschema
 
 from worldsmith.bundle.codepolicy import check_source
-from worldsmith.bundle.loader import Bundle, artifact_digest
+from worldsmith.bundle.contract import Bundle, artifact_digest
 from worldsmith.bundle.sqlscript import build_world
 from worldsmith.bundle.toolspec import derive_tool_schemas
 from worldsmith.llm.backend import Generator, Prompt
@@ -16,9 +16,10 @@ from worldsmith.models.bundle import Manifest, ToolSchema
 from worldsmith.models.specs import ToolCode, ToolPlan
 from worldsmith.quality.probes import probe_tools
 from worldsmith.runtime.episode import Runtime
-from worldsmith.tasks.attempts import AttemptLog
-from worldsmith.tasks.repair import CheckFailed, run_with_repair
-from worldsmith.tasks.work import EnvWork
+from worldsmith.stages.attempts import AttemptLog
+from worldsmith.stages.order import Stage
+from worldsmith.stages.repair import CheckFailed, run_with_repair
+from worldsmith.stages.work import EnvWork
 
 
 def check_plan(plan: ToolPlan) -> ToolPlan:
@@ -51,7 +52,8 @@ def run_tools_stage(work: EnvWork, generator: Generator, runtime: Runtime, log: 
         system, user = render("tool_plan", name=work.scenario.name, description=work.scenario.description, schema=work.schema_sql, tasks=work.task_lines(), feedback=extra or "")
         return Prompt("tool_plan", system, user, work.context(extra))
 
-    plan = run_with_repair(stage="tools:spec", env_id=work.env_id, generator=generator, prompt=plan_prompt, spec=ToolPlan,
+    plan = run_with_repair(stage=Stage.TOOLS.step("spec"), env_id=work.env_id,
+                           generator=generator, prompt=plan_prompt, spec=ToolPlan,
                            check=check_plan, log=log, max_attempts=max_attempts, first_feedback=feedback)
     planned = work.model_copy(update={"tool_plan": plan})
 
@@ -74,6 +76,7 @@ def run_tools_stage(work: EnvWork, generator: Generator, runtime: Runtime, log: 
             raise CheckFailed("tool_crash", "\n".join(f"calling {r.target} raised: {r.detail}" for r in failures))
         return code.tools_py
 
-    tools_py = run_with_repair(stage="tools:code", env_id=work.env_id, generator=generator, prompt=code_prompt, spec=ToolCode,
+    tools_py = run_with_repair(stage=Stage.TOOLS.step("code"), env_id=work.env_id,
+                               generator=generator, prompt=code_prompt, spec=ToolCode,
                                check=check_code, log=log, max_attempts=max_attempts)
     return planned.model_copy(update={"tools_py": tools_py})

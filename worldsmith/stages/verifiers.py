@@ -4,17 +4,19 @@ not be."""
 
 from __future__ import annotations
 
+from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.errors import BundleError
-from worldsmith.bundle.loader import Bundle, build_bundle
+from worldsmith.bundle.loader import build_bundle
 from worldsmith.llm.backend import Generator, Prompt
 from worldsmith.llm.prompts import prompt_version, render
 from worldsmith.models.bundle import GeneratorInfo, Manifest
 from worldsmith.models.specs import VerifierCode
 from worldsmith.quality.probes import check_environment
 from worldsmith.runtime.episode import Runtime
-from worldsmith.tasks.attempts import AttemptLog
-from worldsmith.tasks.repair import CheckFailed, run_with_repair
-from worldsmith.tasks.work import EnvWork
+from worldsmith.stages.attempts import AttemptLog
+from worldsmith.stages.order import Stage
+from worldsmith.stages.repair import CheckFailed, run_with_repair
+from worldsmith.stages.work import EnvWork
 
 
 def assemble(work: EnvWork, generator: Generator) -> Bundle:
@@ -41,6 +43,7 @@ def run_verifiers_stage(work: EnvWork, generator: Generator, runtime: Runtime, l
             raise CheckFailed(kind, "\n".join(f"{r.probe} failed for task {r.target}: {r.detail}" for r in failures))
         return code
 
-    code = run_with_repair(stage="verifiers", env_id=work.env_id, generator=generator, prompt=prompt, spec=VerifierCode,
+    code = run_with_repair(stage=Stage.VERIFIERS.value, env_id=work.env_id,
+                           generator=generator, prompt=prompt, spec=VerifierCode,
                            check=check, log=log, max_attempts=max_attempts, first_feedback=feedback)
     return work.model_copy(update={"verifiers": code})

@@ -5,9 +5,10 @@ from __future__ import annotations
 from worldsmith.llm.backend import Generator, Prompt
 from worldsmith.llm.prompts import render
 from worldsmith.models.specs import TaskList
-from worldsmith.tasks.attempts import AttemptLog
-from worldsmith.tasks.repair import CheckFailed, run_with_repair
-from worldsmith.tasks.work import EnvWork
+from worldsmith.stages.attempts import AttemptLog
+from worldsmith.stages.order import Stage
+from worldsmith.stages.repair import CheckFailed, run_with_repair
+from worldsmith.stages.work import EnvWork
 
 TASK_COUNT = 10
 MIN_TASKS = 5
@@ -28,6 +29,7 @@ def run_tasks_stage(work: EnvWork, generator: Generator, log: AttemptLog, max_at
         system, user = render("tasks", name=work.scenario.name, description=work.scenario.description, count=TASK_COUNT, feedback=extra or "")
         return Prompt("tasks", system, user, work.context(extra))
 
-    tasks = run_with_repair(stage="tasks", env_id=work.env_id, generator=generator, prompt=prompt, spec=TaskList,
+    tasks = run_with_repair(stage=Stage.TASKS.value, env_id=work.env_id,
+                            generator=generator, prompt=prompt, spec=TaskList,
                             check=check_tasks, log=log, max_attempts=max_attempts, first_feedback=feedback)
     return work.model_copy(update={"tasks": tasks})

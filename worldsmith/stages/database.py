@@ -8,9 +8,10 @@ from worldsmith.bundle.sqlscript import build_world, check_schema
 from worldsmith.llm.backend import Generator, Prompt
 from worldsmith.llm.prompts import render
 from worldsmith.models.specs import SchemaSpec, SeedSpec
-from worldsmith.tasks.attempts import AttemptLog
-from worldsmith.tasks.repair import CheckFailed, run_with_repair
-from worldsmith.tasks.work import EnvWork
+from worldsmith.stages.attempts import AttemptLog
+from worldsmith.stages.order import Stage
+from worldsmith.stages.repair import CheckFailed, run_with_repair
+from worldsmith.stages.work import EnvWork
 
 
 def _fail_on(faults: list, kind: str) -> None:
@@ -28,7 +29,8 @@ def run_database_stage(work: EnvWork, generator: Generator, log: AttemptLog, max
         _fail_on(check_schema(spec.schema_sql), "sql_error")
         return spec.schema_sql
 
-    schema_sql = run_with_repair(stage="database:schema", env_id=work.env_id, generator=generator, prompt=schema_prompt,
+    schema_sql = run_with_repair(stage=Stage.DATABASE.step("schema"), env_id=work.env_id,
+                                 generator=generator, prompt=schema_prompt,
                                  spec=SchemaSpec, check=check, log=log, max_attempts=max_attempts, first_feedback=feedback)
 
     def seed_prompt(extra: str | None) -> Prompt:
@@ -40,6 +42,7 @@ def run_database_stage(work: EnvWork, generator: Generator, log: AttemptLog, max
         _fail_on(faults, "seed_error")
         return spec.seed_sql
 
-    seed_sql = run_with_repair(stage="database:seed", env_id=work.env_id, generator=generator, prompt=seed_prompt,
+    seed_sql = run_with_repair(stage=Stage.DATABASE.step("seed"), env_id=work.env_id,
+                               generator=generator, prompt=seed_prompt,
                                spec=SeedSpec, check=check_seed, log=log, max_attempts=max_attempts)
     return work.model_copy(update={"schema_sql": schema_sql, "seed_sql": seed_sql})

@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from worldsmith.llm.backend import Generator, Prompt, Usage
 from worldsmith.llm.errors import OutputFault, TransientFault
-from worldsmith.tasks.attempts import AttemptLog
+from worldsmith.stages.attempts import AttemptLog
 
 Spec = TypeVar("Spec", bound=BaseModel)
 Result = TypeVar("Result")

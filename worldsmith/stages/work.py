@@ -8,7 +8,7 @@ import re
 
 from pydantic import BaseModel
 
-from worldsmith.bundle.loader import SOURCE_FILES
+from worldsmith.bundle.kinds import NATIVE_TOOLS
 from worldsmith.models.bundle import Scenario
 from worldsmith.models.specs import TaskList, ToolPlan, VerifierCode
 
@@ -35,6 +35,11 @@ class EnvWork(BaseModel):
     tools_py: str | None = None
     verifiers: VerifierCode | None = None
 
+    @classmethod
+    def start(cls, scenario: Scenario, seed: int) -> EnvWork:
+        """The environment of `scenario` and `seed` before any stage ran, under its stable id."""
+        return cls(scenario=scenario, seed=seed, env_id=env_id_for(scenario, seed))
+
     def context(self, feedback: str | None = None) -> dict:
         """The structured facts behind every prompt of this environment."""
         return {"scenario": self.scenario.model_dump(), "seed": self.seed, "env_id": self.env_id, "feedback": feedback}
@@ -59,5 +64,5 @@ class EnvWork(BaseModel):
             }))
         files = {"schema.sql": self.schema_sql, "seed.sql": self.seed_sql, "tools.py": self.tools_py,
                  "tasks.jsonl": "\n".join(lines) + "\n", "verifiers.py": self.verifiers.verifiers_py}
-        assert set(files) == set(SOURCE_FILES)
+        assert set(files) == set(NATIVE_TOOLS.source_files)
         return files

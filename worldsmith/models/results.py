@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-
-class VerifierStatus(str, Enum):
-    complete = "complete"
-    partial = "partial"
-    incomplete = "incomplete"
+from worldsmith.models.verdict import Verdict
 
 
 class ToolResult(BaseModel):
@@ -36,9 +31,9 @@ class ToolResult(BaseModel):
 
 
 class VerifierResult(BaseModel):
-    """What a task's verifier said, or an env_error when the verifier itself failed."""
+    """What a task's verifier said (one of `VERIFIER_VERDICTS`), or env_error when the verifier itself failed."""
 
-    status: VerifierStatus | Literal["env_error"]
+    status: Literal[Verdict.complete, Verdict.partial, Verdict.incomplete, Verdict.env_error]
     evidence: dict[str, Any] = Field(default_factory=dict)
     error: str | None = None
     limit: str | None = None

@@ -1,5 +1,6 @@
-"""World-model training: supervised fine-tuning (TRL's SFTTrainer) of a causal LM to answer a
-transition's prompt with its observation and diff as JSON, and `HFWorldModel` to use the result.
+"""World-model training: supervised fine-tuning (TRL's SFTTrainer, `worldsmith/training/sft.py`) of
+a causal LM to answer a transition's prompt with its observation and diff as JSON; the result is
+used as a world model by `HFWorldModel` (`worldsmith/worldmodel/world_models.py`).
 
 Profiles as for the policy: `cpu-test` trains a tiny Qwen3-architecture model built offline (its
 tokenizer trained on the transitions' text), fp32 on the CPU; `gpu` trains a given model directory
@@ -9,18 +10,21 @@ rows (a training run whose config says `kind: world_model`) and an object-store 
 
 from __future__ import annotations
 
-import hashlib
 import tempfile
-import threading
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from worldsmith.worldmodel.models import Prediction, parse_prediction, prompt, target
+from worldsmith.models.catalog import TrainingRun
+from worldsmith.settings import get_settings
+from worldsmith.storage.run_records import add_run, finish_run
+from worldsmith.training.checkpoints import save_checkpoint
+from worldsmith.training.config import TINY
+from worldsmith.training.sft import supervised_fine_tune
+from worldsmith.training.tiny import build_tiny_model
 from worldsmith.worldmodel.transitions import Transition
-
-TINY = "tiny"
+from worldsmith.worldmodel.world_models import prompt, target
 
 
 class WorldModelConfig(BaseModel):
@@ -42,8 +46,6 @@ def sft_rows(transitions: list[Transition]) -> list[dict[str, Any]]:
 
 def tiny_world_model(out: Path, transitions: list[Transition], seed: int = 0) -> Path:
     """A tiny Qwen3 model whose tokenizer is trained on the transitions' prompts and answers."""
-    from worldsmith.training.tiny import build_tiny_model
-
     texts = [m["content"] for row in sft_rows(transitions) for m in row["prompt"] + row["completion"]]
     return build_tiny_model(out, [], seed=seed, texts=texts)
 
@@ -53,8 +55,6 @@ def fine_tune(model_dir: Path, transitions: list[Transition], out: Path, config:
     saves model and tokenizer to `out`; returns the trainer's log of losses."""
     import torch
 
-    from worldsmith.training.sft import supervised_fine_tune
-
     gpu = config.profile == "gpu"
     if gpu and not torch.cuda.is_available():
         raise ValueError("profile 'gpu' needs a CUDA device; use profile 'cpu-test' on this machine")
@@ -63,20 +63,18 @@ def fine_tune(model_dir: Path, transitions: list[Transition], out: Path, config:
                                 callbacks=list(callbacks))
 
 
-def train_world_model(transitions: list[Transition], config: WorldModelConfig) -> dict[str, Any]:
-    """A recorded run: the model (tiny or given) fine-tuned on the train-split transitions, its
-    steps and final model in the catalog and the object store. Returns the run's record."""
-    from worldsmith.flows.records import add_run, current_flow_run_id, finish_run
-    from worldsmith.models.catalog import TrainingRun
-    from worldsmith.settings import get_settings
-    from worldsmith.training.callbacks import CatalogMetrics
-    from worldsmith.training.checkpoints import save_checkpoint
+def train_world_model(transitions: list[Transition], config: WorldModelConfig, *,
+                      flow_run_id: str | None = None) -> dict[str, Any]:
+    """A recorded run (of flow run `flow_run_id`, when one runs it): the model (tiny or given)
+    fine-tuned on the train-split transitions, its steps and final model in the catalog and the
+    object store. Returns the run's record."""
+    from worldsmith.training.callbacks import CatalogMetrics  # transformers, only once a run trains
 
     train = [t for t in transitions if t.split == "train"]
     if not train:
         raise ValueError("no transitions in the train split: nothing to train on")
     run_id = add_run(TrainingRun(config={"kind": "world_model", **config.model_dump(), "transitions": len(train)},
-                                 flow_run_id=current_flow_run_id()))
+                                 flow_run_id=flow_run_id))
     out = Path(config.output) if config.output else get_settings().home / "world-models" / str(run_id)
     try:
         with tempfile.TemporaryDirectory() as scratch:
@@ -89,40 +87,3 @@ def train_world_model(transitions: list[Transition], config: WorldModelConfig) -
     result = {"run_id": run_id, "model": str(out), "checkpoint": digest, "steps": config.steps, "log": log}
     finish_run(TrainingRun, run_id, "completed", {k: v for k, v in result.items() if k != "log"})
     return result
-
-
-class HFWorldModel:
-    """A local causal LM (a `save_pretrained` directory) as a world model: greedy for one sample.
-
-    Safe to share between threads (episodes running at once): one prediction at a time, each
-    sampled from its own generator seeded by its prompt, so the answers depend neither on thread
-    timing nor on the global random state, which they leave untouched."""
-
-    def __init__(self, path: str | Path, max_new_tokens: int = 512):
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
-        self.name = f"hf:{path}"
-        self.tokenizer = AutoTokenizer.from_pretrained(str(path))
-        dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
-        self.model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
-        if torch.cuda.is_available():
-            self.model = self.model.to("cuda")
-        self.model.eval()
-        self.max_new_tokens = max_new_tokens
-        self._lock = threading.Lock()
-
-    def predict(self, transition: Transition, history: list[dict[str, Any]], samples: int = 1) -> list[Prediction]:
-        import torch
-
-        encoded = self.tokenizer.apply_chat_template(prompt(transition, history), add_generation_prompt=True, tokenize=True,
-                                                     return_dict=True, return_tensors="pt", enable_thinking=False)
-        inputs = {k: v.to(self.model.device) for k, v in encoded.items()}
-        seed = int(hashlib.sha256(repr(encoded["input_ids"][0].tolist()).encode()).hexdigest()[:8], 16)
-        devices = [self.model.device] if self.model.device.type == "cuda" else []
-        with self._lock, torch.random.fork_rng(devices=devices), torch.no_grad():
-            torch.manual_seed(seed)
-            output = self.model.generate(**inputs, max_new_tokens=self.max_new_tokens, do_sample=samples > 1, num_return_sequences=samples,
-                                         pad_token_id=self.tokenizer.pad_token_id)
-        start = inputs["input_ids"].shape[1]
-        return [parse_prediction(self.tokenizer.decode(sequence[start:], skip_special_tokens=True)) for sequence in output]

@@ -3,12 +3,15 @@
 - `OracleWorldModel`: replays the real transition (the ceiling every score is measured against);
 - `StaticWorldModel`: always "ok, nothing changed" (a deliberately wrong floor);
 - `OpenAIWorldModel`: any OpenAI-compatible chat model, prompted with the state and the call and
-  asked for JSON; an answer that is not that JSON is an invalid prediction (scored as wrong).
+  asked for JSON; an answer that is not that JSON is an invalid prediction (scored as wrong);
+- `HFWorldModel`: a local causal LM (trained by `worldsmith/training/world_model_sft.py`), prompted alike.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any, Protocol
@@ -123,6 +126,43 @@ class OpenAIWorldModel:
         return out
 
 
+class HFWorldModel:
+    """A local causal LM (a `save_pretrained` directory) as a world model: greedy for one sample.
+
+    Safe to share between threads (episodes running at once): one prediction at a time, each
+    sampled from its own generator seeded by its prompt, so the answers depend neither on thread
+    timing nor on the global random state, which they leave untouched."""
+
+    def __init__(self, path: str | Path, max_new_tokens: int = 512):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.name = f"hf:{path}"
+        self.tokenizer = AutoTokenizer.from_pretrained(str(path))
+        dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
+        self.model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+        if torch.cuda.is_available():
+            self.model = self.model.to("cuda")
+        self.model.eval()
+        self.max_new_tokens = max_new_tokens
+        self._lock = threading.Lock()
+
+    def predict(self, transition: Transition, history: list[dict[str, Any]], samples: int = 1) -> list[Prediction]:
+        import torch
+
+        encoded = self.tokenizer.apply_chat_template(prompt(transition, history), add_generation_prompt=True, tokenize=True,
+                                                     return_dict=True, return_tensors="pt", enable_thinking=False)
+        inputs = {k: v.to(self.model.device) for k, v in encoded.items()}
+        seed = int(hashlib.sha256(repr(encoded["input_ids"][0].tolist()).encode()).hexdigest()[:8], 16)
+        devices = [self.model.device] if self.model.device.type == "cuda" else []
+        with self._lock, torch.random.fork_rng(devices=devices), torch.no_grad():
+            torch.manual_seed(seed)
+            output = self.model.generate(**inputs, max_new_tokens=self.max_new_tokens, do_sample=samples > 1, num_return_sequences=samples,
+                                         pad_token_id=self.tokenizer.pad_token_id)
+        start = inputs["input_ids"].shape[1]
+        return [parse_prediction(self.tokenizer.decode(sequence[start:], skip_special_tokens=True)) for sequence in output]
+
+
 def check_world_model(spec: str, names: tuple[str, ...] = ("oracle", "static")) -> str:
     """`spec` if it is one of `names`, openai:MODEL or hf:PATH, else ValueError naming the choices (nothing is loaded)."""
     kind, _, target = spec.partition(":")
@@ -143,8 +183,6 @@ def world_model(spec: str, *, max_new_tokens: int = 512) -> WorldModel:
 
         settings = get_settings()
         return OpenAIWorldModel(target, base_url=settings.llm_base_url, api_key=settings.llm_key(), timeout_s=settings.llm_timeout_s)
-    from worldsmith.worldmodel.training import HFWorldModel
-
     if not (Path(target) / "config.json").is_file():
         raise ValueError(f"world model {spec!r}: {target} is not a model directory")
     return HFWorldModel(target, max_new_tokens=max_new_tokens)

@@ -1,23 +1,37 @@
-"""Stage `scenario`: expand seed scenarios into new ones. Near-duplicates (of the seeds, of each
-other, of already accepted ones) are rejected by cosine similarity: of embeddings when an
-embeddings endpoint is configured, of TF-IDF vectors otherwise. Asks again until `count` are
-accepted or the attempts run out."""
+"""Stage `scenario`: expand seed scenarios (by default the ones in worldsmith/data/) into new ones.
+Near-duplicates (of the seeds, of each other, of already accepted ones) are rejected by cosine
+similarity: of embeddings when an embeddings endpoint is configured, of TF-IDF vectors otherwise.
+Asks again until `count` are accepted or the attempts run out."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 from worldsmith.llm.backend import Generator, Prompt
 from worldsmith.llm.prompts import render
 from worldsmith.models.bundle import Scenario
+from worldsmith.models.jsonlines import read_models
 from worldsmith.models.specs import ScenarioBatch
-from worldsmith.tasks.attempts import AttemptLog
-from worldsmith.tasks.repair import CheckFailed, run_with_repair
+from worldsmith.stages.attempts import AttemptLog
+from worldsmith.stages.order import Stage
+from worldsmith.stages.repair import CheckFailed, run_with_repair
 
 DUPLICATE_COSINE = 0.85
 EXAMPLES = 8
 
 Embed = Callable[[list[str]], list[list[float]]]
+
+#: The 100 seed scenarios shipped with worldsmith (real products; the AWM paper's seed set).
+DEFAULT_SCENARIOS = Path(__file__).resolve().parents[1] / "data" / "seed_scenarios.jsonl"
+
+
+def load_scenarios(path: str | Path | None) -> list[Scenario]:
+    """The seed scenarios in `path` (JSON lines), or the shipped ones when `path` is None."""
+    file = Path(path) if path else DEFAULT_SCENARIOS
+    if not file.is_file():
+        raise FileNotFoundError(f"scenario file {file} not found")
+    return read_models(Scenario, file, "a scenario")
 
 
 def _text(scenario: Scenario) -> str:
@@ -80,7 +94,8 @@ def expand_scenarios(seeds: list[Scenario], count: int, generator: Generator, lo
                 raise CheckFailed("duplicates", "every proposed scenario was a near-duplicate: " + "; ".join(dropped[:10]))
             return fresh
 
-        fresh = run_with_repair(stage="scenario", env_id=None, generator=generator, prompt=prompt, spec=ScenarioBatch,
+        fresh = run_with_repair(stage=Stage.SCENARIO.value, env_id=None,
+                                generator=generator, prompt=prompt, spec=ScenarioBatch,
                                 check=check, log=log, max_attempts=max_attempts)
         accepted += balanced(fresh, accepted, missing)
     return accepted

@@ -1,4 +1,4 @@
-"""Tasks of a procedural world: instructions with every value given, a reference solution over
+"""Agent tasks of a procedural world: instructions with every value given, a reference solution over
 the world's tools, and a verifier that checks the end state (with partial credit where a task
 has two parts). Ten per world, drawn deterministically from the seed data."""
 

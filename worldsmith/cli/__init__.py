@@ -1,0 +1,43 @@
+"""The `worldsmith` command line (typer): one module per command group, assembled here.
+
+`app` is the console script (`worldsmith = "worldsmith.cli:app"` in pyproject.toml). Modules import
+what they use at their top, except Prefect and the training stack (torch, transformers, trl), which
+the flows pull in: commands that run a flow import it when they run, so the CLI starts quickly and
+the callback below sets Prefect's environment before Prefect is first imported.
+"""
+
+from __future__ import annotations
+
+import os
+
+import typer
+
+from worldsmith.cli import catalog, data, env, evaluation, generation, interop, sets, stack, training, wm
+from worldsmith.ops.stack import Stack
+from worldsmith.settings import get_settings
+
+app = typer.Typer(help="Manufacture executable tool-use worlds for LLM agents and train agents in them.",
+                  no_args_is_help=True)
+
+
+@app.callback()
+def _defaults() -> None:
+    """Keep Prefect's local state under WORLDSMITH_HOME and its analytics off unless configured; use the
+    local stack's Prefect server when `worldsmith up` started one and no PREFECT_API_URL is set."""
+    home = get_settings().home
+    if "PREFECT_HOME" not in os.environ:
+        (home / "prefect").mkdir(parents=True, exist_ok=True)
+        os.environ["PREFECT_HOME"] = str((home / "prefect").resolve())
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    if "PREFECT_API_URL" not in os.environ:  # flows report to the server of `worldsmith up` when it runs
+        local_stack = Stack.from_settings()
+        if local_stack.server().pid() is not None:
+            os.environ["PREFECT_API_URL"] = local_stack.api_url
+
+
+# the order of `worldsmith --help`: top-level commands, then the command groups
+for commands in (generation.app, evaluation.app, training.app, stack.app):
+    app.add_typer(commands)
+for name, group in (("env", env.app), ("catalog", catalog.app), ("sets", sets.app), ("data", data.app),
+                    ("import", interop.import_app), ("export", interop.export_app), ("wm", wm.app)):
+    app.add_typer(group, name=name)

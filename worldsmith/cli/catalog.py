@@ -1,0 +1,125 @@
+"""`worldsmith catalog ...`: publish, list, compare, fetch and move environment versions."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from worldsmith.cli.bundles import BundleArg, load_bundle_arg
+from worldsmith.cli.console import console, refusals, say
+from worldsmith.quality.checks import quality_checks
+from worldsmith.runtime.episode import Runtime
+from worldsmith.storage.catalog import open_catalog
+from worldsmith.storage.objectstore import configured_store
+from worldsmith.storage.publish import artifacts_of, fetch, publish, resolve, version_record
+from worldsmith.storage.transfer import export_catalog, import_catalog
+from worldsmith.storage.versions import all_versions
+
+app = typer.Typer(help="Publish, list, compare, fetch and move environment versions.", no_args_is_help=True)
+
+
+@app.command("publish")
+def catalog_publish(
+    path: BundleArg,
+    probes: Annotated[bool, typer.Option(help="Also run the execution probes in the sandbox.")] = True,
+) -> None:
+    """Check a bundle (seed-data expectations, execution probes) and publish it; exit 1 if it was
+    published as failed."""
+    bundle = load_bundle_arg(path)
+    store, catalog = configured_store(), open_catalog()
+    if probes:
+        with Runtime() as runtime:
+            checks = quality_checks(bundle, runtime)
+    else:
+        checks = quality_checks(bundle)
+    result = publish(bundle, store, catalog, checks)
+    version = result.version
+    verb = "published" if result.created else "already published as"
+    reason = f" ({version.failure_reason})" if version.failure_reason else ""
+    say(f"{verb} {version.ref}: {version.status}{reason}", highlight=False)
+    raise typer.Exit(0 if version.status == "good" else 1)
+
+
+@app.command("ls")
+def catalog_ls(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """List every environment version."""
+    with open_catalog().session() as session:
+        versions = all_versions(session)
+    rows = [{"ref": v.ref, "status": v.status, "tables": v.stats.get("tables"), "tools": v.stats.get("tools"),
+             "tasks": v.stats.get("tasks"), "checks": {k: q.get("passed") for k, q in v.quality.items()},
+             "created_at": v.created_at.isoformat(timespec="seconds")} for v in versions]
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    table = Table(title=f"{len(rows)} environment versions")
+    for column in ("ref", "status", "tables", "tools", "tasks", "checks", "created"):
+        table.add_column(column)
+    for r in rows:
+        checks = ", ".join(f"{k} {'ok' if ok else 'FAILED'}" for k, ok in r["checks"].items())
+        table.add_row(r["ref"], r["status"], str(r["tables"]), str(r["tools"]), str(r["tasks"]), checks,
+                      r["created_at"])
+    console.print(table)
+
+
+@app.command("show")
+def catalog_show(ref: Annotated[str, typer.Argument(help="ENV or ENV@VERSION.")]) -> None:
+    """Print a version's record: status, provenance, stats, artifacts and quality reports (JSON)."""
+    with refusals(), open_catalog().session() as session:
+        record = version_record(session, resolve(session, ref))
+    print(json.dumps(record, indent=2))
+
+
+@app.command("diff")
+def catalog_diff(
+    a: Annotated[str, typer.Argument(help="ENV@V1")],
+    b: Annotated[str, typer.Argument(help="ENV@V2")],
+) -> None:
+    """Show what changed between two versions: stats, artifacts, and a unified diff of each text artifact."""
+    store, catalog = configured_store(), open_catalog()
+    with refusals(), catalog.session() as session:
+        va, vb = resolve(session, a), resolve(session, b)
+        fa, fb = artifacts_of(session, va), artifacts_of(session, vb)
+    changes = {k: (va.stats.get(k), vb.stats.get(k)) for k in sorted(set(va.stats) | set(vb.stats))
+               if va.stats.get(k) != vb.stats.get(k)}
+    say(f"{va.ref} -> {vb.ref}; stats changed: {changes or 'none'}", highlight=False)
+    for name in sorted(set(fa) | set(fb)):
+        if fa.get(name) == fb.get(name):
+            continue
+        if name == "world.db" or name not in fa or name not in fb:
+            where = "differs" if name in fa and name in fb else "only in " + (va.ref if name in fa else vb.ref)
+            say(f"{name}: {where}")
+            continue
+        old = store.get_bytes(fa[name]).decode().splitlines(keepends=True)
+        new = store.get_bytes(fb[name]).decode().splitlines(keepends=True)
+        sys.stdout.writelines(difflib.unified_diff(old, new, f"{va.ref}/{name}", f"{vb.ref}/{name}"))
+
+
+@app.command("fetch")
+def catalog_fetch(
+    ref: Annotated[str, typer.Argument(help="ENV or ENV@VERSION.")],
+    target: Annotated[Path, typer.Argument(help="Directory to write.")],
+) -> None:
+    """Write a version's bundle into a directory, byte for byte as published."""
+    with refusals():
+        bundle = fetch(ref, target, configured_store(), open_catalog())
+    say(f"fetched {bundle.env_id}@{bundle.manifest.version} into {target}")
+
+
+@app.command("export")
+def catalog_export(target: Annotated[Path, typer.Argument(help="Directory to write.")]) -> None:
+    """Export every environment, version, object and set into a directory (for `catalog import`)."""
+    say(f"exported {export_catalog(target, configured_store(), open_catalog())} into {target}")
+
+
+@app.command("import")
+def catalog_import(source: Annotated[Path, typer.Argument(help="A directory written by `catalog export`.")]) -> None:
+    """Import an export; what is already here (same content, same set name) is skipped."""
+    with refusals():
+        counts = import_catalog(source, configured_store(), open_catalog())
+    say(f"imported from {source}: {counts}")

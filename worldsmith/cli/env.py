@@ -1,0 +1,111 @@
+"""`worldsmith env ...`: inspect, check, call and serve environment bundles."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from worldsmith.bundle.errors import BundleError
+from worldsmith.bundle.loader import rebuild_bundle_dir
+from worldsmith.cli.bundles import BundleArg, load_bundle_arg
+from worldsmith.cli.console import bundle_failure, console, failure, say
+from worldsmith.quality.probes import check_environment
+from worldsmith.runtime.episode import Runtime
+from worldsmith.runtime.gateway import serve
+from worldsmith.settings import get_settings
+
+app = typer.Typer(help="Inspect, check, call and serve environment bundles.", no_args_is_help=True)
+
+
+@app.command("build")
+def env_build(path: BundleArg) -> None:
+    """Re-derive tools.json, world.db and manifest hashes of a hand-written bundle from its sources."""
+    try:
+        bundle = rebuild_bundle_dir(path)
+    except BundleError as exc:
+        raise bundle_failure(f"cannot build {path}", exc) from None
+    say(f"built {bundle.env_id}: {bundle.manifest.stats}")
+
+
+@app.command("tools")
+def env_tools(
+    path: BundleArg,
+    as_json: Annotated[bool, typer.Option("--json", help="Print tools.json.")] = False,
+) -> None:
+    """List a bundle's tools and their arguments."""
+    bundle = load_bundle_arg(path)
+    if as_json:
+        print(json.dumps([t.model_dump() for t in bundle.tools], indent=2))
+        return
+    table = Table(title=f"{bundle.env_id}: {len(bundle.tools)} tools")
+    table.add_column("tool")
+    table.add_column("arguments")
+    table.add_column("description")
+    for tool in bundle.tools:
+        props = tool.parameters["properties"]
+        required = set(tool.parameters.get("required", []))
+        args = ", ".join(f"{n}{'' if n in required else '?'}: {p.get('type', 'any')}" for n, p in props.items())
+        table.add_row(tool.name, args, tool.description)
+    console.print(table)
+
+
+@app.command("call")
+def env_call(
+    path: BundleArg,
+    tool: Annotated[str, typer.Argument(help="Tool name.")],
+    args: Annotated[str, typer.Option("--args", help="Arguments as a JSON object.")] = "{}",
+) -> None:
+    """Call one tool on a fresh episode and print the result as JSON (exit 1 unless it succeeded)."""
+    bundle = load_bundle_arg(path)
+    try:
+        arguments = json.loads(args)
+    except json.JSONDecodeError as exc:
+        raise failure(f"--args is not valid JSON: {exc}") from None
+    if not isinstance(arguments, dict):
+        raise failure("--args must be a JSON object")
+    with Runtime() as runtime, runtime.open_episode(bundle) as episode:
+        result = episode.call_tool(tool, arguments)
+    print(result.model_dump_json(indent=2))
+    raise typer.Exit(0 if result.ok else 1)
+
+
+@app.command("check")
+def env_check(path: BundleArg) -> None:
+    """Load a bundle, call every tool, replay every reference solution (must be complete) and
+    verify the untouched state (must not be complete). Exit 0 only if everything passes."""
+    bundle = load_bundle_arg(path)
+    with Runtime() as runtime:
+        results = check_environment(runtime, bundle)
+        layers = runtime.layers()
+    table = Table(title=f"{bundle.env_id}: environment check")
+    for column in ("probe", "target", "result", "detail"):
+        table.add_column(column)
+    for r in results:
+        table.add_row(r.probe, r.target, "[green]pass[/]" if r.passed else "[red]FAIL[/]", r.detail[:120])
+    console.print(table)
+    say("sandbox layers: " + ", ".join(f"{k} {v}" for k, v in layers.items()), highlight=False)
+    failed = [r for r in results if not r.passed]
+    say(f"{len(results) - len(failed)} passed, {len(failed)} failed")
+    raise typer.Exit(1 if failed else 0)
+
+
+@app.command("serve")
+def env_serve(
+    paths: Annotated[list[Path], typer.Argument(help="Bundle directories to host.")],
+    host: Annotated[str | None, typer.Option(help="Interface to bind (default WORLDSMITH_GATEWAY_HOST).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default WORLDSMITH_GATEWAY_PORT).")] = None,
+) -> None:
+    """Serve bundles over MCP (streamable HTTP) at http://HOST:PORT/envs/<env_id>/mcp?task=<id>."""
+    settings = get_settings()
+    bundles = [load_bundle_arg(p) for p in paths]
+    host = host or settings.gateway_host
+    port = port or settings.gateway_port
+    for bundle in bundles:
+        say(f"serving {bundle.env_id} at http://{host}:{port}/envs/{bundle.env_id}/mcp")
+    with Runtime() as runtime:
+        serve(runtime, bundles, host, port, session_idle_s=settings.gateway_session_idle_s,
+              max_sessions=settings.gateway_max_sessions)

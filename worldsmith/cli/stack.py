@@ -1,0 +1,83 @@
+"""`worldsmith up`, `down`, `dashboard` and `demo`: the local stack (Prefect server, work pools,
+deployments, workers, dashboard) and the main job run on it."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+import uvicorn
+
+from worldsmith.cli.console import console, failure, say
+from worldsmith.dashboard.app import dashboard_app
+from worldsmith.demo import DemoOptions, run_demo
+from worldsmith.ops.services import ServiceError
+from worldsmith.ops.stack import Stack
+from worldsmith.settings import get_settings
+
+app = typer.Typer()
+
+
+@app.command("up")
+def up(
+    worker: Annotated[list[str] | None, typer.Option(help="Start a worker on this work pool (repeatable): local, "
+                                                          "gpu.")] = None,
+    dashboard: Annotated[bool, typer.Option(help="Also serve the dashboard.")] = True,
+) -> None:
+    """Start the local Prefect server, create the work pools, deploy deployments/prefect.yaml, start a
+    worker and the dashboard. Idempotent: what runs keeps running, nothing is duplicated."""
+    stack = Stack.from_settings(tuple(worker or ["local"]))
+    try:
+        with console.status("bringing the local stack up (Prefect server, pools, deployments, worker, dashboard)"):
+            state = stack.up(dashboard=dashboard)
+    except ServiceError as exc:
+        raise failure(str(exc), code=1) from None
+    for part, what in state.items():
+        say(f"{part}: {what}", highlight=False)
+    say(f"Prefect UI: {stack.ui_url}", highlight=False)
+    if dashboard:
+        say(f"dashboard:  {stack.dashboard_url}", highlight=False)
+    say(f"flows and workers use PREFECT_API_URL={stack.api_url}; stop everything with `worldsmith down`",
+        highlight=False)
+
+
+@app.command("down")
+def down() -> None:
+    """Stop what `worldsmith up` started (workers, dashboard, Prefect server)."""
+    stopped = Stack.from_settings().down()
+    say("stopped: " + ", ".join(stopped) if stopped else "nothing was running")
+
+
+@app.command("dashboard")
+def dashboard_command(
+    host: Annotated[str | None, typer.Option(help="Address to listen on (default WORLDSMITH_DASHBOARD_HOST).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default WORLDSMITH_DASHBOARD_PORT).")] = None,
+) -> None:
+    """Serve the dashboard: generation outcomes per night, cost, quality, sets, evaluations, training."""
+    settings = get_settings()
+    served = dashboard_app(prefect_ui_url=f"http://127.0.0.1:{settings.prefect_port}")
+    uvicorn.run(served, host=host or settings.dashboard_host, port=port or settings.dashboard_port, log_level="warning")
+
+
+@app.command("demo")
+def demo(
+    envs: Annotated[int, typer.Option(help="Environments to generate.")] = 10,
+    fault_rate: Annotated[float, typer.Option(help="Share of first attempts that fail like LLM output (repairs "
+                                                   "happen).")] = 0.3,
+    train_steps: Annotated[int, typer.Option(help="GRPO steps of the tiny model.")] = 8,
+    warmup_steps: Annotated[int, typer.Option(help="Supervised warm-up steps of the tiny model.")] = 60,
+    seed: Annotated[int, typer.Option(help="Seed of generation, curation, evaluation and training.")] = 0,
+) -> None:
+    """The main job on the embedded defaults: start the local stack, generate environments (faults on),
+    curate them into a set, solve one over MCP, evaluate the reference and random policies, train the
+    tiny model with GRPO on the CPU, and print a summary with the dashboard and Prefect UI addresses."""
+    try:
+        options = DemoOptions(envs=envs, fault_rate=fault_rate, train_steps=train_steps, warmup_steps=warmup_steps,
+                              seed=seed)
+    except ValueError as exc:
+        raise failure(str(exc)) from None
+    try:
+        code = run_demo(options, console)
+    except ServiceError as exc:
+        raise failure(str(exc), code=1) from None
+    raise typer.Exit(code)

@@ -1,0 +1,27 @@
+"""The generation stages, named once and in the order they run. Their values are the stage names
+stored in the catalog's stage-attempt records; a stage that asks twice records each step as
+`stage:step` (`database:schema`, `database:seed`, `tools:spec`, `tools:code`)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Stage(StrEnum):
+    """One stage of the pipeline: scenarios for the run, then per environment the rest in this order."""
+
+    SCENARIO = "scenario"
+    TASKS = "tasks"
+    DATABASE = "database"
+    TOOLS = "tools"
+    VERIFIERS = "verifiers"
+    VALIDATE = "validate"
+
+    def step(self, name: str) -> str:
+        """The record name of one step of this stage (`database:schema`)."""
+        return f"{self.value}:{name}"
+
+
+#: The stages that make one environment's artifacts, in order. Validation sends a failure back to
+#: one of them; it runs again with the error fed back, and so do the stages after it.
+ENVIRONMENT_STAGES: tuple[Stage, ...] = (Stage.TASKS, Stage.DATABASE, Stage.TOOLS, Stage.VERIFIERS)
