@@ -33,6 +33,7 @@ def main() -> None:
 
     import torch
     from step_clock import StepClock  # bench/ is the script's directory; imported once the environment above is set
+
     from worldsmith.agent.loop import run_episode
     from worldsmith.agent.policies import RandomPolicy, ReferencePolicy
     from worldsmith.llm.procedural.backend import procedural_bundle

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import shutil
 import sqlite3
 import statistics
@@ -27,8 +28,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import logging
-
 import anyio
 import psutil
 from mcp import ClientSession
@@ -38,11 +37,11 @@ from mcp.server import MCPServer
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from worldsmith.bundle.contract import Bundle  # noqa: E402
-from worldsmith.bundle.loader import build_bundle, load_bundle  # noqa: E402
-from worldsmith.bundle.sqlscript import deserialize, harden  # noqa: E402
-from worldsmith.runtime.episode import Runtime  # noqa: E402
-from worldsmith.runtime.gateway import BackgroundServer, Gateway  # noqa: E402
+from worldsmith.bundle.contract import Bundle
+from worldsmith.bundle.loader import build_bundle, load_bundle
+from worldsmith.bundle.sqlscript import deserialize, harden
+from worldsmith.runtime.episode import Runtime
+from worldsmith.runtime.gateway import BackgroundServer, Gateway
 
 GOLDEN = ROOT / "examples" / "bundles" / "retail_store"
 SOURCES = ("schema.sql", "seed.sql", "tools.py", "tasks.jsonl", "verifiers.py")
@@ -97,19 +96,18 @@ def bench_tool_call(runtime: Runtime, golden: Bundle, calls: int) -> dict[str, f
 
 
 async def _mcp_latency(url: str, tool: str, calls: int) -> float:
-    async with streamable_http_client(url) as (read, write):
-        async with ClientSession(read, write) as session:
-            await session.initialize()
-            await session.list_tools()
-            for _ in range(10):
-                await session.call_tool(tool, {"text": "warm"})
-            samples = []
-            for i in range(calls):
-                start = time.perf_counter()
-                result = await session.call_tool(tool, {"text": f"hello {i}"})
-                samples.append(time.perf_counter() - start)
-                assert not result.is_error
-            return statistics.median(samples)
+    async with streamable_http_client(url) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        await session.list_tools()
+        for _ in range(10):
+            await session.call_tool(tool, {"text": "warm"})
+        samples = []
+        for i in range(calls):
+            start = time.perf_counter()
+            result = await session.call_tool(tool, {"text": f"hello {i}"})
+            samples.append(time.perf_counter() - start)
+            assert not result.is_error
+        return statistics.median(samples)
 
 
 def bench_gateway(runtime: Runtime, golden: Bundle, calls: int) -> dict[str, float]:

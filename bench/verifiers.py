@@ -21,14 +21,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
+from rich.console import Console
+from rich.table import Table
 
-from worldsmith.agent.adversarial import rates, run_probes  # noqa: E402
-from worldsmith.bundle.loader import load_bundle  # noqa: E402
-from worldsmith.llm.procedural.backend import procedural_bundle  # noqa: E402
-from worldsmith.llm.procedural.blocks import DOMAINS  # noqa: E402
-from worldsmith.runtime.episode import Runtime  # noqa: E402
+from worldsmith.agent.adversarial import rates, run_probes
+from worldsmith.bundle.loader import load_bundle
+from worldsmith.llm.procedural.backend import procedural_bundle
+from worldsmith.llm.procedural.blocks import DOMAINS
+from worldsmith.runtime.episode import Runtime
 
 
 def main() -> None:
@@ -53,7 +53,8 @@ def main() -> None:
         table.add_column(column)
     for name, r in report.items():
         by_kind = r["by_kind"]
-        cell = lambda kind: f"{by_kind.get(kind, {}).get('verdicts', {}).get('complete', 0)}/{by_kind.get(kind, {}).get('n', 0)}"  # noqa: E731
+        def cell(kind):
+            return f"{by_kind.get(kind, {}).get('verdicts', {}).get('complete', 0)}/{by_kind.get(kind, {}).get('n', 0)}"
         table.add_row(name, str(r["probes"]), f"{r['false_positive_rate']:.3f}", f"{r['false_negative_rate']:.3f}", *(cell(k) for k in kinds))
     Console(width=140).print(table)
     for name, r in report.items():

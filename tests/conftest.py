@@ -11,14 +11,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 # Prefect attaches its console log handler to the stderr of the moment `prefect.main` is first
 # imported; import it now, so that moment is not inside a CliRunner whose stream later flows find closed.
-import prefect.main  # noqa: E402,F401
-import pytest  # noqa: E402
+import prefect.main  # noqa: F401
+import pytest
 
-from worldsmith.bundle.contract import Bundle, artifact_digest  # noqa: E402
-from worldsmith.bundle.loader import build_bundle, load_bundle  # noqa: E402
-from worldsmith.models.bundle import ToolSchema  # noqa: E402
-from worldsmith.runtime.episode import Runtime  # noqa: E402
-from worldsmith.runtime.pool import SandboxLimits  # noqa: E402
+from worldsmith.bundle.contract import Bundle, artifact_digest
+from worldsmith.bundle.loader import build_bundle, load_bundle
+from worldsmith.models.bundle import ToolSchema
+from worldsmith.runtime.episode import Runtime
+from worldsmith.runtime.pool import SandboxLimits
 
 REPO = Path(__file__).resolve().parent.parent
 GOLDEN = REPO / "examples" / "bundles" / "retail_store"

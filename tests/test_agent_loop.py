@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from conftest import with_tools
+
 from worldsmith.agent.loop import EpisodeConfig, run_episode, visible
 from worldsmith.agent.messages import Message, PolicyTurn, ToolCall
 from worldsmith.agent.policies import RandomPolicy, ReferencePolicy
 from worldsmith.agent.rewards import RewardMap
-
-from conftest import with_tools
 
 
 def test_reference_policy_scores_one_on_every_golden_task(runtime, golden):

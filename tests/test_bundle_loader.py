@@ -7,11 +7,10 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import GOLDEN
 
 from worldsmith.bundle.errors import BundleError
 from worldsmith.bundle.loader import load_bundle, rebuild_bundle_dir, write_bundle
-
-from conftest import GOLDEN
 
 
 @pytest.fixture()

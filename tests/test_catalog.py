@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+from conftest import GOLDEN
 from sqlmodel import select
 
 from worldsmith.bundle.loader import build_bundle, load_bundle
@@ -13,8 +14,6 @@ from worldsmith.models.catalog import Artifact, EnvironmentVersion
 from worldsmith.storage.catalog import Catalog
 from worldsmith.storage.objectstore import LocalStore, S3Store
 from worldsmith.storage.publish import CatalogError, fetch, publish, resolve
-
-from conftest import GOLDEN
 
 SOURCES = ("schema.sql", "seed.sql", "tools.py", "tasks.jsonl", "verifiers.py")
 

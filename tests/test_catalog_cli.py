@@ -7,14 +7,13 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import GOLDEN
 from typer.testing import CliRunner
 
 from worldsmith.bundle.loader import rebuild_bundle_dir
 from worldsmith.cli import app
 from worldsmith.cli import console as cli_console
 from worldsmith.settings import get_settings
-
-from conftest import GOLDEN
 
 runner = CliRunner()
 

@@ -10,14 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import GOLDEN, REPO
 from typer.testing import CliRunner
 
 from worldsmith.bundle.loader import rebuild_bundle_dir
 from worldsmith.cli import app
 from worldsmith.cli import console as cli_console
 from worldsmith.runtime.gateway import free_port
-
-from conftest import GOLDEN, REPO
 
 runner = CliRunner()
 
@@ -47,7 +46,7 @@ def test_env_check_fails_when_a_verifier_accepts_the_untouched_state(tmp_path: P
     result = runner.invoke(app, ["env", "check", str(bundle)])
     assert result.exit_code == 1
     assert "45 passed, 1 failed" in result.output
-    line = next(l for l in result.output.splitlines() if "t05_ship_paid_orders" in l and "untouched" in l)
+    line = next(ln for ln in result.output.splitlines() if "t05_ship_paid_orders" in ln and "untouched" in ln)
     assert "FAIL" in line and "complete" in line
 
 
@@ -61,7 +60,7 @@ def test_env_check_fails_when_a_tool_crashes(tmp_path: Path):
     rebuild_bundle_dir(bundle)
     result = runner.invoke(app, ["env", "check", str(bundle)])
     assert result.exit_code == 1
-    line = next(l for l in result.output.splitlines() if "get_product" in l)
+    line = next(ln for ln in result.output.splitlines() if "get_product" in ln)
     assert "FAIL" in line and "KeyError" in line
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import httpx
 import pytest
@@ -14,12 +14,21 @@ from starlette.testclient import TestClient
 
 from worldsmith.dashboard.app import dashboard_app
 from worldsmith.dashboard.data import summary
-from worldsmith.models.catalog import Environment, EnvironmentSet, EnvironmentSetMember, EnvironmentVersion, EvaluationRun
-from worldsmith.models.catalog import QualityReport, StageAttempt, TrainingRun, TrainingStep
+from worldsmith.models.catalog import (
+    Environment,
+    EnvironmentSet,
+    EnvironmentSetMember,
+    EnvironmentVersion,
+    EvaluationRun,
+    QualityReport,
+    StageAttempt,
+    TrainingRun,
+    TrainingStep,
+)
 from worldsmith.runtime.gateway import BackgroundServer
 from worldsmith.storage.catalog import Catalog
 
-NIGHT_1, NIGHT_2 = datetime(2026, 11, 1, 2, 5, tzinfo=timezone.utc), datetime(2026, 11, 2, 2, 7, tzinfo=timezone.utc)
+NIGHT_1, NIGHT_2 = datetime(2026, 11, 1, 2, 5, tzinfo=UTC), datetime(2026, 11, 2, 2, 7, tzinfo=UTC)
 
 #: (night, env, stage, attempt, outcome): env a repairs its schema; b never gets its tasks right; c repairs its tasks.
 ATTEMPTS = [

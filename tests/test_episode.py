@@ -5,10 +5,9 @@ from __future__ import annotations
 import threading
 
 import pytest
+from conftest import with_tools
 
 from worldsmith.runtime.errors import RuntimeFault
-
-from conftest import with_tools
 
 
 def solve(episode, task, steps=None):

@@ -12,13 +12,12 @@ import anyio
 import httpx
 import httpx2
 import pytest
+from conftest import FAST_LIMITS, GOLDEN
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from worldsmith.runtime.episode import Runtime
 from worldsmith.runtime.gateway import BackgroundServer, Gateway, free_port
-
-from conftest import FAST_LIMITS, GOLDEN
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import REPO
 from sqlmodel import select
 from typer.testing import CliRunner
 
@@ -20,8 +21,6 @@ from worldsmith.models.catalog import EnvironmentVersion, StageAttempt
 from worldsmith.settings import get_settings
 from worldsmith.storage.catalog import Catalog
 from worldsmith.tasks.generation_run import GenerateParameters
-
-from conftest import REPO
 
 
 def catalog_at(home: Path) -> Catalog:

@@ -98,6 +98,7 @@ def test_the_same_scenario_and_seed_give_the_same_world():
 def test_categories_are_kept_balanced_when_there_are_more_candidates():
     from worldsmith.stages.scenario import balanced
 
-    make = lambda name, category: Scenario(name=name, description=f"{name} does {category} things", categories=[category])  # noqa: E731
+    def make(name, category):
+        return Scenario(name=name, description=f"{name} does {category} things", categories=[category])
     candidates = [make("A1", "retail"), make("A2", "retail"), make("A3", "retail"), make("B1", "travel"), make("C1", "banking")]
     assert [s.name for s in balanced(candidates, [make("X", "retail")], 3)] == ["B1", "C1", "A1"]

@@ -4,13 +4,12 @@ with procedural content and injects every kind of fault."""
 from __future__ import annotations
 
 import pytest
+from llm_server import ProceduralLLM
 
 from worldsmith.llm.openai_backend import OpenAIGenerator
 from worldsmith.models.bundle import Scenario
 from worldsmith.stages.attempts import AttemptLog
 from worldsmith.stages.pipeline import build_environment
-
-from llm_server import ProceduralLLM
 
 AMAZON = Scenario(name="Amazon", description="Amazon is the world's largest e-commerce platform: users browse products, order, pay and return them.")
 
@@ -70,7 +69,7 @@ def test_every_fault_is_handled_and_on_record(runtime, llm_server):
 def test_exhausted_transient_faults_fail_the_stage_loudly(runtime, llm_server):
     from worldsmith.llm.errors import TransientFault
 
-    server, url = llm_server(faults={"tasks": ["http_500"] * 10})
+    _server, url = llm_server(faults={"tasks": ["http_500"] * 10})
     generator = OpenAIGenerator(model="m", base_url=url, timeout_s=1.0, retries=2, backoff_s=0.01)
     log = AttemptLog("transient")
     with pytest.raises(TransientFault, match="3 attempts failed; last: InternalServerError"):

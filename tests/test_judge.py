@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from llm_server import ScriptedLLM, json_reply, text_reply
 
 from worldsmith.agent.judge import LLMJudge, majority
 from worldsmith.agent.loop import run_episode
 from worldsmith.agent.policies import ReferencePolicy, ScriptPolicy
-
-from llm_server import ScriptedLLM, json_reply, text_reply
 
 
 @pytest.fixture()

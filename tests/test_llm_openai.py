@@ -5,14 +5,13 @@ from __future__ import annotations
 import time
 
 import pytest
+from llm_server import Reply, ScriptedLLM, error_reply, json_reply, text_reply, truncated_reply
 from pydantic import BaseModel, Field
 
 from worldsmith.llm.backend import Prompt
 from worldsmith.llm.errors import OutputFault, TransientFault
 from worldsmith.llm.jsonrepair import parse_json_object
 from worldsmith.llm.openai_backend import OpenAIGenerator
-
-from llm_server import Reply, ScriptedLLM, error_reply, json_reply, text_reply, truncated_reply
 
 
 class TaskList(BaseModel):
@@ -33,8 +32,8 @@ def llm():
 
 
 def generator(llm, **kwargs) -> OpenAIGenerator:
-    options = dict(model="test-model", base_url=llm.url, api_key="sk-test", timeout_s=2.0, retries=3, backoff_s=0.05,
-                   prices={"test-model": {"input": 1.0, "output": 2.0}})
+    options = {"model": "test-model", "base_url": llm.url, "api_key": "sk-test", "timeout_s": 2.0, "retries": 3, "backoff_s": 0.05,
+                   "prices": {"test-model": {"input": 1.0, "output": 2.0}}}
     options.update(kwargs)
     return OpenAIGenerator(**options)
 

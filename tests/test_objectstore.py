@@ -8,7 +8,15 @@ from pathlib import Path
 import boto3
 import pytest
 
-from worldsmith.storage.objectstore import LocalStore, ObjectCorrupted, ObjectMissing, S3Store, digest_of, object_key, open_store
+from worldsmith.storage.objectstore import (
+    LocalStore,
+    ObjectCorrupted,
+    ObjectMissing,
+    S3Store,
+    digest_of,
+    object_key,
+    open_store,
+)
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -47,7 +55,7 @@ def test_same_content_twice_writes_nothing(store, tmp_path):
 def test_large_object_streams_in_parts(store, tmp_path):
     big = tmp_path / "big.bin"
     with big.open("wb") as f:
-        for i in range(12):
+        for _ in range(12):
             f.write(os.urandom(1 << 20))
     digest = store.put_file(big)
     out = store.get_file(digest, tmp_path / "out" / "big.bin")

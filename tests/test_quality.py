@@ -33,21 +33,21 @@ def plant(world: bytes, *statements: str, declare: tuple[str, str, str] | None =
 
 
 DEFECTS = {
-    "empty_table": (dict(statements=("DELETE FROM reviews",)), "reviews", "not_empty", None),
-    "primary_key_null": (dict(statements=("UPDATE coupons SET code = NULL WHERE code = 'SPRING15'",)), "coupons", "primary_key_not_null", None),
+    "empty_table": ({"statements": ("DELETE FROM reviews",)}, "reviews", "not_empty", None),
+    "primary_key_null": ({"statements": ("UPDATE coupons SET code = NULL WHERE code = 'SPRING15'",)}, "coupons", "primary_key_not_null", None),
     "primary_key_duplicate": (
-        dict(statements=("CREATE TABLE gift_cards (code TEXT, balance INTEGER)",
+        {"statements": ("CREATE TABLE gift_cards (code TEXT, balance INTEGER)",
                          "INSERT INTO gift_cards VALUES ('GC-1', 100), ('GC-2', 50), ('GC-1', 75)"),
-             declare=("gift_cards", "code TEXT,", "code TEXT PRIMARY KEY,")),
+             "declare": ("gift_cards", "code TEXT,", "code TEXT PRIMARY KEY,")},
         "gift_cards", "primary_key_unique", {"rowid": 3, "code": "GC-1"}),
     "not_null_missing": (
-        dict(statements=(), declare=("orders", "cancellation_reason   TEXT", "cancellation_reason   TEXT NOT NULL")),
+        {"statements": (), "declare": ("orders", "cancellation_reason   TEXT", "cancellation_reason   TEXT NOT NULL")},
         "orders", "not_null", {"rowid": 1001, "cancellation_reason": None}),
-    "foreign_key_orphan": (dict(statements=("UPDATE orders SET customer_id = 99 WHERE id = 1003",)),
+    "foreign_key_orphan": ({"statements": ("UPDATE orders SET customer_id = 99 WHERE id = 1003",)},
                            "orders", "foreign_key -> customers.id", {"rowid": 1003, "customer_id": 99}),
-    "check_set": (dict(statements=("UPDATE customers SET tier = 'platinum' WHERE id = 2",)),
+    "check_set": ({"statements": ("UPDATE customers SET tier = 'platinum' WHERE id = 2",)},
                   "customers", "check_in ['bronze', 'silver', 'gold']", {"rowid": 2, "tier": "platinum"}),
-    "check_range": (dict(statements=("UPDATE products SET stock = -5 WHERE id = 3",)),
+    "check_range": ({"statements": ("UPDATE products SET stock = -5 WHERE id = 3",)},
                     "products", "check_range [0, None]", {"rowid": 3, "stock": -5}),
 }
 

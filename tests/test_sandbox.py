@@ -12,11 +12,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import FAST_LIMITS, REPO, with_tools
 
 from worldsmith.runtime.episode import Runtime
 from worldsmith.runtime.pool import WORKER_ENV
-
-from conftest import FAST_LIMITS, REPO, with_tools
 
 SECRET = "sk-planted-secret-0123456789"
 
@@ -32,8 +31,8 @@ HOSTILE = {
     "sleep_forever": ("def sleep_forever(conn):\n    import time\n    time.sleep(3600)\n", "timeout", "wall-clock"),
     "stuck_in_c": ("def stuck_in_c(conn):\n    return sum(range(10 ** 14))\n", "timeout", "worker killed and replaced"),
     "endless_sql": (
-        "def endless_sql(conn):\n"
-        "    return conn.execute('WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c').fetchone()[0]\n",
+        ("def endless_sql(conn):\n"
+        "    return conn.execute('WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c').fetchone()[0]\n"),
         "cpu", "CPU seconds",
     ),
     "memory_bomb": ("def memory_bomb(conn):\n    blocks = []\n    while True:\n        blocks.append(bytes(64 * 1024 * 1024))\n", "memory", "memory limit"),
@@ -43,36 +42,36 @@ HOSTILE = {
     "import_via_builtins": ("def import_via_builtins(conn):\n    return __builtins__['__import__']('os').getcwd()\n", "import", "'os'"),
     "eval_trick": ("def eval_trick(conn):\n    return eval(\"__import__('os').getcwd()\")\n", "forbidden_builtin", "eval"),
     "globals_trick": (
-        "def globals_trick(conn):\n"
+        ("def globals_trick(conn):\n"
         "    for cls in ().__class__.__base__.__subclasses__():\n"
         "        if cls.__name__ == '_wrap_close':\n"
-        "            return cls.__init__.__globals__['system']('id')\n",
+        "            return cls.__init__.__globals__['system']('id')\n"),
         "subprocess", "os.system",  # __globals__ is not audited by CPython; the call itself is
     ),
     "builtin_importer_trick": (
-        "def builtin_importer_trick(conn):\n"
+        ("def builtin_importer_trick(conn):\n"
         "    importer = [c for c in ().__class__.__base__.__subclasses__() if c.__name__ == 'BuiltinImporter'][0]\n"
         "    posix = importer.load_module('posix')\n"
-        "    return posix.system('id')\n",
+        "    return posix.system('id')\n"),
         "subprocess", "os.system",
     ),
     "frame_walk": (
-        "def frame_walk(conn):\n"
+        ("def frame_walk(conn):\n"
         "    try:\n"
         "        raise ValueError\n"
         "    except ValueError as exc:\n"
-        "        return list(exc.__traceback__.tb_frame.f_back.f_globals)\n",
+        "        return list(exc.__traceback__.tb_frame.f_back.f_globals)\n"),
         "introspection", "tb_frame",
     ),
     "attach_file": ("def attach_file(conn):\n    conn.setlimit(10, 5)\n    conn.execute(\"ATTACH DATABASE '/etc/passwd' AS p\")\n", "database", "settings"),
     "new_connection": ("def new_connection(conn):\n    import sqlite3\n    return sqlite3.connect('/tmp/x.db')\n", "database", "sqlite3.connect"),
     "swallow_violation": (
-        "def swallow_violation(conn):\n"
+        ("def swallow_violation(conn):\n"
         "    try:\n"
         "        import socket\n"
         "    except BaseException:\n"
         "        pass\n"
-        "    return 'got away with it'\n",
+        "    return 'got away with it'\n"),
         "import", "socket",
     ),
 }

@@ -41,7 +41,7 @@ def populated(catalog, golden, tmp_path):
 
 
 def test_set_from_query_with_deterministic_split(populated):
-    store, catalog = populated
+    _store, catalog = populated
     query = SetQuery(categories=["retail"], validation_fraction=0.4, seed=7)
     create_set(catalog, "retail-v1", query)
     with catalog.session() as session:

@@ -11,11 +11,11 @@ import os
 import sqlite3
 
 import pytest
+from conftest import narrowed, published_set
 from llm_server import ScriptedLLM, json_reply, text_reply
 from sqlmodel import select
 from typer.testing import CliRunner
 
-from conftest import narrowed, published_set
 from worldsmith.agent.loop import EpisodeConfig, run_episode
 from worldsmith.agent.policies import RandomPolicy, ReferencePolicy
 from worldsmith.cli import app

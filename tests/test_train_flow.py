@@ -11,10 +11,10 @@ import tarfile
 
 import pytest
 import torch
+from conftest import published_set
 from sqlmodel import select
 from typer.testing import CliRunner
 
-from conftest import published_set
 from worldsmith.bundle.loader import write_bundle
 from worldsmith.cli import app
 from worldsmith.flows.train import train

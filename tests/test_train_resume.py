@@ -14,10 +14,10 @@ import time
 
 import psutil
 import pytest
+from conftest import published_set
 from sqlmodel import select
 from typer.testing import CliRunner
 
-from conftest import published_set
 from worldsmith.cli import app
 from worldsmith.dashboard.data import training
 from worldsmith.flows.train import train

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import with_tools
+
 from worldsmith.agent.hf_policy import render_prompt
 from worldsmith.agent.loop import Trajectory, TurnRecord, visible
 from worldsmith.bundle.contract import Bundle
@@ -62,7 +62,6 @@ def make_trainer(model_dir: Path, bundle: Bundle, runtime, tmp_path: Path, *, sc
     """The trainer for `bundle` (scripted generation unless `scripted=False`); `settings` override
     GRPOConfig's arguments, `overrides` TrainingConfig's fields."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
-
     from trl import GRPOConfig
 
     from worldsmith.training.trainer import WorldGRPOTrainer, grpo_args, grpo_settings, peft_config, task_dataset

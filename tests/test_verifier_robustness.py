@@ -37,7 +37,7 @@ def test_without_the_guard_side_effects_pass_the_verifiers(runtime, golden):
 
 def test_side_effect_is_named_in_the_evidence(runtime, golden):
     task = golden.task("t04_return_headphones")
-    probe, policy = next((p, pol) for p, pol in probes_for(runtime, golden, task) if p.kind == "side_effect")
+    _probe, policy = next((p, pol) for p, pol in probes_for(runtime, golden, task) if p.kind == "side_effect")
     trajectory = run_episode(runtime, golden, task, policy)
     assert trajectory.verdict == "partial" and trajectory.reward == 0.1
     assert trajectory.evidence["side_effects"] and all(isinstance(s, str) for s in trajectory.evidence["side_effects"])

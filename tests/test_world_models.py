@@ -17,7 +17,13 @@ from worldsmith.cli import app
 from worldsmith.llm.procedural.backend import procedural_bundle
 from worldsmith.worldmodel.evaluation import apply_diff, evaluate_world_model, k_step, one_step
 from worldsmith.worldmodel.scoring import facts
-from worldsmith.worldmodel.transitions import Observation, build_transitions, read_transitions, split_of, write_transitions
+from worldsmith.worldmodel.transitions import (
+    Observation,
+    build_transitions,
+    read_transitions,
+    split_of,
+    write_transitions,
+)
 from worldsmith.worldmodel.world_models import OpenAIWorldModel, OracleWorldModel, Prediction, StaticWorldModel, target
 
 

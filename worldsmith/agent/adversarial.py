@@ -92,7 +92,8 @@ def probes_for(runtime: Runtime, bundle: Bundle, task: TaskSpec) -> list[tuple[P
     """The reference and the adversaries of `task` that apply to it, each with its policy."""
     reference = reference_run(runtime, bundle, task)
     mutations = [i for i, changed in enumerate(reference.changed) if changed]
-    make = lambda kind, expect: Probe(bundle.env_id, task.id, kind, expect)  # noqa: E731
+    def make(kind, expect):
+        return Probe(bundle.env_id, task.id, kind, expect)
     probes: list[tuple[Probe, Any]] = [
         (make("reference", "complete"), ReferencePolicy()),
         (make("nothing", "not_complete"), ScriptPolicy("nothing", [], "Done.")),

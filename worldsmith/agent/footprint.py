@@ -33,7 +33,7 @@ class Footprint:
     inserts: dict[str, int] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, diff: DbDiff) -> "Footprint":
+    def of(cls, diff: DbDiff) -> Footprint:
         cells, deleted, inserts = set(), set(), {}
         for table, changes in diff.tables.items():
             for update in changes.updated:

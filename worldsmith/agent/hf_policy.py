@@ -16,7 +16,7 @@ from worldsmith.agent.openai_policy import parse_text_calls
 from worldsmith.bundle.contract import Bundle
 from worldsmith.models.bundle import TaskSpec
 
-_THINK = re.compile(r"<think>.*?</think>", re.S)
+_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
 
 
 def load_model(path: str | Path, device: str | None = None) -> tuple[Any, Any]:
@@ -48,7 +48,7 @@ def read_turn(text: str, turn: int) -> PolicyTurn:
     calls, problem = parse_text_calls(text, turn)
     if problem:
         return PolicyTurn(format_error=problem)
-    return PolicyTurn(message=Message(role="assistant", content=re.sub(r"<tool_call>.*?</tool_call>", "", text, flags=re.S).strip(),
+    return PolicyTurn(message=Message(role="assistant", content=re.sub(r"<tool_call>.*?</tool_call>", "", text, flags=re.DOTALL).strip(),
                                       tool_calls=calls))
 
 

@@ -16,7 +16,7 @@ from worldsmith.agent.policies import META_TOOLS
 from worldsmith.bundle.contract import Bundle
 from worldsmith.models.bundle import TaskSpec
 
-_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.S)
+_TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 META_FORMAT = ("\n\nCall the tools above through the meta-tool call_tool with {\"tool_name\": <tool>, \"arguments\": {...}}; "
                "list_tools lists them again.")
 TEXT_FORMAT = ('\n\nTo call a tool, write <tool_call>{"name": "<tool>", "arguments": {...}}</tool_call> '

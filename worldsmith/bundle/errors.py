@@ -30,5 +30,5 @@ class BundleError(ValueError):
         super().__init__("\n".join(str(i) for i in self.issues) or "invalid bundle")
 
     @classmethod
-    def single(cls, file: str, problem: str, line: int | None = None, statement: str | None = None) -> "BundleError":
+    def single(cls, file: str, problem: str, line: int | None = None, statement: str | None = None) -> BundleError:
         return cls([BundleIssue(file=file, problem=problem, line=line, statement=statement)])

@@ -16,7 +16,12 @@ from pydantic import ValidationError
 
 from worldsmith.bundle.codepolicy import check_source
 from worldsmith.bundle.contract import (
-    MANIFEST, Bundle, artifact_digest, jsonschema_error, tools_kind_of, verifiers_kind_of,
+    MANIFEST,
+    Bundle,
+    artifact_digest,
+    jsonschema_error,
+    tools_kind_of,
+    verifiers_kind_of,
 )
 from worldsmith.bundle.errors import BundleError, BundleIssue
 from worldsmith.bundle.sqlscript import SqlFault, build_world

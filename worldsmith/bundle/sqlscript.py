@@ -10,7 +10,7 @@ import re
 import sqlite3
 from dataclasses import dataclass
 
-_FIRST_WORD = re.compile(r"^\s*(?:(?:--[^\n]*\n)|(?:/\*.*?\*/)|\s)*([A-Za-z]+)", re.S)
+_FIRST_WORD = re.compile(r"^\s*(?:(?:--[^\n]*\n)|(?:/\*.*?\*/)|\s)*([A-Za-z]+)", re.DOTALL)
 
 #: PRAGMAs tools and verifiers may run (read-only introspection).
 SAFE_PRAGMAS = frozenset(

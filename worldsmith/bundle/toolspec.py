@@ -63,7 +63,7 @@ def _union(members: list[ast.expr]) -> dict[str, Any]:
     schemas: list[dict[str, Any]] = []
     for member in members:
         schema = _annotation_schema(member)
-        schemas.extend(schema["anyOf"] if "anyOf" in schema else [schema])
+        schemas.extend(schema.get("anyOf", [schema]))
     types = [s.get("type") for s in schemas]
     if all(isinstance(t, str) for t in types) and all(set(s) == {"type"} for s in schemas):
         return {"type": types}

@@ -7,7 +7,7 @@ the page needs no network).
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import plotly
@@ -36,7 +36,7 @@ def dashboard_app(catalog: Catalog | None = None, prefect_ui_url: str | None = N
         data = current()
         html = _TEMPLATES.get_template("dashboard.html.j2").render(
             data=data, charts=all_charts(data), prefect_ui_url=prefect_ui_url,
-            generated_at=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"))
+            generated_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"))
         return HTMLResponse(html)
 
     async def api_summary(request: Request) -> JSONResponse:

@@ -8,7 +8,7 @@ re-triggered run duplicates nothing); the same name with another query is refuse
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from prefect import flow, get_run_logger, task
@@ -29,7 +29,7 @@ class CurateParameters(BaseModel):
                             description="Which good versions the set takes and how it is split.")
 
     def set_name(self) -> str:
-        return self.name or f"curated-{datetime.now(timezone.utc):%Y-%m-%d}"
+        return self.name or f"curated-{datetime.now(UTC):%Y-%m-%d}"
 
 
 @task(name="create-set", retries=2, retry_delay_seconds=2)

@@ -22,7 +22,12 @@ from functools import partial
 from typing import Any
 
 from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_markdown_artifact, create_progress_artifact, create_table_artifact, update_progress_artifact
+from prefect.artifacts import (
+    create_markdown_artifact,
+    create_progress_artifact,
+    create_table_artifact,
+    update_progress_artifact,
+)
 from prefect.futures import as_completed
 from prefect.task_runners import ThreadPoolTaskRunner
 from sqlmodel import select

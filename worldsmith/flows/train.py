@@ -178,8 +178,8 @@ def _summary(run_id: int, config: TrainingConfig, result: dict[str, Any]) -> str
 
     last = result["log"][-1] if result["log"] else {}
     worlds = "real worlds" if config.simulate is None else f"world model `{config.simulate.world_model}` ({config.real_share:.0%} of groups real)"
-    return "\n".join([f"# Training run {run_id}", "", f"GRPO of `{config.model}` on set `{config.set_name}` ({config.split}) in the {worlds}, "
-                      f"{result['steps']} steps, group {config.group_size}, history {config.history}.", "",
+    return "\n".join([f"# Training run {run_id}", "", (f"GRPO of `{config.model}` on set `{config.set_name}` ({config.split}) in the {worlds}, "
+                      f"{result['steps']} steps, group {config.group_size}, history {config.history}."), "",
                       line("before", result["before"]), line("after", result["after"]), "",
                       f"Last step: reward {last.get('reward', float('nan')):.3f}, success rate {last.get('success_rate', float('nan')):.3f}.",
                       f"Final model: object {result['checkpoint']}.", "", dashboard_link("train")])

@@ -20,13 +20,13 @@ import json
 import re
 import sqlite3
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 from worldsmith.bundle.codepolicy import parse_source
-from worldsmith.bundle.errors import BundleError
 from worldsmith.bundle.contract import Bundle
+from worldsmith.bundle.errors import BundleError
 from worldsmith.bundle.kinds import APP_TOOLS, RELEASE_CODE_VERIFIERS, RELEASE_SQL_VERIFIERS, VerifiersKind
 from worldsmith.bundle.loader import build_bundle, tools_json_bytes
 from worldsmith.bundle.sqlscript import harden, snapshot, split_statements
@@ -302,7 +302,7 @@ def import_scenario(scenario: AwmScenario, runtime: Runtime, mode: VerifierMode 
         "origin": {"format": "agentworldmodel-1k", "scenario": scenario.key, "verifier_mode": mode,
                    "failed_inserts": len(seed.failed), "inserts": len(scenario.inserts),
                    # the app's clock reads answer this instant: episodes replay to the same database
-                   "clock": clock or datetime.now(timezone.utc).replace(microsecond=0, tzinfo=None).isoformat()},
+                   "clock": clock or datetime.now(UTC).replace(microsecond=0, tzinfo=None).isoformat()},
     }
     try:
         tools = runtime.describe_app(scenario.app, seed.world)

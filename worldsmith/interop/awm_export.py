@@ -140,7 +140,7 @@ def _annotation(schema: dict[str, Any]) -> str:
     kinds = schema.get("type", "string")
     kinds = kinds if isinstance(kinds, list) else [kinds]
     names = [_TYPES.get(k, "Any") for k in kinds if k != "null"] or ["Any"]
-    return names[0] if len(names) == 1 else f"Any"
+    return names[0] if len(names) == 1 else "Any"
 
 
 def _model(tool: dict[str, Any]) -> tuple[str, str]:

@@ -22,7 +22,7 @@ class Usage:
     seconds: float = 0.0
     retries: list[str] = field(default_factory=list)  # why each retried HTTP attempt failed
 
-    def add(self, other: "Usage") -> None:
+    def add(self, other: Usage) -> None:
         self.calls += other.calls
         self.tokens_in += other.tokens_in
         self.tokens_out += other.tokens_out

@@ -80,7 +80,7 @@ class OpenAIGenerator:
         self._schema_mode = True  # JSON-schema response_format until the endpoint refuses it
 
     @classmethod
-    def from_settings(cls, settings: Settings | None = None, *, model: str | None = None) -> "OpenAIGenerator":
+    def from_settings(cls, settings: Settings | None = None, *, model: str | None = None) -> OpenAIGenerator:
         s = settings or get_settings()
         return cls(model=model or s.llm_model, base_url=s.llm_base_url,
                    api_key=s.llm_key(), temperature=s.llm_temperature,

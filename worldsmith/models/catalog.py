@@ -3,15 +3,15 @@ migrations in `worldsmith/storage/migrations/`."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import Any, Optional
+from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import JSON, Column, Index, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 
 def utcnow() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class Environment(SQLModel, table=True):
@@ -32,17 +32,17 @@ class EnvironmentVersion(SQLModel, table=True):
     __tablename__ = "environment_versions"
     __table_args__ = (UniqueConstraint("env_id", "version"),)
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     env_id: str = Field(foreign_key="environments.env_id", index=True, max_length=64)
     version: int
     content_key: str = Field(unique=True, max_length=64, description="sha256 over the env_id and artifact hashes")
     manifest_digest: str = Field(max_length=71)
     status: str = Field(default="good", max_length=16, description="good | failed")
-    failure_reason: Optional[str] = None
+    failure_reason: str | None = None
     generator_backend: str = Field(default="", max_length=64)
-    generator_model: Optional[str] = None
-    prompt_version: Optional[str] = None
-    seed: Optional[int] = None
+    generator_model: str | None = None
+    prompt_version: str | None = None
+    seed: int | None = None
     stats: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     quality: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     created_at: datetime = Field(default_factory=utcnow)
@@ -58,7 +58,7 @@ class Artifact(SQLModel, table=True):
     __tablename__ = "artifacts"
     __table_args__ = (UniqueConstraint("version_id", "name"),)
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     version_id: int = Field(foreign_key="environment_versions.id", index=True)
     name: str = Field(max_length=128)
     digest: str = Field(max_length=71, index=True)
@@ -71,15 +71,15 @@ class StageAttempt(SQLModel, table=True):
     __tablename__ = "stage_attempts"
     __table_args__ = (Index("ix_stage_attempts_stage_created_at", "stage", "created_at"),)
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     run_id: str = Field(index=True, max_length=64)
-    env_id: Optional[str] = Field(default=None, index=True, max_length=64)
-    version_id: Optional[int] = Field(default=None, foreign_key="environment_versions.id")
+    env_id: str | None = Field(default=None, index=True, max_length=64)
+    version_id: int | None = Field(default=None, foreign_key="environment_versions.id")
     stage: str = Field(max_length=32)
     attempt: int
     outcome: str = Field(max_length=16, description="success | failure | transient")
-    error_class: Optional[str] = Field(default=None, max_length=128)
-    error_text: Optional[str] = None
+    error_class: str | None = Field(default=None, max_length=128)
+    error_text: str | None = None
     tokens_in: int = 0
     tokens_out: int = 0
     cost_usd: float = 0.0
@@ -92,7 +92,7 @@ class QualityReport(SQLModel, table=True):
 
     __tablename__ = "quality_reports"
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     version_id: int = Field(foreign_key="environment_versions.id", index=True)
     kind: str = Field(max_length=32, description="expectations | probes | import")
     passed: bool
@@ -106,7 +106,7 @@ class EnvironmentSet(SQLModel, table=True):
 
     __tablename__ = "environment_sets"
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     name: str = Field(unique=True, max_length=128)
     query: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     created_at: datetime = Field(default_factory=utcnow)
@@ -127,15 +127,15 @@ class EvaluationRun(SQLModel, table=True):
 
     __tablename__ = "evaluation_runs"
 
-    id: Optional[int] = Field(default=None, primary_key=True)
-    set_id: Optional[int] = Field(default=None, foreign_key="environment_sets.id")
+    id: int | None = Field(default=None, primary_key=True)
+    set_id: int | None = Field(default=None, foreign_key="environment_sets.id")
     policy: str = Field(max_length=256)
     samples: int = 1
     status: str = Field(default="running", max_length=16)
     metrics: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
-    flow_run_id: Optional[str] = Field(default=None, max_length=64)
+    flow_run_id: str | None = Field(default=None, max_length=64)
     started_at: datetime = Field(default_factory=utcnow)
-    finished_at: Optional[datetime] = None
+    finished_at: datetime | None = None
 
 
 class TrainingRun(SQLModel, table=True):
@@ -143,14 +143,14 @@ class TrainingRun(SQLModel, table=True):
 
     __tablename__ = "training_runs"
 
-    id: Optional[int] = Field(default=None, primary_key=True)
-    set_id: Optional[int] = Field(default=None, foreign_key="environment_sets.id")
+    id: int | None = Field(default=None, primary_key=True)
+    set_id: int | None = Field(default=None, foreign_key="environment_sets.id")
     config: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     status: str = Field(default="running", max_length=16)
     metrics: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
-    flow_run_id: Optional[str] = Field(default=None, max_length=64)
+    flow_run_id: str | None = Field(default=None, max_length=64)
     started_at: datetime = Field(default_factory=utcnow)
-    finished_at: Optional[datetime] = None
+    finished_at: datetime | None = None
 
 
 class TrainingStep(SQLModel, table=True):
@@ -159,7 +159,7 @@ class TrainingStep(SQLModel, table=True):
     __tablename__ = "training_steps"
     __table_args__ = (Index("ix_training_steps_run_step", "training_run_id", "step", unique=True),)
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     training_run_id: int = Field(foreign_key="training_runs.id")
     step: int
     metrics: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
@@ -171,7 +171,7 @@ class Checkpoint(SQLModel, table=True):
 
     __tablename__ = "checkpoints"
 
-    id: Optional[int] = Field(default=None, primary_key=True)
+    id: int | None = Field(default=None, primary_key=True)
     training_run_id: int = Field(foreign_key="training_runs.id", index=True)
     step: int
     digest: str = Field(max_length=71)

@@ -47,7 +47,7 @@ class Stack:
     log: list[str] = field(default_factory=list)
 
     @classmethod
-    def from_settings(cls, workers: tuple[str, ...] = ("local",)) -> "Stack":
+    def from_settings(cls, workers: tuple[str, ...] = ("local",)) -> Stack:
         settings = get_settings()
         return cls(settings.home.resolve(), settings.prefect_port, settings.dashboard_host, settings.dashboard_port, workers)
 

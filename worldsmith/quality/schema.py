@@ -7,9 +7,9 @@ import re
 import sqlite3
 from dataclasses import dataclass, field
 
-_IN = re.compile(r"CHECK\s*\(\s*\"?(\w+)\"?\s+IN\s*\(([^)]*)\)\s*\)", re.I)
-_BETWEEN = re.compile(r"CHECK\s*\(\s*\"?(\w+)\"?\s+BETWEEN\s+(-?[\d.]+)\s+AND\s+(-?[\d.]+)\s*\)", re.I)
-_COMPARE = re.compile(r"CHECK\s*\(\s*\"?(\w+)\"?\s*(>=|>|<=|<)\s*(-?[\d.]+)\s*\)", re.I)
+_IN = re.compile(r"CHECK\s*\(\s*\"?(\w+)\"?\s+IN\s*\(([^)]*)\)\s*\)", re.IGNORECASE)
+_BETWEEN = re.compile(r"CHECK\s*\(\s*\"?(\w+)\"?\s+BETWEEN\s+(-?[\d.]+)\s+AND\s+(-?[\d.]+)\s*\)", re.IGNORECASE)
+_COMPARE = re.compile(r"CHECK\s*\(\s*\"?(\w+)\"?\s*(>=|>|<=|<)\s*(-?[\d.]+)\s*\)", re.IGNORECASE)
 _LITERAL = re.compile(r"'((?:[^']|'')*)'|(-?\d+(?:\.\d+)?)")
 
 

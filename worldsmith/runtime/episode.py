@@ -15,7 +15,7 @@ import tempfile
 import threading
 import uuid
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.kinds import APP_TOOLS, ToolsKind
@@ -56,7 +56,7 @@ class Episode(Protocol):
 
     def close(self) -> None: ...
 
-    def __enter__(self) -> Episode: ...
+    def __enter__(self) -> Self: ...
 
     def __exit__(self, *exc: object) -> None: ...
 
@@ -148,7 +148,7 @@ class Runtime:
         if self._own_scratch:
             shutil.rmtree(self.pool.scratch_root, ignore_errors=True)
 
-    def __enter__(self) -> "Runtime":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -311,7 +311,7 @@ class SandboxEpisode:
                 self._pool.release(self._worker)
                 self.runtime._forget(self)
 
-    def __enter__(self) -> SandboxEpisode:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

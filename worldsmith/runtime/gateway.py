@@ -14,7 +14,7 @@ import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, Self
 
 import anyio
 import mcp_types as types
@@ -40,7 +40,7 @@ EPISODE_KEY = "worldsmith.episode"
 def _connection(ctx: ServerRequestContext) -> Any:
     # mcp 2.3 keeps the per-session Connection (session_id, state, exit_stack) only on a private
     # attribute of the per-request ServerSession; pinned in requirements.lock.
-    return ctx.session._connection  # noqa: SLF001
+    return ctx.session._connection
 
 
 async def _sessions_only(ctx: ServerRequestContext, call_next: Callable[[ServerRequestContext], Awaitable[Any]]) -> Any:
@@ -156,7 +156,7 @@ class BackgroundServer:
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
-    def __enter__(self) -> "BackgroundServer":
+    def __enter__(self) -> Self:
         self._thread.start()
         deadline = time.monotonic() + 30
         while not self.server.started:

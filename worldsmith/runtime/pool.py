@@ -51,7 +51,7 @@ class SandboxLimits:
     start_timeout_s: float = 30.0
 
     @classmethod
-    def from_settings(cls, settings: Settings | None = None) -> "SandboxLimits":
+    def from_settings(cls, settings: Settings | None = None) -> SandboxLimits:
         s = settings or get_settings()
         return cls(call_timeout_s=s.sandbox_call_timeout_s, cpu_s=s.sandbox_cpu_s, memory_mb=s.sandbox_memory_mb,
                    file_size_mb=s.sandbox_file_size_mb, uid=s.sandbox_uid)

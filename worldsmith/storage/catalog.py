@@ -23,11 +23,11 @@ from sqlmodel import Session, create_engine
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 MIGRATION_LOCK_KEY = 0x776F726C64  # "world"
 _MIGRATING = threading.Lock()  # Alembic's command API keeps global state: one migration at a time
-_OPEN: dict[str, "Catalog"] = {}
+_OPEN: dict[str, Catalog] = {}
 _OPEN_LOCK = threading.Lock()
 
 
-def _sqlite_pragmas(dbapi_connection, connection_record) -> None:  # noqa: ANN001 - SQLAlchemy hook
+def _sqlite_pragmas(dbapi_connection, connection_record) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA foreign_keys = ON")
     cursor.execute("PRAGMA busy_timeout = 30000")

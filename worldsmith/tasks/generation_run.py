@@ -9,7 +9,7 @@ import hashlib
 import json
 import threading
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -35,11 +35,11 @@ class GenerateParameters(BaseModel):
     seed: int | None = Field(0, description="Seed of the generator; unset: the UTC date (YYYYMMDD), so each night makes new environments.")
     fault_rate: float = Field(0.0, ge=0.0, le=1.0, description="Procedural backend: share of first attempts that fail like LLM output.")
 
-    def dated(self) -> "GenerateParameters":
+    def dated(self) -> GenerateParameters:
         """These parameters with an unset seed replaced by today's UTC date (what a nightly run uses)."""
         if self.seed is not None:
             return self
-        return self.model_copy(update={"seed": int(datetime.now(timezone.utc).strftime("%Y%m%d"))})
+        return self.model_copy(update={"seed": int(datetime.now(UTC).strftime("%Y%m%d"))})
 
     def key(self) -> str:
         """Identity of the generated content: what must match for a rerun to reuse finished stages."""

@@ -65,7 +65,7 @@ class TrainingConfig(BaseModel):
     tensorboard: bool = Field(False, description="Also write metrics for TensorBoard under the run directory.")
 
     @model_validator(mode="after")
-    def _consistent(self) -> "TrainingConfig":
+    def _consistent(self) -> TrainingConfig:
         if self.history == "full" and "window" in self.model_fields_set:
             raise ValueError("window applies to history='windowed' only; remove it or choose windowed")
         if self.simulate is None and self.real_share > 0:

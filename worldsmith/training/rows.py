@@ -15,9 +15,11 @@ importance-sampling correction (training/importance.py).
 
 from __future__ import annotations
 
+import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Sequence
+from typing import Any, Literal
 
 from worldsmith.agent.loop import Trajectory
 
@@ -90,7 +92,7 @@ def full_row(trajectory: Trajectory, advantage: float, rollout: int) -> list[Tra
         return []
     records = _turns(trajectory)
     prompt = list(records[0].prompt_ids)
-    for before, after in zip(records, records[1:]):
+    for before, after in itertools.pairwise(records):
         if after.prompt_ids[:len(before.prompt_ids) + len(before.completion_ids)] != before.prompt_ids + before.completion_ids:
             raise ValueError(f"turn {after.turn} of {trajectory.env_id}/{trajectory.task_id} does not extend turn {before.turn}'s tokens")
     last = records[-1]

@@ -76,16 +76,16 @@ def grpo_settings(config: TrainingConfig, output_dir: Path) -> dict[str, Any]:
     `rows_per_step` (env, task) rows x `group_size` rollouts (per device); the gpu profile adds bf16
     and activation checkpointing (TRL turns checkpointing on by default: cpu-test turns it off)."""
     gpu = config.profile == "gpu"
-    return dict(
-        output_dir=str(output_dir), per_device_train_batch_size=config.group_size * config.rows_per_step, num_generations=config.group_size,
-        gradient_accumulation_steps=1, steps_per_generation=1, num_iterations=1, learning_rate=config.learning_rate, beta=config.beta,
-        epsilon=config.epsilon, temperature=config.temperature, max_completion_length=config.max_completion_length, max_steps=config.steps,
-        seed=config.seed, data_seed=config.seed, logging_steps=1, save_strategy="steps" if config.save_every else "no",
-        save_steps=config.save_every or 500, report_to=["tensorboard"] if config.tensorboard else "none",
-        chat_template_kwargs={"enable_thinking": False}, remove_unused_columns=False,
-        disable_tqdm=True, use_cpu=not gpu, bf16=gpu, use_vllm=gpu and _vllm_installed(), vllm_mode="colocate", shuffle_dataset=True,
-        activation_checkpointing=gpu,
-    )
+    return {
+        "output_dir": str(output_dir), "per_device_train_batch_size": config.group_size * config.rows_per_step, "num_generations": config.group_size,
+        "gradient_accumulation_steps": 1, "steps_per_generation": 1, "num_iterations": 1, "learning_rate": config.learning_rate, "beta": config.beta,
+        "epsilon": config.epsilon, "temperature": config.temperature, "max_completion_length": config.max_completion_length, "max_steps": config.steps,
+        "seed": config.seed, "data_seed": config.seed, "logging_steps": 1, "save_strategy": "steps" if config.save_every else "no",
+        "save_steps": config.save_every or 500, "report_to": ["tensorboard"] if config.tensorboard else "none",
+        "chat_template_kwargs": {"enable_thinking": False}, "remove_unused_columns": False,
+        "disable_tqdm": True, "use_cpu": not gpu, "bf16": gpu, "use_vllm": gpu and _vllm_installed(), "vllm_mode": "colocate", "shuffle_dataset": True,
+        "activation_checkpointing": gpu,
+    }
 
 
 def grpo_args(config: TrainingConfig, output_dir: Path) -> GRPOConfig:
@@ -139,7 +139,6 @@ class WorldGRPOTrainer(GRPOTrainer):
     def rollouts(self, inputs: list[dict[str, Any]]) -> list[Trajectory]:
         """One episode per input; sampling is seeded once per batch by (config seed, step, process)."""
         import torch
-
         from trl.models.utils import disable_gradient_checkpointing
 
         step = self.state.global_step

@@ -27,7 +27,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Self
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -244,7 +244,7 @@ class SimulatedEpisode:
     def close(self) -> None:
         self.conn.close()
 
-    def __enter__(self) -> "SimulatedEpisode":
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:

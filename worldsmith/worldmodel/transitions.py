@@ -75,7 +75,7 @@ def relevant_rows(conn: sqlite3.Connection, arguments: dict[str, Any]) -> dict[s
     tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
     for table in tables:
         columns = {r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')}
-        singular = table[:-1] if table.endswith("s") else table
+        singular = table.removesuffix("s")
         for name, value in arguments.items():
             if isinstance(value, (dict, list)) or value is None:
                 continue

@@ -122,7 +122,7 @@ class ProceduralGenerator:
         if stage == "schema":
             answer["schema_sql"] = answer["schema_sql"].replace("CREATE TABLE audit_log", "CREATE TABEL audit_log", 1)
         elif stage == "seed":  # a child row pointing at a parent that does not exist
-            answer["seed_sql"] = re.sub(r"(INSERT INTO \w+ \(id, (\w+_id),.*?VALUES\n    \(1, )(\d+)", r"\g<1>9999", answer["seed_sql"], count=1, flags=re.S)
+            answer["seed_sql"] = re.sub(r"(INSERT INTO \w+ \(id, (\w+_id),.*?VALUES\n    \(1, )(\d+)", r"\g<1>9999", answer["seed_sql"], count=1, flags=re.DOTALL)
         elif stage == "tool_code":  # a tool that crashes on every call
             answer["tools_py"] = re.sub(r"(def get_\w+\(conn, \w+: int\) -> dict \| list:\n    \"\"\"[^\"]*\"\"\"\n)",
                                         r"\g<1>    return conn.execute('SELECT no_such_column FROM world_settings').fetchall()\n",

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import string
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 STAGES = ("scenario", "tasks", "schema", "seed", "tool_plan", "tool_code", "verifiers")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _template(stage: str) -> tuple[str, string.Template]:
     text = (HERE / f"{stage}.md").read_text()
     first, _, body = text.partition("\n")

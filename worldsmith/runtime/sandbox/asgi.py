@@ -20,8 +20,9 @@ import importlib
 import json
 import re
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 #: The web stack an app may use, imported before the worker confines itself.
 FRAMEWORK_MODULES = (

@@ -48,6 +48,7 @@ def diff(before: sqlite3.Connection, after: sqlite3.Connection) -> dict[str, dic
             if old[k] != new[k]
         ]
         if inserted or deleted or updated:
-            order = lambda items: sorted(items, key=repr)  # noqa: E731 - deterministic output
+            def order(items):
+                return sorted(items, key=repr)
             result[table] = {"inserted": order(inserted), "updated": order(updated), "deleted": order(deleted)}
     return result

@@ -18,8 +18,9 @@ import sysconfig
 import time
 import types
 import urllib.parse
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 from worldsmith.bundle.codepolicy import ALLOWED_MODULES, APP_MODULES, FORBIDDEN_BUILTINS, RUNTIME_MODULE
 from worldsmith.runtime.errors import ToolError

@@ -20,11 +20,11 @@ import sys
 import time
 import traceback
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import CodeType
-from typing import Any, Callable
+from typing import Any
 
 from worldsmith.bundle.asgiapp import CLOCK, ENGINE_FACTORY
 from worldsmith.bundle.codepolicy import ALLOWED_MODULES
@@ -134,7 +134,7 @@ def _clock(instant: str | None) -> Callable[..., Any]:
         if fixed is None:
             now = datetime.datetime.now(tz) if which == "datetime.now" else datetime.datetime.utcnow() if which == "datetime.utcnow" else datetime.datetime.now()
         elif tz is not None and which == "datetime.now":
-            now = fixed.replace(tzinfo=datetime.timezone.utc).astimezone(tz)
+            now = fixed.replace(tzinfo=datetime.UTC).astimezone(tz)
         else:
             now = fixed
         return now.date() if which == "date.today" else now
