@@ -59,8 +59,11 @@ def worldsmith_side(bundle, episodes: int, calls: int) -> dict[str, float]:
                 result = episode.call_tool(*WRITE)
                 writes.append(time.perf_counter() - started)
                 assert result.ok, result.error
-    return {"reset_ms": 1000 * statistics.median(resets), "read_ms": 1000 * statistics.median(reads),
-            "write_ms": 1000 * statistics.median(writes)}
+    return {
+        "reset_ms": 1000 * statistics.median(resets),
+        "read_ms": 1000 * statistics.median(reads),
+        "write_ms": 1000 * statistics.median(writes),
+    }
 
 
 def _timed(call, n: int) -> list[float]:
@@ -88,8 +91,13 @@ def reference_side(scenario, world: bytes, episodes: int, calls: int) -> dict[st
             shutil.copyfile(root / "pristine.db", database)
             port = _free_port()
             env = {**os.environ, "DATABASE_PATH": f"sqlite:///{database}"}
-            process = subprocess.Popen([sys.executable, "-m", "uvicorn", "awm_app:app", "--port", str(port), "--log-level", "warning"],
-                                       cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            process = subprocess.Popen(
+                [sys.executable, "-m", "uvicorn", "awm_app:app", "--port", str(port), "--log-level", "warning"],
+                cwd=root,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
             base = f"http://127.0.0.1:{port}"
             try:
                 with httpx.Client(base_url=base, timeout=10) as client:
@@ -110,13 +118,20 @@ def reference_side(scenario, world: bytes, episodes: int, calls: int) -> dict[st
             finally:
                 process.terminate()
                 process.wait(10)
-    return {"reset_ms": 1000 * statistics.median(resets), "read_ms": 1000 * statistics.median(reads),
-            "write_ms": 1000 * statistics.median(writes)}
+    return {
+        "reset_ms": 1000 * statistics.median(resets),
+        "read_ms": 1000 * statistics.median(reads),
+        "write_ms": 1000 * statistics.median(writes),
+    }
 
 
 def _http(client: httpx.Client, endpoint: dict, arguments: dict) -> object:
-    response = client.request(endpoint["method"], endpoint["path"], json=arguments if endpoint["method"] != "GET" else None,
-                              params=arguments if endpoint["method"] == "GET" else None)
+    response = client.request(
+        endpoint["method"],
+        endpoint["path"],
+        json=arguments if endpoint["method"] != "GET" else None,
+        params=arguments if endpoint["method"] == "GET" else None,
+    )
     response.raise_for_status()
     return response.json()
 
@@ -139,9 +154,21 @@ def main() -> None:
     theirs = reference_side(scenario, bundle.world, args.episodes, args.calls)
     ratios = {key: theirs[key] / ours[key] for key in ours}
     for key in ours:
-        print(f"{key[:-3]:>6}: worldsmith {ours[key]:8.3f} ms, reference (uvicorn per episode) {theirs[key]:8.3f} ms, x{ratios[key]:.1f}")
-    print(json.dumps({"scenario": scenario.key, "episodes": args.episodes, "calls": args.calls, "worldsmith": ours, "reference": theirs,
-                      "ratio_reference_over_worldsmith": ratios}))
+        print(
+            f"{key[:-3]:>6}: worldsmith {ours[key]:8.3f} ms, reference (uvicorn per episode) {theirs[key]:8.3f} ms, x{ratios[key]:.1f}"
+        )
+    print(
+        json.dumps(
+            {
+                "scenario": scenario.key,
+                "episodes": args.episodes,
+                "calls": args.calls,
+                "worldsmith": ours,
+                "reference": theirs,
+                "ratio_reference_over_worldsmith": ratios,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -55,7 +55,9 @@ def main() -> None:
         os.environ["WORLDSMITH_LLM_API_KEY"] = "sk-bench"
         os.environ["WORLDSMITH_LLM_CONCURRENCY"] = str(max(8, args.concurrency * 2))
         get_settings.cache_clear()
-        params = GenerateParameters(count=args.count, backend="openai", model="bench-model", concurrency=args.concurrency, seed=1)
+        params = GenerateParameters(
+            count=args.count, backend="openai", model="bench-model", concurrency=args.concurrency, seed=1
+        )
         started = time.perf_counter()
         results = run_generate(params)
         wall = time.perf_counter() - started
@@ -65,17 +67,26 @@ def main() -> None:
         attempts = session.exec(select(StageAttempt)).all()
     calls = len(server.served)
     figures = {
-        "environments": args.count, "good": good, "concurrency": args.concurrency, "latency_s": args.latency,
-        "wall_s": round(wall, 2), "ideal_s": round(ideal, 2),
-        "envs_per_hour": round(args.count / wall * 3600, 1), "ideal_envs_per_hour": round(args.count / ideal * 3600, 1),
+        "environments": args.count,
+        "good": good,
+        "concurrency": args.concurrency,
+        "latency_s": args.latency,
+        "wall_s": round(wall, 2),
+        "ideal_s": round(ideal, 2),
+        "envs_per_hour": round(args.count / wall * 3600, 1),
+        "ideal_envs_per_hour": round(args.count / ideal * 3600, 1),
         "overhead": round(wall / ideal - 1, 4),
         "llm_calls_per_env": round(calls / args.count, 2),
         "tokens_per_env": round(sum(a.tokens_in + a.tokens_out for a in attempts) / args.count, 1),
         "cost_usd_per_env": round(sum(a.cost_usd for a in attempts) / args.count, 6),
     }
-    print(f"{good}/{args.count} environments good in {wall:.1f} s; ideal {ideal:.1f} s "
-          f"({figures['envs_per_hour']} vs {figures['ideal_envs_per_hour']} envs/hour; overhead {figures['overhead']:.1%}, target <= 10%)")
-    print(f"per environment: {figures['llm_calls_per_env']} LLM calls, {figures['tokens_per_env']} tokens, ${figures['cost_usd_per_env']}")
+    print(
+        f"{good}/{args.count} environments good in {wall:.1f} s; ideal {ideal:.1f} s "
+        f"({figures['envs_per_hour']} vs {figures['ideal_envs_per_hour']} envs/hour; overhead {figures['overhead']:.1%}, target <= 10%)"
+    )
+    print(
+        f"per environment: {figures['llm_calls_per_env']} LLM calls, {figures['tokens_per_env']} tokens, ${figures['cost_usd_per_env']}"
+    )
     print(json.dumps(figures))
 
 

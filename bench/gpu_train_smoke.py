@@ -48,18 +48,46 @@ def main() -> None:
     runtime = Runtime()
 
     with tempfile.TemporaryDirectory() as scratch:
-        base = build_tiny_model(Path(scratch) / "tiny", bundles.values(), hidden_size=args.hidden, layers=4, heads=4, kv_heads=2)
-        model_dir = warm_up(base, reference_rows(runtime, list(bundles.values()), 3), Path(scratch) / "warm", steps=args.warmup_steps)
-        config = TrainingConfig(model=str(model_dir), set_name="smoke", profile=args.profile, group_size=args.group_size, steps=args.steps,
-                                max_turns=6, max_completion_length=96, learning_rate=1e-5, history=args.history)
-        clock = StepClock("step", ("reward", "rows", "loss", "sampling/importance_sampling_ratio/mean"))  # the last with vLLM only
-        trainer = WorldGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(model_dir, dtype=model_dtype(config)), args=grpo_args(config, Path(scratch) / "out"),
-                                   train_dataset=task_dataset(bundles), processing_class=AutoTokenizer.from_pretrained(model_dir),
-                                   callbacks=[clock], config=config, runtime=runtime, bundles=bundles)
+        base = build_tiny_model(
+            Path(scratch) / "tiny", bundles.values(), hidden_size=args.hidden, layers=4, heads=4, kv_heads=2
+        )
+        model_dir = warm_up(
+            base, reference_rows(runtime, list(bundles.values()), 3), Path(scratch) / "warm", steps=args.warmup_steps
+        )
+        config = TrainingConfig(
+            model=str(model_dir),
+            set_name="smoke",
+            profile=args.profile,
+            group_size=args.group_size,
+            steps=args.steps,
+            max_turns=6,
+            max_completion_length=96,
+            learning_rate=1e-5,
+            history=args.history,
+        )
+        clock = StepClock(
+            "step", ("reward", "rows", "loss", "sampling/importance_sampling_ratio/mean")
+        )  # the last with vLLM only
+        trainer = WorldGRPOTrainer(
+            model=AutoModelForCausalLM.from_pretrained(model_dir, dtype=model_dtype(config)),
+            args=grpo_args(config, Path(scratch) / "out"),
+            train_dataset=task_dataset(bundles),
+            processing_class=AutoTokenizer.from_pretrained(model_dir),
+            callbacks=[clock],
+            config=config,
+            runtime=runtime,
+            bundles=bundles,
+        )
         trainer.train()
     runtime.close()
-    summary = {"profile": args.profile, "history": args.history, "device": torch.cuda.get_device_name() if cuda else "cpu",
-               **clock.summary(), "use_vllm": trainer.use_vllm, "bf16": trainer.args.bf16}
+    summary = {
+        "profile": args.profile,
+        "history": args.history,
+        "device": torch.cuda.get_device_name() if cuda else "cpu",
+        **clock.summary(),
+        "use_vllm": trainer.use_vllm,
+        "bf16": trainer.args.bf16,
+    }
     print(json.dumps(summary, indent=2))
 
 

@@ -38,9 +38,11 @@ def main() -> None:
     from worldsmith.agent.policies import RandomPolicy, ReferencePolicy
     from worldsmith.llm.procedural.backend import procedural_bundle
     from worldsmith.runtime.episode import Runtime
-    from worldsmith.training.world_model_sft import WorldModelConfig, fine_tune, tiny_world_model
+    from worldsmith.training.config import WorldModelConfig
+    from worldsmith.training.world_model_sft import fine_tune, tiny_world_model
+    from worldsmith.worldmodel.config import SimulationConfig
     from worldsmith.worldmodel.evaluation import evaluate_world_model
-    from worldsmith.worldmodel.simulated import SimulatedRuntime, SimulationConfig
+    from worldsmith.worldmodel.simulated import SimulatedRuntime
     from worldsmith.worldmodel.transitions import build_transitions
     from worldsmith.worldmodel.world_models import HFWorldModel
 
@@ -55,21 +57,43 @@ def main() -> None:
         transitions = build_transitions(runtime, {b.key: b for b in bundles}, trajectories, validation=0.0, test=0.0)
         clock = StepClock("sft step", ("loss",))
         out = Path(scratch) / "wm"
-        fine_tune(tiny_world_model(Path(scratch) / "tiny", transitions), transitions, out,
-                  WorldModelConfig(profile=args.profile, steps=args.steps), [clock])
+        fine_tune(
+            tiny_world_model(Path(scratch) / "tiny", transitions),
+            transitions,
+            out,
+            WorldModelConfig(profile=args.profile, steps=args.steps),
+            [clock],
+        )
         model = HFWorldModel(out, max_new_tokens=args.max_new_tokens)
         report = evaluate_world_model(model, transitions[:24], k=2)
-        simulation = SimulatedRuntime(runtime, SimulationConfig(world_model=f"hf:{out}", samples=2, max_new_tokens=args.max_new_tokens))
+        simulation = SimulatedRuntime(
+            runtime, SimulationConfig(world_model=f"hf:{out}", samples=2, max_new_tokens=args.max_new_tokens)
+        )
         started = time.perf_counter()
         episode = run_episode(runtime, bundles[0], bundles[0].tasks[0], ReferencePolicy(), world=simulation)
         episode_s = time.perf_counter() - started
     one = report["one_step"]
-    print(f"one step on {one['transitions']} train transitions: observation exact {one['observation_exact']:.3f}, "
-          f"invalid {one['invalid_rate']:.3f}; simulated episode: {episode.verdict} after {len(episode.steps)} call(s), {episode_s:.2f} s")
-    print(json.dumps({"profile": args.profile, "device": torch.cuda.get_device_name() if cuda else "cpu", "model_device": str(model.model.device),
-                      "model_dtype": str(model.model.dtype), "transitions": len(transitions), **clock.summary(), "loss": [r["loss"] for r in clock.rows],
-                      "one_step": {k: v for k, v in one.items() if k != "per_env"}, "simulated_episode": episode.verdict,
-                      "simulation": simulation.stats.as_dict()}, indent=2))
+    print(
+        f"one step on {one['transitions']} train transitions: observation exact {one['observation_exact']:.3f}, "
+        f"invalid {one['invalid_rate']:.3f}; simulated episode: {episode.verdict} after {len(episode.steps)} call(s), {episode_s:.2f} s"
+    )
+    print(
+        json.dumps(
+            {
+                "profile": args.profile,
+                "device": torch.cuda.get_device_name() if cuda else "cpu",
+                "model_device": str(model.model.device),
+                "model_dtype": str(model.model.dtype),
+                "transitions": len(transitions),
+                **clock.summary(),
+                "loss": [r["loss"] for r in clock.rows],
+                "one_step": {k: v for k, v in one.items() if k != "per_env"},
+                "simulated_episode": episode.verdict,
+                "simulation": simulation.stats.as_dict(),
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -44,10 +44,23 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         model_dir = build_tiny_model(Path(scratch) / "tiny", [bundle], hidden_size=args.hidden)
         tokenizer, model = AutoTokenizer.from_pretrained(model_dir), AutoModelForCausalLM.from_pretrained(model_dir)
-        config = TrainingConfig(model=str(model_dir), set_name="bench", group_size=args.rollouts, max_turns=3,
-                                max_completion_length=args.tokens, temperature=1.0)
-        trainer = WorldGRPOTrainer(model=model, args=grpo_args(config, Path(scratch) / "out"), train_dataset=task_dataset({"b": bundle}),
-                                   processing_class=tokenizer, config=config, runtime=runtime, bundles={"b": bundle})
+        config = TrainingConfig(
+            model=str(model_dir),
+            set_name="bench",
+            group_size=args.rollouts,
+            max_turns=3,
+            max_completion_length=args.tokens,
+            temperature=1.0,
+        )
+        trainer = WorldGRPOTrainer(
+            model=model,
+            args=grpo_args(config, Path(scratch) / "out"),
+            train_dataset=task_dataset({"b": bundle}),
+            processing_class=tokenizer,
+            config=config,
+            runtime=runtime,
+            bundles={"b": bundle},
+        )
         inputs = [{"bundle": "b", "task_id": task.id}] * args.rollouts
         trainer.rollouts(inputs[:2])  # warm the runtime's worker and the model
         started = time.perf_counter()
@@ -58,8 +71,12 @@ def main() -> None:
         sequential = []
         for seed in range(args.rollouts):
             torch.manual_seed(seed)
-            policy = HFPolicy(model=model, tokenizer=tokenizer, max_new_tokens=args.tokens, temperature=1.0, timeout_s=None)
-            sequential.append(run_episode(runtime, bundle, task, policy, EpisodeConfig(max_turns=3, window=3, seed=seed)))
+            policy = HFPolicy(
+                model=model, tokenizer=tokenizer, max_new_tokens=args.tokens, temperature=1.0, timeout_s=None
+            )
+            sequential.append(
+                run_episode(runtime, bundle, task, policy, EpisodeConfig(max_turns=3, window=3, seed=seed))
+            )
         sequential_s = time.perf_counter() - started
     runtime.close()
     turns_b, turns_s = sum(t.turns for t in batched), sum(t.turns for t in sequential)

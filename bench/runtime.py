@@ -69,7 +69,11 @@ def megabyte_world(golden: Bundle) -> Bundle:
         f"({100 + i}, 'Bench Customer {i:05d} with a longer display name', 'bench{i:05d}@example.com', 'bronze', {i % 500}, '2025-01-01')"
         for i in range(9000)
     )
-    return variant(golden, "retail_store_1mb", extra_seed=f"\nINSERT INTO customers (id, name, email, tier, loyalty_points, created_at) VALUES\n{rows};\n")
+    return variant(
+        golden,
+        "retail_store_1mb",
+        extra_seed=f"\nINSERT INTO customers (id, name, email, tier, loyalty_points, created_at) VALUES\n{rows};\n",
+    )
 
 
 def timed(fn, repeat: int) -> float:
@@ -91,8 +95,12 @@ def bench_tool_call(runtime: Runtime, golden: Bundle, calls: int) -> dict[str, f
     direct = timed(lambda: namespace["get_product"](conn, "KB-101"), calls)
     with runtime.open_episode(golden) as episode:
         sandboxed = timed(lambda: episode.call_tool("get_product", {"sku": "KB-101"}), calls)
-    return {"direct_us": direct * 1e6, "runtime_us": sandboxed * 1e6, "ratio": sandboxed / direct,
-            "overhead_us": (sandboxed - direct) * 1e6}
+    return {
+        "direct_us": direct * 1e6,
+        "runtime_us": sandboxed * 1e6,
+        "ratio": sandboxed / direct,
+        "overhead_us": (sandboxed - direct) * 1e6,
+    }
 
 
 async def _mcp_latency(url: str, tool: str, calls: int) -> float:
@@ -149,7 +157,12 @@ def bench_reset(world: bytes, repeat: int) -> dict[str, float]:
     memory = timed(by_deserialize, repeat)
     files = timed(by_file_copy, repeat)
     shutil.rmtree(tmp)
-    return {"world_bytes": len(world), "deserialize_ms": memory * 1e3, "file_copy_ms": files * 1e3, "speedup": files / memory}
+    return {
+        "world_bytes": len(world),
+        "deserialize_ms": memory * 1e3,
+        "file_copy_ms": files * 1e3,
+        "speedup": files / memory,
+    }
 
 
 def _rss(runtime: Runtime) -> int:
@@ -188,8 +201,13 @@ def bench_open(bundle: Bundle, count: int, workers: int) -> dict[str, float]:
         assert runtime.open_episodes == count
         probe = episodes[-1].call_tool("get_customer", {"customer_id": 1})
         assert probe.ok
-    return {"episodes": count, "world_bytes": len(bundle.world), "wall_s": wall, "peak_rss_mb": peak[0] / 2**20,
-            "rss_growth_mb": (peak[0] - base_rss) / 2**20}
+    return {
+        "episodes": count,
+        "world_bytes": len(bundle.world),
+        "wall_s": wall,
+        "peak_rss_mb": peak[0] / 2**20,
+        "rss_growth_mb": (peak[0] - base_rss) / 2**20,
+    }
 
 
 def main() -> None:
@@ -204,19 +222,31 @@ def main() -> None:
     results: dict[str, dict[str, float]] = {}
     with Runtime(workers=args.workers) as runtime:
         results["tool_call_overhead"] = bench_tool_call(runtime, golden, args.calls)
-        print(f"tool call: direct {results['tool_call_overhead']['direct_us']:.1f} us, through runtime "
-              f"{results['tool_call_overhead']['runtime_us']:.1f} us (x{results['tool_call_overhead']['ratio']:.1f})", flush=True)
+        print(
+            f"tool call: direct {results['tool_call_overhead']['direct_us']:.1f} us, through runtime "
+            f"{results['tool_call_overhead']['runtime_us']:.1f} us (x{results['tool_call_overhead']['ratio']:.1f})",
+            flush=True,
+        )
         results["gateway_vs_sdk"] = bench_gateway(runtime, golden, max(50, args.calls // 5))
-        print(f"MCP call: plain SDK {results['gateway_vs_sdk']['sdk_ms']:.2f} ms, gateway "
-              f"{results['gateway_vs_sdk']['gateway_ms']:.2f} ms (x{results['gateway_vs_sdk']['ratio']:.2f}; target <= 1.5)", flush=True)
+        print(
+            f"MCP call: plain SDK {results['gateway_vs_sdk']['sdk_ms']:.2f} ms, gateway "
+            f"{results['gateway_vs_sdk']['gateway_ms']:.2f} ms (x{results['gateway_vs_sdk']['ratio']:.2f}; target <= 1.5)",
+            flush=True,
+        )
     results["reset"] = bench_reset(big.world, 200)
-    print(f"reset of a {results['reset']['world_bytes'] / 2**20:.2f} MB world: deserialize {results['reset']['deserialize_ms']:.3f} ms, "
-          f"file copy + connect {results['reset']['file_copy_ms']:.3f} ms (x{results['reset']['speedup']:.1f} faster; target < 1 ms)", flush=True)
+    print(
+        f"reset of a {results['reset']['world_bytes'] / 2**20:.2f} MB world: deserialize {results['reset']['deserialize_ms']:.3f} ms, "
+        f"file copy + connect {results['reset']['file_copy_ms']:.3f} ms (x{results['reset']['speedup']:.1f} faster; target < 1 ms)",
+        flush=True,
+    )
     for name, bundle in (("open_1024_golden", golden), ("open_1024_1mb", big)):
         results[name] = bench_open(bundle, args.episodes, args.workers)
         r = results[name]
-        print(f"open {r['episodes']} episodes of a {r['world_bytes'] / 2**20:.2f} MB world: {r['wall_s']:.2f} s, "
-              f"peak RSS {r['peak_rss_mb']:.0f} MB (targets < 2 s, < 2048 MB)", flush=True)
+        print(
+            f"open {r['episodes']} episodes of a {r['world_bytes'] / 2**20:.2f} MB world: {r['wall_s']:.2f} s, "
+            f"peak RSS {r['peak_rss_mb']:.0f} MB (targets < 2 s, < 2048 MB)",
+            flush=True,
+        )
     print(json.dumps({k: {m: round(v, 4) for m, v in r.items()} for k, r in results.items()}))
 
 

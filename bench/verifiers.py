@@ -37,8 +37,10 @@ def main() -> None:
     parser.add_argument("--domains", default="all", help="comma-separated domain keys, or all")
     args = parser.parse_args()
     keys = [d.key for d in DOMAINS] if args.domains == "all" else args.domains.split(",")
-    bundles = {"golden": [load_bundle(ROOT / "examples" / "bundles" / "retail_store")],
-               "procedural": [procedural_bundle(key, seed) for key in keys for seed in range(1, args.seeds + 1)]}
+    bundles = {
+        "golden": [load_bundle(ROOT / "examples" / "bundles" / "retail_store")],
+        "procedural": [procedural_bundle(key, seed) for key in keys for seed in range(1, args.seeds + 1)],
+    }
     report: dict[str, dict[str, object]] = {}
     started = time.perf_counter()
     with Runtime() as runtime:
@@ -47,20 +49,32 @@ def main() -> None:
                 probes = [p for bundle in members for p in run_probes(runtime, bundle, guard=guard)]
                 report[f"{group}{'' if guard else '_verifier_only'}"] = rates(probes)
     kinds = ("nothing", "claim", "wrong_entity", "side_effect", "half")
-    table = Table(title=f"Adversarial verdicts ({sum(len(b) for b in bundles.values())} worlds, {time.perf_counter() - started:.1f} s): "
-                        "judged complete / probes")
+    table = Table(
+        title=f"Adversarial verdicts ({sum(len(b) for b in bundles.values())} worlds, {time.perf_counter() - started:.1f} s): "
+        "judged complete / probes"
+    )
     for column in ("verdict path", "probes", "FP rate", "FN rate", *kinds):
         table.add_column(column)
     for name, r in report.items():
         by_kind = r["by_kind"]
+
         def cell(kind):
             return f"{by_kind.get(kind, {}).get('verdicts', {}).get('complete', 0)}/{by_kind.get(kind, {}).get('n', 0)}"
-        table.add_row(name, str(r["probes"]), f"{r['false_positive_rate']:.3f}", f"{r['false_negative_rate']:.3f}", *(cell(k) for k in kinds))
+
+        table.add_row(
+            name,
+            str(r["probes"]),
+            f"{r['false_positive_rate']:.3f}",
+            f"{r['false_negative_rate']:.3f}",
+            *(cell(k) for k in kinds),
+        )
     Console(width=140).print(table)
     for name, r in report.items():
         for line in r["false_positives"][:5] + r["false_negatives"][:5]:
             print(f"  {name}: {line}")
-    summary = {name: {k: r[k] for k in ("probes", "false_positive_rate", "false_negative_rate")} for name, r in report.items()}
+    summary = {
+        name: {k: r[k] for k in ("probes", "false_positive_rate", "false_negative_rate")} for name, r in report.items()
+    }
     summary["worlds"] = {group: len(members) for group, members in bundles.items()}
     print(json.dumps(summary))
 

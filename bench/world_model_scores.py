@@ -34,7 +34,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--k", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=384)
-    parser.add_argument("--train-sample", type=int, default=120, help="train transitions (seen worlds) also scored one step, by the tiny model")
+    parser.add_argument(
+        "--train-sample",
+        type=int,
+        default=120,
+        help="train transitions (seen worlds) also scored one step, by the tiny model",
+    )
     args = parser.parse_args()
     os.environ.setdefault("WORLDSMITH_HOME", tempfile.mkdtemp(prefix="worldsmith-wm-bench-"))
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -45,44 +50,74 @@ def main() -> None:
     from worldsmith.llm.procedural.backend import procedural_bundle
     from worldsmith.llm.procedural.blocks import DOMAINS
     from worldsmith.runtime.episode import Runtime
-    from worldsmith.training.world_model_sft import WorldModelConfig, train_world_model
+    from worldsmith.training.config import WorldModelConfig
+    from worldsmith.training.world_model_runs import train_world_model
     from worldsmith.worldmodel.evaluation import evaluate_world_model, one_step
     from worldsmith.worldmodel.transitions import build_transitions
     from worldsmith.worldmodel.world_models import HFWorldModel, OracleWorldModel, StaticWorldModel
 
     started = time.perf_counter()
-    bundles = [procedural_bundle(d.key, seed) for d in DOMAINS[:args.domains] for seed in range(args.seeds)]
+    bundles = [procedural_bundle(d.key, seed) for d in DOMAINS[: args.domains] for seed in range(args.seeds)]
     with Runtime() as runtime:
         trajectories = [run_episode(runtime, b, t, ReferencePolicy()) for b in bundles for t in b.tasks]
-        trajectories += [run_episode(runtime, b, t, RandomPolicy(), EpisodeConfig(max_turns=4, seed=i)) for b in bundles
-                         for i, t in enumerate(b.tasks)]
-        transitions = build_transitions(runtime, {b.key: b for b in bundles}, trajectories, seed=0, validation=0.0, test=0.35)
+        trajectories += [
+            run_episode(runtime, b, t, RandomPolicy(), EpisodeConfig(max_turns=4, seed=i))
+            for b in bundles
+            for i, t in enumerate(b.tasks)
+        ]
+        transitions = build_transitions(
+            runtime, {b.key: b for b in bundles}, trajectories, seed=0, validation=0.0, test=0.35
+        )
     train = [t for t in transitions if t.split == "train"]
     test = [t for t in transitions if t.split == "test"]
-    print(f"{len(bundles)} worlds, {len(transitions)} transitions: {len(train)} train "
-          f"({len({t.env_id for t in train})} worlds), {len(test)} test ({len({t.env_id for t in test})} unseen worlds)")
+    print(
+        f"{len(bundles)} worlds, {len(transitions)} transitions: {len(train)} train "
+        f"({len({t.env_id for t in train})} worlds), {len(test)} test ({len({t.env_id for t in test})} unseen worlds)"
+    )
     trained = train_world_model(transitions, WorldModelConfig(steps=args.steps))
     losses = [e["loss"] for e in trained["log"]]
     print(f"tiny world model: {args.steps} SFT steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}")
-    models = {"static (floor)": StaticWorldModel(), "tiny, trained": HFWorldModel(trained["model"], max_new_tokens=args.max_new_tokens),
-              "oracle (ceiling)": OracleWorldModel()}
+    models = {
+        "static (floor)": StaticWorldModel(),
+        "tiny, trained": HFWorldModel(trained["model"], max_new_tokens=args.max_new_tokens),
+        "oracle (ceiling)": OracleWorldModel(),
+    }
     reports = {name: evaluate_world_model(model, test, k=args.k) for name, model in models.items()}
     header = f"{'model':18} {'obs exact':>9} {'outcome':>8} {'invalid':>8} {'rows F1':>8} {'fields F1':>9}  compound error by step"
     print(header)
     for name, report in reports.items():
         one = report["one_step"]
         steps = " ".join(f"{s['compound_error']:.3f}" for s in report["k_step"]["steps"])
-        print(f"{name:18} {one['observation_exact']:9.3f} {one['outcome_agreement']:8.3f} {one['invalid_rate']:8.3f} "
-              f"{one['rows']['f1']:8.3f} {one['fields']['f1']:9.3f}  {steps}")
+        print(
+            f"{name:18} {one['observation_exact']:9.3f} {one['outcome_agreement']:8.3f} {one['invalid_rate']:8.3f} "
+            f"{one['rows']['f1']:8.3f} {one['fields']['f1']:9.3f}  {steps}"
+        )
     seen = random.Random(0).sample(train, min(args.train_sample, len(train)))
     on_seen = one_step(models["tiny, trained"], seen)
-    print(f"tiny, trained, on {len(seen)} train transitions (seen worlds): observation exact {on_seen['observation_exact']:.3f}, "
-          f"outcome {on_seen['outcome_agreement']:.3f}, invalid {on_seen['invalid_rate']:.3f}, fields F1 {on_seen['fields']['f1']:.3f}")
+    print(
+        f"tiny, trained, on {len(seen)} train transitions (seen worlds): observation exact {on_seen['observation_exact']:.3f}, "
+        f"outcome {on_seen['outcome_agreement']:.3f}, invalid {on_seen['invalid_rate']:.3f}, fields F1 {on_seen['fields']['f1']:.3f}"
+    )
     print(f"seconds: {time.perf_counter() - started:.0f}")
-    print(json.dumps({"worlds": len(bundles), "train": len(train), "test": len(test), "steps": args.steps, "loss": [losses[0], losses[-1]],
-                      "tiny_on_seen": {k: v for k, v in on_seen.items() if k != "per_env"},
-                      "reports": {name: {"one_step": {k: v for k, v in r["one_step"].items() if k != "per_env"}, "k_step": r["k_step"]}
-                                  for name, r in reports.items()}}))
+    print(
+        json.dumps(
+            {
+                "worlds": len(bundles),
+                "train": len(train),
+                "test": len(test),
+                "steps": args.steps,
+                "loss": [losses[0], losses[-1]],
+                "tiny_on_seen": {k: v for k, v in on_seen.items() if k != "per_env"},
+                "reports": {
+                    name: {
+                        "one_step": {k: v for k, v in r["one_step"].items() if k != "per_env"},
+                        "k_step": r["k_step"],
+                    }
+                    for name, r in reports.items()
+                },
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
@@ -25,6 +26,9 @@ GOLDEN = REPO / "examples" / "bundles" / "retail_store"
 
 #: Tight limits so hostile tests finish quickly.
 FAST_LIMITS = SandboxLimits(call_timeout_s=2.0, cpu_s=1.0, memory_mb=512, file_size_mb=1, grace_s=2.0)
+#: FAST_LIMITS with time limits that no well-behaved tool or verifier call comes near however busy
+#: the machine is: a call of milliseconds is never turned into a timeout by load.
+PATIENT_LIMITS = dataclasses.replace(FAST_LIMITS, call_timeout_s=60.0, cpu_s=30.0)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -58,6 +62,14 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     get_settings.cache_clear()
 
 
+@pytest.fixture()
+def tables_at_a_fixed_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI lays tables out at the terminal's width: the same width (120) for every run of a test."""
+    from worldsmith.cli import console
+
+    monkeypatch.setattr(console.console, "width", 120)
+
+
 @pytest.fixture(scope="session")
 def golden() -> Bundle:
     return load_bundle(GOLDEN)
@@ -65,7 +77,7 @@ def golden() -> Bundle:
 
 @pytest.fixture(scope="module")
 def runtime() -> Runtime:
-    rt = Runtime(limits=FAST_LIMITS, workers=2)
+    rt = Runtime(limits=PATIENT_LIMITS, workers=2)
     yield rt
     rt.close()
 
@@ -77,7 +89,17 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory, golden: Bundle) -> Path
     from worldsmith.llm.procedural.backend import procedural_bundle
     from worldsmith.training.tiny import build_tiny_model
 
-    return build_tiny_model(tmp_path_factory.mktemp("tiny-qwen3"), [golden, procedural_bundle("retail", 1), procedural_bundle("clinic", 1)])
+    return build_tiny_model(
+        tmp_path_factory.mktemp("tiny-qwen3"), [golden, procedural_bundle("retail", 1), procedural_bundle("clinic", 1)]
+    )
+
+
+def killed_after(call: str, times: int = 1) -> dict[str, str]:
+    """Environment variables for a child process that SIGKILLs itself (with its process group, when
+    it leads one) right after the `times`-th call of `call` ("module:function") has returned: a
+    kill at the same point of the work however fast or busy the machine (tests/kill_after_call)."""
+    path = [str(REPO / "tests" / "kill_after_call"), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {"PYTHONPATH": os.pathsep.join(path), "WORLDSMITH_TEST_KILL_AFTER": f"{call}:{times}"}
 
 
 def with_tools(bundle: Bundle, source: str, names: list[str]) -> Bundle:
@@ -88,7 +110,9 @@ def with_tools(bundle: Bundle, source: str, names: list[str]) -> Bundle:
     files = dict(bundle.files)
     files["tools.py"] = bundle.files["tools.py"] + b"\n\n" + source.encode()
     artifacts = dict(bundle.manifest.artifacts, **{"tools.py": artifact_digest(files["tools.py"])})
-    extra = [ToolSchema(name=n, description=f"test tool {n}", parameters={"type": "object", "properties": {}}) for n in names]
+    extra = [
+        ToolSchema(name=n, description=f"test tool {n}", parameters={"type": "object", "properties": {}}) for n in names
+    ]
     return Bundle(
         manifest=bundle.manifest.model_copy(update={"artifacts": artifacts}),
         files=files,
@@ -107,8 +131,11 @@ def narrowed(bundle: Bundle, task_ids: tuple[str, ...]) -> Bundle:
     tasks = [bundle.task(t) for t in task_ids]
     used = {s.tool for t in tasks for s in t.solution}
     source = bundle.text("tools.py")
-    kept = [ast.get_source_segment(source, node) for node in ast.parse(source).body
-            if not isinstance(node, ast.FunctionDef) or node.name in used or node.name.startswith("_")]
+    kept = [
+        ast.get_source_segment(source, node)
+        for node in ast.parse(source).body
+        if not isinstance(node, ast.FunctionDef) or node.name in used or node.name.startswith("_")
+    ]
     sources = {name: bundle.files[name] for name in ("schema.sql", "seed.sql", "verifiers.py")}
     sources["tools.py"] = "\n\n\n".join(kept) + "\n"
     sources["tasks.jsonl"] = "".join(json.dumps(t.model_dump(mode="json")) + "\n" for t in tasks)
@@ -206,8 +233,15 @@ def catalog(request: pytest.FixtureRequest, tmp_path: Path):
     cat.close()
 
 
-CHROMIUM_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                  "--disable-sync", "--window-size=1400,1800")
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--window-size=1400,1800",
+)
 
 
 @pytest.fixture(scope="session")
@@ -217,7 +251,9 @@ def browser():
 
     chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
     if not chromium or not driver_path:
-        pytest.skip("browser tests need Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)")
+        pytest.skip(
+            "browser tests need Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)"
+        )
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 

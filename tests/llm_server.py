@@ -1,8 +1,9 @@
 """A local OpenAI-compatible chat-completions server for tests, driven by a script of replies.
 
 Each request takes the next scripted reply: a JSON object to answer with, raw text, a truncated
-answer, an HTTP error (with optional Retry-After), a delay, or a refusal of JSON-schema mode.
-Requests are recorded for assertions.
+answer, an HTTP error (with optional Retry-After), a delay, a stall (no answer until the client
+hangs up), or a refusal of JSON-schema mode. Requests are recorded for assertions, and so is the
+most requests the server had in flight at once.
 """
 
 from __future__ import annotations
@@ -22,18 +23,29 @@ from starlette.routing import Route
 
 from worldsmith.runtime.gateway import BackgroundServer
 
+#: A stalled reply (and the `slow` fault) answers after this long if the client never hangs up.
+STALL_LIMIT_S = 60.0
+#: A reply waiting for company answers after this long if the company never comes.
+TOGETHER_LIMIT_S = 10.0
+
 
 @dataclass
 class Reply:
-    kind: str  # json | text | truncated | status | refuse_schema
+    kind: str  # json | text | truncated | status | refuse_schema | stall
     body: Any = None
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
+    together: int = 0  # answer only once this many requests are in flight (see TOGETHER_LIMIT_S)
 
 
-def json_reply(obj: Any, delay_s: float = 0.0) -> Reply:
-    return Reply("json", obj, delay_s=delay_s)
+def json_reply(obj: Any, delay_s: float = 0.0, together: int = 0) -> Reply:
+    return Reply("json", obj, delay_s=delay_s, together=together)
+
+
+def stalled_reply(obj: Any) -> Reply:
+    """No answer until the client hangs up; `obj` after STALL_LIMIT_S if it never does."""
+    return Reply("stall", obj)
 
 
 def text_reply(text: str) -> Reply:
@@ -48,6 +60,13 @@ def error_reply(status: int, retry_after: float | None = None) -> Reply:
     return Reply("status", status=status, headers={"retry-after": str(retry_after)} if retry_after is not None else {})
 
 
+async def until_hung_up(request: Request) -> None:
+    """Wait until the client hangs up on `request` (it timed out), or STALL_LIMIT_S if it never does."""
+    started = time.monotonic()
+    while not await request.is_disconnected() and time.monotonic() - started < STALL_LIMIT_S:
+        await asyncio.sleep(0.02)
+
+
 class ScriptedLLM:
     """The server's state: a queue of replies (the last one repeats) and the requests seen."""
 
@@ -55,6 +74,7 @@ class ScriptedLLM:
         self.replies = list(replies or [])
         self.requests: list[dict[str, Any]] = []
         self.times: list[float] = []
+        self.in_flight = self.peak_in_flight = 0  # counted on the server's one event loop
         self._lock = threading.Lock()
 
     def script(self, *replies: Reply) -> None:
@@ -69,27 +89,55 @@ class ScriptedLLM:
         body = await request.json()
         self.requests.append(body)
         self.times.append(time.monotonic())
-        reply = self._next()
+        self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        try:
+            return await self._answer(request, body, self._next())
+        finally:
+            self.in_flight -= 1
+
+    async def _answer(self, request: Request, body: dict[str, Any], reply: Reply) -> JSONResponse:
+        waited = time.monotonic()
+        while self.in_flight < reply.together and time.monotonic() - waited < TOGETHER_LIMIT_S:
+            await asyncio.sleep(0.01)
         if reply.delay_s:
             await asyncio.sleep(reply.delay_s)
+        if reply.kind == "stall":
+            await until_hung_up(request)
         if reply.kind == "status":
-            return JSONResponse({"error": {"message": f"scripted HTTP {reply.status}", "type": "server_error"}},
-                                status_code=reply.status, headers=reply.headers)
+            return JSONResponse(
+                {"error": {"message": f"scripted HTTP {reply.status}", "type": "server_error"}},
+                status_code=reply.status,
+                headers=reply.headers,
+            )
         if reply.kind == "refuse_schema" and body.get("response_format", {}).get("type") == "json_schema":
-            return JSONResponse({"error": {"message": "response_format json_schema is not supported", "type": "invalid_request_error"}}, status_code=400)
-        content = json.dumps(reply.body) if reply.kind in ("json", "refuse_schema") else reply.body
+            return JSONResponse(
+                {"error": {"message": "response_format json_schema is not supported", "type": "invalid_request_error"}},
+                status_code=400,
+            )
+        content = json.dumps(reply.body) if reply.kind in ("json", "refuse_schema", "stall") else reply.body
         return self.completion(body, content, "length" if reply.kind == "truncated" else "stop")
 
     def completion(self, body: dict[str, Any], content: str, finish: str) -> JSONResponse:
         """A chat-completion response with `content`; tokens counted as words."""
         prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
         completion_tokens = len(content.split())
-        return JSONResponse({
-            "id": f"chatcmpl-{len(self.requests)}", "object": "chat.completion", "created": int(time.time()),
-            "model": body.get("model", "scripted"),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish}],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens},
-        })
+        return JSONResponse(
+            {
+                "id": f"chatcmpl-{len(self.requests)}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body.get("model", "scripted"),
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish}
+                ],
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion_tokens,
+                    "total_tokens": prompt_tokens + completion_tokens,
+                },
+            }
+        )
 
     async def embeddings(self, request: Request) -> JSONResponse:
         """Bag-of-words vectors over a fixed hashed vocabulary: similar texts get similar vectors."""
@@ -104,11 +152,22 @@ class ScriptedLLM:
             for word in re.findall(r"[a-z]+", text.lower()):
                 vector[int(hashlib.md5(word.encode()).hexdigest(), 16) % 64] += 1.0
             data.append({"object": "embedding", "index": index, "embedding": vector})
-        return JSONResponse({"object": "list", "data": data, "model": body.get("model"), "usage": {"prompt_tokens": 1, "total_tokens": 1}})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": data,
+                "model": body.get("model"),
+                "usage": {"prompt_tokens": 1, "total_tokens": 1},
+            }
+        )
 
     def app(self) -> Starlette:
-        return Starlette(routes=[Route("/v1/chat/completions", self.completions, methods=["POST"]),
-                                 Route("/v1/embeddings", self.embeddings, methods=["POST"])])
+        return Starlette(
+            routes=[
+                Route("/v1/chat/completions", self.completions, methods=["POST"]),
+                Route("/v1/embeddings", self.embeddings, methods=["POST"]),
+            ]
+        )
 
     def serve(self) -> BackgroundServer:
         return BackgroundServer(self.app())
@@ -119,7 +178,12 @@ class ProceduralLLM(ScriptedLLM):
     (as a capable model would), after injecting the faults scheduled for that stage: `faults`
     maps a stage to the faults of its next requests, in order."""
 
-    CONTENT_FAULTS = {"schema": "sql_error", "seed": "seed_fk", "tool_code": "tool_raises", "verifiers": "verifier_accepts_untouched"}
+    CONTENT_FAULTS = {
+        "schema": "sql_error",
+        "seed": "seed_fk",
+        "tool_code": "tool_raises",
+        "verifiers": "verifier_accepts_untouched",
+    }
 
     def __init__(self, faults: dict[str, list[str]] | None = None, seed: int = 0, latency_s: float = 0.0):
         super().__init__()
@@ -153,14 +217,16 @@ class ProceduralLLM(ScriptedLLM):
         if fault == "http_500":
             return JSONResponse({"error": {"message": "upstream exploded"}}, status_code=500)
         if fault == "slow":
-            await asyncio.sleep(3.0)
+            await until_hung_up(request)
         name, description = scenario_lines(user)
         context = {"scenario": {"name": name, "description": description, "categories": []}, "seed": self.seed}
         if stage == "scenario":
             wanted = re.search(r"Propose (\d+) new", user)
             context = {"count": int(wanted.group(1)) if wanted else 1, "examples": [], "round": len(self.requests)}
         prompt = Prompt(stage, system, user, context)
-        text = self.generator.answer_text(prompt, fault=fault in ("sql_error", "seed_fk", "tool_raises", "verifier_accepts_untouched"))
+        text = self.generator.answer_text(
+            prompt, fault=fault in ("sql_error", "seed_fk", "tool_raises", "verifier_accepts_untouched")
+        )
         finish = "stop"
         if fault == "malformed_json":
             text = "Here you go: " + text.replace('": ', '" ', 3)

@@ -19,8 +19,11 @@ def test_reference_policy_scores_one_on_every_golden_task(runtime, golden):
 
 
 def test_random_policy_scores_clearly_less(runtime, golden):
-    rewards = [run_episode(runtime, golden, task, RandomPolicy(calls=3), EpisodeConfig(seed=s)).reward
-               for task in golden.tasks for s in range(2)]
+    rewards = [
+        run_episode(runtime, golden, task, RandomPolicy(calls=3), EpisodeConfig(seed=s)).reward
+        for task in golden.tasks
+        for s in range(2)
+    ]
     assert sum(r or 0 for r in rewards) / len(rewards) < 0.3
 
 
@@ -75,7 +78,9 @@ def test_history_window_keeps_exactly_the_last_w_turns(runtime, golden):
     last = policy.seen[-1]  # the view at turn 6: system, task, turns 4 and 5
     assert [m.role for m in last] == ["system", "user", "assistant", "tool", "assistant", "tool"]
     assert [m.tool_calls[0].arguments["customer_id"] for m in last if m.role == "assistant"] == [4, 5]
-    messages = [Message(role="system"), Message(role="user")] + [Message(role="assistant", content=str(i)) for i in range(3)]
+    messages = [Message(role="system"), Message(role="user")] + [
+        Message(role="assistant", content=str(i)) for i in range(3)
+    ]
     assert visible(messages, None) == messages and [m.content for m in visible(messages, 1)][2:] == ["2"]
 
 

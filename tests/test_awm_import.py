@@ -46,7 +46,12 @@ def imported(request, scenario, runtime):
 def test_import_publishes_one_good_environment_with_its_quality_record(runtime, tmp_path):
     catalog = Catalog(f"sqlite:///{tmp_path / 'catalog.db'}")
     (row,) = import_release(SAMPLE, runtime, LocalStore(tmp_path / "store"), catalog)
-    assert (row["scenario"], row["ref"], row["status"], row["defects"]) == ("city_library", "city_library@1", "good", [])
+    assert (row["scenario"], row["ref"], row["status"], row["defects"]) == (
+        "city_library",
+        "city_library@1",
+        "good",
+        [],
+    )
     assert row["tools"] == len(endpoints()) == 19 and row["tasks"] == 10
     with catalog.session() as session:
         reports = {r.kind: r.passed for r in session.exec(select(QualityReport)).all()}
@@ -83,7 +88,9 @@ def test_refusals_are_tool_errors_and_undo_nothing_else(imported, runtime):
         first = episode.call_tool("place_hold", {"book_id": 1, "pickup_branch_id": 2})
         twice = episode.call_tool("place_hold", {"book_id": 1, "pickup_branch_id": 2})
         assert first.ok and first.changed and twice.status == "tool_error" and "HTTP 409" in twice.error
-        assert first.value["placed_at"] == imported.manifest.origin["clock"]  # the app's clock is the environment's fixed instant
+        assert (
+            first.value["placed_at"] == imported.manifest.origin["clock"]
+        )  # the app's clock is the environment's fixed instant
         holds = episode.call_tool("list_my_holds", {}).value
         assert sum(h["book_id"] == 1 for h in holds) == 1
         bad = episode.call_tool("place_hold", {"book_id": "one", "pickup_branch_id": 2})
@@ -121,7 +128,10 @@ def test_every_route_answers_through_the_mcp_gateway(imported, runtime):
                 async with ClientSession(read, write) as client:
                     await client.initialize()
                     result = await client.call_tool(endpoint["operation_id"], example_arguments(endpoint))
-                    answers[endpoint["operation_id"]] = (bool(result.is_error), result.content[0].text if result.content else "")
+                    answers[endpoint["operation_id"]] = (
+                        bool(result.is_error),
+                        result.content[0].text if result.content else "",
+                    )
         return answers
 
     with BackgroundServer(gateway.app()) as server:
@@ -163,8 +173,19 @@ def plant(directory: Path, defects: dict[str, callable]) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     out: dict[str, list[dict]] = {}
     for key, edit in defects.items():
-        records = {name: _rows(name) for name in ("gen_scenario.jsonl", "gen_tasks.jsonl", "gen_db.jsonl", "gen_sample.jsonl",
-                                                  "gen_spec.jsonl", "gen_envs.jsonl", "gen_verifier.jsonl", "gen_verifier.pure_code.jsonl")}
+        records = {
+            name: _rows(name)
+            for name in (
+                "gen_scenario.jsonl",
+                "gen_tasks.jsonl",
+                "gen_db.jsonl",
+                "gen_sample.jsonl",
+                "gen_spec.jsonl",
+                "gen_envs.jsonl",
+                "gen_verifier.jsonl",
+                "gen_verifier.pure_code.jsonl",
+            )
+        }
         for name, rows in records.items():
             for row in rows:
                 if name == "gen_scenario.jsonl":
@@ -194,9 +215,11 @@ def _verifier(records: dict, task: int, code: str) -> None:
 def failing_insert(records: dict) -> None:
     tables = records["gen_sample.jsonl"][0]["sample_data"]["tables"]
     loans = next(t for t in tables if t["table_name"] == "loans")
-    loans["insert_statements"].append("INSERT INTO loans (id, copy_id, member_id, checkout_date, due_date, returned_date, renewal_count, "
-                                      "status, created_at) VALUES (9001, 424242, 1, '2025-06-02', '2025-06-23', NULL, 0, 'active', "
-                                      "'2025-06-02 10:00:00');")  # copy 424242 does not exist
+    loans["insert_statements"].append(
+        "INSERT INTO loans (id, copy_id, member_id, checkout_date, due_date, returned_date, renewal_count, "
+        "status, created_at) VALUES (9001, 424242, 1, '2025-06-02', '2025-06-23', NULL, 0, 'active', "
+        "'2025-06-02 10:00:00');"
+    )  # copy 424242 does not exist
 
 
 def crashing_route(records: dict) -> None:
@@ -204,24 +227,46 @@ def crashing_route(records: dict) -> None:
 
 
 def raising_verifier(records: dict) -> None:
-    _verifier(records, 3, "def verify_task_completion(initial_db_path, final_db_path, final_answer=None):\n    raise KeyError('fines')\n")
+    _verifier(
+        records,
+        3,
+        "def verify_task_completion(initial_db_path, final_db_path, final_answer=None):\n    raise KeyError('fines')\n",
+    )
 
 
 def satisfied_task(records: dict) -> None:
-    _verifier(records, 4, "def verify_task_completion(initial_db_path, final_db_path, final_answer=None):\n    return {'result': 'complete'}\n")
+    _verifier(
+        records,
+        4,
+        "def verify_task_completion(initial_db_path, final_db_path, final_answer=None):\n    return {'result': 'complete'}\n",
+    )
 
 
 def secret_read(records: dict) -> None:
-    _app(records, "async def list_branches():\n", "async def list_branches():\n    token = os.environ.get('OPENAI_API_KEY')\n")
+    _app(
+        records,
+        "async def list_branches():\n",
+        "async def list_branches():\n    token = os.environ.get('OPENAI_API_KEY')\n",
+    )
 
 
 def network_call(records: dict) -> None:
-    _app(records, "async def list_branches():\n", "async def list_branches():\n    import urllib.request\n"
-                                                  "    urllib.request.urlopen('http://169.254.169.254/latest/meta-data/')\n")
+    _app(
+        records,
+        "async def list_branches():\n",
+        "async def list_branches():\n    import urllib.request\n"
+        "    urllib.request.urlopen('http://169.254.169.254/latest/meta-data/')\n",
+    )
 
 
-PLANTED = {"seed_insert_fails": failing_insert, "route_crashes": crashing_route, "verifier_raises": raising_verifier,
-           "task_already_satisfied": satisfied_task, "secret_attempt": secret_read, "network_attempt": network_call}
+PLANTED = {
+    "seed_insert_fails": failing_insert,
+    "route_crashes": crashing_route,
+    "verifier_raises": raising_verifier,
+    "task_already_satisfied": satisfied_task,
+    "secret_attempt": secret_read,
+    "network_attempt": network_call,
+}
 
 
 def test_planted_defects_are_reported_by_name_and_published_as_failed(runtime, tmp_path):
@@ -318,7 +363,7 @@ def test_cli_round_trip_of_a_set(home, golden):
     assert (row["env_id"], row["status"], row["defects"]) == ("retail_store", "good", [])
     assert row["ref"] == "retail_store@2"  # the same world as a new version of the ASGI kind
     bad = runner.invoke(app, ["import", "awm", str(home / "nowhere")])
-    assert bad.exit_code == 2 and "is not a directory" in " ".join(bad.output.split())
+    assert bad.exit_code == 2 and f"{home / 'nowhere'} is not a directory" in bad.output
 
 
 def test_imported_environment_is_evaluated_by_the_evaluate_flow(prefect_api, home):
@@ -333,9 +378,19 @@ def test_imported_environment_is_evaluated_by_the_evaluate_flow(prefect_api, hom
     with Runtime(workers=2) as runtime:
         (row,) = import_release(SAMPLE, runtime, store, catalog, mode="sql")
     assert row["status"] == "good"
-    create_set(catalog, "imported", SetQuery(categories=["awm-import"], require_passed=["probes", "import"], validation_fraction=0.0))
+    create_set(
+        catalog,
+        "imported",
+        SetQuery(categories=["awm-import"], require_passed=["probes", "import"], validation_fraction=0.0),
+    )
     reference = run_evaluate(EvaluateParameters(set_name="imported", policy="reference"))
-    assert reference["overall"]["pass@1"] == 1.0 and reference["overall"]["episodes"] == 10 and reference["overall"]["env_error_rate"] == 0.0
+    assert (
+        reference["overall"]["pass@1"] == 1.0
+        and reference["overall"]["episodes"] == 10
+        and reference["overall"]["env_error_rate"] == 0.0
+    )
     random_run = run_evaluate(EvaluateParameters(set_name="imported", policy="random", samples=2, max_turns=4))
     assert random_run["overall"]["episodes"] == 20 and random_run["overall"]["pass@1"] < 0.5
-    assert random_run["overall"]["env_error_rate"] == 0.0  # random arguments are the agent's errors, not the environment's
+    assert (
+        random_run["overall"]["env_error_rate"] == 0.0
+    )  # random arguments are the agent's errors, not the environment's

@@ -61,7 +61,10 @@ def test_hash_mismatch_names_file_and_both_hashes(copy):
     with (copy / "tools.py").open("a") as f:
         f.write("\n# tampered\n")
     problems = issues_of(copy)
-    assert any(p.startswith("tools.py: sha256 mismatch: manifest.json says sha256:") and ", file is sha256:" in p for p in problems)
+    assert any(
+        p.startswith("tools.py: sha256 mismatch: manifest.json says sha256:") and ", file is sha256:" in p
+        for p in problems
+    )
 
 
 def test_sql_error_names_file_line_and_statement(copy):
@@ -76,13 +79,18 @@ def test_sql_error_names_file_line_and_statement(copy):
 def test_seed_row_breaking_a_foreign_key_fails(copy):
     edit(copy, "seed.sql", "(1, 3, 1, 5, 'Best headphones", "(1, 3, 99, 5, 'Best headphones")
     problems = [p for p in issues_of(copy) if p.startswith("seed.sql:") and "SQL error" in p]
-    assert problems and "FOREIGN KEY constraint failed (reviews row 1: customer_id=99 has no match in customers)" in problems[0]
+    assert (
+        problems
+        and "FOREIGN KEY constraint failed (reviews row 1: customer_id=99 has no match in customers)" in problems[0]
+    )
 
 
 def test_schema_may_only_create(copy):
     with (copy / "schema.sql").open("a") as f:
         f.write("\nATTACH DATABASE '/tmp/x.db' AS x;\n")
-    assert any("schema.sql:" in p and "only CREATE statements are allowed here, not ATTACH" in p for p in issues_of(copy))
+    assert any(
+        "schema.sql:" in p and "only CREATE statements are allowed here, not ATTACH" in p for p in issues_of(copy)
+    )
 
 
 def test_unterminated_statement(copy):
@@ -94,7 +102,9 @@ def test_unterminated_statement(copy):
 def test_tool_argument_without_type_is_named_with_line(copy):
     edit(copy, "tools.py", "def get_product(conn, sku: str) -> dict:", "def get_product(conn, sku) -> dict:")
     problems = issues_of(copy)
-    assert any(p.startswith("tools.py:") and "tool 'get_product': argument 'sku' has no type annotation" in p for p in problems)
+    assert any(
+        p.startswith("tools.py:") and "tool 'get_product': argument 'sku' has no type annotation" in p for p in problems
+    )
 
 
 def test_tool_argument_without_docstring_entry(copy):
@@ -104,14 +114,22 @@ def test_tool_argument_without_docstring_entry(copy):
 
 
 def test_tool_without_docstring(copy):
-    edit(copy, "tools.py", '    """Mark a paid order as shipped.\n\n    Args:\n        order_id: The paid order to ship.\n    """\n', "")
+    edit(
+        copy,
+        "tools.py",
+        '    """Mark a paid order as shipped.\n\n    Args:\n        order_id: The paid order to ship.\n    """\n',
+        "",
+    )
     assert any("tool 'ship_order' has no docstring" in p for p in issues_of(copy))
 
 
 def test_task_with_missing_verifier(copy):
     edit(copy, "verifiers.py", "def verify_t04_return_headphones(", "def verify_t04_renamed(")
     problems = issues_of(copy)
-    assert any(p.startswith("tasks.jsonl:4: task 't04_return_headphones': verifier 'verify_t04_return_headphones' is missing") for p in problems)
+    assert any(
+        p.startswith("tasks.jsonl:4: task 't04_return_headphones': verifier 'verify_t04_return_headphones' is missing")
+        for p in problems
+    )
 
 
 def test_task_solution_calling_unknown_tool(copy):
@@ -140,7 +158,12 @@ def test_malformed_task_line(copy):
 
 
 def test_forbidden_import_is_refused_at_load(copy):
-    edit(copy, "tools.py", "from worldsmith.runtime import ToolError", "import os\nfrom worldsmith.runtime import ToolError")
+    edit(
+        copy,
+        "tools.py",
+        "from worldsmith.runtime import ToolError",
+        "import os\nfrom worldsmith.runtime import ToolError",
+    )
     assert any(p.startswith("tools.py:8: import of 'os' is not allowed") for p in issues_of(copy))
 
 

@@ -59,8 +59,12 @@ def test_failed_checks_publish_as_failed_and_are_not_the_latest_good(catalog, go
 
     store = LocalStore(tmp_path / "store")
     publish(golden, store, catalog)
-    bad = publish(edited(golden, b"('BIG20',    20,", b"('BIG20',    25,"), store, catalog,
-                  [QualityCheck("expectations", False, {"reason": "2 expectations failed"}, [{"table": "x"}])]).version
+    bad = publish(
+        edited(golden, b"('BIG20',    20,", b"('BIG20',    25,"),
+        store,
+        catalog,
+        [QualityCheck("expectations", False, {"reason": "2 expectations failed"}, [{"table": "x"}])],
+    ).version
     assert bad.status == "failed" and "expectations: 2 expectations failed" in bad.failure_reason
     with catalog.session() as session:
         assert resolve(session, "retail_store").version == 1

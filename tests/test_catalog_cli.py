@@ -16,12 +16,7 @@ from worldsmith.cli import console as cli_console
 from worldsmith.settings import get_settings
 
 runner = CliRunner()
-
-
-@pytest.fixture(autouse=True)
-def tables_at_a_fixed_width(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Tables are laid out at the terminal's width: the same width for every run of these tests."""
-    monkeypatch.setattr(cli_console.console, "width", 120)
+pytestmark = pytest.mark.usefixtures("tables_at_a_fixed_width")
 
 
 @pytest.fixture()
@@ -58,13 +53,21 @@ def test_publish_fetch_and_check_the_copy(installation):
 def test_a_version_that_fails_its_checks_is_published_as_failed(installation):
     bundle = installation / "lenient"
     shutil.copytree(GOLDEN, bundle)
-    verifiers = (bundle / "verifiers.py").read_text().replace(
-        "def verify_t07_cheapest_audio(initial, final, answer):\n",
-        "def verify_t07_cheapest_audio(initial, final, answer):\n    return _result('complete')\n")
+    verifiers = (
+        (bundle / "verifiers.py")
+        .read_text()
+        .replace(
+            "def verify_t07_cheapest_audio(initial, final, answer):\n",
+            "def verify_t07_cheapest_audio(initial, final, answer):\n    return _result('complete')\n",
+        )
+    )
     (bundle / "verifiers.py").write_text(verifiers)
     rebuild_bundle_dir(bundle)
     out = run("catalog", "publish", str(bundle), code=1)
-    assert "published retail_store@1: failed (probes: 1 of 46 probes failed (first: untouched rejected t07_cheapest_audio" in out
+    assert (
+        "published retail_store@1: failed (probes: 1 of 46 probes failed (first: untouched rejected t07_cheapest_audio"
+        in out
+    )
 
 
 def test_messages_are_not_wrapped_at_the_console_width(installation, monkeypatch):
@@ -93,7 +96,9 @@ def test_diff_between_versions(installation):
 
 def test_sets_commands(installation):
     run("catalog", "publish", str(GOLDEN), "--no-probes")
-    assert "created set demo: 1 environment versions (1 train, 0 validation)" in run("sets", "create", "demo", "--category", "retail")
+    assert "created set demo: 1 environment versions (1 train, 0 validation)" in run(
+        "sets", "create", "demo", "--category", "retail"
+    )
     assert "already exists" in run("sets", "create", "demo", code=2)
     assert "demo" in run("sets", "ls")
     manifest = json.loads(run("sets", "show", "demo"))

@@ -37,9 +37,13 @@ def test_env_check_passes_on_the_golden_bundle():
 def test_env_check_fails_when_a_verifier_accepts_the_untouched_state(tmp_path: Path):
     bundle = tmp_path / "lenient"
     shutil.copytree(GOLDEN, bundle)
-    verifiers = (bundle / "verifiers.py").read_text().replace(
-        "def verify_t05_ship_paid_orders(initial, final, answer):\n",
-        "def verify_t05_ship_paid_orders(initial, final, answer):\n    return _result('complete')\n",
+    verifiers = (
+        (bundle / "verifiers.py")
+        .read_text()
+        .replace(
+            "def verify_t05_ship_paid_orders(initial, final, answer):\n",
+            "def verify_t05_ship_paid_orders(initial, final, answer):\n    return _result('complete')\n",
+        )
     )
     (bundle / "verifiers.py").write_text(verifiers)
     rebuild_bundle_dir(bundle)
@@ -53,8 +57,13 @@ def test_env_check_fails_when_a_verifier_accepts_the_untouched_state(tmp_path: P
 def test_env_check_fails_when_a_tool_crashes(tmp_path: Path):
     bundle = tmp_path / "crashy"
     shutil.copytree(GOLDEN, bundle)
-    tools = (bundle / "tools.py").read_text().replace(
-        '    return dict(_product_by_sku(conn, sku))\n', '    return dict(_product_by_sku(conn, sku))["no_such_column"]\n'
+    tools = (
+        (bundle / "tools.py")
+        .read_text()
+        .replace(
+            "    return dict(_product_by_sku(conn, sku))\n",
+            '    return dict(_product_by_sku(conn, sku))["no_such_column"]\n',
+        )
     )
     (bundle / "tools.py").write_text(tools)
     rebuild_bundle_dir(bundle)
@@ -105,15 +114,36 @@ def test_demo_main_job_runs_end_to_end(tmp_path):
     import httpx
 
     home = tmp_path / "home"
-    env = dict(os.environ, WORLDSMITH_HOME=str(home), PREFECT_HOME=str(home / "prefect"), WORLDSMITH_PREFECT_PORT=str(free_port()),
-               WORLDSMITH_DASHBOARD_PORT=str(free_port()), COLUMNS="160")
-    command = [sys.executable, "-m", "worldsmith.cli", "demo", "--envs", "5", "--warmup-steps", "10", "--train-steps", "2"]
+    env = dict(
+        os.environ,
+        WORLDSMITH_HOME=str(home),
+        PREFECT_HOME=str(home / "prefect"),
+        WORLDSMITH_PREFECT_PORT=str(free_port()),
+        WORLDSMITH_DASHBOARD_PORT=str(free_port()),
+        COLUMNS="160",
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "worldsmith.cli",
+        "demo",
+        "--envs",
+        "5",
+        "--warmup-steps",
+        "10",
+        "--train-steps",
+        "2",
+    ]
     try:
         proc = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=1200, env=env)
         assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-5000:]
         summary = json.loads((home / "demo-summary.json").read_text())
         generation = summary["generation"]
-        assert generation["environments"] == 5 and generation["good"] + generation["failed"] == 5 and generation["good"] >= 2
+        assert (
+            generation["environments"] == 5
+            and generation["good"] + generation["failed"] == 5
+            and generation["good"] >= 2
+        )
         assert generation["repaired_stage_runs"] > 0  # faults were on: repairs happened
         assert summary["set"]["members"] == generation["good"] and summary["set"]["validation"] >= 1
         assert summary["mcp"]["complete"] == summary["mcp"]["tasks"] > 0
@@ -126,14 +156,28 @@ def test_demo_main_job_runs_end_to_end(tmp_path):
         # the printed addresses are live and hold this run's numbers
         shown = httpx.get(f"{urls['dashboard']}/api/summary", timeout=30).json()
         by_policy = {e["policy"]: e for e in shown["evaluations"]}
-        assert by_policy["reference"]["pass@1"] == 1.0 and by_policy["random"]["id"] == summary["evaluations"]["random"]["run_id"]
-        assert [t["id"] for t in shown["training"]] == [summary["training"]["run_id"]] and len(shown["training"][0]["steps"]) == 2
+        assert (
+            by_policy["reference"]["pass@1"] == 1.0
+            and by_policy["random"]["id"] == summary["evaluations"]["random"]["run_id"]
+        )
+        assert [t["id"] for t in shown["training"]] == [summary["training"]["run_id"]] and len(
+            shown["training"][0]["steps"]
+        ) == 2
         assert len(shown["environments"]) == 5
         runs = httpx.post(f"{urls['prefect_ui']}/api/flow_runs/filter", json={}, timeout=30).json()
-        flows = {f["id"]: f["name"] for f in httpx.post(f"{urls['prefect_ui']}/api/flows/filter", json={}, timeout=30).json()}
+        flows = {
+            f["id"]: f["name"] for f in httpx.post(f"{urls['prefect_ui']}/api/flows/filter", json={}, timeout=30).json()
+        }
         completed = sorted(flows[r["flow_id"]] for r in runs if r["state_type"] == "COMPLETED")
         # generate, curate, reference + random evaluations, train with its validation evaluations before and after
         assert completed == ["curate", "evaluate", "evaluate", "evaluate", "evaluate", "generate", "train"]
     finally:
-        stopped = subprocess.run([sys.executable, "-m", "worldsmith.cli", "down"], cwd=REPO, capture_output=True, text=True, env=env, timeout=120)
+        stopped = subprocess.run(
+            [sys.executable, "-m", "worldsmith.cli", "down"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
     assert "prefect-server" in stopped.stdout and "dashboard" in stopped.stdout

@@ -16,13 +16,17 @@ from worldsmith.agent.policies import RandomPolicy, ReferencePolicy
 @pytest.fixture(scope="module")
 def trajectories(runtime, golden):
     done = [run_episode(runtime, golden, task, ReferencePolicy()) for task in golden.tasks]
-    done += [run_episode(runtime, golden, task, RandomPolicy(calls=2), EpisodeConfig(seed=1)) for task in golden.tasks[:3]]
+    done += [
+        run_episode(runtime, golden, task, RandomPolicy(calls=2), EpisodeConfig(seed=1)) for task in golden.tasks[:3]
+    ]
     return done
 
 
 def test_sft_rows_hold_complete_episodes_and_load(trajectories, tmp_path):
     rows = sft_rows(trajectories)
-    assert len(rows) == 10 and {r["task_id"] for r in rows} == {t.task_id for t in trajectories if t.verdict == "complete"}
+    assert len(rows) == 10 and {r["task_id"] for r in rows} == {
+        t.task_id for t in trajectories if t.verdict == "complete"
+    }
     paths = write_rows(rows, tmp_path, "sft")
     for kind, path in paths.items():
         data = load_dataset(kind if kind == "parquet" else "json", data_files=str(path), split="train")
@@ -62,8 +66,23 @@ def test_sft_data_trains_with_trl(trajectories, tiny_model, tmp_path, shape):
     data = load_dataset("json", data_files=str(write_rows(rows, tmp_path, shape)["jsonl"]), split="train")
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     model = AutoModelForCausalLM.from_pretrained(tiny_model)
-    args = SFTConfig(output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=2, report_to=[], save_strategy="no",
-                     logging_steps=1, use_cpu=True, max_length=4096, dataset_num_proc=None, activation_checkpointing=False)
-    trainer = SFTTrainer(model=model, args=args, train_dataset=data.remove_columns(["env_id", "task_id", "reward"]), processing_class=tokenizer)
+    args = SFTConfig(
+        output_dir=str(tmp_path / "out"),
+        max_steps=2,
+        per_device_train_batch_size=2,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=1,
+        use_cpu=True,
+        max_length=4096,
+        dataset_num_proc=None,
+        activation_checkpointing=False,
+    )
+    trainer = SFTTrainer(
+        model=model,
+        args=args,
+        train_dataset=data.remove_columns(["env_id", "task_id", "reward"]),
+        processing_class=tokenizer,
+    )
     result = trainer.train()
     assert result.global_step == 2 and math.isfinite(result.training_loss) and result.training_loss > 0

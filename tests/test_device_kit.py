@@ -13,7 +13,18 @@ import sysconfig
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-ABSENT = ("prefect", "sqlmodel", "sqlalchemy", "great_expectations", "mcp", "boto3", "botocore", "moto", "uvicorn", "starlette")
+ABSENT = (
+    "prefect",
+    "sqlmodel",
+    "sqlalchemy",
+    "great_expectations",
+    "mcp",
+    "boto3",
+    "botocore",
+    "moto",
+    "uvicorn",
+    "starlette",
+)
 
 
 def worker_python(tmp_path: Path) -> Path:
@@ -21,8 +32,14 @@ def worker_python(tmp_path: Path) -> Path:
     of ABSENT (modules and metadata), so that to every import and `find_spec` they do not exist."""
     venv = tmp_path / "worker"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", venv], check=True)
-    site = Path(subprocess.run([venv / "bin/python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               check=True, capture_output=True, text=True).stdout.strip())
+    site = Path(
+        subprocess.run(
+            [venv / "bin/python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    )
     for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
         name = entry.name.lower().replace("-", "_")
         absent = any(name == a or name.startswith((f"{a}.", f"{a}_", f"{a}-")) for a in ABSENT)
@@ -34,7 +51,9 @@ def worker_python(tmp_path: Path) -> Path:
 def run_python(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     """Run the worker's Python on this repository (as bench/device_env.sh puts it on the path)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WORLDSMITH_HOME": str(tmp_path / "home")}
-    return subprocess.run([worker_python(tmp_path), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [worker_python(tmp_path), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
 
 
 def run_smoke(tmp_path: Path, script: str, *args: str) -> dict:
@@ -47,14 +66,20 @@ def run_smoke(tmp_path: Path, script: str, *args: str) -> dict:
 
 
 def test_the_worker_site_lacks_exactly_the_orchestration_stack(tmp_path):
-    done = run_python(tmp_path, "-c", "import importlib.util as u; print([m for m in ('prefect', 'sqlmodel', 'boto3', 'mcp', 'trl', "
-                                      "'transformers', 'pydantic', 'worldsmith') if u.find_spec(m)])")
+    done = run_python(
+        tmp_path,
+        "-c",
+        "import importlib.util as u; print([m for m in ('prefect', 'sqlmodel', 'boto3', 'mcp', 'trl', "
+        "'transformers', 'pydantic', 'worldsmith') if u.find_spec(m)])",
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "['trl', 'transformers', 'pydantic', 'worldsmith']"
 
 
 def test_grpo_smoke_needs_no_orchestration_stack(tmp_path):
-    summary = run_smoke(tmp_path, "gpu_train_smoke.py", "--steps", "1", "--group-size", "2", "--hidden", "64", "--warmup-steps", "2")
+    summary = run_smoke(
+        tmp_path, "gpu_train_smoke.py", "--steps", "1", "--group-size", "2", "--hidden", "64", "--warmup-steps", "2"
+    )
     assert summary["logged"] == 1 and summary["device"] == "cpu" and summary["bf16"] is False
 
 
@@ -70,12 +95,22 @@ def test_device_wheels_asks_for_the_lock_versions_for_the_machine(tmp_path):
     recorder.write_text("import json, pathlib, sys\npathlib.Path(sys.argv[1]).write_text(json.dumps(sys.argv[2:]))\n")
     calls = tmp_path / "args.json"
     env = {**os.environ, "PIP": f"{sys.executable} {recorder} {calls}", "PYVER": "3.12"}
-    done = subprocess.run(["bash", "bench/device_wheels.sh", str(tmp_path / "wheels")], cwd=ROOT, env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        ["bash", "bench/device_wheels.sh", str(tmp_path / "wheels")], cwd=ROOT, env=env, capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
     args = json.loads(calls.read_text())
     assert args[0] == "download" and {"--no-deps", "--only-binary=:all:"} <= set(args)
     assert args[args.index("--python-version") + 1] == "3.12" and "manylinux_2_17_x86_64" in args
-    pins = {line.split("==")[0].lower(): line.strip() for line in (ROOT / "requirements.lock").read_text().splitlines() if "==" in line}
+    pins = {
+        line.split("==")[0].lower(): line.strip()
+        for line in (ROOT / "requirements.lock").read_text().splitlines()
+        if "==" in line
+    }
     specs = [a for a in args if "==" in a]
-    assert {pins["trl"], pins["transformers"], pins["pydantic"]} <= set(specs) and all(pins[s.split("==")[0].lower()] == s for s in specs)
-    assert not any(s.split("==")[0] in {"torch", "numpy", "pyarrow", "prefect"} for s in specs)  # the image's, or not needed
+    assert {pins["trl"], pins["transformers"], pins["pydantic"]} <= set(specs) and all(
+        pins[s.split("==")[0].lower()] == s for s in specs
+    )
+    assert not any(
+        s.split("==")[0] in {"torch", "numpy", "pyarrow", "prefect"} for s in specs
+    )  # the image's, or not needed

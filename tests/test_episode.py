@@ -84,7 +84,10 @@ def test_episodes_are_isolated_and_reset_is_a_fresh_copy(runtime, golden):
 def test_snapshot_diff_and_restore(runtime, golden):
     with runtime.open_episode(golden) as episode:
         start = episode.snapshot()
-        order = episode.call_tool("create_order", {"customer_id": 5, "items": [{"sku": "CB-020", "quantity": 2}], "shipping_address": "1 Test Way"})
+        order = episode.call_tool(
+            "create_order",
+            {"customer_id": 5, "items": [{"sku": "CB-020", "quantity": 2}], "shipping_address": "1 Test Way"},
+        )
         assert order.ok and order.changed and order.value["id"] == 1013
         paid = episode.snapshot()
         diff = episode.diff(start)
@@ -100,7 +103,9 @@ def test_snapshot_diff_and_restore(runtime, golden):
 
 
 def test_failed_call_rolls_back_its_partial_writes(runtime, golden):
-    bundle = with_tools(golden, '''
+    bundle = with_tools(
+        golden,
+        """
 def half_write(conn):
     conn.execute("UPDATE customers SET loyalty_points = 0")
     conn.commit()  # the runtime owns the transaction: this does not commit
@@ -109,7 +114,9 @@ def half_write(conn):
 def crash_after_write(conn):
     conn.execute("DELETE FROM reviews")
     return 1 / 0
-''', ["half_write", "crash_after_write"])
+""",
+        ["half_write", "crash_after_write"],
+    )
     with runtime.open_episode(bundle) as episode:
         before = episode.snapshot()
         refused = episode.call_tool("half_write")
@@ -121,7 +128,9 @@ def crash_after_write(conn):
 
 
 def test_tool_stdout_is_captured_not_leaked(runtime, golden):
-    bundle = with_tools(golden, 'def chatty(conn):\n    print("hello from the tool")\n    return {"ok": True}\n', ["chatty"])
+    bundle = with_tools(
+        golden, 'def chatty(conn):\n    print("hello from the tool")\n    return {"ok": True}\n', ["chatty"]
+    )
     with runtime.open_episode(bundle) as episode:
         result = episode.call_tool("chatty")
         assert result.ok and result.stdout == "hello from the tool\n"
@@ -129,12 +138,21 @@ def test_tool_stdout_is_captured_not_leaked(runtime, golden):
 
 def test_verifier_faults_are_env_errors(runtime, golden):
     files = dict(golden.files)
-    broken = golden.files["verifiers.py"].replace(b"def verify_t04_return_headphones(initial, final, answer):\n", b"def verify_t04_return_headphones(initial, final, answer):\n    final.execute('DELETE FROM returns')\n")
+    broken = golden.files["verifiers.py"].replace(
+        b"def verify_t04_return_headphones(initial, final, answer):\n",
+        b"def verify_t04_return_headphones(initial, final, answer):\n    final.execute('DELETE FROM returns')\n",
+    )
     files["verifiers.py"] = broken
     from worldsmith.bundle.contract import Bundle, artifact_digest
 
-    bundle = Bundle(manifest=golden.manifest.model_copy(update={"artifacts": {**golden.manifest.artifacts, "verifiers.py": artifact_digest(broken)}}),
-                    files=files, tasks=golden.tasks, tools=golden.tools)
+    bundle = Bundle(
+        manifest=golden.manifest.model_copy(
+            update={"artifacts": {**golden.manifest.artifacts, "verifiers.py": artifact_digest(broken)}}
+        ),
+        files=files,
+        tasks=golden.tasks,
+        tools=golden.tools,
+    )
     with runtime.open_episode(bundle, "t04_return_headphones") as episode:
         verdict = episode.verify("")
         assert verdict.status == "env_error"

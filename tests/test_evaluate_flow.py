@@ -41,7 +41,10 @@ def test_reference_scores_one_and_random_clearly_less(prefect_api, env_set):
     assert random_run["overall"]["pass@3"] >= random_run["overall"]["pass@1"]
     with open_catalog().session() as session:
         runs = session.exec(select(EvaluationRun).order_by(EvaluationRun.id)).all()
-    assert [(r.policy, r.status, r.samples) for r in runs] == [("reference", "completed", 1), ("random", "completed", 3)]
+    assert [(r.policy, r.status, r.samples) for r in runs] == [
+        ("reference", "completed", 1),
+        ("random", "completed", 3),
+    ]
     assert runs[0].metrics["overall"]["pass@1"] == 1.0 and runs[1].finished_at is not None
     trajectories = load_dataset("parquet", data_files=random_run["trajectories"]["parquet"], split="train")
     assert len(trajectories) == 90 and set(trajectories["policy"]) == {"random"}
@@ -51,11 +54,13 @@ async def _artifact_keys(flow_run_id: str) -> set[str]:
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
 
     async with get_client() as client:
-        artifacts = await client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])))
+        artifacts = await client.read_artifacts(
+            artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
+        )
     return {a.key for a in artifacts}
 
 
-def test_cli_eval_json_and_prefect_artifacts(prefect_api, env_set):
+def test_cli_eval_json_and_prefect_artifacts(prefect_api, env_set, tables_at_a_fixed_width):
     import asyncio
 
     result = CliRunner().invoke(app, ["eval", "--set", env_set, "--policy", "reference", "--json"])
@@ -64,7 +69,10 @@ def test_cli_eval_json_and_prefect_artifacts(prefect_api, env_set):
     assert report["overall"]["pass@1"] == 1.0 and report["overall"]["env_error_rate"] == 0.0
     with open_catalog().session() as session:
         run = session.get(EvaluationRun, report["run_id"])
-    assert run.flow_run_id and asyncio.run(_artifact_keys(run.flow_run_id)) >= {"evaluation-per-env", "evaluation-summary"}
+    assert run.flow_run_id and asyncio.run(_artifact_keys(run.flow_run_id)) >= {
+        "evaluation-per-env",
+        "evaluation-summary",
+    }
     table = CliRunner().invoke(app, ["eval", "--set", env_set, "--policy", "random"])
     assert table.exit_code == 0 and f"evaluation {report['run_id'] + 1}: random on evalset" in table.output
 
@@ -88,7 +96,11 @@ def test_trajectories_export_to_datasets(prefect_api, env_set, tmp_path):
 
 def test_local_model_policy_through_the_flow(prefect_api, env_set, tiny_model):
     create_set(open_catalog(), "golden-only", SetQuery(env_ids=["retail_store"], validation_fraction=0.0))
-    report = run_evaluate(EvaluateParameters(set_name="golden-only", policy=f"hf:{tiny_model}", max_turns=2, max_new_tokens=12, concurrency=2))
+    report = run_evaluate(
+        EvaluateParameters(
+            set_name="golden-only", policy=f"hf:{tiny_model}", max_turns=2, max_new_tokens=12, concurrency=2
+        )
+    )
     overall = report["overall"]
     assert overall["episodes"] == 10 and overall["pass@1"] == 0.0 and overall["env_error_rate"] == 0.0
     rows = [json.loads(line) for line in open(report["trajectories"]["jsonl"])]

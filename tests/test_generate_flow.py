@@ -7,11 +7,10 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from conftest import REPO, killed_after
 from sqlmodel import select
 from typer.testing import CliRunner
 
@@ -37,7 +36,16 @@ def test_generate_flow_publishes_environments_that_pass_env_check(prefect_api, h
         versions = session.exec(select(EnvironmentVersion)).all()
         attempts = session.exec(select(StageAttempt)).all()
     assert len(versions) == 3 and all(v.status == "good" and v.generator_backend == "procedural" for v in versions)
-    assert {a.stage for a in attempts} >= {"scenario", "tasks", "database:schema", "database:seed", "tools:spec", "tools:code", "verifiers", "validate"}
+    assert {a.stage for a in attempts} >= {
+        "scenario",
+        "tasks",
+        "database:schema",
+        "database:seed",
+        "tools:spec",
+        "tools:code",
+        "verifiers",
+        "validate",
+    }
     repaired = [a for a in attempts if a.outcome == "failure"]
     assert repaired and all(a.error_text for a in repaired)
 
@@ -51,13 +59,22 @@ def test_generate_flow_publishes_environments_that_pass_env_check(prefect_api, h
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
     with get_client(sync_client=True) as client:
-        artifacts = client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["generation-stages"])))
+        artifacts = client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["generation-stages"]))
+        )
     stages = {row["stage"]: row for row in artifacts[0].data} if isinstance(artifacts[0].data, list) else None
     if stages is None:
         import json
 
         stages = {row["stage"]: row for row in json.loads(artifacts[0].data)}
-    assert set(stages) >= {"tasks", "validate"} and {"first_attempt_success", "repair_rate", "failure_rate", "mean_attempts", "tokens_in", "cost_usd"} <= set(stages["tasks"])
+    assert set(stages) >= {"tasks", "validate"} and {
+        "first_attempt_success",
+        "repair_rate",
+        "failure_rate",
+        "mean_attempts",
+        "tokens_in",
+        "cost_usd",
+    } <= set(stages["tasks"])
 
     again = run_generate(params)  # everything cached: same environments, nothing new
     assert [r["ref"] for r in again] == [r["ref"] for r in results]
@@ -66,14 +83,33 @@ def test_generate_flow_publishes_environments_that_pass_env_check(prefect_api, h
         assert len(session.exec(select(StageAttempt)).all()) == len(attempts)
 
 
-def _generate_process(home: Path, count: int) -> subprocess.Popen:
-    """`worldsmith generate` in its own session; its output goes to HOME.log (see `_log`)."""
-    env = dict(os.environ, WORLDSMITH_HOME=str(home), WORLDSMITH_SANDBOX_WORKERS="1")
+def _generate_process(home: Path, count: int, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
+    """`worldsmith generate` in its own session (`extra_env` added to its environment); its output
+    goes to HOME.log (see `_log`)."""
+    env = dict(os.environ, WORLDSMITH_HOME=str(home), WORLDSMITH_SANDBOX_WORKERS="1", **(extra_env or {}))
     home.parent.mkdir(parents=True, exist_ok=True)
     with open(f"{home}.log", "ab") as log:
-        return subprocess.Popen([sys.executable, "-m", "worldsmith.cli", "generate", "--count", str(count), "--seed", "8",
-                                 "--fault-rate", "0.5", "--concurrency", "1"],
-                                cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "worldsmith.cli",
+                "generate",
+                "--count",
+                str(count),
+                "--seed",
+                "8",
+                "--fault-rate",
+                "0.5",
+                "--concurrency",
+                "1",
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def _log(home: Path) -> str:
@@ -87,24 +123,21 @@ def _content(home: Path) -> set[tuple[str, int, str]]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # three runs of `worldsmith generate`: about 50 s on 2 idle cores
 def test_killed_run_resumes_to_the_same_catalog(prefect_api, tmp_path):
     interrupted, clean = tmp_path / "interrupted", tmp_path / "clean"
-    process = _generate_process(interrupted, 6)
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and process.poll() is None:
-        if (interrupted / "catalog.db").exists() and len(_content(interrupted)) >= 1:
-            break
-        time.sleep(0.1)
-    assert process.poll() is None, f"the run finished before it could be killed:\n{_log(interrupted)}"
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+    killed = _generate_process(interrupted, 6, killed_after("worldsmith.storage.publish:publish")).wait(timeout=300)
+    assert killed == -signal.SIGKILL, _log(interrupted)  # SIGKILLed as soon as its first environment was published
     partial = _content(interrupted)
-    assert 1 <= len(partial) < 6, partial
+    assert len(partial) == 1, partial
 
     assert _generate_process(interrupted, 6).wait(timeout=300) == 0, _log(interrupted)
     assert _generate_process(clean, 6).wait(timeout=300) == 0, _log(clean)
     resumed = _content(interrupted)
-    assert resumed == _content(clean) and len(resumed) == 6, (resumed ^ _content(clean), _log(interrupted))  # same environments, none twice
+    assert resumed == _content(clean) and len(resumed) == 6, (
+        resumed ^ _content(clean),
+        _log(interrupted),
+    )  # same environments, none twice
     assert partial <= resumed
 
 

@@ -100,5 +100,12 @@ def test_categories_are_kept_balanced_when_there_are_more_candidates():
 
     def make(name, category):
         return Scenario(name=name, description=f"{name} does {category} things", categories=[category])
-    candidates = [make("A1", "retail"), make("A2", "retail"), make("A3", "retail"), make("B1", "travel"), make("C1", "banking")]
+
+    candidates = [
+        make("A1", "retail"),
+        make("A2", "retail"),
+        make("A3", "retail"),
+        make("B1", "travel"),
+        make("C1", "banking"),
+    ]
     assert [s.name for s in balanced(candidates, [make("X", "retail")], 3)] == ["B1", "C1", "A1"]

@@ -11,7 +11,10 @@ from worldsmith.models.bundle import Scenario
 from worldsmith.stages.attempts import AttemptLog
 from worldsmith.stages.pipeline import build_environment
 
-AMAZON = Scenario(name="Amazon", description="Amazon is the world's largest e-commerce platform: users browse products, order, pay and return them.")
+AMAZON = Scenario(
+    name="Amazon",
+    description="Amazon is the world's largest e-commerce platform: users browse products, order, pay and return them.",
+)
 
 
 @pytest.fixture()
@@ -40,12 +43,21 @@ def test_every_fault_is_handled_and_on_record(runtime, llm_server):
         "verifiers": ["truncated", "verifier_accepts_untouched"],
     }
     server, url = llm_server(faults=faults, seed=2)
-    generator = OpenAIGenerator(model="local-model", base_url=url, api_key="sk-local", timeout_s=1.0, retries=3, backoff_s=0.05,
-                                prices={"local-model": {"input": 1.0, "output": 2.0}})
+    generator = OpenAIGenerator(
+        model="local-model",
+        base_url=url,
+        api_key="sk-local",
+        timeout_s=3.0,
+        retries=3,
+        backoff_s=0.05,
+        prices={"local-model": {"input": 1.0, "output": 2.0}},
+    )
     log = AttemptLog("openai-run")
     result = build_environment(AMAZON, 2, generator, runtime, log)
     assert result.good, result.reason
-    assert result.bundle.manifest.generator.backend == "openai" and result.bundle.manifest.generator.model == "local-model"
+    assert (
+        result.bundle.manifest.generator.backend == "openai" and result.bundle.manifest.generator.model == "local-model"
+    )
     assert all(not kinds for kinds in server.faults.values())  # every scheduled fault was served
 
     records = [(a.stage, a.attempt, a.outcome, a.error_class, a.error_text or "") for a in log.attempts]
@@ -53,7 +65,9 @@ def test_every_fault_is_handled_and_on_record(runtime, llm_server):
     def find(stage, predicate):
         return [r for r in records if r[0] == stage and predicate(r)]
 
-    assert find("tasks", lambda r: r[2] == "failure" and "APITimeoutError" in r[4] and r[3] == "output")  # slow, then malformed JSON
+    assert find(
+        "tasks", lambda r: r[2] == "failure" and "APITimeoutError" in r[4] and r[3] == "output"
+    )  # slow, then malformed JSON
     assert find("database:schema", lambda r: r[3] == "sql_error" and "syntax error" in r[4])
     assert find("database:seed", lambda r: r[3] == "seed_error" and "FOREIGN KEY" in r[4] and "HTTP 429" in r[4])
     assert find("tools:spec", lambda r: r[3] == "output" and "does not match ToolPlan" in r[4])
@@ -70,7 +84,7 @@ def test_exhausted_transient_faults_fail_the_stage_loudly(runtime, llm_server):
     from worldsmith.llm.errors import TransientFault
 
     _server, url = llm_server(faults={"tasks": ["http_500"] * 10})
-    generator = OpenAIGenerator(model="m", base_url=url, timeout_s=1.0, retries=2, backoff_s=0.01)
+    generator = OpenAIGenerator(model="m", base_url=url, timeout_s=3.0, retries=2, backoff_s=0.01)
     log = AttemptLog("transient")
     with pytest.raises(TransientFault, match="3 attempts failed; last: InternalServerError"):
         build_environment(AMAZON, 0, generator, runtime, log)

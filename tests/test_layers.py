@@ -122,14 +122,21 @@ def package_cycles(imports: Imports) -> list[list[str]]:
 def upward_imports(imports: Imports) -> list[str]:
     """`module -> imported` for every import (at any level) of a package in a higher layer."""
     layer = {name: rank for rank, names in enumerate(LAYERS) for name in names}
-    return sorted(f"{m} -> {t}" for m, found in imports.items() for t in found
-                  if t in imports and layer[package_of(t)] > layer[package_of(m)])
+    return sorted(
+        f"{m} -> {t}"
+        for m, found in imports.items()
+        for t in found
+        if t in imports and layer[package_of(t)] > layer[package_of(m)]
+    )
 
 
 def prefect_outside(imports: Imports) -> list[str]:
     """Modules outside PREFECT_USERS that import Prefect (at any level)."""
-    return sorted(m for m, found in imports.items() if package_of(m) not in PREFECT_USERS
-                  and any(t.split(".")[0] == "prefect" for t in found))
+    return sorted(
+        m
+        for m, found in imports.items()
+        if package_of(m) not in PREFECT_USERS and any(t.split(".")[0] == "prefect" for t in found)
+    )
 
 
 @pytest.fixture(scope="module")

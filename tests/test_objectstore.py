@@ -86,7 +86,9 @@ def test_open_store_urls(tmp_path, s3_endpoint, s3_bucket):
     s3 = open_store(f"s3://{s3_bucket}/p", endpoint_url=s3_endpoint)
     assert isinstance(s3, S3Store) and s3.prefix == "p"
     digest = s3.put_bytes(b"via url")
-    keys = [o["Key"] for o in boto3.client("s3", endpoint_url=s3_endpoint).list_objects_v2(Bucket=s3_bucket)["Contents"]]
+    keys = [
+        o["Key"] for o in boto3.client("s3", endpoint_url=s3_endpoint).list_objects_v2(Bucket=s3_bucket)["Contents"]
+    ]
     assert keys == [f"p/{object_key(digest)}"]
     with pytest.raises(ValueError, match="unsupported store URL"):
         open_store("ftp://x/y")

@@ -12,12 +12,12 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import psutil
 import pytest
+from conftest import killed_after
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 from sqlmodel import select
@@ -28,8 +28,15 @@ from worldsmith.runtime.gateway import free_port
 from worldsmith.storage.catalog import Catalog
 
 REPO = Path(__file__).resolve().parent.parent
-DEPLOYMENTS = {"nightly-generation": ("generate", "local"), "curate": ("curate", "local"), "evaluate": ("evaluate", "local"),
-               "train": ("train", "gpu"), "resume-training": ("resume-training", "gpu"), "cotrain": ("cotrain", "gpu")}
+pytestmark = pytest.mark.timeout(900)  # real services, workers and training runs: up to a minute each on 2 idle cores
+DEPLOYMENTS = {
+    "nightly-generation": ("generate", "local"),
+    "curate": ("curate", "local"),
+    "evaluate": ("evaluate", "local"),
+    "train": ("train", "gpu"),
+    "resume-training": ("resume-training", "gpu"),
+    "cotrain": ("cotrain", "gpu"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +45,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
     home = tmp_path_factory.mktemp("ops-home")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PREFECT_HOME", str(home / "prefect"))
-        stack = Stack(home=home, prefect_port=free_port(), dashboard_host="127.0.0.1", dashboard_port=free_port(), workers=())
+        stack = Stack(
+            home=home, prefect_port=free_port(), dashboard_host="127.0.0.1", dashboard_port=free_port(), workers=()
+        )
         stack.up(dashboard=False)
         yield stack
         stack.down()
@@ -46,8 +55,14 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
 
 def _cli(stack: Stack, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     """Run the `prefect` CLI against the stack's server, in the stack's environment (as a worker host would)."""
-    return subprocess.run([sys.executable, "-m", "prefect", "--no-prompt", *args], cwd=REPO, env={**os.environ, **stack.env()},
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "prefect", "--no-prompt", *args],
+        cwd=REPO,
+        env={**os.environ, **stack.env()},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def _api(stack: Stack, method: str, path: str, **body) -> object:
@@ -85,17 +100,25 @@ def test_up_creates_the_pools_and_deploys_every_deployment(stack):
     for name, (flow, pool) in DEPLOYMENTS.items():
         assert (flows[deployments[name]["flow_id"]], deployments[name]["work_pool_name"]) == (flow, pool)
     (schedule,) = deployments["nightly-generation"]["schedules"]
-    assert schedule["active"] and schedule["schedule"]["cron"] == "0 2 * * *" and schedule["schedule"]["timezone"] == "UTC"
-    assert all(not deployments[name]["schedules"] for name in ("curate", "evaluate", "train", "resume-training", "cotrain"))
-    assert deployments["nightly-generation"]["parameters"] == {"params": {"count": 10, "backend": "procedural", "model": None,
-                                                                         "scenario_file": None, "seed": None}}
+    assert (
+        schedule["active"] and schedule["schedule"]["cron"] == "0 2 * * *" and schedule["schedule"]["timezone"] == "UTC"
+    )
+    assert all(
+        not deployments[name]["schedules"] for name in ("curate", "evaluate", "train", "resume-training", "cotrain")
+    )
+    assert deployments["nightly-generation"]["parameters"] == {
+        "params": {"count": 10, "backend": "procedural", "model": None, "scenario_file": None, "seed": None}
+    }
     # the training deployment's form is the typed TrainingConfig: nested fields, descriptions, enums
     schema = deployments["train"]["parameter_openapi_schema"]
     config = schema["definitions"]["TrainingConfig"]
     assert schema["properties"]["config"]["$ref"] == "#/definitions/TrainingConfig" and schema["required"] == ["config"]
     assert config["properties"]["history"]["enum"] == ["windowed", "full"]
     assert config["properties"]["profile"]["enum"] == ["cpu-test", "gpu"]
-    assert config["properties"]["group_size"]["default"] == 16 and "advantages" in config["properties"]["group_size"]["description"]
+    assert (
+        config["properties"]["group_size"]["default"] == 16
+        and "advantages" in config["properties"]["group_size"]["description"]
+    )
     assert config["properties"]["lora"]["$ref"] == "#/definitions/LoraConfig"
     assert config["properties"]["simulate"]["anyOf"][0]["$ref"] == "#/definitions/SimulationConfig"
     assert schema["properties"]["resume"]["anyOf"][0]["type"] == "integer"
@@ -105,7 +128,10 @@ def test_up_creates_the_pools_and_deploys_every_deployment(stack):
     # the co-training form nests the policy's TrainingConfig and the world model's WorldModelConfig
     cotrain = deployments["cotrain"]["parameter_openapi_schema"]
     knobs = cotrain["definitions"]["CotrainConfig"]["properties"]
-    assert knobs["policy"]["$ref"] == "#/definitions/TrainingConfig" and knobs["world_model"]["$ref"] == "#/definitions/WorldModelConfig"
+    assert (
+        knobs["policy"]["$ref"] == "#/definitions/TrainingConfig"
+        and knobs["world_model"]["$ref"] == "#/definitions/WorldModelConfig"
+    )
     assert knobs["real_share"]["default"] == 0.2 and "uncertainty" in knobs["uncertainty_threshold"]["description"]
 
 
@@ -119,21 +145,38 @@ def test_prefect_deploy_again_updates_in_place(stack):
 
 
 def test_generation_deployment_runs_through_a_worker(stack):
-    flow_run = _run_through_worker(stack, "generate/nightly-generation", "local",
-                                   {"params": {"count": 2, "seed": 11, "fault_rate": 0.5, "concurrency": 2}})
+    flow_run = _run_through_worker(
+        stack,
+        "generate/nightly-generation",
+        "local",
+        {"params": {"count": 2, "seed": 11, "fault_rate": 0.5, "concurrency": 2}},
+    )
     with _catalog(stack).session() as session:
         versions = session.exec(select(EnvironmentVersion)).all()
     assert len(versions) == 2 and {v.status for v in versions} == {"good"}
     artifacts = _api(stack, "POST", "/artifacts/filter", artifacts={"flow_run_id": {"any_": [flow_run["id"]]}})
     summary = next(a for a in artifacts if a["key"] == "generation-summary")
-    assert "2 of 2 environments published as good" in summary["data"] and f"{stack.env()['WORLDSMITH_DASHBOARD_URL']}/#generation" in summary["data"]
+    assert (
+        "2 of 2 environments published as good" in summary["data"]
+        and f"{stack.env()['WORLDSMITH_DASHBOARD_URL']}/#generation" in summary["data"]
+    )
     assert {"generation-stages", "generation-environments"} <= {a["key"] for a in artifacts if a["type"] == "table"}
 
 
 def test_curation_and_training_deployments_run_through_workers(stack):
-    _run_through_worker(stack, "curate/curate", "local", {"params": {"name": "ops", "query": {"validation_fraction": 0.5}}})
-    config = {"model": "tiny", "set_name": "ops", "steps": 1, "group_size": 2, "warmup_steps": 4, "max_turns": 2,
-              "max_completion_length": 16, "learning_rate": 1e-4}
+    _run_through_worker(
+        stack, "curate/curate", "local", {"params": {"name": "ops", "query": {"validation_fraction": 0.5}}}
+    )
+    config = {
+        "model": "tiny",
+        "set_name": "ops",
+        "steps": 1,
+        "group_size": 2,
+        "warmup_steps": 4,
+        "max_turns": 2,
+        "max_completion_length": 16,
+        "learning_rate": 1e-4,
+    }
     flow_run = _run_through_worker(stack, "train/train", "gpu", {"config": config})
     with _catalog(stack).session() as session:
         (run,) = session.exec(select(TrainingRun)).all()
@@ -145,69 +188,97 @@ def test_curation_and_training_deployments_run_through_workers(stack):
     assert {"training-summary", "training-steps"} <= {a["key"] for a in artifacts}
 
 
-def _flow_run_process(parent: psutil.Process, flow_run_id: str) -> psutil.Process | None:
-    """The process below `parent` that runs flow run `flow_run_id`, once it has started."""
-    for child in parent.children(recursive=True):
-        try:
-            if child.environ().get("PREFECT__FLOW_RUN_ID") == flow_run_id:
-                return child
-        except psutil.Error:
-            continue
-    return None
-
-
 def test_a_killed_training_flow_run_is_failed_by_its_worker_and_resumes_through_a_deployment(stack):
-    """SIGKILL the process of a `train` flow run (set `ops` from the test above) after its first
-    stored checkpoint: the worker marks the flow run crashed and its hook fails the catalog row,
-    then the `resume-training` deployment finishes the run from that checkpoint."""
-    config = {"model": "tiny", "set_name": "ops", "steps": 3, "save_every": 1, "group_size": 2, "warmup_steps": 4, "max_turns": 2,
-              "max_completion_length": 16, "learning_rate": 1e-4}
+    """SIGKILL the process of a `train` flow run (set `ops` from the test above) once it has written
+    step 2's metrics row, after its step-1 checkpoint: the worker marks the flow run crashed and its
+    hook fails the catalog row, then the `resume-training` deployment finishes the run from that checkpoint."""
+    config = {
+        "model": "tiny",
+        "set_name": "ops",
+        "steps": 3,
+        "save_every": 1,
+        "group_size": 2,
+        "warmup_steps": 4,
+        "max_turns": 2,
+        "max_completion_length": 16,
+        "learning_rate": 1e-4,
+    }
     started = _cli(stack, "deployment", "run", "train/train", "--params", json.dumps({"config": config}))
     assert started.returncode == 0, started.stdout + started.stderr
     flow_run_id = re.search(r"UUID: ([0-9a-f-]{36})", started.stdout).group(1)
-    worker = subprocess.Popen([sys.executable, "-m", "prefect", "--no-prompt", "worker", "start", "--pool", "gpu", "--type", "process",
-                               "--run-once"], cwd=REPO, env={**os.environ, **stack.env()}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        deadline, killed = time.monotonic() + 300, None
-        while killed is None and time.monotonic() < deadline and worker.poll() is None:
-            with _catalog(stack).session() as session:
-                stored = session.exec(select(Checkpoint).join(TrainingRun).where(TrainingRun.flow_run_id == flow_run_id)).first()
-            process = _flow_run_process(psutil.Process(worker.pid), flow_run_id) if stored else None
-            if process is not None:
-                process.kill()
-                killed = stored.training_run_id
-            time.sleep(0.2)
-        output = worker.communicate(timeout=300)[0].decode(errors="replace")
-    finally:
-        if worker.poll() is None:
-            worker.kill()
-    assert killed is not None, output[-3000:]
+    # the flow run's process, started by the worker with the worker's environment, kills itself at that point
+    env = {**os.environ, **stack.env(), **killed_after("worldsmith.storage.run_records:record_step", 2)}
+    worked = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "prefect",
+            "--no-prompt",
+            "worker",
+            "start",
+            "--pool",
+            "gpu",
+            "--type",
+            "process",
+            "--run-once",
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        timeout=600,
+    )
+    output = worked.stdout.decode(errors="replace")
     assert _api(stack, "GET", f"/flow_runs/{flow_run_id}")["state"]["type"] == "CRASHED", output[-3000:]
     with _catalog(stack).session() as session:
-        run = session.get(TrainingRun, killed)
-    assert run.status == "failed" and run.metrics["error"].startswith("crashed:"), (run.status, run.metrics, output[-3000:])
+        run = session.exec(select(TrainingRun).where(TrainingRun.flow_run_id == flow_run_id)).one()
+        checkpoints = session.exec(select(Checkpoint).where(Checkpoint.training_run_id == run.id)).all()
+    killed = run.id
+    assert [c.step for c in checkpoints] == [1], output[-3000:]
+    assert run.status == "failed" and run.metrics["error"].startswith("crashed:"), (
+        run.status,
+        run.metrics,
+        output[-3000:],
+    )
 
     resumed = _run_through_worker(stack, "resume-training/resume-training", "gpu", {"run_id": killed})
     with _catalog(stack).session() as session:
         run = session.get(TrainingRun, killed)
-        steps = session.exec(select(TrainingStep).where(TrainingStep.training_run_id == killed).order_by(TrainingStep.step)).all()
-    assert run.status == "completed" and [s.step for s in steps] == [1, 2, 3] and len(run.metrics["resumed_from_steps"]) == 1
+        steps = session.exec(
+            select(TrainingStep).where(TrainingStep.training_run_id == killed).order_by(TrainingStep.step)
+        ).all()
+    assert (
+        run.status == "completed" and [s.step for s in steps] == [1, 2, 3] and run.metrics["resumed_from_steps"] == [1]
+    )
     assert run.flow_run_id != flow_run_id and resumed["state"]["type"] == "COMPLETED"
 
 
 def test_prefect_ui_lists_the_deployments_and_renders_the_training_form(stack, browser):
     browser.get(f"{stack.ui_url}/deployments")
-    WebDriverWait(browser, 60).until(lambda d: all(name in d.find_element(By.TAG_NAME, "body").text for name in DEPLOYMENTS))
+    WebDriverWait(browser, 60).until(
+        lambda d: all(name in d.find_element(By.TAG_NAME, "body").text for name in DEPLOYMENTS)
+    )
     assert "At 02:00 AM every day" in browser.find_element(By.TAG_NAME, "body").text
     train_id = _deployments(stack)["train"]["id"]
     browser.get(f"{stack.ui_url}/deployments/deployment/{train_id}/run")
-    labels = ("Model", "Set Name", "Profile (Optional)", "Group Size (Optional)", "Learning Rate (Optional)", "History (Optional)",
-              "Window (Optional)", "Lora (Optional)", "Rank (Optional)")
+    labels = (
+        "Model",
+        "Set Name",
+        "Profile (Optional)",
+        "Group Size (Optional)",
+        "Learning Rate (Optional)",
+        "History (Optional)",
+        "Window (Optional)",
+        "Lora (Optional)",
+        "Rank (Optional)",
+    )
     WebDriverWait(browser, 60).until(lambda d: "Group Size (Optional)" in d.find_element(By.TAG_NAME, "body").text)
     text = browser.find_element(By.TAG_NAME, "body").text
     assert all(label in text for label in labels)
     assert "Rollouts per (env, task) row; advantages are normalised within the group." in text
-    choices = [[o.text for o in s.find_elements(By.TAG_NAME, "option")] for s in browser.find_elements(By.TAG_NAME, "select")]
+    choices = [
+        [o.text for o in s.find_elements(By.TAG_NAME, "option")] for s in browser.find_elements(By.TAG_NAME, "select")
+    ]
     assert ["cpu-test", "gpu"] in choices and ["windowed", "full"] in choices
 
 
@@ -225,7 +296,9 @@ def _worker_processes(home: Path) -> int:
 def test_up_twice_duplicates_nothing_and_down_stops_everything(stack):
     full = Stack(stack.home, stack.prefect_port, stack.dashboard_host, stack.dashboard_port, workers=("local",))
     first = full.up()
-    assert first["prefect-server"] == "running" and first["worker-local"] == "started" and first["dashboard"] == "started"
+    assert (
+        first["prefect-server"] == "running" and first["worker-local"] == "started" and first["dashboard"] == "started"
+    )
     pids, deployments = full.running(), {n: d["id"] for n, d in _deployments(full).items()}
     second = full.up()
     assert {second[k] for k in ("prefect-server", "worker-local", "dashboard")} == {"running"}

@@ -34,21 +34,48 @@ def plant(world: bytes, *statements: str, declare: tuple[str, str, str] | None =
 
 DEFECTS = {
     "empty_table": ({"statements": ("DELETE FROM reviews",)}, "reviews", "not_empty", None),
-    "primary_key_null": ({"statements": ("UPDATE coupons SET code = NULL WHERE code = 'SPRING15'",)}, "coupons", "primary_key_not_null", None),
+    "primary_key_null": (
+        {"statements": ("UPDATE coupons SET code = NULL WHERE code = 'SPRING15'",)},
+        "coupons",
+        "primary_key_not_null",
+        None,
+    ),
     "primary_key_duplicate": (
-        {"statements": ("CREATE TABLE gift_cards (code TEXT, balance INTEGER)",
-                         "INSERT INTO gift_cards VALUES ('GC-1', 100), ('GC-2', 50), ('GC-1', 75)"),
-             "declare": ("gift_cards", "code TEXT,", "code TEXT PRIMARY KEY,")},
-        "gift_cards", "primary_key_unique", {"rowid": 3, "code": "GC-1"}),
+        {
+            "statements": (
+                "CREATE TABLE gift_cards (code TEXT, balance INTEGER)",
+                "INSERT INTO gift_cards VALUES ('GC-1', 100), ('GC-2', 50), ('GC-1', 75)",
+            ),
+            "declare": ("gift_cards", "code TEXT,", "code TEXT PRIMARY KEY,"),
+        },
+        "gift_cards",
+        "primary_key_unique",
+        {"rowid": 3, "code": "GC-1"},
+    ),
     "not_null_missing": (
         {"statements": (), "declare": ("orders", "cancellation_reason   TEXT", "cancellation_reason   TEXT NOT NULL")},
-        "orders", "not_null", {"rowid": 1001, "cancellation_reason": None}),
-    "foreign_key_orphan": ({"statements": ("UPDATE orders SET customer_id = 99 WHERE id = 1003",)},
-                           "orders", "foreign_key -> customers.id", {"rowid": 1003, "customer_id": 99}),
-    "check_set": ({"statements": ("UPDATE customers SET tier = 'platinum' WHERE id = 2",)},
-                  "customers", "check_in ['bronze', 'silver', 'gold']", {"rowid": 2, "tier": "platinum"}),
-    "check_range": ({"statements": ("UPDATE products SET stock = -5 WHERE id = 3",)},
-                    "products", "check_range [0, None]", {"rowid": 3, "stock": -5}),
+        "orders",
+        "not_null",
+        {"rowid": 1001, "cancellation_reason": None},
+    ),
+    "foreign_key_orphan": (
+        {"statements": ("UPDATE orders SET customer_id = 99 WHERE id = 1003",)},
+        "orders",
+        "foreign_key -> customers.id",
+        {"rowid": 1003, "customer_id": 99},
+    ),
+    "check_set": (
+        {"statements": ("UPDATE customers SET tier = 'platinum' WHERE id = 2",)},
+        "customers",
+        "check_in ['bronze', 'silver', 'gold']",
+        {"rowid": 2, "tier": "platinum"},
+    ),
+    "check_range": (
+        {"statements": ("UPDATE products SET stock = -5 WHERE id = 3",)},
+        "products",
+        "check_range [0, None]",
+        {"rowid": 3, "stock": -5},
+    ),
 }
 
 
@@ -81,8 +108,14 @@ def test_failing_gate_publishes_as_failed_with_the_report(golden, tmp_path):
     files = dict(golden.files, **{"world.db": world})
     from worldsmith.bundle.contract import artifact_digest
 
-    defective = Bundle(manifest=golden.manifest.model_copy(update={"artifacts": {**golden.manifest.artifacts, "world.db": artifact_digest(world)}}),
-                       files=files, tasks=golden.tasks, tools=golden.tools)
+    defective = Bundle(
+        manifest=golden.manifest.model_copy(
+            update={"artifacts": {**golden.manifest.artifacts, "world.db": artifact_digest(world)}}
+        ),
+        files=files,
+        tasks=golden.tasks,
+        tools=golden.tools,
+    )
     catalog = Catalog(f"sqlite:///{tmp_path / 'c.db'}")
     result = publish(defective, LocalStore(tmp_path / "store"), catalog, [validate_world(defective.world)])
     assert result.version.status == "failed"

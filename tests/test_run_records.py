@@ -42,14 +42,23 @@ def test_crashed_flow_runs_fail_their_running_rows_and_their_subflows(prefect_ap
     crashed, other = outer(), outer()
     with open_catalog().session() as session:
         evaluation = session.get(EvaluationRun, crashed["inner"]["evaluation"])
-    assert evaluation.flow_run_id == crashed["inner"]["flow_run"] != crashed["flow_run"]  # a task's row names its (sub)flow run
+    assert (
+        evaluation.flow_run_id == crashed["inner"]["flow_run"] != crashed["flow_run"]
+    )  # a task's row names its (sub)flow run
 
-    mark_crashed(None, FlowRunStub(crashed["flow_run"]), Crashed(message="Flow run infrastructure exited with non-zero status code -9."))
+    mark_crashed(
+        None,
+        FlowRunStub(crashed["flow_run"]),
+        Crashed(message="Flow run infrastructure exited with non-zero status code -9."),
+    )
     with open_catalog().session() as session:
         training = session.get(TrainingRun, crashed["training"])
         evaluation = session.get(EvaluationRun, crashed["inner"]["evaluation"])
-        untouched = [session.get(TrainingRun, crashed["completed"]), session.get(TrainingRun, other["training"]),
-                     session.get(EvaluationRun, other["inner"]["evaluation"])]
+        untouched = [
+            session.get(TrainingRun, crashed["completed"]),
+            session.get(TrainingRun, other["training"]),
+            session.get(EvaluationRun, other["inner"]["evaluation"]),
+        ]
         assert len(session.exec(select(TrainingRun)).all()) == 4
     for row in (training, evaluation):
         assert row.status == "failed" and row.finished_at is not None

@@ -3,6 +3,7 @@ worker that ran it is replaced, and other episodes go on untouched."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -22,68 +23,137 @@ SECRET = "sk-planted-secret-0123456789"
 # Each hostile tool, the limit its env_error must name, and a word its message must contain.
 HOSTILE = {
     "read_passwd": ("def read_passwd(conn):\n    return open('/etc/passwd').read()\n", "filesystem", "/etc/passwd"),
-    "write_outside": ("def write_outside(conn):\n    with open('/tmp/worldsmith-escape.txt', 'w') as f:\n        f.write('x')\n", "filesystem", "worldsmith-escape"),
-    "socket_connect": ("def socket_connect(conn):\n    import socket\n    s = socket.create_connection(('127.0.0.1', 22))\n", "import", "socket"),
-    "subprocess_run": ("def subprocess_run(conn):\n    import subprocess\n    return subprocess.check_output(['id']).decode()\n", "import", "subprocess"),
+    "write_outside": (
+        "def write_outside(conn):\n    with open('/tmp/worldsmith-escape.txt', 'w') as f:\n        f.write('x')\n",
+        "filesystem",
+        "worldsmith-escape",
+    ),
+    "socket_connect": (
+        "def socket_connect(conn):\n    import socket\n    s = socket.create_connection(('127.0.0.1', 22))\n",
+        "import",
+        "socket",
+    ),
+    "subprocess_run": (
+        "def subprocess_run(conn):\n    import subprocess\n    return subprocess.check_output(['id']).decode()\n",
+        "import",
+        "subprocess",
+    ),
     "os_system": ("def os_system(conn):\n    import os\n    return os.system('touch /tmp/pwned')\n", "import", "'os'"),
     "fork": ("def fork(conn):\n    import os\n    return os.fork()\n", "import", "'os'"),
     "infinite_loop": ("def infinite_loop(conn):\n    while True:\n        pass\n", "cpu", "CPU seconds"),
     "sleep_forever": ("def sleep_forever(conn):\n    import time\n    time.sleep(3600)\n", "timeout", "wall-clock"),
     "stuck_in_c": ("def stuck_in_c(conn):\n    return sum(range(10 ** 14))\n", "timeout", "worker killed and replaced"),
     "endless_sql": (
-        ("def endless_sql(conn):\n"
-        "    return conn.execute('WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c').fetchone()[0]\n"),
-        "cpu", "CPU seconds",
+        (
+            "def endless_sql(conn):\n"
+            "    return conn.execute('WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT count(*) FROM c').fetchone()[0]\n"
+        ),
+        "cpu",
+        "CPU seconds",
     ),
-    "memory_bomb": ("def memory_bomb(conn):\n    blocks = []\n    while True:\n        blocks.append(bytes(64 * 1024 * 1024))\n", "memory", "memory limit"),
-    "deep_recursion": ("def deep_recursion(conn):\n    def down(n):\n        return down(n + 1) + 1\n    return down(0)\n", "recursion", "recursion depth"),
-    "ctypes_load": ("def ctypes_load(conn):\n    import ctypes\n    return ctypes.CDLL(None).getpid()\n", "import", "ctypes"),
+    "memory_bomb": (
+        "def memory_bomb(conn):\n    blocks = []\n    while True:\n        blocks.append(bytes(64 * 1024 * 1024))\n",
+        "memory",
+        "memory limit",
+    ),
+    "deep_recursion": (
+        "def deep_recursion(conn):\n    def down(n):\n        return down(n + 1) + 1\n    return down(0)\n",
+        "recursion",
+        "recursion depth",
+    ),
+    "ctypes_load": (
+        "def ctypes_load(conn):\n    import ctypes\n    return ctypes.CDLL(None).getpid()\n",
+        "import",
+        "ctypes",
+    ),
     "read_environ": ("def read_environ(conn):\n    import os\n    return dict(os.environ)\n", "import", "'os'"),
-    "import_via_builtins": ("def import_via_builtins(conn):\n    return __builtins__['__import__']('os').getcwd()\n", "import", "'os'"),
-    "eval_trick": ("def eval_trick(conn):\n    return eval(\"__import__('os').getcwd()\")\n", "forbidden_builtin", "eval"),
+    "import_via_builtins": (
+        "def import_via_builtins(conn):\n    return __builtins__['__import__']('os').getcwd()\n",
+        "import",
+        "'os'",
+    ),
+    "eval_trick": (
+        "def eval_trick(conn):\n    return eval(\"__import__('os').getcwd()\")\n",
+        "forbidden_builtin",
+        "eval",
+    ),
     "globals_trick": (
-        ("def globals_trick(conn):\n"
-        "    for cls in ().__class__.__base__.__subclasses__():\n"
-        "        if cls.__name__ == '_wrap_close':\n"
-        "            return cls.__init__.__globals__['system']('id')\n"),
-        "subprocess", "os.system",  # __globals__ is not audited by CPython; the call itself is
+        (
+            "def globals_trick(conn):\n"
+            "    for cls in ().__class__.__base__.__subclasses__():\n"
+            "        if cls.__name__ == '_wrap_close':\n"
+            "            return cls.__init__.__globals__['system']('id')\n"
+        ),
+        "subprocess",
+        "os.system",  # __globals__ is not audited by CPython; the call itself is
     ),
     "builtin_importer_trick": (
-        ("def builtin_importer_trick(conn):\n"
-        "    importer = [c for c in ().__class__.__base__.__subclasses__() if c.__name__ == 'BuiltinImporter'][0]\n"
-        "    posix = importer.load_module('posix')\n"
-        "    return posix.system('id')\n"),
-        "subprocess", "os.system",
+        (
+            "def builtin_importer_trick(conn):\n"
+            "    importer = [c for c in ().__class__.__base__.__subclasses__() if c.__name__ == 'BuiltinImporter'][0]\n"
+            "    posix = importer.load_module('posix')\n"
+            "    return posix.system('id')\n"
+        ),
+        "subprocess",
+        "os.system",
     ),
     "frame_walk": (
-        ("def frame_walk(conn):\n"
-        "    try:\n"
-        "        raise ValueError\n"
-        "    except ValueError as exc:\n"
-        "        return list(exc.__traceback__.tb_frame.f_back.f_globals)\n"),
-        "introspection", "tb_frame",
+        (
+            "def frame_walk(conn):\n"
+            "    try:\n"
+            "        raise ValueError\n"
+            "    except ValueError as exc:\n"
+            "        return list(exc.__traceback__.tb_frame.f_back.f_globals)\n"
+        ),
+        "introspection",
+        "tb_frame",
     ),
-    "attach_file": ("def attach_file(conn):\n    conn.setlimit(10, 5)\n    conn.execute(\"ATTACH DATABASE '/etc/passwd' AS p\")\n", "database", "settings"),
-    "new_connection": ("def new_connection(conn):\n    import sqlite3\n    return sqlite3.connect('/tmp/x.db')\n", "database", "sqlite3.connect"),
+    "attach_file": (
+        "def attach_file(conn):\n    conn.setlimit(10, 5)\n    conn.execute(\"ATTACH DATABASE '/etc/passwd' AS p\")\n",
+        "database",
+        "settings",
+    ),
+    "new_connection": (
+        "def new_connection(conn):\n    import sqlite3\n    return sqlite3.connect('/tmp/x.db')\n",
+        "database",
+        "sqlite3.connect",
+    ),
     "swallow_violation": (
-        ("def swallow_violation(conn):\n"
-        "    try:\n"
-        "        import socket\n"
-        "    except BaseException:\n"
-        "        pass\n"
-        "    return 'got away with it'\n"),
-        "import", "socket",
+        (
+            "def swallow_violation(conn):\n"
+            "    try:\n"
+            "        import socket\n"
+            "    except BaseException:\n"
+            "        pass\n"
+            "    return 'got away with it'\n"
+        ),
+        "import",
+        "socket",
     ),
 }
 
 
 @pytest.fixture(scope="module")
-def hostile_runtime() -> Runtime:
+def planted_secret() -> str:
     os.environ["OPENAI_API_KEY"] = SECRET  # planted in the parent: must never reach a worker
+    yield SECRET
+    os.environ.pop("OPENAI_API_KEY", None)
+
+
+@pytest.fixture(scope="module")
+def hostile_runtime(planted_secret) -> Runtime:
     rt = Runtime(limits=FAST_LIMITS, workers=1)
     yield rt
     rt.close()
-    os.environ.pop("OPENAI_API_KEY", None)
+
+
+@pytest.fixture(scope="module")
+def cpu_bound_runtime(planted_secret) -> Runtime:
+    """FAST_LIMITS with a wall-clock limit far above the CPU limit: on a busy machine, where a CPU
+    second takes more than a second, a busy loop still trips the CPU limit first."""
+    rt = Runtime(limits=dataclasses.replace(FAST_LIMITS, call_timeout_s=60.0), workers=1)
+    yield rt
+    rt.close()
 
 
 @pytest.fixture(scope="module")
@@ -92,8 +162,9 @@ def hostile_bundle(golden):
 
 
 @pytest.mark.parametrize("tool", list(HOSTILE))
-def test_hostile_tool_is_contained_and_worker_replaced(hostile_runtime, hostile_bundle, tool):
+def test_hostile_tool_is_contained_and_worker_replaced(request, hostile_bundle, tool):
     _, limit, words = HOSTILE[tool]
+    hostile_runtime = request.getfixturevalue("cpu_bound_runtime" if limit == "cpu" else "hostile_runtime")
     bystander = hostile_runtime.open_episode(hostile_bundle)  # shares the single worker
     culprit = hostile_runtime.open_episode(hostile_bundle)
     try:
@@ -156,13 +227,17 @@ def test_other_episodes_survive_a_killed_worker(hostile_runtime, hostile_bundle)
 
 
 def test_relative_paths_resolve_outside_the_episode_and_are_refused(hostile_runtime, golden):
-    bundle = with_tools(golden, textwrap.dedent('''
+    bundle = with_tools(
+        golden,
+        textwrap.dedent("""
         def scratch_file(conn):
             import json
             with open("notes.json", "w") as f:
                 json.dump({"a": 1}, f)
             return "ok"
-    '''), ["scratch_file"])
+    """),
+        ["scratch_file"],
+    )
     with hostile_runtime.open_episode(bundle) as episode:
         result = episode.call_tool("scratch_file")
         # relative paths resolve against "/", outside the episode: refused like any other
@@ -199,8 +274,13 @@ def test_kernel_layers_hold_without_the_python_guard():
     scratch = Path(tempfile.mkdtemp(prefix="worldsmith-kernel-test-"))  # traversable by the sandbox uid
     if os.geteuid() == 0:
         os.chown(scratch, 65534, 65534)
-    proc = subprocess.run([sys.executable, "-I", "-S", "-c", KERNEL_PROBE, str(scratch), str(REPO)],
-                          capture_output=True, text=True, env=WORKER_ENV, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", KERNEL_PROBE, str(scratch), str(REPO)],
+        capture_output=True,
+        text=True,
+        env=WORKER_ENV,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     layers = out["layers"]

@@ -15,7 +15,13 @@ SLEEPER = "import pathlib, sys, time; pathlib.Path(sys.argv[1]).write_text('up')
 
 def sleeper(tmp_path, name: str = "sleeper") -> Service:
     ready_file = tmp_path / f"{name}.ready"
-    return Service(name, [sys.executable, "-c", SLEEPER, str(ready_file)], tmp_path / "run", ready=ready_file.exists, start_timeout_s=20)
+    return Service(
+        name,
+        [sys.executable, "-c", SLEEPER, str(ready_file)],
+        tmp_path / "run",
+        ready=ready_file.exists,
+        start_timeout_s=20,
+    )
 
 
 def test_start_waits_until_ready_and_is_idempotent_then_stop_ends_the_process(tmp_path):
@@ -31,15 +37,26 @@ def test_start_waits_until_ready_and_is_idempotent_then_stop_ends_the_process(tm
 
 
 def test_a_service_that_dies_while_starting_reports_its_log(tmp_path):
-    broken = Service("broken", [sys.executable, "-c", "import sys; print('bad configuration: port taken'); sys.exit(3)"], tmp_path / "run",
-                     ready=lambda: False, start_timeout_s=20)
+    broken = Service(
+        "broken",
+        [sys.executable, "-c", "import sys; print('bad configuration: port taken'); sys.exit(3)"],
+        tmp_path / "run",
+        ready=lambda: False,
+        start_timeout_s=20,
+    )
     with pytest.raises(ServiceError, match="broken exited while starting(.|\n)*bad configuration: port taken"):
         broken.start()
     assert broken.pid() is None and not broken.pid_file.exists()
 
 
 def test_a_service_never_ready_is_stopped_after_the_timeout(tmp_path):
-    hung = Service("hung", [sys.executable, "-c", "import time; time.sleep(600)"], tmp_path / "run", ready=lambda: False, start_timeout_s=1.5)
+    hung = Service(
+        "hung",
+        [sys.executable, "-c", "import time; time.sleep(600)"],
+        tmp_path / "run",
+        ready=lambda: False,
+        start_timeout_s=1.5,
+    )
     with pytest.raises(ServiceError, match="not ready after 2 s"):
         hung.start()
     assert hung.pid() is None

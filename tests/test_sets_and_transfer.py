@@ -24,7 +24,9 @@ SOURCES = ("schema.sql", "seed.sql", "tools.py", "tasks.jsonl", "verifiers.py")
 def variant(golden, env_id: str, categories: list[str], seed_tweak: int = 0):
     sources = {n: golden.files[n] for n in SOURCES}
     if seed_tweak:
-        sources["seed.sql"] = sources["seed.sql"].replace(b"('SAVE10',   10,", f"('SAVE10',   {10 + seed_tweak},".encode())
+        sources["seed.sql"] = sources["seed.sql"].replace(
+            b"('SAVE10',   10,", f"('SAVE10',   {10 + seed_tweak},".encode()
+        )
     scenario = golden.manifest.scenario.model_copy(update={"categories": categories})
     return build_bundle(sources, golden.manifest.model_copy(update={"env_id": env_id, "scenario": scenario}))
 
@@ -36,7 +38,9 @@ def populated(catalog, golden, tmp_path):
         category = "retail" if i % 2 == 0 else "travel"
         publish(variant(golden, f"world_{i:02d}", [category]), store, catalog)
     publish(variant(golden, "world_00", ["retail"], seed_tweak=1), store, catalog)  # world_00@2
-    publish(variant(golden, "broken_world", ["retail"]), store, catalog, [QualityCheck("probes", False, {"reason": "x"})])
+    publish(
+        variant(golden, "broken_world", ["retail"]), store, catalog, [QualityCheck("probes", False, {"reason": "x"})]
+    )
     return store, catalog
 
 
@@ -47,7 +51,13 @@ def test_set_from_query_with_deterministic_split(populated):
     with catalog.session() as session:
         members = members_of(session, get_set(session, "retail-v1"))
     refs = [v.ref for v, _ in members]
-    assert refs == ["world_00@2", "world_02@1", "world_04@1", "world_06@1", "world_08@1"]  # latest good only; failed excluded
+    assert refs == [
+        "world_00@2",
+        "world_02@1",
+        "world_04@1",
+        "world_06@1",
+        "world_08@1",
+    ]  # latest good only; failed excluded
     assert sum(split == "validation" for _, split in members) == 2
     create_set(catalog, "retail-v1-again", query)
     with catalog.session() as session:
@@ -78,7 +88,13 @@ def test_export_set_for_external_trainers(populated, tmp_path):
     manifest = export_set("travel", tmp_path / "out", store, catalog)
     out = tmp_path / "out"
     assert json.loads((out / "set.json").read_text()) == manifest
-    assert [m["ref"] for m in manifest["members"]] == ["world_01@1", "world_03@1", "world_05@1", "world_07@1", "world_09@1"]
+    assert [m["ref"] for m in manifest["members"]] == [
+        "world_01@1",
+        "world_03@1",
+        "world_05@1",
+        "world_07@1",
+        "world_09@1",
+    ]
     rows = [json.loads(line) for line in (out / "tasks.jsonl").read_text().splitlines()]
     assert len(rows) == 50 and {r["task_id"] for r in rows} >= {"t01_points_balance", "t10_points_order"}
     table = pq.read_table(out / "tasks.parquet")

@@ -23,7 +23,8 @@ from worldsmith.llm.procedural.backend import procedural_bundle
 from worldsmith.models.catalog import Checkpoint, EvaluationRun, TrainingRun, TrainingStep
 from worldsmith.storage.catalog import open_catalog
 from worldsmith.training.trainer import real_group
-from worldsmith.worldmodel.simulated import SimulatedRuntime, SimulationConfig, apply_to_database
+from worldsmith.worldmodel.config import SimulationConfig
+from worldsmith.worldmodel.simulated import SimulatedRuntime, apply_to_database
 from worldsmith.worldmodel.transitions import Observation, replay
 from worldsmith.worldmodel.world_models import OpenAIWorldModel, Prediction, target
 
@@ -41,17 +42,31 @@ def retail():
 
 def test_predicted_diffs_are_applied_part_by_part_and_bad_parts_named():
     conn = sqlite3.connect(":memory:", isolation_level=None)
-    conn.executescript("CREATE TABLE orders (id INTEGER PRIMARY KEY, status TEXT NOT NULL, note TEXT);"
-                       "INSERT INTO orders VALUES (1, 'open', NULL), (2, 'open', 'x'), (3, 'paid', NULL);")
-    problems = apply_to_database(conn, {
-        "orders": {"inserted": [{"id": 4, "status": "new", "bogus": 1}, {"id": 1, "status": "dup"}, {"id": 5}],
-                   "updated": [{"key": {"id": 1}, "before": {}, "after": {"status": "paid"}}, {"key": {"id": 99}, "after": {"status": "x"}},
-                               {"key": {"id": 3}, "after": {"nothing": 1}}],
-                   "deleted": [{"id": 2, "status": "open", "note": "x"}, {"id": 42}]},
-        "ghosts": {"inserted": [{"id": 1}]},
-        'orders" ; DROP TABLE orders; --': {"deleted": [{"id": 3}]},
-    })
-    assert conn.execute("SELECT id, status FROM orders ORDER BY id").fetchall() == [(1, "paid"), (3, "paid"), (4, "new")]
+    conn.executescript(
+        "CREATE TABLE orders (id INTEGER PRIMARY KEY, status TEXT NOT NULL, note TEXT);"
+        "INSERT INTO orders VALUES (1, 'open', NULL), (2, 'open', 'x'), (3, 'paid', NULL);"
+    )
+    problems = apply_to_database(
+        conn,
+        {
+            "orders": {
+                "inserted": [{"id": 4, "status": "new", "bogus": 1}, {"id": 1, "status": "dup"}, {"id": 5}],
+                "updated": [
+                    {"key": {"id": 1}, "before": {}, "after": {"status": "paid"}},
+                    {"key": {"id": 99}, "after": {"status": "x"}},
+                    {"key": {"id": 3}, "after": {"nothing": 1}},
+                ],
+                "deleted": [{"id": 2, "status": "open", "note": "x"}, {"id": 42}],
+            },
+            "ghosts": {"inserted": [{"id": 1}]},
+            'orders" ; DROP TABLE orders; --': {"deleted": [{"id": 3}]},
+        },
+    )
+    assert conn.execute("SELECT id, status FROM orders ORDER BY id").fetchall() == [
+        (1, "paid"),
+        (3, "paid"),
+        (4, "new"),
+    ]
     assert problems == [
         "orders: update {'id': 99}: no such row",
         "orders: update names no column",
@@ -67,11 +82,17 @@ def test_the_code_world_model_reproduces_real_episodes(golden, retail, runtime):
     code = SimulatedRuntime(runtime, SimulationConfig(world_model="code"))
     for bundle in (golden, retail):
         for number, task in enumerate(bundle.tasks):
-            for policy, config in ((ReferencePolicy(), EpisodeConfig()), (RandomPolicy(), EpisodeConfig(max_turns=4, seed=number))):
+            for policy, config in (
+                (ReferencePolicy(), EpisodeConfig()),
+                (RandomPolicy(), EpisodeConfig(max_turns=4, seed=number)),
+            ):
                 real = run_episode(runtime, bundle, task, policy, config)
                 imagined = run_episode(runtime, bundle, task, policy, config, world=code)
                 assert (real.world, imagined.world) == ("real", "simulated:code")
-                assert steps_of(imagined) == steps_of(real) and (imagined.verdict, imagined.reward) == (real.verdict, real.reward)
+                assert steps_of(imagined) == steps_of(real) and (imagined.verdict, imagined.reward) == (
+                    real.verdict,
+                    real.reward,
+                )
     assert code.stats.calls > 0 and code.stats.as_dict()["invalid_rate"] == 0.0
 
 
@@ -111,31 +132,63 @@ def test_uncertain_invalid_and_failing_world_models_stop_the_episode(retail, run
     other = Prediction(observation=Observation(status="ok", value={"id": 2}), diff={})
     config = SimulationConfig(world_model="static", samples=4, uncertainty_threshold=0.3)
     cases = [
-        (Scripted([[good] * 4, [good, good, other, other]]), "uncertain", 2),  # agreement 1.0, then 0.5: uncertainty 0.5 > 0.3
+        (
+            Scripted([[good] * 4, [good, good, other, other]]),
+            "uncertain",
+            2,
+        ),  # agreement 1.0, then 0.5: uncertainty 0.5 > 0.3
         (Scripted([[Prediction(raw="I think it worked")] * 4]), "invalid_prediction", 1),
-        (Scripted([[good, good, good, other]] * 2 + [[Prediction(observation=Observation(status="maybe"))] * 4]), "invalid_prediction", 3),
+        (
+            Scripted([[good, good, good, other]] * 2 + [[Prediction(observation=Observation(status="maybe"))] * 4]),
+            "invalid_prediction",
+            3,
+        ),
         (Scripted(error=ConnectionError("refused")), "world_model", 1),
     ]
     for model, limit, calls in cases:
         simulation = SimulatedRuntime(runtime, config, model=model)
         trajectory = run_episode(runtime, retail, task, ReferencePolicy(), world=simulation)
         assert (trajectory.verdict, trajectory.reward, len(trajectory.steps)) == ("env_error", None, calls), limit
-        assert trajectory.steps[-1].status == "env_error" and {"uncertain": "uncertain", "invalid_prediction": "not a transition",
-                                                               "world_model": "world model failed"}[limit] in trajectory.error
+        assert (
+            trajectory.steps[-1].status == "env_error"
+            and {
+                "uncertain": "uncertain",
+                "invalid_prediction": "not a transition",
+                "world_model": "world model failed",
+            }[limit]
+            in trajectory.error
+        )
         assert all(q[2] == 4 for q in model.queries)
     # the queries: the task, the call, the history of the model's own answers, the imagined database
     first, second = cases[0][0].queries[0][0], cases[0][0].queries[1][0]
-    assert first.task == task.instruction and first.action == {"name": task.solution[0].tool, "arguments": task.solution[0].arguments}
-    assert first.observation is None and first.world == retail.world and second.history[0]["observation"]["value"] == {"id": 1}
+    assert first.task == task.instruction and first.action == {
+        "name": task.solution[0].tool,
+        "arguments": task.solution[0].arguments,
+    }
+    assert (
+        first.observation is None
+        and first.world == retail.world
+        and second.history[0]["observation"]["value"] == {"id": 1}
+    )
     stats = SimulatedRuntime(runtime, config, model=Scripted([[good] * 4, [good, good, other, other]]))
     run_episode(runtime, retail, task, ReferencePolicy(), world=stats)
-    assert stats.stats.as_dict() == {"calls": 2, "mean_uncertainty": 0.25, "uncertain_rate": 0.5, "invalid_rate": 0.0, "inconsistent_rate": 0.0}
+    assert stats.stats.as_dict() == {
+        "calls": 2,
+        "mean_uncertainty": 0.25,
+        "uncertain_rate": 0.5,
+        "invalid_rate": 0.0,
+        "inconsistent_rate": 0.0,
+    }
 
 
 def test_an_openai_compatible_world_model_simulates_an_episode_end_to_end(retail, runtime):
     """The LLM-as-simulator baseline: a chat model on a local OpenAI-compatible server answers every
     call; answered with the real transitions, the imagined end state passes the real verifier."""
-    task = next(t for t in retail.tasks if len(t.solution) >= 2 and run_episode(runtime, retail, t, ReferencePolicy()).steps[-1].diff)
+    task = next(
+        t
+        for t in retail.tasks
+        if len(t.solution) >= 2 and run_episode(runtime, retail, t, ReferencePolicy()).steps[-1].diff
+    )
     truth = replay(runtime, retail, run_episode(runtime, retail, task, ReferencePolicy()), "truth")
     server = ScriptedLLM([json_reply(json.loads(target(t))) for t in truth])
     with server.serve() as running:
@@ -155,7 +208,9 @@ def test_a_local_causal_lm_simulates_deterministically_across_threads(golden, ru
     answers depend on the prompts only, so two runs agree exactly."""
     from concurrent.futures import ThreadPoolExecutor
 
-    simulation = SimulatedRuntime(runtime, SimulationConfig(world_model=f"hf:{tiny_model}", samples=2, max_new_tokens=24))
+    simulation = SimulatedRuntime(
+        runtime, SimulationConfig(world_model=f"hf:{tiny_model}", samples=2, max_new_tokens=24)
+    )
     tasks = [t for t in golden.tasks if t.solution][:3]
 
     def run_all() -> list:
@@ -164,8 +219,12 @@ def test_a_local_causal_lm_simulates_deterministically_across_threads(golden, ru
 
     first, second = run_all(), run_all()
     assert [steps_of(t) for t in first] == [steps_of(t) for t in second]
-    assert all(t.verdict == "env_error" and t.world == f"simulated:hf:{tiny_model}" for t in first)  # random weights: no valid JSON
-    assert simulation.stats.calls == 6 and simulation.stats.as_dict()["mean_uncertainty"] == 0.5  # two different garbage samples
+    assert all(
+        t.verdict == "env_error" and t.world == f"simulated:hf:{tiny_model}" for t in first
+    )  # random weights: no valid JSON
+    assert (
+        simulation.stats.calls == 6 and simulation.stats.as_dict()["mean_uncertainty"] == 0.5
+    )  # two different garbage samples
 
 
 def test_real_groups_take_exactly_their_share_and_come_first():
@@ -212,8 +271,18 @@ def test_simulated_training_mixes_real_and_imagined_groups(prefect_api, retail_s
 
     with pytest.raises(ValueError, match="real_share applies to simulated training only"):
         TrainingConfig(model="tiny", set_name=retail_set, real_share=0.5)
-    config = TrainingConfig(model="tiny", set_name=retail_set, group_size=2, steps=4, max_turns=2, max_completion_length=16, warmup_steps=2,
-                            learning_rate=1e-4, simulate={"world_model": "code"}, real_share=0.5)
+    config = TrainingConfig(
+        model="tiny",
+        set_name=retail_set,
+        group_size=2,
+        steps=4,
+        max_turns=2,
+        max_completion_length=16,
+        warmup_steps=2,
+        learning_rate=1e-4,
+        simulate={"world_model": "code"},
+        real_share=0.5,
+    )
     result = train(config)
     assert [entry["imagined_rate"] for entry in result["log"]] == [0.0, 1.0, 0.0, 1.0]
     assert result["simulation"] is not None and result["before"] is None  # the set has no validation split
@@ -229,36 +298,92 @@ def test_cotraining_rounds_run_and_record_their_metrics(prefect_api, home):
     metrics in the catalog and on the dashboard."""
     published_set("co", [narrowed(procedural_bundle("retail", 0), ("t08_hide", "t09_reject"))], 0.0)
     runner = CliRunner()
-    done = runner.invoke(app, ["cotrain", "--set", "co", "--rounds", "2", "--policy-steps", "2", "--wm-steps", "6", "--group-size", "2",
-                               "--real-samples", "2", "--real-share", "0.5", "--wm-samples", "2", "--max-turns", "4",
-                               "--max-completion-length", "48", "--max-new-tokens", "48", "--warmup-steps", "60", "--json"])
+    done = runner.invoke(
+        app,
+        [
+            "cotrain",
+            "--set",
+            "co",
+            "--rounds",
+            "2",
+            "--policy-steps",
+            "2",
+            "--wm-steps",
+            "6",
+            "--group-size",
+            "2",
+            "--real-samples",
+            "2",
+            "--real-share",
+            "0.5",
+            "--wm-samples",
+            "2",
+            "--max-turns",
+            "4",
+            "--max-completion-length",
+            "48",
+            "--max-new-tokens",
+            "48",
+            "--warmup-steps",
+            "60",
+            "--json",
+        ],
+    )
     assert done.exit_code == 0, done.output
     result = json.loads(done.stdout)
     first, second = result["rounds"]
     assert [r["round"] for r in result["rounds"]] == [1, 2] and first["real_episodes"] == second["real_episodes"] == 4
-    assert first["transitions"] >= first["transitions_new"] > 0 and second["transitions"] == first["transitions"] + second["transitions_new"]
-    assert first["imagined_rate"] == second["imagined_rate"] == 0.5 and first["eval_split"] == "train" and first["eval_pass@1"] is not None
+    assert (
+        first["transitions"] >= first["transitions_new"] > 0
+        and second["transitions"] == first["transitions"] + second["transitions_new"]
+    )
+    assert (
+        first["imagined_rate"] == second["imagined_rate"] == 0.5
+        and first["eval_split"] == "train"
+        and first["eval_pass@1"] is not None
+    )
     assert first["wm_accuracy_fresh"] is None  # no world model before round 1
-    assert (second["wm_accuracy_fresh"] is None) == (second["transitions_new"] == 0)  # scored on fresh data when there is some
+    assert (second["wm_accuracy_fresh"] is None) == (
+        second["transitions_new"] == 0
+    )  # scored on fresh data when there is some
     with open_catalog().session() as session:
         run = session.get(TrainingRun, result["run_id"])
-        steps = session.exec(select(TrainingStep).where(TrainingStep.training_run_id == run.id).order_by(TrainingStep.step)).all()
+        steps = session.exec(
+            select(TrainingStep).where(TrainingStep.training_run_id == run.id).order_by(TrainingStep.step)
+        ).all()
         world_models = [session.get(TrainingRun, r["wm_run"]) for r in result["rounds"] if r["wm_run"] is not None]
         policies = [session.get(TrainingRun, r["policy_run"]) for r in result["rounds"]]
         checkpoints = session.exec(select(Checkpoint).where(Checkpoint.training_run_id == world_models[0].id)).all()
         evaluations = {e.id: e for e in session.exec(select(EvaluationRun)).all()}
     assert run.status == "completed" and run.config["kind"] == "cotrain" and run.metrics["rounds"] == 2
     assert [s.step for s in steps] == [1, 2] and steps[0].metrics["real_success_rate"] == first["real_success_rate"]
-    assert all(w.config["kind"] == "world_model" and w.status == "completed" for w in world_models) and len(checkpoints) == 1
-    assert world_models[0].config["model"] == "tiny" and all(w.config["model"].endswith("round-1/world-model") for w in world_models[1:])
-    assert policies[0].config["simulate"]["world_model"].endswith("round-1/world-model") and policies[0].config["real_share"] == 0.5
+    assert (
+        all(w.config["kind"] == "world_model" and w.status == "completed" for w in world_models)
+        and len(checkpoints) == 1
+    )
+    assert world_models[0].config["model"] == "tiny" and all(
+        w.config["model"].endswith("round-1/world-model") for w in world_models[1:]
+    )
+    assert (
+        policies[0].config["simulate"]["world_model"].endswith("round-1/world-model")
+        and policies[0].config["real_share"] == 0.5
+    )
     assert policies[1].config["model"] == str(home / "cotrain" / str(run.id) / "round-1" / "policy" / "final")
     assert result["policy"] == str(home / "cotrain" / str(run.id) / "round-2" / "policy" / "final")
-    assert evaluations[first["real_evaluation"]].samples == 2 and evaluations[second["eval_evaluation"]].policy == f"hf:{result['policy']}"
+    assert (
+        evaluations[first["real_evaluation"]].samples == 2
+        and evaluations[second["eval_evaluation"]].policy == f"hf:{result['policy']}"
+    )
     from worldsmith.dashboard.data import summary
 
     with open_catalog().session() as session:
         shown = summary(session)
     (cotraining,) = shown["cotraining"]
-    assert cotraining["steps"] == [1, 2] and cotraining["real_success_rate"] == [first["real_success_rate"], second["real_success_rate"]]
-    assert cotraining["imagined_rate"] == [0.5, 0.5] and {t["kind"] for t in shown["training"]} == {"world_model", "grpo"}
+    assert cotraining["steps"] == [1, 2] and cotraining["real_success_rate"] == [
+        first["real_success_rate"],
+        second["real_success_rate"],
+    ]
+    assert cotraining["imagined_rate"] == [0.5, 0.5] and {t["kind"] for t in shown["training"]} == {
+        "world_model",
+        "grpo",
+    }

@@ -44,8 +44,17 @@ def test_schema_of_every_supported_annotation():
     assert tool["parameters"]["additionalProperties"] is False
     assert props["query"] == {"type": "string", "description": "What to look for."}
     assert props["limit"] == {"type": "integer", "description": "How many results, at most.", "default": 10}
-    assert props["kinds"] == {"anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}], "description": "Kinds to include.", "default": None}
-    assert props["mode"] == {"enum": ["fast", "full"], "type": "string", "description": "Search mode.", "default": "fast"}
+    assert props["kinds"] == {
+        "anyOf": [{"type": "array", "items": {"type": "string"}}, {"type": "null"}],
+        "description": "Kinds to include.",
+        "default": None,
+    }
+    assert props["mode"] == {
+        "enum": ["fast", "full"],
+        "type": "string",
+        "description": "Search mode.",
+        "default": "fast",
+    }
     assert props["price"]["type"] == ["number", "null"]
     assert props["filters"]["anyOf"][0] == {"type": "object", "additionalProperties": {"type": "integer"}}
     assert props["exact"]["type"] == "boolean"
@@ -61,14 +70,24 @@ def test_defects_are_reported_with_lines():
 
 
 def test_docstring_sections():
-    description, args = parse_docstring("Do it.\n\nArgs:\n    a (int): first\n      continued\n    b: second\nRaises:\n    ToolError: never")
+    description, args = parse_docstring(
+        "Do it.\n\nArgs:\n    a (int): first\n      continued\n    b: second\nRaises:\n    ToolError: never"
+    )
     assert description == "Do it."
     assert args == {"a": "first continued", "b": "second"}
 
 
 def test_code_policy():
-    assert check_source("import json\nfrom datetime import date\nfrom worldsmith.runtime import ToolError\n", "tools.py") == []
-    problems = dict(check_source("import os\nfrom subprocess import run\nx = eval('1')\ny = ().__class__\nz = getattr(1, '__doc__')\nfrom worldsmith.runtime import Guard\n", "tools.py"))
+    assert (
+        check_source("import json\nfrom datetime import date\nfrom worldsmith.runtime import ToolError\n", "tools.py")
+        == []
+    )
+    problems = dict(
+        check_source(
+            "import os\nfrom subprocess import run\nx = eval('1')\ny = ().__class__\nz = getattr(1, '__doc__')\nfrom worldsmith.runtime import Guard\n",
+            "tools.py",
+        )
+    )
     assert "import of 'os' is not allowed" in problems[1]
     assert "import from 'subprocess' is not allowed" in problems[2]
     assert problems[3] == "use of 'eval' is not allowed"

@@ -28,8 +28,15 @@ from worldsmith.training.config import TrainingConfig
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-QUICK = {"model": "tiny", "group_size": 2, "steps": 2, "max_turns": 1, "max_completion_length": 16, "warmup_steps": 2,
-         "learning_rate": 1e-4}
+QUICK = {
+    "model": "tiny",
+    "group_size": 2,
+    "steps": 2,
+    "max_turns": 1,
+    "max_completion_length": 16,
+    "warmup_steps": 2,
+    "learning_rate": 1e-4,
+}
 
 
 @pytest.fixture()
@@ -43,19 +50,30 @@ def test_train_flow_records_steps_checkpoint_and_evaluations(prefect_api, train_
     assert result["steps"] == 2 and len(result["log"]) == 2
     with open_catalog().session() as session:
         run = session.get(TrainingRun, result["run_id"])
-        steps = session.exec(select(TrainingStep).where(TrainingStep.training_run_id == run.id).order_by(TrainingStep.step)).all()
+        steps = session.exec(
+            select(TrainingStep).where(TrainingStep.training_run_id == run.id).order_by(TrainingStep.step)
+        ).all()
         checkpoints = session.exec(select(Checkpoint).where(Checkpoint.training_run_id == run.id)).all()
         evaluations = session.exec(select(EvaluationRun).order_by(EvaluationRun.id)).all()
     assert run.status == "completed" and run.finished_at is not None and run.config["model"] == "tiny"
     assert [s.step for s in steps] == [1, 2]
     for step in steps:
-        assert {"loss", "reward", "reward_std", "success_rate", "env_error_rate", "turns", "tokens"} <= set(step.metrics)
+        assert {"loss", "reward", "reward_std", "success_rate", "env_error_rate", "turns", "tokens"} <= set(
+            step.metrics
+        )
     # the final model is in the object store, loadable from the archive
-    assert [(c.step, c.digest) for c in checkpoints] == [(2, result["checkpoint"])] and checkpoints[0].metrics["final"] is True
-    archive = tarfile.open(fileobj=io.BytesIO(open_store(get_settings().resolved_store_url()).get_bytes(result["checkpoint"])))
+    assert [(c.step, c.digest) for c in checkpoints] == [(2, result["checkpoint"])] and checkpoints[0].metrics[
+        "final"
+    ] is True
+    archive = tarfile.open(
+        fileobj=io.BytesIO(open_store(get_settings().resolved_store_url()).get_bytes(result["checkpoint"]))
+    )
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(archive.getnames())
     # validation before and after, by the evaluate flow, with the model before and after training
-    assert [(e.policy, e.status) for e in evaluations] == [(f"hf:{result['model']}", "completed"), (f"hf:{result['final']}", "completed")]
+    assert [(e.policy, e.status) for e in evaluations] == [
+        (f"hf:{result['model']}", "completed"),
+        (f"hf:{result['final']}", "completed"),
+    ]
     assert result["before"]["run_id"] == evaluations[0].id and result["after"]["run_id"] == evaluations[1].id
     assert result["before"]["episodes"] == result["after"]["episodes"] == 10
 
@@ -63,11 +81,32 @@ def test_train_flow_records_steps_checkpoint_and_evaluations(prefect_api, train_
 def test_cli_train_json_and_refusals(prefect_api, train_set, tmp_path):
     runner = CliRunner()
     out = tmp_path / "run"
-    args = ["train", "--set", train_set, "--steps", "1", "--group-size", "2", "--max-turns", "1", "--max-completion-length", "8",
-            "--learning-rate", "1e-4", "--history", "full", "--warmup-steps", "1", "--tensorboard", "--output", str(out), "--json"]
+    args = [
+        "train",
+        "--set",
+        train_set,
+        "--steps",
+        "1",
+        "--group-size",
+        "2",
+        "--max-turns",
+        "1",
+        "--max-completion-length",
+        "8",
+        "--learning-rate",
+        "1e-4",
+        "--history",
+        "full",
+        "--warmup-steps",
+        "1",
+        "--tensorboard",
+        "--output",
+        str(out),
+        "--json",
+    ]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
-    record = json.loads(result.output[result.output.index("{"):])
+    record = json.loads(result.output[result.output.index("{") :])
     assert record["steps"] == 1 and record["final"] == str(out / "final") and (out / "final" / "config.json").is_file()
     assert list(out.rglob("events.out.tfevents.*"))  # TensorBoard event files under the run's output
     with open_catalog().session() as session:
@@ -75,7 +114,10 @@ def test_cli_train_json_and_refusals(prefect_api, train_set, tmp_path):
     refused = runner.invoke(app, ["train", "--set", train_set, "--history", "full", "--window", "2"])
     assert refused.exit_code == 2 and "window applies to history='windowed' only" in refused.output
     no_model = runner.invoke(app, ["train", "--set", train_set, "--model", str(tmp_path / "nowhere"), "--steps", "1"])
-    assert no_model.exit_code != 0 and "is neither a model directory nor in the local Hugging Face cache" in no_model.output
+    assert (
+        no_model.exit_code != 0
+        and "is neither a model directory nor in the local Hugging Face cache" in no_model.output
+    )
     if not torch.cuda.is_available():
         no_gpu = runner.invoke(app, ["train", "--set", train_set, "--profile", "gpu", "--steps", "1"])
         assert no_gpu.exit_code == 2 and "profile 'gpu' needs a CUDA device" in no_gpu.output
@@ -90,20 +132,43 @@ def test_training_step_in_two_processes(home, tiny_model, tmp_path):
 
     bundle = write_bundle(procedural_bundle("retail", 3), tmp_path / "retail_3")
     run_id = add_run(TrainingRun(config={}))
-    config = TrainingConfig(model=str(tiny_model), set_name="none", group_size=2, steps=2, max_turns=1, max_completion_length=8,
-                            learning_rate=1e-4, processes=2, save_every=1)
+    config = TrainingConfig(
+        model=str(tiny_model),
+        set_name="none",
+        group_size=2,
+        steps=2,
+        max_turns=1,
+        max_completion_length=8,
+        learning_rate=1e-4,
+        processes=2,
+        save_every=1,
+    )
     out = tmp_path / "out"
-    result = launch(TrainRequest(config=config, model=str(tiny_model), bundles=[str(bundle)], run_id=run_id, output=str(out)), 2)
+    result = launch(
+        TrainRequest(config=config, model=str(tiny_model), bundles=[str(bundle)], run_id=run_id, output=str(out)), 2
+    )
     assert result["processes"] == 2 and result["steps"] == 2 and (out / "final" / "model.safetensors").is_file()
     assert [entry["step"] for entry in result["log"]] == [1, 2]
     with open_catalog().session() as session:
         steps = session.exec(select(TrainingStep).where(TrainingStep.training_run_id == run_id)).all()
-        checkpoints = session.exec(select(Checkpoint).where(Checkpoint.training_run_id == run_id).order_by(Checkpoint.step)).all()
+        checkpoints = session.exec(
+            select(Checkpoint).where(Checkpoint.training_run_id == run_id).order_by(Checkpoint.step)
+        ).all()
     assert sorted(s.step for s in steps) == [1, 2]  # written once, by the main process
     # trainer checkpoints stored once each, after both processes wrote their RNG state into them
-    assert [(c.step, c.digest) for c in checkpoints] == [tuple(entry) for entry in result["checkpoints"]] and len(checkpoints) == 2
-    archive = tarfile.open(fileobj=io.BytesIO(open_store(get_settings().resolved_store_url()).get_bytes(checkpoints[0].digest)))
+    assert [(c.step, c.digest) for c in checkpoints] == [tuple(entry) for entry in result["checkpoints"]] and len(
+        checkpoints
+    ) == 2
+    archive = tarfile.open(
+        fileobj=io.BytesIO(open_store(get_settings().resolved_store_url()).get_bytes(checkpoints[0].digest))
+    )
     assert {"rng_state_0.pth", "rng_state_1.pth", "optimizer.pt", "trainer_state.json"} <= set(archive.getnames())
-    failed = TrainRequest(config=config, model=str(tmp_path / "nowhere"), bundles=[str(bundle)], run_id=run_id, output=str(tmp_path / "bad"))
+    failed = TrainRequest(
+        config=config,
+        model=str(tmp_path / "nowhere"),
+        bundles=[str(bundle)],
+        run_id=run_id,
+        output=str(tmp_path / "bad"),
+    )
     with pytest.raises(RuntimeError, match="training in 2 processes failed"):
         launch(failed, 2)

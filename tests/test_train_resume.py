@@ -10,11 +10,10 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 
 import psutil
 import pytest
-from conftest import published_set
+from conftest import killed_after, published_set
 from sqlmodel import select
 from typer.testing import CliRunner
 
@@ -30,10 +29,32 @@ from worldsmith.training.config import TrainingConfig
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-ARGS = {"model": "tiny", "group_size": 2, "steps": 4, "save_every": 1, "max_turns": 2, "max_completion_length": 16, "warmup_steps": 2,
-        "learning_rate": 1e-4}
-CLI_ARGS = ["--group-size", "2", "--steps", "4", "--save-every", "1", "--max-turns", "2", "--max-completion-length", "16",
-            "--warmup-steps", "2", "--learning-rate", "1e-4"]
+ARGS = {
+    "model": "tiny",
+    "group_size": 2,
+    "steps": 4,
+    "save_every": 1,
+    "max_turns": 2,
+    "max_completion_length": 16,
+    "warmup_steps": 2,
+    "learning_rate": 1e-4,
+}
+CLI_ARGS = [
+    "--group-size",
+    "2",
+    "--steps",
+    "4",
+    "--save-every",
+    "1",
+    "--max-turns",
+    "2",
+    "--max-completion-length",
+    "16",
+    "--warmup-steps",
+    "2",
+    "--learning-rate",
+    "1e-4",
+]
 COMPARED = ("loss", "reward", "success_rate", "tokens", "grad_norm")
 
 
@@ -45,67 +66,93 @@ def resume_set(home):
 def rows_of(run_id: int) -> tuple[TrainingRun, list[TrainingStep], list[Checkpoint]]:
     with open_catalog().session() as session:
         run = session.get(TrainingRun, run_id)
-        steps = session.exec(select(TrainingStep).where(TrainingStep.training_run_id == run_id).order_by(TrainingStep.step)).all()
-        checkpoints = session.exec(select(Checkpoint).where(Checkpoint.training_run_id == run_id).order_by(Checkpoint.id)).all()
+        steps = session.exec(
+            select(TrainingStep).where(TrainingStep.training_run_id == run_id).order_by(TrainingStep.step)
+        ).all()
+        checkpoints = session.exec(
+            select(Checkpoint).where(Checkpoint.training_run_id == run_id).order_by(Checkpoint.id)
+        ).all()
     return run, steps, checkpoints
 
 
-def start_and_kill_after_first_checkpoint(set_name: str, api_url: str) -> int:
-    """`worldsmith train` in its own process group, SIGKILLed once its step-1 checkpoint is stored;
-    returns the run's id."""
-    command = [sys.executable, "-c", "from worldsmith.cli import app; app()", "train", "--set", set_name, *CLI_ARGS, "--json"]
-    process = subprocess.Popen(command, env={**os.environ, "PREFECT_API_URL": api_url}, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, start_new_session=True)
-    deadline = time.monotonic() + 300
+def start_and_kill_after_step_2(set_name: str, api_url: str) -> int:
+    """`worldsmith train` in its own process group, SIGKILLed as soon as it has written step 2's
+    metrics row (after its step-1 checkpoint, before its step-2 one); returns the run's id."""
+    command = [
+        sys.executable,
+        "-c",
+        "from worldsmith.cli import app; app()",
+        "train",
+        "--set",
+        set_name,
+        *CLI_ARGS,
+        "--json",
+    ]
+    env = {**os.environ, "PREFECT_API_URL": api_url, **killed_after("worldsmith.storage.run_records:record_step", 2)}
+    process = subprocess.Popen(
+        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True
+    )
     try:
-        while time.monotonic() < deadline and process.poll() is None:
-            with open_catalog().session() as session:
-                stored = session.exec(select(Checkpoint).join(TrainingRun).where(TrainingRun.status == "running")).first()
-            if stored is not None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-                return stored.training_run_id
-            time.sleep(0.1)
-        raise AssertionError(f"no checkpoint while the run was going (exit {process.poll()}): {process.stderr.read().decode()[-2000:]}")
+        _, stderr = process.communicate(timeout=300)
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
+    assert process.returncode == -signal.SIGKILL, f"exit {process.returncode}: {stderr.decode()[-2000:]}"
+    with open_catalog().session() as session:
+        return session.exec(select(TrainingRun).where(TrainingRun.status == "running")).one().id
 
 
-def test_a_killed_run_resumes_from_its_stored_checkpoint_and_matches_an_uninterrupted_run(prefect_api, resume_set, tmp_path):
+@pytest.mark.timeout(900)  # three training runs: about 45 s on 2 idle cores
+def test_a_killed_run_resumes_from_its_stored_checkpoint_and_matches_an_uninterrupted_run(
+    prefect_api, resume_set, tmp_path
+):
     from prefect.settings import PREFECT_API_URL
 
     whole = train(TrainingConfig(set_name=resume_set, **ARGS))  # also builds the tiny model the killed run reuses
     _, whole_steps, whole_checkpoints = rows_of(whole["run_id"])
     assert [c.step for c in whole_checkpoints] == [1, 2, 3, 4, 4] and whole_checkpoints[-1].metrics["final"] is True
     trainer_state = fetch_checkpoint(whole_checkpoints[1].digest, tmp_path / "step-2")  # everything a resume needs
-    assert {"optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json", "model.safetensors"} <= {p.name for p in trainer_state.iterdir()}
+    assert {"optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json", "model.safetensors"} <= {
+        p.name for p in trainer_state.iterdir()
+    }
     assert json.loads((trainer_state / "trainer_state.json").read_text())["global_step"] == 2
     assert whole_checkpoints[1].metrics["loss"] == pytest.approx(whole_steps[1].metrics["loss"])
 
-    run_id = start_and_kill_after_first_checkpoint(resume_set, PREFECT_API_URL.value())
+    run_id = start_and_kill_after_step_2(resume_set, PREFECT_API_URL.value())
     killed, steps, checkpoints = rows_of(run_id)
-    assert killed.status == "running" and killed.finished_at is None and "before" in killed.metrics  # what a SIGKILL leaves
+    assert (
+        killed.status == "running" and killed.finished_at is None and "before" in killed.metrics
+    )  # what a SIGKILL leaves
     with open_catalog().session() as session:
-        assert {row["id"]: row["status"] for row in training(session)}[run_id] == "running (process gone)"  # as the dashboard shows it
-    assert checkpoints and checkpoints[-1].step < 4 and steps[-1].step < 4
+        assert {row["id"]: row["status"] for row in training(session)}[
+            run_id
+        ] == "running (process gone)"  # as the dashboard shows it
+    assert [c.step for c in checkpoints] == [1] and [s.step for s in steps] == [1, 2]  # step 2 ran past the checkpoint
     resumable = checkpoints[-1].step
     with open_catalog().session() as session:
         evaluations_before = len(session.exec(select(EvaluationRun)).all())
 
     result = CliRunner().invoke(app, ["resume", str(run_id), "--json"])
     assert result.exit_code == 0, result.output
-    record = json.loads(result.stdout[result.stdout.index("{"):])
+    record = json.loads(result.stdout[result.stdout.index("{") :])
     assert record["run_id"] == run_id and record["resumed_from"] == resumable and record["steps"] == 4
     run, steps, checkpoints = rows_of(run_id)
     assert run.status == "completed" and run.metrics["resumed_from_steps"] == [resumable]
-    assert [s.step for s in steps] == [1, 2, 3, 4]  # each step once: the stopped attempt's rows after the checkpoint were replaced
+    assert [s.step for s in steps] == [
+        1,
+        2,
+        3,
+        4,
+    ]  # each step once: the stopped attempt's rows after the checkpoint were replaced
     assert [c.step for c in checkpoints] == [*range(1, 5), 4] and checkpoints[-1].digest == record["checkpoint"]
     # the same steps as the run that was never interrupted: optimizer, scheduler, data order and sampling all continued
     for resumed, reference in zip(steps, whole_steps, strict=True):
         for key in COMPARED:
-            assert resumed.metrics[key] == pytest.approx(reference.metrics[key], rel=1e-4, abs=1e-6), (resumed.step, key)
+            assert resumed.metrics[key] == pytest.approx(reference.metrics[key], rel=1e-4, abs=1e-6), (
+                resumed.step,
+                key,
+            )
     # validation before training was not repeated; after training it ran once
     with open_catalog().session() as session:
         assert len(session.exec(select(EvaluationRun)).all()) == evaluations_before + 1
@@ -130,20 +177,26 @@ def stopped_run(config: dict) -> int:
 
 def test_resume_refusals_name_the_problem(prefect_api, resume_set):
     runner = CliRunner()
-    finished = train(TrainingConfig(set_name=resume_set, **{**ARGS, "steps": 1, "save_every": 0}), with_validation=False)
+    finished = train(
+        TrainingConfig(set_name=resume_set, **{**ARGS, "steps": 1, "save_every": 0}), with_validation=False
+    )
     config = TrainingConfig(set_name=resume_set, **ARGS).model_dump()
     alive = add_run(TrainingRun(config=config))  # its process, this one, still runs
     gone = stopped_run(config)
     cases = {
         "999": "no training run 999",
         str(finished["run_id"]): f"training run {finished['run_id']} completed; there is nothing to resume",
-        str(add_run(TrainingRun(config={"kind": "world_model"}))): "is a world_model run; only GRPO training runs resume",
-        str(alive): f"training run {alive} is still running (process {os.getpid()} on this host); stop it before resuming",
+        str(
+            add_run(TrainingRun(config={"kind": "world_model"}))
+        ): "is a world_model run; only GRPO training runs resume",
+        str(
+            alive
+        ): f"training run {alive} is still running (process {os.getpid()} on this host); stop it before resuming",
         str(gone): "has no trainer checkpoint to resume from",
     }
     for run_id, message in cases.items():
         refused = runner.invoke(app, ["resume", run_id])
-        assert refused.exit_code == 2 and message in " ".join(refused.output.split()), (run_id, refused.output)  # as wrapped
+        assert refused.exit_code == 2 and message in refused.output, (run_id, refused.output)
     with open_catalog().session() as session:
         shown = {row["id"]: row["status"] for row in training(session)}
     assert shown[alive] == "running" and shown[gone] == "running (process gone)"

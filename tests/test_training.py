@@ -32,7 +32,7 @@ TASK = "t01_points_balance"
 
 
 def call_text(name: str, arguments: dict) -> str:
-    return f'<tool_call>\n{json.dumps({"name": name, "arguments": arguments})}\n</tool_call><|im_end|>'
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call><|im_end|>"
 
 
 @pytest.fixture(scope="module")
@@ -46,19 +46,39 @@ def scripts_for(bundle: Bundle) -> list[list[str]]:
     """Four rollouts of TASK: solved (1.0), a wrong answer (0.0), an env_error (None), a broken
     tool call (format_error, -1.0)."""
     task = bundle.task(TASK)
-    solved = [call_text(s.tool, s.arguments) for s in task.solution] + [f"The balance is {task.answer} points.<|im_end|>"]
-    return [solved, ["I do not know.<|im_end|>"], [call_text("broken", {})], ['<tool_call>\n[[ oops, no json<|im_end|>']]
+    solved = [call_text(s.tool, s.arguments) for s in task.solution] + [
+        f"The balance is {task.answer} points.<|im_end|>"
+    ]
+    return [
+        solved,
+        ["I do not know.<|im_end|>"],
+        [call_text("broken", {})],
+        ["<tool_call>\n[[ oops, no json<|im_end|>"],
+    ]
 
 
 def token_logps(model, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:
     """log p(completion token i | prompt, earlier tokens) under `model`, one sequence at a time."""
     with torch.no_grad():
-        logits = model(torch.tensor([prompt_ids + completion_ids], device=model.device)).logits[0, len(prompt_ids) - 1:-1].float()
+        logits = (
+            model(torch.tensor([prompt_ids + completion_ids], device=model.device))
+            .logits[0, len(prompt_ids) - 1 : -1]
+            .float()
+        )
     return logits.log_softmax(-1).gather(-1, torch.tensor(completion_ids, device=model.device)[:, None])[:, 0].tolist()
 
 
-def make_trainer(model_dir: Path, bundle: Bundle, runtime, tmp_path: Path, *, scripted: bool = True, dtype: torch.dtype = torch.float32,
-                 settings: dict | None = None, **overrides):
+def make_trainer(
+    model_dir: Path,
+    bundle: Bundle,
+    runtime,
+    tmp_path: Path,
+    *,
+    scripted: bool = True,
+    dtype: torch.dtype = torch.float32,
+    settings: dict | None = None,
+    **overrides,
+):
     """The trainer for `bundle` (scripted generation unless `scripted=False`); `settings` override
     GRPOConfig's arguments, `overrides` TrainingConfig's fields."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -84,19 +104,43 @@ def make_trainer(model_dir: Path, bundle: Bundle, runtime, tmp_path: Path, *, sc
             completions = [self.processing_class.encode(s[self.turn - 1], add_special_tokens=False) for s in live]
             if self.sampler_shift is None:
                 return [Sampled(ids) for ids in completions]
-            return [Sampled(ids, [lp - self.sampler_shift for lp in token_logps(self.model, p, ids)]) for p, ids in zip(prompts, completions)]
+            return [
+                Sampled(ids, [lp - self.sampler_shift for lp in token_logps(self.model, p, ids)])
+                for p, ids in zip(prompts, completions)
+            ]
 
         def _generate_and_score_completions(self, inputs):
             self.last_batch = super()._generate_and_score_completions(inputs)
             return self.last_batch
 
-    config = TrainingConfig(**{"model": str(model_dir), "set_name": "test", "group_size": 4, "steps": 1, "learning_rate": 1e-3,
-                               "max_turns": 4, "max_completion_length": 32, **overrides})
+    config = TrainingConfig(
+        **{
+            "model": str(model_dir),
+            "set_name": "test",
+            "group_size": 4,
+            "steps": 1,
+            "learning_rate": 1e-3,
+            "max_turns": 4,
+            "max_completion_length": 32,
+            **overrides,
+        }
+    )
     cls = ScriptedTrainer if scripted else WorldGRPOTrainer
-    args = GRPOConfig(**{**grpo_settings(config, tmp_path / "out"), **settings}) if settings else grpo_args(config, tmp_path / "out")
-    trainer = cls(model=AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype), args=args,
-                  train_dataset=task_dataset({"b": bundle}), processing_class=AutoTokenizer.from_pretrained(model_dir), config=config,
-                  runtime=runtime, bundles={"b": bundle}, peft_config=peft_config(config))
+    args = (
+        GRPOConfig(**{**grpo_settings(config, tmp_path / "out"), **settings})
+        if settings
+        else grpo_args(config, tmp_path / "out")
+    )
+    trainer = cls(
+        model=AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype),
+        args=args,
+        train_dataset=task_dataset({"b": bundle}),
+        processing_class=AutoTokenizer.from_pretrained(model_dir),
+        config=config,
+        runtime=runtime,
+        bundles={"b": bundle},
+        peft_config=peft_config(config),
+    )
     if scripted:
         trainer.scripts = scripts_for(bundle) * (config.group_size // 4)
     return trainer
@@ -113,8 +157,18 @@ def test_group_advantages_are_group_relative_and_skip_env_errors():
 
 
 def test_rows_of_env_error_rollouts_are_empty():
-    trajectory = Trajectory(env_id="e", env_key="k", task_id="t", policy="p", messages=[], steps=[], turns=1, verdict="env_error", reward=None,
-                            turn_records=[TurnRecord(turn=1, prompt_ids=[1, 2], completion_ids=[3])])
+    trajectory = Trajectory(
+        env_id="e",
+        env_key="k",
+        task_id="t",
+        policy="p",
+        messages=[],
+        steps=[],
+        turns=1,
+        verdict="env_error",
+        reward=None,
+        turn_records=[TurnRecord(turn=1, prompt_ids=[1, 2], completion_ids=[3])],
+    )
     assert windowed_rows(trajectory, 0.0, 0) == [] and full_row(trajectory, 0.0, 0) == []
 
 
@@ -233,8 +287,10 @@ def test_full_history_masks_exactly_the_tool_results(tiny_model, one_task, runti
     results = [m.content for m in solved.messages if m.role == "tool"]
     assert len(spans) == len(results) == 2
     for span, content in zip(spans, results):
-        assert tokenizer.decode(span) == (f"\n<|im_start|>user\n<tool_response>\n{content}\n</tool_response><|im_end|>\n"
-                                          "<|im_start|>assistant\n<think>\n\n</think>\n\n")
+        assert tokenizer.decode(span) == (
+            f"\n<|im_start|>user\n<tool_response>\n{content}\n</tool_response><|im_end|>\n"
+            "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+        )
     assert {r.rollout for r in trainer.last_rows} == {0, 1, 3}  # one row per scored rollout
 
 
@@ -248,7 +304,14 @@ def test_three_steps_train_and_log_every_step(tiny_model, one_task, runtime, tmp
 
 
 def test_lora_with_kl_trains_adapters_only_and_logs_kl(tiny_model, one_task, runtime, tmp_path):
-    trainer = make_trainer(tiny_model, one_task, runtime, tmp_path, beta=0.04, lora={"enabled": True, "rank": 4, "target_modules": ["q_proj", "v_proj"]})
+    trainer = make_trainer(
+        tiny_model,
+        one_task,
+        runtime,
+        tmp_path,
+        beta=0.04,
+        lora={"enabled": True, "rank": 4, "target_modules": ["q_proj", "v_proj"]},
+    )
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     trainer.train()
     changed = {n for n, p in trainer.model.named_parameters() if not torch.equal(before[n], p)}
@@ -266,13 +329,16 @@ def success_rate(trainer, samples: int) -> float:
     return sum(t.verdict == "complete" for t in trainer.rollouts(inputs)) / len(inputs)
 
 
+@pytest.mark.timeout(1200)  # about 90 s on 2 idle cores; a busy machine takes longer, with the same result
 def test_grpo_raises_the_success_rate_of_the_warmed_up_tiny_model(runtime, tmp_path):
     """Learning test. A simple procedural world (two one-entity tasks, their four tools); the tiny
     model, built with a fixed seed, is warmed up on two habits for each task: the reference
     solution (look the entity up, act on it, answer; twice as many rows) and a lazy one (look it
     up, answer "Done." without acting; incomplete). GRPO with the verifier's rewards, 15 steps of
     group 8 over both tasks at temperature 0.7, must raise the success rate, measured on 128
-    rollouts sampled the same way, by at least 0.08 (observed on this machine: 0.76 to 0.92)."""
+    rollouts sampled the same way, by at least 0.08 (observed on a 2-core x86 machine: 0.633 to
+    0.875). Deterministic for the seeds, whatever the load: batches do not depend on thread timing
+    (training/rollouts.py) and the runtime's time limits are far above what a tool call takes."""
     from worldsmith.agent.datasets import turn_rows
     from worldsmith.agent.loop import EpisodeConfig, run_episode
     from worldsmith.agent.policies import ScriptPolicy
@@ -287,12 +353,35 @@ def test_grpo_raises_the_success_rate_of_the_warmed_up_tiny_model(runtime, tmp_p
     tasks = tuple(retail.task(t) for t in LEARNABLE)
     tools = {s.tool for t in tasks for s in t.solution}
     world = dataclasses.replace(retail, tasks=tasks, tools=tuple(t for t in retail.tools if t.name in tools))
-    lazy = [run_episode(runtime, world, t, Lazy("lazy", [(t.solution[0].tool, t.solution[0].arguments)]), EpisodeConfig(window=3))
-            for t in tasks]
+    lazy = [
+        run_episode(
+            runtime, world, t, Lazy("lazy", [(t.solution[0].tool, t.solution[0].arguments)]), EpisodeConfig(window=3)
+        )
+        for t in tasks
+    ]
     rows = reference_rows(runtime, [world], 3) * 2 + turn_rows(lazy, 3, verdicts=("incomplete",))
-    warm = warm_up(build_tiny_model(tmp_path / "tiny", [retail], seed=0), rows, tmp_path / "warm", steps=80, learning_rate=3e-3, seed=0)
-    trainer = make_trainer(warm, world, runtime, tmp_path, scripted=False, group_size=8, rows_per_step=2, steps=15, learning_rate=5e-4,
-                           temperature=0.7, max_turns=4, max_completion_length=48)
+    warm = warm_up(
+        build_tiny_model(tmp_path / "tiny", [retail], seed=0),
+        rows,
+        tmp_path / "warm",
+        steps=80,
+        learning_rate=3e-3,
+        seed=0,
+    )
+    trainer = make_trainer(
+        warm,
+        world,
+        runtime,
+        tmp_path,
+        scripted=False,
+        group_size=8,
+        rows_per_step=2,
+        steps=15,
+        learning_rate=5e-4,
+        temperature=0.7,
+        max_turns=4,
+        max_completion_length=48,
+    )
     before = success_rate(trainer, 64)
     trainer.train()
     after = success_rate(trainer, 64)
@@ -346,11 +435,23 @@ def test_gpu_profile_mechanics_run_in_bf16_on_the_cpu(tiny_model, one_task, runt
     gradients for it), every verdict kind in the group (so the masks, advantages and env_error
     exclusion meet bf16 log-probabilities before a GPU does), the KL term on."""
     adapters = {"lora": {"enabled": True, "rank": 4, "target_modules": ["q_proj", "v_proj"]}} if lora else {}
-    trainer = make_trainer(tiny_model, one_task, runtime, tmp_path, dtype=torch.bfloat16, beta=0.04,
-                           settings={"bf16": True, "activation_checkpointing": True}, **adapters)
+    trainer = make_trainer(
+        tiny_model,
+        one_task,
+        runtime,
+        tmp_path,
+        dtype=torch.bfloat16,
+        beta=0.04,
+        settings={"bf16": True, "activation_checkpointing": True},
+        **adapters,
+    )
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     result = trainer.train()
-    assert trainer.args.bf16 and trainer.model.is_activation_checkpointing and trainer.accelerator.mixed_precision == "bf16"
+    assert (
+        trainer.args.bf16
+        and trainer.model.is_activation_checkpointing
+        and trainer.accelerator.mixed_precision == "bf16"
+    )
     assert next(trainer.model.parameters()).dtype == torch.bfloat16
     assert math.isfinite(result.training_loss)
     assert [t.verdict for t in trainer.last_rollouts] == ["complete", "incomplete", "env_error", "format_error"]
@@ -371,23 +472,41 @@ def test_importance_ratio_modes():
     masked = importance_ratio(train, sampler, mask, "token_mask", clip_min=0.7, clip_max=3.0)
     assert masked.flatten().tolist() == pytest.approx([math.exp(0.5), 1.0, 1.0, 0.0, 0.0, 1.0])  # 0.61 < 0.7, 4.48 > 3
     sequence = importance_ratio(train, sampler, mask, "sequence_mask", clip_max=2.0)
-    assert sequence.shape == (2, 1) and sequence.flatten().tolist() == pytest.approx([math.exp(0.5), 0.0])  # exp(1.0) > 2: out
-    assert importance_ratio(train, sampler, mask, "sequence_truncate", clip_max=2.0).flatten().tolist() == pytest.approx([math.exp(0.5), 2.0])
+    assert sequence.shape == (2, 1) and sequence.flatten().tolist() == pytest.approx(
+        [math.exp(0.5), 0.0]
+    )  # exp(1.0) > 2: out
+    assert importance_ratio(
+        train, sampler, mask, "sequence_truncate", clip_max=2.0
+    ).flatten().tolist() == pytest.approx([math.exp(0.5), 2.0])
     with pytest.raises(ValueError, match="unknown importance sampling mode 'per_row'"):
         importance_ratio(train, sampler, mask, "per_row")
 
 
 def test_rows_carry_the_sampler_logprobs_of_generated_tokens_only():
-    records = [TurnRecord(turn=1, prompt_ids=[1, 2], completion_ids=[3, 4], completion_logprobs=[-0.1, -0.2]),
-               TurnRecord(turn=2, prompt_ids=[1, 2, 3, 4, 9, 9], completion_ids=[5], completion_logprobs=[-0.3])]
-    trajectory = Trajectory(env_id="e", env_key="k", task_id="t", policy="p", messages=[], steps=[], turns=2, verdict="complete",
-                            reward=1.0, turn_records=records)
+    records = [
+        TurnRecord(turn=1, prompt_ids=[1, 2], completion_ids=[3, 4], completion_logprobs=[-0.1, -0.2]),
+        TurnRecord(turn=2, prompt_ids=[1, 2, 3, 4, 9, 9], completion_ids=[5], completion_logprobs=[-0.3]),
+    ]
+    trajectory = Trajectory(
+        env_id="e",
+        env_key="k",
+        task_id="t",
+        policy="p",
+        messages=[],
+        steps=[],
+        turns=2,
+        verdict="complete",
+        reward=1.0,
+        turn_records=records,
+    )
     assert [r.sampling_logps for r in windowed_rows(trajectory, 1.0, 0)] == [[-0.1, -0.2], [-0.3]]
     (row,) = full_row(trajectory, 1.0, 0)
     assert row.tool_mask == [1, 1, 0, 0, 1]
     assert [x for x, keep in zip(row.sampling_logps, row.tool_mask) if keep] == [-0.1, -0.2, -0.3]
     assert all(math.isnan(x) for x, keep in zip(row.sampling_logps, row.tool_mask) if not keep)
-    unsampled = trajectory.model_copy(update={"turn_records": [r.model_copy(update={"completion_logprobs": None}) for r in records]})
+    unsampled = trajectory.model_copy(
+        update={"turn_records": [r.model_copy(update={"completion_logprobs": None}) for r in records]}
+    )
     assert full_row(unsampled, 1.0, 0)[0].sampling_logps is None  # transformers generation reports none
 
 
@@ -398,14 +517,19 @@ def test_vllm_sampler_logprobs_become_trls_importance_correction(tiny_model, one
     the row's generated tokens), 0 past the 3.0 bound; tool-result tokens do not count; the step
     trains and logs the ratio."""
     trainer = make_trainer(tiny_model, one_task, runtime, tmp_path, history=history)
-    trainer.use_vllm, trainer.sampler_shift = True, 0.1  # what GRPOTrainer sets when vLLM is installed; generation stays scripted
+    trainer.use_vllm, trainer.sampler_shift = (
+        True,
+        0.1,
+    )  # what GRPOTrainer sets when vLLM is installed; generation stays scripted
     result = trainer.train()
     batch = trainer.last_batch
     generated = (batch["completion_mask"] * batch.get("tool_mask", 1)).sum(-1)
     expected = torch.exp(0.1 * generated)
     expected = torch.where(expected > 3.0, 0.0, expected)
     assert batch["importance_sampling_ratio"][:, 0].tolist() == pytest.approx(expected.tolist(), rel=1e-3)
-    assert {0.0} < set(torch.round(batch["importance_sampling_ratio"][:, 0], decimals=3).tolist())  # some rows kept, some dropped
+    assert {0.0} < set(
+        torch.round(batch["importance_sampling_ratio"][:, 0], decimals=3).tolist()
+    )  # some rows kept, some dropped
     logged = trainer.state.log_history[0]
     assert math.isfinite(result.training_loss)
     assert logged["sampling/sampling_logp_difference/mean"] == pytest.approx(0.1, rel=1e-2)

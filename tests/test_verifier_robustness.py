@@ -26,7 +26,9 @@ def test_golden_bundle_has_no_false_positive_or_negative(runtime, golden):
 def test_procedural_worlds_have_no_false_positive_or_negative(runtime, domain):
     report = rates(run_probes(runtime, procedural_bundle(domain, 5)))
     assert report["false_positive_rate"] == 0.0 and report["false_negative_rate"] == 0.0, report
-    assert report["by_kind"]["side_effect"]["n"] == 10 and report["by_kind"]["half"]["verdicts"] == {"partial": report["by_kind"]["half"]["n"]}
+    assert report["by_kind"]["side_effect"]["n"] == 10 and report["by_kind"]["half"]["verdicts"] == {
+        "partial": report["by_kind"]["half"]["n"]
+    }
 
 
 def test_without_the_guard_side_effects_pass_the_verifiers(runtime, golden):
@@ -47,20 +49,54 @@ def test_side_effect_is_named_in_the_evidence(runtime, golden):
 
 def test_a_read_only_task_with_a_write_is_not_complete(runtime, golden):
     task = golden.task("t07_cheapest_audio")
-    policy = ScriptPolicy("writer", [("search_products", {"category": "audio"}), ("update_customer_email", {"customer_id": 3, "email": "x@y.z"})],
-                          task.answer)
+    policy = ScriptPolicy(
+        "writer",
+        [("search_products", {"category": "audio"}), ("update_customer_email", {"customer_id": 3, "email": "x@y.z"})],
+        task.answer,
+    )
     trajectory = run_episode(runtime, golden, task, policy)
     assert trajectory.verdict == "partial"  # the task's verifier notices the changed table itself here
 
 
 def test_footprint_compares_cells_rows_and_insert_counts():
-    reference = DbDiff.model_validate({"tables": {
-        "orders": {"updated": [{"key": {"id": 1}, "before": {"id": 1, "status": "paid", "note": ""}, "after": {"id": 1, "status": "shipped", "note": ""}}],
-                   "inserted": [{"id": 9}]}}})
+    reference = DbDiff.model_validate(
+        {
+            "tables": {
+                "orders": {
+                    "updated": [
+                        {
+                            "key": {"id": 1},
+                            "before": {"id": 1, "status": "paid", "note": ""},
+                            "after": {"id": 1, "status": "shipped", "note": ""},
+                        }
+                    ],
+                    "inserted": [{"id": 9}],
+                }
+            }
+        }
+    )
     footprint = Footprint.of(reference)
     assert footprint.overreach(reference) == []
-    other_column = DbDiff.model_validate({"tables": {"orders": {"updated": [
-        {"key": {"id": 1}, "before": {"id": 1, "status": "paid", "note": ""}, "after": {"id": 1, "status": "shipped", "note": "x"}}]}}})
+    other_column = DbDiff.model_validate(
+        {
+            "tables": {
+                "orders": {
+                    "updated": [
+                        {
+                            "key": {"id": 1},
+                            "before": {"id": 1, "status": "paid", "note": ""},
+                            "after": {"id": 1, "status": "shipped", "note": "x"},
+                        }
+                    ]
+                }
+            }
+        }
+    )
     assert footprint.overreach(other_column) == ["orders row {\"id\": 1} column 'note' changed"]
-    more_rows = DbDiff.model_validate({"tables": {"orders": {"inserted": [{"id": 9}, {"id": 10}]}, "audit": {"deleted": [{"id": 3}]}}})
-    assert footprint.overreach(more_rows) == ['audit row {"id": 3} deleted', "2 row(s) inserted into orders (the task needs 1)"]
+    more_rows = DbDiff.model_validate(
+        {"tables": {"orders": {"inserted": [{"id": 9}, {"id": 10}]}, "audit": {"deleted": [{"id": 3}]}}}
+    )
+    assert footprint.overreach(more_rows) == [
+        'audit row {"id": 3} deleted',
+        "2 row(s) inserted into orders (the task needs 1)",
+    ]

@@ -33,12 +33,16 @@ class DemoOptions(BaseModel):
     """Knobs of the demonstration (the defaults take about 10 minutes on 2 cores)."""
 
     envs: int = Field(10, ge=2, le=100, description="Environments to generate.")
-    fault_rate: float = Field(0.3, ge=0, le=1, description="Share of first attempts that fail like LLM output (repairs happen).")
+    fault_rate: float = Field(
+        0.3, ge=0, le=1, description="Share of first attempts that fail like LLM output (repairs happen)."
+    )
     seed: int = 0
     random_samples: int = Field(2, ge=1, description="Episodes per task of the random policy.")
     train_steps: int = Field(8, ge=1)
     group_size: int = Field(4, ge=2)
-    warmup_steps: int = Field(60, ge=0, description="Supervised warm-up steps of the tiny model (about 6 s each on 2 cores).")
+    warmup_steps: int = Field(
+        60, ge=0, description="Supervised warm-up steps of the tiny model (about 6 s each on 2 cores)."
+    )
     set_name: str = "demo"
 
 
@@ -72,7 +76,10 @@ class Demo:
         # Flows in this process report to the stack's server; Prefect's console logging stays quiet.
         os.environ["PREFECT_API_URL"] = self.stack.api_url
         os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")
-        for variable in ("HF_HUB_DISABLE_PROGRESS_BARS", "HF_DATASETS_DISABLE_PROGRESS_BARS"):  # the demo draws its own progress
+        for variable in (
+            "HF_HUB_DISABLE_PROGRESS_BARS",
+            "HF_DATASETS_DISABLE_PROGRESS_BARS",
+        ):  # the demo draws its own progress
             os.environ.setdefault(variable, "1")
         warnings.filterwarnings("ignore", category=FutureWarning)
         seconds = self.summary["seconds"] = {}
@@ -106,23 +113,40 @@ class Demo:
         o = self.options
         self._step(2, f"generate {o.envs} environments (procedural backend, fault rate {o.fault_rate})")
         params = GenerateParameters(count=o.envs, seed=o.seed, fault_rate=o.fault_rate, concurrency=2)
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=self.console) as bar:
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=self.console,
+        ) as bar:
             task = bar.add_task("environments built", total=o.envs)
             results = run_generate(params, on_progress=lambda _: bar.advance(task))
         good = [r for r in results if r["status"] == "good"]
         with open_catalog().session() as session:
-            attempts = session.exec(select(StageAttempt).where(StageAttempt.env_id.in_([r["env_id"] for r in results]))).all()
+            attempts = session.exec(
+                select(StageAttempt).where(StageAttempt.env_id.in_([r["env_id"] for r in results]))
+            ).all()
         stages = stage_summary(list(attempts))
         table = Table(title=f"{len(good)} of {len(results)} environments published as good")
         for column in ("stage", "invocations", "first-attempt success", "repair rate", "failure rate"):
             table.add_column(column)
         for row in stages:
-            table.add_row(str(row["stage"]), str(row["invocations"]), f"{row['first_attempt_success']:.2f}", f"{row['repair_rate']:.2f}",
-                          f"{row['failure_rate']:.2f}")
+            table.add_row(
+                str(row["stage"]),
+                str(row["invocations"]),
+                f"{row['first_attempt_success']:.2f}",
+                f"{row['repair_rate']:.2f}",
+                f"{row['failure_rate']:.2f}",
+            )
         self.console.print(table)
         repaired = sum(round(float(r["repair_rate"]) * int(r["invocations"])) for r in stages)
-        self.summary["generation"] = {"environments": len(results), "good": len(good), "failed": len(results) - len(good),
-                                      "repaired_stage_runs": repaired}
+        self.summary["generation"] = {
+            "environments": len(results),
+            "good": len(good),
+            "failed": len(results) - len(good),
+            "repaired_stage_runs": repaired,
+        }
 
     def curate(self) -> None:
         from worldsmith.flows.curate import CurateParameters, curate
@@ -134,8 +158,11 @@ class Demo:
         members = result["members"]
         splits = {s: sum(1 for m in members if m["split"] == s) for s in ("train", "validation")}
         verb = "created" if result["created"] else "reused"
-        self.console.print(f"{verb} set {result['name']}: {len(members)} environments ({splits['train']} train, {splits['validation']} validation), "
-                           f"{sum(m['tasks'] for m in members)} tasks", highlight=False)
+        self.console.print(
+            f"{verb} set {result['name']}: {len(members)} environments ({splits['train']} train, {splits['validation']} validation), "
+            f"{sum(m['tasks'] for m in members)} tasks",
+            highlight=False,
+        )
         self.summary["set"] = {"name": result["name"], "members": len(members), **splits}
 
     def serve_over_mcp(self) -> None:
@@ -170,12 +197,27 @@ class Demo:
         self.summary["evaluations"] = {}
         for policy, samples in (("reference", 1), ("random", self.options.random_samples)):
             with self.console.status(f"evaluating {policy} ({samples} sample(s) per task)"):
-                report = run_evaluate(EvaluateParameters(set_name=self.options.set_name, policy=policy, samples=samples, seed=self.options.seed))
+                report = run_evaluate(
+                    EvaluateParameters(
+                        set_name=self.options.set_name, policy=policy, samples=samples, seed=self.options.seed
+                    )
+                )
             overall = report["overall"]
-            table.add_row(policy, str(samples), f"{overall['pass@1']:.3f}", f"{overall[f'pass@{samples}']:.3f}", f"{overall['mean_turns']:.2f}",
-                          f"{overall['env_error_rate']:.3f}", str(report["run_id"]))
-            self.summary["evaluations"][policy] = {"run_id": report["run_id"], "pass@1": overall["pass@1"], "episodes": overall["episodes"],
-                                                   "env_error_rate": overall["env_error_rate"]}
+            table.add_row(
+                policy,
+                str(samples),
+                f"{overall['pass@1']:.3f}",
+                f"{overall[f'pass@{samples}']:.3f}",
+                f"{overall['mean_turns']:.2f}",
+                f"{overall['env_error_rate']:.3f}",
+                str(report["run_id"]),
+            )
+            self.summary["evaluations"][policy] = {
+                "run_id": report["run_id"],
+                "pass@1": overall["pass@1"],
+                "episodes": overall["episodes"],
+                "env_error_rate": overall["env_error_rate"],
+            }
         self.console.print(table)
 
     def train(self) -> None:
@@ -184,19 +226,37 @@ class Demo:
 
         o = self.options
         self._step(6, f"GRPO of the tiny model on the CPU: {o.train_steps} steps, group {o.group_size}")
-        config = TrainingConfig(model=TINY, set_name=o.set_name, steps=o.train_steps, group_size=o.group_size, learning_rate=5e-5,
-                                warmup_steps=o.warmup_steps, max_turns=4, max_completion_length=48, seed=o.seed)
-        self.console.print("the tiny model is built offline and warmed up on the reference solutions first (cached afterwards)")
+        config = TrainingConfig(
+            model=TINY,
+            set_name=o.set_name,
+            steps=o.train_steps,
+            group_size=o.group_size,
+            learning_rate=5e-5,
+            warmup_steps=o.warmup_steps,
+            max_turns=4,
+            max_completion_length=48,
+            seed=o.seed,
+        )
+        self.console.print(
+            "the tiny model is built offline and warmed up on the reference solutions first (cached afterwards)"
+        )
         result = train(config, progress=True)
         log = result["log"]
         self.summary["training"] = {
-            "run_id": result["run_id"], "steps": result["steps"], "checkpoint": result["checkpoint"],
-            "reward_first": log[0].get("reward") if log else None, "reward_last": log[-1].get("reward") if log else None,
-            "validation_pass@1_before": (result["before"] or {}).get("pass@1"), "validation_pass@1_after": (result["after"] or {}).get("pass@1"),
+            "run_id": result["run_id"],
+            "steps": result["steps"],
+            "checkpoint": result["checkpoint"],
+            "reward_first": log[0].get("reward") if log else None,
+            "reward_last": log[-1].get("reward") if log else None,
+            "validation_pass@1_before": (result["before"] or {}).get("pass@1"),
+            "validation_pass@1_after": (result["after"] or {}).get("pass@1"),
         }
         t = self.summary["training"]
-        self.console.print(f"training run {t['run_id']}: {t['steps']} steps, reward {t['reward_first']:.3f} -> {t['reward_last']:.3f}; "
-                           f"validation pass@1 {t['validation_pass@1_before']} -> {t['validation_pass@1_after']}", highlight=False)
+        self.console.print(
+            f"training run {t['run_id']}: {t['steps']} steps, reward {t['reward_first']:.3f} -> {t['reward_last']:.3f}; "
+            f"validation pass@1 {t['validation_pass@1_before']} -> {t['validation_pass@1_after']}",
+            highlight=False,
+        )
 
     def finish(self) -> None:
         self.console.rule("[bold]summary")
@@ -205,7 +265,10 @@ class Demo:
             f"environments: {s['generation']['good']} good, {s['generation']['failed']} failed, {s['generation']['repaired_stage_runs']} stage runs repaired",
             f"set {s['set']['name']}: {s['set']['members']} environments ({s['set']['train']} train, {s['set']['validation']} validation)",
             f"MCP: {s['mcp']['complete']}/{s['mcp']['tasks']} tasks of {s['mcp']['env']} complete",
-            *(f"evaluation {p}: pass@1 {e['pass@1']:.3f} over {e['episodes']} episodes" for p, e in s["evaluations"].items()),
+            *(
+                f"evaluation {p}: pass@1 {e['pass@1']:.3f} over {e['episodes']} episodes"
+                for p, e in s["evaluations"].items()
+            ),
             f"training run {s['training']['run_id']}: {s['training']['steps']} steps, final model {s['training']['checkpoint']}",
             f"dashboard:  {s['urls']['dashboard']}",
             f"Prefect UI: {s['urls']['prefect_ui']}",
@@ -222,6 +285,10 @@ class Demo:
 def run_demo(options: DemoOptions, console: Console) -> int:
     """Run the demonstration; returns the process exit code (0 = every step did what it should)."""
     summary = Demo(options, console).run()
-    ok = (summary["generation"]["good"] >= 2 and summary["mcp"]["complete"] == summary["mcp"]["tasks"]
-          and summary["evaluations"]["reference"]["pass@1"] == 1.0 and summary["training"]["steps"] == options.train_steps)
+    ok = (
+        summary["generation"]["good"] >= 2
+        and summary["mcp"]["complete"] == summary["mcp"]["tasks"]
+        and summary["evaluations"]["reference"]["pass@1"] == 1.0
+        and summary["training"]["steps"] == options.train_steps
+    )
     return 0 if ok else 1

@@ -18,9 +18,13 @@ class Settings(BaseSettings):
     home: Path = Field(Path(".worldsmith"), description="Directory holding local state.")
 
     # Artifact store and catalog (docs/architecture.md)
-    store_url: str | None = Field(None, description="Object store: a directory, file:///path or s3://bucket/prefix; default $HOME/store.")
+    store_url: str | None = Field(
+        None, description="Object store: a directory, file:///path or s3://bucket/prefix; default $HOME/store."
+    )
     s3_endpoint_url: str | None = Field(None, description="S3 endpoint for MinIO, R2, Ceph...; default AWS.")
-    catalog_url: str | None = Field(None, description="SQLAlchemy URL of the catalog; default sqlite:///$HOME/catalog.db.")
+    catalog_url: str | None = Field(
+        None, description="SQLAlchemy URL of the catalog; default sqlite:///$HOME/catalog.db."
+    )
 
     # LLM generator (OpenAI-compatible endpoint)
     llm_base_url: str | None = Field(None, description="OpenAI-compatible endpoint; default the OpenAI API.")
@@ -31,14 +35,18 @@ class Settings(BaseSettings):
     llm_timeout_s: float = Field(120.0, gt=0, description="Timeout of one LLM call.")
     llm_concurrency: int = Field(8, ge=1, description="LLM calls in flight at once, per process.")
     llm_retries: int = Field(5, ge=0, description="Retries of a call on 429, 5xx, timeouts and connection errors.")
-    llm_embeddings_model: str | None = Field(None, description="Embeddings model for scenario dedup (same endpoint); unset: TF-IDF.")
+    llm_embeddings_model: str | None = Field(
+        None, description="Embeddings model for scenario dedup (same endpoint); unset: TF-IDF."
+    )
     llm_prices: dict[str, dict[str, float]] = Field(
         default_factory=dict,
         description='USD per million tokens by model, e.g. {"gpt-4.1-mini": {"input": 0.4, "output": 1.6}}.',
     )
 
     # Flows
-    task_runner: Literal["threads", "dask"] = Field("threads", description="How flows fan out: threads here, or a Dask cluster.")
+    task_runner: Literal["threads", "dask"] = Field(
+        "threads", description="How flows fan out: threads here, or a Dask cluster."
+    )
     dask_address: str | None = Field(None, description="Scheduler of an existing Dask cluster; unset: a local cluster.")
     dask_workers: int = Field(2, ge=1, description="Worker processes of the local Dask cluster.")
 
@@ -57,10 +65,14 @@ class Settings(BaseSettings):
     gateway_max_sessions: int = Field(4096, ge=1, description="Open MCP sessions per environment; more get HTTP 503.")
 
     # Operations (docs/operations.md): the local Prefect server of `worldsmith up` and the dashboard
-    prefect_port: int = Field(4200, ge=1, le=65535, description="Port of the local Prefect server started by `worldsmith up`.")
+    prefect_port: int = Field(
+        4200, ge=1, le=65535, description="Port of the local Prefect server started by `worldsmith up`."
+    )
     dashboard_host: str = Field("127.0.0.1", description="Address the dashboard listens on.")
     dashboard_port: int = Field(8780, ge=1, le=65535, description="Port of the dashboard.")
-    dashboard_url: str | None = Field(None, description="Public URL of the dashboard for links in Prefect artifacts; default http://HOST:PORT.")
+    dashboard_url: str | None = Field(
+        None, description="Public URL of the dashboard for links in Prefect artifacts; default http://HOST:PORT."
+    )
 
     def llm_key(self) -> str | None:
         """The endpoint's API key as plain text (None when unset)."""

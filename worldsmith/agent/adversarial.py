@@ -44,7 +44,12 @@ class Probe:
 
     @property
     def false_negative(self) -> bool:
-        return self.expect == "complete" and self.verdict != "complete" or self.expect == "partial" and self.verdict != "partial"
+        return (
+            self.expect == "complete"
+            and self.verdict != "complete"
+            or self.expect == "partial"
+            and self.verdict != "partial"
+        )
 
 
 def _calls(task: TaskSpec) -> list[tuple[str, dict[str, Any]]]:
@@ -62,11 +67,15 @@ def wrong_entity(bundle: Bundle, task: TaskSpec, changed: tuple[bool, ...]) -> l
         for name, value in calls[index][1].items():
             others = [v for v in seeds.columns.get(name, []) if v != value and type(v) is type(value)]
             if value in seeds.columns.get(name, []) and others:
-                return [(t, {k: (others[0] if k == name and v == value else v) for k, v in a.items()}) for t, a in calls]
+                return [
+                    (t, {k: (others[0] if k == name and v == value else v) for k, v in a.items()}) for t, a in calls
+                ]
     return None
 
 
-def side_effect(runtime: Runtime, bundle: Bundle, task: TaskSpec, tries: int = 60) -> list[tuple[str, dict[str, Any]]] | None:
+def side_effect(
+    runtime: Runtime, bundle: Bundle, task: TaskSpec, tries: int = 60
+) -> list[tuple[str, dict[str, Any]]] | None:
     """The solution plus one successful call whose change falls outside the task's footprint
     (found by trying destructive-looking tools with seed-data arguments); None when none is found."""
     footprint = reference_run(runtime, bundle, task).footprint
@@ -92,8 +101,10 @@ def probes_for(runtime: Runtime, bundle: Bundle, task: TaskSpec) -> list[tuple[P
     """The reference and the adversaries of `task` that apply to it, each with its policy."""
     reference = reference_run(runtime, bundle, task)
     mutations = [i for i, changed in enumerate(reference.changed) if changed]
+
     def make(kind, expect):
         return Probe(bundle.env_id, task.id, kind, expect)
+
     probes: list[tuple[Probe, Any]] = [
         (make("reference", "complete"), ReferencePolicy()),
         (make("nothing", "not_complete"), ScriptPolicy("nothing", [], "Done.")),
@@ -135,9 +146,18 @@ def rates(probes: list[Probe]) -> dict[str, Any]:
     return {
         "probes": len(probes),
         "false_positive_rate": sum(p.false_positive for p in adversarial) / len(adversarial) if adversarial else 0.0,
-        "false_negative_rate": sum(p.false_negative for p in expected_right) / len(expected_right) if expected_right else 0.0,
-        "by_kind": {k: {"n": sum(p.kind == k for p in probes), "verdicts": dict(Counter(p.verdict for p in probes if p.kind == k))} for k in kinds},
+        "false_negative_rate": sum(p.false_negative for p in expected_right) / len(expected_right)
+        if expected_right
+        else 0.0,
+        "by_kind": {
+            k: {
+                "n": sum(p.kind == k for p in probes),
+                "verdicts": dict(Counter(p.verdict for p in probes if p.kind == k)),
+            }
+            for k in kinds
+        },
         "false_positives": [f"{p.env_id}/{p.task_id}/{p.kind}" for p in adversarial if p.false_positive],
-        "false_negatives": [f"{p.env_id}/{p.task_id}/{p.kind}: {p.verdict}" for p in expected_right if p.false_negative],
+        "false_negatives": [
+            f"{p.env_id}/{p.task_id}/{p.kind}: {p.verdict}" for p in expected_right if p.false_negative
+        ],
     }
-

@@ -11,8 +11,13 @@ from worldsmith.agent.messages import Message
 def hf_message(message: Message, *, arguments_as_text: bool = False) -> dict[str, Any]:
     """One message as {"role", "content", "tool_calls"}; tool calls in the OpenAI function shape.
     `arguments_as_text` writes arguments as JSON strings (one Arrow type for every row)."""
-    calls = [{"type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments) if arguments_as_text else c.arguments}}
-             for c in message.tool_calls]
+    calls = [
+        {
+            "type": "function",
+            "function": {"name": c.name, "arguments": json.dumps(c.arguments) if arguments_as_text else c.arguments},
+        }
+        for c in message.tool_calls
+    ]
     return {"role": message.role, "content": message.content, "tool_calls": calls}
 
 

@@ -22,12 +22,23 @@ NO_THINKING = {"enable_thinking": False}
 
 def sft_rows(trajectories: list[Trajectory], verdicts: tuple[str, ...] = ("complete",)) -> list[dict[str, Any]]:
     """One conversational row per episode whose verdict is in `verdicts`."""
-    return [{"messages": hf_messages(t.messages, arguments_as_text=True), "tools": json.dumps(hf_tools(t.tools)),
-             "chat_template_kwargs": NO_THINKING, "env_id": t.env_id, "task_id": t.task_id, "reward": t.reward}
-            for t in trajectories if t.verdict in verdicts]
+    return [
+        {
+            "messages": hf_messages(t.messages, arguments_as_text=True),
+            "tools": json.dumps(hf_tools(t.tools)),
+            "chat_template_kwargs": NO_THINKING,
+            "env_id": t.env_id,
+            "task_id": t.task_id,
+            "reward": t.reward,
+        }
+        for t in trajectories
+        if t.verdict in verdicts
+    ]
 
 
-def turn_rows(trajectories: list[Trajectory], window: int | None = None, verdicts: tuple[str, ...] = ("complete",)) -> list[dict[str, Any]]:
+def turn_rows(
+    trajectories: list[Trajectory], window: int | None = None, verdicts: tuple[str, ...] = ("complete",)
+) -> list[dict[str, Any]]:
     """One prompt/completion row per assistant turn of the selected episodes; the prompt is the
     view of the conversation with the last `window` turns (None: all of them)."""
     rows = []
@@ -38,9 +49,17 @@ def turn_rows(trajectories: list[Trajectory], window: int | None = None, verdict
             if message.role != "assistant":
                 continue
             prompt = visible(t.messages[:index], window)
-            rows.append({"prompt": hf_messages(prompt, arguments_as_text=True), "completion": [hf_message(message, arguments_as_text=True)],
-                         "tools": json.dumps(hf_tools(t.tools)), "chat_template_kwargs": NO_THINKING, "env_id": t.env_id, "task_id": t.task_id,
-                         "reward": t.reward})
+            rows.append(
+                {
+                    "prompt": hf_messages(prompt, arguments_as_text=True),
+                    "completion": [hf_message(message, arguments_as_text=True)],
+                    "tools": json.dumps(hf_tools(t.tools)),
+                    "chat_template_kwargs": NO_THINKING,
+                    "env_id": t.env_id,
+                    "task_id": t.task_id,
+                    "reward": t.reward,
+                }
+            )
     return rows
 
 
@@ -53,15 +72,25 @@ def transition_rows(trajectories: list[Trajectory], history: int = 3) -> list[di
     rows = []
     for t in trajectories:
         for index, step in enumerate(t.steps):
-            recent = t.steps[max(0, index - history):index]
+            recent = t.steps[max(0, index - history) : index]
             calls = [f"- {s.call.name}({json.dumps(s.call.arguments)}) -> {s.status}" for s in recent] or ["(none)"]
             state = "\n".join([f"Task: {_instruction(t)}", "Recent calls:", *calls])
-            rows.append({
-                "env_id": t.env_id, "env_key": t.env_key, "task_id": t.task_id, "turn": step.turn, "index": index, "state": state,
-                "action": json.dumps({"name": step.call.name, "arguments": step.call.arguments}),
-                "observation": json.dumps({"status": step.status, "value": step.value, "error": step.error}, default=str),
-                "diff": json.dumps(step.diff, default=str), "changed": bool(step.diff),
-            })
+            rows.append(
+                {
+                    "env_id": t.env_id,
+                    "env_key": t.env_key,
+                    "task_id": t.task_id,
+                    "turn": step.turn,
+                    "index": index,
+                    "state": state,
+                    "action": json.dumps({"name": step.call.name, "arguments": step.call.arguments}),
+                    "observation": json.dumps(
+                        {"status": step.status, "value": step.value, "error": step.error}, default=str
+                    ),
+                    "diff": json.dumps(step.diff, default=str),
+                    "changed": bool(step.diff),
+                }
+            )
     return rows
 
 

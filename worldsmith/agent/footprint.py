@@ -37,8 +37,11 @@ class Footprint:
         cells, deleted, inserts = set(), set(), {}
         for table, changes in diff.tables.items():
             for update in changes.updated:
-                cells |= {(table, _key(update["key"]), column) for column in update["after"]
-                          if update["before"].get(column) != update["after"].get(column)}
+                cells |= {
+                    (table, _key(update["key"]), column)
+                    for column in update["after"]
+                    if update["before"].get(column) != update["after"].get(column)
+                }
             deleted |= {(table, _key(row)) for row in changes.deleted}
             if changes.inserted:
                 inserts[table] = len(changes.inserted)
@@ -47,10 +50,15 @@ class Footprint:
     def overreach(self, diff: DbDiff) -> list[str]:
         """The changes of `diff` outside this footprint, in words (empty: none)."""
         other = Footprint.of(diff)
-        problems = [f"{table} row {key} column {column!r} changed" for table, key, column in sorted(other.cells - self.cells)]
+        problems = [
+            f"{table} row {key} column {column!r} changed" for table, key, column in sorted(other.cells - self.cells)
+        ]
         problems += [f"{table} row {row} deleted" for table, row in sorted(other.deleted - self.deleted)]
-        problems += [f"{count} row(s) inserted into {table} (the task needs {self.inserts.get(table, 0)})"
-                     for table, count in sorted(other.inserts.items()) if count > self.inserts.get(table, 0)]
+        problems += [
+            f"{count} row(s) inserted into {table} (the task needs {self.inserts.get(table, 0)})"
+            for table, count in sorted(other.inserts.items())
+            if count > self.inserts.get(table, 0)
+        ]
         return problems
 
 

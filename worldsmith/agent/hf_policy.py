@@ -33,12 +33,21 @@ def load_model(path: str | Path, device: str | None = None) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def render_prompt(tokenizer: Any, view: list[Message], tools: list[dict[str, Any]], chat_template: str | None = None) -> list[int]:
+def render_prompt(
+    tokenizer: Any, view: list[Message], tools: list[dict[str, Any]], chat_template: str | None = None
+) -> list[int]:
     """Token ids of the chat-template rendering of `view` with `tools` (the tokenizer's template
     unless `chat_template` is given), ending in the assistant's generation prompt (thinking off
     where the template supports it)."""
-    encoded = tokenizer.apply_chat_template(hf_messages(view), tools=hf_tools(tools), add_generation_prompt=True, tokenize=True,
-                                            return_dict=True, enable_thinking=False, chat_template=chat_template)
+    encoded = tokenizer.apply_chat_template(
+        hf_messages(view),
+        tools=hf_tools(tools),
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=True,
+        enable_thinking=False,
+        chat_template=chat_template,
+    )
     return list(encoded["input_ids"])
 
 
@@ -48,8 +57,13 @@ def read_turn(text: str, turn: int) -> PolicyTurn:
     calls, problem = parse_text_calls(text, turn)
     if problem:
         return PolicyTurn(format_error=problem)
-    return PolicyTurn(message=Message(role="assistant", content=re.sub(r"<tool_call>.*?</tool_call>", "", text, flags=re.DOTALL).strip(),
-                                      tool_calls=calls))
+    return PolicyTurn(
+        message=Message(
+            role="assistant",
+            content=re.sub(r"<tool_call>.*?</tool_call>", "", text, flags=re.DOTALL).strip(),
+            tool_calls=calls,
+        )
+    )
 
 
 class HFPolicy:
@@ -58,8 +72,17 @@ class HFPolicy:
 
     shows_tools = True
 
-    def __init__(self, path: str | Path | None = None, *, model: Any = None, tokenizer: Any = None, max_new_tokens: int = 256,
-                 temperature: float = 0.0, timeout_s: float | None = 120.0, device: str | None = None):
+    def __init__(
+        self,
+        path: str | Path | None = None,
+        *,
+        model: Any = None,
+        tokenizer: Any = None,
+        max_new_tokens: int = 256,
+        temperature: float = 0.0,
+        timeout_s: float | None = 120.0,
+        device: str | None = None,
+    ):
         if model is None or tokenizer is None:
             if path is None:
                 raise ValueError("HFPolicy needs a model path, or both model and tokenizer")
@@ -67,7 +90,11 @@ class HFPolicy:
         self.model, self.tokenizer = model, tokenizer
         self.name = f"hf:{path or getattr(model, 'name_or_path', 'model')}"
         self.max_new_tokens, self.temperature, self.timeout_s = max_new_tokens, temperature, timeout_s
-        self.stop_ids = [i for i in {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")} if isinstance(i, int) and i >= 0]
+        self.stop_ids = [
+            i
+            for i in {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")}
+            if isinstance(i, int) and i >= 0
+        ]
 
     def start(self, bundle: Bundle, task: TaskSpec, seed: int) -> None:
         import torch
@@ -83,12 +110,19 @@ class HFPolicy:
         """Completion token ids for one prompt (up to and including the stop token when one came)."""
         import torch
 
-        sampling = {"do_sample": True, "temperature": self.temperature} if self.temperature > 0 else {"do_sample": False}
+        sampling = (
+            {"do_sample": True, "temperature": self.temperature} if self.temperature > 0 else {"do_sample": False}
+        )
         with torch.no_grad():
-            output = self.model.generate(torch.tensor([prompt_ids], device=self.model.device), max_new_tokens=self.max_new_tokens,
-                                         eos_token_id=self.stop_ids, pad_token_id=self.tokenizer.pad_token_id, max_time=self.timeout_s,
-                                         **sampling)
-        return output[0, len(prompt_ids):].tolist()
+            output = self.model.generate(
+                torch.tensor([prompt_ids], device=self.model.device),
+                max_new_tokens=self.max_new_tokens,
+                eos_token_id=self.stop_ids,
+                pad_token_id=self.tokenizer.pad_token_id,
+                max_time=self.timeout_s,
+                **sampling,
+            )
+        return output[0, len(prompt_ids) :].tolist()
 
     def act(self, view: list[Message], tools: list[dict[str, Any]]) -> PolicyTurn:
         self.turn += 1
@@ -99,6 +133,10 @@ class HFPolicy:
         for stop in ("<|im_end|>", "<|endoftext|>", self.tokenizer.eos_token or ""):
             text = text.split(stop)[0] if stop else text
         turn = read_turn(text, self.turn)  # out of new tokens inside a <tool_call>: unterminated, a format error
-        turn.tokens_in, turn.tokens_out, turn.seconds = len(prompt_ids), len(completion_ids), time.perf_counter() - started
+        turn.tokens_in, turn.tokens_out, turn.seconds = (
+            len(prompt_ids),
+            len(completion_ids),
+            time.perf_counter() - started,
+        )
         turn.prompt_ids, turn.completion_ids = prompt_ids, completion_ids
         return turn

@@ -30,8 +30,10 @@ def _clip(value: Any, limit: int = 400) -> str:
 
 def transcript(trajectory: Trajectory) -> str:
     """The tool calls of an episode as numbered lines, results clipped."""
-    lines = [f"{i}. {s.call.name}({json.dumps(s.call.arguments)}) -> {s.status}: {_clip(s.value if s.status == 'ok' else s.error)}"
-             for i, s in enumerate(trajectory.steps, start=1)]
+    lines = [
+        f"{i}. {s.call.name}({json.dumps(s.call.arguments)}) -> {s.status}: {_clip(s.value if s.status == 'ok' else s.error)}"
+        for i, s in enumerate(trajectory.steps, start=1)
+    ]
     return "\n".join(lines) or "(none)"
 
 
@@ -49,17 +51,31 @@ def majority(votes: list[str], verifier: str) -> str:
 class LLMJudge:
     """Reviews episodes through an OpenAI-compatible chat endpoint."""
 
-    def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None, votes: int = 1,
-                 temperature: float | None = None, timeout_s: float = 60.0):
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        votes: int = 1,
+        temperature: float | None = None,
+        timeout_s: float = 60.0,
+    ):
         if votes < 1:
             raise ValueError("votes must be at least 1")
         self.model, self.votes = model, votes
         self.temperature = temperature if temperature is not None else (0.0 if votes == 1 else 0.7)
-        self.client = openai.OpenAI(base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_s, max_retries=2)
+        self.client = openai.OpenAI(
+            base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_s, max_retries=2
+        )
 
     def _vote(self, system: str, user: str) -> tuple[str | None, str]:
-        response = self.client.chat.completions.create(model=self.model, temperature=self.temperature, max_tokens=300,
-                                                       messages=[{"role": "system", "content": system}, {"role": "user", "content": user}])
+        response = self.client.chat.completions.create(
+            model=self.model,
+            temperature=self.temperature,
+            max_tokens=300,
+            messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
+        )
         text = response.choices[0].message.content or ""
         try:
             data = parse_json_object(text)
@@ -72,8 +88,14 @@ class LLMJudge:
 
     def review(self, task: TaskSpec, trajectory: Trajectory) -> tuple[str, dict[str, Any]]:
         """(ruling, record): the majority of `votes` judge samples, with each vote and reason."""
-        system, user = render("judge", instruction=task.instruction, steps=transcript(trajectory), answer=trajectory.answer or "(none)",
-                              verdict=trajectory.verdict, evidence=_clip(trajectory.evidence, 2000))
+        system, user = render(
+            "judge",
+            instruction=task.instruction,
+            steps=transcript(trajectory),
+            answer=trajectory.answer or "(none)",
+            verdict=trajectory.verdict,
+            evidence=_clip(trajectory.evidence, 2000),
+        )
         ballots = [self._vote(system, user) for _ in range(self.votes)]
         votes = [ruling for ruling, _ in ballots if ruling is not None]
         record: dict[str, Any] = {"model": self.model, "votes": [{"ruling": r, "reason": why} for r, why in ballots]}

@@ -25,10 +25,15 @@ looked up. When you are done, reply with a final message (no tool call) that ans
 
 class EpisodeConfig(BaseModel):
     max_turns: int = Field(20, ge=1)
-    window: int | None = Field(None, ge=1, description="Keep the last w turns (task and tools always kept); None: full history.")
+    window: int | None = Field(
+        None, ge=1, description="Keep the last w turns (task and tools always kept); None: full history."
+    )
     rewards: RewardMap = Field(default_factory=RewardMap)
-    side_effects: bool = Field(True, description="Downgrade `complete` to `partial` when the end state reaches outside the "
-                                                   "reference solution's footprint (see footprint.py).")
+    side_effects: bool = Field(
+        True,
+        description="Downgrade `complete` to `partial` when the end state reaches outside the "
+        "reference solution's footprint (see footprint.py).",
+    )
     seed: int = 0
 
 
@@ -75,7 +80,9 @@ class Trajectory(BaseModel):
     tokens_in: int = 0
     tokens_out: int = 0
     turn_records: list[TurnRecord] = Field(default_factory=list)
-    judge: dict[str, Any] | None = Field(None, description="The LLM judge's votes and ruling, when one reviewed the episode.")
+    judge: dict[str, Any] | None = Field(
+        None, description="The LLM judge's votes and ruling, when one reviewed the episode."
+    )
 
 
 def visible(messages: list[Message], window: int | None) -> list[Message]:
@@ -85,7 +92,7 @@ def visible(messages: list[Message], window: int | None) -> list[Message]:
     if window is None:
         return list(messages)
     starts = [i for i, m in enumerate(rest) if m.role == "assistant"]
-    return head + (rest[starts[-window]:] if len(starts) > window else rest)
+    return head + (rest[starts[-window] :] if len(starts) > window else rest)
 
 
 def system_prompt(bundle: Bundle, with_tools: bool = True) -> str:
@@ -112,8 +119,9 @@ class Judge(Protocol):
     def review(self, task: TaskSpec, trajectory: Trajectory) -> tuple[str, dict[str, Any]]: ...
 
 
-def _verdict(runtime: Runtime, bundle: Bundle, task: TaskSpec, episode: Episode, judged: VerifierResult,
-             guard: bool) -> tuple[str, dict[str, Any]]:
+def _verdict(
+    runtime: Runtime, bundle: Bundle, task: TaskSpec, episode: Episode, judged: VerifierResult, guard: bool
+) -> tuple[str, dict[str, Any]]:
     """The verifier's verdict and evidence, downgraded by the side-effect guard when `guard` is on."""
     verdict = getattr(judged.status, "value", judged.status)
     if verdict != "complete" or not guard:
@@ -124,16 +132,25 @@ def _verdict(runtime: Runtime, bundle: Bundle, task: TaskSpec, episode: Episode,
     return "partial", {**judged.evidence, "side_effects": overreach}
 
 
-def run_episode(runtime: Runtime, bundle: Bundle, task: TaskSpec, policy: Policy, config: EpisodeConfig | None = None,
-                judge: Judge | None = None, world: EpisodeSource | None = None) -> Trajectory:
+def run_episode(
+    runtime: Runtime,
+    bundle: Bundle,
+    task: TaskSpec,
+    policy: Policy,
+    config: EpisodeConfig | None = None,
+    judge: Judge | None = None,
+    world: EpisodeSource | None = None,
+) -> Trajectory:
     """Run `policy` on `task` in a fresh episode of `bundle` and judge it: the verifier's verdict,
     the side-effect guard, then the LLM judge when one is given. The episode comes from `world`
     when given (a simulated one), else from `runtime`, which always replays the reference solution
     for the side-effect guard."""
     config = config or EpisodeConfig()
     started = time.perf_counter()
-    messages = [Message(role="system", content=system_prompt(bundle, with_tools=not getattr(policy, "shows_tools", False))),
-                Message(role="user", content=task.instruction)]
+    messages = [
+        Message(role="system", content=system_prompt(bundle, with_tools=not getattr(policy, "shows_tools", False))),
+        Message(role="user", content=task.instruction),
+    ]
     steps: list[Step] = []
     records: list[TurnRecord] = []
     verdict, error, answer = None, None, ""
@@ -149,9 +166,17 @@ def run_episode(runtime: Runtime, bundle: Bundle, task: TaskSpec, policy: Policy
             except Exception as exc:  # noqa: BLE001 - a model that cannot answer (timeout, refused connection) ends the episode
                 verdict, error = "agent_error", f"the policy failed: {type(exc).__name__}: {exc}"
                 break
-            records.append(TurnRecord(turn=turn, tokens_in=produced.tokens_in, tokens_out=produced.tokens_out, seconds=produced.seconds,
-                                      prompt_ids=produced.prompt_ids, completion_ids=produced.completion_ids,
-                                      completion_logprobs=produced.completion_logprobs))
+            records.append(
+                TurnRecord(
+                    turn=turn,
+                    tokens_in=produced.tokens_in,
+                    tokens_out=produced.tokens_out,
+                    seconds=produced.seconds,
+                    prompt_ids=produced.prompt_ids,
+                    completion_ids=produced.completion_ids,
+                    completion_logprobs=produced.completion_logprobs,
+                )
+            )
             if produced.format_error is not None or produced.message is None:
                 verdict, error = "format_error", produced.format_error or "no message"
                 break
@@ -165,8 +190,17 @@ def run_episode(runtime: Runtime, bundle: Bundle, task: TaskSpec, policy: Policy
                 call_started = time.perf_counter()
                 result = meta_result(call, tools) or episode.call_tool(call.name, call.arguments)
                 diff = episode.diff(before).model_dump()["tables"] if result.changed else {}
-                steps.append(Step(turn=turn, call=call, status=result.status, value=result.value, error=result.error,
-                                  diff=diff, seconds=time.perf_counter() - call_started))
+                steps.append(
+                    Step(
+                        turn=turn,
+                        call=call,
+                        status=result.status,
+                        value=result.value,
+                        error=result.error,
+                        diff=diff,
+                        seconds=time.perf_counter() - call_started,
+                    )
+                )
                 messages.append(tool_message(call, result.status, result.value, result.error))
                 if result.status == "env_error":
                     verdict, error = "env_error", result.error
@@ -178,11 +212,26 @@ def run_episode(runtime: Runtime, bundle: Bundle, task: TaskSpec, policy: Policy
             judged = episode.verify(answer)
             error = judged.error
             verdict, evidence = _verdict(runtime, bundle, task, episode, judged, config.side_effects)
-    trajectory = Trajectory(env_id=bundle.env_id, env_key=bundle.key, task_id=task.id, policy=policy.name, world=world.name, tools=tools,
-                            messages=messages, steps=steps,
-                            turns=turns, answer=answer, verdict=verdict, reward=config.rewards.reward(verdict), evidence=evidence,
-                            error=error, seconds=time.perf_counter() - started, tokens_in=sum(r.tokens_in for r in records),
-                            tokens_out=sum(r.tokens_out for r in records), turn_records=records)
+    trajectory = Trajectory(
+        env_id=bundle.env_id,
+        env_key=bundle.key,
+        task_id=task.id,
+        policy=policy.name,
+        world=world.name,
+        tools=tools,
+        messages=messages,
+        steps=steps,
+        turns=turns,
+        answer=answer,
+        verdict=verdict,
+        reward=config.rewards.reward(verdict),
+        evidence=evidence,
+        error=error,
+        seconds=time.perf_counter() - started,
+        tokens_in=sum(r.tokens_in for r in records),
+        tokens_out=sum(r.tokens_out for r in records),
+        turn_records=records,
+    )
     if judge is not None and verdict not in ("format_error", "env_error"):
         ruling, record = judge.review(task, trajectory)
         trajectory.verdict, trajectory.judge = ruling, {**record, "verifier_verdict": verdict}

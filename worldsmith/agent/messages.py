@@ -31,4 +31,6 @@ class PolicyTurn(BaseModel):
     prompt_ids: list[int] | None = Field(None, description="Token ids the model saw (local policies only).")
     completion_ids: list[int] | None = Field(None, description="Token ids the model produced (local policies only).")
     completion_logprobs: list[float] | None = Field(
-        None, description="Each produced token's log-probability under the sampler, when the generation backend reports it (vLLM).")
+        None,
+        description="Each produced token's log-probability under the sampler, when the generation backend reports it (vLLM).",
+    )

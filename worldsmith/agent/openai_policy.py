@@ -17,10 +17,14 @@ from worldsmith.bundle.contract import Bundle
 from worldsmith.models.bundle import TaskSpec
 
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
-META_FORMAT = ("\n\nCall the tools above through the meta-tool call_tool with {\"tool_name\": <tool>, \"arguments\": {...}}; "
-               "list_tools lists them again.")
-TEXT_FORMAT = ('\n\nTo call a tool, write <tool_call>{"name": "<tool>", "arguments": {...}}</tool_call> '
-               "(one block per call). Tool results come back in <tool_response> blocks. Reply without a block when done.")
+META_FORMAT = (
+    '\n\nCall the tools above through the meta-tool call_tool with {"tool_name": <tool>, "arguments": {...}}; '
+    "list_tools lists them again."
+)
+TEXT_FORMAT = (
+    '\n\nTo call a tool, write <tool_call>{"name": "<tool>", "arguments": {...}}</tool_call> '
+    "(one block per call). Tool results come back in <tool_response> blocks. Reply without a block when done."
+)
 
 
 def to_meta(call: ToolCall) -> tuple[str, dict[str, Any]]:
@@ -36,7 +40,7 @@ def from_meta(call: ToolCall) -> tuple[ToolCall | None, str | None]:
         return call, None
     name, arguments = call.arguments.get("tool_name"), call.arguments.get("arguments", {})
     if not isinstance(name, str) or not isinstance(arguments, dict):
-        return None, "call_tool needs {\"tool_name\": str, \"arguments\": object}"
+        return None, 'call_tool needs {"tool_name": str, "arguments": object}'
     return ToolCall(id=call.id, name=name, arguments=arguments), None
 
 
@@ -48,8 +52,12 @@ def parse_text_calls(content: str, turn: int) -> tuple[list[ToolCall], str | Non
             data = json.loads(block)
         except json.JSONDecodeError as exc:
             return [], f"tool call {index} is not valid JSON: {exc.msg}"
-        if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not isinstance(data.get("arguments", {}), dict):
-            return [], f"tool call {index} must be {{\"name\": str, \"arguments\": object}}"
+        if (
+            not isinstance(data, dict)
+            or not isinstance(data.get("name"), str)
+            or not isinstance(data.get("arguments", {}), dict)
+        ):
+            return [], f'tool call {index} must be {{"name": str, "arguments": object}}'
         calls.append(ToolCall(id=f"call_{turn}_{index}", name=data["name"], arguments=data.get("arguments", {})))
     if not calls and "<tool_call>" in content:
         return [], "unterminated <tool_call> block"
@@ -60,11 +68,23 @@ class OpenAIPolicy:
     """Chat with an OpenAI-compatible endpoint; `mode` is "native" (tools parameter) or "text";
     `meta` routes every call through `list_tools` / `call_tool`."""
 
-    def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None, mode: Literal["native", "text"] = "native",
-                 meta: bool = False, temperature: float = 0.0, max_tokens: int = 1024, timeout_s: float = 60.0):
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        mode: Literal["native", "text"] = "native",
+        meta: bool = False,
+        temperature: float = 0.0,
+        max_tokens: int = 1024,
+        timeout_s: float = 60.0,
+    ):
         self.name = f"openai:{model}" + ("" if mode == "native" else f"[{mode}]") + ("[meta]" if meta else "")
         self.model, self.mode, self.meta, self.temperature, self.max_tokens = model, mode, meta, temperature, max_tokens
-        self.client = openai.OpenAI(base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_s, max_retries=2)
+        self.client = openai.OpenAI(
+            base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_s, max_retries=2
+        )
 
     @property
     def shows_tools(self) -> bool:
@@ -79,14 +99,36 @@ class OpenAIPolicy:
         written = (lambda c: to_meta(c)) if self.meta else (lambda c: (c.name, c.arguments))
         for m in view:
             if m.role == "system":
-                wire.append({"role": "system", "content": m.content + (META_FORMAT if self.meta else "") + (TEXT_FORMAT if self.mode == "text" else "")})
+                wire.append(
+                    {
+                        "role": "system",
+                        "content": m.content
+                        + (META_FORMAT if self.meta else "")
+                        + (TEXT_FORMAT if self.mode == "text" else ""),
+                    }
+                )
             elif m.role == "assistant" and m.tool_calls and self.mode == "native":
-                wire.append({"role": "assistant", "content": m.content or None, "tool_calls": [
-                    {"id": c.id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
-                    for c in m.tool_calls for name, arguments in [written(c)]]})
+                wire.append(
+                    {
+                        "role": "assistant",
+                        "content": m.content or None,
+                        "tool_calls": [
+                            {
+                                "id": c.id,
+                                "type": "function",
+                                "function": {"name": name, "arguments": json.dumps(arguments)},
+                            }
+                            for c in m.tool_calls
+                            for name, arguments in [written(c)]
+                        ],
+                    }
+                )
             elif m.role == "assistant" and m.tool_calls:
-                blocks = "".join(f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
-                                 for c in m.tool_calls for name, arguments in [written(c)])
+                blocks = "".join(
+                    f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
+                    for c in m.tool_calls
+                    for name, arguments in [written(c)]
+                )
                 wire.append({"role": "assistant", "content": (m.content + "\n" if m.content else "") + blocks})
             elif m.role == "tool" and self.mode == "text":
                 wire.append({"role": "user", "content": f"<tool_response>{m.content}</tool_response>"})
@@ -98,14 +140,23 @@ class OpenAIPolicy:
 
     def act(self, view: list[Message], tools: list[dict[str, Any]]) -> PolicyTurn:
         self.turn += 1
-        request: dict[str, Any] = {"model": self.model, "messages": self._wire(view), "temperature": self.temperature, "max_tokens": self.max_tokens}
+        request: dict[str, Any] = {
+            "model": self.model,
+            "messages": self._wire(view),
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+        }
         if self.mode == "native":
             request["tools"] = [{"type": "function", "function": t} for t in (META_TOOLS if self.meta else tools)]
         started = time.perf_counter()
         response = self.client.chat.completions.create(**request)
         seconds = time.perf_counter() - started
         usage = response.usage
-        counts = {"tokens_in": usage.prompt_tokens if usage else 0, "tokens_out": usage.completion_tokens if usage else 0, "seconds": seconds}
+        counts = {
+            "tokens_in": usage.prompt_tokens if usage else 0,
+            "tokens_out": usage.completion_tokens if usage else 0,
+            "seconds": seconds,
+        }
         message = response.choices[0].message
         content = message.content or ""
         if self.mode == "text":

@@ -38,8 +38,16 @@ class ScriptPolicy:
         if self.turn < len(self.calls):
             name, arguments = self.calls[self.turn]
             self.turn += 1
-            return PolicyTurn(message=Message(role="assistant", tool_calls=[ToolCall(id=f"call_{self.turn}", name=name, arguments=arguments)]))
-        answer = self.answer if self.answer is not None else next((m.content for m in reversed(view) if m.role == "tool"), "")
+            return PolicyTurn(
+                message=Message(
+                    role="assistant", tool_calls=[ToolCall(id=f"call_{self.turn}", name=name, arguments=arguments)]
+                )
+            )
+        answer = (
+            self.answer
+            if self.answer is not None
+            else next((m.content for m in reversed(view) if m.role == "tool"), "")
+        )
         return PolicyTurn(message=Message(role="assistant", content=answer))
 
 
@@ -84,11 +92,21 @@ def tool_message(call: ToolCall, status: str, value: Any, error: str | None) -> 
 
 
 META_TOOLS = [
-    {"name": "list_tools", "description": "List the application's tools with their JSON Schemas.",
-     "parameters": {"type": "object", "properties": {}, "additionalProperties": False}},
-    {"name": "call_tool", "description": "Call one of the application's tools by name.",
-     "parameters": {"type": "object", "properties": {"tool_name": {"type": "string"}, "arguments": {"type": "object"}},
-                    "required": ["tool_name"], "additionalProperties": False}},
+    {
+        "name": "list_tools",
+        "description": "List the application's tools with their JSON Schemas.",
+        "parameters": {"type": "object", "properties": {}, "additionalProperties": False},
+    },
+    {
+        "name": "call_tool",
+        "description": "Call one of the application's tools by name.",
+        "parameters": {
+            "type": "object",
+            "properties": {"tool_name": {"type": "string"}, "arguments": {"type": "object"}},
+            "required": ["tool_name"],
+            "additionalProperties": False,
+        },
+    },
 ]
 
 

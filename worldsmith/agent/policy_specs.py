@@ -20,8 +20,14 @@ def check_spec(spec: str) -> str:
     raise ValueError(f"unknown policy {spec!r}; use {SPEC_HELP}")
 
 
-def policy_factory(spec: str, *, temperature: float = 0.0, tool_format: Literal["native", "text"] = "native", meta_tools: bool = False,
-                   max_new_tokens: int = 512) -> Callable[[], Policy]:
+def policy_factory(
+    spec: str,
+    *,
+    temperature: float = 0.0,
+    tool_format: Literal["native", "text"] = "native",
+    meta_tools: bool = False,
+    max_new_tokens: int = 512,
+) -> Callable[[], Policy]:
     """A function making a fresh policy per episode (policies keep per-episode state); a local
     model is loaded once and shared. Raises ValueError naming the problem for a bad spec."""
     kind, _, target = check_spec(spec).partition(":")
@@ -33,9 +39,18 @@ def policy_factory(spec: str, *, temperature: float = 0.0, tool_format: Literal[
         from worldsmith.agent.openai_policy import OpenAIPolicy
 
         settings = get_settings()
-        return lambda: OpenAIPolicy(target, base_url=settings.llm_base_url, api_key=settings.llm_key(), mode=tool_format, meta=meta_tools,
-                                    temperature=temperature, timeout_s=settings.llm_timeout_s)
+        return lambda: OpenAIPolicy(
+            target,
+            base_url=settings.llm_base_url,
+            api_key=settings.llm_key(),
+            mode=tool_format,
+            meta=meta_tools,
+            temperature=temperature,
+            timeout_s=settings.llm_timeout_s,
+        )
     from worldsmith.agent.hf_policy import HFPolicy, load_model
 
     model, tokenizer = load_model(target)
-    return lambda: HFPolicy(target, model=model, tokenizer=tokenizer, temperature=temperature, max_new_tokens=max_new_tokens)
+    return lambda: HFPolicy(
+        target, model=model, tokenizer=tokenizer, temperature=temperature, max_new_tokens=max_new_tokens
+    )

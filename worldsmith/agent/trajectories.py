@@ -30,7 +30,12 @@ def write_parquet(trajectories: list[Trajectory], path: Path) -> Path:
     rows: list[dict[str, Any]] = []
     for t in trajectories:
         row = t.model_dump(mode="json")
-        rows.append({k: json.dumps(v) if isinstance(v, (dict, list)) or (v is None and k == "judge") else v for k, v in row.items()})
+        rows.append(
+            {
+                k: json.dumps(v) if isinstance(v, (dict, list)) or (v is None and k == "judge") else v
+                for k, v in row.items()
+            }
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(rows), path)
     return path
@@ -60,7 +65,8 @@ def scores(trajectories: list[Trajectory], k: int = 1) -> dict[str, Any]:
         passes_k.append(pass_at_k(len(valid), complete, min(k, len(valid))))
     total = len(trajectories) or 1
     return {
-        "episodes": len(trajectories), "tasks": len(by_task),
+        "episodes": len(trajectories),
+        "tasks": len(by_task),
         "pass@1": sum(passes_1) / len(passes_1) if passes_1 else 0.0,
         f"pass@{k}": sum(passes_k) / len(passes_k) if passes_k else 0.0,
         "mean_reward": sum(t.reward or 0.0 for t in scored) / len(scored) if scored else 0.0,

@@ -43,7 +43,9 @@ def _engine_aliases(tree: ast.Module) -> tuple[set[str], set[str]]:
         if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "sqlalchemy":
             functions.update(a.asname or a.name for a in node.names if a.name == "create_engine")
         elif isinstance(node, ast.Import):
-            modules.update((a.asname or a.name).split(".")[0] for a in node.names if a.name.split(".")[0] == "sqlalchemy")
+            modules.update(
+                (a.asname or a.name).split(".")[0] for a in node.names if a.name.split(".")[0] == "sqlalchemy"
+            )
     return functions, modules
 
 
@@ -55,7 +57,12 @@ class _EngineCalls(ast.NodeTransformer):
         self.generic_visit(node)
         func = node.func
         direct = isinstance(func, ast.Name) and func.id in self.functions
-        qualified = isinstance(func, ast.Attribute) and func.attr == "create_engine" and isinstance(func.value, ast.Name) and func.value.id in self.modules
+        qualified = (
+            isinstance(func, ast.Attribute)
+            and func.attr == "create_engine"
+            and isinstance(func.value, ast.Name)
+            and func.value.id in self.modules
+        )
         if direct or qualified:
             self.count += 1
             node.func = ast.copy_location(ast.Name(id=ENGINE_FACTORY, ctx=ast.Load()), func)
@@ -82,7 +89,12 @@ class _ClockReads(ast.NodeTransformer):
     def _class_of(self, node: ast.expr) -> str | None:
         if isinstance(node, ast.Name) and node.id in self.classes:
             return self.classes[node.id]
-        if isinstance(node, ast.Attribute) and node.attr in CLOCK_READS and isinstance(node.value, ast.Name) and node.value.id in self.modules:
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr in CLOCK_READS
+            and isinstance(node.value, ast.Name)
+            and node.value.id in self.modules
+        ):
             return node.attr
         return None
 
@@ -126,9 +138,22 @@ def check_app_source(source: str, filename: str = "app.py") -> list[tuple[int, s
         return [(exc.lineno or 1, f"syntax error: {exc.msg}")]
     problems: list[tuple[int, str]] = []
     if engines == 0:
-        problems.append((1, "no create_engine(...) call: the app must create its database engine (it is bound to the episode's database)"))
+        problems.append(
+            (
+                1,
+                "no create_engine(...) call: the app must create its database engine (it is bound to the episode's database)",
+            )
+        )
     for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and node.id in FORBIDDEN_BUILTINS - {"globals", "locals", "vars", "exit", "quit", "help", "input"}:
+        if isinstance(node, ast.Name) and node.id in FORBIDDEN_BUILTINS - {
+            "globals",
+            "locals",
+            "vars",
+            "exit",
+            "quit",
+            "help",
+            "input",
+        }:
             problems.append((node.lineno, f"use of {node.id!r} is not allowed"))
     problems.sort()
     return problems

@@ -19,13 +19,42 @@ def parse_source(source: str, filename: str = "<generated>", mode: str = "exec")
     with _PARSE_LOCK:
         return ast.parse(source, filename=filename, mode=mode)
 
+
 #: Top-level modules generated code may import.
 ALLOWED_MODULES: frozenset[str] = frozenset(
     {
-        "__future__", "abc", "base64", "bisect", "calendar", "collections", "copy", "dataclasses",
-        "datetime", "decimal", "difflib", "enum", "fractions", "functools", "hashlib", "heapq",
-        "itertools", "json", "math", "numbers", "operator", "pathlib", "random", "re", "sqlite3", "statistics",
-        "string", "textwrap", "time", "typing", "unicodedata", "uuid",
+        "__future__",
+        "abc",
+        "base64",
+        "bisect",
+        "calendar",
+        "collections",
+        "copy",
+        "dataclasses",
+        "datetime",
+        "decimal",
+        "difflib",
+        "enum",
+        "fractions",
+        "functools",
+        "hashlib",
+        "heapq",
+        "itertools",
+        "json",
+        "math",
+        "numbers",
+        "operator",
+        "pathlib",
+        "random",
+        "re",
+        "sqlite3",
+        "statistics",
+        "string",
+        "textwrap",
+        "time",
+        "typing",
+        "unicodedata",
+        "uuid",
     }
 )
 
@@ -43,8 +72,21 @@ RUNTIME_NAMES: frozenset[str] = frozenset({"ToolError"})
 #: Builtins removed from generated code's namespace.
 FORBIDDEN_BUILTINS: frozenset[str] = frozenset(
     {
-        "__import__", "breakpoint", "compile", "delattr", "eval", "exec", "exit", "globals", "help",
-        "input", "locals", "memoryview", "open", "quit", "vars",
+        "__import__",
+        "breakpoint",
+        "compile",
+        "delattr",
+        "eval",
+        "exec",
+        "exit",
+        "globals",
+        "help",
+        "input",
+        "locals",
+        "memoryview",
+        "open",
+        "quit",
+        "vars",
     }
 )
 
@@ -53,8 +95,24 @@ FORBIDDEN_NAMES: frozenset[str] = FORBIDDEN_BUILTINS | {"__builtins__", "__loade
 
 #: Dunder attributes generated code may use (everything else double-underscored is refused).
 ALLOWED_DUNDERS: frozenset[str] = frozenset(
-    {"__init__", "__name__", "__doc__", "__str__", "__repr__", "__len__", "__eq__", "__hash__",
-     "__iter__", "__next__", "__contains__", "__getitem__", "__enter__", "__exit__", "__lt__", "__main__"}
+    {
+        "__init__",
+        "__name__",
+        "__doc__",
+        "__str__",
+        "__repr__",
+        "__len__",
+        "__eq__",
+        "__hash__",
+        "__iter__",
+        "__next__",
+        "__contains__",
+        "__getitem__",
+        "__enter__",
+        "__exit__",
+        "__lt__",
+        "__main__",
+    }
 )
 
 
@@ -91,7 +149,9 @@ def check_source(source: str, filename: str) -> list[tuple[int, str]]:
             elif module == RUNTIME_MODULE:
                 extra = sorted({a.name for a in node.names} - RUNTIME_NAMES)
                 if extra:
-                    problems.append((line, f"only ToolError may be imported from {RUNTIME_MODULE} (not {', '.join(extra)})"))
+                    problems.append(
+                        (line, f"only ToolError may be imported from {RUNTIME_MODULE} (not {', '.join(extra)})")
+                    )
             elif not module_allowed(module):
                 problems.append((line, f"import from {module!r} is not allowed (allowed: {allowed})"))
         elif isinstance(node, ast.Name) and node.id in FORBIDDEN_NAMES:
@@ -108,7 +168,12 @@ def check_source(source: str, filename: str) -> list[tuple[int, str]]:
             and node.args[1].value.startswith("_")
         ):
             problems.append((line, f"{node.func.id}() of private attribute {node.args[1].value!r} is not allowed"))
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and is_dunder(node.value) and node.value not in ALLOWED_DUNDERS:
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and is_dunder(node.value)
+            and node.value not in ALLOWED_DUNDERS
+        ):
             problems.append((line, f"string naming the attribute {node.value!r} is not allowed"))
         elif isinstance(node, ast.AsyncFunctionDef):
             problems.append((line, f"async function {node.name!r}: tools and verifiers must be plain functions"))

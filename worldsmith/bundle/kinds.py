@@ -228,12 +228,15 @@ class NativeVerifiers(VerifiersKind):
     def verify(self, host: Host, episode: Any, name: str, answer: str) -> tuple[Verdict, dict[str, Any]]:
         with host.databases(episode) as (initial, final):
             verifier = self.verifier(host, episode, name)
-            text, _ = host.run(lambda: json_text(verifier(initial, final, answer)),
-                               episode=episode, files=("verifiers.py",))
+            text, _ = host.run(
+                lambda: json_text(verifier(initial, final, answer)), episode=episode, files=("verifiers.py",)
+            )
         result = json.loads(text)
         if not isinstance(result, dict) or result.get("status") not in VERIFIER_VERDICTS:
-            raise EnvFault(f"verifier {name} returned {text[:200]}; "
-                           "expected {'status': complete|partial|incomplete, 'evidence': {...}}")
+            raise EnvFault(
+                f"verifier {name} returned {text[:200]}; "
+                "expected {'status': complete|partial|incomplete, 'evidence': {...}}"
+            )
         evidence = result.get("evidence") or {}
         if not isinstance(evidence, dict):
             raise EnvFault(f"verifier {name} returned evidence that is not a dict")

@@ -88,7 +88,11 @@ def _check_hashes(manifest: Manifest, files: dict[str, bytes], issues: list[Bund
         elif name not in files:
             issues.append(BundleIssue(name, "missing file (listed in manifest.json)"))
         elif artifact_digest(files[name]) != digest:
-            issues.append(BundleIssue(name, f"sha256 mismatch: manifest.json says {digest}, file is {artifact_digest(files[name])}"))
+            issues.append(
+                BundleIssue(
+                    name, f"sha256 mismatch: manifest.json says {digest}, file is {artifact_digest(files[name])}"
+                )
+            )
     for name in artifact_files:
         if name in files and name not in manifest.artifacts:
             issues.append(BundleIssue(name, "not listed in manifest.json artifacts"))
@@ -116,8 +120,13 @@ def parse_tasks(text: str, issues: list[BundleIssue]) -> list[tuple[int, TaskSpe
     return tasks
 
 
-def _check_tasks(tasks: list[tuple[int, TaskSpec]], tools: list[dict[str, Any]], verifiers_src: str, manifest: Manifest | None,
-                 issues: list[BundleIssue]) -> None:
+def _check_tasks(
+    tasks: list[tuple[int, TaskSpec]],
+    tools: list[dict[str, Any]],
+    verifiers_src: str,
+    manifest: Manifest | None,
+    issues: list[BundleIssue],
+) -> None:
     try:
         verifiers = function_signatures(verifiers_src)
     except SyntaxError:
@@ -127,7 +136,11 @@ def _check_tasks(tasks: list[tuple[int, TaskSpec]], tools: list[dict[str, Any]],
     imported = manifest is not None and manifest.origin is not None
     for line, task in tasks:
         if task.verifier not in verifiers:
-            issues.append(BundleIssue("tasks.jsonl", f"task {task.id!r}: verifier {task.verifier!r} is missing from verifiers.py", line))
+            issues.append(
+                BundleIssue(
+                    "tasks.jsonl", f"task {task.id!r}: verifier {task.verifier!r} is missing from verifiers.py", line
+                )
+            )
         elif verifiers[task.verifier][1] not in verifiers_kind.arities:
             vline = verifiers[task.verifier][0]
             problem = f"verifier {task.verifier!r} must take {verifiers_kind.signature}"
@@ -137,21 +150,41 @@ def _check_tasks(tasks: list[tuple[int, TaskSpec]], tools: list[dict[str, Any]],
         for number, step in enumerate(task.solution, start=1):
             tool = by_name.get(step.tool)
             if tool is None:
-                issues.append(BundleIssue("tasks.jsonl", f"task {task.id!r}: solution step {number} calls unknown tool {step.tool!r}", line))
+                issues.append(
+                    BundleIssue(
+                        "tasks.jsonl",
+                        f"task {task.id!r}: solution step {number} calls unknown tool {step.tool!r}",
+                        line,
+                    )
+                )
                 continue
             error = jsonschema_error(tool["parameters"], step.arguments)
             if error:
-                issues.append(BundleIssue("tasks.jsonl", f"task {task.id!r}: solution step {number} ({step.tool}): {error}", line))
+                issues.append(
+                    BundleIssue("tasks.jsonl", f"task {task.id!r}: solution step {number} ({step.tool}): {error}", line)
+                )
 
 
 def _stats(world: bytes, tools: list[dict[str, Any]], tasks: list[TaskSpec], files: dict[str, bytes]) -> dict[str, Any]:
     conn = sqlite3.connect(":memory:")
     conn.deserialize(world)
-    tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
+    tables = [
+        r[0]
+        for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
+        )
+    ]
     rows = sum(conn.execute(f'SELECT COUNT(*) FROM "{t}"').fetchone()[0] for t in tables)
     conn.close()
     loc = sum(files[n].decode().count("\n") for n in ("tools.py", "app.py", "verifiers.py") if n in files)
-    return {"tables": len(tables), "rows": rows, "tools": len(tools), "tasks": len(tasks), "lines_of_code": loc, "world_bytes": len(world)}
+    return {
+        "tables": len(tables),
+        "rows": rows,
+        "tools": len(tools),
+        "tasks": len(tasks),
+        "lines_of_code": loc,
+        "world_bytes": len(world),
+    }
 
 
 def _recorded_tools(text: str, issues: list[BundleIssue]) -> list[dict[str, Any]]:
@@ -166,8 +199,9 @@ def _recorded_tools(text: str, issues: list[BundleIssue]) -> list[dict[str, Any]
         return []
 
 
-def _validate(files: dict[str, bytes], issues: list[BundleIssue],
-              manifest: Manifest | None = None) -> tuple[list[dict[str, Any]], list[TaskSpec], bytes | None]:
+def _validate(
+    files: dict[str, bytes], issues: list[BundleIssue], manifest: Manifest | None = None
+) -> tuple[list[dict[str, Any]], list[TaskSpec], bytes | None]:
     """Validate the source artifacts; returns the tool schemas, tasks and world bytes."""
     kind = tools_kind_of(manifest)
     texts = {name: _decode(files, name, issues) for name in kind.source_files}
@@ -199,7 +233,10 @@ def _validate(files: dict[str, bytes], issues: list[BundleIssue],
 
 def sql_issues(faults: list[SqlFault]) -> list[BundleIssue]:
     """SQL faults as bundle issues: file, line, problem and the statement's start."""
-    return [BundleIssue(f.file, f.problem, f.line, f.statement.excerpt() if f.statement and f.statement.sql else None) for f in faults]
+    return [
+        BundleIssue(f.file, f.problem, f.line, f.statement.excerpt() if f.statement and f.statement.sql else None)
+        for f in faults
+    ]
 
 
 def tools_json_bytes(tools: list[dict[str, Any]]) -> bytes:
@@ -215,9 +252,16 @@ def load_bundle(path: str | Path) -> Bundle:
     tools, tasks, world = _validate(files, issues, manifest)
     kind = tools_kind_of(manifest)
     if kind.derives_schemas and "tools.json" in files and tools and files["tools.json"] != tools_json_bytes(tools):
-        issues.append(BundleIssue("tools.json", "does not match the signatures and docstrings of tools.py (rebuild with `worldsmith env build`)"))
+        issues.append(
+            BundleIssue(
+                "tools.json",
+                "does not match the signatures and docstrings of tools.py (rebuild with `worldsmith env build`)",
+            )
+        )
     if "world.db" in files and world is not None and files["world.db"] != world:
-        issues.append(BundleIssue("world.db", "does not match schema.sql + seed.sql (rebuild with `worldsmith env build`)"))
+        issues.append(
+            BundleIssue("world.db", "does not match schema.sql + seed.sql (rebuild with `worldsmith env build`)")
+        )
     if issues:
         raise BundleError(issues)
     assert manifest is not None and world is not None
@@ -248,11 +292,15 @@ def build_bundle(sources: dict[str, bytes | str], manifest: Manifest | dict[str,
         files["tools.json"] = tools_json_bytes(tools)
     files["world.db"] = world
     files = {name: files[name] for name in kind.artifact_files}
-    final = base.model_copy(update={
-        "artifacts": {name: artifact_digest(data) for name, data in files.items()},
-        "stats": _stats(world, tools, tasks, files),
-    })
-    return Bundle(manifest=final, files=files, tasks=tuple(tasks), tools=tuple(ToolSchema.model_validate(t) for t in tools))
+    final = base.model_copy(
+        update={
+            "artifacts": {name: artifact_digest(data) for name, data in files.items()},
+            "stats": _stats(world, tools, tasks, files),
+        }
+    )
+    return Bundle(
+        manifest=final, files=files, tasks=tuple(tasks), tools=tuple(ToolSchema.model_validate(t) for t in tools)
+    )
 
 
 def manifest_bytes(manifest: Manifest) -> bytes:

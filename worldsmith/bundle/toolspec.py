@@ -16,9 +16,16 @@ from worldsmith.bundle.errors import BundleIssue
 FILE = "tools.py"
 _SECTION = re.compile(r"^\s*(Args|Arguments|Parameters|Returns|Return|Raises|Yields|Examples?|Notes?):\s*$")
 _ARG_LINE = re.compile(r"^\s*\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
-_SCALARS = {"str": {"type": "string"}, "int": {"type": "integer"}, "float": {"type": "number"},
-            "bool": {"type": "boolean"}, "dict": {"type": "object"}, "list": {"type": "array"},
-            "Any": {}, "None": {"type": "null"}}
+_SCALARS = {
+    "str": {"type": "string"},
+    "int": {"type": "integer"},
+    "float": {"type": "number"},
+    "bool": {"type": "boolean"},
+    "dict": {"type": "object"},
+    "list": {"type": "array"},
+    "Any": {},
+    "None": {"type": "null"},
+}
 
 
 class _Unsupported(ValueError):
@@ -54,7 +61,9 @@ def _annotation_schema(node: ast.expr) -> dict[str, Any]:
             schema: dict[str, Any] = {"enum": values}
             kinds = {type(v) for v in values}
             if len(kinds) == 1:
-                schema["type"] = {str: "string", int: "integer", bool: "boolean", float: "number"}.get(kinds.pop(), "string")
+                schema["type"] = {str: "string", int: "integer", bool: "boolean", float: "number"}.get(
+                    kinds.pop(), "string"
+                )
             return schema
     raise _Unsupported(ast.unparse(node))
 
@@ -112,10 +121,14 @@ def derive_tool_schemas(source: str) -> tuple[list[dict[str, Any]], list[BundleI
         name = node.name
         params = node.args.posonlyargs + node.args.args
         if node.args.vararg or node.args.kwarg:
-            issues.append(BundleIssue(FILE, f"tool {name!r}: *args/**kwargs are not allowed; name every argument", where))
+            issues.append(
+                BundleIssue(FILE, f"tool {name!r}: *args/**kwargs are not allowed; name every argument", where)
+            )
             continue
         if not params:
-            issues.append(BundleIssue(FILE, f"tool {name!r}: the first parameter must be the database connection", where))
+            issues.append(
+                BundleIssue(FILE, f"tool {name!r}: the first parameter must be the database connection", where)
+            )
             continue
         doc = ast.get_docstring(node)
         if not doc:
@@ -123,7 +136,9 @@ def derive_tool_schemas(source: str) -> tuple[list[dict[str, Any]], list[BundleI
             continue
         description, documented = parse_docstring(doc)
         if not description:
-            issues.append(BundleIssue(FILE, f"tool {name!r}: the docstring has no description before its sections", where))
+            issues.append(
+                BundleIssue(FILE, f"tool {name!r}: the docstring has no description before its sections", where)
+            )
         arguments = params[1:] + node.args.kwonlyargs
         positional_defaults = dict(zip([a.arg for a in params][::-1], node.args.defaults[::-1]))
         keyword_defaults = {a.arg: d for a, d in zip(node.args.kwonlyargs, node.args.kw_defaults) if d is not None}
@@ -136,12 +151,22 @@ def derive_tool_schemas(source: str) -> tuple[list[dict[str, Any]], list[BundleI
                 issues.append(BundleIssue(FILE, f"tool {name!r}: argument {arg.arg!r} has no type annotation", line))
                 continue
             if arg.arg not in documented or not documented[arg.arg]:
-                issues.append(BundleIssue(FILE, f"tool {name!r}: argument {arg.arg!r} is not documented in the docstring's Args: section", line))
+                issues.append(
+                    BundleIssue(
+                        FILE,
+                        f"tool {name!r}: argument {arg.arg!r} is not documented in the docstring's Args: section",
+                        line,
+                    )
+                )
                 continue
             try:
                 schema = _annotation_schema(arg.annotation)
             except (_Unsupported, ValueError, SyntaxError) as exc:
-                issues.append(BundleIssue(FILE, f"tool {name!r}: argument {arg.arg!r} has an unsupported type annotation {exc}", line))
+                issues.append(
+                    BundleIssue(
+                        FILE, f"tool {name!r}: argument {arg.arg!r} has an unsupported type annotation {exc}", line
+                    )
+                )
                 continue
             schema["description"] = documented[arg.arg]
             if arg.arg in defaults:
@@ -154,12 +179,21 @@ def derive_tool_schemas(source: str) -> tuple[list[dict[str, Any]], list[BundleI
             properties[arg.arg] = schema
         stray = sorted(set(documented) - {a.arg for a in arguments} - {params[0].arg})
         if stray:
-            issues.append(BundleIssue(FILE, f"tool {name!r}: docstring documents unknown argument(s) {', '.join(stray)}", where))
-        tools.append({
-            "name": name,
-            "description": description,
-            "parameters": {"type": "object", "properties": properties, "required": required, "additionalProperties": False},
-        })
+            issues.append(
+                BundleIssue(FILE, f"tool {name!r}: docstring documents unknown argument(s) {', '.join(stray)}", where)
+            )
+        tools.append(
+            {
+                "name": name,
+                "description": description,
+                "parameters": {
+                    "type": "object",
+                    "properties": properties,
+                    "required": required,
+                    "additionalProperties": False,
+                },
+            }
+        )
     if not tools and not issues:
         issues.append(BundleIssue(FILE, "defines no tools (public top-level functions)"))
     return tools, issues

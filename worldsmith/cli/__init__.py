@@ -1,9 +1,12 @@
 """The `worldsmith` command line (typer): one module per command group, assembled here.
 
 `app` is the console script (`worldsmith = "worldsmith.cli:app"` in pyproject.toml). Modules import
-what they use at their top, except Prefect and the training stack (torch, transformers, trl), which
-the flows pull in: commands that run a flow import it when they run, so the CLI starts quickly and
-the callback below sets Prefect's environment before Prefect is first imported.
+what they use at their top (the bundle contract, the runtime, the pydantic configs the options are
+derived from), except the heavy parts, which a command imports when it runs, so that the CLI starts
+quickly: the flows (Prefect) and with them the training stack (torch, transformers, trl), the
+catalog's database (SQLAlchemy, Alembic), the MCP gateway (mcp), the dashboard and its server
+(plotly, uvicorn) and the world models (openai). tests/test_cli_startup.py holds the CLI to that.
+The callback below thereby also sets Prefect's environment before Prefect is first imported.
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ from worldsmith.cli import catalog, data, env, evaluation, generation, interop, 
 from worldsmith.ops.stack import Stack
 from worldsmith.settings import get_settings
 
-app = typer.Typer(help="Manufacture executable tool-use worlds for LLM agents and train agents in them.",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="Manufacture executable tool-use worlds for LLM agents and train agents in them.", no_args_is_help=True
+)
 
 
 @app.callback()
@@ -38,6 +42,13 @@ def _defaults() -> None:
 # the order of `worldsmith --help`: top-level commands, then the command groups
 for commands in (generation.app, evaluation.app, training.app, stack.app):
     app.add_typer(commands)
-for name, group in (("env", env.app), ("catalog", catalog.app), ("sets", sets.app), ("data", data.app),
-                    ("import", interop.import_app), ("export", interop.export_app), ("wm", wm.app)):
+for name, group in (
+    ("env", env.app),
+    ("catalog", catalog.app),
+    ("sets", sets.app),
+    ("data", data.app),
+    ("import", interop.import_app),
+    ("export", interop.export_app),
+    ("wm", wm.app),
+):
     app.add_typer(group, name=name)

@@ -15,11 +15,7 @@ from worldsmith.cli.bundles import BundleArg, load_bundle_arg
 from worldsmith.cli.console import console, refusals, say
 from worldsmith.quality.checks import quality_checks
 from worldsmith.runtime.episode import Runtime
-from worldsmith.storage.catalog import open_catalog
 from worldsmith.storage.objectstore import configured_store
-from worldsmith.storage.publish import artifacts_of, fetch, publish, resolve, version_record
-from worldsmith.storage.transfer import export_catalog, import_catalog
-from worldsmith.storage.versions import all_versions
 
 app = typer.Typer(help="Publish, list, compare, fetch and move environment versions.", no_args_is_help=True)
 
@@ -31,6 +27,9 @@ def catalog_publish(
 ) -> None:
     """Check a bundle (seed-data expectations, execution probes) and publish it; exit 1 if it was
     published as failed."""
+    from worldsmith.storage.catalog import open_catalog
+    from worldsmith.storage.publish import publish
+
     bundle = load_bundle_arg(path)
     store, catalog = configured_store(), open_catalog()
     if probes:
@@ -49,11 +48,23 @@ def catalog_publish(
 @app.command("ls")
 def catalog_ls(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """List every environment version."""
+    from worldsmith.storage.catalog import open_catalog
+    from worldsmith.storage.versions import all_versions
+
     with open_catalog().session() as session:
         versions = all_versions(session)
-    rows = [{"ref": v.ref, "status": v.status, "tables": v.stats.get("tables"), "tools": v.stats.get("tools"),
-             "tasks": v.stats.get("tasks"), "checks": {k: q.get("passed") for k, q in v.quality.items()},
-             "created_at": v.created_at.isoformat(timespec="seconds")} for v in versions]
+    rows = [
+        {
+            "ref": v.ref,
+            "status": v.status,
+            "tables": v.stats.get("tables"),
+            "tools": v.stats.get("tools"),
+            "tasks": v.stats.get("tasks"),
+            "checks": {k: q.get("passed") for k, q in v.quality.items()},
+            "created_at": v.created_at.isoformat(timespec="seconds"),
+        }
+        for v in versions
+    ]
     if as_json:
         print(json.dumps(rows, indent=2))
         return
@@ -62,14 +73,18 @@ def catalog_ls(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.
         table.add_column(column)
     for r in rows:
         checks = ", ".join(f"{k} {'ok' if ok else 'FAILED'}" for k, ok in r["checks"].items())
-        table.add_row(r["ref"], r["status"], str(r["tables"]), str(r["tools"]), str(r["tasks"]), checks,
-                      r["created_at"])
+        table.add_row(
+            r["ref"], r["status"], str(r["tables"]), str(r["tools"]), str(r["tasks"]), checks, r["created_at"]
+        )
     console.print(table)
 
 
 @app.command("show")
 def catalog_show(ref: Annotated[str, typer.Argument(help="ENV or ENV@VERSION.")]) -> None:
     """Print a version's record: status, provenance, stats, artifacts and quality reports (JSON)."""
+    from worldsmith.storage.catalog import open_catalog
+    from worldsmith.storage.publish import resolve, version_record
+
     with refusals(), open_catalog().session() as session:
         record = version_record(session, resolve(session, ref))
     print(json.dumps(record, indent=2))
@@ -81,12 +96,18 @@ def catalog_diff(
     b: Annotated[str, typer.Argument(help="ENV@V2")],
 ) -> None:
     """Show what changed between two versions: stats, artifacts, and a unified diff of each text artifact."""
+    from worldsmith.storage.catalog import open_catalog
+    from worldsmith.storage.publish import artifacts_of, resolve
+
     store, catalog = configured_store(), open_catalog()
     with refusals(), catalog.session() as session:
         va, vb = resolve(session, a), resolve(session, b)
         fa, fb = artifacts_of(session, va), artifacts_of(session, vb)
-    changes = {k: (va.stats.get(k), vb.stats.get(k)) for k in sorted(set(va.stats) | set(vb.stats))
-               if va.stats.get(k) != vb.stats.get(k)}
+    changes = {
+        k: (va.stats.get(k), vb.stats.get(k))
+        for k in sorted(set(va.stats) | set(vb.stats))
+        if va.stats.get(k) != vb.stats.get(k)
+    }
     say(f"{va.ref} -> {vb.ref}; stats changed: {changes or 'none'}", highlight=False)
     for name in sorted(set(fa) | set(fb)):
         if fa.get(name) == fb.get(name):
@@ -106,6 +127,9 @@ def catalog_fetch(
     target: Annotated[Path, typer.Argument(help="Directory to write.")],
 ) -> None:
     """Write a version's bundle into a directory, byte for byte as published."""
+    from worldsmith.storage.catalog import open_catalog
+    from worldsmith.storage.publish import fetch
+
     with refusals():
         bundle = fetch(ref, target, configured_store(), open_catalog())
     say(f"fetched {bundle.env_id}@{bundle.manifest.version} into {target}")
@@ -114,12 +138,18 @@ def catalog_fetch(
 @app.command("export")
 def catalog_export(target: Annotated[Path, typer.Argument(help="Directory to write.")]) -> None:
     """Export every environment, version, object and set into a directory (for `catalog import`)."""
+    from worldsmith.storage.catalog import open_catalog
+    from worldsmith.storage.transfer import export_catalog
+
     say(f"exported {export_catalog(target, configured_store(), open_catalog())} into {target}")
 
 
 @app.command("import")
 def catalog_import(source: Annotated[Path, typer.Argument(help="A directory written by `catalog export`.")]) -> None:
     """Import an export; what is already here (same content, same set name) is skipped."""
+    from worldsmith.storage.catalog import open_catalog
+    from worldsmith.storage.transfer import import_catalog
+
     with refusals():
         counts = import_catalog(source, configured_store(), open_catalog())
     say(f"imported from {source}: {counts}")

@@ -52,8 +52,12 @@ class ConfigOption:
 
     def signature_parameter(self) -> inspect.Parameter:
         decls = f"{self.flag}/--no-{self.flag.removeprefix('--')}" if self.kind is bool else self.flag
-        return inspect.Parameter(self.parameter, inspect.Parameter.KEYWORD_ONLY, default=self.default,
-                                 annotation=Annotated[self.kind, typer.Option(decls, help=self.help)])
+        return inspect.Parameter(
+            self.parameter,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=self.default,
+            annotation=Annotated[self.kind, typer.Option(decls, help=self.help)],
+        )
 
 
 def _without_none(annotation: Any) -> tuple[Any, bool]:
@@ -120,27 +124,48 @@ def option_for(config: type[BaseModel], *paths: str, flag: str | None = None, de
     if switch_of is not None:  # the optional model's required field: giving it turns the model on
         owner = parents[-1][1]
         help_ = f"{owner.description or ''} {description}".strip()
-        return ConfigOption(flag or f"--{switch_of.replace('_', '-')}", paths, kind | None, help_, None,
-                            switch_of=switch_of, within=within)
+        return ConfigOption(
+            flag or f"--{switch_of.replace('_', '-')}",
+            paths,
+            kind | None,
+            help_,
+            None,
+            switch_of=switch_of,
+            within=within,
+        )
     if default is not UNSET:
         fixed = True
     else:
         fixed, default = False, UNSET if info.is_required() else info.get_default(call_default_factory=True)
-    return ConfigOption(flag or "--" + paths[0].replace(".", "-").replace("_", "-"), paths, kind, description, default,
-                        fixed=fixed, within=within)
+    return ConfigOption(
+        flag or "--" + paths[0].replace(".", "-").replace("_", "-"),
+        paths,
+        kind,
+        description,
+        default,
+        fixed=fixed,
+        within=within,
+    )
 
 
-def options_for(config: type[BaseModel], *, flags: Mapping[str, str] | None = None,
-                defaults: Mapping[str, Any] | None = None) -> list[ConfigOption]:
+def options_for(
+    config: type[BaseModel], *, flags: Mapping[str, str] | None = None, defaults: Mapping[str, Any] | None = None
+) -> list[ConfigOption]:
     """One option per leaf field of `config`; `flags` renames options and `defaults` gives the
     command's own defaults, by dotted field path. Options of an optional nested model say in their
     help that they apply with its switch (`With --simulate: ...`)."""
     flags, defaults = flags or {}, defaults or {}
-    options = [option_for(config, path, flag=flags.get(path), default=defaults.get(path, UNSET))
-               for path in _leaf_paths(config)]
+    options = [
+        option_for(config, path, flag=flags.get(path), default=defaults.get(path, UNSET))
+        for path in _leaf_paths(config)
+    ]
     switches = {o.switch_of: o.flag for o in options if o.switch_of is not None}
-    return [dataclasses.replace(o, help=f"With {switches[o.within]}: {_lowercase_first(o.help)}")
-            if o.within in switches and o.switch_of is None else o for o in options]
+    return [
+        dataclasses.replace(o, help=f"With {switches[o.within]}: {_lowercase_first(o.help)}")
+        if o.within in switches and o.switch_of is None
+        else o
+        for o in options
+    ]
 
 
 def _lowercase_first(text: str) -> str:
@@ -196,9 +221,14 @@ def config_command(options: Sequence[ConfigOption]) -> Callable[[Callable[..., N
         context = inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
         keyword_only = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own]
         run.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
-            [context, *(o.signature_parameter() for o in options), *keyword_only])
+            [context, *(o.signature_parameter() for o in options), *keyword_only]
+        )
         run.__name__, run.__qualname__, run.__doc__, run.__module__ = (
-            command.__name__, command.__qualname__, command.__doc__, command.__module__)
+            command.__name__,
+            command.__qualname__,
+            command.__doc__,
+            command.__module__,
+        )
         return run
 
     return decorate

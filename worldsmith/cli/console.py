@@ -16,7 +16,6 @@ import typer
 from rich.console import Console
 
 from worldsmith.bundle.errors import BundleError
-from worldsmith.storage.publish import CatalogError
 
 console = Console()
 errors = Console(stderr=True, soft_wrap=True)
@@ -44,8 +43,11 @@ def bundle_failure(title: str, exc: BundleError) -> typer.Exit:
 @contextmanager
 def refusals(*kinds: type[Exception]) -> Iterator[None]:
     """Turn an exception of `kinds` (default: a catalog refusal) into its message on stderr and exit 2."""
-    caught = kinds or (CatalogError,)
+    if not kinds:
+        from worldsmith.storage.publish import CatalogError  # the catalog loads with the commands that use it
+
+        kinds = (CatalogError,)
     try:
         yield
-    except caught as exc:
+    except kinds as exc:
         raise failure(str(exc)) from None

@@ -11,8 +11,9 @@ from worldsmith.agent.datasets import sft_rows, transition_rows, turn_rows, writ
 from worldsmith.agent.trajectories import read_jsonl
 from worldsmith.cli.console import failure, say
 
-app = typer.Typer(help="Datasets from evaluation trajectories: SFT conversations and world-model transitions.",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="Datasets from evaluation trajectories: SFT conversations and world-model transitions.", no_args_is_help=True
+)
 
 
 def _write_dataset(rows: list[dict[str, Any]], out: Path, name: str, empty: str, what: str) -> None:
@@ -27,16 +28,19 @@ def _write_dataset(rows: list[dict[str, Any]], out: Path, name: str, empty: str,
 def data_sft(
     trajectories: Annotated[Path, typer.Argument(help="trajectories.jsonl of an evaluation run.")],
     out: Annotated[Path, typer.Argument(help="Directory to write sft.jsonl and sft.parquet into.")],
-    per_turn: Annotated[bool, typer.Option(help="One prompt/completion row per assistant turn instead of one "
-                                                "conversation per episode.")] = False,
-    window: Annotated[int | None, typer.Option(help="Per-turn rows: history window of the prompt (default: full "
-                                                    "history).")] = None,
+    per_turn: Annotated[
+        bool, typer.Option(help="One prompt/completion row per assistant turn instead of one conversation per episode.")
+    ] = False,
+    window: Annotated[
+        int | None, typer.Option(help="Per-turn rows: history window of the prompt (default: full history).")
+    ] = None,
 ) -> None:
     """Successful trajectories as chat-format SFT data (TRL SFTTrainer format)."""
     loaded = read_jsonl(trajectories)
     rows = turn_rows(loaded, window) if per_turn else sft_rows(loaded)
-    _write_dataset(rows, out, "sft", f"no complete trajectory in {trajectories}",
-                   f"rows from {len(loaded)} trajectories")
+    _write_dataset(
+        rows, out, "sft", f"no complete trajectory in {trajectories}", f"rows from {len(loaded)} trajectories"
+    )
 
 
 @app.command("transitions")
@@ -46,5 +50,10 @@ def data_transitions(
 ) -> None:
     """Every tool call as a world-model transition: state, action, observation, database diff."""
     loaded = read_jsonl(trajectories)
-    _write_dataset(transition_rows(loaded), out, "transitions", f"no tool call in {trajectories}",
-                   f"transitions from {len(loaded)} trajectories")
+    _write_dataset(
+        transition_rows(loaded),
+        out,
+        "transitions",
+        f"no tool call in {trajectories}",
+        f"transitions from {len(loaded)} trajectories",
+    )

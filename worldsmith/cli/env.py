@@ -15,7 +15,6 @@ from worldsmith.cli.bundles import BundleArg, load_bundle_arg
 from worldsmith.cli.console import bundle_failure, console, failure, say
 from worldsmith.quality.probes import check_environment
 from worldsmith.runtime.episode import Runtime
-from worldsmith.runtime.gateway import serve
 from worldsmith.settings import get_settings
 
 app = typer.Typer(help="Inspect, check, call and serve environment bundles.", no_args_is_help=True)
@@ -100,6 +99,8 @@ def env_serve(
     port: Annotated[int | None, typer.Option(help="Port (default WORLDSMITH_GATEWAY_PORT).")] = None,
 ) -> None:
     """Serve bundles over MCP (streamable HTTP) at http://HOST:PORT/envs/<env_id>/mcp?task=<id>."""
+    from worldsmith.runtime.gateway import serve
+
     settings = get_settings()
     bundles = [load_bundle_arg(p) for p in paths]
     host = host or settings.gateway_host
@@ -107,5 +108,11 @@ def env_serve(
     for bundle in bundles:
         say(f"serving {bundle.env_id} at http://{host}:{port}/envs/{bundle.env_id}/mcp")
     with Runtime() as runtime:
-        serve(runtime, bundles, host, port, session_idle_s=settings.gateway_session_idle_s,
-              max_sessions=settings.gateway_max_sessions)
+        serve(
+            runtime,
+            bundles,
+            host,
+            port,
+            session_idle_s=settings.gateway_session_idle_s,
+            max_sessions=settings.gateway_max_sessions,
+        )

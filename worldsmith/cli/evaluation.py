@@ -13,8 +13,10 @@ from worldsmith.cli.console import console, failure, refusals, say
 
 app = typer.Typer()
 
-SIMULATE_HELP = ("Simulated mode: a world model answers the tool calls instead of the environments' code: "
-                 "code | static | openai:MODEL | hf:PATH (see docs/world-models.md).")
+SIMULATE_HELP = (
+    "Simulated mode: a world model answers the tool calls instead of the environments' code: "
+    "code | static | openai:MODEL | hf:PATH (see docs/world-models.md)."
+)
 
 
 @app.command("eval")
@@ -25,32 +27,51 @@ def eval_command(
     split: Annotated[str, typer.Option(help="all | train | validation")] = "all",
     max_turns: Annotated[int, typer.Option(help="Turns per episode.")] = 20,
     window: Annotated[int | None, typer.Option(help="History window in turns (default: full history).")] = None,
-    temperature: Annotated[float | None, typer.Option(help="Sampling temperature (default 0 for one sample, 0.7 for "
-                                                           "more).")] = None,
-    tool_format: Annotated[str, typer.Option(help="openai policy: native tool calls or the <tool_call> text "
-                                                  "format.")] = "native",
+    temperature: Annotated[
+        float | None, typer.Option(help="Sampling temperature (default 0 for one sample, 0.7 for more).")
+    ] = None,
+    tool_format: Annotated[
+        str, typer.Option(help="openai policy: native tool calls or the <tool_call> text format.")
+    ] = "native",
     meta_tools: Annotated[bool, typer.Option(help="openai policy: call tools through list_tools / call_tool.")] = False,
     judge: Annotated[str | None, typer.Option(help="LLM judge model on the configured endpoint.")] = None,
     judge_votes: Annotated[int, typer.Option(help="Judges voting per episode.")] = 1,
     concurrency: Annotated[int, typer.Option(help="Tasks evaluated at once.")] = 4,
     seed: Annotated[int, typer.Option(help="Seed of the first sample.")] = 0,
     simulate: Annotated[str | None, typer.Option(help=SIMULATE_HELP)] = None,
-    wm_samples: Annotated[int, typer.Option(help="--simulate: predictions per call (their disagreement is the "
-                                                 "uncertainty).")] = 1,
-    uncertainty_threshold: Annotated[float, typer.Option(help="--simulate: stop an episode at a call more uncertain "
-                                                              "than this.")] = 1.0,
+    wm_samples: Annotated[
+        int, typer.Option(help="--simulate: predictions per call (their disagreement is the uncertainty).")
+    ] = 1,
+    uncertainty_threshold: Annotated[
+        float, typer.Option(help="--simulate: stop an episode at a call more uncertain than this.")
+    ] = 1.0,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Evaluate a policy on an environment set with the `evaluate` flow; stores an evaluation run."""
     from worldsmith.flows.evaluate import EvaluateParameters, run_evaluate
 
-    simulation: dict[str, Any] | None = None if simulate is None else {
-        "world_model": simulate, "samples": wm_samples, "uncertainty_threshold": uncertainty_threshold}
+    simulation: dict[str, Any] | None = (
+        None
+        if simulate is None
+        else {"world_model": simulate, "samples": wm_samples, "uncertainty_threshold": uncertainty_threshold}
+    )
     try:
-        params = EvaluateParameters(set_name=set_name, policy=policy, samples=samples, split=split, max_turns=max_turns,
-                                    window=window, temperature=temperature, tool_format=tool_format,
-                                    meta_tools=meta_tools, judge_model=judge, judge_votes=judge_votes,
-                                    concurrency=concurrency, seed=seed, simulate=simulation)
+        params = EvaluateParameters(
+            set_name=set_name,
+            policy=policy,
+            samples=samples,
+            split=split,
+            max_turns=max_turns,
+            window=window,
+            temperature=temperature,
+            tool_format=tool_format,
+            meta_tools=meta_tools,
+            judge_model=judge,
+            judge_votes=judge_votes,
+            concurrency=concurrency,
+            seed=seed,
+            simulate=simulation,
+        )
     except ValueError as exc:
         raise failure(str(exc)) from None
     with refusals(), console.status(f"evaluating {policy} on {set_name}", spinner="dots"):
@@ -59,14 +80,33 @@ def eval_command(
         print(json.dumps(result, indent=2, default=str))
         return
     k = params.samples
-    table = Table(title=f"evaluation {result['run_id']}: {policy} on {set_name} ({split}, {result['world']} worlds, "
-                        f"{k} sample(s) per task)")
-    for column in ("env", "tasks", "episodes", "pass@1", f"pass@{k}", "mean reward", "mean turns", "env_error",
-                   "format_error"):
+    table = Table(
+        title=f"evaluation {result['run_id']}: {policy} on {set_name} ({split}, {result['world']} worlds, "
+        f"{k} sample(s) per task)"
+    )
+    for column in (
+        "env",
+        "tasks",
+        "episodes",
+        "pass@1",
+        f"pass@{k}",
+        "mean reward",
+        "mean turns",
+        "env_error",
+        "format_error",
+    ):
         table.add_column(column)
     for env, s in [*result["per_env"].items(), ("all", result["overall"])]:
-        table.add_row(env, str(s["tasks"]), str(s["episodes"]), f"{s['pass@1']:.3f}", f"{s[f'pass@{k}']:.3f}",
-                      f"{s['mean_reward']:.3f}", f"{s['mean_turns']:.2f}", f"{s['env_error_rate']:.3f}",
-                      f"{s['format_error_rate']:.3f}")
+        table.add_row(
+            env,
+            str(s["tasks"]),
+            str(s["episodes"]),
+            f"{s['pass@1']:.3f}",
+            f"{s[f'pass@{k}']:.3f}",
+            f"{s['mean_reward']:.3f}",
+            f"{s['mean_turns']:.2f}",
+            f"{s['env_error_rate']:.3f}",
+            f"{s['format_error_rate']:.3f}",
+        )
     console.print(table)
     say(f"trajectories: {result['trajectories']['jsonl']}")

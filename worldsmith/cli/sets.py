@@ -8,13 +8,9 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
-from sqlmodel import select
 
 from worldsmith.cli.console import console, refusals, say
-from worldsmith.models.catalog import EnvironmentSet
-from worldsmith.storage.catalog import open_catalog
 from worldsmith.storage.objectstore import configured_store
-from worldsmith.storage.sets import SetQuery, create_set, export_set, get_set, members_of, set_manifest
 
 app = typer.Typer(help="Create and export environment sets (immutable, split by environment).", no_args_is_help=True)
 
@@ -29,42 +25,65 @@ def sets_create(
     validation_fraction: Annotated[float, typer.Option(help="Share of envs in the validation split.")] = 0.1,
     min_tasks: Annotated[int, typer.Option(help="Minimum tasks per env.")] = 0,
     min_tools: Annotated[int, typer.Option(help="Minimum tools per env.")] = 0,
-    require_passed: Annotated[list[str] | None, typer.Option(help="Quality check that must have passed "
-                                                                  "(repeatable).")] = None,
+    require_passed: Annotated[
+        list[str] | None, typer.Option(help="Quality check that must have passed (repeatable).")
+    ] = None,
     status: Annotated[str, typer.Option(help="Version status to select.")] = "good",
 ) -> None:
     """Create an environment set from a query over the catalog."""
+    from worldsmith.storage.catalog import open_catalog
+    from worldsmith.storage.sets import SetQuery, create_set, get_set, members_of
+
     catalog = open_catalog()
-    query = SetQuery(categories=category or [], env_ids=env or [], count=count, seed=seed,
-                     validation_fraction=validation_fraction, min_tasks=min_tasks, min_tools=min_tools,
-                     require_passed=require_passed or [], status=status)
+    query = SetQuery(
+        categories=category or [],
+        env_ids=env or [],
+        count=count,
+        seed=seed,
+        validation_fraction=validation_fraction,
+        min_tasks=min_tasks,
+        min_tools=min_tools,
+        require_passed=require_passed or [],
+        status=status,
+    )
     with refusals():
         create_set(catalog, name, query)
     with catalog.session() as session:
         members = members_of(session, get_set(session, name))
     splits = {s: sum(1 for _, x in members if x == s) for s in ("train", "validation")}
-    say(f"created set {name}: {len(members)} environment versions "
-        f"({splits['train']} train, {splits['validation']} validation)")
+    say(
+        f"created set {name}: {len(members)} environment versions "
+        f"({splits['train']} train, {splits['validation']} validation)"
+    )
 
 
 @app.command("ls")
 def sets_ls() -> None:
     """List environment sets."""
+    from worldsmith.storage.catalog import open_catalog
+    from worldsmith.storage.sets import set_summaries
+
     table = Table(title="environment sets")
     for column in ("name", "members", "train", "validation", "created"):
         table.add_column(column)
     with open_catalog().session() as session:
-        for env_set in session.exec(select(EnvironmentSet).order_by(EnvironmentSet.name)).all():
-            members = members_of(session, env_set)
-            train = sum(1 for _, split in members if split == "train")
-            table.add_row(env_set.name, str(len(members)), str(train), str(len(members) - train),
-                          env_set.created_at.isoformat(timespec="seconds"))
+        for summary in set_summaries(session):
+            table.add_row(
+                summary.name,
+                str(summary.members),
+                str(summary.train),
+                str(summary.members - summary.train),
+                summary.created_at.isoformat(timespec="seconds"),
+            )
     console.print(table)
 
 
 @app.command("show")
 def sets_show(name: Annotated[str, typer.Argument(help="Set name.")]) -> None:
     """Print a set's manifest (query, members with hashes and splits) as JSON."""
+    from worldsmith.storage.catalog import open_catalog
+    from worldsmith.storage.sets import get_set, set_manifest
+
     with refusals(), open_catalog().session() as session:
         manifest = set_manifest(session, get_set(session, name))
     print(json.dumps(manifest, indent=2))
@@ -76,6 +95,9 @@ def sets_export(
     target: Annotated[Path, typer.Argument(help="Directory to write.")],
 ) -> None:
     """Export a set: set.json, its bundles, and (env, task) rows as tasks.jsonl and tasks.parquet."""
+    from worldsmith.storage.catalog import open_catalog
+    from worldsmith.storage.sets import export_set
+
     with refusals():
         manifest = export_set(name, target, configured_store(), open_catalog())
     say(f"exported set {name} ({len(manifest['members'])} environment versions) into {target}")

@@ -6,10 +6,8 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-import uvicorn
 
 from worldsmith.cli.console import console, failure, say
-from worldsmith.dashboard.app import dashboard_app
 from worldsmith.demo import DemoOptions, run_demo
 from worldsmith.ops.services import ServiceError
 from worldsmith.ops.stack import Stack
@@ -20,8 +18,9 @@ app = typer.Typer()
 
 @app.command("up")
 def up(
-    worker: Annotated[list[str] | None, typer.Option(help="Start a worker on this work pool (repeatable): local, "
-                                                          "gpu.")] = None,
+    worker: Annotated[
+        list[str] | None, typer.Option(help="Start a worker on this work pool (repeatable): local, gpu.")
+    ] = None,
     dashboard: Annotated[bool, typer.Option(help="Also serve the dashboard.")] = True,
 ) -> None:
     """Start the local Prefect server, create the work pools, deploy deployments/prefect.yaml, start a
@@ -37,8 +36,10 @@ def up(
     say(f"Prefect UI: {stack.ui_url}", highlight=False)
     if dashboard:
         say(f"dashboard:  {stack.dashboard_url}", highlight=False)
-    say(f"flows and workers use PREFECT_API_URL={stack.api_url}; stop everything with `worldsmith down`",
-        highlight=False)
+    say(
+        f"flows and workers use PREFECT_API_URL={stack.api_url}; stop everything with `worldsmith down`",
+        highlight=False,
+    )
 
 
 @app.command("down")
@@ -54,6 +55,10 @@ def dashboard_command(
     port: Annotated[int | None, typer.Option(help="Port (default WORLDSMITH_DASHBOARD_PORT).")] = None,
 ) -> None:
     """Serve the dashboard: generation outcomes per night, cost, quality, sets, evaluations, training."""
+    import uvicorn
+
+    from worldsmith.dashboard.app import dashboard_app
+
     settings = get_settings()
     served = dashboard_app(prefect_ui_url=f"http://127.0.0.1:{settings.prefect_port}")
     uvicorn.run(served, host=host or settings.dashboard_host, port=port or settings.dashboard_port, log_level="warning")
@@ -62,8 +67,9 @@ def dashboard_command(
 @app.command("demo")
 def demo(
     envs: Annotated[int, typer.Option(help="Environments to generate.")] = 10,
-    fault_rate: Annotated[float, typer.Option(help="Share of first attempts that fail like LLM output (repairs "
-                                                   "happen).")] = 0.3,
+    fault_rate: Annotated[
+        float, typer.Option(help="Share of first attempts that fail like LLM output (repairs happen).")
+    ] = 0.3,
     train_steps: Annotated[int, typer.Option(help="GRPO steps of the tiny model.")] = 8,
     warmup_steps: Annotated[int, typer.Option(help="Supervised warm-up steps of the tiny model.")] = 60,
     seed: Annotated[int, typer.Option(help="Seed of generation, curation, evaluation and training.")] = 0,
@@ -72,8 +78,9 @@ def demo(
     curate them into a set, solve one over MCP, evaluate the reference and random policies, train the
     tiny model with GRPO on the CPU, and print a summary with the dashboard and Prefect UI addresses."""
     try:
-        options = DemoOptions(envs=envs, fault_rate=fault_rate, train_steps=train_steps, warmup_steps=warmup_steps,
-                              seed=seed)
+        options = DemoOptions(
+            envs=envs, fault_rate=fault_rate, train_steps=train_steps, warmup_steps=warmup_steps, seed=seed
+        )
     except ValueError as exc:
         raise failure(str(exc)) from None
     try:

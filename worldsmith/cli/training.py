@@ -1,12 +1,12 @@
 """`worldsmith train`, `resume` and `cotrain`: GRPO of a policy in the worlds, and its co-training
 with a world model.
 
-The options of `train` are the fields of TrainingConfig (worldsmith/training/config.py), which is
-also the training deployment's form: one source of names, defaults and help (see
-`worldsmith/cli/config_options.py`). `cotrain` takes its policy and world-model options from
-TrainingConfig and WorldModelConfig, with co-training's smaller per-round budgets as its own
-defaults. The flows import Prefect (and the training stack), so they are imported when a command
-runs, not when the CLI starts.
+The options of `train` are the fields of TrainingConfig, those of `cotrain` the fields of
+CotrainConfig (worldsmith/training/config.py): one source of names, defaults and help with the
+training deployments' forms (see `worldsmith/cli/config_options.py`). `cotrain` takes its own knobs
+whole and chooses the policy's and the world model's settings it offers, with co-training's smaller
+per-round budgets as its own defaults. The flows import Prefect (and the training stack) and the
+catalog, so they are imported when a command runs, not when the CLI starts.
 """
 
 from __future__ import annotations
@@ -17,14 +17,11 @@ from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
-from pydantic import Field, create_model
 from rich.table import Table
 
 from worldsmith.cli.config_options import UNSET, config_command, option_for, options_for
 from worldsmith.cli.console import console, failure, refusals, say
-from worldsmith.storage.publish import CatalogError
-from worldsmith.training.config import TINY, TrainingConfig
-from worldsmith.training.world_model_sft import WorldModelConfig
+from worldsmith.training.config import TINY, CotrainConfig, TrainingConfig
 
 app = typer.Typer()
 
@@ -32,36 +29,59 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print the run's record
 
 TRAIN_OPTIONS = options_for(
     TrainingConfig,
-    flags={"set_name": "--set", "lora.enabled": "--lora", "simulate.samples": "--wm-samples",
-           "simulate.uncertainty_threshold": "--uncertainty-threshold"},
+    flags={
+        "set_name": "--set",
+        "lora.enabled": "--lora",
+        "simulate.samples": "--wm-samples",
+        "simulate.uncertainty_threshold": "--uncertainty-threshold",
+    },
     defaults={"model": TINY},  # the config requires a model; the command line's is the offline tiny one
 )
 
 COTRAIN_DEFAULTS: dict[str, Any] = {
-    "policy.model": TINY, "policy.steps": 8, "policy.group_size": 4, "policy.learning_rate": 1e-4,
-    "policy.max_turns": 6, "policy.max_completion_length": 128, "policy.warmup_steps": 60, "world_model.steps": 40,
+    "policy.model": TINY,
+    "policy.steps": 8,
+    "policy.group_size": 4,
+    "policy.learning_rate": 1e-4,
+    "policy.max_turns": 6,
+    "policy.max_completion_length": 128,
+    "policy.warmup_steps": 60,
+    "world_model.steps": 40,
 }
 """Co-training's own defaults on the command line: small budgets per round (TrainingConfig's are a whole run's)."""
 
-# The two nested configs of a co-training run, as CotrainConfig (worldsmith/flows/cotrain.py) holds them; that
-# module imports Prefect, which the CLI loads only when a command runs.
-_CotrainParts = create_model(
-    "CotrainParts",
-    policy=(TrainingConfig, Field(description="Policy GRPO settings")),
-    world_model=(WorldModelConfig, Field(description="World-model SFT settings")),
-)
-_COTRAIN_FLAGS = {
-    "--set": ("policy.set_name",), "--model": ("policy.model",), "--world-model": ("world_model.model",),
-    "--profile": ("policy.profile", "world_model.profile"), "--policy-steps": ("policy.steps",),
-    "--wm-steps": ("world_model.steps",), "--group-size": ("policy.group_size",),
-    "--learning-rate": ("policy.learning_rate",), "--wm-learning-rate": ("world_model.learning_rate",),
-    "--max-turns": ("policy.max_turns",), "--max-completion-length": ("policy.max_completion_length",),
-    "--warmup-steps": ("policy.warmup_steps",), "--seed": ("policy.seed", "world_model.seed"),
+COTRAIN_PARTS = ("policy", "world_model")
+"""CotrainConfig's nested configs, of which `cotrain` offers the options of `_COTRAIN_PART_FLAGS`; every other
+field of CotrainConfig (a co-training knob) is an option of its own."""
+_COTRAIN_PART_FLAGS = {
+    "--set": ("policy.set_name",),
+    "--model": ("policy.model",),
+    "--world-model": ("world_model.model",),
+    "--profile": ("policy.profile", "world_model.profile"),
+    "--policy-steps": ("policy.steps",),
+    "--wm-steps": ("world_model.steps",),
+    "--group-size": ("policy.group_size",),
+    "--learning-rate": ("policy.learning_rate",),
+    "--wm-learning-rate": ("world_model.learning_rate",),
+    "--max-turns": ("policy.max_turns",),
+    "--max-completion-length": ("policy.max_completion_length",),
+    "--warmup-steps": ("policy.warmup_steps",),
+    "--seed": ("policy.seed", "world_model.seed"),
 }
+_COTRAIN_KNOB_FLAGS = {"samples": "--wm-samples"}
 COTRAIN_OPTIONS = [
-    dataclasses.replace(option, help=f"{option.help} ({' and '.join(option.paths)})")
-    for option in (option_for(_CotrainParts, *paths, flag=flag, default=COTRAIN_DEFAULTS.get(paths[0], UNSET))
-                   for flag, paths in _COTRAIN_FLAGS.items())
+    *(
+        dataclasses.replace(option, help=f"{option.help} ({' and '.join(option.paths)})")
+        for option in (
+            option_for(CotrainConfig, *paths, flag=flag, default=COTRAIN_DEFAULTS.get(paths[0], UNSET))
+            for flag, paths in _COTRAIN_PART_FLAGS.items()
+        )
+    ),
+    *(
+        option_for(CotrainConfig, name, flag=_COTRAIN_KNOB_FLAGS.get(name))
+        for name in CotrainConfig.model_fields
+        if name not in COTRAIN_PARTS
+    ),
 ]
 
 
@@ -69,6 +89,8 @@ def _flow_result(run: Callable[[], dict[str, Any]], as_json: bool) -> dict[str, 
     """Run a training flow for a command: a ValueError (a model that is not on this machine, a set
     without tasks) or a catalog refusal exits 2 with its message; with --json the record is printed
     and None returned."""
+    from worldsmith.storage.publish import CatalogError
+
     with refusals(ValueError, CatalogError):
         result = run()
     if as_json:
@@ -82,15 +104,21 @@ def _report_training(config: TrainingConfig, result: dict[str, Any] | None) -> N
     if result is None:
         return
     resumed = f", resumed after step {result['resumed_from']}" if result.get("resumed_from") is not None else ""
-    table = Table(title=f"training run {result['run_id']}: {config.model} on {config.set_name}, "
-                        f"{result['steps']} steps{resumed}")
+    table = Table(
+        title=f"training run {result['run_id']}: {config.model} on {config.set_name}, {result['steps']} steps{resumed}"
+    )
     for column in ("validation", "pass@1", "mean reward", "format_error", "evaluation"):
         table.add_column(column)
     for name in ("before", "after"):
         report = result[name]
         if report is not None:
-            table.add_row(name, f"{report['pass@1']:.3f}", f"{report['mean_reward']:.3f}",
-                          f"{report['format_error_rate']:.3f}", str(report["run_id"]))
+            table.add_row(
+                name,
+                f"{report['pass@1']:.3f}",
+                f"{report['mean_reward']:.3f}",
+                f"{report['format_error_rate']:.3f}",
+                str(report["run_id"]),
+            )
     console.print(table)
     say(f"final model: {result['final']} (object {result['checkpoint']})")
 
@@ -124,39 +152,37 @@ def resume_command(
 
 @app.command("cotrain")
 @config_command(COTRAIN_OPTIONS)
-def cotrain_command(
-    fields: dict[str, Any],
-    rounds: Annotated[int, typer.Option(help="Co-training rounds.")] = 3,
-    real_samples: Annotated[int, typer.Option(help="Real rollouts per train task each round.")] = 2,
-    real_share: Annotated[float, typer.Option(help="Share of the policy update's rollout groups run in the real "
-                                                   "worlds.")] = 0.2,
-    wm_samples: Annotated[int, typer.Option(help="World-model predictions per imagined call.")] = 3,
-    uncertainty_threshold: Annotated[float, typer.Option(help="Stop an imagined rollout at a call more uncertain than "
-                                                              "this.")] = 0.5,
-    max_new_tokens: Annotated[int, typer.Option(help="World-model tokens per prediction at most.")] = 384,
-    as_json: JsonOption = False,
-) -> None:
+def cotrain_command(fields: dict[str, Any], as_json: JsonOption = False) -> None:
     """Co-train a policy and a world model (the `cotrain` flow): per round, real rollouts -> world-model
-    update -> GRPO on imagined rollouts mixed with real ones -> evaluation in the real worlds."""
-    from worldsmith.flows.cotrain import CotrainConfig, cotrain
+    update -> GRPO on imagined rollouts mixed with real ones -> evaluation in the real worlds. The
+    policy's and the world model's steps are per round."""
+    from worldsmith.flows.cotrain import cotrain
 
     try:
-        config = CotrainConfig(**fields, rounds=rounds, real_samples=real_samples, real_share=real_share,
-                               samples=wm_samples, uncertainty_threshold=uncertainty_threshold,
-                               max_new_tokens=max_new_tokens)
+        config = CotrainConfig(**fields)
     except ValueError as exc:
         raise failure(str(exc)) from None
     result = _flow_result(lambda: cotrain(config, progress=not as_json), as_json)
     if result is None:
         return
     table = Table(title=f"co-training run {result['run_id']} on {config.policy.set_name}")
-    columns = {"round": "round", "real_success_rate": "real success", "wm_accuracy_fresh": "wm accuracy (fresh)",
-               "wm_loss": "wm loss", "imagined_rate": "imagined", "stopped_rate": "stopped",
-               "eval_pass@1": "eval pass@1"}
+    columns = {
+        "round": "round",
+        "real_success_rate": "real success",
+        "wm_accuracy_fresh": "wm accuracy (fresh)",
+        "wm_loss": "wm loss",
+        "imagined_rate": "imagined",
+        "stopped_rate": "stopped",
+        "eval_pass@1": "eval pass@1",
+    }
     for label in columns.values():
         table.add_column(label)
     for r in result["rounds"]:
-        table.add_row(*[f"{r[k]:.3f}" if isinstance(r.get(k), float) else str(r.get(k) if r.get(k) is not None else "")
-                        for k in columns])
+        table.add_row(
+            *[
+                f"{r[k]:.3f}" if isinstance(r.get(k), float) else str(r.get(k) if r.get(k) is not None else "")
+                for k in columns
+            ]
+        )
     console.print(table)
     say(f"policy: {result['policy']}\nworld model: {result['world_model']}", highlight=False)

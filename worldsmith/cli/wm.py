@@ -1,11 +1,12 @@
 """`worldsmith wm ...`: world models: transition data from real episodes, their training, and their
-evaluation against the real worlds."""
+evaluation against the real worlds. The options of `wm train` are the fields of WorldModelConfig
+(worldsmith/training/config.py), the form of the world-model SFT that co-training runs too."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -13,18 +14,19 @@ from rich.table import Table
 from worldsmith.agent.trajectories import read_jsonl
 from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.loader import load_bundle
+from worldsmith.cli.config_options import config_command, options_for
 from worldsmith.cli.console import console, failure, say
 from worldsmith.runtime.episode import Runtime
-from worldsmith.storage.bundle_cache import cached_bundle
-from worldsmith.storage.catalog import open_catalog
-from worldsmith.storage.versions import version_with_content
-from worldsmith.training.world_model_sft import WorldModelConfig, train_world_model
-from worldsmith.worldmodel.evaluation import evaluate_world_model
+from worldsmith.training.config import WorldModelConfig
 from worldsmith.worldmodel.transitions import build_transitions, read_transitions, write_transitions
-from worldsmith.worldmodel.world_models import world_model
 
-app = typer.Typer(help="World models: transition data from real episodes, their training, and their evaluation against "
-                       "the real worlds.", no_args_is_help=True)
+app = typer.Typer(
+    help="World models: transition data from real episodes, their training, and their evaluation against "
+    "the real worlds.",
+    no_args_is_help=True,
+)
+
+WM_TRAIN_OPTIONS = options_for(WorldModelConfig)
 
 
 @app.command("data")
@@ -37,6 +39,10 @@ def wm_data(
 ) -> None:
     """Replay every tool call of the trajectories in fresh episodes: (state, action) -> (observation,
     diff) transitions, split by environment (no world is in two splits)."""
+    from worldsmith.storage.bundle_cache import cached_bundle
+    from worldsmith.storage.catalog import open_catalog
+    from worldsmith.storage.versions import version_with_content
+
     loaded = read_jsonl(trajectories)
     bundles: dict[str, Bundle] = {}
     with open_catalog().session() as session:
@@ -46,38 +52,33 @@ def wm_data(
                 raise failure(f"environment version {key[:12]}... of the trajectories is not in the catalog")
             bundles[key] = load_bundle(cached_bundle(version.ref, key))
     with Runtime() as runtime:
-        transitions = build_transitions(runtime, bundles, loaded, seed=seed, validation=validation_fraction,
-                                        test=test_fraction)
+        transitions = build_transitions(
+            runtime, bundles, loaded, seed=seed, validation=validation_fraction, test=test_fraction
+        )
     if not transitions:
         raise failure(f"no tool call in {trajectories}: nothing to write")
     path = write_transitions(transitions, out / "transitions.jsonl")
     splits = {s: len({t.env_id for t in transitions if t.split == s}) for s in ("train", "validation", "test")}
-    say(f"{len(transitions)} transitions of {len(loaded)} trajectories: {path} (environments per split: {splits})",
-        highlight=False)
+    say(
+        f"{len(transitions)} transitions of {len(loaded)} trajectories: {path} (environments per split: {splits})",
+        highlight=False,
+    )
 
 
 @app.command("train")
+@config_command(WM_TRAIN_OPTIONS)
 def wm_train(
+    fields: dict[str, Any],
     transitions: Annotated[Path, typer.Argument(help="transitions.jsonl made by `wm data` (its train split is used).")],
-    model: Annotated[str, typer.Option(help="Model directory to fine-tune, or `tiny` (built offline; "
-                                            "cpu-test).")] = "tiny",
-    profile: Annotated[str, typer.Option(help="cpu-test (fp32 on the CPU) | gpu (bf16, gradient "
-                                              "checkpointing).")] = "cpu-test",
-    steps: Annotated[int, typer.Option(help="Optimizer steps.")] = 60,
-    learning_rate: Annotated[float, typer.Option(help="Learning rate.")] = 3e-3,
-    batch_size: Annotated[int, typer.Option(help="Transitions per step.")] = 8,
-    seed: Annotated[int, typer.Option(help="Seed of initialisation and data order.")] = 0,
-    output: Annotated[Path | None, typer.Option(help="Output directory (default "
-                                                     "WORLDSMITH_HOME/world-models/<run id>).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the run's record as JSON.")] = False,
 ) -> None:
     """Fine-tune a causal LM (SFT with TRL) to answer a call's observation and diff as JSON; the run,
     its losses and the final model go to the catalog and the object store. Evaluate it with
     `wm eval --model hf:DIR`."""
+    from worldsmith.training.world_model_runs import train_world_model
+
     try:
-        config = WorldModelConfig(model=model, profile=profile,  # type: ignore[arg-type]
-                                  steps=steps, learning_rate=learning_rate, batch_size=batch_size, seed=seed,
-                                  output=str(output) if output else None)
+        config = WorldModelConfig(**fields)
         result = train_world_model(read_transitions(transitions), config)
     except (ValueError, FileNotFoundError, OSError) as exc:
         raise failure(str(exc).splitlines()[0]) from None
@@ -85,15 +86,22 @@ def wm_train(
         print(json.dumps(result, indent=2, default=str))
         return
     losses = [entry["loss"] for entry in result["log"]]
-    say(f"world-model run {result['run_id']}: {result['steps']} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}; "
-        f"model {result['model']} (object {result['checkpoint']})", highlight=False)
+    say(
+        f"world-model run {result['run_id']}: {result['steps']} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}; "
+        f"model {result['model']} (object {result['checkpoint']})",
+        highlight=False,
+    )
 
 
 @app.command("eval")
 def wm_eval(
     transitions: Annotated[Path, typer.Argument(help="transitions.jsonl made by `wm data`.")],
-    model: Annotated[str, typer.Option(help="oracle | static | openai:MODEL (the WORLDSMITH_LLM_* endpoint) | hf:PATH "
-                                            "(e.g. from `wm train`).")] = "oracle",
+    model: Annotated[
+        str,
+        typer.Option(
+            help="oracle | static | openai:MODEL (the WORLDSMITH_LLM_* endpoint) | hf:PATH (e.g. from `wm train`)."
+        ),
+    ] = "oracle",
     split: Annotated[str, typer.Option(help="train | validation | test | all")] = "test",
     k: Annotated[int, typer.Option(help="Steps of the compound-error evaluation.")] = 3,
     samples: Annotated[int, typer.Option(help="Samples per call for self-consistency (1: none).")] = 1,
@@ -102,6 +110,9 @@ def wm_eval(
 ) -> None:
     """Score a world model against the real worlds: one-step accuracy (observation, outcome, diff
     P/R/F1 at row and field level) per environment, k-step compound error, self-consistency."""
+    from worldsmith.worldmodel.evaluation import evaluate_world_model
+    from worldsmith.worldmodel.world_models import world_model
+
     try:
         chosen = [t for t in read_transitions(transitions) if split == "all" or t.split == split]
         wm = world_model(model, max_new_tokens=max_new_tokens)
@@ -118,9 +129,14 @@ def wm_eval(
     for column in ("environment", "transitions", "observation exact", "outcome agreement", "rows F1", "fields F1"):
         table.add_column(column)
     for env, scores in [*one["per_env"].items(), ("all", one)]:
-        table.add_row(env, str(scores["transitions"]), f"{scores['observation_exact']:.3f}",
-                      f"{scores['outcome_agreement']:.3f}", f"{scores['rows']['f1']:.3f}",
-                      f"{scores['fields']['f1']:.3f}")
+        table.add_row(
+            env,
+            str(scores["transitions"]),
+            f"{scores['observation_exact']:.3f}",
+            f"{scores['outcome_agreement']:.3f}",
+            f"{scores['rows']['f1']:.3f}",
+            f"{scores['fields']['f1']:.3f}",
+        )
     console.print(table)
     steps = ", ".join(f"{s['step']}: {s['compound_error']:.3f}" for s in report["k_step"]["steps"])
     say(f"compound error by step: {steps}", highlight=False)

@@ -22,7 +22,9 @@ from worldsmith.dashboard.data import summary
 from worldsmith.storage.catalog import Catalog, open_catalog
 
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
-_TEMPLATES = Environment(loader=PackageLoader("worldsmith.dashboard", "templates"), autoescape=select_autoescape(["html", "j2"]))
+_TEMPLATES = Environment(
+    loader=PackageLoader("worldsmith.dashboard", "templates"), autoescape=select_autoescape(["html", "j2"])
+)
 
 
 def dashboard_app(catalog: Catalog | None = None, prefect_ui_url: str | None = None) -> Starlette:
@@ -35,8 +37,11 @@ def dashboard_app(catalog: Catalog | None = None, prefect_ui_url: str | None = N
     async def page(request: Request) -> HTMLResponse:
         data = current()
         html = _TEMPLATES.get_template("dashboard.html.j2").render(
-            data=data, charts=all_charts(data), prefect_ui_url=prefect_ui_url,
-            generated_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"))
+            data=data,
+            charts=all_charts(data),
+            prefect_ui_url=prefect_ui_url,
+            generated_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
+        )
         return HTMLResponse(html)
 
     async def api_summary(request: Request) -> JSONResponse:
@@ -48,5 +53,11 @@ def dashboard_app(catalog: Catalog | None = None, prefect_ui_url: str | None = N
     async def plotly_js(request: Request) -> FileResponse:
         return FileResponse(PLOTLY_JS, media_type="application/javascript")
 
-    return Starlette(routes=[Route("/", page), Route("/api/summary", api_summary), Route("/healthz", healthz),
-                             Route("/static/plotly.min.js", plotly_js)])
+    return Starlette(
+        routes=[
+            Route("/", page),
+            Route("/api/summary", api_summary),
+            Route("/healthz", healthz),
+            Route("/static/plotly.min.js", plotly_js),
+        ]
+    )

@@ -36,8 +36,13 @@ def generation_by_night(attempts: list[StageAttempt]) -> dict[str, Any]:
     nights = sorted(by_night)
     summaries = {night: {row["stage"]: row for row in stage_summary(by_night[night])} for night in nights}
     stages = sorted({stage for summary in summaries.values() for stage in summary})
-    series = {stage: {key: [summaries[n][stage][key] if stage in summaries[n] else None for n in nights]
-                      for key in (*RATES, "invocations")} for stage in stages}
+    series = {
+        stage: {
+            key: [summaries[n][stage][key] if stage in summaries[n] else None for n in nights]
+            for key in (*RATES, "invocations")
+        }
+        for stage in stages
+    }
     return {"nights": nights, "stages": series}
 
 
@@ -46,13 +51,20 @@ def environment_costs(session: Session, attempts: list[StageAttempt]) -> list[di
     status of its latest version ('unpublished' when no version was published)."""
     totals: dict[str, dict[str, Any]] = {}
     for a in (a for a in attempts if a.env_id is not None):
-        row = totals.setdefault(a.env_id, {"env_id": a.env_id, "attempts": 0, "tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0})
+        row = totals.setdefault(
+            a.env_id, {"env_id": a.env_id, "attempts": 0, "tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0}
+        )
         row["attempts"] += 1
         row["tokens_in"] += a.tokens_in
         row["tokens_out"] += a.tokens_out
         row["cost_usd"] += a.cost_usd
-    status = {v.env_id: v.status for v in session.exec(select(EnvironmentVersion).order_by(EnvironmentVersion.version)).all()}
-    return [{**row, "cost_usd": round(row["cost_usd"], 6), "status": status.get(env, "unpublished")} for env, row in sorted(totals.items())]
+    status = {
+        v.env_id: v.status for v in session.exec(select(EnvironmentVersion).order_by(EnvironmentVersion.version)).all()
+    }
+    return [
+        {**row, "cost_usd": round(row["cost_usd"], 6), "status": status.get(env, "unpublished")}
+        for env, row in sorted(totals.items())
+    ]
 
 
 def quality(session: Session) -> dict[str, Any]:
@@ -69,8 +81,11 @@ def quality(session: Session) -> dict[str, Any]:
     for v in versions:
         if v.status != "good":
             reasons[(v.failure_reason or "unknown").split(":")[0][:80]] += 1
-    return {"versions": dict(sorted(by_status.items())), "checks": dict(sorted(checks.items())),
-            "failure_reasons": dict(sorted(reasons.items(), key=lambda kv: -kv[1]))}
+    return {
+        "versions": dict(sorted(by_status.items())),
+        "checks": dict(sorted(checks.items())),
+        "failure_reasons": dict(sorted(reasons.items(), key=lambda kv: -kv[1])),
+    }
 
 
 def sets(session: Session) -> list[dict[str, Any]]:
@@ -78,8 +93,15 @@ def sets(session: Session) -> list[dict[str, Any]]:
     counts: dict[int, dict[str, int]] = defaultdict(lambda: {"train": 0, "validation": 0})
     for member in session.exec(select(EnvironmentSetMember)).all():
         counts[member.set_id][member.split] += 1
-    return [{"name": s.name, "members": sum(counts[s.id].values()), **counts[s.id], "created_at": s.created_at.isoformat(timespec="seconds")}
-            for s in session.exec(select(EnvironmentSet).order_by(EnvironmentSet.id.desc())).all()]
+    return [
+        {
+            "name": s.name,
+            "members": sum(counts[s.id].values()),
+            **counts[s.id],
+            "created_at": s.created_at.isoformat(timespec="seconds"),
+        }
+        for s in session.exec(select(EnvironmentSet).order_by(EnvironmentSet.id.desc())).all()
+    ]
 
 
 def _set_names(session: Session) -> dict[int, str]:
@@ -101,12 +123,23 @@ def evaluations(session: Session) -> list[dict[str, Any]]:
     rows = []
     for run in session.exec(select(EvaluationRun).order_by(EvaluationRun.id)).all():
         overall = run.metrics.get("overall", {})
-        rows.append({"id": run.id, "policy": run.policy, "world": run.metrics.get("world", "real"), "set": names.get(run.set_id, "?"),
-                     "samples": run.samples, "status": _status(run),
-                     "pass@1": overall.get("pass@1"), "pass@k": overall.get(f"pass@{run.samples}"),
-                     "env_error_rate": overall.get("env_error_rate"), "format_error_rate": overall.get("format_error_rate"),
-                     "episodes": overall.get("episodes"), "error": run.metrics.get("error"),
-                     "started_at": run.started_at.isoformat(timespec="seconds")})
+        rows.append(
+            {
+                "id": run.id,
+                "policy": run.policy,
+                "world": run.metrics.get("world", "real"),
+                "set": names.get(run.set_id, "?"),
+                "samples": run.samples,
+                "status": _status(run),
+                "pass@1": overall.get("pass@1"),
+                "pass@k": overall.get(f"pass@{run.samples}"),
+                "env_error_rate": overall.get("env_error_rate"),
+                "format_error_rate": overall.get("format_error_rate"),
+                "episodes": overall.get("episodes"),
+                "error": run.metrics.get("error"),
+                "started_at": run.started_at.isoformat(timespec="seconds"),
+            }
+        )
     return rows
 
 
@@ -121,12 +154,23 @@ def _runs(session: Session, keys: tuple[str, ...], cotrain: bool) -> list[dict[s
         kind = run.config.get("kind", "grpo")
         if (kind == "cotrain") != cotrain:
             continue
-        steps = session.exec(select(TrainingStep).where(TrainingStep.training_run_id == run.id).order_by(TrainingStep.step)).all()
+        steps = session.exec(
+            select(TrainingStep).where(TrainingStep.training_run_id == run.id).order_by(TrainingStep.step)
+        ).all()
         model = run.config.get("policy", {}).get("model") if cotrain else run.config.get("model")
-        rows.append({"id": run.id, "kind": kind, "model": model, "set": names.get(run.set_id, "?"), "status": _status(run),
-                     "error": run.metrics.get("error"),
-                     "steps": [s.step for s in steps], **{key: [s.metrics.get(key) for s in steps] for key in keys},
-                     "started_at": run.started_at.isoformat(timespec="seconds")})
+        rows.append(
+            {
+                "id": run.id,
+                "kind": kind,
+                "model": model,
+                "set": names.get(run.set_id, "?"),
+                "status": _status(run),
+                "error": run.metrics.get("error"),
+                "steps": [s.step for s in steps],
+                **{key: [s.metrics.get(key) for s in steps] for key in keys},
+                "started_at": run.started_at.isoformat(timespec="seconds"),
+            }
+        )
     return rows
 
 
@@ -145,6 +189,12 @@ def cotraining(session: Session) -> list[dict[str, Any]]:
 def summary(session: Session) -> dict[str, Any]:
     """Everything the dashboard shows."""
     attempts = list(session.exec(select(StageAttempt)).all())  # read once: both sections are made from them
-    return {"generation": generation_by_night(attempts), "environments": environment_costs(session, attempts), "quality": quality(session),
-            "sets": sets(session), "evaluations": evaluations(session), "training": training(session),
-            "cotraining": cotraining(session)}
+    return {
+        "generation": generation_by_night(attempts),
+        "environments": environment_costs(session, attempts),
+        "quality": quality(session),
+        "sets": sets(session),
+        "evaluations": evaluations(session),
+        "training": training(session),
+        "cotraining": cotraining(session),
+    }

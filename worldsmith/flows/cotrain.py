@@ -16,7 +16,8 @@ Each round:
    split when the set has none).
 
 The co-training run is a training run (config kind `cotrain`) whose steps are the rounds, each
-with its metrics; the dashboard charts them.
+with its metrics; the dashboard charts them. Its form, CotrainConfig, is in
+worldsmith/training/config.py.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
-from pydantic import BaseModel, Field
 
 from worldsmith.agent.loop import run_episode
 from worldsmith.agent.policies import ReferencePolicy
@@ -44,30 +44,12 @@ from worldsmith.settings import get_settings
 from worldsmith.storage.catalog import open_catalog
 from worldsmith.storage.run_records import add_run, finish_run, record_step
 from worldsmith.storage.sets import get_set
-from worldsmith.training.config import TrainingConfig
-from worldsmith.training.world_model_sft import WorldModelConfig, train_world_model
+from worldsmith.training.config import CotrainConfig, WorldModelConfig
+from worldsmith.training.world_model_runs import train_world_model
+from worldsmith.worldmodel.config import SimulationConfig
 from worldsmith.worldmodel.evaluation import one_step
-from worldsmith.worldmodel.simulated import SimulationConfig
 from worldsmith.worldmodel.transitions import Transition, build_transitions
 from worldsmith.worldmodel.world_models import HFWorldModel
-
-
-class CotrainConfig(BaseModel):
-    """A co-training run: the policy's GRPO settings (its `steps` per round), the world model's SFT
-    settings (its `steps` per round), and how the two meet."""
-
-    policy: TrainingConfig = Field(description="The policy and its GRPO settings; `steps` are optimizer steps per round.")
-    world_model: WorldModelConfig = Field(default_factory=WorldModelConfig,
-                                          description="The world model and its SFT settings; `steps` are optimizer steps per round.")
-    rounds: int = Field(3, ge=1, le=100, description="Co-training rounds.")
-    real_samples: int = Field(2, ge=1, le=64, description="Real rollouts per train-split task each round (the world model's new data).")
-    real_share: float = Field(0.2, ge=0, le=1, description="Share of the policy update's rollout groups run in the real worlds.")
-    samples: int = Field(3, ge=1, le=16, description="World-model predictions per imagined call; their disagreement is its uncertainty.")
-    uncertainty_threshold: float = Field(0.5, ge=0, le=1, description="An imagined rollout stops at a call whose uncertainty is above this.")
-    max_new_tokens: int = Field(384, ge=16, description="Tokens the world model generates per prediction at most.")
-    reference_transitions: bool = Field(True, description="Also learn, from round 1 on, the transitions of the train tasks' reference "
-                                                          "solutions (real episodes too), so a policy that hardly calls tools yet still "
-                                                          "gets a world model.")
 
 
 @task(name="real-transitions", cache_policy=NO_CACHE)
@@ -77,7 +59,11 @@ def real_transitions(bundle_paths: list[str], trajectories: list[Trajectory] | N
     bundles = {bundle.key: bundle for bundle in (load_bundle(Path(p)) for p in bundle_paths)}
     with Runtime() as runtime:
         if trajectories is None:
-            trajectories = [run_episode(runtime, bundle, task, ReferencePolicy()) for bundle in bundles.values() for task in bundle.tasks]
+            trajectories = [
+                run_episode(runtime, bundle, task, ReferencePolicy())
+                for bundle in bundles.values()
+                for task in bundle.tasks
+            ]
         return build_transitions(runtime, bundles, trajectories, seed=seed, validation=0.0, test=0.0)
 
 
@@ -87,7 +73,9 @@ def score_world_model(model_dir: str, transitions: list[Transition], max_new_tok
     return one_step(HFWorldModel(model_dir, max_new_tokens=max_new_tokens), transitions)
 
 
-@task(name="update-world-model", cache_policy=NO_CACHE, log_prints=False)  # libraries print bytecode while hashing datasets
+@task(
+    name="update-world-model", cache_policy=NO_CACHE, log_prints=False
+)  # libraries print bytecode while hashing datasets
 def update_world_model(config: WorldModelConfig, transitions: list[Transition]) -> dict[str, Any]:
     """Fine-tune `config.model` (a world model directory, or `tiny` to start one) on `transitions`: a recorded run."""
     return train_world_model(transitions, config, flow_run_id=current_flow_run_id())
@@ -101,38 +89,95 @@ def _mean(log: list[dict[str, Any]], key: str) -> float | None:
 def _real_rollouts(config: CotrainConfig, policy: str, seed: int) -> dict[str, Any]:
     """Step 1: the policy, sampled as in training, on the train split in the real worlds (an `evaluate` run)."""
     spec = config.policy
-    return evaluate(EvaluateParameters(set_name=spec.set_name, policy=f"hf:{policy}", split=spec.split, samples=config.real_samples,
-                                       temperature=spec.temperature, seed=seed, max_turns=spec.max_turns,
-                                       max_new_tokens=spec.max_completion_length, window=spec.window if spec.history == "windowed" else None))
+    return evaluate(
+        EvaluateParameters(
+            set_name=spec.set_name,
+            policy=f"hf:{policy}",
+            split=spec.split,
+            samples=config.real_samples,
+            temperature=spec.temperature,
+            seed=seed,
+            max_turns=spec.max_turns,
+            max_new_tokens=spec.max_completion_length,
+            window=spec.window if spec.history == "windowed" else None,
+        )
+    )
 
 
-def _imagined_update(config: CotrainConfig, policy: str, world_dir: str, seed: int, output: Path, progress: bool) -> dict[str, Any]:
+def _imagined_update(
+    config: CotrainConfig, policy: str, world_dir: str, seed: int, output: Path, progress: bool
+) -> dict[str, Any]:
     """Step 3: GRPO from `policy` in the world model's imagination, `real_share` of the groups in the real worlds (a `train` run)."""
-    simulate = SimulationConfig(world_model=f"hf:{world_dir}", samples=config.samples, uncertainty_threshold=config.uncertainty_threshold,
-                                max_new_tokens=config.max_new_tokens)
-    return train(config.policy.model_copy(update={"model": policy, "simulate": simulate, "real_share": config.real_share, "seed": seed,
-                                                  "output": str(output)}), progress=progress, with_validation=False)
+    simulate = SimulationConfig(
+        world_model=f"hf:{world_dir}",
+        samples=config.samples,
+        uncertainty_threshold=config.uncertainty_threshold,
+        max_new_tokens=config.max_new_tokens,
+    )
+    return train(
+        config.policy.model_copy(
+            update={
+                "model": policy,
+                "simulate": simulate,
+                "real_share": config.real_share,
+                "seed": seed,
+                "output": str(output),
+            }
+        ),
+        progress=progress,
+        with_validation=False,
+    )
 
 
-def _round_metrics(number: int, real: dict[str, Any], fresh: list[Transition], transitions: list[Transition], scored: dict[str, Any] | None,
-                   wm: dict[str, Any] | None, trained: dict[str, Any], evaluation: dict[str, Any] | None, eval_split: str) -> dict[str, Any]:
+def _round_metrics(
+    number: int,
+    real: dict[str, Any],
+    fresh: list[Transition],
+    transitions: list[Transition],
+    scored: dict[str, Any] | None,
+    wm: dict[str, Any] | None,
+    trained: dict[str, Any],
+    evaluation: dict[str, Any] | None,
+    eval_split: str,
+) -> dict[str, Any]:
     """What one round records (see the module docstring and docs/world-models.md)."""
     simulation = trained["simulation"] or {}
     return {
-        "round": number, "real_evaluation": real["run_id"], "real_success_rate": real["overall"]["pass@1"],
-        "real_episodes": real["overall"]["episodes"], "transitions_new": len(fresh), "transitions": len(transitions),
-        "wm_accuracy_fresh": scored["observation_exact"] if scored else None, "wm_fields_f1_fresh": scored["fields"]["f1"] if scored else None,
-        "wm_run": wm["run_id"] if wm else None, "wm_loss": wm["log"][-1].get("loss") if wm and wm["log"] else None,
-        "policy_run": trained["run_id"], "policy_reward": _mean(trained["log"], "reward"), "imagined_rate": _mean(trained["log"], "imagined_rate"),
-        "imagined_calls": simulation.get("calls", 0), "stopped_rate": simulation.get("uncertain_rate"),
-        "invalid_rate": simulation.get("invalid_rate"), "mean_uncertainty": simulation.get("mean_uncertainty"), "eval_split": eval_split,
-        "eval_evaluation": evaluation["run_id"] if evaluation else None, "eval_pass@1": evaluation["pass@1"] if evaluation else None,
+        "round": number,
+        "real_evaluation": real["run_id"],
+        "real_success_rate": real["overall"]["pass@1"],
+        "real_episodes": real["overall"]["episodes"],
+        "transitions_new": len(fresh),
+        "transitions": len(transitions),
+        "wm_accuracy_fresh": scored["observation_exact"] if scored else None,
+        "wm_fields_f1_fresh": scored["fields"]["f1"] if scored else None,
+        "wm_run": wm["run_id"] if wm else None,
+        "wm_loss": wm["log"][-1].get("loss") if wm and wm["log"] else None,
+        "policy_run": trained["run_id"],
+        "policy_reward": _mean(trained["log"], "reward"),
+        "imagined_rate": _mean(trained["log"], "imagined_rate"),
+        "imagined_calls": simulation.get("calls", 0),
+        "stopped_rate": simulation.get("uncertain_rate"),
+        "invalid_rate": simulation.get("invalid_rate"),
+        "mean_uncertainty": simulation.get("mean_uncertainty"),
+        "eval_split": eval_split,
+        "eval_evaluation": evaluation["run_id"] if evaluation else None,
+        "eval_pass@1": evaluation["pass@1"] if evaluation else None,
     }
 
 
 def _round_table(rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    columns = ("round", "real_success_rate", "transitions", "wm_accuracy_fresh", "wm_loss", "imagined_rate", "stopped_rate",
-               "policy_reward", "eval_pass@1")
+    columns = (
+        "round",
+        "real_success_rate",
+        "transitions",
+        "wm_accuracy_fresh",
+        "wm_loss",
+        "imagined_rate",
+        "stopped_rate",
+        "policy_reward",
+        "eval_pass@1",
+    )
     return [{c: round(r[c], 4) if isinstance(r.get(c), float) else r.get(c) for c in columns} for r in rounds]
 
 
@@ -148,7 +193,9 @@ def cotrain(config: CotrainConfig, progress: bool = False) -> dict[str, Any]:
     settings = get_settings()
     with open_catalog().session() as session:
         set_id = get_set(session, config.policy.set_name).id
-    run_id = add_run(TrainingRun(set_id=set_id, config={"kind": "cotrain", **config.model_dump()}, flow_run_id=current_flow_run_id()))
+    run_id = add_run(
+        TrainingRun(set_id=set_id, config={"kind": "cotrain", **config.model_dump()}, flow_run_id=current_flow_run_id())
+    )
     folder = settings.home / "cotrain" / str(run_id)
     rounds: list[dict[str, Any]] = []
     try:
@@ -164,32 +211,56 @@ def cotrain(config: CotrainConfig, progress: bool = False) -> dict[str, Any]:
             scored = score_world_model(world_dir, fresh, config.max_new_tokens) if world_dir and fresh else None
             transitions += fresh
             learn = bool(fresh) or (world_dir is None and bool(transitions))
-            wm = update_world_model(config.world_model.model_copy(update={
-                "model": world_dir or config.world_model.model, "seed": config.world_model.seed + number,
-                "output": str(here / "world-model")}), transitions) if learn else None
+            wm = (
+                update_world_model(
+                    config.world_model.model_copy(
+                        update={
+                            "model": world_dir or config.world_model.model,
+                            "seed": config.world_model.seed + number,
+                            "output": str(here / "world-model"),
+                        }
+                    ),
+                    transitions,
+                )
+                if learn
+                else None
+            )
             world_dir = wm["model"] if wm else world_dir
             if world_dir is None:
-                raise ValueError(f"round {number}: no tool call in the real worlds yet, so there is nothing to learn a world model from; "
-                                 "keep reference_transitions on, warm the policy up (model=tiny, warmup_steps) or start from a model that calls tools")
+                raise ValueError(
+                    f"round {number}: no tool call in the real worlds yet, so there is nothing to learn a world model from; "
+                    "keep reference_transitions on, warm the policy up (model=tiny, warmup_steps) or start from a model that calls tools"
+                )
             trained = _imagined_update(config, policy, world_dir, seed, here / "policy", progress)
             policy = trained["final"]
             evaluation = evaluate_split(config.policy, policy, eval_split)
-            metrics = {**_round_metrics(number, real, fresh, transitions, scored, wm, trained, evaluation, eval_split),
-                       "seconds": time.perf_counter() - started}
+            metrics = {
+                **_round_metrics(number, real, fresh, transitions, scored, wm, trained, evaluation, eval_split),
+                "seconds": time.perf_counter() - started,
+            }
             record_step(run_id, number, {k: v for k, v in metrics.items() if v is not None})
             rounds.append(metrics)
-            logger.info("co-training round %s: real success %.3f, world model %s, eval pass@1 %s", number, metrics["real_success_rate"],
-                        world_dir, metrics["eval_pass@1"])
+            logger.info(
+                "co-training round %s: real success %.3f, world model %s, eval pass@1 %s",
+                number,
+                metrics["real_success_rate"],
+                world_dir,
+                metrics["eval_pass@1"],
+            )
     except BaseException as exc:
         finish_run(TrainingRun, run_id, "failed", {"error": f"{type(exc).__name__}: {exc}", "rounds": len(rounds)})
         raise
     result = {"run_id": run_id, "policy": policy, "world_model": world_dir, "rounds": rounds}
     finish_run(TrainingRun, run_id, "completed", {"policy": policy, "world_model": world_dir, "rounds": len(rounds)})
-    create_table_artifact(_round_table(rounds), key="cotrain-rounds", description=f"Co-training run {run_id}: metrics per round")
+    create_table_artifact(
+        _round_table(rounds), key="cotrain-rounds", description=f"Co-training run {run_id}: metrics per round"
+    )
     last = rounds[-1]
     create_markdown_artifact(
         f"# Co-training run {run_id}\n\n{len(rounds)} rounds on set `{config.policy.set_name}`: real success rate "
         f"{rounds[0]['real_success_rate']:.3f} -> {last['real_success_rate']:.3f}; last evaluation ({eval_split}) pass@1 "
         f"{last['eval_pass@1'] if last['eval_pass@1'] is not None else 'n/a'}.\n\nPolicy: `{policy}`. World model: `{world_dir}`.\n\n"
-        f"{dashboard_link('cotrain')}", key="cotrain-summary")
+        f"{dashboard_link('cotrain')}",
+        key="cotrain-summary",
+    )
     return result

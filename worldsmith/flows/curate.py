@@ -25,8 +25,10 @@ class CurateParameters(BaseModel):
     """Parameters of a curation run (the `curate` flow and its deployment)."""
 
     name: str | None = Field(None, description="Name of the set; unset: curated-YYYY-MM-DD (UTC), one set per day.")
-    query: SetQuery = Field(default_factory=lambda: SetQuery(require_passed=["expectations", "probes"]),
-                            description="Which good versions the set takes and how it is split.")
+    query: SetQuery = Field(
+        default_factory=lambda: SetQuery(require_passed=["expectations", "probes"]),
+        description="Which good versions the set takes and how it is split.",
+    )
 
     def set_name(self) -> str:
         return self.name or f"curated-{datetime.now(UTC):%Y-%m-%d}"
@@ -42,13 +44,17 @@ def make_set(name: str, query: SetQuery) -> dict[str, Any]:
         except CatalogError:
             existing = None
         if existing is not None and SetQuery.model_validate(existing.query) != query:
-            raise CatalogError(f"environment set {name!r} already exists with another query (sets are immutable; choose another name)")
+            raise CatalogError(
+                f"environment set {name!r} already exists with another query (sets are immutable; choose another name)"
+            )
     created = existing is None
     if created:
         create_set(catalog, name, query)
     with catalog.session() as session:
-        members = [{"ref": v.ref, "split": split, "tasks": v.stats.get("tasks", 0), "tools": v.stats.get("tools", 0)}
-                   for v, split in members_of(session, get_set(session, name))]
+        members = [
+            {"ref": v.ref, "split": split, "tasks": v.stats.get("tasks", 0), "tools": v.stats.get("tools", 0)}
+            for v, split in members_of(session, get_set(session, name))
+        ]
     return {"name": name, "created": created, "members": members}
 
 
@@ -63,6 +69,7 @@ def curate(params: CurateParameters = CurateParameters()) -> dict[str, Any]:
     create_markdown_artifact(
         f"# Curation\n\n{verb} set `{result['name']}`: {len(members)} environment versions ({splits['train']} train, "
         f"{splits['validation']} validation), {sum(m['tasks'] for m in members)} tasks.\n\n{dashboard_link('curate')}",
-        key="curation-summary")
+        key="curation-summary",
+    )
     get_run_logger().info("set %s: %d members", result["name"], len(members))
     return result

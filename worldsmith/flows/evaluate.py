@@ -41,7 +41,8 @@ from worldsmith.storage.objectstore import configured_store
 from worldsmith.storage.publish import CatalogError
 from worldsmith.storage.run_records import add_run, finish_run
 from worldsmith.storage.sets import get_set, members_of
-from worldsmith.worldmodel.simulated import SimulatedRuntime, SimulationConfig
+from worldsmith.worldmodel.config import SimulationConfig
+from worldsmith.worldmodel.simulated import SimulatedRuntime
 
 
 class EvaluateParameters(BaseModel):
@@ -53,15 +54,22 @@ class EvaluateParameters(BaseModel):
     split: Literal["all", "train", "validation"] = "all"
     max_turns: int = Field(20, ge=1, le=200)
     window: int | None = Field(None, ge=1, description="History window in turns; unset: full history.")
-    temperature: float | None = Field(None, ge=0, le=2, description="Sampling temperature of model policies; unset: 0 for one sample, 0.7 for more.")
+    temperature: float | None = Field(
+        None, ge=0, le=2, description="Sampling temperature of model policies; unset: 0 for one sample, 0.7 for more."
+    )
     tool_format: Literal["native", "text"] = "native"
     meta_tools: bool = Field(False, description="Route tool calls through list_tools / call_tool.")
-    judge_model: str | None = Field(None, description="LLM judge model on the configured endpoint; unset: the code verifier alone.")
+    judge_model: str | None = Field(
+        None, description="LLM judge model on the configured endpoint; unset: the code verifier alone."
+    )
     judge_votes: int = Field(1, ge=1, le=15)
     concurrency: int = Field(4, ge=1, le=256, description="Tasks evaluated at once.")
     seed: int = 0
-    simulate: SimulationConfig | None = Field(None, description="Answer the tool calls with a world model instead of the environments' "
-                                                                "code (simulated mode); unset: the real worlds.")
+    simulate: SimulationConfig | None = Field(
+        None,
+        description="Answer the tool calls with a world model instead of the environments' "
+        "code (simulated mode); unset: the real worlds.",
+    )
 
     max_new_tokens: int = Field(512, ge=1, description="Local (hf:) policies: tokens generated per turn at most.")
 
@@ -95,9 +103,16 @@ def _resources(params: EvaluateParameters, run_key: str) -> Resources:
     """This process's resources for the run (a local policy or world model is loaded once)."""
     with _LOCK:
         if run_key not in _RESOURCES:
-            temperature = params.temperature if params.temperature is not None else (0.0 if params.samples == 1 else 0.7)
-            factory = policy_factory(params.policy, temperature=temperature, tool_format=params.tool_format, meta_tools=params.meta_tools,
-                                     max_new_tokens=params.max_new_tokens)
+            temperature = (
+                params.temperature if params.temperature is not None else (0.0 if params.samples == 1 else 0.7)
+            )
+            factory = policy_factory(
+                params.policy,
+                temperature=temperature,
+                tool_format=params.tool_format,
+                meta_tools=params.meta_tools,
+                max_new_tokens=params.max_new_tokens,
+            )
             runtime = Runtime()
             atexit.register(runtime.close)
             world = SimulatedRuntime(runtime, params.simulate) if params.simulate else runtime
@@ -119,8 +134,11 @@ def _release(run_key: str) -> dict[str, float] | None:
 def plan(params: EvaluateParameters) -> list[Job]:
     """One job per (member env, task) of the set's chosen split."""
     with open_catalog().session() as session:
-        members = [(v.ref, v.env_id, v.content_key) for v, split in members_of(session, get_set(session, params.set_name))
-                   if params.split == "all" or split == params.split]
+        members = [
+            (v.ref, v.env_id, v.content_key)
+            for v, split in members_of(session, get_set(session, params.set_name))
+            if params.split == "all" or split == params.split
+        ]
     if not members:
         raise CatalogError(f"set {params.set_name!r} has no members in split {params.split!r}")
     jobs = []
@@ -134,7 +152,13 @@ def _judge(params: EvaluateParameters) -> LLMJudge | None:
     if params.judge_model is None:
         return None
     settings = get_settings()
-    return LLMJudge(params.judge_model, base_url=settings.llm_base_url, api_key=settings.llm_key(), votes=params.judge_votes, timeout_s=settings.llm_timeout_s)
+    return LLMJudge(
+        params.judge_model,
+        base_url=settings.llm_base_url,
+        api_key=settings.llm_key(),
+        votes=params.judge_votes,
+        timeout_s=settings.llm_timeout_s,
+    )
 
 
 _BUNDLES: dict[str, Bundle] = {}
@@ -156,7 +180,9 @@ def evaluate_task(params: EvaluateParameters, run_key: str, job: Job) -> list[di
     out = []
     for sample in range(params.samples):
         config = EpisodeConfig(max_turns=params.max_turns, window=params.window, seed=params.seed + sample)
-        trajectory = run_episode(resources.runtime, bundle, task_spec, resources.policy(), config, resources.judge, resources.world)
+        trajectory = run_episode(
+            resources.runtime, bundle, task_spec, resources.policy(), config, resources.judge, resources.world
+        )
         out.append(trajectory.model_dump(mode="json"))
     return out
 
@@ -172,8 +198,15 @@ def report(trajectories: list[Trajectory], k: int) -> dict[str, Any]:
 def _start(params: EvaluateParameters) -> int:
     with open_catalog().session() as session:
         set_id = get_set(session, params.set_name).id
-    return add_run(EvaluationRun(set_id=set_id, policy=params.policy, samples=params.samples, flow_run_id=current_flow_run_id(),
-                                 metrics={"parameters": params.model_dump()}))
+    return add_run(
+        EvaluationRun(
+            set_id=set_id,
+            policy=params.policy,
+            samples=params.samples,
+            flow_run_id=current_flow_run_id(),
+            metrics={"parameters": params.model_dump()},
+        )
+    )
 
 
 def _store_trajectories(run_id: int, trajectories: list[Trajectory]) -> dict[str, str]:
@@ -207,15 +240,21 @@ def evaluate(params: EvaluateParameters) -> dict[str, Any]:
     result["trajectories"] = _store_trajectories(run_id, trajectories)
     finish_run(EvaluationRun, run_id, "completed", result)
     overall = result["overall"]
-    rows = [{"env": env, **{k: round(v, 4) if isinstance(v, float) else v for k, v in s.items()}} for env, s in result["per_env"].items()]
-    create_table_artifact(rows, key="evaluation-per-env", description=f"{params.policy} on {params.set_name}: scores per environment")
+    rows = [
+        {"env": env, **{k: round(v, 4) if isinstance(v, float) else v for k, v in s.items()}}
+        for env, s in result["per_env"].items()
+    ]
+    create_table_artifact(
+        rows, key="evaluation-per-env", description=f"{params.policy} on {params.set_name}: scores per environment"
+    )
     create_markdown_artifact(
         f"# Evaluation {run_id}\n\n{params.policy} on set `{params.set_name}` ({params.split}, {result['world']} worlds), "
         f"{params.samples} sample(s) per task: "
         f"pass@1 {overall['pass@1']:.3f}, pass@{params.samples} {overall[f'pass@{params.samples}']:.3f}, mean turns "
         f"{overall['mean_turns']:.2f}, env_error rate {overall['env_error_rate']:.3f}, format_error rate {overall['format_error_rate']:.3f}."
         f"\n\n{dashboard_link('evaluate')}",
-        key="evaluation-summary")
+        key="evaluation-summary",
+    )
     logger.info("evaluation %s: %s", run_id, json.dumps(overall))
     return {"run_id": run_id, **result}
 

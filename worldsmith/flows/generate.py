@@ -78,15 +78,30 @@ def build_and_publish(params: GenerateParameters, run_id: str, scenario: Scenari
     }
     validate = partial(resumable(validate_environment), params, run_id)
     result = run_stages(EnvWork.start(scenario, params.seed), stages, validate, rounds=r.max_attempts)
-    summary: dict[str, Any] = {"env_id": result.env_id, "scenario": scenario.name, "status": "failed", "ref": None,
-                               "reason": result.reason, "built_by": f"{socket.gethostname()}:{os.getpid()}"}
+    summary: dict[str, Any] = {
+        "env_id": result.env_id,
+        "scenario": scenario.name,
+        "status": "failed",
+        "ref": None,
+        "reason": result.reason,
+        "built_by": f"{socket.gethostname()}:{os.getpid()}",
+    }
     if result.bundle is None:  # a stage ran out of attempts: nothing to publish; the failure is on record
-        r.log.record(env_id=result.env_id, stage="environment", attempt=1, outcome="failure",
-                     error_class=f"{result.failed_stage}_exhausted", error_text=result.reason)
+        r.log.record(
+            env_id=result.env_id,
+            stage="environment",
+            attempt=1,
+            outcome="failure",
+            error_class=f"{result.failed_stage}_exhausted",
+            error_text=result.reason,
+        )
     else:
         published = publish(result.bundle, configured_store(), open_catalog(), result.checks)
-        summary.update(status=published.version.status, ref=published.version.ref,
-                       reason=published.version.failure_reason or result.reason)
+        summary.update(
+            status=published.version.status,
+            ref=published.version.ref,
+            reason=published.version.failure_reason or result.reason,
+        )
     return summary
 
 
@@ -108,7 +123,9 @@ def generate(params: GenerateParameters = GenerateParameters()) -> list[dict[str
     _warm_imports()
     try:
         scenarios = resumable(new_scenarios)(params, run_id, seeds)
-        progress = create_progress_artifact(0.0, key="generation-progress", description=f"{len(scenarios)} environments")
+        progress = create_progress_artifact(
+            0.0, key="generation-progress", description=f"{len(scenarios)} environments"
+        )
         futures = [build_and_publish.submit(params, run_id, scenario) for scenario in scenarios]
         for done, future in enumerate(as_completed(futures), start=1):
             update_progress_artifact(progress, 100.0 * done / len(futures))
@@ -119,12 +136,18 @@ def generate(params: GenerateParameters = GenerateParameters()) -> list[dict[str
         release(params, run_id)
     with open_catalog().session() as session:
         attempts = session.exec(select(StageAttempt).where(StageAttempt.run_id == run_id)).all()
-    create_table_artifact(stage_summary(list(attempts)), key="generation-stages",
-                          description="Per stage: first-attempt success, repair and failure rates, attempts, tokens, cost")
+    create_table_artifact(
+        stage_summary(list(attempts)),
+        key="generation-stages",
+        description="Per stage: first-attempt success, repair and failure rates, attempts, tokens, cost",
+    )
     create_table_artifact(results, key="generation-environments", description="Environments of this run")
     good = sum(1 for r in results if r["status"] == "good")
-    create_markdown_artifact(f"# Generation run\n\n{good} of {len(results)} environments published as good "
-                             f"(backend {params.backend}, prompt version {prompt_version()}).\n\n{dashboard_link('generate')}", key="generation-summary")
+    create_markdown_artifact(
+        f"# Generation run\n\n{good} of {len(results)} environments published as good "
+        f"(backend {params.backend}, prompt version {prompt_version()}).\n\n{dashboard_link('generate')}",
+        key="generation-summary",
+    )
     logger.info("%d of %d environments published as good", good, len(results))
     return results
 
@@ -140,11 +163,19 @@ def task_runner(concurrency: int) -> Any:
     if settings.dask_address:
         return DaskTaskRunner(address=settings.dask_address)
     threads = max(1, math.ceil(concurrency / settings.dask_workers))
-    return DaskTaskRunner(cluster_kwargs={"n_workers": settings.dask_workers, "threads_per_worker": threads,
-                                          "processes": True, "dashboard_address": None})
+    return DaskTaskRunner(
+        cluster_kwargs={
+            "n_workers": settings.dask_workers,
+            "threads_per_worker": threads,
+            "processes": True,
+            "dashboard_address": None,
+        }
+    )
 
 
-def run_generate(params: GenerateParameters, on_progress: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+def run_generate(
+    params: GenerateParameters, on_progress: Callable[[dict[str, Any]], None] | None = None
+) -> list[dict[str, Any]]:
     """Run the flow in this process (against the configured Prefect API or an ephemeral one)."""
     params = params.dated()
     if on_progress is None:

@@ -5,7 +5,13 @@ from __future__ import annotations
 from worldsmith.settings import get_settings
 
 #: Dashboard sections (anchors of the dashboard page) by flow.
-SECTIONS = {"generate": "generation", "curate": "sets", "evaluate": "evaluations", "train": "training", "cotrain": "cotraining"}
+SECTIONS = {
+    "generate": "generation",
+    "curate": "sets",
+    "evaluate": "evaluations",
+    "train": "training",
+    "cotrain": "cotraining",
+}
 
 
 def dashboard_link(flow_name: str) -> str:

@@ -33,7 +33,9 @@ def _with_subflows(flow_run_id: UUID) -> list[str]:
     found, frontier = [str(flow_run_id)], [flow_run_id]
     with get_client(sync_client=True) as client:
         while frontier:
-            children = client.read_flow_runs(flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=frontier)))
+            children = client.read_flow_runs(
+                flow_run_filter=FlowRunFilter(parent_flow_run_id=FlowRunFilterParentFlowRunId(any_=frontier))
+            )
             frontier = [child.id for child in children if str(child.id) not in found]
             found += [str(child) for child in frontier]
     return found

@@ -67,7 +67,9 @@ def prepare_model(config: TrainingConfig, bundle_paths: list[str], progress: boo
     from worldsmith.training.warmup import reference_rows, warm_up
 
     bundles = [load_bundle(Path(p)) for p in sorted(bundle_paths)]
-    key = hashlib.sha256(json.dumps([[b.key for b in bundles], config.seed, config.window, config.warmup_steps]).encode()).hexdigest()[:16]
+    key = hashlib.sha256(
+        json.dumps([[b.key for b in bundles], config.seed, config.window, config.warmup_steps]).encode()
+    ).hexdigest()[:16]
     target = get_settings().home / "models" / f"tiny-{key}"
     if (target / "config.json").is_file():
         return str(target)
@@ -91,16 +93,25 @@ def _local_model(model: str) -> str:
     try:
         AutoConfig.from_pretrained(model, local_files_only=True)
     except (OSError, ValueError) as exc:
-        raise ValueError(f"model {model!r} is neither a model directory nor in the local Hugging Face cache "
-                         f"(nothing is downloaded): {exc}") from None
+        raise ValueError(
+            f"model {model!r} is neither a model directory nor in the local Hugging Face cache "
+            f"(nothing is downloaded): {exc}"
+        ) from None
     return model
 
 
 def evaluate_split(config: TrainingConfig, model: str, split: str) -> dict[str, Any] | None:
     """Greedy evaluation of `model` on the set's `split` with the evaluate flow (None: empty split)."""
-    params = EvaluateParameters(set_name=config.set_name, policy=f"hf:{model}", split=split, max_turns=config.max_turns,
-                                window=config.window if config.history == "windowed" else None, temperature=0.0,
-                                max_new_tokens=config.max_completion_length, seed=config.seed)
+    params = EvaluateParameters(
+        set_name=config.set_name,
+        policy=f"hf:{model}",
+        split=split,
+        max_turns=config.max_turns,
+        window=config.window if config.history == "windowed" else None,
+        temperature=0.0,
+        max_new_tokens=config.max_completion_length,
+        seed=config.seed,
+    )
     result = evaluate(params)
     return {"run_id": result["run_id"], **result["overall"]}
 
@@ -133,34 +144,56 @@ def reopen_run(run_id: int, config: TrainingConfig, output: Path) -> dict[str, A
         raise ValueError(f"training run {run_id} completed; there is nothing to resume")
     owner = metrics.get("process") or {}
     if status == "running" and process_alive(owner):
-        raise ValueError(f"training run {run_id} is still running (process {owner['pid']} on this host); stop it before resuming")
+        raise ValueError(
+            f"training run {run_id} is still running (process {owner['pid']} on this host); stop it before resuming"
+        )
     changed = sorted(k for k, v in config.model_dump().items() if stored.get(k) != v)
     if changed:
-        raise ValueError(f"training run {run_id} resumes with its own configuration; these fields differ: {', '.join(changed)}")
+        raise ValueError(
+            f"training run {run_id} resumes with its own configuration; these fields differ: {', '.join(changed)}"
+        )
     checkpoint = latest_trainer_checkpoint(run_id)
     if checkpoint is None:
-        raise ValueError(f"training run {run_id} has no trainer checkpoint to resume from: it ran with save_every 0 "
-                         "or stopped before its first checkpoint; start a new run")
+        raise ValueError(
+            f"training run {run_id} has no trainer checkpoint to resume from: it ran with save_every 0 "
+            "or stopped before its first checkpoint; start a new run"
+        )
     directory = fetch_checkpoint(checkpoint.digest, output / f"resume-from-{checkpoint.step}")
     with open_catalog().session() as session:
-        for row in session.exec(select(TrainingStep).where(TrainingStep.training_run_id == run_id, TrainingStep.step > checkpoint.step)):
+        for row in session.exec(
+            select(TrainingStep).where(TrainingStep.training_run_id == run_id, TrainingStep.step > checkpoint.step)
+        ):
             session.delete(row)
         session.commit()
     resumed = [*metrics.get("resumed_from_steps", []), checkpoint.step]
-    update_run(TrainingRun, run_id, {"resumed_from_steps": resumed, "process": this_process()}, status="running",
-               flow_run_id=current_flow_run_id())
+    update_run(
+        TrainingRun,
+        run_id,
+        {"resumed_from_steps": resumed, "process": this_process()},
+        status="running",
+        flow_run_id=current_flow_run_id(),
+    )
     return {"step": checkpoint.step, "directory": str(directory), "metrics": metrics}
 
 
 @task(name="train-policy", cache_policy=NO_CACHE)
-def train_policy(config: TrainingConfig, model: str, bundle_paths: list[str], run_id: int, output: str, progress: bool,
-                 resume_from: str | None = None) -> dict[str, Any]:
+def train_policy(
+    config: TrainingConfig,
+    model: str,
+    bundle_paths: list[str],
+    run_id: int,
+    output: str,
+    progress: bool,
+    resume_from: str | None = None,
+) -> dict[str, Any]:
     """Run GRPO (from the trainer checkpoint `resume_from` when set), here or in
     `config.processes` launched processes; returns the final model directory, the trainer
     checkpoints stored on the way and the per-step log."""
     from worldsmith.training.launch import TrainRequest, launch, run_training
 
-    request = TrainRequest(config=config, model=model, bundles=bundle_paths, run_id=run_id, output=output, resume_from=resume_from)
+    request = TrainRequest(
+        config=config, model=model, bundles=bundle_paths, run_id=run_id, output=output, resume_from=resume_from
+    )
     return run_training(request, progress) if config.processes == 1 else launch(request, config.processes)
 
 
@@ -177,12 +210,29 @@ def _summary(run_id: int, config: TrainingConfig, result: dict[str, Any]) -> str
         return f"- {name}: pass@1 {report['pass@1']:.3f}, mean reward {report['mean_reward']:.3f} (evaluation {report['run_id']})"
 
     last = result["log"][-1] if result["log"] else {}
-    worlds = "real worlds" if config.simulate is None else f"world model `{config.simulate.world_model}` ({config.real_share:.0%} of groups real)"
-    return "\n".join([f"# Training run {run_id}", "", (f"GRPO of `{config.model}` on set `{config.set_name}` ({config.split}) in the {worlds}, "
-                      f"{result['steps']} steps, group {config.group_size}, history {config.history}."), "",
-                      line("before", result["before"]), line("after", result["after"]), "",
-                      f"Last step: reward {last.get('reward', float('nan')):.3f}, success rate {last.get('success_rate', float('nan')):.3f}.",
-                      f"Final model: object {result['checkpoint']}.", "", dashboard_link("train")])
+    worlds = (
+        "real worlds"
+        if config.simulate is None
+        else f"world model `{config.simulate.world_model}` ({config.real_share:.0%} of groups real)"
+    )
+    return "\n".join(
+        [
+            f"# Training run {run_id}",
+            "",
+            (
+                f"GRPO of `{config.model}` on set `{config.set_name}` ({config.split}) in the {worlds}, "
+                f"{result['steps']} steps, group {config.group_size}, history {config.history}."
+            ),
+            "",
+            line("before", result["before"]),
+            line("after", result["after"]),
+            "",
+            f"Last step: reward {last.get('reward', float('nan')):.3f}, success rate {last.get('success_rate', float('nan')):.3f}.",
+            f"Final model: object {result['checkpoint']}.",
+            "",
+            dashboard_link("train"),
+        ]
+    )
 
 
 _STEP_COLUMNS = ("step", "loss", "reward", "reward_std", "success_rate", "env_error_rate", "turns", "tokens", "kl")
@@ -194,7 +244,9 @@ def _step_table(log: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 @flow(name="train", log_prints=True, on_crashed=[mark_crashed])
-def train(config: TrainingConfig, progress: bool = False, with_validation: bool = True, resume: int | None = None) -> dict[str, Any]:
+def train(
+    config: TrainingConfig, progress: bool = False, with_validation: bool = True, resume: int | None = None
+) -> dict[str, Any]:
     """GRPO of `config.model` on set `config.set_name`; returns the run's record (ids, evaluations, checkpoint).
 
     Args:
@@ -214,7 +266,9 @@ def train(config: TrainingConfig, progress: bool = False, with_validation: bool 
     else:
         run_id = resume
     output = Path(config.output) if config.output else get_settings().home / "training" / str(run_id)
-    reopened = reopen_run(run_id, config, output) if resume is not None else None  # its refusals leave the run as it was
+    reopened = (
+        reopen_run(run_id, config, output) if resume is not None else None
+    )  # its refusals leave the run as it was
     try:
         paths = plan(config)
         model = prepare_model(config, paths["train"], progress)
@@ -223,19 +277,33 @@ def train(config: TrainingConfig, progress: bool = False, with_validation: bool 
         else:
             before = evaluate_split(config, model, "validation") if with_validation and paths["validation"] else None
             update_run(TrainingRun, run_id, {"before": before})
-        trained = train_policy(config, model, paths["train"], run_id, str(output), progress,
-                               reopened["directory"] if reopened else None)
+        trained = train_policy(
+            config, model, paths["train"], run_id, str(output), progress, reopened["directory"] if reopened else None
+        )
         last = trained["log"][-1] if trained["log"] else {}
         digest = store_checkpoint(run_id, trained["final"], trained["steps"], {**last, "final": True})
-        after = evaluate_split(config, trained["final"], "validation") if with_validation and paths["validation"] else None
+        after = (
+            evaluate_split(config, trained["final"], "validation") if with_validation and paths["validation"] else None
+        )
     except BaseException as exc:
         finish_run(TrainingRun, run_id, "failed", {"error": f"{type(exc).__name__}: {exc}"})
         raise
-    result = {"run_id": run_id, "model": model, "final": trained["final"], "checkpoint": digest, "steps": trained["steps"],
-              "before": before, "after": after, "simulation": trained.get("simulation"), "log": trained["log"],
-              "resumed_from": reopened["step"] if reopened else None}
+    result = {
+        "run_id": run_id,
+        "model": model,
+        "final": trained["final"],
+        "checkpoint": digest,
+        "steps": trained["steps"],
+        "before": before,
+        "after": after,
+        "simulation": trained.get("simulation"),
+        "log": trained["log"],
+        "resumed_from": reopened["step"] if reopened else None,
+    }
     finish_run(TrainingRun, run_id, "completed", {k: v for k, v in result.items() if k != "log"})
-    create_table_artifact(_step_table(trained["log"]), key="training-steps", description=f"Training run {run_id}: metrics per step")
+    create_table_artifact(
+        _step_table(trained["log"]), key="training-steps", description=f"Training run {run_id}: metrics per step"
+    )
     create_markdown_artifact(_summary(run_id, config, result), key="training-summary")
     logger.info("training run %s finished: %s steps, checkpoint %s", run_id, trained["steps"], digest)
     return result

@@ -36,8 +36,16 @@ from worldsmith.runtime.errors import RuntimeFault
 
 VerifierMode = Literal["sql", "code"]
 #: The release's files: name -> whether one scenario has one record (else one per task).
-FILES = {"gen_scenario.jsonl": True, "gen_tasks.jsonl": True, "gen_db.jsonl": True, "gen_sample.jsonl": True,
-         "gen_spec.jsonl": True, "gen_envs.jsonl": True, "gen_verifier.jsonl": False, "gen_verifier.pure_code.jsonl": False}
+FILES = {
+    "gen_scenario.jsonl": True,
+    "gen_tasks.jsonl": True,
+    "gen_db.jsonl": True,
+    "gen_sample.jsonl": True,
+    "gen_spec.jsonl": True,
+    "gen_envs.jsonl": True,
+    "gen_verifier.jsonl": False,
+    "gen_verifier.pure_code.jsonl": False,
+}
 VERIFIER_FILES = {"sql": "gen_verifier.jsonl", "code": "gen_verifier.pure_code.jsonl"}
 VERIFIER_FUNCTIONS = {"sql": "verify_task", "code": "verify_task_completion"}
 #: The verifiers kind of each mode.
@@ -116,7 +124,11 @@ def read_release(directory: Path, scenarios: list[str] | None = None) -> list[Aw
         grouped: dict[str, Any] = {}
         for number, record in _records(directory / name):
             where = f"{name}:{number}"
-            key = scenario_key(_field(record, "name", str, where)) if name == "gen_scenario.jsonl" else _field(record, "scenario", str, where)
+            key = (
+                scenario_key(_field(record, "name", str, where))
+                if name == "gen_scenario.jsonl"
+                else _field(record, "scenario", str, where)
+            )
             if single:
                 grouped[key] = (where, record)
             else:
@@ -127,7 +139,9 @@ def read_release(directory: Path, scenarios: list[str] | None = None) -> list[Aw
     if scenarios:
         unknown = sorted(set(scenarios) - set(keys))
         if unknown:
-            raise AwmFormatError(f"no scenario {', '.join(unknown)} in {directory} (it has: {', '.join(keys) or 'none'})")
+            raise AwmFormatError(
+                f"no scenario {', '.join(unknown)} in {directory} (it has: {', '.join(keys) or 'none'})"
+            )
         keys = [k for k in keys if k in scenarios]
     return [_scenario(key, by_file, solutions.get(key, {})) for key in keys]
 
@@ -146,16 +160,29 @@ def _scenario(key: str, by_file: dict[str, dict[str, Any]], solutions: dict[int,
     _, spec = one("gen_spec.jsonl")
     task_list = _field(tasks, "tasks", list, where_t)
     tables = _field(_field(db, "db_schema", dict, where_d), "tables", list, where_d)
-    inserts = [stmt for table in _field(_field(sample, "sample_data", dict, where_s), "tables", list, where_s)
-               for stmt in _field(table, "insert_statements", list, where_s)]
+    inserts = [
+        stmt
+        for table in _field(_field(sample, "sample_data", dict, where_s), "tables", list, where_s)
+        for stmt in _field(table, "insert_statements", list, where_s)
+    ]
     verifiers: dict[str, dict[int, str]] = {}
     for mode, name in VERIFIER_FILES.items():
-        verifiers[mode] = {idx: _field(_field(record, "verification", dict, w), "code", str, w)
-                           for idx, (w, record) in by_file[name].get(key, {}).items()}
-    return AwmScenario(key=key, name=_field(scenario, "name", str, where), description=str(scenario.get("description", "")),
-                       tasks=[str(t) for t in task_list], tables=tables, inserts=[str(s) for s in inserts],
-                       app=_field(env, "full_code", str, where_e), verifiers=verifiers, spec=spec.get("api_spec") or {},
-                       solutions=solutions)
+        verifiers[mode] = {
+            idx: _field(_field(record, "verification", dict, w), "code", str, w)
+            for idx, (w, record) in by_file[name].get(key, {}).items()
+        }
+    return AwmScenario(
+        key=key,
+        name=_field(scenario, "name", str, where),
+        description=str(scenario.get("description", "")),
+        tasks=[str(t) for t in task_list],
+        tables=tables,
+        inserts=[str(s) for s in inserts],
+        app=_field(env, "full_code", str, where_e),
+        verifiers=verifiers,
+        spec=spec.get("api_spec") or {},
+        solutions=solutions,
+    )
 
 
 def _solutions(path: Path) -> dict[str, dict[int, dict[str, Any]]]:
@@ -200,7 +227,9 @@ def load_seed(schema: str, inserts: list[str]) -> SeedLoad:
             try:
                 conn.execute(statement.sql)
             except sqlite3.Error as exc:
-                return SeedLoad([], [], f"schema statement at line {statement.line} fails: {exc} ({statement.excerpt(120)})")
+                return SeedLoad(
+                    [], [], f"schema statement at line {statement.line} fails: {exc} ({statement.excerpt(120)})"
+                )
         result = SeedLoad([], [])
         for insert in inserts:
             try:
@@ -225,7 +254,9 @@ def _renamed(code: str, old: str, new: str, where: str) -> str:
         raise AwmFormatError(f"{where}: verifier code defines no function {old!r}")
     lines = code.splitlines()
     line = lines[node.lineno - 1]
-    lines[node.lineno - 1] = line[: node.col_offset] + re.sub(rf"\bdef\s+{old}\b", f"def {new}", line[node.col_offset:], count=1)
+    lines[node.lineno - 1] = line[: node.col_offset] + re.sub(
+        rf"\bdef\s+{old}\b", f"def {new}", line[node.col_offset :], count=1
+    )
     return "\n".join(lines)
 
 
@@ -242,7 +273,11 @@ def verifiers_py(scenario: AwmScenario, mode: VerifierMode) -> str:
     parts = [f'"""Verifiers of {scenario.name} ({mode} mode), imported from the AgentWorldModel-1K format."""\n']
     for index in range(len(scenario.tasks)):
         where = f"{VERIFIER_FILES[mode]} task {index}"
-        parts.append(f"# task {index}\n" + _renamed(codes[index], VERIFIER_FUNCTIONS[mode], verifier_name(index), where).strip() + "\n")
+        parts.append(
+            f"# task {index}\n"
+            + _renamed(codes[index], VERIFIER_FUNCTIONS[mode], verifier_name(index), where).strip()
+            + "\n"
+        )
     return "\n\n".join(parts)
 
 
@@ -252,8 +287,17 @@ def tasks_jsonl(scenario: AwmScenario) -> str:
     for index, sentence in enumerate(scenario.tasks):
         solution = scenario.solutions.get(index, {})
         steps = [{"tool": c["operation_id"], "arguments": c.get("arguments") or {}} for c in solution.get("calls", [])]
-        lines.append(json.dumps({"id": f"t{index:02d}", "instruction": sentence, "verifier": verifier_name(index),
-                                 "solution": steps, "answer": solution.get("final_answer")}))
+        lines.append(
+            json.dumps(
+                {
+                    "id": f"t{index:02d}",
+                    "instruction": sentence,
+                    "verifier": verifier_name(index),
+                    "solution": steps,
+                    "answer": solution.get("final_answer"),
+                }
+            )
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -269,7 +313,9 @@ class Imported:
     inserts: int = 0
 
 
-def import_scenario(scenario: AwmScenario, runtime: Runtime, mode: VerifierMode = "code", clock: str | None = None) -> Imported:
+def import_scenario(
+    scenario: AwmScenario, runtime: Runtime, mode: VerifierMode = "code", clock: str | None = None
+) -> Imported:
     """Make the scenario's bundle: seed loaded insert by insert, tools read from the app's routes
     inside the sandbox. Defects (failed inserts, an app that does not load, bad verifiers) are
     listed in `defects`; a bundle is still made when only inserts failed. The app's clock is fixed
@@ -284,7 +330,9 @@ def import_scenario(scenario: AwmScenario, runtime: Runtime, mode: VerifierMode 
     result.failed_inserts = seed.failed
     if seed.failed:
         first, error = seed.failed[0]
-        result.defects.append(f"seed: {len(seed.failed)} of {len(scenario.inserts)} inserts fail (first: {error}: {first[:120]})")
+        result.defects.append(
+            f"seed: {len(seed.failed)} of {len(scenario.inserts)} inserts fail (first: {error}: {first[:120]})"
+        )
     if not seed.loaded:
         result.defects.append("seed: no insert loads")
         return result
@@ -293,16 +341,28 @@ def import_scenario(scenario: AwmScenario, runtime: Runtime, mode: VerifierMode 
     except AwmFormatError as exc:
         result.defects.append(f"verifiers: {exc}")
         return result
-    sources: dict[str, str | bytes] = {"schema.sql": schema, "seed.sql": "\n".join(seed.loaded) + "\n", "app.py": scenario.app,
-                                       "tasks.jsonl": tasks_jsonl(scenario), "verifiers.py": verifiers}
+    sources: dict[str, str | bytes] = {
+        "schema.sql": schema,
+        "seed.sql": "\n".join(seed.loaded) + "\n",
+        "app.py": scenario.app,
+        "tasks.jsonl": tasks_jsonl(scenario),
+        "verifiers.py": verifiers,
+    }
     manifest = {
-        "env_id": env_id, "scenario": {"name": scenario.name, "description": scenario.description, "categories": ["awm-import"]},
+        "env_id": env_id,
+        "scenario": {"name": scenario.name, "description": scenario.description, "categories": ["awm-import"]},
         "generator": {"backend": "awm-import"},
-        "tools_kind": APP_TOOLS.name, "verifiers_kind": VERIFIERS_KIND_BY_MODE[mode].name,
-        "origin": {"format": "agentworldmodel-1k", "scenario": scenario.key, "verifier_mode": mode,
-                   "failed_inserts": len(seed.failed), "inserts": len(scenario.inserts),
-                   # the app's clock reads answer this instant: episodes replay to the same database
-                   "clock": clock or datetime.now(UTC).replace(microsecond=0, tzinfo=None).isoformat()},
+        "tools_kind": APP_TOOLS.name,
+        "verifiers_kind": VERIFIERS_KIND_BY_MODE[mode].name,
+        "origin": {
+            "format": "agentworldmodel-1k",
+            "scenario": scenario.key,
+            "verifier_mode": mode,
+            "failed_inserts": len(seed.failed),
+            "inserts": len(scenario.inserts),
+            # the app's clock reads answer this instant: episodes replay to the same database
+            "clock": clock or datetime.now(UTC).replace(microsecond=0, tzinfo=None).isoformat(),
+        },
     }
     try:
         tools = runtime.describe_app(scenario.app, seed.world)
@@ -312,5 +372,8 @@ def import_scenario(scenario: AwmScenario, runtime: Runtime, mode: VerifierMode 
     try:
         result.bundle = build_bundle({**sources, "tools.json": tools_json_bytes(tools)}, manifest)
     except BundleError as exc:
-        result.defects.extend(f"{issue.file}: {issue.problem}" + (f" (line {issue.line})" if issue.line else "") for issue in exc.issues[:10])
+        result.defects.extend(
+            f"{issue.file}: {issue.problem}" + (f" (line {issue.line})" if issue.line else "")
+            for issue in exc.issues[:10]
+        )
     return result

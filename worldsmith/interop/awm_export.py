@@ -102,26 +102,33 @@ WRAPPERS = {
     "code": '''
 
 def verify_task_completion(initial_db_path, final_db_path, final_answer=None):
-    """{task_id}: the environment's verifier on read-only copies of the two databases."""''' + _CALL_ON_FILES.replace("{answer}", 'final_answer or ""') + '''    return {{"result": "complete" if outcome.get("status") == "complete" else "others", "evidence": outcome.get("evidence", {{}})}}
-''',
+    """{task_id}: the environment's verifier on read-only copies of the two databases."""'''
+    + _CALL_ON_FILES.replace("{answer}", 'final_answer or ""')
+    + """    return {{"result": "complete" if outcome.get("status") == "complete" else "others", "evidence": outcome.get("evidence", {{}})}}
+""",
     "sql": '''
 
 def verify_task(initial_db_path, final_db_path):
-    """{task_id}: the environment's verifier's evidence on read-only copies of the two databases."""''' + _CALL_ON_FILES.replace("{answer}", '""') + '''    return {{"status": outcome.get("status"), "evidence": outcome.get("evidence", {{}}), "all_checks_passed": outcome.get("status") == "complete"}}
-''',
+    """{task_id}: the environment's verifier's evidence on read-only copies of the two databases."""'''
+    + _CALL_ON_FILES.replace("{answer}", '""')
+    + """    return {{"status": outcome.get("status"), "evidence": outcome.get("evidence", {{}}), "all_checks_passed": outcome.get("status") == "complete"}}
+""",
 }
 #: Per mode and verifiers kind: the release's verifier function around an imported environment's
 #: verifier (already on files).
 IMPORTED_WRAPPERS = {
     ("code", "awm-code"): "\n\ndef verify_task_completion(initial_db_path, final_db_path, final_answer=None):\n"
-                          "    return {verifier}(initial_db_path, final_db_path, final_answer)\n",
+    "    return {verifier}(initial_db_path, final_db_path, final_answer)\n",
     ("code", "awm-sql"): "\n\ndef verify_task_completion(initial_db_path, final_db_path, final_answer=None):\n"
-                         "    outcome = {verifier}(initial_db_path, final_db_path)\n"
-                         "    return {{'result': 'complete' if outcome.get('all_checks_passed') is True else 'others', 'evidence': outcome}}\n",
+    "    outcome = {verifier}(initial_db_path, final_db_path)\n"
+    "    return {{'result': 'complete' if outcome.get('all_checks_passed') is True else 'others', 'evidence': outcome}}\n",
     ("sql", "awm-code"): "\n\ndef verify_task(initial_db_path, final_db_path):\n"
-                         "    outcome = {verifier}(initial_db_path, final_db_path)\n"
-                         "    return {{'evidence': outcome, 'all_checks_passed': outcome.get('result') == 'complete'}}\n",
-    ("sql", "awm-sql"): "\n\ndef verify_task(initial_db_path, final_db_path):\n    return {verifier}(initial_db_path, final_db_path)\n",
+    "    outcome = {verifier}(initial_db_path, final_db_path)\n"
+    "    return {{'evidence': outcome, 'all_checks_passed': outcome.get('result') == 'complete'}}\n",
+    (
+        "sql",
+        "awm-sql",
+    ): "\n\ndef verify_task(initial_db_path, final_db_path):\n    return {verifier}(initial_db_path, final_db_path)\n",
 }
 
 
@@ -163,17 +170,22 @@ def _model(tool: dict[str, Any]) -> tuple[str, str]:
 def app_source(bundle: Bundle) -> str:
     """A FastAPI app serving `bundle`'s tools, one POST route each (operation_id = tool name)."""
     scenario = bundle.manifest.scenario
-    prelude = APP_PRELUDE.format(title=scenario.name, env_id=bundle.env_id, description=scenario.description,
-                                 json_default=inspect.getsource(json_default).strip())
-    parts = [prelude,
-             _without_runtime_import(bundle.text("tools.py")).strip(), "\n\n# ---- one route per tool ----"]
+    prelude = APP_PRELUDE.format(
+        title=scenario.name,
+        env_id=bundle.env_id,
+        description=scenario.description,
+        json_default=inspect.getsource(json_default).strip(),
+    )
+    parts = [prelude, _without_runtime_import(bundle.text("tools.py")).strip(), "\n\n# ---- one route per tool ----"]
     for tool in bundle.tools:
         model, source = _model(tool.model_dump())
         parts.append(source)
-        parts.append(f"@app.post({f'/tools/{tool.name}'!r}, operation_id={tool.name!r}, summary={tool.description.splitlines()[0][:120]!r}, "
-                     f"description={tool.description!r})\n"
-                     f"def route_{tool.name}(payload: {model}):\n"
-                     f"    return _run({tool.name}, payload.model_dump(exclude_unset=True))")
+        parts.append(
+            f"@app.post({f'/tools/{tool.name}'!r}, operation_id={tool.name!r}, summary={tool.description.splitlines()[0][:120]!r}, "
+            f"description={tool.description!r})\n"
+            f"def route_{tool.name}(payload: {model}):\n"
+            f"    return _run({tool.name}, payload.model_dump(exclude_unset=True))"
+        )
     return "\n\n\n".join(parts) + "\n"
 
 
@@ -182,14 +194,26 @@ def _spec(bundle: Bundle) -> dict[str, Any]:
     for tool in bundle.tools:
         params = tool.parameters
         required = set(params.get("required", []))
-        endpoints.append({
-            "path": f"/tools/{tool.name}", "method": "POST", "summary": tool.description.splitlines()[0][:120],
-            "description": tool.description, "operation_id": tool.name, "tags": [bundle.env_id],
-            "request_params": {name: {"type": schema.get("type", "string"), "param_type": "body", "required": name in required,
-                                      "description": schema.get("description", "")}
-                               for name, schema in params.get("properties", {}).items()},
-            "response": {"type": "object", "description": "the tool's result"},
-        })
+        endpoints.append(
+            {
+                "path": f"/tools/{tool.name}",
+                "method": "POST",
+                "summary": tool.description.splitlines()[0][:120],
+                "description": tool.description,
+                "operation_id": tool.name,
+                "tags": [bundle.env_id],
+                "request_params": {
+                    name: {
+                        "type": schema.get("type", "string"),
+                        "param_type": "body",
+                        "required": name in required,
+                        "description": schema.get("description", ""),
+                    }
+                    for name, schema in params.get("properties", {}).items()
+                },
+                "response": {"type": "object", "description": "the tool's result"},
+            }
+        )
     return {"api_groups": [{"group_name": "Tools", "endpoints": endpoints}]}
 
 
@@ -199,7 +223,11 @@ def _tables(bundle: Bundle) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]
     for statement in split_statements(bundle.text("schema.sql")):
         table = _TABLE.match(statement.sql)
         if table:
-            tables[table.group(1)] = {"name": table.group(1), "ddl": statement.sql.strip().rstrip(";") + ";", "indexes": []}
+            tables[table.group(1)] = {
+                "name": table.group(1),
+                "ddl": statement.sql.strip().rstrip(";") + ";",
+                "indexes": [],
+            }
         elif (index := _INDEX.search(statement.sql)) and index.group(1) in tables:
             tables[index.group(1)]["indexes"].append(statement.sql.strip().rstrip(";") + ";")
     samples: dict[str, list[str]] = {}
@@ -215,7 +243,11 @@ def _verifier_code(bundle: Bundle, task_index: int, mode: str) -> str:
     if bundle.verifiers_kind is not NATIVE_VERIFIERS:  # imported: its verifiers already take database paths
         wrapper = IMPORTED_WRAPPERS[(mode, bundle.verifiers_kind.name)]
         return bundle.text("verifiers.py").strip() + "\n" + wrapper.format(verifier=task.verifier)
-    return _without_runtime_import(bundle.text("verifiers.py")).strip() + "\n" + WRAPPERS[mode].format(task_id=task.id, verifier=task.verifier)
+    return (
+        _without_runtime_import(bundle.text("verifiers.py")).strip()
+        + "\n"
+        + WRAPPERS[mode].format(task_id=task.id, verifier=task.verifier)
+    )
 
 
 def export_bundles(bundles: list[Bundle], directory: Path) -> Path:
@@ -225,15 +257,23 @@ def export_bundles(bundles: list[Bundle], directory: Path) -> Path:
     solutions = []
     for bundle in bundles:
         scenario = bundle.manifest.scenario
-        name = scenario.name if scenario_key(scenario.name) == bundle.env_id else bundle.env_id  # the key must give back the env_id
+        name = (
+            scenario.name if scenario_key(scenario.name) == bundle.env_id else bundle.env_id
+        )  # the key must give back the env_id
         key = scenario_key(name)
         db_path = f"./outputs/databases/{key}.db"
         tables, samples = _tables(bundle)
         out["gen_scenario.jsonl"].append({"name": name, "description": scenario.description})
         out["gen_tasks.jsonl"].append({"scenario": key, "tasks": [t.instruction for t in bundle.tasks]})
         out["gen_db.jsonl"].append({"scenario": key, "db_schema": {"tables": tables}, "db_path": db_path})
-        out["gen_sample.jsonl"].append({"scenario": key, "tables_count": len(tables), "inserts_count": sum(len(s["insert_statements"]) for s in samples),
-                                        "sample_data": {"tables": samples}})
+        out["gen_sample.jsonl"].append(
+            {
+                "scenario": key,
+                "tables_count": len(tables),
+                "inserts_count": sum(len(s["insert_statements"]) for s in samples),
+                "sample_data": {"tables": samples},
+            }
+        )
         imported = bundle.tools_kind is APP_TOOLS  # its app.py is already the release's FastAPI file
         out["gen_spec.jsonl"].append({"scenario": key, "api_spec": {} if imported else _spec(bundle)})
         app = bundle.text(APP_TOOLS.code_file) if imported else app_source(bundle)
@@ -241,11 +281,31 @@ def export_bundles(bundles: list[Bundle], directory: Path) -> Path:
         for index, task in enumerate(bundle.tasks):
             for mode, file in VERIFIER_FILES.items():
                 code = _verifier_code(bundle, index, mode)
-                out[file].append({"scenario": key, "task_idx": index, "task": task.instruction,
-                                  "verification": {"code": code, "raw_response": json.dumps({"function_name": VERIFIER_FUNCTIONS[mode]})}})
-        solutions.append({"scenario": key, "solutions": [
-            {"task_idx": i, "task": t.instruction, "calls": [{"operation_id": s.tool, "arguments": s.arguments} for s in t.solution],
-             "final_answer": t.answer} for i, t in enumerate(bundle.tasks)]})
+                out[file].append(
+                    {
+                        "scenario": key,
+                        "task_idx": index,
+                        "task": task.instruction,
+                        "verification": {
+                            "code": code,
+                            "raw_response": json.dumps({"function_name": VERIFIER_FUNCTIONS[mode]}),
+                        },
+                    }
+                )
+        solutions.append(
+            {
+                "scenario": key,
+                "solutions": [
+                    {
+                        "task_idx": i,
+                        "task": t.instruction,
+                        "calls": [{"operation_id": s.tool, "arguments": s.arguments} for s in t.solution],
+                        "final_answer": t.answer,
+                    }
+                    for i, t in enumerate(bundle.tasks)
+                ],
+            }
+        )
     for name, rows in out.items():
         (directory / name).write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     (directory / SOLUTIONS_FILE).write_text(json.dumps(solutions, indent=1) + "\n", encoding="utf-8")

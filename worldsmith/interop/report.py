@@ -28,12 +28,18 @@ from worldsmith.quality.probes import ProbeResult
 
 _LIMIT = re.compile(r"sandbox limit (\w+):")
 _BY_LIMIT = {"secrets": "secret_attempt", "network": "network_attempt"}
-_BY_PROBE = {"tool runs": "route_crashes", "reference accepted": "reference_rejected", "replay deterministic": "replay_differs"}
+_BY_PROBE = {
+    "tool runs": "route_crashes",
+    "reference accepted": "reference_rejected",
+    "replay deterministic": "replay_differs",
+}
 
 
 _IMPORT = re.compile(r"import of '([\w.]+)' refused")
 #: Modules whose import is an attempt to reach the network.
-NETWORK_MODULES = frozenset({"socket", "ssl", "urllib", "http", "httpx", "requests", "aiohttp", "urllib3", "ftplib", "smtplib", "websockets"})
+NETWORK_MODULES = frozenset(
+    {"socket", "ssl", "urllib", "http", "httpx", "requests", "aiohttp", "urllib3", "ftplib", "smtplib", "websockets"}
+)
 
 
 def _violation(detail: str) -> str | None:
@@ -56,27 +62,42 @@ def static_defects(app_source: str) -> list[dict[str, str]]:
         top = module.split(".")[0]
         if top not in APP_MODULES:
             kind = "network_attempt" if top in NETWORK_MODULES else "sandbox_violation"
-            found.append({"kind": kind, "target": f"app.py:{line}", "detail": f"imports {module!r}, which the sandbox refuses"})
+            found.append(
+                {"kind": kind, "target": f"app.py:{line}", "detail": f"imports {module!r}, which the sandbox refuses"}
+            )
     return found
 
 
 def defects(imported: Imported, probes: list[ProbeResult], app_source: str = "") -> list[dict[str, str]]:
     """Every defect found importing and probing one scenario: `{kind, target, detail}`."""
-    found = [{"kind": "seed_insert_fails", "target": "seed", "detail": f"{error}: {statement[:200]}"}
-             for statement, error in imported.failed_inserts]
+    found = [
+        {"kind": "seed_insert_fails", "target": "seed", "detail": f"{error}: {statement[:200]}"}
+        for statement, error in imported.failed_inserts
+    ]
     found += static_defects(app_source)
     for problem in imported.defects:
         if problem.startswith("seed:"):
             continue  # each failed insert is listed above
-        found.append({"kind": _violation(problem) or "app_fails" if problem.startswith("app:") else "malformed", "target": problem.split(":")[0],
-                      "detail": problem})
+        found.append(
+            {
+                "kind": _violation(problem) or "app_fails" if problem.startswith("app:") else "malformed",
+                "target": problem.split(":")[0],
+                "detail": problem,
+            }
+        )
     for probe in probes:
         if probe.passed:
             continue
         kind = _violation(probe.detail)
         if kind is None and probe.probe == "untouched rejected":
             kind = "task_already_satisfied" if probe.detail.startswith("complete") else "verifier_raises"
-        found.append({"kind": kind or _BY_PROBE.get(probe.probe, probe.probe.replace(" ", "_")), "target": probe.target, "detail": probe.detail})
+        found.append(
+            {
+                "kind": kind or _BY_PROBE.get(probe.probe, probe.probe.replace(" ", "_")),
+                "target": probe.target,
+                "detail": probe.detail,
+            }
+        )
     return found
 
 

@@ -26,7 +26,9 @@ MAX_RETRY_AFTER_S = 60.0
 
 
 def _is_transient(exc: BaseException) -> bool:
-    if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError, openai.InternalServerError)):
+    if isinstance(
+        exc, (openai.APITimeoutError, openai.APIConnectionError, openai.RateLimitError, openai.InternalServerError)
+    ):
         return True
     if isinstance(exc, openai.APIStatusError):
         return exc.status_code in (408, 409, 429) or exc.status_code >= 500
@@ -66,26 +68,46 @@ class OpenAIGenerator:
 
     backend = "openai"
 
-    def __init__(self, *, model: str, base_url: str | None = None, api_key: str | None = None, temperature: float = 0.7,
-                 max_tokens: int = 8192, timeout_s: float = 120.0, concurrency: int = 8, retries: int = 5,
-                 prices: dict[str, dict[str, float]] | None = None, backoff_s: float = 0.5):
+    def __init__(
+        self,
+        *,
+        model: str,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        temperature: float = 0.7,
+        max_tokens: int = 8192,
+        timeout_s: float = 120.0,
+        concurrency: int = 8,
+        retries: int = 5,
+        prices: dict[str, dict[str, float]] | None = None,
+        backoff_s: float = 0.5,
+    ):
         self.model = model
         self.temperature = temperature
         self.max_tokens = max_tokens
         self.retries = retries
         self.prices = prices or {}
         self._wait = _waiter(backoff_s)
-        self.client = openai.OpenAI(base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_s, max_retries=0)
+        self.client = openai.OpenAI(
+            base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_s, max_retries=0
+        )
         self._slots = threading.BoundedSemaphore(concurrency)
         self._schema_mode = True  # JSON-schema response_format until the endpoint refuses it
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None, *, model: str | None = None) -> OpenAIGenerator:
         s = settings or get_settings()
-        return cls(model=model or s.llm_model, base_url=s.llm_base_url,
-                   api_key=s.llm_key(), temperature=s.llm_temperature,
-                   max_tokens=s.llm_max_tokens, timeout_s=s.llm_timeout_s, concurrency=s.llm_concurrency,
-                   retries=s.llm_retries, prices=s.llm_prices)
+        return cls(
+            model=model or s.llm_model,
+            base_url=s.llm_base_url,
+            api_key=s.llm_key(),
+            temperature=s.llm_temperature,
+            max_tokens=s.llm_max_tokens,
+            timeout_s=s.llm_timeout_s,
+            concurrency=s.llm_concurrency,
+            retries=s.llm_retries,
+            prices=s.llm_prices,
+        )
 
     def cost(self, tokens_in: int, tokens_out: int) -> float:
         price = self.prices.get(self.model, {})
@@ -95,12 +117,20 @@ class OpenAIGenerator:
         schema = spec.model_json_schema()
         system = prompt.system
         if self._schema_mode:
-            response_format: dict[str, Any] = {"type": "json_schema", "json_schema": {"name": spec.__name__, "schema": schema, "strict": False}}
+            response_format: dict[str, Any] = {
+                "type": "json_schema",
+                "json_schema": {"name": spec.__name__, "schema": schema, "strict": False},
+            }
         else:
             response_format = {"type": "json_object"}
             system += "\n\nAnswer with one JSON object matching this JSON Schema:\n" + json.dumps(schema)
-        return {"model": self.model, "temperature": self.temperature, "max_tokens": self.max_tokens, "response_format": response_format,
-                "messages": [{"role": "system", "content": system}, {"role": "user", "content": prompt.user}]}
+        return {
+            "model": self.model,
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+            "response_format": response_format,
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": prompt.user}],
+        }
 
     def _complete(self, prompt: Prompt, spec: type[BaseModel], usage: Usage) -> Any:
         """One chat completion, retried on transient faults; falls back to JSON mode once if refused."""
@@ -117,8 +147,13 @@ class OpenAIGenerator:
         def record(state: RetryCallState) -> None:
             usage.retries.append(_describe(state.outcome.exception()))
 
-        retrying = Retrying(stop=stop_after_attempt(self.retries + 1), wait=self._wait, retry=retry_if_exception(_is_transient),
-                            before_sleep=record, reraise=True)
+        retrying = Retrying(
+            stop=stop_after_attempt(self.retries + 1),
+            wait=self._wait,
+            retry=retry_if_exception(_is_transient),
+            before_sleep=record,
+            reraise=True,
+        )
         try:
             return retrying(attempt)
         except openai.BadRequestError as exc:
@@ -133,7 +168,12 @@ class OpenAIGenerator:
 
     def embed(self, texts: list[str], model: str) -> list[list[float]]:
         """Embeddings of `texts` from the endpoint's embeddings API (retried like completions)."""
-        retrying = Retrying(stop=stop_after_attempt(self.retries + 1), wait=self._wait, retry=retry_if_exception(_is_transient), reraise=True)
+        retrying = Retrying(
+            stop=stop_after_attempt(self.retries + 1),
+            wait=self._wait,
+            retry=retry_if_exception(_is_transient),
+            reraise=True,
+        )
 
         def call() -> list[list[float]]:
             with self._slots:

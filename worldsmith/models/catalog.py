@@ -1,4 +1,4 @@
-"""SQLModel tables of the catalog (design.md section 8). Schema changes go through Alembic
+"""SQLModel tables of the catalog (docs/architecture.md, "Catalog"). Schema changes go through Alembic
 migrations in `worldsmith/storage/migrations/`."""
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ def log_tail(path: Path, lines: int = 30) -> str:
 def _contains(cmdline: list[str], signature: list[str]) -> bool:
     """Whether `signature` occurs in `cmdline` as consecutive arguments."""
     n = len(signature)
-    return any(cmdline[i: i + n] == signature for i in range(len(cmdline) - n + 1))
+    return any(cmdline[i : i + n] == signature for i in range(len(cmdline) - n + 1))
 
 
 @dataclass
@@ -63,7 +63,9 @@ class Service:
         try:
             pid = int(self.pid_file.read_text().split()[0])
             process = psutil.Process(pid)
-            if process.status() == psutil.STATUS_ZOMBIE or not _contains(process.cmdline(), self.signature or self.command[1:]):
+            if process.status() == psutil.STATUS_ZOMBIE or not _contains(
+                process.cmdline(), self.signature or self.command[1:]
+            ):
                 return None
             return pid
         except (FileNotFoundError, ValueError, IndexError, psutil.Error):
@@ -77,8 +79,14 @@ class Service:
             return False
         self.run_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log_file, "ab") as log:
-            process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       env={**os.environ, **self.env}, start_new_session=True)
+            process = subprocess.Popen(
+                self.command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env={**os.environ, **self.env},
+                start_new_session=True,
+            )
         self.pid_file.write_text(f"{process.pid}\n")
         self._wait_ready(process.pid, process)
         return True
@@ -88,13 +96,17 @@ class Service:
         while time.monotonic() < deadline:
             if process is not None and process.poll() is not None or process is None and self.pid() != pid:
                 self.pid_file.unlink(missing_ok=True)
-                raise ServiceError(f"{self.name} exited while starting; end of {self.log_file}:\n{log_tail(self.log_file)}")
+                raise ServiceError(
+                    f"{self.name} exited while starting; end of {self.log_file}:\n{log_tail(self.log_file)}"
+                )
             if self.ready():
                 return
             time.sleep(0.5)
         self.stop()
-        raise ServiceError(f"{self.name} was not ready after {self.start_timeout_s:.0f} s (stopped it); end of {self.log_file}:\n"
-                           f"{log_tail(self.log_file)}")
+        raise ServiceError(
+            f"{self.name} was not ready after {self.start_timeout_s:.0f} s (stopped it); end of {self.log_file}:\n"
+            f"{log_tail(self.log_file)}"
+        )
 
     def stop(self, timeout_s: float = 20.0) -> bool:
         """Stop the service and its children (SIGTERM, then SIGKILL). Returns True when one was running."""

@@ -49,7 +49,9 @@ class Stack:
     @classmethod
     def from_settings(cls, workers: tuple[str, ...] = ("local",)) -> Stack:
         settings = get_settings()
-        return cls(settings.home.resolve(), settings.prefect_port, settings.dashboard_host, settings.dashboard_port, workers)
+        return cls(
+            settings.home.resolve(), settings.prefect_port, settings.dashboard_host, settings.dashboard_port, workers
+        )
 
     # -- addresses and environment ------------------------------------------------------------
 
@@ -68,29 +70,82 @@ class Stack:
     def env(self) -> dict[str, str]:
         """Environment of every service and of the flow runs workers start (absolute paths only)."""
         return {
-            "WORLDSMITH_HOME": str(self.home), "PREFECT_HOME": os.environ.get("PREFECT_HOME", str(self.home / "prefect")),
-            "PREFECT_API_URL": self.api_url, "PREFECT_SERVER_ANALYTICS_ENABLED": "false", "GX_ANALYTICS_ENABLED": "false",
-            "HF_HUB_OFFLINE": "1", "WORLDSMITH_DASHBOARD_URL": get_settings().resolved_dashboard_url(),
+            "WORLDSMITH_HOME": str(self.home),
+            "PREFECT_HOME": os.environ.get("PREFECT_HOME", str(self.home / "prefect")),
+            "PREFECT_API_URL": self.api_url,
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "GX_ANALYTICS_ENABLED": "false",
+            "HF_HUB_OFFLINE": "1",
+            "WORLDSMITH_DASHBOARD_URL": get_settings().resolved_dashboard_url(),
         }
 
     # -- services -----------------------------------------------------------------------------
 
     def server(self) -> Service:
-        command = [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(self.prefect_port),
-                   "--analytics-off"]
-        return Service("prefect-server", command, self.home / "run", self.env(), lambda: _healthy(f"{self.api_url}/health"),
-                       signature=command[1:5])
+        command = [
+            sys.executable,
+            "-m",
+            "prefect",
+            "server",
+            "start",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.prefect_port),
+            "--analytics-off",
+        ]
+        return Service(
+            "prefect-server",
+            command,
+            self.home / "run",
+            self.env(),
+            lambda: _healthy(f"{self.api_url}/health"),
+            signature=command[1:5],
+        )
 
     def worker(self, pool: str) -> Service:
         name = f"worldsmith-{pool}"
-        command = [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", "process", "--name", name]
-        return Service(f"worker-{pool}", command, self.home / "run", self.env(), lambda: self._worker_registered(pool, name),
-                       signature=command[1:7])
+        command = [
+            sys.executable,
+            "-m",
+            "prefect",
+            "worker",
+            "start",
+            "--pool",
+            pool,
+            "--type",
+            "process",
+            "--name",
+            name,
+        ]
+        return Service(
+            f"worker-{pool}",
+            command,
+            self.home / "run",
+            self.env(),
+            lambda: self._worker_registered(pool, name),
+            signature=command[1:7],
+        )
 
     def dashboard(self) -> Service:
-        command = [sys.executable, "-m", "worldsmith.cli", "dashboard", "--host", self.dashboard_host, "--port", str(self.dashboard_port)]
-        return Service("dashboard", command, self.home / "run", self.env(), lambda: _healthy(f"{self.dashboard_url}/healthz"),
-                       signature=command[1:4])
+        command = [
+            sys.executable,
+            "-m",
+            "worldsmith.cli",
+            "dashboard",
+            "--host",
+            self.dashboard_host,
+            "--port",
+            str(self.dashboard_port),
+        ]
+        return Service(
+            "dashboard",
+            command,
+            self.home / "run",
+            self.env(),
+            lambda: _healthy(f"{self.dashboard_url}/healthz"),
+            signature=command[1:4],
+        )
 
     def services(self) -> list[Service]:
         """All services this stack may run, in start order (workers of both pools, so `down` finds any)."""
@@ -109,24 +164,47 @@ class Stack:
         created = []
         for pool, description in POOLS.items():
             if httpx.get(f"{self.api_url}/work_pools/{pool}", timeout=10.0).status_code == 404:
-                body = {"name": pool, "type": "process", "description": description,
-                        "base_job_template": ProcessWorker.get_default_base_job_template()}
+                body = {
+                    "name": pool,
+                    "type": "process",
+                    "description": description,
+                    "base_job_template": ProcessWorker.get_default_base_job_template(),
+                }
                 response = httpx.post(f"{self.api_url}/work_pools/", json=body, timeout=10.0)
                 if response.status_code not in (201, 409):  # 409: created meanwhile by another `up`
-                    raise ServiceError(f"creating work pool {pool!r} failed: HTTP {response.status_code} {response.text[:300]}")
+                    raise ServiceError(
+                        f"creating work pool {pool!r} failed: HTTP {response.status_code} {response.text[:300]}"
+                    )
                 created.append(pool)
         return created
 
     def deploy(self) -> None:
         """`prefect deploy --all` of the deployment file against this server (updates existing deployments)."""
         if not self.deployments_file.is_file():
-            raise ServiceError(f"deployment file {self.deployments_file} not found (run `worldsmith up` from a worldsmith checkout)")
+            raise ServiceError(
+                f"deployment file {self.deployments_file} not found (run `worldsmith up` from a worldsmith checkout)"
+            )
         log = self.home / "run" / "deploy.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "w") as out:
-            done = subprocess.run([sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--prefect-file", str(self.deployments_file), "--all"],
-                                  cwd=self.deployments_file.parent, env={**os.environ, **self.env()}, stdout=out, stderr=subprocess.STDOUT,
-                                  stdin=subprocess.DEVNULL, timeout=300)
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "prefect",
+                    "--no-prompt",
+                    "deploy",
+                    "--prefect-file",
+                    str(self.deployments_file),
+                    "--all",
+                ],
+                cwd=self.deployments_file.parent,
+                env={**os.environ, **self.env()},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                timeout=300,
+            )
         if done.returncode != 0:
             raise ServiceError(f"prefect deploy failed (exit {done.returncode}); end of {log}:\n{log_tail(log)}")
 

@@ -16,7 +16,9 @@ def probe_check(runtime: Runtime, bundle: Bundle, *, reuse: bool = False) -> Qua
     failed = [r for r in results if not r.passed]
     summary = {"probes": len(results), "failed": len(failed)}
     if failed:
-        summary["reason"] = f"{len(failed)} of {len(results)} probes failed (first: {failed[0].probe} {failed[0].target}: {failed[0].detail})"
+        summary["reason"] = (
+            f"{len(failed)} of {len(results)} probes failed (first: {failed[0].probe} {failed[0].target}: {failed[0].detail})"
+        )
     return QualityCheck("probes", not failed, summary, [vars(r) for r in failed])
 
 

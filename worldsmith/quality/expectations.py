@@ -42,9 +42,17 @@ def _context():
     )
 
     logging.getLogger("great_expectations").setLevel(logging.WARNING)
-    context = gx.get_context(mode="ephemeral", project_config=DataContextConfig(
-        store_backend_defaults=InMemoryStoreBackendDefaults(), progress_bars=ProgressBarsConfig(globally=False)))
-    return context.data_sources.add_pandas("worldsmith").add_dataframe_asset("table").add_batch_definition_whole_dataframe("whole")
+    context = gx.get_context(
+        mode="ephemeral",
+        project_config=DataContextConfig(
+            store_backend_defaults=InMemoryStoreBackendDefaults(), progress_bars=ProgressBarsConfig(globally=False)
+        ),
+    )
+    return (
+        context.data_sources.add_pandas("worldsmith")
+        .add_dataframe_asset("table")
+        .add_batch_definition_whole_dataframe("whole")
+    )
 
 
 def _suite(table: TableSchema, frame: Any, frames: dict[str, Any]):
@@ -57,29 +65,51 @@ def _suite(table: TableSchema, frame: Any, frames: dict[str, Any]):
 
     expectations = [gxe.ExpectTableRowCountToBeBetween(min_value=1, meta=meta("not_empty", []))]
     for column in table.primary_key:
-        expectations.append(gxe.ExpectColumnValuesToNotBeNull(column=column, meta=meta("primary_key_not_null", [column])))
+        expectations.append(
+            gxe.ExpectColumnValuesToNotBeNull(column=column, meta=meta("primary_key_not_null", [column]))
+        )
     if len(table.primary_key) == 1:
         column = table.primary_key[0]
         expectations.append(gxe.ExpectColumnValuesToBeUnique(column=column, meta=meta("primary_key_unique", [column])))
     elif len(table.primary_key) > 1:
-        expectations.append(gxe.ExpectCompoundColumnsToBeUnique(
-            column_list=table.primary_key, ignore_row_if="any_value_is_missing", meta=meta("primary_key_unique", table.primary_key)))
+        expectations.append(
+            gxe.ExpectCompoundColumnsToBeUnique(
+                column_list=table.primary_key,
+                ignore_row_if="any_value_is_missing",
+                meta=meta("primary_key_unique", table.primary_key),
+            )
+        )
     for column in table.not_null:
         if column not in table.primary_key:
             expectations.append(gxe.ExpectColumnValuesToNotBeNull(column=column, meta=meta("not_null", [column])))
     for column, parent, parent_column in table.foreign_keys:
         parent_frame = frames.get(parent)
-        keys = parent_frame[parent_column].dropna() if parent_frame is not None and parent_column in parent_frame else []
+        keys = (
+            parent_frame[parent_column].dropna() if parent_frame is not None and parent_column in parent_frame else []
+        )
         orphan = f"__orphan_{column}"
         # a derived column (orphans, else null): GX's value sets grow slow on big parents
         frame[orphan] = frame[column].where(~frame[column].isin(list(keys)))
-        expectations.append(gxe.ExpectColumnValuesToBeNull(column=orphan, meta=meta(f"foreign_key -> {parent}.{parent_column}", [column])))
+        expectations.append(
+            gxe.ExpectColumnValuesToBeNull(
+                column=orphan, meta=meta(f"foreign_key -> {parent}.{parent_column}", [column])
+            )
+        )
     for column, values in table.enums.items():
-        expectations.append(gxe.ExpectColumnValuesToBeInSet(column=column, value_set=values, meta=meta(f"check_in {values}", [column])))
+        expectations.append(
+            gxe.ExpectColumnValuesToBeInSet(column=column, value_set=values, meta=meta(f"check_in {values}", [column]))
+        )
     for column, bounds in table.ranges.items():
-        expectations.append(gxe.ExpectColumnValuesToBeBetween(
-            column=column, min_value=bounds.low, max_value=bounds.high, strict_min=bounds.strict_low, strict_max=bounds.strict_high,
-            meta=meta(f"check_range [{bounds.low}, {bounds.high}]", [column])))
+        expectations.append(
+            gxe.ExpectColumnValuesToBeBetween(
+                column=column,
+                min_value=bounds.low,
+                max_value=bounds.high,
+                strict_min=bounds.strict_low,
+                strict_max=bounds.strict_high,
+                meta=meta(f"check_range [{bounds.low}, {bounds.high}]", [column]),
+            )
+        )
     return gx.ExpectationSuite(name=f"seed_{table.name}", expectations=expectations)
 
 
@@ -92,8 +122,12 @@ def _errors(result: Any) -> list[str]:
 
 def _failure(result: Any) -> dict[str, Any]:
     meta = result.expectation_config.meta or {}
-    detail: dict[str, Any] = {"table": meta.get("table"), "columns": meta.get("columns"), "check": meta.get("check"),
-                              "expectation": result.expectation_config.type}
+    detail: dict[str, Any] = {
+        "table": meta.get("table"),
+        "columns": meta.get("columns"),
+        "check": meta.get("check"),
+        "expectation": result.expectation_config.type,
+    }
     payload = result.result or {}
     if "observed_value" in payload:
         detail["observed"] = _plain(payload["observed_value"])
@@ -121,7 +155,11 @@ def validate_world(world: bytes) -> QualityCheck:
     tables = read_schema(conn)
     frames: dict[str, Any] = {}
     for table in tables:
-        select = f'SELECT rowid AS "{ROWID}", * FROM "{table.name}" ORDER BY rowid' if table.has_rowid else f'SELECT * FROM "{table.name}"'
+        select = (
+            f'SELECT rowid AS "{ROWID}", * FROM "{table.name}" ORDER BY rowid'
+            if table.has_rowid
+            else f'SELECT * FROM "{table.name}"'
+        )
         frames[table.name] = pd.read_sql(select, conn, dtype_backend="numpy_nullable")
     conn.close()
     batch_definition = _context()
@@ -131,7 +169,8 @@ def validate_world(world: bytes) -> QualityCheck:
         suite = _suite(table, frame, frames)
         index_columns = [ROWID] if table.has_rowid else table.primary_key[:1]
         result = batch_definition.get_batch(batch_parameters={"dataframe": frame}).validate(
-            suite, result_format={"result_format": "COMPLETE", "unexpected_index_column_names": index_columns})
+            suite, result_format={"result_format": "COMPLETE", "unexpected_index_column_names": index_columns}
+        )
         evaluated += len(result.results)
         failures.extend(_failure(r) for r in result.results if not r.success)
     failures.sort(key=lambda f: (f["table"] or "", f["check"] or ""))
@@ -139,7 +178,9 @@ def validate_world(world: bytes) -> QualityCheck:
     if failures:
         first = failures[0]
         where = f"{first['table']}" + (f".{','.join(first['columns'])}" if first["columns"] else "")
-        summary["reason"] = f"{len(failures)} of {evaluated} seed-data expectations failed (first: {where} {first['check']})"
+        summary["reason"] = (
+            f"{len(failures)} of {evaluated} seed-data expectations failed (first: {where} {first['check']})"
+        )
     return QualityCheck("expectations", not failures, summary, failures)
 
 

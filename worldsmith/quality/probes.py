@@ -12,6 +12,7 @@ from typing import Any
 
 from worldsmith.bundle.contract import Bundle
 from worldsmith.runtime.episode import Runtime
+from worldsmith.runtime.errors import RuntimeFault
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,9 @@ class SeedValues:
         conn = sqlite3.connect(":memory:")
         conn.deserialize(world)
         self.columns: dict[str, list[Any]] = {}
-        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'")]
+        tables = [
+            r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'")
+        ]
         for table in tables:
             cursor = conn.execute(f'SELECT * FROM "{table}" LIMIT 5')
             names = [d[0] for d in cursor.description]
@@ -55,10 +58,16 @@ class SeedValues:
         kinds = schema.get("type", "string")
         kind = next((k for k in kinds if k != "null"), "string") if isinstance(kinds, list) else kinds
         wanted = {"integer": int, "number": (int, float), "string": str, "boolean": bool}.get(kind)
-        candidates = [c for c in self.columns.get(name, []) if wanted and isinstance(c, wanted) and not isinstance(c, bool) or kind == "boolean" and isinstance(c, bool)]
+        candidates = [
+            c
+            for c in self.columns.get(name, [])
+            if wanted and isinstance(c, wanted) and not isinstance(c, bool) or kind == "boolean" and isinstance(c, bool)
+        ]
         if candidates:
             return self.rng.choice(candidates) if self.rng else candidates[0]
-        return {"integer": 1, "number": 1.0, "string": "test", "boolean": True, "array": [], "object": {}}.get(kind, "test")
+        return {"integer": 1, "number": 1.0, "string": "test", "boolean": True, "array": [], "object": {}}.get(
+            kind, "test"
+        )
 
 
 def sample_arguments(tool: dict[str, Any], seeds: SeedValues) -> dict[str, Any]:
@@ -76,7 +85,11 @@ def probe_tools(runtime: Runtime, bundle: Bundle) -> list[ProbeResult]:
             calls.setdefault(step.tool, step.arguments)
     seeds = SeedValues(bundle.world)
     results = []
-    with runtime.open_episode(bundle) as episode:
+    try:
+        episode = runtime.open_episode(bundle)
+    except RuntimeFault as exc:  # the tool module (or app) does not load: no tool can run
+        return [ProbeResult("tools load", bundle.env_id, False, str(exc))]
+    with episode:
         for tool in bundle.tools:
             arguments = calls.get(tool.name) or sample_arguments(tool.model_dump(), seeds)
             outcome = episode.call_tool(tool.name, arguments)
@@ -113,10 +126,24 @@ def probe_tasks(runtime: Runtime, bundle: Bundle) -> list[ProbeResult]:
             untouched = episode.verify("")
             status = getattr(untouched.status, "value", untouched.status)
             ok = status in ("incomplete", "partial")
-            results.append(ProbeResult("untouched rejected", task.id, ok, status if ok else f"{status}: {untouched.error or untouched.evidence}"))
+            results.append(
+                ProbeResult(
+                    "untouched rejected",
+                    task.id,
+                    ok,
+                    status if ok else f"{status}: {untouched.error or untouched.evidence}",
+                )
+            )
             if failure is None and task.solution:
                 changes = episode.diff(finals[0], finals[1])
-                results.append(ProbeResult("replay deterministic", task.id, changes.empty, "same database" if changes.empty else f"replays differ: {changes.counts()}"))
+                results.append(
+                    ProbeResult(
+                        "replay deterministic",
+                        task.id,
+                        changes.empty,
+                        "same database" if changes.empty else f"replays differ: {changes.counts()}",
+                    )
+                )
     return results
 
 
@@ -134,7 +161,9 @@ def check_environment(runtime: Runtime, bundle: Bundle, *, reuse: bool = False) 
             if bundle.runtime_key in _MEMO:
                 _MEMO.move_to_end(bundle.runtime_key)
                 return list(_MEMO[bundle.runtime_key])
-    results = probe_tools(runtime, bundle) + probe_tasks(runtime, bundle)
+    results = probe_tools(runtime, bundle)
+    if not any(r.probe == "tools load" for r in results):
+        results += probe_tasks(runtime, bundle)
     with _MEMO_LOCK:
         _MEMO[bundle.runtime_key] = results
         while len(_MEMO) > _MEMO_SIZE:

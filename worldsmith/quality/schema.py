@@ -64,7 +64,9 @@ def _checks(sql: str, table: TableSchema) -> None:
 def read_schema(conn: sqlite3.Connection) -> list[TableSchema]:
     """Every user table of `conn` with its declared constraints."""
     tables = []
-    rows = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name").fetchall()
+    rows = conn.execute(
+        "SELECT name, sql FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
+    ).fetchall()
     for name, sql in rows:
         info = conn.execute(f'PRAGMA table_info("{name}")').fetchall()
         columns = [r[1] for r in info]
@@ -78,8 +80,12 @@ def read_schema(conn: sqlite3.Connection) -> list[TableSchema]:
                 parent_column = pk[0] if pk else "rowid"
             foreign_keys.append((column, parent, parent_column))
         table = TableSchema(
-            name=name, columns=columns, primary_key=primary_key, not_null=[r[1] for r in info if r[3]],
-            foreign_keys=foreign_keys, has_rowid="WITHOUT ROWID" not in (sql or "").upper(),
+            name=name,
+            columns=columns,
+            primary_key=primary_key,
+            not_null=[r[1] for r in info if r[3]],
+            foreign_keys=foreign_keys,
+            has_rowid="WITHOUT ROWID" not in (sql or "").upper(),
         )
         _checks(sql or "", table)
         tables.append(table)

@@ -61,7 +61,9 @@ class Episode(Protocol):
     def __exit__(self, *exc: object) -> None: ...
 
 
-def checked_call(bundle: Bundle, name: str, arguments: dict[str, Any] | None) -> tuple[dict[str, Any], ToolResult | None]:
+def checked_call(
+    bundle: Bundle, name: str, arguments: dict[str, Any] | None
+) -> tuple[dict[str, Any], ToolResult | None]:
     """A call's arguments ({} for None) and, when the call is refused before any code runs (an
     unknown tool, arguments that break its schema), the `tool_error` that answers it."""
     arguments = {} if arguments is None else arguments
@@ -82,7 +84,9 @@ class Runtime:
         self._own_scratch = scratch is None
         root = scratch or Path(tempfile.mkdtemp(prefix="worldsmith-sandbox-"))
         self.pool = WorkerPool(self.limits, workers or settings.worker_count(), root.resolve())
-        self._app_pool: WorkerPool | None = None  # workers with the web stack, started when an ASGI environment needs one
+        self._app_pool: WorkerPool | None = (
+            None  # workers with the web stack, started when an ASGI environment needs one
+        )
         self._episodes: dict[str, SandboxEpisode] = {}
         self._lock = threading.Lock()
 
@@ -96,7 +100,9 @@ class Runtime:
             return self.pool
         with self._lock:
             if self._app_pool is None:
-                self._app_pool = WorkerPool(self.limits, self.pool.size, self.pool.scratch_root / "asgi", frameworks=True)
+                self._app_pool = WorkerPool(
+                    self.limits, self.pool.size, self.pool.scratch_root / "asgi", frameworks=True
+                )
             return self._app_pool
 
     def open_episode(self, bundle: Bundle, task: str | TaskSpec | None = None) -> SandboxEpisode:
@@ -122,11 +128,19 @@ class Runtime:
         worker = pool.acquire()
         key = "describe-" + uuid.uuid4().hex
         try:
-            header = {"op": "load_env", "env": key, "tools_kind": APP_TOOLS.name, "app": app_source, "verifiers": "",
-                      "tool_names": []}
+            header = {
+                "op": "load_env",
+                "env": key,
+                "tools_kind": APP_TOOLS.name,
+                "app": app_source,
+                "verifiers": "",
+                "tool_names": [],
+            }
             reply, _ = worker.request(header, [world], timeout=60)
             if reply["status"] == "ok":
-                reply, _ = worker.request({"op": "routes", "env": key}, timeout=self.limits.call_timeout_s * 4 + self.limits.grace_s)
+                reply, _ = worker.request(
+                    {"op": "routes", "env": key}, timeout=self.limits.call_timeout_s * 4 + self.limits.grace_s
+                )
             if reply["status"] != "ok":
                 raise RuntimeFault(f"the app does not load: {reply.get('error')}")
             return reply["tools"]
@@ -181,16 +195,23 @@ class SandboxEpisode:
             worker = pool.acquire()
             try:
                 pool.ensure_env(worker, self.bundle)
-                reply, _ = worker.request({"op": "open", "episode": self.id, "env": self.bundle.runtime_key},
-                                          [self._base] if self._base is not None else [],
-                                          timeout=self._timeout())
+                reply, _ = worker.request(
+                    {"op": "open", "episode": self.id, "env": self.bundle.runtime_key},
+                    [self._base] if self._base is not None else [],
+                    timeout=self._timeout(),
+                )
                 if reply["status"] != "ok":
                     pool.release(worker)
                     raise RuntimeFault(f"opening an episode of {self.bundle.env_id} failed: {reply.get('error')}")
                 for tool, arguments in self._journal:
-                    replayed, _ = worker.request({"op": "call", "episode": self.id, "tool": tool, "arguments": arguments}, timeout=self._timeout())
+                    replayed, _ = worker.request(
+                        {"op": "call", "episode": self.id, "tool": tool, "arguments": arguments},
+                        timeout=self._timeout(),
+                    )
                     if replayed["status"] != "ok":
-                        self._broken = f"episode state lost: replaying {tool} on a new worker failed ({replayed.get('error')})"
+                        self._broken = (
+                            f"episode state lost: replaying {tool} on a new worker failed ({replayed.get('error')})"
+                        )
                         break
                 return worker
             except WorkerLost:
@@ -201,7 +222,9 @@ class SandboxEpisode:
         limits = self.runtime.limits
         return calls * limits.call_timeout_s + limits.grace_s
 
-    def _request(self, header: dict[str, Any], blobs: list[bytes] | tuple[bytes, ...] = (), *, calls: int = 1) -> tuple[dict[str, Any], list[bytes]]:
+    def _request(
+        self, header: dict[str, Any], blobs: list[bytes] | tuple[bytes, ...] = (), *, calls: int = 1
+    ) -> tuple[dict[str, Any], list[bytes]]:
         """Send a request for this episode, moving it to a fresh worker if its worker is gone.
 
         The effects of a request lost in flight died with its worker, so it may run again: once,

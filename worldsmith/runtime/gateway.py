@@ -59,7 +59,9 @@ def tool_result_to_mcp(result: ToolResult) -> types.CallToolResult:
     """What the agent sees of a tool call: the JSON value, or an error text (is_error)."""
     if result.ok:
         structured = result.value if isinstance(result.value, dict) else {"result": result.value}
-        return types.CallToolResult(content=[types.TextContent(text=json.dumps(result.value))], structured_content=structured)
+        return types.CallToolResult(
+            content=[types.TextContent(text=json.dumps(result.value))], structured_content=structured
+        )
     prefix = "error" if result.status == "tool_error" else "environment error"
     return types.CallToolResult(content=[types.TextContent(text=f"{prefix}: {result.error}")], is_error=True)
 
@@ -67,7 +69,9 @@ def tool_result_to_mcp(result: ToolResult) -> types.CallToolResult:
 class Gateway:
     """The gateway's state: hosted bundles, one MCP server and session manager per env, live sessions."""
 
-    def __init__(self, runtime: Runtime, bundles: list[Bundle], *, session_idle_s: float = 900.0, max_sessions: int = 4096):
+    def __init__(
+        self, runtime: Runtime, bundles: list[Bundle], *, session_idle_s: float = 900.0, max_sessions: int = 4096
+    ):
         ids = [b.env_id for b in bundles]
         duplicates = sorted({i for i in ids if ids.count(i) > 1})
         if duplicates:
@@ -77,7 +81,10 @@ class Gateway:
         self.sessions: dict[str, Episode] = {}
         self.managers = {
             env_id: StreamableHTTPSessionManager(
-                app=self._server(bundle), stateless=False, session_idle_timeout=session_idle_s, max_sessions=max_sessions
+                app=self._server(bundle),
+                stateless=False,
+                session_idle_timeout=session_idle_s,
+                max_sessions=max_sessions,
             )
             for env_id, bundle in self.bundles.items()
         }
@@ -85,7 +92,9 @@ class Gateway:
     def _server(self, bundle: Bundle) -> Server:
         tools = [types.Tool(name=t.name, description=t.description, input_schema=t.parameters) for t in bundle.tools]
 
-        async def open_episode(ctx: ServerRequestContext, call_next: Callable[[ServerRequestContext], Awaitable[Any]]) -> Any:
+        async def open_episode(
+            ctx: ServerRequestContext, call_next: Callable[[ServerRequestContext], Awaitable[Any]]
+        ) -> Any:
             if ctx.method == "initialize":
                 connection = _connection(ctx)
                 task_id = ctx.request.query_params.get("task") if ctx.request is not None else None
@@ -105,7 +114,9 @@ class Gateway:
                 connection.exit_stack.push_async_callback(close_episode)
             return await call_next(ctx)
 
-        async def list_tools(ctx: ServerRequestContext, params: types.PaginatedRequestParams | None) -> types.ListToolsResult:
+        async def list_tools(
+            ctx: ServerRequestContext, params: types.PaginatedRequestParams | None
+        ) -> types.ListToolsResult:
             return types.ListToolsResult(tools=tools)
 
         async def call_tool(ctx: ServerRequestContext, params: types.CallToolRequestParams) -> types.CallToolResult:
@@ -115,13 +126,20 @@ class Gateway:
             result = await anyio.to_thread.run_sync(episode.call_tool, params.name, params.arguments or {})
             return tool_result_to_mcp(result)
 
-        server = Server(f"worldsmith/{bundle.env_id}", version=worldsmith.__version__, on_list_tools=list_tools, on_call_tool=call_tool)
+        server = Server(
+            f"worldsmith/{bundle.env_id}",
+            version=worldsmith.__version__,
+            on_list_tools=list_tools,
+            on_call_tool=call_tool,
+        )
         server.middleware.append(_sessions_only)
         server.middleware.append(open_episode)
         return server
 
     async def _index(self, request: Request) -> JSONResponse:
-        return JSONResponse({"envs": {env_id: f"/envs/{env_id}/mcp" for env_id in self.bundles}, "sessions": len(self.sessions)})
+        return JSONResponse(
+            {"envs": {env_id: f"/envs/{env_id}/mcp" for env_id in self.bundles}, "sessions": len(self.sessions)}
+        )
 
     def app(self) -> Starlette:
         @contextlib.asynccontextmanager
@@ -131,7 +149,9 @@ class Gateway:
                     await stack.enter_async_context(manager.run())
                 yield
 
-        routes = [Route(f"/envs/{env_id}/mcp", endpoint=StreamableHTTPASGIApp(m)) for env_id, m in self.managers.items()]
+        routes = [
+            Route(f"/envs/{env_id}/mcp", endpoint=StreamableHTTPASGIApp(m)) for env_id, m in self.managers.items()
+        ]
         routes.append(Route("/envs", endpoint=self._index))
         routes.append(Route("/healthz", endpoint=lambda request: JSONResponse({"ok": True})))
         return Starlette(routes=routes, lifespan=lifespan)
@@ -170,7 +190,9 @@ class BackgroundServer:
         self._thread.join(timeout=30)
 
 
-def serve(runtime: Runtime, bundles: list[Bundle], host: str, port: int, *, session_idle_s: float, max_sessions: int) -> None:
+def serve(
+    runtime: Runtime, bundles: list[Bundle], host: str, port: int, *, session_idle_s: float, max_sessions: int
+) -> None:
     """Serve `bundles` until interrupted."""
     gateway = Gateway(runtime, bundles, session_idle_s=session_idle_s, max_sessions=max_sessions)
     uvicorn.run(gateway.app(), host=host, port=port, log_level="info")

@@ -3,7 +3,9 @@
 A `SandboxWorker` is one confined child process serving one request at a time; callers on
 many threads share it through a lock. A request that overruns its deadline gets the worker
 killed; a worker whose reply says it ran code that broke a limit is retired right after.
-Either way the pool starts a fresh worker in its place on the next `acquire`.
+Either way the pool starts a fresh worker in its place on the next `acquire`. Nothing a worker
+sends can grow the parent without bound: frames are checked against size limits before they are
+read (a worker breaking them is killed), and its stderr is kept as a short tail of capped lines.
 """
 
 from __future__ import annotations
@@ -25,14 +27,17 @@ from typing import Any
 import worldsmith
 from worldsmith.bundle.contract import Bundle
 from worldsmith.runtime.errors import RuntimeFault, WorkerLost
-from worldsmith.runtime.sandbox.protocol import FrameReader, ProtocolClosed, ProtocolTimeout, write_frame
+from worldsmith.runtime.sandbox.protocol import (
+    FrameReader,
+    ProtocolClosed,
+    ProtocolTimeout,
+    ProtocolViolation,
+    write_frame,
+)
 from worldsmith.settings import Settings, get_settings
 
 _PACKAGE_ROOT = str(Path(worldsmith.__file__).resolve().parent.parent)
-_BOOTSTRAP = (
-    "import sys; sys.path.insert(0, sys.argv[2]); "
-    "from worldsmith.runtime.sandbox.worker import main; main()"
-)
+_BOOTSTRAP = "import sys; sys.path.insert(0, sys.argv[2]); from worldsmith.runtime.sandbox.worker import main; main()"
 #: The only environment variables a worker gets: nothing secret can leak through them.
 WORKER_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": "/nonexistent"}
 
@@ -53,8 +58,62 @@ class SandboxLimits:
     @classmethod
     def from_settings(cls, settings: Settings | None = None) -> SandboxLimits:
         s = settings or get_settings()
-        return cls(call_timeout_s=s.sandbox_call_timeout_s, cpu_s=s.sandbox_cpu_s, memory_mb=s.sandbox_memory_mb,
-                   file_size_mb=s.sandbox_file_size_mb, uid=s.sandbox_uid)
+        return cls(
+            call_timeout_s=s.sandbox_call_timeout_s,
+            cpu_s=s.sandbox_cpu_s,
+            memory_mb=s.sandbox_memory_mb,
+            file_size_mb=s.sandbox_file_size_mb,
+            uid=s.sandbox_uid,
+        )
+
+
+class StderrTail:
+    """The last `lines` lines a stream wrote, each cut to `line_chars`: read in chunks, so a flood
+    (even one line of hundreds of MB) costs the parent at most about `lines * line_chars` bytes."""
+
+    def __init__(self, lines: int = 40, line_chars: int = 2000, chunk: int = 1 << 16):
+        self.line_chars = line_chars
+        self.chunk = chunk
+        self._lines: collections.deque[str] = collections.deque(maxlen=lines)
+        self._partial = bytearray()
+        self._dropped = 0  # bytes of the current line beyond `line_chars`
+
+    def feed(self, data: bytes) -> None:
+        """Take the next bytes the stream wrote."""
+        *complete, rest = data.split(b"\n")
+        for piece in complete:
+            self._add(piece)
+            self._end_line()
+        self._add(rest)
+
+    def _add(self, piece: bytes) -> None:
+        room = self.line_chars - len(self._partial)
+        self._partial += piece[: max(room, 0)]
+        self._dropped += max(len(piece) - max(room, 0), 0)
+
+    def _end_line(self) -> None:
+        text = self._partial.decode(errors="replace").rstrip()
+        if self._dropped:
+            text += f"...[truncated {self._dropped} bytes]"
+        self._lines.append(text)
+        self._partial.clear()
+        self._dropped = 0
+
+    def drain(self, fd: int) -> None:
+        """Read `fd` to its end (a worker's stderr, on a thread of its own)."""
+        while True:
+            try:
+                data = os.read(fd, self.chunk)
+            except OSError:
+                return
+            if not data:
+                if self._partial or self._dropped:
+                    self._end_line()
+                return
+            self.feed(data)
+
+    def tail(self, lines: int = 5) -> str:
+        return " | ".join(list(self._lines)[-lines:])
 
 
 class SandboxWorker:
@@ -70,49 +129,68 @@ class SandboxWorker:
         self.layers: dict[str, str] = {}
         self.dead_reason: str | None = None
         self._lock = threading.Lock()
-        self._stderr: collections.deque[str] = collections.deque(maxlen=40)
+        self._stderr = StderrTail()
         config = {
-            "scratch": str(self.scratch), "uid": limits.uid, "memory_mb": limits.memory_mb,
-            "file_size_mb": limits.file_size_mb, "lifetime_cpu_s": limits.lifetime_cpu_s,
-            "call_timeout_s": limits.call_timeout_s, "cpu_s": limits.cpu_s, "frameworks": frameworks,
+            "scratch": str(self.scratch),
+            "uid": limits.uid,
+            "memory_mb": limits.memory_mb,
+            "file_size_mb": limits.file_size_mb,
+            "lifetime_cpu_s": limits.lifetime_cpu_s,
+            "call_timeout_s": limits.call_timeout_s,
+            "cpu_s": limits.cpu_s,
+            "frameworks": frameworks,
         }
         # Stdlib-only workers start without site-packages (-S); workers of ASGI environments need the
         # web stack installed there and import it before they confine themselves.
         flags = ["-I", "-B"] if frameworks else ["-I", "-S", "-B"]
         self.process = subprocess.Popen(
             [sys.executable, *flags, "-c", _BOOTSTRAP, json.dumps(config), _PACKAGE_ROOT],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env=WORKER_ENV, cwd="/", close_fds=True, start_new_session=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=WORKER_ENV,
+            cwd="/",
+            close_fds=True,
+            start_new_session=True,
         )
-        threading.Thread(target=self._drain_stderr, daemon=True, name=f"sandbox-stderr-{self.name}").start()
-        self._reader = FrameReader(self.process.stdout.fileno())
+        assert self.process.stderr is not None and self.process.stdout is not None
+        threading.Thread(
+            target=self._stderr.drain,
+            args=(self.process.stderr.fileno(),),
+            daemon=True,
+            name=f"sandbox-stderr-{self.name}",
+        ).start()
+        # a worker cannot legitimately send more than its address space holds
+        self._reader = FrameReader(self.process.stdout.fileno(), max_blobs=limits.memory_mb * 1024 * 1024)
         try:
             hello, _ = self._reader.read(time.monotonic() + limits.start_timeout_s)
-        except (ProtocolClosed, ProtocolTimeout) as exc:
+        except (ProtocolClosed, ProtocolTimeout, ProtocolViolation) as exc:
             self.kill(f"failed to start: {exc}")
             raise RuntimeFault(f"sandbox worker failed to start: {exc}; stderr: {self.stderr_tail()}") from None
         self.pid = hello["pid"]
         self.layers = hello["layers"]
 
-    def _drain_stderr(self) -> None:
-        assert self.process.stderr is not None
-        for line in iter(self.process.stderr.readline, b""):
-            self._stderr.append(line.decode(errors="replace").rstrip())
-
     def stderr_tail(self, lines: int = 5) -> str:
-        return " | ".join(list(self._stderr)[-lines:])
+        return self._stderr.tail(lines)
 
     @property
     def alive(self) -> bool:
         return self.dead_reason is None and self.process.poll() is None
 
     def _death(self) -> str:
-        code = self.process.wait(timeout=5)
+        """Why the worker went away; one still running after a short grace (blocked or silent) is killed."""
+        try:
+            code = self.process.wait(timeout=self.limits.grace_s)
+        except subprocess.TimeoutExpired:
+            self._stop()
+            return "sandbox worker closed its reply channel but did not exit; killed"
         how = f"killed by {signal.Signals(-code).name}" if code < 0 else f"exited with status {code}"
         tail = self.stderr_tail()
         return f"sandbox worker {how}" + (f" ({tail})" if tail else "")
 
-    def request(self, header: dict[str, Any], blobs: list[bytes] | tuple[bytes, ...] = (), *, timeout: float) -> tuple[dict[str, Any], list[bytes]]:
+    def request(
+        self, header: dict[str, Any], blobs: list[bytes] | tuple[bytes, ...] = (), *, timeout: float
+    ) -> tuple[dict[str, Any], list[bytes]]:
         """Send one request and wait for its reply; raises `WorkerLost` if the worker is or goes away."""
         with self._lock:
             if not self.alive:
@@ -133,20 +211,27 @@ class SandboxWorker:
                 reason = self._death()
                 self.kill(reason)
                 raise WorkerLost(f"{reason}; worker replaced", in_flight=True, limit="crash") from None
+            except ProtocolViolation as exc:
+                reason = f"sandbox limit protocol: the worker sent an invalid reply ({exc}); worker killed and replaced"
+                self.kill(reason)
+                raise WorkerLost(reason, in_flight=True, limit="protocol") from None
             if reply.get("retire"):
                 self.kill("retired after running code that broke a sandbox limit")
             return reply, reply_blobs
 
-    def kill(self, reason: str) -> None:
-        """Stop the process (if running) and remember why; its scratch directory is removed."""
-        if self.dead_reason is None:
-            self.dead_reason = reason
+    def _stop(self) -> None:
         if self.process.poll() is None:
             try:
                 os.killpg(self.process.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
             self.process.wait(timeout=10)
+
+    def kill(self, reason: str) -> None:
+        """Stop the process (if running) and remember why; its scratch directory is removed."""
+        if self.dead_reason is None:
+            self.dead_reason = reason
+        self._stop()
         for stream in (self.process.stdin, self.process.stdout):
             try:
                 stream.close()
@@ -204,9 +289,15 @@ class WorkerPool:
         tools_kind = bundle.tools_kind
         code = tools_kind.code_fields(bundle.files, bundle.manifest.origin)
         reply, _ = worker.request(
-            {"op": "load_env", "env": bundle.runtime_key, "tools_kind": tools_kind.name, **code,
-             "verifiers": bundle.text("verifiers.py"), "verifiers_kind": bundle.verifiers_kind.name,
-             "tool_names": [t.name for t in bundle.tools]},
+            {
+                "op": "load_env",
+                "env": bundle.runtime_key,
+                "tools_kind": tools_kind.name,
+                **code,
+                "verifiers": bundle.text("verifiers.py"),
+                "verifiers_kind": bundle.verifiers_kind.name,
+                "tool_names": [t.name for t in bundle.tools],
+            },
             [bundle.world],
             timeout=60,
         )

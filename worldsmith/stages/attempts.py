@@ -20,12 +20,31 @@ class AttemptLog:
     attempts: list[StageAttempt] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def record(self, *, env_id: str | None, stage: str, attempt: int, outcome: str, usage: Usage | None = None,
-               error_class: str | None = None, error_text: str | None = None) -> StageAttempt:
+    def record(
+        self,
+        *,
+        env_id: str | None,
+        stage: str,
+        attempt: int,
+        outcome: str,
+        usage: Usage | None = None,
+        error_class: str | None = None,
+        error_text: str | None = None,
+    ) -> StageAttempt:
         usage = usage or Usage()
-        row = StageAttempt(run_id=self.run_id, env_id=env_id, stage=stage, attempt=attempt, outcome=outcome,
-                           error_class=error_class, error_text=(error_text or None) and error_text[:8000],
-                           tokens_in=usage.tokens_in, tokens_out=usage.tokens_out, cost_usd=usage.cost_usd, seconds=usage.seconds)
+        row = StageAttempt(
+            run_id=self.run_id,
+            env_id=env_id,
+            stage=stage,
+            attempt=attempt,
+            outcome=outcome,
+            error_class=error_class,
+            error_text=(error_text or None) and error_text[:8000],
+            tokens_in=usage.tokens_in,
+            tokens_out=usage.tokens_out,
+            cost_usd=usage.cost_usd,
+            seconds=usage.seconds,
+        )
         if self.catalog is not None:
             with self.catalog.session() as session:
                 session.add(row)
@@ -49,10 +68,17 @@ def stage_summary(attempts: list[StageAttempt]) -> list[dict[str, object]]:
         first = sum(1 for inv in invocations if inv[0].outcome == "success")
         repaired = sum(1 for inv in invocations if inv[0].outcome != "success" and inv[-1].outcome == "success")
         rows = [a for inv in invocations for a in inv]
-        summary.append({
-            "stage": stage, "invocations": n, "first_attempt_success": round(first / n, 3), "repair_rate": round(repaired / n, 3),
-            "failure_rate": round((n - first - repaired) / n, 3), "mean_attempts": round(len(rows) / n, 2),
-            "tokens_in": sum(a.tokens_in for a in rows), "tokens_out": sum(a.tokens_out for a in rows),
-            "cost_usd": round(sum(a.cost_usd for a in rows), 6),
-        })
+        summary.append(
+            {
+                "stage": stage,
+                "invocations": n,
+                "first_attempt_success": round(first / n, 3),
+                "repair_rate": round(repaired / n, 3),
+                "failure_rate": round((n - first - repaired) / n, 3),
+                "mean_attempts": round(len(rows) / n, 2),
+                "tokens_in": sum(a.tokens_in for a in rows),
+                "tokens_out": sum(a.tokens_out for a in rows),
+                "cost_usd": round(sum(a.cost_usd for a in rows), 6),
+            }
+        )
     return summary

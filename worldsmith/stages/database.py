@@ -19,22 +19,44 @@ def _fail_on(faults: list, kind: str) -> None:
         raise CheckFailed(kind, "\n".join(str(issue) for issue in sql_issues(faults)))
 
 
-def run_database_stage(work: EnvWork, generator: Generator, log: AttemptLog, max_attempts: int, feedback: str | None = None) -> EnvWork:
+def run_database_stage(
+    work: EnvWork, generator: Generator, log: AttemptLog, max_attempts: int, feedback: str | None = None
+) -> EnvWork:
     def schema_prompt(extra: str | None) -> Prompt:
-        system, user = render("schema", name=work.scenario.name, description=work.scenario.description,
-                              tasks=work.task_lines(), feedback=extra or "")
+        system, user = render(
+            "schema",
+            name=work.scenario.name,
+            description=work.scenario.description,
+            tasks=work.task_lines(),
+            feedback=extra or "",
+        )
         return Prompt("schema", system, user, work.context(extra))
 
     def check(spec: SchemaSpec) -> str:
         _fail_on(check_schema(spec.schema_sql), "sql_error")
         return spec.schema_sql
 
-    schema_sql = run_with_repair(stage=Stage.DATABASE.step("schema"), env_id=work.env_id,
-                                 generator=generator, prompt=schema_prompt,
-                                 spec=SchemaSpec, check=check, log=log, max_attempts=max_attempts, first_feedback=feedback)
+    schema_sql = run_with_repair(
+        stage=Stage.DATABASE.step("schema"),
+        env_id=work.env_id,
+        generator=generator,
+        prompt=schema_prompt,
+        spec=SchemaSpec,
+        check=check,
+        log=log,
+        max_attempts=max_attempts,
+        first_feedback=feedback,
+    )
 
     def seed_prompt(extra: str | None) -> Prompt:
-        system, user = render("seed", name=work.scenario.name, description=work.scenario.description, schema=schema_sql, tasks=work.task_lines(), feedback=extra or "")
+        system, user = render(
+            "seed",
+            name=work.scenario.name,
+            description=work.scenario.description,
+            schema=schema_sql,
+            tasks=work.task_lines(),
+            feedback=extra or "",
+        )
         return Prompt("seed", system, user, work.context(extra))
 
     def check_seed(spec: SeedSpec) -> str:
@@ -42,7 +64,14 @@ def run_database_stage(work: EnvWork, generator: Generator, log: AttemptLog, max
         _fail_on(faults, "seed_error")
         return spec.seed_sql
 
-    seed_sql = run_with_repair(stage=Stage.DATABASE.step("seed"), env_id=work.env_id,
-                               generator=generator, prompt=seed_prompt,
-                               spec=SeedSpec, check=check_seed, log=log, max_attempts=max_attempts)
+    seed_sql = run_with_repair(
+        stage=Stage.DATABASE.step("seed"),
+        env_id=work.env_id,
+        generator=generator,
+        prompt=seed_prompt,
+        spec=SeedSpec,
+        check=check_seed,
+        log=log,
+        max_attempts=max_attempts,
+    )
     return work.model_copy(update={"schema_sql": schema_sql, "seed_sql": seed_sql})

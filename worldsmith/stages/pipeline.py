@@ -56,14 +56,20 @@ def run_stages(work: EnvWork, stages: Mapping[Stage, StageRunner], validate: Val
             if validation.back_to is None:
                 return BuildResult(work.env_id, validation.bundle, validation.checks)
             start, feedback = ENVIRONMENT_STAGES.index(validation.back_to), feedback_text(validation.error, "")
-        return BuildResult(work.env_id, validation.bundle, validation.checks, Stage.VALIDATE.value,
-                           f"validation kept failing: {validation.error}")
+        return BuildResult(
+            work.env_id,
+            validation.bundle,
+            validation.checks,
+            Stage.VALIDATE.value,
+            f"validation kept failing: {validation.error}",
+        )
     except StageFailed as failed:
         return BuildResult(work.env_id, None, [], failed.stage, str(failed))
 
 
-def build_environment(scenario: Scenario, seed: int, generator: Generator, runtime: Runtime, log: AttemptLog,
-                      max_attempts: int = 5) -> BuildResult:
+def build_environment(
+    scenario: Scenario, seed: int, generator: Generator, runtime: Runtime, log: AttemptLog, max_attempts: int = 5
+) -> BuildResult:
     """Generate and validate one environment in this process, each stage a plain function call
     (the generate flow runs the same stages as Prefect tasks through `run_stages`)."""
     stages: dict[Stage, StageRunner] = {

@@ -43,8 +43,10 @@ def _retried(usage: Usage) -> str:
 
 def feedback_text(error: str, output: str) -> str:
     shown = output if len(output) <= FEEDBACK_CHARS else output[:FEEDBACK_CHARS] + "\n... (truncated)"
-    return ("Your previous answer was rejected. The error was:\n"
-            f"{error}\n\nYour previous answer was:\n{shown}\n\nFix the problem and answer again in full.")
+    return (
+        "Your previous answer was rejected. The error was:\n"
+        f"{error}\n\nYour previous answer was:\n{shown}\n\nFix the problem and answer again in full."
+    )
 
 
 def run_with_repair(
@@ -70,13 +72,27 @@ def run_with_repair(
             usage = getattr(fault, "usage", Usage())
             usage.seconds = usage.seconds or time.perf_counter() - started
             error = f"{type(fault).__name__}: {fault}"
-            log.record(env_id=env_id, stage=stage, attempt=attempt, outcome="failure", usage=usage, error_class="output",
-                       error_text=error + _retried(usage))
+            log.record(
+                env_id=env_id,
+                stage=stage,
+                attempt=attempt,
+                outcome="failure",
+                usage=usage,
+                error_class="output",
+                error_text=error + _retried(usage),
+            )
             feedback = feedback_text(error, fault.text)
             continue
         except TransientFault as fault:
-            log.record(env_id=env_id, stage=stage, attempt=attempt, outcome="transient", usage=getattr(fault, "usage", None),
-                       error_class="transient", error_text=str(fault))
+            log.record(
+                env_id=env_id,
+                stage=stage,
+                attempt=attempt,
+                outcome="transient",
+                usage=getattr(fault, "usage", None),
+                error_class="transient",
+                error_text=str(fault),
+            )
             raise
         usage = generation.usage
         try:
@@ -84,13 +100,27 @@ def run_with_repair(
         except CheckFailed as failed:
             usage.seconds = time.perf_counter() - started
             error = f"{failed.kind}: {failed}"
-            log.record(env_id=env_id, stage=stage, attempt=attempt, outcome="failure", usage=usage, error_class=failed.kind,
-                       error_text=str(failed) + _retried(usage))
+            log.record(
+                env_id=env_id,
+                stage=stage,
+                attempt=attempt,
+                outcome="failure",
+                usage=usage,
+                error_class=failed.kind,
+                error_text=str(failed) + _retried(usage),
+            )
             feedback = feedback_text(error, generation.raw)
             continue
         usage.seconds = time.perf_counter() - started
         retried = "; ".join(usage.retries) or None  # transient faults the client recovered from
-        log.record(env_id=env_id, stage=stage, attempt=attempt, outcome="success", usage=usage,
-                   error_class="retried" if retried else None, error_text=retried)
+        log.record(
+            env_id=env_id,
+            stage=stage,
+            attempt=attempt,
+            outcome="success",
+            usage=usage,
+            error_class="retried" if retried else None,
+            error_text=retried,
+        )
         return result
     raise StageFailed(stage, max_attempts, error)

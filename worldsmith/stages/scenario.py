@@ -48,7 +48,9 @@ def similarity(texts: list[str], embed: Embed | None = None):
     return cosine_similarity(TfidfVectorizer(stop_words="english", sublinear_tf=True).fit_transform(texts))
 
 
-def novel(candidates: list[Scenario], known: list[Scenario], threshold: float = DUPLICATE_COSINE, embed: Embed | None = None) -> tuple[list[Scenario], list[str]]:
+def novel(
+    candidates: list[Scenario], known: list[Scenario], threshold: float = DUPLICATE_COSINE, embed: Embed | None = None
+) -> tuple[list[Scenario], list[str]]:
     """The candidates that are not near-duplicates of `known` or of each other, and why the others were dropped."""
     if not candidates:
         return [], []
@@ -65,38 +67,61 @@ def novel(candidates: list[Scenario], known: list[Scenario], threshold: float = 
         rivals = list(range(len(known))) + [len(known) + a for a in accepted]
         closest = max(rivals, key=lambda j: matrix[index][j], default=None)
         if closest is not None and matrix[index][closest] >= threshold:
-            dropped.append(f"{scenario.name!r} is a near-duplicate of {texts[closest].split('.')[0]!r} (cosine {matrix[index][closest]:.2f})")
+            dropped.append(
+                f"{scenario.name!r} is a near-duplicate of {texts[closest].split('.')[0]!r} (cosine {matrix[index][closest]:.2f})"
+            )
             continue
         accepted.append(offset)
         names.add(scenario.name.lower())
     return [candidates[i] for i in accepted], dropped
 
 
-def expand_scenarios(seeds: list[Scenario], count: int, generator: Generator, log: AttemptLog, *, max_attempts: int = 5,
-                     embed: Embed | None = None) -> list[Scenario]:
+def expand_scenarios(
+    seeds: list[Scenario],
+    count: int,
+    generator: Generator,
+    log: AttemptLog,
+    *,
+    max_attempts: int = 5,
+    embed: Embed | None = None,
+) -> list[Scenario]:
     """`count` new scenarios in the spirit of `seeds`, none a near-duplicate of another or of a seed."""
     accepted: list[Scenario] = []
     for round_number in range(max_attempts):
         missing = count - len(accepted)
         if missing <= 0:
             break
-        examples = seeds[round_number * EXAMPLES % max(len(seeds), 1):][:EXAMPLES] or seeds[:EXAMPLES]
+        examples = seeds[round_number * EXAMPLES % max(len(seeds), 1) :][:EXAMPLES] or seeds[:EXAMPLES]
 
         def prompt(extra: str | None) -> Prompt:
             listing = "\n".join(f"- {s.name}: {s.description}" for s in examples)
             system, user = render("scenario", examples=listing, count=missing, feedback=extra or "")
-            context = {"examples": [s.model_dump() for s in seeds], "count": missing, "round": round_number, "feedback": extra}
+            context = {
+                "examples": [s.model_dump() for s in seeds],
+                "count": missing,
+                "round": round_number,
+                "feedback": extra,
+            }
             return Prompt("scenario", system, user, context)
 
         def check(batch: ScenarioBatch) -> list[Scenario]:
             fresh, dropped = novel(batch.scenarios, seeds + accepted, embed=embed)
             if not fresh:
-                raise CheckFailed("duplicates", "every proposed scenario was a near-duplicate: " + "; ".join(dropped[:10]))
+                raise CheckFailed(
+                    "duplicates", "every proposed scenario was a near-duplicate: " + "; ".join(dropped[:10])
+                )
             return fresh
 
-        fresh = run_with_repair(stage=Stage.SCENARIO.value, env_id=None,
-                                generator=generator, prompt=prompt, spec=ScenarioBatch,
-                                check=check, log=log, max_attempts=max_attempts)
+        fresh = run_with_repair(
+            stage=Stage.SCENARIO.value,
+            env_id=None,
+            generator=generator,
+            prompt=prompt,
+            spec=ScenarioBatch,
+            check=check,
+            log=log,
+            max_attempts=max_attempts,
+        )
         accepted += balanced(fresh, accepted, missing)
     return accepted
 

@@ -24,12 +24,28 @@ def check_tasks(tasks: TaskList) -> TaskList:
     return tasks
 
 
-def run_tasks_stage(work: EnvWork, generator: Generator, log: AttemptLog, max_attempts: int, feedback: str | None = None) -> EnvWork:
+def run_tasks_stage(
+    work: EnvWork, generator: Generator, log: AttemptLog, max_attempts: int, feedback: str | None = None
+) -> EnvWork:
     def prompt(extra: str | None) -> Prompt:
-        system, user = render("tasks", name=work.scenario.name, description=work.scenario.description, count=TASK_COUNT, feedback=extra or "")
+        system, user = render(
+            "tasks",
+            name=work.scenario.name,
+            description=work.scenario.description,
+            count=TASK_COUNT,
+            feedback=extra or "",
+        )
         return Prompt("tasks", system, user, work.context(extra))
 
-    tasks = run_with_repair(stage=Stage.TASKS.value, env_id=work.env_id,
-                            generator=generator, prompt=prompt, spec=TaskList,
-                            check=check_tasks, log=log, max_attempts=max_attempts, first_feedback=feedback)
+    tasks = run_with_repair(
+        stage=Stage.TASKS.value,
+        env_id=work.env_id,
+        generator=generator,
+        prompt=prompt,
+        spec=TaskList,
+        check=check_tasks,
+        log=log,
+        max_attempts=max_attempts,
+        first_feedback=feedback,
+    )
     return work.model_copy(update={"tasks": tasks})

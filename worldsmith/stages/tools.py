@@ -31,7 +31,9 @@ def check_plan(plan: ToolPlan) -> ToolPlan:
         try:
             jsonschema.Draft202012Validator.check_schema(tool.parameters)
         except jsonschema.SchemaError as exc:
-            raise CheckFailed("bad_schema", f"tool {tool.name}: parameters are not a valid JSON Schema: {exc.message}") from None
+            raise CheckFailed(
+                "bad_schema", f"tool {tool.name}: parameters are not a valid JSON Schema: {exc.message}"
+            ) from None
         if tool.parameters.get("type") != "object":
             raise CheckFailed("bad_schema", f"tool {tool.name}: parameters must be a JSON Schema of type object")
     return plan
@@ -43,22 +45,53 @@ def tools_only_bundle(work: EnvWork, tools_py: str, tools: list[dict]) -> Bundle
     if world is None:
         raise CheckFailed("seed_error", f"the database does not build: {faults[0].problem}")
     files = {"tools.py": tools_py.encode(), "verifiers.py": b"", "world.db": world}
-    manifest = Manifest(env_id=work.env_id, scenario=work.scenario, artifacts={n: artifact_digest(d) for n, d in files.items()})
+    manifest = Manifest(
+        env_id=work.env_id, scenario=work.scenario, artifacts={n: artifact_digest(d) for n, d in files.items()}
+    )
     return Bundle(manifest=manifest, files=files, tasks=(), tools=tuple(ToolSchema.model_validate(t) for t in tools))
 
 
-def run_tools_stage(work: EnvWork, generator: Generator, runtime: Runtime, log: AttemptLog, max_attempts: int, feedback: str | None = None) -> EnvWork:
+def run_tools_stage(
+    work: EnvWork,
+    generator: Generator,
+    runtime: Runtime,
+    log: AttemptLog,
+    max_attempts: int,
+    feedback: str | None = None,
+) -> EnvWork:
     def plan_prompt(extra: str | None) -> Prompt:
-        system, user = render("tool_plan", name=work.scenario.name, description=work.scenario.description, schema=work.schema_sql, tasks=work.task_lines(), feedback=extra or "")
+        system, user = render(
+            "tool_plan",
+            name=work.scenario.name,
+            description=work.scenario.description,
+            schema=work.schema_sql,
+            tasks=work.task_lines(),
+            feedback=extra or "",
+        )
         return Prompt("tool_plan", system, user, work.context(extra))
 
-    plan = run_with_repair(stage=Stage.TOOLS.step("spec"), env_id=work.env_id,
-                           generator=generator, prompt=plan_prompt, spec=ToolPlan,
-                           check=check_plan, log=log, max_attempts=max_attempts, first_feedback=feedback)
+    plan = run_with_repair(
+        stage=Stage.TOOLS.step("spec"),
+        env_id=work.env_id,
+        generator=generator,
+        prompt=plan_prompt,
+        spec=ToolPlan,
+        check=check_plan,
+        log=log,
+        max_attempts=max_attempts,
+        first_feedback=feedback,
+    )
     planned = work.model_copy(update={"tool_plan": plan})
 
     def code_prompt(extra: str | None) -> Prompt:
-        system, user = render("tool_code", name=work.scenario.name, description=work.scenario.description, schema=work.schema_sql, tools=planned.tool_lines(), feedback=extra or "")
+        system, user = render(
+            "tool_code",
+            name=work.scenario.name,
+            description=work.scenario.description,
+            schema=work.schema_sql,
+            tools=planned.tool_lines(),
+            feedback=extra or "",
+        )
         return Prompt("tool_code", system, user, work.context(extra))
 
     def check_code(code: ToolCode) -> str:
@@ -76,7 +109,14 @@ def run_tools_stage(work: EnvWork, generator: Generator, runtime: Runtime, log: 
             raise CheckFailed("tool_crash", "\n".join(f"calling {r.target} raised: {r.detail}" for r in failures))
         return code.tools_py
 
-    tools_py = run_with_repair(stage=Stage.TOOLS.step("code"), env_id=work.env_id,
-                               generator=generator, prompt=code_prompt, spec=ToolCode,
-                               check=check_code, log=log, max_attempts=max_attempts)
+    tools_py = run_with_repair(
+        stage=Stage.TOOLS.step("code"),
+        env_id=work.env_id,
+        generator=generator,
+        prompt=code_prompt,
+        spec=ToolCode,
+        check=check_code,
+        log=log,
+        max_attempts=max_attempts,
+    )
     return planned.model_copy(update={"tools_py": tools_py})

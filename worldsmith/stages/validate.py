@@ -35,7 +35,10 @@ def _route(checks: list[QualityCheck]) -> tuple[Stage, str] | None:
         if check.passed:
             continue
         if check.kind == "expectations":
-            return Stage.DATABASE, f"the seed data breaks the schema's expectations: {check.summary.get('reason')}; {check.details[:3]}"
+            return (
+                Stage.DATABASE,
+                f"the seed data breaks the schema's expectations: {check.summary.get('reason')}; {check.details[:3]}",
+            )
         tool_failures = [d for d in check.details if d.get("probe") == "tool runs"]
         if tool_failures:
             return Stage.TOOLS, "; ".join(f"{d['target']}: {d['detail']}" for d in tool_failures)
@@ -43,14 +46,22 @@ def _route(checks: list[QualityCheck]) -> tuple[Stage, str] | None:
     return None
 
 
-def run_validate_stage(work: EnvWork, generator: Generator, runtime: Runtime, log: AttemptLog, attempt: int) -> Validation:
+def run_validate_stage(
+    work: EnvWork, generator: Generator, runtime: Runtime, log: AttemptLog, attempt: int
+) -> Validation:
     started = time.perf_counter()
     try:
         bundle = assemble(work, generator)
     except CheckFailed as failed:
-        log.record(env_id=work.env_id, stage=Stage.VALIDATE.value,
-                   attempt=attempt, outcome="failure", error_class=failed.kind, error_text=str(failed),
-                   usage=Usage(seconds=time.perf_counter() - started))
+        log.record(
+            env_id=work.env_id,
+            stage=Stage.VALIDATE.value,
+            attempt=attempt,
+            outcome="failure",
+            error_class=failed.kind,
+            error_text=str(failed),
+            usage=Usage(seconds=time.perf_counter() - started),
+        )
         return Validation(None, [], Stage.VERIFIERS, str(failed))
     checks = quality_checks(bundle, runtime, reuse_probes=True)  # the verifiers stage probed this very bundle
     route = _route(checks)
@@ -58,7 +69,13 @@ def run_validate_stage(work: EnvWork, generator: Generator, runtime: Runtime, lo
     if route is None:
         log.record(env_id=work.env_id, stage=Stage.VALIDATE.value, attempt=attempt, outcome="success", usage=usage)
         return Validation(bundle, checks)
-    log.record(env_id=work.env_id, stage=Stage.VALIDATE.value,
-               attempt=attempt, outcome="failure", error_class=f"back_to_{route[0]}",
-               error_text=route[1], usage=usage)
+    log.record(
+        env_id=work.env_id,
+        stage=Stage.VALIDATE.value,
+        attempt=attempt,
+        outcome="failure",
+        error_class=f"back_to_{route[0]}",
+        error_text=route[1],
+        usage=usage,
+    )
     return Validation(bundle, checks, route[0], route[1])

@@ -57,12 +57,23 @@ class EnvWork(BaseModel):
         lines = []
         for task in self.tasks.tasks:
             solution = solutions.get(task.id)
-            lines.append(json.dumps({
-                "id": task.id, "instruction": task.instruction, "verifier": f"verify_{task.id}",
-                "solution": [step.model_dump() for step in solution.solution] if solution else [],
-                "answer": solution.answer if solution else None,
-            }))
-        files = {"schema.sql": self.schema_sql, "seed.sql": self.seed_sql, "tools.py": self.tools_py,
-                 "tasks.jsonl": "\n".join(lines) + "\n", "verifiers.py": self.verifiers.verifiers_py}
+            lines.append(
+                json.dumps(
+                    {
+                        "id": task.id,
+                        "instruction": task.instruction,
+                        "verifier": f"verify_{task.id}",
+                        "solution": [step.model_dump() for step in solution.solution] if solution else [],
+                        "answer": solution.answer if solution else None,
+                    }
+                )
+            )
+        files = {
+            "schema.sql": self.schema_sql,
+            "seed.sql": self.seed_sql,
+            "tools.py": self.tools_py,
+            "tasks.jsonl": "\n".join(lines) + "\n",
+            "verifiers.py": self.verifiers.verifiers_py,
+        }
         assert set(files) == set(NATIVE_TOOLS.source_files)
         return files

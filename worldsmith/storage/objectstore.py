@@ -95,7 +95,9 @@ class ObjectStore(ABC):
         with self._open(digest) as stream:
             data = stream.read()
         if digest_of(data) != digest:
-            raise ObjectCorrupted(f"object {digest} is corrupted in {self.url}: its content hashes to {digest_of(data)}")
+            raise ObjectCorrupted(
+                f"object {digest} is corrupted in {self.url}: its content hashes to {digest_of(data)}"
+            )
         return data
 
     def get_file(self, digest: str, target: Path) -> Path:
@@ -108,7 +110,9 @@ class ObjectStore(ABC):
                 tmp.write(chunk)
         if DIGEST_PREFIX + sha.hexdigest() != digest:
             os.unlink(tmp.name)
-            raise ObjectCorrupted(f"object {digest} is corrupted in {self.url}: its content hashes to sha256:{sha.hexdigest()}")
+            raise ObjectCorrupted(
+                f"object {digest} is corrupted in {self.url}: its content hashes to sha256:{sha.hexdigest()}"
+            )
         os.replace(tmp.name, target)
         return target
 
@@ -153,7 +157,15 @@ class LocalStore(ObjectStore):
 class S3Store(ObjectStore):
     """Objects in an S3 bucket under a prefix, through boto3 (multipart above `multipart_mb`)."""
 
-    def __init__(self, bucket: str, prefix: str = "", *, client: Any = None, endpoint_url: str | None = None, multipart_mb: int = 8):
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        client: Any = None,
+        endpoint_url: str | None = None,
+        multipart_mb: int = 8,
+    ):
         import boto3
         from boto3.s3.transfer import TransferConfig
 
@@ -179,8 +191,13 @@ class S3Store(ObjectStore):
 
     def _write(self, digest: str, source: Path, size: int) -> None:
         with source.open("rb") as f:
-            self.client.upload_fileobj(f, self.bucket, self._key(digest), Config=self.transfer,
-                                       ExtraArgs={"Metadata": {"sha256": _hex(digest)}})
+            self.client.upload_fileobj(
+                f,
+                self.bucket,
+                self._key(digest),
+                Config=self.transfer,
+                ExtraArgs={"Metadata": {"sha256": _hex(digest)}},
+            )
 
     def _open(self, digest: str) -> IO[bytes]:
         from botocore.exceptions import ClientError

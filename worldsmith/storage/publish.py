@@ -53,7 +53,9 @@ def _upload(store: ObjectStore, bundle: Bundle, manifest: bytes) -> dict[str, tu
     return stored
 
 
-def publish(bundle: Bundle, store: ObjectStore, catalog: Catalog, checks: list[QualityCheck] = (), *, attempts: int = 8) -> Published:
+def publish(
+    bundle: Bundle, store: ObjectStore, catalog: Catalog, checks: list[QualityCheck] = (), *, attempts: int = 8
+) -> Published:
     """Publish `bundle` with the outcome of its quality `checks`; a failed check publishes it as failed.
 
     Idempotent and safe under concurrent publishers: identical content yields one version.
@@ -75,23 +77,44 @@ def publish(bundle: Bundle, store: ObjectStore, catalog: Catalog, checks: list[Q
             with catalog.session() as session:
                 if session.get(Environment, bundle.env_id) is None:
                     scenario = bundle.manifest.scenario
-                    session.add(Environment(env_id=bundle.env_id, scenario_name=scenario.name,
-                                            description=scenario.description, categories=list(scenario.categories)))
+                    session.add(
+                        Environment(
+                            env_id=bundle.env_id,
+                            scenario_name=scenario.name,
+                            description=scenario.description,
+                            categories=list(scenario.categories),
+                        )
+                    )
                     session.flush()
                 generator = bundle.manifest.generator
                 version = EnvironmentVersion(
-                    env_id=bundle.env_id, version=number, content_key=bundle.key, manifest_digest=stored[MANIFEST][0],
-                    status=status, failure_reason=reason, generator_backend=generator.backend,
-                    generator_model=generator.model, prompt_version=generator.prompt_version, seed=generator.seed,
-                    stats=dict(bundle.manifest.stats), quality=quality,
+                    env_id=bundle.env_id,
+                    version=number,
+                    content_key=bundle.key,
+                    manifest_digest=stored[MANIFEST][0],
+                    status=status,
+                    failure_reason=reason,
+                    generator_backend=generator.backend,
+                    generator_model=generator.model,
+                    prompt_version=generator.prompt_version,
+                    seed=generator.seed,
+                    stats=dict(bundle.manifest.stats),
+                    quality=quality,
                 )
                 session.add(version)
                 session.flush()
                 for name, (digest, size) in stored.items():
                     session.add(Artifact(version_id=version.id, name=name, digest=digest, size=size))
                 for check in checks:
-                    session.add(QualityReport(version_id=version.id, kind=check.kind, passed=check.passed,
-                                              summary=check.summary, details=check.details))
+                    session.add(
+                        QualityReport(
+                            version_id=version.id,
+                            kind=check.kind,
+                            passed=check.passed,
+                            summary=check.summary,
+                            details=check.details,
+                        )
+                    )
             return Published(version, created=True)
         except IntegrityError:
             continue  # another publisher took this content or this number: look again
@@ -116,7 +139,9 @@ def resolve(session: Session, ref: str) -> EnvironmentVersion:
         query = query.where(EnvironmentVersion.version == number)
     found = session.exec(query).first()
     if found is None:
-        raise CatalogError(f"no environment version {ref!r} in the catalog" + (" (no good version)" if number is None else ""))
+        raise CatalogError(
+            f"no environment version {ref!r} in the catalog" + (" (no good version)" if number is None else "")
+        )
     return found
 
 
@@ -140,12 +165,22 @@ def version_record(session: Session, version: EnvironmentVersion) -> dict[str, A
     """A JSON-ready description of a version with its artifacts and quality reports."""
     reports = session.exec(select(QualityReport).where(QualityReport.version_id == version.id)).all()
     return {
-        "ref": version.ref, "env_id": version.env_id, "version": version.version, "status": version.status,
-        "failure_reason": version.failure_reason, "content_key": version.content_key,
-        "manifest": version.manifest_digest, "generator": {"backend": version.generator_backend, "model": version.generator_model,
-                                                          "prompt_version": version.prompt_version, "seed": version.seed},
-        "stats": version.stats, "quality": version.quality, "created_at": version.created_at.isoformat(),
+        "ref": version.ref,
+        "env_id": version.env_id,
+        "version": version.version,
+        "status": version.status,
+        "failure_reason": version.failure_reason,
+        "content_key": version.content_key,
+        "manifest": version.manifest_digest,
+        "generator": {
+            "backend": version.generator_backend,
+            "model": version.generator_model,
+            "prompt_version": version.prompt_version,
+            "seed": version.seed,
+        },
+        "stats": version.stats,
+        "quality": version.quality,
+        "created_at": version.created_at.isoformat(),
         "artifacts": artifacts_of(session, version),
         "reports": [{"kind": r.kind, "passed": r.passed, "summary": r.summary, "details": r.details} for r in reports],
     }
-

@@ -30,8 +30,15 @@ def finish_run(table: type[SQLModel], run_id: int, status: str, metrics: dict[st
     update_run(table, run_id, metrics, status=status, finished=True)
 
 
-def update_run(table: type[SQLModel], run_id: int, metrics: dict[str, Any], *, status: str | None = None, finished: bool = False,
-               flow_run_id: str | None = None) -> None:
+def update_run(
+    table: type[SQLModel],
+    run_id: int,
+    metrics: dict[str, Any],
+    *,
+    status: str | None = None,
+    finished: bool = False,
+    flow_run_id: str | None = None,
+) -> None:
     """Merge `metrics` into the run's metrics; set its status (and finish time, or clear it when
     not `finished`) and flow run when given."""
     with open_catalog().session() as session:
@@ -55,8 +62,12 @@ def record_step(run_id: int, step: int, metrics: dict[str, Any]) -> None:
 def fail_running(flow_run_ids: list[str], error: str) -> None:
     """The run rows of the flow runs `flow_run_ids` that still read `running` become `failed`, with `error`."""
     with open_catalog().session() as session:
-        running = [(table, run_id) for table in RUN_TABLES
-                   for run_id in session.exec(select(table.id).where(table.flow_run_id.in_(flow_run_ids),
-                                                                     table.status == "running"))]
+        running = [
+            (table, run_id)
+            for table in RUN_TABLES
+            for run_id in session.exec(
+                select(table.id).where(table.flow_run_id.in_(flow_run_ids), table.status == "running")
+            )
+        ]
     for table, run_id in running:
         finish_run(table, run_id, "failed", {"error": error})

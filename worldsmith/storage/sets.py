@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +39,9 @@ class SetQuery(BaseModel):
 
 def _candidates(session: Session, query: SetQuery) -> list[EnvironmentVersion]:
     rows = session.exec(
-        select(EnvironmentVersion, Environment).join(Environment).where(EnvironmentVersion.status == query.status)
+        select(EnvironmentVersion, Environment)
+        .join(Environment)
+        .where(EnvironmentVersion.status == query.status)
         .order_by(EnvironmentVersion.env_id, EnvironmentVersion.version)
     ).all()
     chosen: dict[str, EnvironmentVersion] = {}
@@ -74,7 +78,10 @@ def select_members(candidates: list[EnvironmentVersion], query: SetQuery) -> lis
     if query.validation_fraction > 0 and n_val == 0 and len(envs) >= 2:
         n_val = 1
     validation = set(envs[:n_val])
-    return sorted(((v, "validation" if v.env_id in validation else "train") for v in pool), key=lambda m: (m[0].env_id, m[0].version))
+    return sorted(
+        ((v, "validation" if v.env_id in validation else "train") for v in pool),
+        key=lambda m: (m[0].env_id, m[0].version),
+    )
 
 
 def create_set(catalog: Catalog, name: str, query: SetQuery) -> EnvironmentSet:
@@ -104,10 +111,31 @@ def get_set(session: Session, name: str) -> EnvironmentSet:
     return found
 
 
+@dataclass(frozen=True)
+class SetSummary:
+    """One line of `sets ls`: a set's name, member counts by split, and when it was made."""
+
+    name: str
+    members: int
+    train: int
+    created_at: datetime
+
+
+def set_summaries(session: Session) -> list[SetSummary]:
+    """Every environment set, by name, with its member counts."""
+    summaries = []
+    for env_set in session.exec(select(EnvironmentSet).order_by(EnvironmentSet.name)).all():
+        splits = [split for _, split in members_of(session, env_set)]
+        summaries.append(SetSummary(env_set.name, len(splits), splits.count("train"), env_set.created_at))
+    return summaries
+
+
 def members_of(session: Session, env_set: EnvironmentSet) -> list[tuple[EnvironmentVersion, str]]:
     rows = session.exec(
-        select(EnvironmentVersion, EnvironmentSetMember.split).join(EnvironmentSetMember, EnvironmentSetMember.version_id == EnvironmentVersion.id)
-        .where(EnvironmentSetMember.set_id == env_set.id).order_by(EnvironmentVersion.env_id)
+        select(EnvironmentVersion, EnvironmentSetMember.split)
+        .join(EnvironmentSetMember, EnvironmentSetMember.version_id == EnvironmentVersion.id)
+        .where(EnvironmentSetMember.set_id == env_set.id)
+        .order_by(EnvironmentVersion.env_id)
     ).all()
     return [(version, split) for version, split in rows]
 
@@ -120,8 +148,14 @@ def set_manifest(session: Session, env_set: EnvironmentSet) -> dict[str, Any]:
         "query": env_set.query,
         "created_at": env_set.created_at.isoformat(),
         "members": [
-            {"ref": v.ref, "env_id": v.env_id, "version": v.version, "content_key": v.content_key,
-             "manifest": v.manifest_digest, "split": split}
+            {
+                "ref": v.ref,
+                "env_id": v.env_id,
+                "version": v.version,
+                "content_key": v.content_key,
+                "manifest": v.manifest_digest,
+                "split": split,
+            }
             for v, split in members_of(session, env_set)
         ],
     }
@@ -140,12 +174,21 @@ def export_set(name: str, target: Path, store: ObjectStore, catalog: Catalog) ->
     for member in manifest["members"]:
         bundle = fetch(member["ref"], target / "bundles" / member["ref"], store, catalog)
         for task in bundle.tasks:
-            rows.append({
-                "set": name, "env_id": member["env_id"], "version": member["version"], "ref": member["ref"],
-                "content_key": member["content_key"], "split": member["split"], "task_id": task.id,
-                "instruction": task.instruction, "verifier": task.verifier, "answer": task.answer,
-                "solution": json.dumps([s.model_dump() for s in task.solution]),
-            })
+            rows.append(
+                {
+                    "set": name,
+                    "env_id": member["env_id"],
+                    "version": member["version"],
+                    "ref": member["ref"],
+                    "content_key": member["content_key"],
+                    "split": member["split"],
+                    "task_id": task.id,
+                    "instruction": task.instruction,
+                    "verifier": task.verifier,
+                    "answer": task.answer,
+                    "solution": json.dumps([s.model_dump() for s in task.solution]),
+                }
+            )
     (target / "set.json").write_text(json.dumps(manifest, indent=2) + "\n")
     with (target / "tasks.jsonl").open("w") as f:
         for row in rows:

@@ -32,11 +32,17 @@ def export_catalog(target: Path, store: ObjectStore, catalog: Catalog) -> dict[s
     objects = LocalStore(target / "objects")
     with catalog.session() as session:
         envs = session.exec(select(Environment).order_by(Environment.env_id)).all()
-        versions = session.exec(select(EnvironmentVersion).order_by(EnvironmentVersion.env_id, EnvironmentVersion.version)).all()
+        versions = session.exec(
+            select(EnvironmentVersion).order_by(EnvironmentVersion.env_id, EnvironmentVersion.version)
+        ).all()
         records = [version_record(session, v) for v in versions]
         sets = [
-            {"name": s.name, "query": s.query, "created_at": s.created_at.isoformat(),
-             "members": [{"content_key": v.content_key, "split": split} for v, split in members_of(session, s)]}
+            {
+                "name": s.name,
+                "query": s.query,
+                "created_at": s.created_at.isoformat(),
+                "members": [{"content_key": v.content_key, "split": split} for v, split in members_of(session, s)],
+            }
             for s in session.exec(select(EnvironmentSet).order_by(EnvironmentSet.name)).all()
         ]
     copied = 0
@@ -47,8 +53,16 @@ def export_catalog(target: Path, store: ObjectStore, catalog: Catalog) -> dict[s
                 copied += 1
     document = {
         "format": FORMAT,
-        "environments": [{"env_id": e.env_id, "scenario_name": e.scenario_name, "description": e.description,
-                          "categories": e.categories, "created_at": e.created_at.isoformat()} for e in envs],
+        "environments": [
+            {
+                "env_id": e.env_id,
+                "scenario_name": e.scenario_name,
+                "description": e.description,
+                "categories": e.categories,
+                "created_at": e.created_at.isoformat(),
+            }
+            for e in envs
+        ],
         "versions": records,
         "sets": sets,
     }
@@ -71,7 +85,9 @@ def import_catalog(source: Path, store: ObjectStore, catalog: Catalog) -> dict[s
     ids: dict[str, int] = {}
     for record in document["versions"]:
         with catalog.session() as session:
-            existing = session.exec(select(EnvironmentVersion).where(EnvironmentVersion.content_key == record["content_key"])).first()
+            existing = session.exec(
+                select(EnvironmentVersion).where(EnvironmentVersion.content_key == record["content_key"])
+            ).first()
             if existing is not None:
                 ids[record["content_key"]] = existing.id
                 counts["versions_skipped"] += 1
@@ -84,16 +100,28 @@ def import_catalog(source: Path, store: ObjectStore, catalog: Catalog) -> dict[s
         with catalog.session() as session:
             env = envs[record["env_id"]]
             if session.get(Environment, env["env_id"]) is None:
-                session.add(Environment(env_id=env["env_id"], scenario_name=env["scenario_name"], description=env["description"],
-                                        categories=env["categories"], created_at=datetime.fromisoformat(env["created_at"])))
+                session.add(
+                    Environment(
+                        env_id=env["env_id"],
+                        scenario_name=env["scenario_name"],
+                        description=env["description"],
+                        categories=env["categories"],
+                        created_at=datetime.fromisoformat(env["created_at"]),
+                    )
+                )
                 session.flush()
             number, manifest_digest = record["version"], record["manifest"]
-            taken = session.exec(select(EnvironmentVersion).where(EnvironmentVersion.env_id == record["env_id"],
-                                                                  EnvironmentVersion.version == number)).first()
+            taken = session.exec(
+                select(EnvironmentVersion).where(
+                    EnvironmentVersion.env_id == record["env_id"], EnvironmentVersion.version == number
+                )
+            ).first()
             artifacts = dict(record["artifacts"])
             if taken is not None:
                 number = _next_version(session, record["env_id"])
-                manifest = Manifest.model_validate_json(store.get_bytes(manifest_digest)).model_copy(update={"version": number})
+                manifest = Manifest.model_validate_json(store.get_bytes(manifest_digest)).model_copy(
+                    update={"version": number}
+                )
                 data = manifest_bytes(manifest)
                 manifest_digest = store.put_bytes(data)
                 sizes[manifest_digest] = len(data)
@@ -101,18 +129,34 @@ def import_catalog(source: Path, store: ObjectStore, catalog: Catalog) -> dict[s
                 counts["renumbered"] += 1
             generator = record["generator"]
             version = EnvironmentVersion(
-                env_id=record["env_id"], version=number, content_key=record["content_key"], manifest_digest=manifest_digest,
-                status=record["status"], failure_reason=record["failure_reason"], generator_backend=generator["backend"],
-                generator_model=generator["model"], prompt_version=generator["prompt_version"], seed=generator["seed"],
-                stats=record["stats"], quality=record["quality"], created_at=datetime.fromisoformat(record["created_at"]),
+                env_id=record["env_id"],
+                version=number,
+                content_key=record["content_key"],
+                manifest_digest=manifest_digest,
+                status=record["status"],
+                failure_reason=record["failure_reason"],
+                generator_backend=generator["backend"],
+                generator_model=generator["model"],
+                prompt_version=generator["prompt_version"],
+                seed=generator["seed"],
+                stats=record["stats"],
+                quality=record["quality"],
+                created_at=datetime.fromisoformat(record["created_at"]),
             )
             session.add(version)
             session.flush()
             for name, digest in artifacts.items():
                 session.add(Artifact(version_id=version.id, name=name, digest=digest, size=sizes[digest]))
             for report in record["reports"]:
-                session.add(QualityReport(version_id=version.id, kind=report["kind"], passed=report["passed"],
-                                          summary=report["summary"], details=report["details"]))
+                session.add(
+                    QualityReport(
+                        version_id=version.id,
+                        kind=report["kind"],
+                        passed=report["passed"],
+                        summary=report["summary"],
+                        details=report["details"],
+                    )
+                )
             ids[record["content_key"]] = version.id
             counts["versions_added"] += 1
     for entry in document["sets"]:
@@ -120,11 +164,16 @@ def import_catalog(source: Path, store: ObjectStore, catalog: Catalog) -> dict[s
             if session.exec(select(EnvironmentSet).where(EnvironmentSet.name == entry["name"])).first() is not None:
                 counts["sets_skipped"] += 1
                 continue
-            env_set = EnvironmentSet(name=entry["name"], query=entry["query"], created_at=datetime.fromisoformat(entry["created_at"]))
+            env_set = EnvironmentSet(
+                name=entry["name"], query=entry["query"], created_at=datetime.fromisoformat(entry["created_at"])
+            )
             session.add(env_set)
             session.flush()
             for member in entry["members"]:
-                session.add(EnvironmentSetMember(set_id=env_set.id, version_id=ids[member["content_key"]], split=member["split"]))
+                session.add(
+                    EnvironmentSetMember(
+                        set_id=env_set.id, version_id=ids[member["content_key"]], split=member["split"]
+                    )
+                )
             counts["sets_added"] += 1
     return counts
-

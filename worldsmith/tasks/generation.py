@@ -61,15 +61,22 @@ def resumable(stage_task: Task[P, R]) -> Task[P, R]:
 def llm_stage(stage: Stage) -> Callable[[Callable[P, R]], Task[P, R]]:
     """The policy of a stage that asks the generator: up to 3 retries of transient faults (after 2, 10
     and 30 seconds), cached by its inputs less the run id, its result persisted."""
-    return task(name=stage.value, retries=3, retry_delay_seconds=[2, 10, 30], retry_condition_fn=transient_only,
-                cache_policy=CACHED, persist_result=True)
+    return task(
+        name=stage.value,
+        retries=3,
+        retry_delay_seconds=[2, 10, 30],
+        retry_condition_fn=transient_only,
+        cache_policy=CACHED,
+        persist_result=True,
+    )
 
 
 @llm_stage(Stage.SCENARIO)
 def new_scenarios(params: GenerateParameters, run_id: str, seeds: list[Scenario]) -> list[Scenario]:
     r = resources(params, run_id)
-    return expand_scenarios(seeds, params.count, r.generator, r.log, max_attempts=r.max_attempts,
-                            embed=embedder(r.generator))
+    return expand_scenarios(
+        seeds, params.count, r.generator, r.log, max_attempts=r.max_attempts, embed=embedder(r.generator)
+    )
 
 
 @llm_stage(Stage.TASKS)

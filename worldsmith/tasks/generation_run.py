@@ -32,8 +32,12 @@ class GenerateParameters(BaseModel):
     model: str | None = Field(None, description="Model of the openai backend (default WORLDSMITH_LLM_MODEL).")
     concurrency: int = Field(4, ge=1, le=256, description="Environments built at once.")
     max_attempts: int = Field(5, ge=1, le=20, description="Attempts of each stage's repair loop.")
-    seed: int | None = Field(0, description="Seed of the generator; unset: the UTC date (YYYYMMDD), so each night makes new environments.")
-    fault_rate: float = Field(0.0, ge=0.0, le=1.0, description="Procedural backend: share of first attempts that fail like LLM output.")
+    seed: int | None = Field(
+        0, description="Seed of the generator; unset: the UTC date (YYYYMMDD), so each night makes new environments."
+    )
+    fault_rate: float = Field(
+        0.0, ge=0.0, le=1.0, description="Procedural backend: share of first attempts that fail like LLM output."
+    )
 
     def dated(self) -> GenerateParameters:
         """These parameters with an unset seed replaced by today's UTC date (what a nightly run uses)."""
@@ -78,7 +82,9 @@ def resources(params: GenerateParameters, run_id: str) -> RunResources:
         if key not in _RESOURCES:
             runtime = Runtime()
             atexit.register(runtime.close)
-            _RESOURCES[key] = RunResources(make_generator(params), runtime, AttemptLog(run_id, open_catalog()), params.max_attempts)
+            _RESOURCES[key] = RunResources(
+                make_generator(params), runtime, AttemptLog(run_id, open_catalog()), params.max_attempts
+            )
         return _RESOURCES[key]
 
 

@@ -1,9 +1,8 @@
-"""Trainer callbacks: per-step metrics into the catalog, checkpoints into the object store as they
-are written, and a progress bar."""
+"""Trainer callbacks that record a run: per-step metrics into the catalog, checkpoints into the
+object store as they are written. (The progress bar, which needs neither, is `training/progress.py`.)"""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -13,13 +12,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from worldsmith.storage.run_records import record_step
 from worldsmith.training.checkpoints import save_checkpoint
-
-SHOWN = ("reward", "success_rate", "loss")
-
-
-def step_metrics(logs: dict[str, Any]) -> dict[str, float]:
-    """The numeric, finite entries of one log record (JSON columns cannot hold NaN)."""
-    return {k: float(v) for k, v in logs.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+from worldsmith.training.progress import step_metrics
 
 
 class CatalogMetrics(TrainerCallback):
@@ -60,43 +53,9 @@ class CheckpointUpload(TrainerCallback):
         if not state.is_world_process_zero:
             return
         step = state.global_step
-        logged = next((entry for entry in reversed(state.log_history) if entry.get("step") == step and "loss" in entry), {})
+        logged = next(
+            (entry for entry in reversed(state.log_history) if entry.get("step") == step and "loss" in entry), {}
+        )
         metrics = {k: v for k, v in step_metrics(logged).items() if k != "step"}
         directory = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{step}"
         self.stored.append((step, _store_checkpoint(self.run_id, directory, step, metrics)))
-
-
-class ProgressBar(TrainerCallback):
-    """A rich progress bar over the optimizer steps, showing the latest reward, success rate and loss."""
-
-    def __init__(self, description: str = "training"):
-        self.description = description
-        self.progress: Any = None
-
-    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        if not state.is_world_process_zero:
-            return
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                                 TimeRemainingColumn(), TextColumn("{task.fields[latest]}"))
-        self.progress.start()
-        self.task = self.progress.add_task(self.description, total=state.max_steps, latest="")
-
-    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
-        if self.progress is not None and logs:
-            latest = "  ".join(f"{k} {logs[k]:.3f}" for k in SHOWN if isinstance(logs.get(k), (int, float)))
-            self.progress.update(self.task, completed=state.global_step, latest=latest)
-
-    def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.progress is not None:
-            self.progress.update(self.task, completed=state.global_step)
-            self.progress.stop()
-            self.progress = None

@@ -41,7 +41,9 @@ def save_checkpoint(run_id: int, directory: Path, step: int, metrics: dict[str, 
 def latest_trainer_checkpoint(run_id: int) -> Checkpoint | None:
     """The latest trainer checkpoint of run `run_id` (final models do not count), or None."""
     with open_catalog().session() as session:
-        rows = session.exec(select(Checkpoint).where(Checkpoint.training_run_id == run_id).order_by(Checkpoint.step.desc())).all()
+        rows = session.exec(
+            select(Checkpoint).where(Checkpoint.training_run_id == run_id).order_by(Checkpoint.step.desc())
+        ).all()
     return next((row for row in rows if row.metrics.get("final") is not True), None)
 
 

@@ -1,9 +1,14 @@
-"""TrainingConfig: everything a GRPO run in the worlds needs, as one typed, documented model.
+"""The configs of the training runs, one typed, documented model each: TrainingConfig (GRPO of a
+policy in the worlds, the `train` flow), WorldModelConfig (supervised fine-tuning of a world model,
+worldsmith/training/world_model_sft.py) and CotrainConfig (the two trained together, the `cotrain`
+flow).
 
-It is the parameter form of the `train` flow and of the training deployment (Prefect renders the
-nested fields, descriptions and enums as a form), and the options of `worldsmith train`: each field
-is an option with the field's default and description as help (worldsmith/cli/training.py). Defaults follow the reference paper's recipe:
-group size 16, learning rate 7e-7, a windowed history of the last 3 turns.
+They are the parameter forms of the flows and their deployments (Prefect renders the nested fields,
+descriptions and enums as a form) and the options of the commands: a field is an option with its
+default and description as help (worldsmith/cli/training.py, worldsmith/cli/wm.py). The module
+imports nothing beyond pydantic and the configs it nests, so the command line builds its options
+without loading the training stack or the world models. TrainingConfig's defaults follow the
+reference paper's recipe: group size 16, learning rate 7e-7, a windowed history of the last 3 turns.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, model_validator
 
 from worldsmith.agent.rewards import RewardMap
-from worldsmith.worldmodel.simulated import SimulationConfig
+from worldsmith.worldmodel.config import SimulationConfig
 
 TINY = "tiny"
 
@@ -25,43 +30,76 @@ class LoraConfig(BaseModel):
     rank: int = Field(16, ge=1, le=512, description="Rank of the adapter matrices.")
     alpha: int = Field(32, ge=1, description="Scale of the adapters' update (alpha / rank).")
     dropout: float = Field(0.05, ge=0.0, lt=1.0, description="Dropout on the adapters' input.")
-    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"],
-                                      description="Modules that get adapters.")
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"], description="Modules that get adapters."
+    )
 
 
 class TrainingConfig(BaseModel):
     """A multi-turn GRPO run over an environment set."""
 
-    model: str = Field(description="Model directory (or an id already in the local Hugging Face cache; nothing is downloaded), or "
-                                   "`tiny`: a tiny Qwen3 model built offline from the set and warmed up on its reference solutions.")
+    model: str = Field(
+        description="Model directory (or an id already in the local Hugging Face cache; nothing is downloaded), or "
+        "`tiny`: a tiny Qwen3 model built offline from the set and warmed up on its reference solutions."
+    )
     set_name: str = Field(description="Environment set whose train split gives the (env, task) rows.")
     split: Literal["train", "validation", "all"] = Field("train", description="Split the training rows come from.")
-    profile: Literal["cpu-test", "gpu"] = Field("cpu-test", description="cpu-test: fp32 on the CPU; gpu: bf16, gradient checkpointing, vLLM when installed.")
-    group_size: int = Field(16, ge=2, le=256, description="Rollouts per (env, task) row; advantages are normalised within the group.")
+    profile: Literal["cpu-test", "gpu"] = Field(
+        "cpu-test", description="cpu-test: fp32 on the CPU; gpu: bf16, gradient checkpointing, vLLM when installed."
+    )
+    group_size: int = Field(
+        16, ge=2, le=256, description="Rollouts per (env, task) row; advantages are normalised within the group."
+    )
     learning_rate: float = Field(7e-7, gt=0, description="AdamW learning rate.")
-    beta: float = Field(0.0, ge=0, description="KL penalty against the reference model (0: no reference model is kept).")
+    beta: float = Field(
+        0.0, ge=0, description="KL penalty against the reference model (0: no reference model is kept)."
+    )
     epsilon: float = Field(0.2, gt=0, lt=1, description="PPO-style clip range of the importance ratio.")
     max_turns: int = Field(10, ge=1, le=100, description="Turns per rollout.")
-    history: Literal["windowed", "full"] = Field("windowed", description="windowed: each turn is a row holding exactly the window the policy "
-                                                                          "saw; full: one row per rollout through TRL's tool loop.")
-    window: int = Field(3, ge=1, le=100, description="Turns kept in the windowed history (the task and tools are always kept).")
+    history: Literal["windowed", "full"] = Field(
+        "windowed",
+        description="windowed: each turn is a row holding exactly the window the policy "
+        "saw; full: one row per rollout through TRL's tool loop.",
+    )
+    window: int = Field(
+        3, ge=1, le=100, description="Turns kept in the windowed history (the task and tools are always kept)."
+    )
     max_completion_length: int = Field(256, ge=8, le=32768, description="Tokens generated per turn at most.")
     temperature: float = Field(1.0, gt=0, le=2, description="Sampling temperature of rollouts.")
     steps: int = Field(100, ge=1, description="Optimizer steps.")
     rows_per_step: int = Field(1, ge=1, description="(env, task) rows per step; each gets `group_size` rollouts.")
     seed: int = Field(0, description="Seed of sampling, row order and initialisation.")
-    warmup_steps: int = Field(120, ge=0, description="model=tiny only: supervised steps on the reference solutions before GRPO.")
-    processes: int = Field(1, ge=1, le=64, description="Training processes (one per GPU); more than 1 launches them with "
-                                                        "torch.distributed.run. rows_per_step is per process.")
-    simulate: SimulationConfig | None = Field(None, description="Roll out in a world model's imagination (simulated mode) instead of "
-                                                                "the environments' code; unset: the real worlds.")
-    real_share: float = Field(0.0, ge=0, le=1, description="With simulate: the share of rollout groups still run in the real worlds "
-                                                           "(the first group of a run is real whenever this is above 0).")
+    warmup_steps: int = Field(
+        120, ge=0, description="model=tiny only: supervised steps on the reference solutions before GRPO."
+    )
+    processes: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Training processes (one per GPU); more than 1 launches them with "
+        "torch.distributed.run. rows_per_step is per process.",
+    )
+    simulate: SimulationConfig | None = Field(
+        None,
+        description="Roll out in a world model's imagination (simulated mode) instead of "
+        "the environments' code; unset: the real worlds.",
+    )
+    real_share: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="With simulate: the share of rollout groups still run in the real worlds "
+        "(the first group of a run is real whenever this is above 0).",
+    )
     lora: LoraConfig = Field(default_factory=LoraConfig, description="Low-rank adapters instead of full fine-tuning.")
     rewards: RewardMap = Field(default_factory=RewardMap, description="Reward of each verdict.")
     output: str | None = Field(None, description="Where checkpoints go (default: the object store, under the run).")
-    save_every: int = Field(0, ge=0, description="Store a trainer checkpoint every n steps, which a stopped run resumes from "
-                                                 "(0: only the final model).")
+    save_every: int = Field(
+        0,
+        ge=0,
+        description="Store a trainer checkpoint every n steps, which a stopped run resumes from "
+        "(0: only the final model).",
+    )
     tensorboard: bool = Field(False, description="Also write metrics for TensorBoard under the run directory.")
 
     @model_validator(mode="after")
@@ -71,3 +109,52 @@ class TrainingConfig(BaseModel):
         if self.simulate is None and self.real_share > 0:
             raise ValueError("real_share applies to simulated training only; set simulate or remove real_share")
         return self
+
+
+class WorldModelConfig(BaseModel):
+    """A world-model SFT run."""
+
+    model: str = Field(TINY, description="Model directory to fine-tune, or `tiny` (built offline, cpu-test).")
+    profile: Literal["cpu-test", "gpu"] = Field(
+        "cpu-test", description="cpu-test: fp32 on the CPU; gpu: bf16 with gradient checkpointing."
+    )
+    steps: int = Field(60, ge=1, description="Optimizer steps.")
+    learning_rate: float = Field(3e-3, gt=0, description="AdamW learning rate.")
+    batch_size: int = Field(8, ge=1, description="Transitions per optimizer step.")
+    seed: int = Field(0, description="Seed of initialisation and data order.")
+    output: str | None = Field(
+        None, description="Where the model goes (default WORLDSMITH_HOME/world-models/<run id>)."
+    )
+
+
+class CotrainConfig(BaseModel):
+    """A co-training run: the policy's GRPO settings (its `steps` per round), the world model's SFT
+    settings (its `steps` per round), and how the two meet."""
+
+    policy: TrainingConfig = Field(
+        description="The policy and its GRPO settings; `steps` are optimizer steps per round."
+    )
+    world_model: WorldModelConfig = Field(
+        default_factory=WorldModelConfig,
+        description="The world model and its SFT settings; `steps` are optimizer steps per round.",
+    )
+    rounds: int = Field(3, ge=1, le=100, description="Co-training rounds.")
+    real_samples: int = Field(
+        2, ge=1, le=64, description="Real rollouts per train-split task each round (the world model's new data)."
+    )
+    real_share: float = Field(
+        0.2, ge=0, le=1, description="Share of the policy update's rollout groups run in the real worlds."
+    )
+    samples: int = Field(
+        3, ge=1, le=16, description="World-model predictions per imagined call; their disagreement is its uncertainty."
+    )
+    uncertainty_threshold: float = Field(
+        0.5, ge=0, le=1, description="An imagined rollout stops at a call whose uncertainty is above this."
+    )
+    max_new_tokens: int = Field(384, ge=16, description="Tokens the world model generates per prediction at most.")
+    reference_transitions: bool = Field(
+        True,
+        description="Also learn, from round 1 on, the transitions of the train "
+        "tasks' reference solutions (real episodes too), so a policy "
+        "that hardly calls tools yet still gets a world model.",
+    )

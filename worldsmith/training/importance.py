@@ -16,8 +16,14 @@ from typing import Any
 MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 
 
-def importance_ratio(train_logps: Any, sampling_logps: Any, mask: Any, mode: str = "sequence_mask",
-                     clip_min: float | None = None, clip_max: float | None = 3.0) -> Any:
+def importance_ratio(
+    train_logps: Any,
+    sampling_logps: Any,
+    mask: Any,
+    mode: str = "sequence_mask",
+    clip_min: float | None = None,
+    clip_max: float | None = 3.0,
+) -> Any:
     """exp(train - sampling) over the tokens `mask` keeps: per token (shape B x T) or summed per
     sequence (B x 1); `*_truncate` clamps it into [clip_min, clip_max], `*_mask` sets it to 0
     outside. A token whose sampler log-probability is unknown (NaN) or masked out counts as

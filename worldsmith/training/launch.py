@@ -52,7 +52,8 @@ def run_training(request: TrainRequest, progress: bool = False) -> dict[str, Any
     trainer checkpoints stored in the object store as (step, digest)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from worldsmith.training.callbacks import CatalogMetrics, CheckpointUpload, ProgressBar
+    from worldsmith.training.callbacks import CatalogMetrics, CheckpointUpload
+    from worldsmith.training.progress import ProgressBar
     from worldsmith.training.trainer import WorldGRPOTrainer, grpo_args, model_dtype, peft_config, task_dataset
 
     bind_local_gpu()
@@ -65,9 +66,18 @@ def run_training(request: TrainRequest, progress: bool = False) -> dict[str, Any
     runtime = Runtime()
     try:
         simulation = SimulatedRuntime(runtime, config.simulate) if config.simulate else None
-        trainer = WorldGRPOTrainer(model=policy, args=grpo_args(config, out), train_dataset=task_dataset(bundles), processing_class=tokenizer,
-                                   callbacks=callbacks, peft_config=peft_config(config), config=config, runtime=runtime, bundles=bundles,
-                                   simulation=simulation)
+        trainer = WorldGRPOTrainer(
+            model=policy,
+            args=grpo_args(config, out),
+            train_dataset=task_dataset(bundles),
+            processing_class=tokenizer,
+            callbacks=callbacks,
+            peft_config=peft_config(config),
+            config=config,
+            runtime=runtime,
+            bundles=bundles,
+            simulation=simulation,
+        )
         trainer.train(resume_from_checkpoint=request.resume_from)
         final = out / "final"
         trainer.accelerator.wait_for_everyone()
@@ -78,9 +88,15 @@ def run_training(request: TrainRequest, progress: bool = False) -> dict[str, Any
         trainer.accelerator.wait_for_everyone()
     finally:
         runtime.close()
-    return {"final": str(final), "steps": trainer.state.global_step, "checkpoints": uploads.stored, "log": metrics.steps,
-            "processes": trainer.accelerator.num_processes, "main": trainer.accelerator.is_main_process,
-            "simulation": simulation.stats.as_dict() if simulation else None}
+    return {
+        "final": str(final),
+        "steps": trainer.state.global_step,
+        "checkpoints": uploads.stored,
+        "log": metrics.steps,
+        "processes": trainer.accelerator.num_processes,
+        "main": trainer.accelerator.is_main_process,
+        "simulation": simulation.stats.as_dict() if simulation else None,
+    }
 
 
 def launch(request: TrainRequest, processes: int) -> dict[str, Any]:
@@ -92,13 +108,27 @@ def launch(request: TrainRequest, processes: int) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     (out / "request.json").write_text(request.model_dump_json())
     (out / "result.json").unlink(missing_ok=True)
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(processes), "--master_addr", "127.0.0.1",
-               "--master_port", str(free_port()), "-m", "worldsmith.training.launch", str(out / "request.json")]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        str(processes),
+        "--master_addr",
+        "127.0.0.1",
+        "--master_port",
+        str(free_port()),
+        "-m",
+        "worldsmith.training.launch",
+        str(out / "request.json"),
+    ]
     with (out / "launch.log").open("w") as log:
         code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
     if code != 0 or not (out / "result.json").is_file():
         tail = (out / "launch.log").read_text(errors="replace")[-4000:]
-        raise RuntimeError(f"training in {processes} processes failed (exit {code}); end of {out / 'launch.log'}:\n{tail}")
+        raise RuntimeError(
+            f"training in {processes} processes failed (exit {code}); end of {out / 'launch.log'}:\n{tail}"
+        )
     return json.loads((out / "result.json").read_text())
 
 

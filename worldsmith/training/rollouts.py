@@ -129,10 +129,21 @@ class TrainingPolicy(HFPolicy):
     """The model being trained, as an episode policy: generation goes through the shared batcher;
     with `suffix` set (full history) prompts are spliced token by token instead of re-rendered."""
 
-    def __init__(self, model: Any, tokenizer: Any, batcher: Batcher, index: int, *,
-                 suffix: Callable[[list[dict[str, Any]]], list[int]] | None = None, chat_template: str | None = None,
-                 max_new_tokens: int = 256, temperature: float = 1.0):
-        super().__init__(model=model, tokenizer=tokenizer, max_new_tokens=max_new_tokens, temperature=temperature, timeout_s=None)
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        batcher: Batcher,
+        index: int,
+        *,
+        suffix: Callable[[list[dict[str, Any]]], list[int]] | None = None,
+        chat_template: str | None = None,
+        max_new_tokens: int = 256,
+        temperature: float = 1.0,
+    ):
+        super().__init__(
+            model=model, tokenizer=tokenizer, max_new_tokens=max_new_tokens, temperature=temperature, timeout_s=None
+        )
         self.name = "training"
         self.batcher, self.index, self.suffix, self.chat_template = batcher, index, suffix, chat_template
         self._last: list[int] | None = None
@@ -150,7 +161,9 @@ class TrainingPolicy(HFPolicy):
                 break
             results.insert(0, message)
         calls = {c.id: c.name for m in view if m.role == "assistant" for c in m.tool_calls}
-        return self._last + self.suffix([{"role": "tool", "name": calls.get(m.tool_call_id, "tool"), "content": m.content} for m in results])
+        return self._last + self.suffix(
+            [{"role": "tool", "name": calls.get(m.tool_call_id, "tool"), "content": m.content} for m in results]
+        )
 
     def generate(self, prompt_ids: list[int]) -> list[int]:
         completion = self.batcher.generate(self.index, prompt_ids)
@@ -163,9 +176,14 @@ class TrainingPolicy(HFPolicy):
         return turn
 
 
-def run_rollouts(runtime: Runtime, jobs: list[tuple[Bundle, TaskSpec]], make_policy: Callable[[Batcher, int], TrainingPolicy],
-                 generate_batch: GenerateBatch, config: EpisodeConfig,
-                 worlds: list[EpisodeSource] | None = None) -> list[Trajectory]:
+def run_rollouts(
+    runtime: Runtime,
+    jobs: list[tuple[Bundle, TaskSpec]],
+    make_policy: Callable[[Batcher, int], TrainingPolicy],
+    generate_batch: GenerateBatch,
+    config: EpisodeConfig,
+    worlds: list[EpisodeSource] | None = None,
+) -> list[Trajectory]:
     """One episode per (bundle, task) job, all concurrently with batched generation (the job's
     position is its episode seed), in the job's world (`worlds`, default the real `runtime`); the
     trajectories come back in job order."""
@@ -174,8 +192,14 @@ def run_rollouts(runtime: Runtime, jobs: list[tuple[Bundle, TaskSpec]], make_pol
     def one(index: int) -> Trajectory:
         bundle, task = jobs[index]
         try:
-            return run_episode(runtime, bundle, task, make_policy(batcher, index), config.model_copy(update={"seed": index}),
-                               world=worlds[index] if worlds else None)
+            return run_episode(
+                runtime,
+                bundle,
+                task,
+                make_policy(batcher, index),
+                config.model_copy(update={"seed": index}),
+                world=worlds[index] if worlds else None,
+            )
         finally:
             batcher.retire()
 

@@ -39,7 +39,9 @@ class TrainingRow:
     sampling_logps: list[float] | None = None
 
 
-def group_advantages(rewards: Sequence[float | None], group_size: int, scale: Literal["group", "batch", "none"] = "group") -> list[float]:
+def group_advantages(
+    rewards: Sequence[float | None], group_size: int, scale: Literal["group", "batch", "none"] = "group"
+) -> list[float]:
     """(r - group mean) / (std + 1e-4) per rollout, the std over the group ("group"), the whole
     batch ("batch") or not dividing at all ("none"), as TRL computes them. A None reward
     (env_error) is excluded from the statistics and gets advantage 0."""
@@ -56,7 +58,7 @@ def group_advantages(rewards: Sequence[float | None], group_size: int, scale: Li
     batch_std = stats([r for r in rewards if r is not None])[1]
     out = []
     for start in range(0, len(rewards), group_size):
-        group = rewards[start:start + group_size]
+        group = rewards[start : start + group_size]
         mean, std = stats([r for r in group if r is not None])
         std = batch_std if scale == "batch" else std
         for reward in group:
@@ -70,7 +72,9 @@ def group_advantages(rewards: Sequence[float | None], group_size: int, scale: Li
 def _turns(trajectory: Trajectory) -> list[Any]:
     records = [r for r in trajectory.turn_records if r.prompt_ids is not None and r.completion_ids]
     if len(records) != len(trajectory.turn_records):
-        raise ValueError(f"rollout {trajectory.env_id}/{trajectory.task_id} has turns without token ids: it was not made by a local policy")
+        raise ValueError(
+            f"rollout {trajectory.env_id}/{trajectory.task_id} has turns without token ids: it was not made by a local policy"
+        )
     return records
 
 
@@ -79,9 +83,16 @@ def windowed_rows(trajectory: Trajectory, advantage: float, rollout: int) -> lis
     window the policy saw) and completion ids."""
     if trajectory.reward is None:
         return []
-    return [TrainingRow(list(r.prompt_ids), list(r.completion_ids), advantage, rollout,
-                        sampling_logps=list(r.completion_logprobs) if r.completion_logprobs is not None else None)
-            for r in _turns(trajectory)]
+    return [
+        TrainingRow(
+            list(r.prompt_ids),
+            list(r.completion_ids),
+            advantage,
+            rollout,
+            sampling_logps=list(r.completion_logprobs) if r.completion_logprobs is not None else None,
+        )
+        for r in _turns(trajectory)
+    ]
 
 
 def full_row(trajectory: Trajectory, advantage: float, rollout: int) -> list[TrainingRow]:
@@ -93,18 +104,23 @@ def full_row(trajectory: Trajectory, advantage: float, rollout: int) -> list[Tra
     records = _turns(trajectory)
     prompt = list(records[0].prompt_ids)
     for before, after in itertools.pairwise(records):
-        if after.prompt_ids[:len(before.prompt_ids) + len(before.completion_ids)] != before.prompt_ids + before.completion_ids:
-            raise ValueError(f"turn {after.turn} of {trajectory.env_id}/{trajectory.task_id} does not extend turn {before.turn}'s tokens")
+        if (
+            after.prompt_ids[: len(before.prompt_ids) + len(before.completion_ids)]
+            != before.prompt_ids + before.completion_ids
+        ):
+            raise ValueError(
+                f"turn {after.turn} of {trajectory.env_id}/{trajectory.task_id} does not extend turn {before.turn}'s tokens"
+            )
     last = records[-1]
-    completion = last.prompt_ids[len(prompt):] + last.completion_ids
+    completion = last.prompt_ids[len(prompt) :] + last.completion_ids
     mask = [0] * len(completion)
     sampled = all(r.completion_logprobs is not None for r in records)
     logps = [math.nan] * len(completion)
     for record in records:
         start = len(record.prompt_ids) - len(prompt)
-        mask[start:start + len(record.completion_ids)] = [1] * len(record.completion_ids)
+        mask[start : start + len(record.completion_ids)] = [1] * len(record.completion_ids)
         if sampled:
-            logps[start:start + len(record.completion_ids)] = record.completion_logprobs
+            logps[start : start + len(record.completion_ids)] = record.completion_logprobs
     return [TrainingRow(prompt, completion, advantage, rollout, mask, logps if sampled else None)]
 
 
@@ -123,16 +139,21 @@ def collate(rows: list[TrainingRow], pad_id: int, device: Any = None) -> dict[st
     sampling = torch.full((len(rows), width_c), math.nan, dtype=torch.float32)
     for i, row in enumerate(rows):
         p, c = len(row.prompt_ids), len(row.completion_ids)
-        prompt_ids[i, width_p - p:] = torch.tensor(row.prompt_ids)
-        prompt_mask[i, width_p - p:] = 1
+        prompt_ids[i, width_p - p :] = torch.tensor(row.prompt_ids)
+        prompt_mask[i, width_p - p :] = 1
         completion_ids[i, :c] = torch.tensor(row.completion_ids)
         completion_mask[i, :c] = 1
         if row.tool_mask is not None:
             tool_mask[i, :c] = torch.tensor(row.tool_mask)
         if row.sampling_logps is not None:
             sampling[i, :c] = torch.tensor(row.sampling_logps, dtype=torch.float32)
-    out = {"prompt_ids": prompt_ids, "prompt_mask": prompt_mask, "completion_ids": completion_ids, "completion_mask": completion_mask,
-           "advantages": torch.tensor([r.advantage for r in rows], dtype=torch.float32)}
+    out = {
+        "prompt_ids": prompt_ids,
+        "prompt_mask": prompt_mask,
+        "completion_ids": completion_ids,
+        "completion_mask": completion_mask,
+        "advantages": torch.tensor([r.advantage for r in rows], dtype=torch.float32),
+    }
     if any(r.tool_mask is not None for r in rows):
         out["tool_mask"] = tool_mask
     if any(r.sampling_logps is not None for r in rows):

@@ -7,8 +7,19 @@ from pathlib import Path
 from typing import Any
 
 
-def supervised_fine_tune(model_dir: Path, rows: list[dict[str, Any]], out: Path, *, steps: int, learning_rate: float, batch_size: int,
-                         seed: int, logging_steps: int, gpu: bool = False, callbacks: list[Any] = ()) -> list[dict[str, Any]]:
+def supervised_fine_tune(
+    model_dir: Path,
+    rows: list[dict[str, Any]],
+    out: Path,
+    *,
+    steps: int,
+    learning_rate: float,
+    batch_size: int,
+    seed: int,
+    logging_steps: int,
+    gpu: bool = False,
+    callbacks: list[Any] = (),
+) -> list[dict[str, Any]]:
     """SFT of `model_dir` on prompt/completion `rows` for `steps` steps, fp32 on the CPU or (`gpu`) bf16
     with activation checkpointing; saves model and tokenizer to `out`; returns the logged losses."""
     import torch
@@ -19,10 +30,25 @@ def supervised_fine_tune(model_dir: Path, rows: list[dict[str, Any]], out: Path,
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.bfloat16 if gpu else torch.float32)
-    args = SFTConfig(output_dir=str(out / "sft"), max_steps=steps, per_device_train_batch_size=batch_size, learning_rate=learning_rate,
-                     lr_scheduler_type="constant", warmup_steps=0, logging_steps=logging_steps, save_strategy="no", report_to="none",
-                     seed=seed, data_seed=seed, use_cpu=not gpu, bf16=gpu, disable_tqdm=True, completion_only_loss=True, max_length=None,
-                     activation_checkpointing=gpu)  # on the CPU models are small: recomputation would only cost time
+    args = SFTConfig(
+        output_dir=str(out / "sft"),
+        max_steps=steps,
+        per_device_train_batch_size=batch_size,
+        learning_rate=learning_rate,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        logging_steps=logging_steps,
+        save_strategy="no",
+        report_to="none",
+        seed=seed,
+        data_seed=seed,
+        use_cpu=not gpu,
+        bf16=gpu,
+        disable_tqdm=True,
+        completion_only_loss=True,
+        max_length=None,
+        activation_checkpointing=gpu,
+    )  # on the CPU models are small: recomputation would only cost time
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer)
     trainer.remove_callback(PrinterCallback)  # stdout may be a --json answer; progress is a callback's business
     for callback in callbacks:

@@ -46,7 +46,9 @@ except ImportError as exc:  # pragma: no cover - trl is a pinned dependency
 def verdict_reward(rewards: RewardMap) -> Callable[..., list[float | None]]:
     """A TRL reward function: the reward of each rollout's verdict (None for env_error)."""
 
-    def episode_verdict(prompts: list[Any], completions: list[Any], verdict: list[str], **kwargs: Any) -> list[float | None]:
+    def episode_verdict(
+        prompts: list[Any], completions: list[Any], verdict: list[str], **kwargs: Any
+    ) -> list[float | None]:
         return [rewards.reward(v) for v in verdict]
 
     return episode_verdict
@@ -56,8 +58,16 @@ def task_dataset(bundles: dict[str, Bundle]) -> Any:
     """One training row per (bundle, task): a `datasets.Dataset` of {bundle, env_id, task_id, prompt}."""
     from datasets import Dataset
 
-    rows = [{"bundle": key, "env_id": bundle.env_id, "task_id": task.id, "prompt": [{"role": "user", "content": task.instruction}]}
-            for key, bundle in sorted(bundles.items()) for task in bundle.tasks]
+    rows = [
+        {
+            "bundle": key,
+            "env_id": bundle.env_id,
+            "task_id": task.id,
+            "prompt": [{"role": "user", "content": task.instruction}],
+        }
+        for key, bundle in sorted(bundles.items())
+        for task in bundle.tasks
+    ]
     if not rows:
         raise ValueError("no tasks to train on: the bundles have none")
     return Dataset.from_list(rows)
@@ -68,7 +78,9 @@ def check_profile(config: TrainingConfig) -> None:
     import torch
 
     if config.profile == "gpu" and not torch.cuda.is_available():
-        raise ValueError("profile 'gpu' needs a CUDA device and torch sees none on this machine; use profile 'cpu-test'")
+        raise ValueError(
+            "profile 'gpu' needs a CUDA device and torch sees none on this machine; use profile 'cpu-test'"
+        )
 
 
 def grpo_settings(config: TrainingConfig, output_dir: Path) -> dict[str, Any]:
@@ -77,13 +89,32 @@ def grpo_settings(config: TrainingConfig, output_dir: Path) -> dict[str, Any]:
     and activation checkpointing (TRL turns checkpointing on by default: cpu-test turns it off)."""
     gpu = config.profile == "gpu"
     return {
-        "output_dir": str(output_dir), "per_device_train_batch_size": config.group_size * config.rows_per_step, "num_generations": config.group_size,
-        "gradient_accumulation_steps": 1, "steps_per_generation": 1, "num_iterations": 1, "learning_rate": config.learning_rate, "beta": config.beta,
-        "epsilon": config.epsilon, "temperature": config.temperature, "max_completion_length": config.max_completion_length, "max_steps": config.steps,
-        "seed": config.seed, "data_seed": config.seed, "logging_steps": 1, "save_strategy": "steps" if config.save_every else "no",
-        "save_steps": config.save_every or 500, "report_to": ["tensorboard"] if config.tensorboard else "none",
-        "chat_template_kwargs": {"enable_thinking": False}, "remove_unused_columns": False,
-        "disable_tqdm": True, "use_cpu": not gpu, "bf16": gpu, "use_vllm": gpu and _vllm_installed(), "vllm_mode": "colocate", "shuffle_dataset": True,
+        "output_dir": str(output_dir),
+        "per_device_train_batch_size": config.group_size * config.rows_per_step,
+        "num_generations": config.group_size,
+        "gradient_accumulation_steps": 1,
+        "steps_per_generation": 1,
+        "num_iterations": 1,
+        "learning_rate": config.learning_rate,
+        "beta": config.beta,
+        "epsilon": config.epsilon,
+        "temperature": config.temperature,
+        "max_completion_length": config.max_completion_length,
+        "max_steps": config.steps,
+        "seed": config.seed,
+        "data_seed": config.seed,
+        "logging_steps": 1,
+        "save_strategy": "steps" if config.save_every else "no",
+        "save_steps": config.save_every or 500,
+        "report_to": ["tensorboard"] if config.tensorboard else "none",
+        "chat_template_kwargs": {"enable_thinking": False},
+        "remove_unused_columns": False,
+        "disable_tqdm": True,
+        "use_cpu": not gpu,
+        "bf16": gpu,
+        "use_vllm": gpu and _vllm_installed(),
+        "vllm_mode": "colocate",
+        "shuffle_dataset": True,
         "activation_checkpointing": gpu,
     }
 
@@ -105,8 +136,13 @@ def peft_config(config: TrainingConfig) -> Any:
         return None
     from peft import LoraConfig
 
-    return LoraConfig(r=config.lora.rank, lora_alpha=config.lora.alpha, lora_dropout=config.lora.dropout,
-                      target_modules=config.lora.target_modules, task_type="CAUSAL_LM")
+    return LoraConfig(
+        r=config.lora.rank,
+        lora_alpha=config.lora.alpha,
+        lora_dropout=config.lora.dropout,
+        target_modules=config.lora.target_modules,
+        task_type="CAUSAL_LM",
+    )
 
 
 def _vllm_installed() -> bool:
@@ -127,8 +163,15 @@ class WorldGRPOTrainer(GRPOTrainer):
     Dataset rows (see `task_dataset`) carry `bundle` (a key of `bundles`), `task_id` and `prompt`
     (the task as chat messages, for TRL's bookkeeping)."""
 
-    def __init__(self, *args: Any, config: TrainingConfig, runtime: Runtime, bundles: dict[str, Bundle],
-                 simulation: EpisodeSource | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        *args: Any,
+        config: TrainingConfig,
+        runtime: Runtime,
+        bundles: dict[str, Bundle],
+        simulation: EpisodeSource | None = None,
+        **kwargs: Any,
+    ):
         self.config, self.runtime, self.bundles, self.simulation = config, runtime, bundles, simulation
         self.last_rollouts: list[Trajectory] = []
         self.last_rows: list[TrainingRow] = []
@@ -143,17 +186,30 @@ class WorldGRPOTrainer(GRPOTrainer):
 
         step = self.state.global_step
         jobs = [(self.bundles[x["bundle"]], self.bundles[x["bundle"]].task(x["task_id"])) for x in inputs]
-        episode = EpisodeConfig(max_turns=self.config.max_turns, window=self.config.window if self.config.history == "windowed" else None,
-                                rewards=self.config.rewards)
+        episode = EpisodeConfig(
+            max_turns=self.config.max_turns,
+            window=self.config.window if self.config.history == "windowed" else None,
+            rewards=self.config.rewards,
+        )
         suffix = self._get_tool_suffix_ids if self.config.history == "full" else None
 
         def policy(batcher: Batcher, index: int) -> TrainingPolicy:
-            return TrainingPolicy(self.model, self.processing_class, batcher, index, suffix=suffix, chat_template=self.chat_template,
-                                  max_new_tokens=self.config.max_completion_length, temperature=self.config.temperature)
+            return TrainingPolicy(
+                self.model,
+                self.processing_class,
+                batcher,
+                index,
+                suffix=suffix,
+                chat_template=self.chat_template,
+                max_new_tokens=self.config.max_completion_length,
+                temperature=self.config.temperature,
+            )
 
         torch.manual_seed(self.config.seed * 100_003 + step + self.accelerator.process_index)
         with disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
-            trajectories = run_rollouts(self.runtime, jobs, policy, self.generate_batch, episode, self.worlds(step, len(inputs)))
+            trajectories = run_rollouts(
+                self.runtime, jobs, policy, self.generate_batch, episode, self.worlds(step, len(inputs))
+            )
         failed = [t for t in trajectories if t.verdict == "agent_error"]
         if failed:  # the model itself failed (out of memory, say): not the agent's fault, not a reward
             raise RuntimeError(f"generation failed during rollouts: {failed[0].error}")
@@ -166,8 +222,11 @@ class WorldGRPOTrainer(GRPOTrainer):
             return None
         groups = entries // self.num_generations
         first = (step * self.accelerator.num_processes + self.accelerator.process_index) * groups
-        return [self.runtime if real_group(first + g, self.config.real_share) else self.simulation
-                for g in range(groups) for _ in range(self.num_generations)]
+        return [
+            self.runtime if real_group(first + g, self.config.real_share) else self.simulation
+            for g in range(groups)
+            for _ in range(self.num_generations)
+        ]
 
     def generate_batch(self, prompts: list[list[int]]) -> list[Sampled]:
         """Completions for a batch of prompt token ids, by TRL's generation backend (transformers,
@@ -183,12 +242,13 @@ class WorldGRPOTrainer(GRPOTrainer):
         device = self.accelerator.device
         trajectories = self.rollouts(inputs)
         scored = [{**x, "verdict": t.verdict} for x, t in zip(inputs, trajectories, strict=True)]
-        rewards_all = self._calculate_rewards(scored, [x["prompt"] for x in inputs], [t.answer for t in trajectories],
-                                              [[] for _ in inputs])[:, 0]
+        rewards_all = self._calculate_rewards(
+            scored, [x["prompt"] for x in inputs], [t.answer for t in trajectories], [[] for _ in inputs]
+        )[:, 0]
         rewards = [None if math.isnan(r) else r for r in rewards_all.tolist()]
         advantages_all = group_advantages(rewards, self.num_generations, self.scale_rewards)
         start = self.accelerator.process_index * len(inputs)
-        advantages = advantages_all[start:start + len(inputs)]
+        advantages = advantages_all[start : start + len(inputs)]
 
         build = windowed_rows if self.config.history == "windowed" else full_row
         rows = [row for i, (t, a) in enumerate(zip(trajectories, advantages, strict=True)) for row in build(t, a, i)]
@@ -236,15 +296,23 @@ class WorldGRPOTrainer(GRPOTrainer):
         if sampling is None:
             sampling = torch.full_like(old, math.nan)
         batch["old_per_token_logps"], batch["sampling_per_token_logps"] = old, sampling
-        ratio = importance_ratio(old, sampling, loss_mask, self.vllm_importance_sampling_mode,
-                                 self.vllm_importance_sampling_clip_min, self.vllm_importance_sampling_clip_max)
+        ratio = importance_ratio(
+            old,
+            sampling,
+            loss_mask,
+            self.vllm_importance_sampling_mode,
+            self.vllm_importance_sampling_clip_min,
+            self.vllm_importance_sampling_clip_max,
+        )
         batch["importance_sampling_ratio"] = ratio
         kept = loss_mask.bool() & ~torch.isnan(sampling)
         gap = (old - sampling).abs()[kept]
         metrics = self._metrics[mode]
         metrics["sampling/sampling_logp_difference/mean"].append(gap.mean().item() if gap.numel() else 0.0)
         applied = ratio if ratio.size(-1) == 1 else ratio[loss_mask.bool()]  # per sequence, or per loss token
-        metrics["sampling/importance_sampling_ratio/mean"].append(applied.float().mean().item() if applied.numel() else 1.0)
+        metrics["sampling/importance_sampling_ratio/mean"].append(
+            applied.float().mean().item() if applied.numel() else 1.0
+        )
 
     def _log_rollouts(self, mode: str, trajectories: list[Trajectory], rewards: Any, rows: list[TrainingRow]) -> None:
         """Per-step rollout metrics (TRL averages them per logging step)."""

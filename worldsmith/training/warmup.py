@@ -38,14 +38,32 @@ def reference_rows(runtime: Runtime, bundles: list[Bundle], window: int | None) 
     return rows
 
 
-def warm_up(model_dir: Path, rows: list[dict[str, Any]], out: Path, *, steps: int = 60, learning_rate: float = 3e-3, batch_size: int = 8,
-            seed: int = 0, progress: bool = False) -> Path:
+def warm_up(
+    model_dir: Path,
+    rows: list[dict[str, Any]],
+    out: Path,
+    *,
+    steps: int = 60,
+    learning_rate: float = 3e-3,
+    batch_size: int = 8,
+    seed: int = 0,
+    progress: bool = False,
+) -> Path:
     """SFT `model_dir` for `steps` steps on per-turn `rows` (`reference_rows`, or any `turn_rows`);
     the result (model and tokenizer) is saved to `out`, which is returned."""
-    from worldsmith.training.callbacks import ProgressBar
+    from worldsmith.training.progress import ProgressBar
     from worldsmith.training.sft import supervised_fine_tune
 
     kept = [{k: row[k] for k in ("prompt", "completion", "tools", "chat_template_kwargs")} for row in rows]
-    supervised_fine_tune(model_dir, kept, out, steps=steps, learning_rate=learning_rate, batch_size=batch_size, seed=seed,
-                         logging_steps=max(1, steps // 5), callbacks=[ProgressBar("supervised warm-up")] if progress else [])
+    supervised_fine_tune(
+        model_dir,
+        kept,
+        out,
+        steps=steps,
+        learning_rate=learning_rate,
+        batch_size=batch_size,
+        seed=seed,
+        logging_steps=max(1, steps // 5),
+        callbacks=[ProgressBar("supervised warm-up")] if progress else [],
+    )
     return out

@@ -47,8 +47,14 @@ class Tally:
 
     def scores(self) -> dict[str, Any]:
         n = self.n or 1
-        return {"transitions": self.n, "observation_exact": self.exact / n, "outcome_agreement": self.agree / n,
-                "invalid_rate": self.invalid / n, "rows": self.rows.scores(), "fields": self.fields.scores()}
+        return {
+            "transitions": self.n,
+            "observation_exact": self.exact / n,
+            "outcome_agreement": self.agree / n,
+            "invalid_rate": self.invalid / n,
+            "rows": self.rows.scores(),
+            "fields": self.fields.scores(),
+        }
 
 
 def one_step(model: WorldModel, transitions: list[Transition], samples: int = 1) -> dict[str, Any]:
@@ -67,10 +73,14 @@ def one_step(model: WorldModel, transitions: list[Transition], samples: int = 1)
     result = {**overall.scores(), "per_env": {env: tally.scores() for env, tally in sorted(per_env.items())}}
     if samples > 1:
         result["self_consistency"] = {
-            "samples": samples, "mean_agreement": sum(consistency) / len(consistency) if consistency else 1.0,
-            "consistent": len(consistent_hits), "inconsistent": len(inconsistent_hits),
+            "samples": samples,
+            "mean_agreement": sum(consistency) / len(consistency) if consistency else 1.0,
+            "consistent": len(consistent_hits),
+            "inconsistent": len(inconsistent_hits),
             "accuracy_when_consistent": sum(consistent_hits) / len(consistent_hits) if consistent_hits else None,
-            "accuracy_when_inconsistent": sum(inconsistent_hits) / len(inconsistent_hits) if inconsistent_hits else None,
+            "accuracy_when_inconsistent": sum(inconsistent_hits) / len(inconsistent_hits)
+            if inconsistent_hits
+            else None,
         }
     return result
 
@@ -109,18 +119,35 @@ def k_step(model: WorldModel, transitions: list[Transition], k: int) -> dict[str
             seen = truth.model_copy(update={"rows": rows})
             (prediction,) = model.predict(seen, history, 1)
             per_step[step].add(prediction, truth)
-            observation = prediction.observation.model_dump() if prediction.observation else {"status": "invalid", "value": None, "error": None}
+            observation = (
+                prediction.observation.model_dump()
+                if prediction.observation
+                else {"status": "invalid", "value": None, "error": None}
+            )
             history.append({"action": truth.action, "observation": observation})
             rows = apply_diff(rows, prediction.diff)
     steps = []
     for number, tally in enumerate(per_step, start=1):
         if tally.n:
             scores = tally.scores()
-            steps.append({"step": number, "episodes": tally.n, "observation_exact": scores["observation_exact"],
-                          "compound_error": 1.0 - scores["observation_exact"], "fields_f1": scores["fields"]["f1"]})
+            steps.append(
+                {
+                    "step": number,
+                    "episodes": tally.n,
+                    "observation_exact": scores["observation_exact"],
+                    "compound_error": 1.0 - scores["observation_exact"],
+                    "fields_f1": scores["fields"]["f1"],
+                }
+            )
     return {"k": k, "steps": steps}
 
 
-def evaluate_world_model(model: WorldModel, transitions: list[Transition], *, k: int = 3, samples: int = 1) -> dict[str, Any]:
+def evaluate_world_model(
+    model: WorldModel, transitions: list[Transition], *, k: int = 3, samples: int = 1
+) -> dict[str, Any]:
     """The full report: one step (with self-consistency when samples > 1) and k steps."""
-    return {"model": model.name, "one_step": one_step(model, transitions, samples), "k_step": k_step(model, transitions, k)}
+    return {
+        "model": model.name,
+        "one_step": one_step(model, transitions, samples),
+        "k_step": k_step(model, transitions, k),
+    }

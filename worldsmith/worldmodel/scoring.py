@@ -21,7 +21,11 @@ def canonical(value: Any) -> str:
 
 
 def observation_match(predicted: Observation | None, true: Observation) -> bool:
-    return predicted is not None and (predicted.status, canonical(predicted.value), predicted.error) == (true.status, canonical(true.value), true.error)
+    return predicted is not None and (predicted.status, canonical(predicted.value), predicted.error) == (
+        true.status,
+        canonical(true.value),
+        true.error,
+    )
 
 
 def outcome_agreement(predicted: Observation | None, true: Observation) -> bool:
@@ -42,14 +46,19 @@ def facts(diff: dict[str, Any]) -> tuple[set[tuple[str, ...]], set[tuple[str, ..
         for row in changes.get("inserted") or []:
             if isinstance(row, dict):
                 rows.add((table, "insert", _identity(row)))
-                fields.update((table, "insert", _identity(row), column, canonical(value)) for column, value in row.items())
+                fields.update(
+                    (table, "insert", _identity(row), column, canonical(value)) for column, value in row.items()
+                )
         for change in changes.get("updated") or []:
             if isinstance(change, dict) and isinstance(change.get("after"), dict):
                 key = canonical(change.get("key"))
                 rows.add((table, "update", key))
                 before = change.get("before") if isinstance(change.get("before"), dict) else {}
-                fields.update((table, "update", key, column, canonical(value)) for column, value in change["after"].items()
-                              if before.get(column, object()) != value)
+                fields.update(
+                    (table, "update", key, column, canonical(value))
+                    for column, value in change["after"].items()
+                    if before.get(column, object()) != value
+                )
         for row in changes.get("deleted") or []:
             if isinstance(row, dict):
                 rows.add((table, "delete", _identity(row)))

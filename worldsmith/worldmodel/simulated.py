@@ -29,33 +29,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from pydantic import BaseModel, Field, field_validator
-
 from worldsmith.bundle.contract import Bundle
 from worldsmith.models.bundle import TaskSpec
 from worldsmith.models.results import DbDiff, ToolResult, VerifierResult
 from worldsmith.runtime.episode import Runtime, checked_call
 from worldsmith.runtime.sandbox import dbdiff
+from worldsmith.worldmodel.config import SimulationConfig
 from worldsmith.worldmodel.transitions import Transition, observe, relevant_rows
-from worldsmith.worldmodel.world_models import Prediction, WorldModel, check_world_model, consensus, world_model
+from worldsmith.worldmodel.world_models import Prediction, WorldModel, consensus, world_model
 
 STATUSES = ("ok", "tool_error", "env_error")
-
-
-class SimulationConfig(BaseModel):
-    """How simulated episodes are answered."""
-
-    world_model: str = Field(description="code (the environment's own tools: exact), static, openai:MODEL (the configured endpoint) "
-                                         "or hf:PATH (a trained world model directory).")
-    samples: int = Field(1, ge=1, le=16, description="Predictions per call; with more than one, their disagreement is the call's uncertainty.")
-    uncertainty_threshold: float = Field(1.0, ge=0, le=1, description="A simulated episode stops (env_error, limit `uncertain`) at a call "
-                                                                      "whose uncertainty (1 - the share of the most common prediction) is above this.")
-    max_new_tokens: int = Field(512, ge=16, description="hf: world models: tokens generated per prediction at most.")
-
-    @field_validator("world_model")
-    @classmethod
-    def _known_kind(cls, spec: str) -> str:
-        return check_world_model(spec, ("code", "static"))
 
 
 class CodeWorldModel:
@@ -72,7 +55,9 @@ class CodeWorldModel:
             raise ValueError("the code world model needs the query's database and bundle (simulated episodes only)")
         with self.runtime.open_episode(self.bundles[transition.env_key]) as episode:
             episode.restore(transition.world)
-            observation, diff = observe(episode, transition.action["name"], transition.action["arguments"], transition.world)
+            observation, diff = observe(
+                episode, transition.action["name"], transition.action["arguments"], transition.world
+            )
         return [Prediction(observation=observation, diff=diff) for _ in range(samples)]
 
 
@@ -98,8 +83,13 @@ class SimulationStats:
     def as_dict(self) -> dict[str, float]:
         with self._lock:
             n = self.calls or 1
-            return {"calls": self.calls, "mean_uncertainty": self.uncertainty_sum / n, "uncertain_rate": self.uncertain / n,
-                    "invalid_rate": self.invalid / n, "inconsistent_rate": self.inconsistent / n}
+            return {
+                "calls": self.calls,
+                "mean_uncertainty": self.uncertainty_sum / n,
+                "uncertain_rate": self.uncertain / n,
+                "invalid_rate": self.invalid / n,
+                "inconsistent_rate": self.inconsistent / n,
+            }
 
 
 def _quoted(name: str) -> str:
@@ -111,7 +101,9 @@ def apply_to_database(conn: sqlite3.Connection, diff: dict[str, Any]) -> list[st
     the parts that could not be applied (unknown table or row, a constraint broken), each named.
     Only names that exist in the database reach SQL; values are always bound parameters."""
     problems: list[str] = []
-    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")}
+    tables = {
+        r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+    }
 
     def run(sql: str, values: list[Any], what: str) -> None:
         try:
@@ -129,11 +121,19 @@ def apply_to_database(conn: sqlite3.Connection, diff: dict[str, Any]) -> list[st
         keys = [r[1] for r in sorted(info, key=lambda r: r[5]) if r[5]]
 
         def where(row: dict[str, Any]) -> tuple[str, list[Any]]:
-            names = [k for k in keys if k in row] if keys and all(k in row for k in keys) else [c for c in columns if c in row]
+            names = (
+                [k for k in keys if k in row]
+                if keys and all(k in row for k in keys)
+                else [c for c in columns if c in row]
+            )
             return " AND ".join(_quoted(c) + " IS ?" for c in names) or "0", [row[c] for c in names]
 
         for change in changes.get("updated") or []:
-            if not (isinstance(change, dict) and isinstance(change.get("key"), dict) and isinstance(change.get("after"), dict)):
+            if not (
+                isinstance(change, dict)
+                and isinstance(change.get("key"), dict)
+                and isinstance(change.get("after"), dict)
+            ):
                 problems.append(f"{table}: malformed update")
                 continue
             assign = [c for c in columns if c in change["after"]]
@@ -141,8 +141,11 @@ def apply_to_database(conn: sqlite3.Connection, diff: dict[str, Any]) -> list[st
             if not assign:
                 problems.append(f"{table}: update names no column")
                 continue
-            run(f'UPDATE {_quoted(table)} SET {", ".join(_quoted(c) + " = ?" for c in assign)} WHERE {condition}',
-                [change["after"][c] for c in assign] + values, f"{table}: update {change['key']}")
+            run(
+                f"UPDATE {_quoted(table)} SET {', '.join(_quoted(c) + ' = ?' for c in assign)} WHERE {condition}",
+                [change["after"][c] for c in assign] + values,
+                f"{table}: update {change['key']}",
+            )
         for row in changes.get("deleted") or []:
             if isinstance(row, dict):
                 condition, values = where(row)
@@ -152,8 +155,11 @@ def apply_to_database(conn: sqlite3.Connection, diff: dict[str, Any]) -> list[st
             if not names:
                 problems.append(f"{table}: insert names no column")
                 continue
-            run(f'INSERT INTO {_quoted(table)} ({", ".join(map(_quoted, names))}) VALUES ({", ".join("?" * len(names))})',
-                [row[c] for c in names], f"{table}: insert")
+            run(
+                f"INSERT INTO {_quoted(table)} ({', '.join(map(_quoted, names))}) VALUES ({', '.join('?' * len(names))})",
+                [row[c] for c in names],
+                f"{table}: insert",
+            )
     return problems
 
 
@@ -163,8 +169,11 @@ class SimulatedRuntime:
     def __init__(self, runtime: Runtime, config: SimulationConfig, model: WorldModel | None = None):
         self.runtime, self.config = runtime, config
         self.bundles: dict[str, Bundle] = {}
-        self.model = model or (CodeWorldModel(runtime, self.bundles) if config.world_model == "code"
-                               else world_model(config.world_model, max_new_tokens=config.max_new_tokens))
+        self.model = model or (
+            CodeWorldModel(runtime, self.bundles)
+            if config.world_model == "code"
+            else world_model(config.world_model, max_new_tokens=config.max_new_tokens)
+        )
         self.name = f"simulated:{self.model.name}"
         self.stats = SimulationStats()
 
@@ -193,28 +202,58 @@ class SimulatedEpisode:
             return refusal
         started = time.perf_counter()
         config = self.simulation.config
-        query = Transition(env_id=self.bundle.env_id, env_key=self.bundle.key, episode=self.id, index=len(self.history),
-                           task=self.task.instruction if self.task else "", rows=relevant_rows(self.conn, arguments), history=list(self.history),
-                           action={"name": name, "arguments": arguments}, observation=None, world=self.snapshot())
+        query = Transition(
+            env_id=self.bundle.env_id,
+            env_key=self.bundle.key,
+            episode=self.id,
+            index=len(self.history),
+            task=self.task.instruction if self.task else "",
+            rows=relevant_rows(self.conn, arguments),
+            history=list(self.history),
+            action={"name": name, "arguments": arguments},
+            observation=None,
+            world=self.snapshot(),
+        )
         try:
             answer, share = consensus(self.simulation.model.predict(query, self.history, config.samples))
         except Exception as exc:  # noqa: BLE001 - an unreachable or broken world model fails the environment, not the agent
-            return ToolResult(status="env_error", error=f"the world model failed: {type(exc).__name__}: {exc}", limit="world_model")
+            return ToolResult(
+                status="env_error", error=f"the world model failed: {type(exc).__name__}: {exc}", limit="world_model"
+            )
         uncertainty = 1.0 - share
-        observation = answer.observation if answer.observation is not None and answer.observation.status in STATUSES else None
+        observation = (
+            answer.observation if answer.observation is not None and answer.observation.status in STATUSES else None
+        )
         uncertain = uncertainty > config.uncertainty_threshold
         changes = self.conn.total_changes
-        problems = apply_to_database(self.conn, answer.diff) if observation is not None and not uncertain and observation.status == "ok" else []
-        self.simulation.stats.record(uncertainty, uncertain=uncertain, invalid=observation is None, inconsistent=bool(problems))
+        problems = (
+            apply_to_database(self.conn, answer.diff)
+            if observation is not None and not uncertain and observation.status == "ok"
+            else []
+        )
+        self.simulation.stats.record(
+            uncertainty, uncertain=uncertain, invalid=observation is None, inconsistent=bool(problems)
+        )
         if uncertain:
-            return ToolResult(status="env_error", limit="uncertain",
-                              error=f"the world model is uncertain about this call ({uncertainty:.2f} > {config.uncertainty_threshold})")
+            return ToolResult(
+                status="env_error",
+                limit="uncertain",
+                error=f"the world model is uncertain about this call ({uncertainty:.2f} > {config.uncertainty_threshold})",
+            )
         if observation is None:
-            return ToolResult(status="env_error", limit="invalid_prediction",
-                              error=f"the world model's answer is not a transition: {(answer.raw or '')[:200]!r}")
+            return ToolResult(
+                status="env_error",
+                limit="invalid_prediction",
+                error=f"the world model's answer is not a transition: {(answer.raw or '')[:200]!r}",
+            )
         self.history.append({"action": query.action, "observation": observation.model_dump()})
-        return ToolResult(status=observation.status, value=observation.value, error=observation.error,
-                          changed=self.conn.total_changes > changes, seconds=time.perf_counter() - started)
+        return ToolResult(
+            status=observation.status,
+            value=observation.value,
+            error=observation.error,
+            changed=self.conn.total_changes > changes,
+            seconds=time.perf_counter() - started,
+        )
 
     def snapshot(self) -> bytes:
         return self.conn.serialize()

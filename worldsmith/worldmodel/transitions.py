@@ -42,24 +42,41 @@ class Transition(BaseModel):
     episode: str = Field(description="trajectory id: transitions of one episode share it, in `index` order")
     index: int
     task: str
-    rows: dict[str, list[dict[str, Any]]] = Field(default_factory=dict, description="rows the arguments point at, before the call")
-    history: list[dict[str, Any]] = Field(default_factory=list, description="earlier calls of the episode: action and observation")
+    rows: dict[str, list[dict[str, Any]]] = Field(
+        default_factory=dict, description="rows the arguments point at, before the call"
+    )
+    history: list[dict[str, Any]] = Field(
+        default_factory=list, description="earlier calls of the episode: action and observation"
+    )
     action: dict[str, Any]
-    observation: Observation | None = Field(description="what the call answered; None in a query, whose outcome is to be predicted")
+    observation: Observation | None = Field(
+        description="what the call answered; None in a query, whose outcome is to be predicted"
+    )
     diff: dict[str, Any] = Field(default_factory=dict, description="per table: inserted, updated, deleted rows")
     split: Split = "train"
-    world: bytes | None = Field(None, exclude=True, repr=False, description="the whole database before the call, when at hand (never serialized)")
+    world: bytes | None = Field(
+        None,
+        exclude=True,
+        repr=False,
+        description="the whole database before the call, when at hand (never serialized)",
+    )
 
 
 def state_text(task: str, rows: dict[str, list[dict[str, Any]]], history: list[dict[str, Any]], window: int = 3) -> str:
     """The compact textual state: the task, the relevant rows, the last `window` calls."""
     lines = [f"Task: {task}", "Relevant rows:"]
-    lines += [f"  {table}: {json.dumps(row, sort_keys=True, default=str)}" for table, found in sorted(rows.items()) for row in found] or ["  (none)"]
+    lines += [
+        f"  {table}: {json.dumps(row, sort_keys=True, default=str)}"
+        for table, found in sorted(rows.items())
+        for row in found
+    ] or ["  (none)"]
     lines.append("Recent calls:")
     recent = history[-window:]
-    lines += [f"- {h['action']['name']}({json.dumps(h['action']['arguments'], sort_keys=True)}) -> {h['observation']['status']}: "
-              f"{json.dumps(h['observation'].get('value') if h['observation']['status'] == 'ok' else h['observation'].get('error'), default=str)[:300]}"
-              for h in recent] or ["(none)"]
+    lines += [
+        f"- {h['action']['name']}({json.dumps(h['action']['arguments'], sort_keys=True)}) -> {h['observation']['status']}: "
+        f"{json.dumps(h['observation'].get('value') if h['observation']['status'] == 'ok' else h['observation'].get('error'), default=str)[:300]}"
+        for h in recent
+    ] or ["(none)"]
     return "\n".join(lines)
 
 
@@ -72,14 +89,22 @@ def split_of(env_id: str, seed: int = 0, validation: float = 0.15, test: float =
 def relevant_rows(conn: sqlite3.Connection, arguments: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """Rows whose columns hold the id-like argument values (`order_id=7` -> orders.id = 7 and *.order_id = 7)."""
     found: dict[str, list[dict[str, Any]]] = {}
-    tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")]
+    tables = [
+        r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
+    ]
     for table in tables:
         columns = {r[1] for r in conn.execute(f'PRAGMA table_info("{table}")')}
         singular = table.removesuffix("s")
         for name, value in arguments.items():
             if isinstance(value, (dict, list)) or value is None:
                 continue
-            column = "id" if name == f"{singular}_id" and "id" in columns else name if name in columns and (name.endswith("_id") or name in ("id", "sku", "code", "email")) else None
+            column = (
+                "id"
+                if name == f"{singular}_id" and "id" in columns
+                else name
+                if name in columns and (name.endswith("_id") or name in ("id", "sku", "code", "email"))
+                else None
+            )
             if column is None:
                 continue
             cursor = conn.execute(f'SELECT * FROM "{table}" WHERE "{column}" = ? LIMIT {ROWS_PER_TABLE}', (value,))
@@ -99,11 +124,15 @@ def _lookup_rows(world: bytes, arguments: dict[str, Any]) -> dict[str, list[dict
         conn.close()
 
 
-def observe(episode: Episode, name: str, arguments: dict[str, Any], before: bytes) -> tuple[Observation, dict[str, Any]]:
+def observe(
+    episode: Episode, name: str, arguments: dict[str, Any], before: bytes
+) -> tuple[Observation, dict[str, Any]]:
     """Call a tool in `episode` (whose database was `before`): what it answered and what it changed."""
     result = episode.call_tool(name, arguments)
     diff = episode.diff(before).model_dump()["tables"] if result.ok and result.changed else {}
-    return Observation(status=result.status, value=result.value if result.ok else None, error=None if result.ok else result.error), diff
+    return Observation(
+        status=result.status, value=result.value if result.ok else None, error=None if result.ok else result.error
+    ), diff
 
 
 def replay(runtime: Runtime, bundle: Bundle, trajectory: Trajectory, episode_id: str) -> list[Transition]:
@@ -116,15 +145,34 @@ def replay(runtime: Runtime, bundle: Bundle, trajectory: Trajectory, episode_id:
             action = {"name": step.call.name, "arguments": step.call.arguments}
             before = episode.snapshot()
             observation, diff = observe(episode, step.call.name, step.call.arguments, before)
-            transitions.append(Transition(env_id=bundle.env_id, env_key=bundle.key, episode=episode_id, index=index, task=task.instruction,
-                                          rows=_lookup_rows(before, step.call.arguments if isinstance(step.call.arguments, dict) else {}),
-                                          history=list(history), action=action, observation=observation, diff=diff, world=before))
+            transitions.append(
+                Transition(
+                    env_id=bundle.env_id,
+                    env_key=bundle.key,
+                    episode=episode_id,
+                    index=index,
+                    task=task.instruction,
+                    rows=_lookup_rows(before, step.call.arguments if isinstance(step.call.arguments, dict) else {}),
+                    history=list(history),
+                    action=action,
+                    observation=observation,
+                    diff=diff,
+                    world=before,
+                )
+            )
             history.append({"action": action, "observation": observation.model_dump()})
     return transitions
 
 
-def build_transitions(runtime: Runtime, bundles: dict[str, Bundle], trajectories: list[Trajectory], *, seed: int = 0,
-                      validation: float = 0.15, test: float = 0.15) -> list[Transition]:
+def build_transitions(
+    runtime: Runtime,
+    bundles: dict[str, Bundle],
+    trajectories: list[Trajectory],
+    *,
+    seed: int = 0,
+    validation: float = 0.15,
+    test: float = 0.15,
+) -> list[Transition]:
     """Transitions of every trajectory whose environment is in `bundles` (by env_key), with env-disjoint splits."""
     out: list[Transition] = []
     for number, trajectory in enumerate(trajectories):

@@ -20,6 +20,7 @@ import openai
 from pydantic import BaseModel, Field, ValidationError
 
 from worldsmith.llm.jsonrepair import parse_json_object
+from worldsmith.worldmodel.config import check_world_model
 from worldsmith.worldmodel.scoring import canonical
 from worldsmith.worldmodel.transitions import Observation, Transition, state_text
 
@@ -69,7 +70,9 @@ class OracleWorldModel:
 
     def predict(self, transition: Transition, history: list[dict[str, Any]], samples: int = 1) -> list[Prediction]:
         if transition.observation is None:
-            raise ValueError("the oracle replays recorded transitions and cannot answer a query; simulate with the `code` world model")
+            raise ValueError(
+                "the oracle replays recorded transitions and cannot answer a query; simulate with the `code` world model"
+            )
         return [Prediction(observation=transition.observation, diff=transition.diff) for _ in range(samples)]
 
 
@@ -85,13 +88,17 @@ class StaticWorldModel:
 def prompt(transition: Transition, history: list[dict[str, Any]]) -> list[dict[str, str]]:
     """The chat messages of one prediction (also the SFT prompt of a trained world model)."""
     call = f"Tool call: {transition.action['name']}({json.dumps(transition.action['arguments'], sort_keys=True)})"
-    return [{"role": "system", "content": SYSTEM},
-            {"role": "user", "content": state_text(transition.task, transition.rows, history) + "\n" + call}]
+    return [
+        {"role": "system", "content": SYSTEM},
+        {"role": "user", "content": state_text(transition.task, transition.rows, history) + "\n" + call},
+    ]
 
 
 def target(transition: Transition) -> str:
     """What a perfect world model answers (the SFT completion)."""
-    return json.dumps({"observation": transition.observation.model_dump(), "diff": transition.diff}, sort_keys=True, default=str)
+    return json.dumps(
+        {"observation": transition.observation.model_dump(), "diff": transition.diff}, sort_keys=True, default=str
+    )
 
 
 def parse_prediction(text: str) -> Prediction:
@@ -110,18 +117,32 @@ def parse_prediction(text: str) -> Prediction:
 class OpenAIWorldModel:
     """A chat model on an OpenAI-compatible endpoint as a world model."""
 
-    def __init__(self, model: str, *, base_url: str | None = None, api_key: str | None = None, temperature: float | None = None,
-                 max_tokens: int = 1024, timeout_s: float = 60.0):
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        temperature: float | None = None,
+        max_tokens: int = 1024,
+        timeout_s: float = 60.0,
+    ):
         self.name = f"openai:{model}"
         self.model, self.temperature, self.max_tokens = model, temperature, max_tokens
-        self.client = openai.OpenAI(base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_s, max_retries=2)
+        self.client = openai.OpenAI(
+            base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_s, max_retries=2
+        )
 
     def predict(self, transition: Transition, history: list[dict[str, Any]], samples: int = 1) -> list[Prediction]:
         temperature = self.temperature if self.temperature is not None else (0.0 if samples == 1 else 0.7)
         out = []
         for _ in range(samples):
-            response = self.client.chat.completions.create(model=self.model, temperature=temperature, max_tokens=self.max_tokens,
-                                                           messages=prompt(transition, history))
+            response = self.client.chat.completions.create(
+                model=self.model,
+                temperature=temperature,
+                max_tokens=self.max_tokens,
+                messages=prompt(transition, history),
+            )
             out.append(parse_prediction(response.choices[0].message.content or ""))
         return out
 
@@ -150,25 +171,30 @@ class HFWorldModel:
     def predict(self, transition: Transition, history: list[dict[str, Any]], samples: int = 1) -> list[Prediction]:
         import torch
 
-        encoded = self.tokenizer.apply_chat_template(prompt(transition, history), add_generation_prompt=True, tokenize=True,
-                                                     return_dict=True, return_tensors="pt", enable_thinking=False)
+        encoded = self.tokenizer.apply_chat_template(
+            prompt(transition, history),
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=True,
+            return_tensors="pt",
+            enable_thinking=False,
+        )
         inputs = {k: v.to(self.model.device) for k, v in encoded.items()}
         seed = int(hashlib.sha256(repr(encoded["input_ids"][0].tolist()).encode()).hexdigest()[:8], 16)
         devices = [self.model.device] if self.model.device.type == "cuda" else []
         with self._lock, torch.random.fork_rng(devices=devices), torch.no_grad():
             torch.manual_seed(seed)
-            output = self.model.generate(**inputs, max_new_tokens=self.max_new_tokens, do_sample=samples > 1, num_return_sequences=samples,
-                                         pad_token_id=self.tokenizer.pad_token_id)
+            output = self.model.generate(
+                **inputs,
+                max_new_tokens=self.max_new_tokens,
+                do_sample=samples > 1,
+                num_return_sequences=samples,
+                pad_token_id=self.tokenizer.pad_token_id,
+            )
         start = inputs["input_ids"].shape[1]
-        return [parse_prediction(self.tokenizer.decode(sequence[start:], skip_special_tokens=True)) for sequence in output]
-
-
-def check_world_model(spec: str, names: tuple[str, ...] = ("oracle", "static")) -> str:
-    """`spec` if it is one of `names`, openai:MODEL or hf:PATH, else ValueError naming the choices (nothing is loaded)."""
-    kind, _, target = spec.partition(":")
-    if spec in names or kind in ("openai", "hf") and target:
-        return spec
-    raise ValueError(f"unknown world model {spec!r}: use {', '.join(names)}, openai:MODEL or hf:PATH")
+        return [
+            parse_prediction(self.tokenizer.decode(sequence[start:], skip_special_tokens=True)) for sequence in output
+        ]
 
 
 def world_model(spec: str, *, max_new_tokens: int = 512) -> WorldModel:
@@ -182,7 +208,9 @@ def world_model(spec: str, *, max_new_tokens: int = 512) -> WorldModel:
         from worldsmith.settings import get_settings
 
         settings = get_settings()
-        return OpenAIWorldModel(target, base_url=settings.llm_base_url, api_key=settings.llm_key(), timeout_s=settings.llm_timeout_s)
+        return OpenAIWorldModel(
+            target, base_url=settings.llm_base_url, api_key=settings.llm_key(), timeout_s=settings.llm_timeout_s
+        )
     if not (Path(target) / "config.json").is_file():
         raise ValueError(f"world model {spec!r}: {target} is not a model directory")
     return HFWorldModel(target, max_new_tokens=max_new_tokens)

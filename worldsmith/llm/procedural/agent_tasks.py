@@ -8,7 +8,8 @@ import random
 from typing import Any
 
 from worldsmith.llm.procedural.blocks import Domain, Entity, Field, Transition
-from worldsmith.llm.procedural.compose import Rows, TaskDraft, _fk, ident, words
+from worldsmith.llm.procedural.drafts import Rows, TaskDraft
+from worldsmith.llm.procedural.names import foreign_keys, ident, words
 
 TASKS = 10
 
@@ -105,30 +106,48 @@ def _fresh_value(f: Field, current: Any, rng: random.Random) -> Any:
 
 def _task_action(task_id: str, pick: tuple[Entity, Transition, dict[str, Any]]) -> TaskDraft:
     entity, t, row = pick
-    body = (f"    done = {_action_check(entity, t, row)}\n"
-            f"    evidence = {{'status': _value(final, {entity.table!r}, {row['id']}, 'status'), 'expected': {t.target!r}}}\n"
-            "    return _result('complete' if done else 'incomplete', **evidence)\n")
-    return TaskDraft(task_id, f"Please {t.phrase} the {_ref(entity, row)}.",
-                     _lookup(entity, row) + [_action_step(entity, t, row)], body)
+    body = (
+        f"    done = {_action_check(entity, t, row)}\n"
+        f"    evidence = {{'status': _value(final, {entity.table!r}, {row['id']}, 'status'), 'expected': {t.target!r}}}\n"
+        "    return _result('complete' if done else 'incomplete', **evidence)\n"
+    )
+    return TaskDraft(
+        task_id,
+        f"Please {t.phrase} the {_ref(entity, row)}.",
+        _lookup(entity, row) + [_action_step(entity, t, row)],
+        body,
+    )
 
 
-def _task_two_actions(task_id: str, a: tuple[Entity, Transition, dict[str, Any]], b: tuple[Entity, Transition, dict[str, Any]]) -> TaskDraft:
-    body = (f"    first = {_action_check(*a)}\n    second = {_action_check(*b)}\n"
-            "    evidence = {'first_done': first, 'second_done': second}\n"
-            "    if first and second:\n        return _result('complete', **evidence)\n"
-            "    return _result('partial' if first or second else 'incomplete', **evidence)\n")
+def _task_two_actions(
+    task_id: str, a: tuple[Entity, Transition, dict[str, Any]], b: tuple[Entity, Transition, dict[str, Any]]
+) -> TaskDraft:
+    body = (
+        f"    first = {_action_check(*a)}\n    second = {_action_check(*b)}\n"
+        "    evidence = {'first_done': first, 'second_done': second}\n"
+        "    if first and second:\n        return _result('complete', **evidence)\n"
+        "    return _result('partial' if first or second else 'incomplete', **evidence)\n"
+    )
     instruction = f"Two things: {a[1].phrase} the {_ref(a[0], a[2])}, and {b[1].phrase} the {_ref(b[0], b[2])}."
-    return TaskDraft(task_id, instruction, _lookup(a[0], a[2]) + [_action_step(*a)] + _lookup(b[0], b[2]) + [_action_step(*b)], body)
+    return TaskDraft(
+        task_id, instruction, _lookup(a[0], a[2]) + [_action_step(*a)] + _lookup(b[0], b[2]) + [_action_step(*b)], body
+    )
 
 
 def _task_update(task_id: str, entity: Entity, f: Field, row: dict[str, Any], rng: random.Random) -> TaskDraft:
     value = _fresh_value(f, row[f.name], rng)
     s = ident(entity.singular)
     shown = f"{value / 100:.2f} dollars ({value} cents)" if f.kind == "money" else str(value)
-    body = (f"    value = _value(final, {entity.table!r}, {row['id']}, {f.name!r})\n"
-            f"    return _result('complete' if value == {value!r} else 'incomplete', value=value, expected={value!r})\n")
-    return TaskDraft(task_id, f"Change the {words(f.name)} of the {_ref(entity, row)} to {shown}.",
-                     _lookup(entity, row) + [{"tool": f"update_{s}_{f.name}", "arguments": {f"{s}_id": row["id"], f.name: value}}], body)
+    body = (
+        f"    value = _value(final, {entity.table!r}, {row['id']}, {f.name!r})\n"
+        f"    return _result('complete' if value == {value!r} else 'incomplete', value=value, expected={value!r})\n"
+    )
+    return TaskDraft(
+        task_id,
+        f"Change the {words(f.name)} of the {_ref(entity, row)} to {shown}.",
+        _lookup(entity, row) + [{"tool": f"update_{s}_{f.name}", "arguments": {f"{s}_id": row["id"], f.name: value}}],
+        body,
+    )
 
 
 def _task_create(task_id: str, domain: Domain, entity: Entity, rows: Rows, rng: random.Random) -> TaskDraft:
@@ -137,7 +156,7 @@ def _task_create(task_id: str, domain: Domain, entity: Entity, rows: Rows, rng: 
     steps: list[dict[str, Any]] = []
     names = []
     parents = {e.table: e for e in domain.entities}
-    for column, parent in _fk(entity):
+    for column, parent in foreign_keys(entity):
         parent_row = rng.choice(rows.tables[parent])
         arguments[column] = parent_row["id"]
         steps += _lookup(parents[parent], parent_row)
@@ -146,23 +165,27 @@ def _task_create(task_id: str, domain: Domain, entity: Entity, rows: Rows, rng: 
     for f in entity.fields:
         value = _fresh_value(f, None, rng) if f.kind != "bool" else rng.random() < 0.5
         arguments[f.name] = value
-        shown = f"{value} cents" if f.kind == "money" else ("yes" if value else "no") if f.kind == "bool" else str(value)
+        shown = (
+            f"{value} cents" if f.kind == "money" else ("yes" if value else "no") if f.kind == "bool" else str(value)
+        )
         details.append(f"{words(f.name)} {shown}")
     steps.append({"tool": f"create_{s}", "arguments": arguments})
     expected = {k: v for k, v in arguments.items()}
-    body = (f"    rows = _new_rows(initial, final, {entity.table!r})\n"
-            f"    expected = {expected!r}\n"
-            "    exact = [r for r in rows if all(r.get(k) == v for k, v in expected.items())]\n"
-            "    related = [r for r in rows if all(r.get(k) == v for k, v in expected.items() if k.endswith('_id'))]\n"
-            "    if len(exact) == 1 and len(rows) == 1:\n        return _result('complete', row=exact[0])\n"
-            "    if exact or related:\n        return _result('partial', new_rows=rows, expected=expected)\n"
-            "    return _result('incomplete', new_rows=rows, expected=expected)\n")
+    body = (
+        f"    rows = _new_rows(initial, final, {entity.table!r})\n"
+        f"    expected = {expected!r}\n"
+        "    exact = [r for r in rows if all(r.get(k) == v for k, v in expected.items())]\n"
+        "    related = [r for r in rows if all(r.get(k) == v for k, v in expected.items() if k.endswith('_id'))]\n"
+        "    if len(exact) == 1 and len(rows) == 1:\n        return _result('complete', row=exact[0])\n"
+        "    if exact or related:\n        return _result('partial', new_rows=rows, expected=expected)\n"
+        "    return _result('incomplete', new_rows=rows, expected=expected)\n"
+    )
     instruction = f"Add a new {entity.singular} for {' and '.join(names)} with " + ", ".join(details) + "."
     return TaskDraft(task_id, instruction, steps, body)
 
 
 def _task_count(task_id: str, domain: Domain, entity: Entity, rows: Rows, rng: random.Random) -> TaskDraft | None:
-    column, parent = _fk(entity)[0]
+    column, parent = foreign_keys(entity)[0]
     parents = {e.table: e for e in domain.entities}
     options = []
     for parent_row in rows.tables[parent]:
@@ -173,12 +196,18 @@ def _task_count(task_id: str, domain: Domain, entity: Entity, rows: Rows, rng: r
     if not options:
         return None
     parent_row, status, n = rng.choice(options)
-    instruction = (f"How many {entity.table.replace('_', ' ')} with status '{status}' does the {_ref(parents[parent], parent_row)} have? "
-                   "Reply with the number.")
-    body = (f"    said = _states_count(answer, {instruction!r}, {n})\n    changed = _changed_tables(initial, final)\n"
-            f"    if said and not changed:\n        return _result('complete', expected={n})\n"
-            f"    return _result('partial' if said else 'incomplete', expected={n}, changed_tables=changed, answer=answer)\n")
-    steps = _lookup(parents[parent], parent_row) + [{"tool": f"list_{entity.table}", "arguments": {column: parent_row["id"], "status": status, "limit": 100}}]
+    instruction = (
+        f"How many {entity.table.replace('_', ' ')} with status '{status}' does the {_ref(parents[parent], parent_row)} have? "
+        "Reply with the number."
+    )
+    body = (
+        f"    said = _states_count(answer, {instruction!r}, {n})\n    changed = _changed_tables(initial, final)\n"
+        f"    if said and not changed:\n        return _result('complete', expected={n})\n"
+        f"    return _result('partial' if said else 'incomplete', expected={n}, changed_tables=changed, answer=answer)\n"
+    )
+    steps = _lookup(parents[parent], parent_row) + [
+        {"tool": f"list_{entity.table}", "arguments": {column: parent_row["id"], "status": status, "limit": 100}}
+    ]
     return TaskDraft(task_id, instruction, steps, body, answer=str(n))
 
 
@@ -198,7 +227,12 @@ def make_tasks(domain: Domain, rows: Rows, tools: set[str], rng: random.Random) 
 
     plan: list[Any] = []
     creatable = [e for e in domain.entities if e.creatable and f"create_{ident(e.singular)}" in tools]
-    editable = [(e, f) for e in domain.entities for f in e.fields if f.editable and f"update_{ident(e.singular)}_{f.name}" in tools]
+    editable = [
+        (e, f)
+        for e in domain.entities
+        for f in e.fields
+        if f.editable and f"update_{ident(e.singular)}_{f.name}" in tools
+    ]
     countable = [e for e in domain.entities if e.parent and e.statuses and f"list_{e.table}" in tools]
     for entity in rng.sample(creatable, min(2, len(creatable))):
         plan.append(("create", entity))
@@ -216,7 +250,11 @@ def make_tasks(domain: Domain, rows: Rows, tools: set[str], rng: random.Random) 
             tasks.append(_task_create(task_id, domain, item[1], rows, rng))
         elif item[0] == "update":
             entity, f = item[1], item[2]
-            movable = [r for r in rows.tables[entity.table] if r.get("status") not in entity.terminal and (entity.table, r["id"]) not in used]
+            movable = [
+                r
+                for r in rows.tables[entity.table]
+                if r.get("status") not in entity.terminal and (entity.table, r["id"]) not in used
+            ]
             row = rng.choice(movable)
             used.add((entity.table, row["id"]))
             tasks.append(_task_update(task_id, entity, f, row, rng))

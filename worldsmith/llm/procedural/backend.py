@@ -23,7 +23,8 @@ from worldsmith.bundle.loader import build_bundle
 from worldsmith.bundle.toolspec import derive_tool_schemas
 from worldsmith.llm.backend import Generation, Prompt, Spec, Usage, decode
 from worldsmith.llm.procedural.blocks import DOMAINS
-from worldsmith.llm.procedural.compose import WorldDraft, compose
+from worldsmith.llm.procedural.compose import compose
+from worldsmith.llm.procedural.drafts import WorldDraft
 from worldsmith.llm.procedural.mapping import domain_for
 from worldsmith.models.bundle import Scenario
 
@@ -44,10 +45,26 @@ def procedural_bundle(domain_key: str, seed: int) -> Bundle:
     """The composed world of `domain_key` as a bundle, without the generation pipeline (for tests,
     benchmarks and suites that need many valid worlds quickly)."""
     world = _world(domain_key, seed)
-    tasks = "".join(json.dumps({"id": t.id, "instruction": t.instruction, "verifier": f"verify_{t.id}", "solution": t.solution,
-                                "answer": t.answer}) + "\n" for t in world.tasks)
-    sources = {"schema.sql": world.schema_sql, "seed.sql": world.seed_sql, "tools.py": world.tools_py, "tasks.jsonl": tasks,
-               "verifiers.py": world.verifiers_py}
+    tasks = "".join(
+        json.dumps(
+            {
+                "id": t.id,
+                "instruction": t.instruction,
+                "verifier": f"verify_{t.id}",
+                "solution": t.solution,
+                "answer": t.answer,
+            }
+        )
+        + "\n"
+        for t in world.tasks
+    )
+    sources = {
+        "schema.sql": world.schema_sql,
+        "seed.sql": world.seed_sql,
+        "tools.py": world.tools_py,
+        "tasks.jsonl": tasks,
+        "verifiers.py": world.verifiers_py,
+    }
     domain = next(d for d in DOMAINS if d.key == domain_key)
     return build_bundle(sources, {"env_id": f"{domain_key}_{seed}", "scenario": {"name": domain.title}})
 
@@ -86,10 +103,14 @@ class ProceduralGenerator:
             entities = [e for e in domain.entities]
             rng.shuffle(entities)
             verbs = [f"{t.phrase} {e.table.replace('_', ' ')}" for e in entities for t in e.transitions][:4]
-            description = (f"{company} runs a {domain.title.lower()} platform based in {fake.city()}. "
-                           f"Users manage {', '.join(e.table.replace('_', ' ') for e in entities[:3])} and more. "
-                           f"Common operations: {'; '.join(verbs)}. {fake.catch_phrase()}.")
-            scenarios.append({"name": f"{company} {domain.title}", "description": description, "categories": [domain.key]})
+            description = (
+                f"{company} runs a {domain.title.lower()} platform based in {fake.city()}. "
+                f"Users manage {', '.join(e.table.replace('_', ' ') for e in entities[:3])} and more. "
+                f"Common operations: {'; '.join(verbs)}. {fake.catch_phrase()}."
+            )
+            scenarios.append(
+                {"name": f"{company} {domain.title}", "description": description, "categories": [domain.key]}
+            )
         return {"scenarios": scenarios}
 
     def _answer(self, prompt: Prompt) -> dict[str, Any]:
@@ -109,8 +130,10 @@ class ProceduralGenerator:
         if prompt.stage == "tool_code":
             return {"tools_py": world.tools_py}
         if prompt.stage == "verifiers":
-            return {"verifiers_py": world.verifiers_py,
-                    "solutions": [{"task_id": t.id, "solution": t.solution, "answer": t.answer} for t in world.tasks]}
+            return {
+                "verifiers_py": world.verifiers_py,
+                "solutions": [{"task_id": t.id, "solution": t.solution, "answer": t.answer} for t in world.tasks],
+            }
         raise ValueError(f"the procedural backend has no answer for stage {prompt.stage!r}")
 
     # -- faults ---------------------------------------------------------------------------
@@ -122,14 +145,27 @@ class ProceduralGenerator:
         if stage == "schema":
             answer["schema_sql"] = answer["schema_sql"].replace("CREATE TABLE audit_log", "CREATE TABEL audit_log", 1)
         elif stage == "seed":  # a child row pointing at a parent that does not exist
-            answer["seed_sql"] = re.sub(r"(INSERT INTO \w+ \(id, (\w+_id),.*?VALUES\n    \(1, )(\d+)", r"\g<1>9999", answer["seed_sql"], count=1, flags=re.DOTALL)
+            answer["seed_sql"] = re.sub(
+                r"(INSERT INTO \w+ \(id, (\w+_id),.*?VALUES\n    \(1, )(\d+)",
+                r"\g<1>9999",
+                answer["seed_sql"],
+                count=1,
+                flags=re.DOTALL,
+            )
         elif stage == "tool_code":  # a tool that crashes on every call
-            answer["tools_py"] = re.sub(r"(def get_\w+\(conn, \w+: int\) -> dict \| list:\n    \"\"\"[^\"]*\"\"\"\n)",
-                                        r"\g<1>    return conn.execute('SELECT no_such_column FROM world_settings').fetchall()\n",
-                                        answer["tools_py"], count=1)
+            answer["tools_py"] = re.sub(
+                r"(def get_\w+\(conn, \w+: int\) -> dict \| list:\n    \"\"\"[^\"]*\"\"\"\n)",
+                r"\g<1>    return conn.execute('SELECT no_such_column FROM world_settings').fetchall()\n",
+                answer["tools_py"],
+                count=1,
+            )
         elif stage == "verifiers":  # a verifier that accepts the untouched state
-            answer["verifiers_py"] = re.sub(r"(def verify_\w+\(initial, final, answer\):\n)", r"\g<1>    return _result('complete')\n",
-                                            answer["verifiers_py"], count=1)
+            answer["verifiers_py"] = re.sub(
+                r"(def verify_\w+\(initial, final, answer\):\n)",
+                r"\g<1>    return _result('complete')\n",
+                answer["verifiers_py"],
+                count=1,
+            )
         return json.dumps(answer)
 
     def answer_text(self, prompt: Prompt, *, fault: bool | None = None) -> str:
@@ -139,7 +175,11 @@ class ProceduralGenerator:
         context = prompt.context
         if fault is None:
             first_try = not context.get("feedback")
-            fault = first_try and self.fault_rate > 0 and _chance(self.seed, context.get("scenario", {}).get("name"), prompt.stage) < self.fault_rate
+            fault = (
+                first_try
+                and self.fault_rate > 0
+                and _chance(self.seed, context.get("scenario", {}).get("name"), prompt.stage) < self.fault_rate
+            )
         return self._faulty(prompt.stage, answer) if fault else json.dumps(answer)
 
     def generate(self, prompt: Prompt, spec: type[Spec]) -> Generation[Spec]:

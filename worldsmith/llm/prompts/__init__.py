@@ -49,6 +49,8 @@ def stage_of(system: str) -> str | None:
 
 def scenario_lines(user: str) -> tuple[str, str]:
     """The product name and description every stage's user message starts with."""
-    name = next((line[len("Product: "):] for line in user.splitlines() if line.startswith("Product: ")), "")
-    description = next((line[len("Description: "):] for line in user.splitlines() if line.startswith("Description: ")), "")
+    name = next((line[len("Product: ") :] for line in user.splitlines() if line.startswith("Product: ")), "")
+    description = next(
+        (line[len("Description: ") :] for line in user.splitlines() if line.startswith("Description: ")), ""
+    )
     return name, description

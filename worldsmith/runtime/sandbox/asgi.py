@@ -26,11 +26,35 @@ from typing import Any
 
 #: The web stack an app may use, imported before the worker confines itself.
 FRAMEWORK_MODULES = (
-    "fastapi", "fastapi.routing", "fastapi.encoders", "fastapi.exceptions", "fastapi.responses", "fastapi.openapi.utils",
-    "fastapi.dependencies.utils", "fastapi.concurrency", "starlette.applications", "starlette.routing", "starlette.responses",
-    "starlette.concurrency", "pydantic", "pydantic.fields", "sqlalchemy", "sqlalchemy.orm", "sqlalchemy.pool", "sqlalchemy.sql",
-    "sqlalchemy.dialects.sqlite", "sqlalchemy.dialects.sqlite.pysqlite", "sqlalchemy.ext.declarative", "sqlalchemy.ext.hybrid",
-    "anyio", "anyio.to_thread", "typing_extensions", "annotated_types", "email.utils", "urllib.parse", "asyncio",
+    "fastapi",
+    "fastapi.routing",
+    "fastapi.encoders",
+    "fastapi.exceptions",
+    "fastapi.responses",
+    "fastapi.openapi.utils",
+    "fastapi.dependencies.utils",
+    "fastapi.concurrency",
+    "starlette.applications",
+    "starlette.routing",
+    "starlette.responses",
+    "starlette.concurrency",
+    "pydantic",
+    "pydantic.fields",
+    "sqlalchemy",
+    "sqlalchemy.orm",
+    "sqlalchemy.pool",
+    "sqlalchemy.sql",
+    "sqlalchemy.dialects.sqlite",
+    "sqlalchemy.dialects.sqlite.pysqlite",
+    "sqlalchemy.ext.declarative",
+    "sqlalchemy.ext.hybrid",
+    "anyio",
+    "anyio.to_thread",
+    "typing_extensions",
+    "annotated_types",
+    "email.utils",
+    "urllib.parse",
+    "asyncio",
 )
 #: Environment variable names whose reading is an attempt to reach a secret.
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|^AWS_|OPENAI|ANTHROPIC|HF_", re.IGNORECASE)
@@ -142,8 +166,12 @@ def routes_of(app: Any) -> dict[str, Route]:
         for method, op in operations.items():
             if method.lower() not in ("get", "post", "put", "patch", "delete") or not op.get("operationId"):
                 continue
-            route = Route(name=op["operationId"], method=method.upper(), path=path,
-                          description=" ".join(x for x in (op.get("summary"), op.get("description")) if x) or op["operationId"])
+            route = Route(
+                name=op["operationId"],
+                method=method.upper(),
+                path=path,
+                description=" ".join(x for x in (op.get("summary"), op.get("description")) if x) or op["operationId"],
+            )
             properties: dict[str, Any] = {}
             required: list[str] = []
             for param in op.get("parameters", []):
@@ -151,8 +179,10 @@ def routes_of(app: Any) -> dict[str, Route]:
                 if where not in ("path", "query"):
                     continue
                 (route.path_params if where == "path" else route.query_params).append(param["name"])
-                properties[param["name"]] = {**_resolve(param.get("schema", {}), components),
-                                             **({"description": param["description"]} if param.get("description") else {})}
+                properties[param["name"]] = {
+                    **_resolve(param.get("schema", {}), components),
+                    **({"description": param["description"]} if param.get("description") else {}),
+                }
                 if param.get("required") or where == "path":
                     required.append(param["name"])
             body = (op.get("requestBody") or {}).get("content", {}).get("application/json", {}).get("schema")
@@ -168,8 +198,12 @@ def routes_of(app: Any) -> dict[str, Route]:
                     properties["body"] = body
                     if (op.get("requestBody") or {}).get("required"):
                         required.append("body")
-            route.parameters = {"type": "object", "properties": properties, "required": sorted(set(required)),
-                                "additionalProperties": False}
+            route.parameters = {
+                "type": "object",
+                "properties": properties,
+                "required": sorted(set(required)),
+                "additionalProperties": False,
+            }
             routes[route.name] = route
     return routes
 
@@ -190,18 +224,35 @@ def _split(route: Route, arguments: dict[str, Any]) -> tuple[str, list[tuple[str
     rest = {k: v for k, v in arguments.items() if k not in route.path_params and k not in route.query_params}
     if route.body_whole is not None:
         return path, query, json.dumps(rest.get(route.body_whole)).encode()
-    return path, query, (json.dumps(rest).encode() if route.body_fields or route.method in ("POST", "PUT", "PATCH") else None)
+    return (
+        path,
+        query,
+        (json.dumps(rest).encode() if route.body_fields or route.method in ("POST", "PUT", "PATCH") else None),
+    )
 
 
-async def _request(app: Any, method: str, path: str, query: list[tuple[str, str]], body: bytes | None) -> tuple[int, bytes]:
+async def _request(
+    app: Any, method: str, path: str, query: list[tuple[str, str]], body: bytes | None
+) -> tuple[int, bytes]:
     payload = body or b""
     headers = [(b"host", b"worldsmith.local"), (b"accept", b"application/json")]
     if body is not None:
         headers += [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]
-    scope = {"type": "http", "asgi": {"version": "3.0", "spec_version": "2.3"}, "http_version": "1.1", "method": method,
-             "scheme": "http", "path": path, "raw_path": path.encode(), "root_path": "",
-             "query_string": urllib.parse.urlencode(query).encode(), "headers": headers, "client": ("127.0.0.1", 0),
-             "server": ("worldsmith.local", 80), "state": {}}
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0", "spec_version": "2.3"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": urllib.parse.urlencode(query).encode(),
+        "headers": headers,
+        "client": ("127.0.0.1", 0),
+        "server": ("worldsmith.local", 80),
+        "state": {},
+    }
     delivered = False
     status = 500
     chunks: list[bytes] = []
@@ -241,5 +292,9 @@ def error_detail(value: Any) -> str:
     """The message of an error response (FastAPI's `detail`, validation errors shortened)."""
     detail = value.get("detail", value) if isinstance(value, dict) else value
     if isinstance(detail, list):  # 422: [{"loc": [...], "msg": ...}, ...]
-        return "; ".join(f"{'.'.join(str(p) for p in d.get('loc', [])[1:]) or 'request'}: {d.get('msg')}" for d in detail[:5] if isinstance(d, dict))
+        return "; ".join(
+            f"{'.'.join(str(p) for p in d.get('loc', [])[1:]) or 'request'}: {d.get('msg')}"
+            for d in detail[:5]
+            if isinstance(d, dict)
+        )
     return str(detail)[:500]

@@ -7,7 +7,12 @@ from typing import Any
 
 
 def _tables(conn: sqlite3.Connection) -> list[str]:
-    return [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name")]
+    return [
+        r[0]
+        for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name"
+        )
+    ]
 
 
 def _key_columns(conn: sqlite3.Connection, table: str) -> list[str]:
@@ -48,7 +53,9 @@ def diff(before: sqlite3.Connection, after: sqlite3.Connection) -> dict[str, dic
             if old[k] != new[k]
         ]
         if inserted or deleted or updated:
+
             def order(items):
                 return sorted(items, key=repr)
+
             result[table] = {"inserted": order(inserted), "updated": order(updated), "deleted": order(deleted)}
     return result

@@ -18,7 +18,7 @@ import sysconfig
 import time
 import types
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -37,39 +37,170 @@ class SandboxViolation(BaseException):
 
 # Audit events refused while generated code runs, by prefix.
 _DENIED_EVENT_PREFIXES = (
-    "os.", "subprocess.", "socket.", "ctypes.", "sys.", "cpython.", "gc.", "marshal.", "pickle.", "shutil.",
-    "tempfile.", "glob.", "mmap.", "fcntl.", "resource.", "signal.", "syslog.", "urllib.", "http.", "ftplib.",
-    "smtplib.", "imaplib.", "poplib.", "nntplib.", "telnetlib.", "webbrowser.", "pty.", "sqlite3.",
-    "builtins.input", "builtins.breakpoint", "code.__new__", "function.__new__", "setopencodehook",
+    "os.",
+    "subprocess.",
+    "socket.",
+    "ctypes.",
+    "sys.",
+    "cpython.",
+    "gc.",
+    "marshal.",
+    "pickle.",
+    "shutil.",
+    "tempfile.",
+    "glob.",
+    "mmap.",
+    "fcntl.",
+    "resource.",
+    "signal.",
+    "syslog.",
+    "urllib.",
+    "http.",
+    "ftplib.",
+    "smtplib.",
+    "imaplib.",
+    "poplib.",
+    "nntplib.",
+    "telnetlib.",
+    "webbrowser.",
+    "pty.",
+    "sqlite3.",
+    "builtins.input",
+    "builtins.breakpoint",
+    "code.__new__",
+    "function.__new__",
+    "setopencodehook",
 )
 _EVENT_LIMITS = {
-    "socket.": "network", "subprocess.": "subprocess", "os.system": "subprocess", "os.exec": "subprocess",
-    "os.posix_spawn": "subprocess", "os.spawn": "subprocess", "os.fork": "process", "os.forkpty": "process",
-    "ctypes.": "native_code", "sqlite3.": "database",
+    "socket.": "network",
+    "subprocess.": "subprocess",
+    "os.system": "subprocess",
+    "os.exec": "subprocess",
+    "os.posix_spawn": "subprocess",
+    "os.spawn": "subprocess",
+    "os.fork": "process",
+    "os.forkpty": "process",
+    "ctypes.": "native_code",
+    "sqlite3.": "database",
 }
-_DENIED_IMPORTS = frozenset({
-    "ctypes", "_ctypes", "subprocess", "_posixsubprocess", "socket", "_socket", "ssl", "_ssl", "select",
-    "selectors", "multiprocessing", "_multiprocessing", "mmap", "pty", "fcntl", "resource", "signal",
-    "_signal", "gc", "importlib", "_imp", "builtins", "inspect", "code", "codeop", "marshal", "pickle",
-    "_pickle", "shutil", "tempfile", "threading", "_thread", "asyncio", "urllib", "http", "posix", "os",
-})
+_DENIED_IMPORTS = frozenset(
+    {
+        "ctypes",
+        "_ctypes",
+        "subprocess",
+        "_posixsubprocess",
+        "socket",
+        "_socket",
+        "ssl",
+        "_ssl",
+        "select",
+        "selectors",
+        "multiprocessing",
+        "_multiprocessing",
+        "mmap",
+        "pty",
+        "fcntl",
+        "resource",
+        "signal",
+        "_signal",
+        "gc",
+        "importlib",
+        "_imp",
+        "builtins",
+        "inspect",
+        "code",
+        "codeop",
+        "marshal",
+        "pickle",
+        "_pickle",
+        "shutil",
+        "tempfile",
+        "threading",
+        "_thread",
+        "asyncio",
+        "urllib",
+        "http",
+        "posix",
+        "os",
+    }
+)
 # In workers of ASGI environments the web stack runs inside the same window as the app's code and
 # needs introspection, os and sys; there the hook refuses only what reaches out of the worker or
 # changes files (the kernel layers stay the boundary either way).
 _FRAMEWORK_DENIED_PREFIXES = (
-    "socket.", "subprocess.", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "os.kill",
-    "os.killpg", "os.remove", "os.unlink", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.truncate",
-    "os.link", "os.symlink", "os.putenv", "os.unsetenv", "ctypes.", "pty.", "webbrowser.", "urllib.Request", "http.client.",
-    "ftplib.", "smtplib.", "imaplib.", "poplib.", "nntplib.", "telnetlib.", "shutil.", "sqlite3.connect", "sys.addaudithook",
-    "sys.settrace", "sys.setprofile", "setopencodehook", "builtins.input", "builtins.breakpoint",
+    "socket.",
+    "subprocess.",
+    "os.system",
+    "os.exec",
+    "os.posix_spawn",
+    "os.spawn",
+    "os.fork",
+    "os.forkpty",
+    "os.kill",
+    "os.killpg",
+    "os.remove",
+    "os.unlink",
+    "os.rename",
+    "os.rmdir",
+    "os.mkdir",
+    "os.chmod",
+    "os.chown",
+    "os.truncate",
+    "os.link",
+    "os.symlink",
+    "os.putenv",
+    "os.unsetenv",
+    "ctypes.",
+    "pty.",
+    "webbrowser.",
+    "urllib.Request",
+    "http.client.",
+    "ftplib.",
+    "smtplib.",
+    "imaplib.",
+    "poplib.",
+    "nntplib.",
+    "telnetlib.",
+    "shutil.",
+    "sqlite3.connect",
+    "sys.addaudithook",
+    "sys.settrace",
+    "sys.setprofile",
+    "setopencodehook",
+    "builtins.input",
+    "builtins.breakpoint",
 )
-_SENSITIVE_SETATTR = frozenset({
-    "__code__", "__globals__", "__closure__", "__defaults__", "__kwdefaults__", "__builtins__", "__class__",
-    "__bases__", "__dict__", "__getattribute__",
-})
-_SQLITE_EXPORTS = ("Row", "Error", "DatabaseError", "IntegrityError", "OperationalError", "ProgrammingError",
-                   "InterfaceError", "DataError", "NotSupportedError", "Warning", "complete_statement",
-                   "sqlite_version", "sqlite_version_info", "PARSE_DECLTYPES", "PARSE_COLNAMES")
+_SENSITIVE_SETATTR = frozenset(
+    {
+        "__code__",
+        "__globals__",
+        "__closure__",
+        "__defaults__",
+        "__kwdefaults__",
+        "__builtins__",
+        "__class__",
+        "__bases__",
+        "__dict__",
+        "__getattribute__",
+    }
+)
+_SQLITE_EXPORTS = (
+    "Row",
+    "Error",
+    "DatabaseError",
+    "IntegrityError",
+    "OperationalError",
+    "ProgrammingError",
+    "InterfaceError",
+    "DataError",
+    "NotSupportedError",
+    "Warning",
+    "complete_statement",
+    "sqlite_version",
+    "sqlite_version_info",
+    "PARSE_DECLTYPES",
+    "PARSE_COLNAMES",
+)
 
 
 def _limit_for(event: str) -> str:
@@ -77,6 +208,25 @@ def _limit_for(event: str) -> str:
         if event.startswith(prefix):
             return limit
     return "forbidden_operation"
+
+
+def _stand_in(real: type, refuse: Callable[[str], BaseException]) -> type:
+    """A class named like `real` (sqlite3.Connection, sqlite3.Cursor) for generated code: annotations,
+    `isinstance` and `issubclass` answer as for `real`, but making one (which would open a database or
+    reach the real class) is refused. The real class stays out of reach: it lives only in this closure."""
+
+    class StandInType(type):
+        def __instancecheck__(cls, obj: Any) -> bool:
+            return isinstance(obj, real)
+
+        def __subclasscheck__(cls, subclass: type) -> bool:
+            return isinstance(subclass, type) and issubclass(subclass, real)
+
+        def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+            raise refuse(f"sqlite3.{real.__name__}(...) refused: tools get the episode's connection as an argument")
+
+    namespace = {"__module__": "sqlite3", "__qualname__": real.__name__, "__doc__": real.__doc__}
+    return StandInType(real.__name__, (), namespace)
 
 
 def _stub_module(name: str, values: dict[str, Any]) -> types.ModuleType:
@@ -98,18 +248,36 @@ class Guard:
         self._trusted = False  # set while the guard itself does what it refuses to generated code
         self._stubs = {
             RUNTIME_MODULE: _stub_module(RUNTIME_MODULE, {"ToolError": ToolError}),
-            "sqlite3": _stub_module("sqlite3", {n: getattr(sqlite3, n) for n in _SQLITE_EXPORTS} | {"connect": self._connect}),
+            "sqlite3": _stub_module(
+                "sqlite3",
+                {n: getattr(sqlite3, n) for n in _SQLITE_EXPORTS}
+                | {"connect": self._connect}
+                | {c.__name__: _stand_in(c, self._refuse_database) for c in (sqlite3.Connection, sqlite3.Cursor)},
+            ),
         }
         if frameworks:  # an app's `os`: path helpers and an empty environment that reports secret lookups
             from worldsmith.runtime.sandbox.asgi import MonitoredEnviron
 
             environ = MonitoredEnviron(self._refuse_secret)
-            self._stubs["os"] = _stub_module("os", {"environ": environ, "getenv": environ.get, "path": os.path, "sep": os.sep,
-                                                    "linesep": os.linesep, "PathLike": os.PathLike, "fspath": os.fspath})
+            self._stubs["os"] = _stub_module(
+                "os",
+                {
+                    "environ": environ,
+                    "getenv": environ.get,
+                    "path": os.path,
+                    "sep": os.sep,
+                    "linesep": os.linesep,
+                    "PathLike": os.PathLike,
+                    "fspath": os.fspath,
+                },
+            )
         self.allowed_modules = APP_MODULES if frameworks else ALLOWED_MODULES
         self.builtins = self._restricted_builtins()
         self._wall_s = self._cpu_s = 0.0
         self._deadline = 0.0
+
+    def _refuse_database(self, detail: str) -> SandboxViolation:
+        return self.refuse("database", detail)
 
     def _refuse_secret(self, name: str) -> None:
         raise self.refuse("secrets", f"read of environment variable {name!r} refused (workers get no secrets)")
@@ -123,8 +291,11 @@ class Guard:
             path = urllib.parse.unquote(urllib.parse.urlsplit(name).path)
         real = os.path.realpath(path) if path and path != ":memory:" else ""
         if not (self.episode_dir and real.startswith(self.episode_dir + os.sep) and os.path.isfile(real)):
-            raise self.refuse("database", f"sqlite3.connect{self._describe((database, *args))} refused: only the episode's "
-                                          "snapshot files can be opened (read-only)")
+            raise self.refuse(
+                "database",
+                f"sqlite3.connect{self._describe((database, *args))} refused: only the episode's "
+                "snapshot files can be opened (read-only)",
+            )
         self._trusted = True
         try:
             return sqlite3.connect(f"file:{urllib.parse.quote(real)}?mode=ro", uri=True)
@@ -192,14 +363,18 @@ class Guard:
         )
         if not writing and any(real.startswith(root + os.sep) for root in self.read_roots):
             return  # the standard library, for lazy imports of allowed modules
-        raise self.refuse("filesystem", f"open({os.fsdecode(path)!r}, {'write' if writing else 'read'}) outside the episode refused")
+        raise self.refuse(
+            "filesystem", f"open({os.fsdecode(path)!r}, {'write' if writing else 'read'}) outside the episode refused"
+        )
 
     # -- restricted builtins -------------------------------------------------------------
     def _restricted_builtins(self) -> dict[str, Any]:
         allowed = {name: value for name, value in vars(builtins).items() if name not in FORBIDDEN_BUILTINS}
         guard = self
 
-        def guarded_import(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
+        def guarded_import(
+            name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0
+        ) -> Any:
             if level:
                 raise guard.refuse("import", "relative imports refused")
             if name in guard._stubs:
@@ -232,10 +407,17 @@ class Guard:
         def refusing(name: str) -> Any:
             def refuse(*args: Any, **kwargs: Any) -> Any:
                 raise guard.refuse("forbidden_builtin", f"{name}() is not available to generated code")
+
             return refuse
 
         allowed.update({name: refusing(name) for name in FORBIDDEN_BUILTINS | {"super"}})
-        allowed.update(__import__=guarded_import, getattr=safe_getattr, hasattr=safe_hasattr, setattr=safe_setattr, open=episode_open)
+        allowed.update(
+            __import__=guarded_import,
+            getattr=safe_getattr,
+            hasattr=safe_hasattr,
+            setattr=safe_setattr,
+            open=episode_open,
+        )
         return allowed
 
     def namespace(self, name: str) -> dict[str, Any]:

@@ -104,7 +104,9 @@ def landlock(read_paths: list[str], write_paths: list[str]) -> int:
             for path in paths:
                 fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
                 try:
-                    rule = ctypes.create_string_buffer(struct.pack("=Qi", rights if os.path.isdir(path) else rights & 0b111, fd), 12)
+                    rule = ctypes.create_string_buffer(
+                        struct.pack("=Qi", rights if os.path.isdir(path) else rights & 0b111, fd), 12
+                    )
                     if _libc.syscall(SYS_LANDLOCK_ADD_RULE, ruleset, LANDLOCK_RULE_PATH_BENEATH, rule, 0) != 0:
                         raise _fail(f"landlock_add_rule({path})")
                 finally:
@@ -123,23 +125,95 @@ _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 # mounts, identity and limit changes, kernel modules, signalling other processes.
 _DENIED = {
     "x86_64": {
-        "socket": 41, "connect": 42, "accept": 43, "bind": 49, "listen": 50, "socketpair": 53, "accept4": 288,
-        "clone": 56, "fork": 57, "vfork": 58, "execve": 59, "execveat": 322, "kill": 62, "tkill": 200, "tgkill": 234,
-        "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "mount": 165, "umount2": 166,
-        "unshare": 272, "setns": 308, "chroot": 161, "pivot_root": 155, "setuid": 105, "setgid": 106,
-        "setreuid": 113, "setregid": 114, "setresuid": 117, "setresgid": 119, "setgroups": 116,
-        "setrlimit": 160, "prlimit64": 302, "bpf": 321, "perf_event_open": 298, "keyctl": 250, "add_key": 248,
-        "request_key": 249, "io_uring_setup": 425, "userfaultfd": 323, "kexec_load": 246, "init_module": 175,
-        "finit_module": 313, "delete_module": 176, "personality": 135,
+        "socket": 41,
+        "connect": 42,
+        "accept": 43,
+        "bind": 49,
+        "listen": 50,
+        "socketpair": 53,
+        "accept4": 288,
+        "clone": 56,
+        "fork": 57,
+        "vfork": 58,
+        "execve": 59,
+        "execveat": 322,
+        "kill": 62,
+        "tkill": 200,
+        "tgkill": 234,
+        "ptrace": 101,
+        "process_vm_readv": 310,
+        "process_vm_writev": 311,
+        "mount": 165,
+        "umount2": 166,
+        "unshare": 272,
+        "setns": 308,
+        "chroot": 161,
+        "pivot_root": 155,
+        "setuid": 105,
+        "setgid": 106,
+        "setreuid": 113,
+        "setregid": 114,
+        "setresuid": 117,
+        "setresgid": 119,
+        "setgroups": 116,
+        "setrlimit": 160,
+        "prlimit64": 302,
+        "bpf": 321,
+        "perf_event_open": 298,
+        "keyctl": 250,
+        "add_key": 248,
+        "request_key": 249,
+        "io_uring_setup": 425,
+        "userfaultfd": 323,
+        "kexec_load": 246,
+        "init_module": 175,
+        "finit_module": 313,
+        "delete_module": 176,
+        "personality": 135,
     },
     "aarch64": {
-        "socket": 198, "socketpair": 199, "bind": 200, "listen": 201, "accept": 202, "connect": 203, "accept4": 242,
-        "clone": 220, "execve": 221, "execveat": 281, "kill": 129, "tkill": 130, "tgkill": 131, "ptrace": 117,
-        "process_vm_readv": 270, "process_vm_writev": 271, "mount": 40, "umount2": 39, "unshare": 97, "setns": 268,
-        "chroot": 51, "pivot_root": 41, "setuid": 146, "setgid": 144, "setreuid": 145, "setregid": 143,
-        "setresuid": 147, "setresgid": 149, "setgroups": 159, "setrlimit": 164, "prlimit64": 261, "bpf": 280,
-        "perf_event_open": 241, "keyctl": 219, "add_key": 217, "request_key": 218, "io_uring_setup": 425,
-        "userfaultfd": 282, "kexec_load": 104, "init_module": 105, "finit_module": 273, "delete_module": 106,
+        "socket": 198,
+        "socketpair": 199,
+        "bind": 200,
+        "listen": 201,
+        "accept": 202,
+        "connect": 203,
+        "accept4": 242,
+        "clone": 220,
+        "execve": 221,
+        "execveat": 281,
+        "kill": 129,
+        "tkill": 130,
+        "tgkill": 131,
+        "ptrace": 117,
+        "process_vm_readv": 270,
+        "process_vm_writev": 271,
+        "mount": 40,
+        "umount2": 39,
+        "unshare": 97,
+        "setns": 268,
+        "chroot": 51,
+        "pivot_root": 41,
+        "setuid": 146,
+        "setgid": 144,
+        "setreuid": 145,
+        "setregid": 143,
+        "setresuid": 147,
+        "setresgid": 149,
+        "setgroups": 159,
+        "setrlimit": 164,
+        "prlimit64": 261,
+        "bpf": 280,
+        "perf_event_open": 241,
+        "keyctl": 219,
+        "add_key": 217,
+        "request_key": 218,
+        "io_uring_setup": 425,
+        "userfaultfd": 282,
+        "kexec_load": 104,
+        "init_module": 105,
+        "finit_module": 273,
+        "delete_module": 106,
         "personality": 92,
     },
 }
@@ -189,7 +263,9 @@ def seccomp() -> int:
     return len(_DENIED[machine])
 
 
-def confine(*, uid: int, memory_bytes: int, file_bytes: int, cpu_seconds: int, read_paths: list[str], write_paths: list[str]) -> dict[str, str]:
+def confine(
+    *, uid: int, memory_bytes: int, file_bytes: int, cpu_seconds: int, read_paths: list[str], write_paths: list[str]
+) -> dict[str, str]:
     """Apply every layer the kernel allows; returns {layer: "on ..." | "off: reason"}."""
     layers: dict[str, str] = {}
 

@@ -34,16 +34,39 @@ from worldsmith.bundle.sqlscript import deserialize, restore, snapshot
 from worldsmith.runtime.errors import ToolError
 from worldsmith.runtime.sandbox import dbdiff, kernel
 from worldsmith.runtime.sandbox.guard import Guard, SandboxViolation
-from worldsmith.runtime.sandbox.protocol import FrameReader, ProtocolClosed, write_frame
+from worldsmith.runtime.sandbox.protocol import FrameReader, ProtocolClosed, truncated, write_frame
 
 MAX_RESULT_BYTES = 4 * 1024 * 1024
 MAX_STDOUT = 64 * 1024
+MAX_ERROR_CHARS = 64 * 1024  # error text of a reply, cut and marked beyond this
+MAX_EVIDENCE_BYTES = 1024 * 1024  # a verifier's evidence as JSON, replaced by a marked excerpt beyond this
 SAVEPOINT = "ws_call"
 APP_SAVEPOINT = "ws_app"  # inside SAVEPOINT, for ASGI apps' own transactions
 # Modules that allowed modules import lazily; loaded before the filesystem is closed.
 EXTRA_PRELOAD = ("_strptime", "encodings.idna", "encodings.ascii", "encodings.latin_1", "json.decoder", "json.encoder")
 
 GUARD: Guard  # set in main()
+_RUNTIME_SQL = [False]  # True while the runtime's own transaction control runs inside a call
+
+
+@contextmanager
+def _runtime_sql() -> Iterator[None]:
+    _RUNTIME_SQL[0] = True
+    try:
+        yield
+    finally:
+        _RUNTIME_SQL[0] = False
+
+
+def _refuse_transaction_control(statement: str) -> bool:
+    """The transaction gate of episode connections (`harden`): while generated code runs, only the
+    runtime's own savepoints may be opened, released or rolled back; tool SQL doing it is refused."""
+    if not GUARD.active or _RUNTIME_SQL[0]:
+        return False
+    GUARD.refuse(
+        "database", f"transaction control ({statement}) from tool SQL refused: the runtime owns the call's transaction"
+    )
+    return True
 
 
 class EpisodeConnection(sqlite3.Connection):
@@ -57,7 +80,8 @@ class EpisodeConnection(sqlite3.Connection):
         return None
 
     def rollback(self) -> None:  # undo this call's writes so far
-        sqlite3.Connection.execute(self, f"ROLLBACK TO {SAVEPOINT}")
+        with _runtime_sql():
+            sqlite3.Connection.execute(self, f"ROLLBACK TO {SAVEPOINT}")
 
     def close(self) -> None:
         return None
@@ -81,11 +105,13 @@ class AppConnection(EpisodeConnection):
     CALL_SAVEPOINTS = (SAVEPOINT, APP_SAVEPOINT)
 
     def commit(self) -> None:
-        sqlite3.Connection.execute(self, f"RELEASE {APP_SAVEPOINT}")
-        sqlite3.Connection.execute(self, f"SAVEPOINT {APP_SAVEPOINT}")
+        with _runtime_sql():
+            sqlite3.Connection.execute(self, f"RELEASE {APP_SAVEPOINT}")
+            sqlite3.Connection.execute(self, f"SAVEPOINT {APP_SAVEPOINT}")
 
     def rollback(self) -> None:
-        sqlite3.Connection.execute(self, f"ROLLBACK TO {APP_SAVEPOINT}")
+        with _runtime_sql():
+            sqlite3.Connection.execute(self, f"ROLLBACK TO {APP_SAVEPOINT}")
 
 
 @dataclass
@@ -132,7 +158,13 @@ def _clock(instant: str | None) -> Callable[..., Any]:
 
     def read(which: str, tz: Any = None) -> Any:
         if fixed is None:
-            now = datetime.datetime.now(tz) if which == "datetime.now" else datetime.datetime.utcnow() if which == "datetime.utcnow" else datetime.datetime.now()
+            now = (
+                datetime.datetime.now(tz)
+                if which == "datetime.now"
+                else datetime.datetime.utcnow()
+                if which == "datetime.utcnow"
+                else datetime.datetime.now()
+            )
         elif tz is not None and which == "datetime.now":
             now = fixed.replace(tzinfo=datetime.UTC).astimezone(tz)
         else:
@@ -140,6 +172,17 @@ def _clock(instant: str | None) -> Callable[..., Any]:
         return now.date() if which == "date.today" else now
 
     return read
+
+
+def _capped_evidence(evidence: dict[str, Any]) -> dict[str, Any]:
+    """A verifier's evidence as sent back: whole up to MAX_EVIDENCE_BYTES of JSON, else a marked excerpt."""
+    try:
+        text = json_text(evidence)
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise Failure("env_error", f"verifier evidence cannot be sent: {type(exc).__name__}: {exc}") from None
+    if len(text) <= MAX_EVIDENCE_BYTES:
+        return evidence
+    return {"truncated": truncated(text, MAX_EVIDENCE_BYTES)}
 
 
 def _code_location(exc: BaseException, files: tuple[str, ...]) -> str:
@@ -198,7 +241,7 @@ class Worker:
         if len(GUARD.violations) > before:
             violation = GUARD.violations[before]
             raise Failure("env_error", f"sandbox limit {violation.limit}: {violation.detail}", violation.limit)
-        return result, capture.getvalue()[:MAX_STDOUT]
+        return result, truncated(capture.getvalue(), MAX_STDOUT)
 
     def module(self, code: CodeType, name: str, episode: Episode | None) -> dict[str, Any]:
         """The namespace left by running `code` as module `name` of generated code."""
@@ -244,7 +287,7 @@ class Worker:
             return env.routes
         from worldsmith.runtime.sandbox import asgi
 
-        scratch = deserialize(env.world, factory=AppConnection)
+        scratch = deserialize(env.world, factory=AppConnection, transactions=_refuse_transaction_control)
         for name in (SAVEPOINT, APP_SAVEPOINT):  # what the app's commits and rollbacks work within
             sqlite3.Connection.execute(scratch, f"SAVEPOINT {name}")
         self.current_conn = scratch
@@ -259,7 +302,9 @@ class Worker:
             self.run(lambda: exec(env.code, namespace), episode=None, files=("app.py",))
             from fastapi import FastAPI
 
-            apps = sorted((v for v in namespace.values() if isinstance(v, FastAPI)), key=lambda v: v is not namespace.get("app"))
+            apps = sorted(
+                (v for v in namespace.values() if isinstance(v, FastAPI)), key=lambda v: v is not namespace.get("app")
+            )
             if not apps:
                 raise Failure("env_error", "app.py defines no FastAPI application")
             routes, _ = self.run(lambda: asgi.routes_of(apps[0]), episode=None, files=("app.py",))
@@ -310,7 +355,9 @@ class Worker:
         # when it puts files there (nothing does yet), removed with the episode.
         directory = os.path.join(self.scratch, header["episode"])
         connection = AppConnection if env.tools_kind.app_transactions else EpisodeConnection
-        conn = deserialize(blobs[0] if blobs else env.world, factory=connection)
+        conn = deserialize(
+            blobs[0] if blobs else env.world, factory=connection, transactions=_refuse_transaction_control
+        )
         conn.row_factory = sqlite3.Row
         GUARD.watch(conn)
         episode = Episode(id=header["episode"], env=env, conn=conn, directory=directory)
@@ -333,10 +380,14 @@ class Worker:
         self.current_conn = conn
         try:
             text, stdout = self.run(
-                lambda: json_text(tool(arguments)), episode=episode, files=(episode.env.tools_kind.code_file,),
+                lambda: json_text(tool(arguments)),
+                episode=episode,
+                files=(episode.env.tools_kind.code_file,),
             )
             if len(text) > MAX_RESULT_BYTES:
-                raise Failure("env_error", f"tool result of {len(text)} bytes exceeds {MAX_RESULT_BYTES}", "result_size")
+                raise Failure(
+                    "env_error", f"tool result of {len(text)} bytes exceeds {MAX_RESULT_BYTES}", "result_size"
+                )
         except BaseException:
             self._end_call(conn, commit=False)
             raise
@@ -357,11 +408,11 @@ class Worker:
 
     def op_snapshot(self, header: dict[str, Any], blobs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
         episode = self._episode(header)
-        return {}, [snapshot(episode.conn)]
+        return {}, [snapshot(episode.conn, transactions=_refuse_transaction_control)]
 
     def op_restore(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
         episode = self._episode(header)
-        restore(episode.conn, blobs[0] if blobs else episode.env.world)
+        restore(episode.conn, blobs[0] if blobs else episode.env.world, transactions=_refuse_transaction_control)
         return {}
 
     def op_diff(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
@@ -376,7 +427,7 @@ class Worker:
     def databases(self, episode: Episode) -> Iterator[tuple[sqlite3.Connection, sqlite3.Connection]]:
         """Read-only connections to the episode's untouched and current databases, closed on exit."""
         initial = deserialize(episode.env.world, read_only=True)
-        final = deserialize(snapshot(episode.conn), read_only=True)
+        final = deserialize(snapshot(episode.conn, transactions=_refuse_transaction_control), read_only=True)
         for conn in (initial, final):
             conn.row_factory = sqlite3.Row
             GUARD.watch(conn)
@@ -391,7 +442,8 @@ class Worker:
         directory (the only files its code may read)."""
         os.makedirs(episode.directory, exist_ok=True)
         paths = []
-        for name, data in (("initial.db", episode.env.world), ("final.db", snapshot(episode.conn))):
+        current = snapshot(episode.conn, transactions=_refuse_transaction_control)
+        for name, data in (("initial.db", episode.env.world), ("final.db", current)):
             path = os.path.join(episode.directory, name)
             if os.path.exists(path):
                 os.chmod(path, 0o600)
@@ -405,7 +457,7 @@ class Worker:
         episode = self._episode(header)
         kind = episode.env.verifiers_kind
         verdict, evidence = kind.verify(self, episode, header["verifier"], header.get("answer") or "")
-        return {"verdict": verdict.value, "evidence": evidence}
+        return {"verdict": verdict.value, "evidence": _capped_evidence(evidence)}
 
     def op_close(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
         episode = self.episodes.pop(header["episode"], None)
@@ -434,12 +486,22 @@ class Worker:
         except EnvFault as fault:
             reply = {"status": "env_error", "error": str(fault), "limit": None}
         except MemoryError:
-            reply = {"status": "env_error", "error": "sandbox limit memory: worker exceeded its memory limit", "limit": "memory"}
+            reply = {
+                "status": "env_error",
+                "error": "sandbox limit memory: worker exceeded its memory limit",
+                "limit": "memory",
+            }
             GUARD.refuse("memory", "worker out of memory")
         except SandboxViolation as violation:
             reply = {"status": "env_error", "error": f"sandbox limit {violation}", "limit": violation.limit}
         except Exception as exc:  # noqa: BLE001 - a fault of the worker itself: report it, keep serving
-            reply = {"status": "env_error", "error": f"sandbox worker fault: {type(exc).__name__}: {exc}", "limit": None}
+            reply = {
+                "status": "env_error",
+                "error": f"sandbox worker fault: {type(exc).__name__}: {exc}",
+                "limit": None,
+            }
+        if isinstance(reply.get("error"), str):
+            reply["error"] = truncated(reply["error"], MAX_ERROR_CHARS)
         reply["seconds"] = time.perf_counter() - started
         reply["retire"] = bool(GUARD.violations)
         return reply, reply_blobs

@@ -1,0 +1,41 @@
+"""The records a procedural world is composed into before it becomes a bundle: its seed rows,
+its task drafts and the draft of the whole world (every source file)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from worldsmith.llm.procedural.blocks import Domain
+
+
+@dataclass
+class Rows:
+    """Seed rows per table (dicts with "id"), kept to pick task targets from."""
+
+    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+
+@dataclass
+class TaskDraft:
+    """One agent task: its instruction, reference solution (tool steps), the body of its verifier
+    and, for questions, the expected answer."""
+
+    id: str
+    instruction: str
+    solution: list[dict[str, Any]]
+    verifier_body: str
+    answer: str | None = None
+
+
+@dataclass
+class WorldDraft:
+    """Every source file of a world, before it becomes a bundle."""
+
+    domain: Domain
+    schema_sql: str
+    seed_sql: str
+    tools_py: str
+    tool_names: list[str]
+    tasks: list[TaskDraft] = field(default_factory=list)
+    verifiers_py: str = ""

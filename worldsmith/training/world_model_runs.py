@@ -1,0 +1,51 @@
+"""A recorded world-model training run: the SFT of `training/world_model_sft.py` with its run, its
+per-step losses and its final model as catalog rows (a training run whose config says
+`kind: world_model`) and an object-store checkpoint."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from worldsmith.models.catalog import TrainingRun
+from worldsmith.settings import get_settings
+from worldsmith.storage.run_records import add_run, finish_run
+from worldsmith.training.checkpoints import save_checkpoint
+from worldsmith.training.config import TINY, WorldModelConfig
+from worldsmith.training.world_model_sft import fine_tune, tiny_world_model
+from worldsmith.worldmodel.transitions import Transition
+
+
+def train_world_model(
+    transitions: list[Transition], config: WorldModelConfig, *, flow_run_id: str | None = None
+) -> dict[str, Any]:
+    """A recorded run (of flow run `flow_run_id`, when one runs it): the model (tiny or given)
+    fine-tuned on the train-split transitions, its steps and final model in the catalog and the
+    object store. Returns the run's record."""
+    from worldsmith.training.callbacks import CatalogMetrics  # transformers, only once a run trains
+
+    train = [t for t in transitions if t.split == "train"]
+    if not train:
+        raise ValueError("no transitions in the train split: nothing to train on")
+    run_id = add_run(
+        TrainingRun(
+            config={"kind": "world_model", **config.model_dump(), "transitions": len(train)}, flow_run_id=flow_run_id
+        )
+    )
+    out = Path(config.output) if config.output else get_settings().home / "world-models" / str(run_id)
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            base = (
+                tiny_world_model(Path(scratch) / "base", transitions, config.seed)
+                if config.model == TINY
+                else Path(config.model)
+            )
+            log = fine_tune(base, train, out, config, [CatalogMetrics(run_id)])
+        digest = save_checkpoint(run_id, out, config.steps, {"final": True, **(log[-1] if log else {})})
+    except BaseException as exc:
+        finish_run(TrainingRun, run_id, "failed", {"error": f"{type(exc).__name__}: {exc}"})
+        raise
+    result = {"run_id": run_id, "model": str(out), "checkpoint": digest, "steps": config.steps, "log": log}
+    finish_run(TrainingRun, run_id, "completed", {k: v for k, v in result.items() if k != "log"})
+    return result
