@@ -5,16 +5,21 @@ unchanged, the parent's memory bounded, a misbehaving worker replaced."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import shutil
+import signal
 import struct
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
-from conftest import FAST_LIMITS, with_tools
+from conftest import FAST_LIMITS, REPO, with_tools
 
 from worldsmith.bundle import sqlscript
 from worldsmith.bundle.contract import Bundle, artifact_digest
@@ -23,7 +28,8 @@ from worldsmith.bundle.loader import build_bundle
 from worldsmith.quality.probes import check_environment
 from worldsmith.runtime.episode import Runtime
 from worldsmith.runtime.errors import WorkerLost
-from worldsmith.runtime.pool import StderrTail
+from worldsmith.runtime.pool import WORKER_ENV, StderrTail
+from worldsmith.runtime.sandbox import kernel
 from worldsmith.runtime.sandbox.protocol import FrameReader, ProtocolViolation, truncated
 
 ENDLESS = "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r)"
@@ -418,3 +424,293 @@ def test_stderr_tail_marks_cut_lines():
     tail = StderrTail(lines=3, line_chars=4)
     tail.feed(b"abcdefgh\n")
     assert tail.tail() == "abcd...[truncated 4 bytes]"
+
+
+# -- class 6: SysV IPC and POSIX message queues ---------------------------------------------------
+
+#: Confines itself with kernel.py (all layers, or only one), then makes SysV shared memory, a message
+#: queue, a semaphore set and a POSIX message queue through libc, as code past the Python guard would.
+IPC_PROBE = r"""
+import ctypes, errno, json, os, sys
+sys.path.insert(0, sys.argv[2])
+from worldsmith.runtime.sandbox import kernel
+mode, key, queue = sys.argv[1], int(sys.argv[3]), sys.argv[4].encode()
+if mode == "all":
+    layers = kernel.confine(uid=65534, memory_bytes=1 << 30, file_bytes=1 << 20, cpu_seconds=60,
+                            read_paths=[], write_paths=[])
+elif mode == "ipcns":
+    kernel.new_ipc_namespace()
+    layers = {"ipcns": "on"}
+else:
+    kernel.no_new_privs()
+    layers = {"seccomp": f"on ({kernel.seccomp()} syscalls denied)"}
+libc = ctypes.CDLL(None, use_errno=True)
+IPC_CREAT, IPC_EXCL = 0o1000, 0o2000
+out = {"layers": layers}
+def attempt(name, call):
+    result = call()
+    out[name] = "made" if result >= 0 else errno.errorcode.get(ctypes.get_errno(), "?")
+attempt("shmget", lambda: libc.shmget(key, 1 << 20, IPC_CREAT | IPC_EXCL | 0o666))
+attempt("msgget", lambda: libc.msgget(key, IPC_CREAT | IPC_EXCL | 0o666))
+attempt("semget", lambda: libc.semget(key, 1, IPC_CREAT | IPC_EXCL | 0o666))
+attempt("mq_open", lambda: libc.mq_open(queue, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o666, None))
+print(json.dumps(out))
+"""
+
+
+def _host_ipc() -> dict[str, list[str]]:
+    """The SysV IPC objects of this (the host's) IPC namespace."""
+    return {kind: Path(f"/proc/sysvipc/{kind}").read_text().splitlines()[1:] for kind in ("shm", "msg", "sem")}
+
+
+def _host_has(key: int, queue: bytes) -> list[str]:
+    """Which of the probe's objects exist in this IPC namespace (and remove them)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    found = []
+    if (shm := libc.shmget(key, 0, 0)) >= 0:
+        found.append("shm")
+        libc.shmctl(shm, 0, None)  # IPC_RMID
+    if (msg := libc.msgget(key, 0)) >= 0:
+        found.append("msg")
+        libc.msgctl(msg, 0, None)
+    if (sem := libc.semget(key, 0, 0)) >= 0:
+        found.append("sem")
+        libc.semctl(sem, 0, 0)
+    if (mq := libc.mq_open(queue, os.O_RDONLY)) >= 0:
+        found.append("mq")
+        os.close(mq)
+        libc.mq_unlink(queue)
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/sysvipc/shm").exists(), reason="no /proc/sysvipc")
+@pytest.mark.parametrize("mode", ["all", "ipcns", "seccomp"])
+def test_ipc_objects_of_a_worker_are_refused_or_die_with_it(mode):
+    """Each kernel layer on its own, and all together, keeps IPC objects from reaching the host."""
+    key, queue = 0x57530000 + os.getpid() % 0xFFFF, f"/worldsmith-probe-{os.getpid()}"
+    before = _host_ipc()
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", IPC_PROBE, mode, str(REPO), str(key), queue],
+        capture_output=True,
+        text=True,
+        env=WORKER_ENV,
+        timeout=60,
+    )
+    leaked = _host_has(key, queue.encode())
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    layer = {"all": "seccomp", "ipcns": "ipcns", "seccomp": "seccomp"}[mode]
+    if not out["layers"][layer].startswith("on"):
+        pytest.skip(f"{layer} is off here: {out['layers'][layer]}")
+    if mode == "ipcns":  # made, but inside the worker's own namespace, gone with it
+        assert {out[op] for op in ("shmget", "msgget", "semget", "mq_open")} == {"made"}, out
+    else:
+        assert {out[op] for op in ("shmget", "msgget", "semget", "mq_open")} == {"EPERM"}, out
+    if mode == "all":
+        assert out["layers"]["ipcns"].startswith("on"), out["layers"]
+    assert leaked == []
+    assert _host_ipc() == before
+
+
+def test_the_seccomp_tables_refuse_ipc_on_both_architectures():
+    ipc = {"shmget", "shmat", "shmctl", "msgget", "msgsnd", "msgrcv", "msgctl", "semget", "semop", "semtimedop"}
+    ipc |= {"semctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive", "mq_notify", "mq_getsetattr"}
+    for machine, table in kernel._DENIED.items():
+        assert ipc <= set(table), (machine, ipc - set(table))
+        assert len(set(table.values())) == len(table), machine  # no number twice
+        denied = {k for op, _, _, k in kernel.seccomp_program(machine) if op == kernel._BPF_JEQ_K}
+        assert {table[name] for name in ipc} <= denied
+
+
+# -- class 9: answers, not tracebacks, in the trusted process ---------------------------------------
+
+#: Sources the parser or anything that walks their tree recursively cannot handle: MemoryError from
+#: the parser, RecursionError from the AST constructor, a tree that parses but is too deep to walk.
+PATHOLOGICAL = {
+    "unary_chain": "X = " + "-" * 100_000 + "1\n",
+    "attribute_chain": "X = " + "a." * 100_000 + "b\n",
+    "deep_but_parseable": "X = " + "-" * 1_000 + "1\n",
+}
+
+
+@pytest.mark.parametrize("source", PATHOLOGICAL.values(), ids=PATHOLOGICAL.keys())
+def test_pathological_source_is_an_issue_naming_the_file(golden, source):
+    from worldsmith.bundle import asgiapp, codepolicy, toolspec
+
+    [(_, problem)] = codepolicy.check_source(source, "verifiers.py")
+    assert "too deeply nested to parse" in problem
+    _, issues = toolspec.derive_tool_schemas(source)
+    assert issues and all(i.file == "tools.py" for i in issues)
+    assert any("too deeply nested to parse" in i.problem for i in issues), issues
+    [(_, problem)] = asgiapp.check_app_source(source)
+    assert "too deeply nested to parse" in problem
+    assert asgiapp.app_imports(source) == []
+    for name in ("tools.py", "verifiers.py"):
+        sources = _sources(golden)
+        sources[name] = sources[name] + b"\n\n" + source.encode()
+        with pytest.raises(BundleError) as caught:
+            build_bundle(sources, _manifest(golden))
+        assert any(i.file == name and "too deeply nested to parse" in i.problem for i in caught.value.issues)
+
+
+def test_a_pathological_string_annotation_is_an_issue_naming_the_tool():
+    from worldsmith.bundle import toolspec
+
+    for nesting in ("-" * 100_000 + "1", "a." * 100_000 + "b", "-" * 1_000 + "1"):
+        source = (
+            f'def f(conn, x: \'{nesting}\') -> int:\n    """F.\n\n    Args:\n        x: X.\n    """\n    return 1\n'
+        )
+        _, issues = toolspec.derive_tool_schemas(source)
+        assert issues and all(i.file == "tools.py" for i in issues)
+        assert any("'f'" in i.problem and "too deeply nested" in i.problem for i in issues), issues
+
+
+def test_ordinary_nesting_still_parses():
+    from worldsmith.bundle import codepolicy
+
+    assert codepolicy.check_source("X = " + "-" * 150 + "1\n", "tools.py") == []
+
+
+def _bundle_dir(golden: Bundle, root: Path, name: str, tools: str, *, derive: bool = True) -> Path:
+    """`golden` written to `root/name` with `tools` appended to tools.py; with `derive` False the
+    manifest is only rehashed (tools.json and the checks are left to the command)."""
+    from worldsmith.bundle.loader import manifest_bytes, write_bundle
+
+    sources = _sources(golden)
+    sources["tools.py"] += b"\n\n" + tools.encode()
+    path = root / name
+    if derive:
+        return write_bundle(build_bundle(sources, _manifest(golden)), path)
+    write_bundle(golden, path)
+    (path / "tools.py").write_bytes(sources["tools.py"])
+    artifacts = dict(golden.manifest.artifacts, **{"tools.py": artifact_digest(sources["tools.py"])})
+    (path / "manifest.json").write_bytes(manifest_bytes(golden.manifest.model_copy(update={"artifacts": artifacts})))
+    return path
+
+
+def _nested(depth: int) -> str:
+    return f'def nested(conn) -> list:\n    """A list {depth} levels deep."""\n    r = []\n    for _ in range({depth}):\n        r = [r]\n    return r\n'
+
+
+@pytest.fixture()
+def hostile_dirs(golden, tmp_path) -> dict[str, Path]:
+    return {
+        "deep_source": _bundle_dir(golden, tmp_path, "deep_source", PATHOLOGICAL["unary_chain"], derive=False),
+        "deep_attrs": _bundle_dir(golden, tmp_path, "deep_attrs", PATHOLOGICAL["attribute_chain"], derive=False),
+        "deep_result": _bundle_dir(golden, tmp_path, "deep_result", _nested(100_000)),
+        "printable_deep_result": _bundle_dir(golden, tmp_path, "printable_deep_result", _nested(950)),
+        "refused_at_import": _bundle_dir(
+            golden, tmp_path, "refused_at_import", "import pathlib\n_X = pathlib.Path('/etc/passwd').read_text()\n"
+        ),
+    }
+
+
+CLI_ATTACKS = [
+    (["env", "check"], "deep_source", "too deeply nested to parse"),
+    (["env", "tools"], "deep_attrs", "too deeply nested to parse"),
+    (["env", "build"], "deep_source", "too deeply nested to parse"),
+    (["catalog", "publish"], "deep_attrs", "too deeply nested to parse"),
+    (["env", "call", "{}", "nested"], "deep_result", '"limit": "recursion"'),
+    # the parent decodes it (and cannot print it) or, on a deeper stack, refuses the frame: either way an answer
+    (["env", "call", "{}", "nested"], "printable_deep_result", "cannot print the result|limit"),
+    (["env", "call", "{}", "get_product", "--args", '{"sku": "KB-101"}'], "refused_at_import", "outside the episode"),
+    (["env", "check"], "refused_at_import", "tools load"),
+]
+
+
+@pytest.mark.parametrize(("command", "bundle", "expected"), CLI_ATTACKS, ids=[f"{c[1]}-{b}" for c, b, _ in CLI_ATTACKS])
+def test_cli_answers_a_hostile_bundle_without_a_traceback(hostile_dirs, home, command, bundle, expected):
+    from typer.testing import CliRunner
+
+    from worldsmith.cli import app
+
+    path = str(hostile_dirs[bundle])
+    args = [path if part == "{}" else part for part in command] if "{}" in command else [*command, path]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code != 0
+    assert "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert any(part in result.output for part in expected.split("|")), result.output[-2000:]
+
+
+def _validation_error() -> Exception:
+    from pydantic import ValidationError
+
+    from worldsmith.models.bundle import Manifest
+
+    try:
+        Manifest.model_validate({"env_id": ["not", "a", "name"]})
+    except ValidationError as exc:
+        return exc
+    raise AssertionError("validated")
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        RecursionError("maximum recursion depth exceeded"),
+        MemoryError(),
+        subprocess.TimeoutExpired(["worker", "x"], 5),
+        WorkerLost("died\nbadly", in_flight=True),
+        _validation_error(),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_the_cli_handler_turns_what_a_bundle_can_raise_into_one_line(monkeypatch, home, golden, exc):
+    from typer.testing import CliRunner
+
+    from worldsmith.cli import app, env
+
+    def hostile(path):
+        raise exc
+
+    monkeypatch.setattr(env, "load_bundle_arg", hostile)
+    result = CliRunner().invoke(app, ["env", "tools", str(golden.root)])
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit | None)
+    assert len(result.output.strip().splitlines()) == 1, result.output
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=lambda s: signal.Signals(s).name)
+def test_env_serve_removes_its_scratch_directory_when_stopped(golden, tmp_path, signum):
+    import socket
+
+    temp = Path(tempfile.mkdtemp(prefix="worldsmith-serve-test-"))  # traversable by the sandbox uid
+    temp.chmod(0o755)
+    port = _free_port()
+    env = dict(os.environ, TMPDIR=str(temp), WORLDSMITH_HOME=str(tmp_path / "home"), PYTHONPATH=str(REPO))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "worldsmith.cli", "env", "serve", str(golden.root), "--host", "127.0.0.1"]
+        + ["--port", str(port)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+            assert time.monotonic() < deadline, "env serve did not start serving"
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        made = [p.name for p in temp.iterdir()]
+        assert any(name.startswith("worldsmith-sandbox-") for name in made), made
+        proc.send_signal(signum)
+        proc.wait(timeout=30)
+        assert list(temp.iterdir()) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(temp, ignore_errors=True)

@@ -14,10 +14,39 @@ import threading
 _PARSE_LOCK = threading.Lock()
 
 
+#: How deeply a syntax tree of generated code may nest. Deeper trees are refused before anything
+#: walks them recursively (ast.NodeVisitor, ast.unparse, compile), which would raise RecursionError.
+MAX_NESTING = 200
+TOO_DEEP = "too deeply nested to parse"
+
+
 def parse_source(source: str, filename: str = "<generated>", mode: str = "exec") -> ast.AST:
-    """ast.parse, one call at a time in this process."""
+    """ast.parse, one call at a time in this process. Pathological nesting (which makes the parser
+    or the AST constructor raise RecursionError or MemoryError, or yields a tree deeper than
+    `MAX_NESTING`) is a SyntaxError too, "too deeply nested to parse", so callers report it as one."""
     with _PARSE_LOCK:
-        return ast.parse(source, filename=filename, mode=mode)
+        try:
+            tree = ast.parse(source, filename=filename, mode=mode)
+        except (RecursionError, MemoryError):
+            raise SyntaxError(TOO_DEEP, (filename, 1, 0, None)) from None
+    depth, line = _nesting(tree)
+    if depth > MAX_NESTING:
+        raise SyntaxError(f"{TOO_DEEP} (more than {MAX_NESTING} levels)", (filename, line, 0, None))
+    return tree
+
+
+def _nesting(tree: ast.AST) -> tuple[int, int]:
+    """The depth of `tree` and the line where it is deepest, without recursion."""
+    deepest, line = 0, 1
+    stack = [(tree, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > deepest:
+            deepest, line = depth, getattr(node, "lineno", line)
+            if deepest > MAX_NESTING:
+                break
+        stack.extend((child, depth + 1) for child in ast.iter_child_nodes(node))
+    return deepest, line
 
 
 #: Top-level modules generated code may import.

@@ -16,11 +16,14 @@ import os
 import typer
 
 from worldsmith.cli import catalog, data, env, evaluation, generation, interop, sets, stack, training, wm
+from worldsmith.cli.console import AnsweringGroup
 from worldsmith.ops.stack import Stack
 from worldsmith.settings import get_settings
 
 app = typer.Typer(
-    help="Manufacture executable tool-use worlds for LLM agents and train agents in them.", no_args_is_help=True
+    cls=AnsweringGroup,
+    help="Manufacture executable tool-use worlds for LLM agents and train agents in them.",
+    no_args_is_help=True,
 )
 
 

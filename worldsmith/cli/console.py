@@ -4,18 +4,29 @@ Tables, progress bars and status spinners go to stdout laid out at the terminal'
 (a line of output or an error) are printed as they are: never wrapped at the console width, so what
 a user or a test reads does not depend on the terminal or on the length of a path in the message.
 An error is its message on stderr and an exit status (2: the request was refused).
+
+`AnsweringGroup` is the one place where what a hostile or malformed bundle can make a command raise
+(too deep to handle, too big, data that does not validate, a step that timed out, the runtime
+refusing it) becomes one line on stderr and exit 2 instead of a traceback, whichever command ran.
 """
 
 from __future__ import annotations
 
+import signal
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import click
 import typer
+from pydantic import ValidationError
+from pydantic_core import PydanticSerializationError
 from rich.console import Console
+from typer.core import TyperGroup
 
 from worldsmith.bundle.errors import BundleError
+from worldsmith.runtime.errors import RuntimeFault, WorkerLost
 
 console = Console()
 errors = Console(stderr=True, soft_wrap=True)
@@ -41,6 +52,29 @@ def bundle_failure(title: str, exc: BundleError) -> typer.Exit:
 
 
 @contextmanager
+def exit_on_termination(*signals: signal.Signals) -> Iterator[None]:
+    """While inside, SIGTERM and SIGHUP (or `signals`) raise SystemExit(128 + signal) in the main
+    thread, so that `with` blocks below (a runtime and its scratch directory) are closed as on
+    Ctrl-C; the previous handlers come back on leaving. A server that handles the signal itself and
+    raises it again when it stops (uvicorn) ends up here too."""
+
+    def leave(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous: dict[signal.Signals, Any] = {}
+    try:
+        for sig in signals or (signal.SIGTERM, signal.SIGHUP):
+            previous[sig] = signal.signal(sig, leave)
+    except ValueError:  # not the main thread: signals stay as they are
+        pass
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@contextmanager
 def refusals(*kinds: type[Exception]) -> Iterator[None]:
     """Turn an exception of `kinds` (default: a catalog refusal) into its message on stderr and exit 2."""
     if not kinds:
@@ -51,3 +85,58 @@ def refusals(*kinds: type[Exception]) -> Iterator[None]:
         yield
     except kinds as exc:
         raise failure(str(exc)) from None
+
+
+#: The longest line an answered error prints (a validation error can quote a whole document).
+MAX_ANSWER = 2000
+
+
+def one_line(text: str) -> str:
+    """`text` on one line (whitespace runs collapsed), cut at `MAX_ANSWER` characters."""
+    line = " ".join(text.split())
+    return line if len(line) <= MAX_ANSWER else line[:MAX_ANSWER] + " ..."
+
+
+def answer(exc: BaseException) -> str | None:
+    """The one line that answers `exc`, or None when it is not something a bundle can cause."""
+    if isinstance(exc, RecursionError):
+        return f"too deeply nested to handle: {exc}"
+    if isinstance(exc, MemoryError):
+        return "out of memory" + (f": {exc}" if str(exc) else " while handling the request")
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0] if exc.error_count() else {}
+        where = ".".join(str(part) for part in first.get("loc", ())) or exc.title
+        return f"invalid {exc.title}: {exc.error_count()} error(s), first at {where}: {first.get('msg', exc)}"
+    if isinstance(exc, PydanticSerializationError):  # e.g. a result nested deeper than JSON output allows
+        return f"cannot print the result: {exc}"
+    if isinstance(exc, subprocess.TimeoutExpired):
+        command = exc.cmd if isinstance(exc.cmd, str) else " ".join(map(str, exc.cmd or ()))
+        return f"timed out after {exc.timeout} s: {command}"
+    if isinstance(exc, WorkerLost):
+        return f"sandbox worker lost: {exc.reason}"
+    if isinstance(exc, RuntimeFault):
+        return f"runtime refused: {exc}"
+    return None
+
+
+class AnsweringGroup(TyperGroup):
+    """The root command group: answers a `BundleError` with its issues and the exceptions `answer`
+    knows with one line, on stderr with exit 2, whichever command raised them."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BundleError as exc:
+            raise bundle_failure("invalid bundle", exc) from None
+        except (
+            RecursionError,
+            MemoryError,
+            ValidationError,
+            PydanticSerializationError,
+            subprocess.TimeoutExpired,
+            RuntimeError,
+        ) as exc:
+            line = answer(exc)
+            if line is None:
+                raise
+            raise failure(one_line(line)) from None

@@ -12,7 +12,7 @@ from rich.table import Table
 from worldsmith.bundle.errors import BundleError
 from worldsmith.bundle.loader import rebuild_bundle_dir
 from worldsmith.cli.bundles import BundleArg, load_bundle_arg
-from worldsmith.cli.console import bundle_failure, console, failure, say
+from worldsmith.cli.console import bundle_failure, console, exit_on_termination, failure, say
 from worldsmith.quality.probes import check_environment
 from worldsmith.runtime.episode import Runtime
 from worldsmith.settings import get_settings
@@ -107,7 +107,8 @@ def env_serve(
     port = port or settings.gateway_port
     for bundle in bundles:
         say(f"serving {bundle.env_id} at http://{host}:{port}/envs/{bundle.env_id}/mcp")
-    with Runtime() as runtime:
+    # SIGTERM/SIGHUP leave like Ctrl-C: the runtime closes its workers and removes its scratch directory
+    with exit_on_termination(), Runtime() as runtime:
         serve(
             runtime,
             bundles,

@@ -4,7 +4,7 @@
 and before any generated code runs. Each layer is applied if the kernel allows it and
 reported as "on" or "off: <reason>"; see docs/security.md for what each one stops.
 
-Order: network namespace -> resource limits -> no_new_privs -> Landlock (filesystem, TCP,
+Order: network and IPC namespaces -> resource limits -> no_new_privs -> Landlock (filesystem, TCP,
 signals) -> drop to an unprivileged uid/gid -> seccomp (syscall deny list).
 """
 
@@ -25,6 +25,7 @@ PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
 CLONE_NEWNET = 0x40000000
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWIPC = 0x08000000
 
 SYS_LANDLOCK_CREATE_RULESET = 444
 SYS_LANDLOCK_ADD_RULE = 445
@@ -46,6 +47,15 @@ def new_network_namespace() -> None:
     """Move into an empty network namespace (only a downed loopback): no route anywhere."""
     flags = CLONE_NEWNET if os.geteuid() == 0 else CLONE_NEWUSER | CLONE_NEWNET
     if _libc.unshare(flags) != 0:
+        raise _fail("unshare")
+
+
+def new_ipc_namespace() -> None:
+    """Move into an empty IPC namespace: SysV shared memory, message queues and semaphores and POSIX
+    message queues made here are invisible to every other process and vanish with the worker."""
+    if _libc.unshare(CLONE_NEWIPC) == 0:  # root, or already owning a new user namespace (see above)
+        return
+    if os.geteuid() == 0 or _libc.unshare(CLONE_NEWUSER | CLONE_NEWIPC) != 0:
         raise _fail("unshare")
 
 
@@ -122,7 +132,8 @@ def landlock(read_paths: list[str], write_paths: list[str]) -> int:
 
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 # Syscalls a worker never needs: networking, process creation, exec, tracing, namespaces,
-# mounts, identity and limit changes, kernel modules, signalling other processes.
+# mounts, identity and limit changes, kernel modules, signalling other processes, SysV IPC and
+# POSIX message queues (objects that outlive the process and join workers).
 _DENIED = {
     "x86_64": {
         "socket": 41,
@@ -170,6 +181,23 @@ _DENIED = {
         "finit_module": 313,
         "delete_module": 176,
         "personality": 135,
+        "shmget": 29,
+        "shmat": 30,
+        "shmctl": 31,
+        "semget": 64,
+        "semop": 65,
+        "semctl": 66,
+        "msgget": 68,
+        "msgsnd": 69,
+        "msgrcv": 70,
+        "msgctl": 71,
+        "semtimedop": 220,
+        "mq_open": 240,
+        "mq_unlink": 241,
+        "mq_timedsend": 242,
+        "mq_timedreceive": 243,
+        "mq_notify": 244,
+        "mq_getsetattr": 245,
     },
     "aarch64": {
         "socket": 198,
@@ -215,6 +243,23 @@ _DENIED = {
         "finit_module": 273,
         "delete_module": 106,
         "personality": 92,
+        "mq_open": 180,
+        "mq_unlink": 181,
+        "mq_timedsend": 182,
+        "mq_timedreceive": 183,
+        "mq_notify": 184,
+        "mq_getsetattr": 185,
+        "msgget": 186,
+        "msgctl": 187,
+        "msgrcv": 188,
+        "msgsnd": 189,
+        "semget": 190,
+        "semctl": 191,
+        "semtimedop": 192,
+        "semop": 193,
+        "shmget": 194,
+        "shmctl": 195,
+        "shmat": 196,
     },
 }
 _CLONE3 = 435  # same number on both: answered ENOSYS so libc falls back to (denied) clone
@@ -277,6 +322,7 @@ def confine(
             layers[name] = f"off: {exc}"
 
     attempt("netns", new_network_namespace)
+    attempt("ipcns", new_ipc_namespace)
     attempt("rlimits", lambda: set_limits(memory_bytes, file_bytes, cpu_seconds))
     attempt("no_new_privs", no_new_privs)
     # Landlock before the uid drop: the rules' paths are opened with the starting user's rights.
