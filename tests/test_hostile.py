@@ -141,6 +141,155 @@ def _email(episode, customer_id: int = 1) -> str:
     return episode.call_tool("get_customer", {"customer_id": customer_id}).value["email"]
 
 
+# -- class 1: shared module state ------------------------------------------------------------------
+
+#: Environment B's witness: what allowed modules and the guard's builtins answer, read by a tool.
+PROBE = textwrap.dedent("""
+    import collections
+    import decimal
+    import json
+    import random
+    import sqlite3
+
+
+    def probe(conn):
+        random.seed(1)
+        row = conn.execute("SELECT email FROM customers WHERE id = 1").fetchone()
+        return {"dumps": json.dumps({"a": [1, 2]}), "random": random.random(), "len": len([1, 2, 3]),
+                "decimal": str(decimal.Context().divide(decimal.Decimal(1), decimal.Decimal(7))),
+                "row": isinstance(row, sqlite3.Row), "email": row["email"],
+                "counter": collections.Counter("abb").most_common(1)}
+""")
+COMPLETE = repr('{"status": "complete", "evidence": {}}')
+#: Tools of environment A that rebind what every later call of their worker shares; the name reported.
+TAMPERING = {
+    "json_dumps": (f"import json\n\n\ndef tamper(conn):\n    json.dumps = lambda *a, **k: {COMPLETE}\n", "json.dumps"),
+    "random_seed": (
+        "import random\n\n\ndef tamper(conn):\n    random.seed = lambda *a, **k: None\n    random.random = lambda: 0.0\n",
+        "random.seed",
+    ),
+    "decimal_precision": (
+        "import decimal\n\n\ndef tamper(conn):\n    decimal.DefaultContext.prec = 2\n",
+        "decimal.DefaultContext",
+    ),
+    "guard_builtin": ("def tamper(conn):\n    __builtins__['len'] = lambda value: 0\n", "builtins.len"),
+    "sqlite3_row": ("import sqlite3\n\n\ndef tamper(conn):\n    sqlite3.Row = tuple\n", "sqlite3.Row"),
+}
+
+
+def _judged(episode) -> tuple:
+    """What an untouched episode of the witness environment answers: its probe and its verdict."""
+    return episode.call_tool("probe").value, episode.verify("").model_dump()
+
+
+@pytest.mark.parametrize("attack", TAMPERING, ids=TAMPERING)
+def test_module_state_rebound_by_one_world_reaches_no_other_episode(golden, attack):
+    source, name = TAMPERING[attack]
+    culprit_env = with_tools(golden, source, ["tamper"])
+    witness_env = with_tools(golden, PROBE, ["probe"])
+    task = golden.tasks[0].id
+    with Runtime(limits=FAST_LIMITS, workers=1) as rt:
+        with rt.open_episode(witness_env, task) as witness:
+            before = _judged(witness)
+        with (
+            rt.open_episode(witness_env, task) as other_world,
+            rt.open_episode(culprit_env, task) as same_world,
+            rt.open_episode(culprit_env, task) as culprit,
+        ):
+            assert same_world.call_tool("update_customer_email", {"customer_id": 2, "email": "b@example.com"}).ok
+            assert other_world._worker is not culprit._worker  # one world's code never runs in another's worker
+            worker = culprit._worker
+            result = culprit.call_tool("tamper")
+            assert result.status == "env_error" and result.limit == "module_state", result
+            assert "modified module state" in result.error and name in result.error, result.error
+            assert not worker.alive  # retired: it never runs another call
+            assert _judged(other_world) == before
+            # environment A goes on, on a fresh worker: its other episode kept its writes, a new one is judged as before
+            assert _email(same_world, 2) == "b@example.com" and same_world.relocations == 1
+            with rt.open_episode(culprit_env, task) as fresh:
+                assert fresh.verify("").model_dump() == before[1]
+            assert culprit.call_tool("get_customer", {"customer_id": 1}).ok
+
+
+def test_state_the_fingerprint_cannot_see_stays_in_its_own_world(golden):
+    """A class attribute of an allowed module is not in the fingerprint (docs/security.md): a world that
+    rebinds one changes only its own worker, never another world's episodes."""
+    source = (
+        "import collections\n\n\ndef tamper(conn):\n"
+        "    collections.Counter.most_common = lambda self, n=None: [('forged', 99)]\n"
+        "    return collections.Counter('x').most_common(1)\n"
+    )
+    culprit_env = with_tools(golden, source, ["tamper"])
+    witness_env = with_tools(golden, PROBE, ["probe"])
+    task = golden.tasks[0].id
+    with Runtime(limits=FAST_LIMITS, workers=1) as rt:
+        with rt.open_episode(witness_env, task) as witness:
+            before = _judged(witness)
+            assert before[0]["counter"] == [["b", 2]]
+            with rt.open_episode(culprit_env, task) as culprit:
+                assert culprit.call_tool("tamper").value == [["forged", 99]]  # its own world is its business
+                assert culprit._worker is not witness._worker
+                assert _judged(witness) == before
+        assert len(rt.pool.workers()) == 1  # the overflow worker went with its last episode
+
+
+def test_workers_are_bound_to_one_environment_within_the_pool_size(golden):
+    envs = [with_tools(golden, f"def marker_{i}(conn):\n    return {i}\n", [f"marker_{i}"]) for i in range(3)]
+    with Runtime(limits=FAST_LIMITS, workers=2) as rt:
+        seen: dict[str, set[str]] = {}
+        for env in envs * 2:
+            with rt.open_episode(env) as episode:
+                assert episode.call_tool(env.tools[-1].name).ok
+                seen.setdefault(episode._worker.name, set()).add(env.runtime_key)
+            assert len(rt.pool.workers()) <= 2
+        assert all(len(keys) == 1 for keys in seen.values()), seen
+        # two episodes of one environment spread over the free slots
+        first, second = rt.open_episode(envs[0]), rt.open_episode(envs[0])
+        assert first._worker is not second._worker
+        first.close()
+        second.close()
+
+
+RANDOM_TOOLS = textwrap.dedent("""
+    import decimal
+    import random
+
+
+    def set_state(conn):
+        random.seed(42)
+        decimal.getcontext().prec = 3
+
+
+    def draw(conn):
+        return {"random": random.random(), "seventh": str(decimal.Decimal(1) / decimal.Decimal(7))}
+
+
+    def save_draw(conn):
+        conn.execute("INSERT INTO store_settings (key, value) VALUES ('lucky', ?)", (str(random.random()),))
+
+
+    def saved(conn):
+        return conn.execute("SELECT value FROM store_settings WHERE key = 'lucky'").fetchone()[0]
+""")
+
+
+def test_random_and_decimal_state_is_not_carried_between_calls(runtime, golden):
+    import random
+
+    bundle = with_tools(golden, RANDOM_TOOLS, ["set_state", "draw", "save_draw", "saved"])
+    with runtime.open_episode(bundle) as episode, runtime.open_episode(bundle) as other:
+        assert episode.call_tool("set_state").ok
+        drawn = [episode.call_tool("draw").value, other.call_tool("draw").value, episode.call_tool("draw").value]
+        assert all(d["random"] != random.Random(42).random() for d in drawn), drawn
+        assert all(d["seventh"] == "0.1428571428571428571428571429" for d in drawn), drawn
+        assert len({d["random"] for d in drawn}) == 3  # each call its own seed
+        # a write that depends on random replays exactly after the worker is lost: the seed is journaled
+        assert episode.call_tool("save_draw").ok
+        value = episode.call_tool("saved").value
+        episode._worker.process.kill()
+        assert episode.call_tool("saved").value == value and episode.relocations == 1
+
+
 # -- class 8: transaction control from tool SQL ---------------------------------------------------
 
 TRANSACTION_CONTROL = [
@@ -714,3 +863,25 @@ def test_env_serve_removes_its_scratch_directory_when_stopped(golden, tmp_path, 
             proc.kill()
             proc.wait()
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_a_forged_reply_content_retires_the_worker_and_the_episode_goes_on(golden):
+    """Code that reaches the worker's own encoder (a class attribute of `json`, which the module
+    fingerprint does not see) makes well-framed replies that break the reply contract: the call is an
+    env_error, the worker is killed, and the episode moves to a fresh worker with its writes."""
+    source = (
+        "import json\n\n\ndef forge(conn):\n"
+        '    json.JSONEncoder.encode = lambda self, o: \'{"status": 7, "result": [1]}\'\n'
+        "    return 'done'\n"
+    )
+    forging_env = with_tools(golden, source, ["forge"])
+    task = golden.tasks[0].id
+    with Runtime(limits=FAST_LIMITS, workers=1) as rt, rt.open_episode(forging_env, task) as episode:
+        assert episode.call_tool("update_customer_email", {"customer_id": 2, "email": "b@example.com"}).ok
+        worker = episode._worker
+        result = episode.call_tool("forge")
+        assert result.status == "env_error" and result.limit == "protocol", result
+        assert "invalid reply" in result.error
+        assert not worker.alive and episode._worker is not worker
+        assert _email(episode, 2) == "b@example.com"
+        assert episode.verify("").status in {"complete", "partial", "incomplete"}

@@ -10,12 +10,15 @@ reopened on a fresh worker and the journal replayed, so other episodes go on unt
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import tempfile
 import threading
 import uuid
 from pathlib import Path
 from typing import Any, Protocol, Self
+
+from pydantic import ValidationError
 
 from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.kinds import APP_TOOLS, ToolsKind
@@ -125,8 +128,8 @@ class Runtime:
         """The tools of an ASGI app (one per route, by operation_id), read by running the app in a
         sandbox worker on a private copy of `world`; RuntimeFault with the app's error if it fails."""
         pool = self.pool_for_kind(APP_TOOLS)
-        worker = pool.acquire()
         key = "describe-" + uuid.uuid4().hex
+        worker = pool.acquire(key)  # a worker of its own, retired after: the app's code ran there
         try:
             header = {
                 "op": "load_env",
@@ -145,9 +148,7 @@ class Runtime:
                 raise RuntimeFault(f"the app does not load: {reply.get('error')}")
             return reply["tools"]
         finally:
-            if worker.alive:
-                worker.request({"op": "unload_env", "env": key}, timeout=10)
-            pool.release(worker)
+            pool.release(worker, retire=True)
 
     def layers(self) -> dict[str, str]:
         """Which confinement layers the workers run with (docs/security.md)."""
@@ -179,7 +180,8 @@ class SandboxEpisode:
         self.task = task
         self.id = uuid.uuid4().hex
         self._lock = threading.Lock()
-        self._journal: list[tuple[str, dict[str, Any]]] = []
+        self._journal: list[tuple[str, dict[str, Any], int]] = []  # (tool, arguments, random seed)
+        self._calls = 0
         self._base: bytes | None = None  # database the journal starts from; None = world.db
         self._broken: str | None = None
         self._closed = False
@@ -192,7 +194,7 @@ class SandboxEpisode:
         """Open this episode on a worker and replay its journal there."""
         pool = self._pool
         while True:
-            worker = pool.acquire()
+            worker = pool.acquire(self.bundle.runtime_key)
             try:
                 pool.ensure_env(worker, self.bundle)
                 reply, _ = worker.request(
@@ -203,9 +205,9 @@ class SandboxEpisode:
                 if reply["status"] != "ok":
                     pool.release(worker)
                     raise RuntimeFault(f"opening an episode of {self.bundle.env_id} failed: {reply.get('error')}")
-                for tool, arguments in self._journal:
+                for tool, arguments, seed in self._journal:
                     replayed, _ = worker.request(
-                        {"op": "call", "episode": self.id, "tool": tool, "arguments": arguments},
+                        {"op": "call", "episode": self.id, "tool": tool, "arguments": arguments, "seed": seed},
                         timeout=self._timeout(),
                     )
                     if replayed["status"] != "ok":
@@ -247,10 +249,31 @@ class SandboxEpisode:
                 raise
         raise RuntimeFault("sandbox workers keep dying; giving up")
 
+    def _invalid_reply(self, problem: ValidationError) -> str:
+        """A well-framed reply whose content breaks the reply contract (generated code can reach the
+        worker's encoder, e.g. through a class attribute of `json`): the worker is not trusted again.
+        It is killed and this episode moves to a fresh one; returns the reason for the env_error."""
+        first = problem.errors()[0] if problem.errors() else {}
+        where = ".".join(str(part) for part in first.get("loc", ())) or "reply"
+        reason = (
+            f"sandbox limit protocol: the worker sent an invalid reply ({where}: {first.get('msg', problem)}); "
+            "worker killed and replaced"
+        )
+        self._worker.kill(reason)
+        self._relocate()
+        return reason
+
     def _relocate(self) -> None:
         self._pool.release(self._worker)
         self.relocations += 1
         self._worker = self._place()
+
+    def _next_seed(self) -> int:
+        """The seed of `random` for this episode's next call: reset before every call (no call sees
+        what another left), distinct per call, recorded in the journal so a replay draws the same."""
+        self._calls += 1
+        digest = hashlib.blake2b(f"{self.id}:{self._calls}".encode(), digest_size=8).digest()
+        return int.from_bytes(digest, "big")
 
     # -- API -----------------------------------------------------------------------------
     def tools(self) -> list[dict[str, Any]]:
@@ -265,13 +288,17 @@ class SandboxEpisode:
         with self._lock:
             if self._broken:
                 return ToolResult(status="env_error", error=self._broken, limit="crash")
+            seed = self._next_seed()
             try:
-                reply, _ = self._request({"op": "call", "tool": name, "arguments": arguments})
+                reply, _ = self._request({"op": "call", "tool": name, "arguments": arguments, "seed": seed})
             except WorkerLost as lost:
                 return ToolResult(status="env_error", error=lost.reason, limit=lost.limit)
-            result = ToolResult.model_validate({k: v for k, v in reply.items() if k in ToolResult.model_fields})
+            try:
+                result = ToolResult.model_validate({k: v for k, v in reply.items() if k in ToolResult.model_fields})
+            except ValidationError as exc:
+                return ToolResult(status="env_error", error=self._invalid_reply(exc), limit="protocol")
             if result.ok and result.changed:
-                self._journal.append((name, arguments))
+                self._journal.append((name, arguments, seed))
             return result
 
     def snapshot(self) -> bytes:
@@ -310,9 +337,12 @@ class SandboxEpisode:
                 reply, _ = self._request({"op": "verify", "verifier": self.task.verifier, "answer": answer}, calls=2)
             except WorkerLost as lost:
                 return VerifierResult(status="env_error", error=lost.reason, limit=lost.limit)
-            if reply["status"] != "ok":
-                return VerifierResult(status="env_error", error=reply.get("error"), limit=reply.get("limit"))
-            return VerifierResult(status=reply["verdict"], evidence=reply.get("evidence") or {})
+            try:
+                if reply.get("status") != "ok":
+                    return VerifierResult(status="env_error", error=reply.get("error"), limit=reply.get("limit"))
+                return VerifierResult(status=reply.get("verdict"), evidence=reply.get("evidence") or {})
+            except ValidationError as exc:
+                return VerifierResult(status="env_error", error=self._invalid_reply(exc), limit="protocol")
 
     @staticmethod
     def _raise_unless_ok(reply: dict[str, Any], what: str) -> None:

@@ -125,6 +125,7 @@ class SandboxWorker:
         self.name = uuid.uuid4().hex[:12]
         self.scratch = scratch_root / self.name
         self.loaded_envs: set[str] = set()
+        self.env: str | None = None  # the one environment (runtime key) this worker may run; see WorkerPool
         self.episodes = 0
         self.layers: dict[str, str] = {}
         self.dead_reason: str | None = None
@@ -241,7 +242,16 @@ class SandboxWorker:
 
 
 class WorkerPool:
-    """A fixed number of worker slots; dead or retired workers are replaced when next needed."""
+    """Up to `size` workers, each dedicated to one environment (runtime key): a worker that has run
+    one environment's code never runs another's, so nothing one world's code does to its worker's
+    interpreter (module state, caches, the guard's tables) can reach another world's episodes.
+
+    `acquire(env)` hands out an idle worker of `env` or, while every worker of `env` hosts episodes,
+    a new one in a free slot: an empty or dead one, else the slot of a worker idle for another
+    environment (that worker is retired). With no free slot it shares the least busy worker of
+    `env`; where `env` has none (every slot's worker hosts episodes of other environments) an
+    overflow worker is started beyond `size`, stopped as soon as its last episode closes.
+    Dead or retired workers are replaced when next needed."""
 
     def __init__(self, limits: SandboxLimits, size: int, scratch_root: Path, *, frameworks: bool = False):
         if size < 1:
@@ -253,6 +263,7 @@ class WorkerPool:
         os.chmod(scratch_root, 0o711)
         self._lock = threading.Lock()
         self._slots: list[SandboxWorker | None] = [None] * size
+        self._overflow: list[SandboxWorker] = []
         self._closed = False
 
     @property
@@ -260,32 +271,74 @@ class WorkerPool:
         return len(self._slots)
 
     def workers(self) -> list[SandboxWorker]:
-        return [w for w in self._slots if w is not None]
+        return [w for w in self._slots if w is not None] + list(self._overflow)
 
-    def acquire(self) -> SandboxWorker:
-        """The live worker with the fewest episodes, starting or replacing one if needed."""
+    def _start(self, env: str | None) -> SandboxWorker:
+        worker = SandboxWorker(self.limits, self.scratch_root, frameworks=self.frameworks)
+        worker.env = env
+        return worker
+
+    def acquire(self, env: str | None = None) -> SandboxWorker:
+        """The live worker of environment `env` (a runtime key) with the fewest episodes, starting,
+        claiming or replacing one if needed. A worker is bound to `env` here, before any of its
+        code is loaded, and never serves another environment. `env` None: a worker bound to none
+        (it runs no generated code; `layers()`)."""
         with self._lock:
             if self._closed:
                 raise RuntimeFault("the runtime is closed")
-            for index, worker in enumerate(self._slots):
-                if worker is None or not worker.alive:
-                    if worker is not None:
-                        worker.kill(worker.dead_reason or "replaced")
-                    self._slots[index] = SandboxWorker(self.limits, self.scratch_root, frameworks=self.frameworks)
-                    break
-            chosen = min(self._slots, key=lambda w: w.episodes if w is not None else 0)
-            assert chosen is not None
-            chosen.episodes += 1
-            return chosen
+            for gone in [w for w in self._overflow if not w.alive]:
+                gone.kill(gone.dead_reason or "gone")
+                self._overflow.remove(gone)
+            live = [w for w in self.workers() if w.alive and env is not None and w.env == env]
+            best = min(live, key=lambda w: w.episodes, default=None)
+            if best is None or best.episodes > 0:
+                fresh = self._free_slot(env)
+                if fresh is not None:
+                    best = fresh
+            if best is None:  # every worker hosts episodes of other environments
+                best = self._start(env)
+                self._overflow.append(best)
+            best.episodes += 1
+            return best
 
-    def release(self, worker: SandboxWorker) -> None:
+    def _free_slot(self, env: str | None) -> SandboxWorker | None:
+        """A worker for `env` in a slot that is empty, dead, or holds a worker bound to no environment,
+        else in the slot of a worker idle for another environment (retired); None if every slot's
+        worker hosts episodes."""
+        for worker in self._slots:
+            if worker is not None and worker.alive and worker.env is None and env is not None:
+                worker.env = env  # it never ran generated code: claim it
+                return worker
+        for index, worker in enumerate(self._slots):
+            if worker is None or not worker.alive:
+                if worker is not None:
+                    worker.kill(worker.dead_reason or "replaced")
+                self._slots[index] = self._start(env)
+                return self._slots[index]
+        for index, worker in enumerate(self._slots):
+            if worker is not None and worker.episodes == 0 and worker.env != env:
+                worker.kill("retired: idle, bound to another environment")
+                self._slots[index] = self._start(env)
+                return self._slots[index]
+        return None
+
+    def release(self, worker: SandboxWorker, *, retire: bool = False) -> None:
+        """One episode fewer on `worker`; with `retire` (it ran code no one else may meet) it is
+        stopped now. An overflow worker is stopped when its last episode goes."""
         with self._lock:
             worker.episodes = max(0, worker.episodes - 1)
+            if retire:
+                worker.kill("retired after use")
+            if worker in self._overflow and (worker.episodes == 0 or not worker.alive):
+                self._overflow.remove(worker)
+                worker.kill("overflow worker no longer needed")
 
     def ensure_env(self, worker: SandboxWorker, bundle: Bundle) -> None:
         """Load `bundle`'s code and world into `worker` once."""
         if bundle.runtime_key in worker.loaded_envs:
             return
+        if worker.env != bundle.runtime_key:  # a worker never runs two environments' code
+            raise RuntimeFault(f"worker {worker.name} is bound to another environment than {bundle.env_id}")
         tools_kind = bundle.tools_kind
         code = tools_kind.code_fields(bundle.files, bundle.manifest.origin)
         reply, _ = worker.request(
@@ -307,7 +360,7 @@ class WorkerPool:
 
     def layers(self) -> dict[str, str]:
         """The confinement layers reported by a live worker (starting one if none runs)."""
-        worker = next((w for w in self._slots if w is not None and w.alive), None)
+        worker = next((w for w in self.workers() if w.alive), None)
         if worker is None:
             worker = self.acquire()
             self.release(worker)
@@ -316,7 +369,7 @@ class WorkerPool:
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            for worker in self._slots:
-                if worker is not None:
-                    worker.kill("runtime closed")
+            for worker in self.workers():
+                worker.kill("runtime closed")
             self._slots = [None] * len(self._slots)
+            self._overflow = []

@@ -20,6 +20,7 @@ import types
 import urllib.parse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from operator import is_
 from typing import Any
 
 from worldsmith.bundle.codepolicy import ALLOWED_MODULES, APP_MODULES, FORBIDDEN_BUILTINS, RUNTIME_MODULE
@@ -203,6 +204,76 @@ _SQLITE_EXPORTS = (
 )
 
 
+#: Module globals the standard library rebinds itself as it runs (uuid1's node and clock): not tampering.
+_STDLIB_REBOUND = frozenset({("uuid", "_node"), ("uuid", "_last_timestamp")})
+
+
+class ModuleState:
+    """A fingerprint of the attribute tables generated code shares with every later call in its
+    worker: the `__dict__` of each loaded module of `modules` (allowed modules and their submodules),
+    of the sandbox's stub modules and of the restricted builtins table, plus the fields of
+    `decimal`'s template contexts. `changed()` after a call names what was rebound, added or
+    removed, and puts the recorded values back (the worker's own code, e.g. its reply's `json.dumps`,
+    meets clean modules until it is retired). Entries are compared by identity with the recorded
+    keys and values, which are kept alive."""
+
+    def __init__(self, modules: frozenset[str], extra: dict[str, dict[str, Any]]):
+        self.modules = modules
+        self.extra = extra
+        self._tables: list[tuple[str, dict[str, Any], tuple[str, ...], tuple[Any, ...]]] = []
+        self._contexts: tuple[str, ...] = ()
+        self._module_count = 0
+        self.record()
+
+    def _decimal_contexts(self) -> tuple[str, ...]:
+        import decimal
+
+        return tuple(repr(c) for c in (decimal.DefaultContext, decimal.BasicContext, decimal.ExtendedContext))
+
+    def record(self) -> None:
+        """Take the current tables as the clean state."""
+        tables = {}
+        for name, module in list(sys.modules.items()):
+            if module is not None and name.split(".")[0] in self.modules:
+                tables[name] = module.__dict__
+        tables.update(self.extra)  # the stub `sqlite3` generated code imports, not the real one
+        self._tables = [(name, table, tuple(table), tuple(table.values())) for name, table in sorted(tables.items())]
+        self._contexts = self._decimal_contexts()
+        self._module_count = len(sys.modules)
+
+    def changed(self) -> list[str]:
+        """What was rebound since the clean state (`json.dumps`, `builtins.len`...), restored; [] if nothing."""
+        changed: list[str] = []
+        for index, (name, table, keys, values) in enumerate(self._tables):
+            # identity only (`operator.is_`, in C): no `__eq__` of generated code runs here, and not
+            # `id()`, whose audit event would call the guard's hook for every entry
+            if len(table) == len(keys) and all(map(is_, table, keys)) and all(map(is_, table.values(), values)):
+                continue
+            recorded = dict(zip(keys, values, strict=True))
+            names = [k for k in keys if k not in table or table[k] is not recorded[k]]
+            names += [k for k in table if k not in recorded]
+            tampered = [
+                k
+                for k in names
+                if (name, k) not in _STDLIB_REBOUND
+                # a submodule of `name` imported during the call becomes its attribute
+                and not (k not in recorded and table.get(k) is not None and sys.modules.get(f"{name}.{k}") is table[k])
+            ]
+            if tampered:
+                changed += [f"{name}.{k}" for k in tampered]
+                table.clear()
+                table.update(recorded)
+            else:  # only the standard library's own rebinding: the new values are the clean state
+                self._tables[index] = (name, table, tuple(table), tuple(table.values()))
+        contexts = self._decimal_contexts()
+        if contexts != self._contexts:  # reported, not restored: the worker runs no decimal code of its own
+            labels = ("DefaultContext", "BasicContext", "ExtendedContext")
+            changed += [f"decimal.{label}" for label, now, then in zip(labels, contexts, self._contexts) if now != then]
+        if not changed and len(sys.modules) != self._module_count:
+            self.record()  # allowed modules imported during the call: clean, watched from now on
+        return changed
+
+
 def _limit_for(event: str) -> str:
     for prefix, limit in _EVENT_LIMITS.items():
         if event.startswith(prefix):
@@ -273,6 +344,10 @@ class Guard:
             )
         self.allowed_modules = APP_MODULES if frameworks else ALLOWED_MODULES
         self.builtins = self._restricted_builtins()
+        # what every call of generated code shares, recorded clean (made after the allowed modules
+        # are imported, before any generated code runs) and checked after each call
+        shared = {name: stub.__dict__ for name, stub in self._stubs.items()} | {"builtins": self.builtins}
+        self.state = ModuleState(ALLOWED_MODULES, shared)
         self._wall_s = self._cpu_s = 0.0
         self._deadline = 0.0
 

@@ -8,11 +8,15 @@ guard), says hello, and then serves one request at a time over stdin/stdout fram
 
 from __future__ import annotations
 
+import _random
+import base64
 import datetime
+import decimal
 import importlib
 import io
 import json
 import os
+import random
 import shutil
 import signal
 import sqlite3
@@ -46,6 +50,12 @@ APP_SAVEPOINT = "ws_app"  # inside SAVEPOINT, for ASGI apps' own transactions
 EXTRA_PRELOAD = ("_strptime", "encodings.idna", "encodings.ascii", "encodings.latin_1", "json.decoder", "json.encoder")
 
 GUARD: Guard  # set in main()
+# What every run of generated code starts from (taken before any runs; C-level callables, which
+# generated code cannot rebind): `random`'s shared generator reseeded, a fresh decimal context.
+_RANDOM = random._inst
+_RANDOM_SEED = _random.Random.seed
+_DECIMAL_CONTEXT = decimal.Context()
+_SET_DECIMAL_CONTEXT = decimal.setcontext
 _RUNTIME_SQL = [False]  # True while the runtime's own transaction control runs inside a call
 
 
@@ -205,6 +215,15 @@ class Worker:
         self.episodes: dict[str, Episode] = {}
         # ASGI environments: the connection their engines hand out right now
         self.current_conn: sqlite3.Connection | None = None
+        self.seed = 0  # `random`'s seed for the generated code of the request at hand
+
+    @staticmethod
+    def _fresh_state(seed: int) -> None:
+        """`random` and `decimal` as no earlier call left them: the shared generator reseeded with
+        `seed` (the parent's, per call and recorded for replay; 0 outside calls), a fresh context."""
+        _RANDOM_SEED(_RANDOM, seed)
+        _RANDOM.gauss_next = None
+        _SET_DECIMAL_CONTEXT(_DECIMAL_CONTEXT.copy())
 
     # -- generated code (the kinds' Host) ------------------------------------------------------
     def run(self, fn: Callable[[], Any], *, episode: Episode | None, files: tuple[str, ...]) -> tuple[Any, str]:
@@ -213,6 +232,7 @@ class Worker:
         capture = io.StringIO()
         sys.stdout = sys.stderr = capture
         before = len(GUARD.violations)
+        self._fresh_state(self.seed)
         try:
             with GUARD.untrusted(
                 episode_dir=episode.directory if episode else None,
@@ -238,6 +258,9 @@ class Worker:
             result = None
         finally:
             sys.stdout, sys.stderr = stdout, stderr
+        tampered = GUARD.state.changed()  # restores what it names; the worker is retired for it
+        if tampered:
+            GUARD.refuse("module_state", f"modified module state: {', '.join(tampered[:10])}")
         if len(GUARD.violations) > before:
             violation = GUARD.violations[before]
             raise Failure("env_error", f"sandbox limit {violation.limit}: {violation.detail}", violation.limit)
@@ -474,6 +497,8 @@ class Worker:
         started = time.perf_counter()
         handler = getattr(self, "op_" + str(header.get("op")), None)
         reply_blobs: list[bytes] = []
+        seed = header.get("seed")
+        self.seed = seed if isinstance(seed, int) and 0 <= seed < 2**64 else 0
         try:
             if handler is None:
                 raise Failure("env_error", f"unknown operation {header.get('op')!r}")
@@ -521,6 +546,9 @@ def _preload(frameworks: bool) -> None:
     for name in sorted(ALLOWED_MODULES - {"__future__"}) + list(EXTRA_PRELOAD):
         importlib.import_module(name)
     datetime.datetime.strptime("2024-01-01", "%Y-%m-%d")  # warms _strptime's caches
+    for encode, decode in ((base64.b32encode, base64.b32decode), (base64.b85encode, base64.b85decode)):
+        decode(encode(b"warm"))  # base64 builds these tables on first use: clean before ModuleState records
+    base64.a85encode(b"warm")
     if frameworks:
         from worldsmith.runtime.sandbox import asgi
 

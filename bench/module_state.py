@@ -1,0 +1,42 @@
+"""Cost of the sandbox worker's per-call module-state work (docs/security.md, "Module state").
+
+    .venv/bin/python -I -S bench/module_state.py [--repeat N]
+
+Loads the modules generated code may use as a worker does, builds the guard (audit hook
+installed, as in a worker) and times, per run of generated code: the fingerprint check of the
+allowed modules' attribute tables and the guard's builtins (`ModuleState.changed`), and the reset of
+`random` and `decimal` (`Worker._fresh_state`). Run with `-I -S` like a worker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import timeit
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from worldsmith.runtime.sandbox import worker  # noqa: E402
+from worldsmith.runtime.sandbox.guard import Guard  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=5000)
+    args = parser.parse_args()
+    worker._preload(False)
+    guard = Guard()
+    guard.install()
+    tables = guard.state._tables
+    entries = sum(len(keys) for _, _, keys, _ in tables)
+    check = timeit.timeit(guard.state.changed, number=args.repeat) / args.repeat
+    reset = timeit.timeit(lambda: worker.Worker._fresh_state(2**63 + 12345), number=args.repeat) / args.repeat
+    print(
+        f"fingerprint check: {check * 1e6:.1f} us per call ({len(tables)} tables, {entries} entries); "
+        f"random + decimal reset: {reset * 1e6:.1f} us per call"
+    )
+
+
+if __name__ == "__main__":
+    main()
