@@ -126,3 +126,12 @@ def test_publish_to_s3_and_fetch_back(installation, monkeypatch, s3_endpoint, s3
     run("catalog", "fetch", "retail_store", str(installation / "from-s3"))
     for name in ("tools.py", "world.db", "tasks.jsonl"):
         assert (installation / "from-s3" / name).read_bytes() == (GOLDEN / name).read_bytes()
+
+
+def test_bad_references_and_missing_files_are_answered_in_one_line(installation, tmp_path):
+    out = run("catalog", "show", "retail_store@" + "9" * 30, code=2)
+    assert "bad reference" in out and "Traceback" not in out and len(out.strip().splitlines()) == 1
+    missing = tmp_path / "no-such-trajectories.jsonl"
+    for command in (["data", "sft"], ["wm", "data"]):
+        out = run(*command, str(missing), str(tmp_path / "out"), code=2)
+        assert out.strip() == f"cannot use {missing}: No such file or directory; check the path"

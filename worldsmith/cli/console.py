@@ -98,7 +98,8 @@ def one_line(text: str) -> str:
 
 
 def answer(exc: BaseException) -> str | None:
-    """The one line that answers `exc`, or None when it is not something a bundle can cause."""
+    """The one line that answers `exc`, or None when it is not something bad input (a hostile bundle,
+    a missing file) can cause."""
     if isinstance(exc, RecursionError):
         return f"too deeply nested to handle: {exc}"
     if isinstance(exc, MemoryError):
@@ -116,6 +117,8 @@ def answer(exc: BaseException) -> str | None:
         return f"sandbox worker lost: {exc.reason}"
     if isinstance(exc, RuntimeFault):
         return f"runtime refused: {exc}"
+    if isinstance(exc, (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)) and exc.filename:
+        return f"cannot use {exc.filename}: {exc.strerror}; check the path"
     return None
 
 
@@ -128,14 +131,7 @@ class AnsweringGroup(TyperGroup):
             return super().invoke(ctx)
         except BundleError as exc:
             raise bundle_failure("invalid bundle", exc) from None
-        except (
-            RecursionError,
-            MemoryError,
-            ValidationError,
-            PydanticSerializationError,
-            subprocess.TimeoutExpired,
-            RuntimeError,
-        ) as exc:
+        except Exception as exc:  # `answer` decides; what it does not know propagates
             line = answer(exc)
             if line is None:
                 raise

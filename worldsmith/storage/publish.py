@@ -121,11 +121,15 @@ def publish(
     raise CatalogError(f"could not publish {bundle.env_id} after {attempts} attempts (concurrent publishers?)")
 
 
+#: Versions are SQL integers: a larger number names no version.
+MAX_VERSION = 2**63
+
+
 def parse_ref(ref: str) -> tuple[str, int | None]:
     """`env` or `env@version` -> (env_id, version or None for the latest good one)."""
     env_id, _, version = ref.partition("@")
-    if version and not version.isdigit():
-        raise CatalogError(f"bad reference {ref!r}: expected ENV or ENV@VERSION")
+    if version and not (version.isdigit() and int(version) < MAX_VERSION):
+        raise CatalogError(f"bad reference {ref!r}: expected ENV or ENV@VERSION (VERSION a number below 2**63)")
     return env_id, int(version) if version else None
 
 
