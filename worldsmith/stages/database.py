@@ -6,7 +6,6 @@ from __future__ import annotations
 from worldsmith.bundle.loader import sql_issues
 from worldsmith.bundle.sqlscript import build_world, check_schema
 from worldsmith.llm.backend import Generator, Prompt
-from worldsmith.llm.prompts import render
 from worldsmith.models.specs import SchemaSpec, SeedSpec
 from worldsmith.stages.attempts import AttemptLog
 from worldsmith.stages.order import Stage
@@ -23,14 +22,7 @@ def run_database_stage(
     work: EnvWork, generator: Generator, log: AttemptLog, max_attempts: int, feedback: str | None = None
 ) -> EnvWork:
     def schema_prompt(extra: str | None) -> Prompt:
-        system, user = render(
-            "schema",
-            name=work.scenario.name,
-            description=work.scenario.description,
-            tasks=work.task_lines(),
-            feedback=extra or "",
-        )
-        return Prompt("schema", system, user, work.context(extra))
+        return work.prompt("schema", extra, tasks=work.task_lines())
 
     def check(spec: SchemaSpec) -> str:
         _fail_on(check_schema(spec.schema_sql), "sql_error")
@@ -49,15 +41,7 @@ def run_database_stage(
     )
 
     def seed_prompt(extra: str | None) -> Prompt:
-        system, user = render(
-            "seed",
-            name=work.scenario.name,
-            description=work.scenario.description,
-            schema=schema_sql,
-            tasks=work.task_lines(),
-            feedback=extra or "",
-        )
-        return Prompt("seed", system, user, work.context(extra))
+        return work.prompt("seed", extra, schema=schema_sql, tasks=work.task_lines())
 
     def check_seed(spec: SeedSpec) -> str:
         _, faults = build_world(schema_sql, spec.seed_sql)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from worldsmith.llm.backend import Generator, Prompt
-from worldsmith.llm.prompts import render
 from worldsmith.models.specs import TaskList
 from worldsmith.stages.attempts import AttemptLog
 from worldsmith.stages.order import Stage
@@ -28,14 +27,7 @@ def run_tasks_stage(
     work: EnvWork, generator: Generator, log: AttemptLog, max_attempts: int, feedback: str | None = None
 ) -> EnvWork:
     def prompt(extra: str | None) -> Prompt:
-        system, user = render(
-            "tasks",
-            name=work.scenario.name,
-            description=work.scenario.description,
-            count=TASK_COUNT,
-            feedback=extra or "",
-        )
-        return Prompt("tasks", system, user, work.context(extra))
+        return work.prompt("tasks", extra, count=TASK_COUNT)
 
     tasks = run_with_repair(
         stage=Stage.TASKS.value,

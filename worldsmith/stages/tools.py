@@ -11,7 +11,6 @@ from worldsmith.bundle.contract import Bundle, artifact_digest
 from worldsmith.bundle.sqlscript import build_world
 from worldsmith.bundle.toolspec import derive_tool_schemas
 from worldsmith.llm.backend import Generator, Prompt
-from worldsmith.llm.prompts import render
 from worldsmith.models.bundle import Manifest, ToolSchema
 from worldsmith.models.specs import ToolCode, ToolPlan
 from worldsmith.quality.probes import probe_tools
@@ -60,15 +59,7 @@ def run_tools_stage(
     feedback: str | None = None,
 ) -> EnvWork:
     def plan_prompt(extra: str | None) -> Prompt:
-        system, user = render(
-            "tool_plan",
-            name=work.scenario.name,
-            description=work.scenario.description,
-            schema=work.schema_sql,
-            tasks=work.task_lines(),
-            feedback=extra or "",
-        )
-        return Prompt("tool_plan", system, user, work.context(extra))
+        return work.prompt("tool_plan", extra, schema=work.schema_sql, tasks=work.task_lines())
 
     plan = run_with_repair(
         stage=Stage.TOOLS.step("spec"),
@@ -84,15 +75,7 @@ def run_tools_stage(
     planned = work.model_copy(update={"tool_plan": plan})
 
     def code_prompt(extra: str | None) -> Prompt:
-        system, user = render(
-            "tool_code",
-            name=work.scenario.name,
-            description=work.scenario.description,
-            schema=work.schema_sql,
-            tools=planned.tool_lines(),
-            feedback=extra or "",
-        )
-        return Prompt("tool_code", system, user, work.context(extra))
+        return work.prompt("tool_code", extra, schema=work.schema_sql, tools=planned.tool_lines())
 
     def check_code(code: ToolCode) -> str:
         problems = check_source(code.tools_py, "tools.py")

@@ -8,7 +8,7 @@ from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.errors import BundleError
 from worldsmith.bundle.loader import build_bundle
 from worldsmith.llm.backend import Generator, Prompt
-from worldsmith.llm.prompts import prompt_version, render
+from worldsmith.llm.prompts import prompt_version
 from worldsmith.models.bundle import GeneratorInfo, Manifest
 from worldsmith.models.specs import VerifierCode
 from worldsmith.quality.probes import check_environment
@@ -43,16 +43,7 @@ def run_verifiers_stage(
     feedback: str | None = None,
 ) -> EnvWork:
     def prompt(extra: str | None) -> Prompt:
-        system, user = render(
-            "verifiers",
-            name=work.scenario.name,
-            description=work.scenario.description,
-            schema=work.schema_sql,
-            tools=work.tool_lines(),
-            tasks=work.task_lines(),
-            feedback=extra or "",
-        )
-        return Prompt("verifiers", system, user, work.context(extra))
+        return work.prompt("verifiers", extra, schema=work.schema_sql, tools=work.tool_lines(), tasks=work.task_lines())
 
     def check(code: VerifierCode) -> VerifierCode:
         candidate = work.model_copy(update={"verifiers": code})

@@ -9,6 +9,8 @@ import re
 from pydantic import BaseModel
 
 from worldsmith.bundle.kinds import NATIVE_TOOLS
+from worldsmith.llm.backend import Prompt
+from worldsmith.llm.prompts import render
 from worldsmith.models.bundle import Scenario
 from worldsmith.models.specs import TaskList, ToolPlan, VerifierCode
 
@@ -43,6 +45,18 @@ class EnvWork(BaseModel):
     def context(self, feedback: str | None = None) -> dict:
         """The structured facts behind every prompt of this environment."""
         return {"scenario": self.scenario.model_dump(), "seed": self.seed, "env_id": self.env_id, "feedback": feedback}
+
+    def prompt(self, template: str, feedback: str | None, **values: object) -> Prompt:
+        """Prompt `template` about this environment: its scenario's name and description, `values`,
+        and the repair feedback of the previous attempt (if any)."""
+        system, user = render(
+            template,
+            name=self.scenario.name,
+            description=self.scenario.description,
+            feedback=feedback or "",
+            **values,
+        )
+        return Prompt(template, system, user, self.context(feedback))
 
     def task_lines(self) -> str:
         return "\n".join(f"- {t.id}: {t.instruction}" for t in (self.tasks.tasks if self.tasks else []))
