@@ -3,19 +3,23 @@
     .venv/bin/python bench/runtime.py [--calls N] [--episodes N]
 
 Prints one line per figure and, last, a JSON object with all of them:
-- tool_call_overhead: a tool call through the sandboxed runtime vs the same function called
-  directly on an in-process SQLite connection;
+- tool_call_overhead_<isolation>: a tool call through the sandboxed runtime vs the same function
+  called directly on an in-process SQLite connection, in each isolation mode (docs/security.md);
+  under strict isolation also an episode's first call (which forks the episode's process) and a
+  verification (a process of its own), against the same calls under fast isolation;
 - gateway_vs_sdk: MCP tool-call latency through the worldsmith gateway (sandboxed echo tool) vs
   the plain `mcp` SDK (MCPServer) serving an equivalent echo tool, both over streamable HTTP;
 - reset: restoring a ~1 MB world.db by deserialize (what episodes do) vs copying the file and
   opening a new connection;
-- open_1024: opening 1,024 episodes at once from 32 threads (wall time, peak RSS of the parent
-  plus its workers), on the golden bundle and on a ~1 MB world.
+- open_1024_<world>_<isolation>: opening 1,024 episodes at once from 32 threads (wall time, peak RSS
+  of the parent plus its workers and their processes), on the golden bundle and on a ~1 MB world,
+  in each isolation mode.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import shutil
@@ -42,6 +46,7 @@ from worldsmith.bundle.loader import build_bundle, load_bundle
 from worldsmith.bundle.sqlscript import deserialize, harden
 from worldsmith.runtime.episode import Runtime
 from worldsmith.runtime.gateway import BackgroundServer, Gateway
+from worldsmith.runtime.pool import SandboxLimits
 
 GOLDEN = ROOT / "examples" / "bundles" / "retail_store"
 SOURCES = ("schema.sql", "seed.sql", "tools.py", "tasks.jsonl", "verifiers.py")
@@ -87,19 +92,36 @@ def timed(fn, repeat: int) -> float:
     return statistics.median(samples)
 
 
-def bench_tool_call(runtime: Runtime, golden: Bundle, calls: int) -> dict[str, float]:
+ISOLATIONS = ("strict", "fast")
+
+
+def runtime_with(isolation: str, workers: int) -> Runtime:
+    return Runtime(limits=dataclasses.replace(SandboxLimits.from_settings(), isolation=isolation), workers=workers)
+
+
+def bench_tool_call(runtime: Runtime, golden: Bundle, big: Bundle, calls: int) -> dict[str, float]:
     namespace: dict = {}
     exec(compile(golden.text("tools.py"), "tools.py", "exec"), namespace)
     conn = deserialize(golden.world)
     conn.row_factory = sqlite3.Row
     direct = timed(lambda: namespace["get_product"](conn, "KB-101"), calls)
-    with runtime.open_episode(golden) as episode:
+    task = golden.tasks[0].id
+    with runtime.open_episode(golden, task) as episode:
         sandboxed = timed(lambda: episode.call_tool("get_product", {"sku": "KB-101"}), calls)
+        verify = timed(lambda: episode.verify(""), max(calls // 10, 10))
+
+    def first_call() -> None:  # an episode of the 1.24 MB world opened, called once, closed
+        with runtime.open_episode(big) as fresh:
+            fresh.call_tool("get_customer", {"customer_id": 1})
+
+    first = timed(first_call, max(calls // 10, 10))
     return {
         "direct_us": direct * 1e6,
         "runtime_us": sandboxed * 1e6,
         "ratio": sandboxed / direct,
         "overhead_us": (sandboxed - direct) * 1e6,
+        "first_call_1mb_ms": first * 1e3,
+        "verify_ms": verify * 1e3,
     }
 
 
@@ -166,18 +188,20 @@ def bench_reset(world: bytes, repeat: int) -> dict[str, float]:
 
 
 def _rss(runtime: Runtime) -> int:
-    """Resident memory of this process plus every sandbox worker of `runtime`."""
+    """Resident memory of this process plus every sandbox worker of `runtime` and its processes."""
     total = psutil.Process().memory_info().rss
     for worker in runtime.pool.workers():
         try:
-            total += psutil.Process(worker.pid).memory_info().rss
+            process = psutil.Process(worker.pid)
+            for each in [process, *process.children(recursive=True)]:
+                total += each.memory_info().rss
         except psutil.NoSuchProcess:
             pass
     return total
 
 
-def bench_open(bundle: Bundle, count: int, workers: int) -> dict[str, float]:
-    with Runtime(workers=workers) as runtime:
+def bench_open(bundle: Bundle, count: int, workers: int, isolation: str) -> dict[str, float]:
+    with runtime_with(isolation, workers) as runtime:
         warm = runtime.open_episode(bundle)  # workers started and the env loaded: not part of the figure
         warm.close()
         base_rss = _rss(runtime)
@@ -220,13 +244,28 @@ def main() -> None:
     golden = load_bundle(GOLDEN)
     big = megabyte_world(golden)
     results: dict[str, dict[str, float]] = {}
-    with Runtime(workers=args.workers) as runtime:
-        results["tool_call_overhead"] = bench_tool_call(runtime, golden, args.calls)
+    for isolation in ISOLATIONS:
+        with runtime_with(isolation, args.workers) as runtime:
+            r = results[f"tool_call_overhead_{isolation}"] = bench_tool_call(runtime, golden, big, args.calls)
         print(
-            f"tool call: direct {results['tool_call_overhead']['direct_us']:.1f} us, through runtime "
-            f"{results['tool_call_overhead']['runtime_us']:.1f} us (x{results['tool_call_overhead']['ratio']:.1f})",
+            f"tool call ({isolation}): direct {r['direct_us']:.1f} us, through runtime {r['runtime_us']:.1f} us "
+            f"(x{r['ratio']:.1f}, overhead {r['overhead_us']:.0f} us; target < 1000 us); first call of an episode "
+            f"of the 1.24 MB world (open + call + close) {r['first_call_1mb_ms']:.2f} ms; verify {r['verify_ms']:.2f} ms",
             flush=True,
         )
+    strict, fast = results["tool_call_overhead_strict"], results["tool_call_overhead_fast"]
+    results["strict_vs_fast"] = {
+        "call": strict["runtime_us"] / fast["runtime_us"],
+        "first_call": strict["first_call_1mb_ms"] / fast["first_call_1mb_ms"],
+        "verify": strict["verify_ms"] / fast["verify_ms"],
+    }
+    print(
+        "strict / fast: call x{call:.2f}, first call x{first_call:.2f}, verify x{verify:.2f}".format(
+            **results["strict_vs_fast"]
+        ),
+        flush=True,
+    )
+    with Runtime(workers=args.workers) as runtime:
         results["gateway_vs_sdk"] = bench_gateway(runtime, golden, max(50, args.calls // 5))
         print(
             f"MCP call: plain SDK {results['gateway_vs_sdk']['sdk_ms']:.2f} ms, gateway "
@@ -239,14 +278,14 @@ def main() -> None:
         f"file copy + connect {results['reset']['file_copy_ms']:.3f} ms (x{results['reset']['speedup']:.1f} faster; target < 1 ms)",
         flush=True,
     )
-    for name, bundle in (("open_1024_golden", golden), ("open_1024_1mb", big)):
-        results[name] = bench_open(bundle, args.episodes, args.workers)
-        r = results[name]
-        print(
-            f"open {r['episodes']} episodes of a {r['world_bytes'] / 2**20:.2f} MB world: {r['wall_s']:.2f} s, "
-            f"peak RSS {r['peak_rss_mb']:.0f} MB (targets < 2 s, < 2048 MB)",
-            flush=True,
-        )
+    for name, bundle in (("golden", golden), ("1mb", big)):
+        for isolation in ISOLATIONS:
+            r = results[f"open_1024_{name}_{isolation}"] = bench_open(bundle, args.episodes, args.workers, isolation)
+            print(
+                f"open {r['episodes']} episodes of a {r['world_bytes'] / 2**20:.2f} MB world ({isolation}): "
+                f"{r['wall_s']:.2f} s, peak RSS {r['peak_rss_mb']:.0f} MB (targets < 2 s, < 2048 MB)",
+                flush=True,
+            )
     print(json.dumps({k: {m: round(v, 4) for m, v in r.items()} for k, r in results.items()}))
 
 

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import FAST_LIMITS, REPO, with_tools
+from conftest import FAST_LIMITS, ISOLATIONS, REPO, code_process, isolated, with_tools
 
 from worldsmith.bundle import sqlscript
 from worldsmith.bundle.contract import Bundle, artifact_digest
@@ -182,13 +182,14 @@ def _judged(episode) -> tuple:
     return episode.call_tool("probe").value, episode.verify("").model_dump()
 
 
+@pytest.mark.parametrize("isolation", ISOLATIONS)
 @pytest.mark.parametrize("attack", TAMPERING, ids=TAMPERING)
-def test_module_state_rebound_by_one_world_reaches_no_other_episode(golden, attack):
+def test_module_state_rebound_by_one_world_reaches_no_other_episode(golden, attack, isolation):
     source, name = TAMPERING[attack]
     culprit_env = with_tools(golden, source, ["tamper"])
     witness_env = with_tools(golden, PROBE, ["probe"])
     task = golden.tasks[0].id
-    with Runtime(limits=FAST_LIMITS, workers=1) as rt:
+    with Runtime(limits=isolated(FAST_LIMITS, isolation), workers=1) as rt:
         with rt.open_episode(witness_env, task) as witness:
             before = _judged(witness)
         with (
@@ -198,14 +199,16 @@ def test_module_state_rebound_by_one_world_reaches_no_other_episode(golden, atta
         ):
             assert same_world.call_tool("update_customer_email", {"customer_id": 2, "email": "b@example.com"}).ok
             assert other_world._worker is not culprit._worker  # one world's code never runs in another's worker
-            worker = culprit._worker
+            assert _email(culprit) and (tampering_process := code_process(culprit))
             result = culprit.call_tool("tamper")
             assert result.status == "env_error" and result.limit == "module_state", result
             assert "modified module state" in result.error and name in result.error, result.error
-            assert not worker.alive  # retired: it never runs another call
+            assert code_process(culprit) != tampering_process  # retired: it never runs another call
             assert _judged(other_world) == before
-            # environment A goes on, on a fresh worker: its other episode kept its writes, a new one is judged as before
-            assert _email(same_world, 2) == "b@example.com" and same_world.relocations == 1
+            # environment A goes on: its other episode kept its writes (fast: moved to a fresh worker by
+            # replay; strict: its own process never met the tampering), a new one is judged as before
+            assert _email(same_world, 2) == "b@example.com"
+            assert same_world.relocations == (1 if isolation == "fast" else 0)
             with rt.open_episode(culprit_env, task) as fresh:
                 assert fresh.verify("").model_dump() == before[1]
             assert culprit.call_tool("get_customer", {"customer_id": 1}).ok
@@ -759,9 +762,9 @@ CLI_ATTACKS = [
     (["env", "tools"], "deep_attrs", "too deeply nested to parse"),
     (["env", "build"], "deep_source", "too deeply nested to parse"),
     (["catalog", "publish"], "deep_attrs", "too deeply nested to parse"),
-    (["env", "call", "{}", "nested"], "deep_result", '"limit": "recursion"'),
-    # the parent decodes it (and cannot print it) or, on a deeper stack, refuses the frame: either way an answer
-    (["env", "call", "{}", "nested"], "printable_deep_result", "cannot print the result|limit"),
+    # the worker refuses a result nested deeper than jsonvalues.MAX_NESTING before encoding it
+    (["env", "call", "{}", "nested"], "deep_result", "result nested deeper than"),
+    (["env", "call", "{}", "nested"], "printable_deep_result", "result nested deeper than"),
     (["env", "call", "{}", "get_product", "--args", '{"sku": "KB-101"}'], "refused_at_import", "outside the episode"),
     (["env", "check"], "refused_at_import", "tools load"),
 ]
@@ -865,7 +868,8 @@ def test_env_serve_removes_its_scratch_directory_when_stopped(golden, tmp_path, 
         shutil.rmtree(temp, ignore_errors=True)
 
 
-def test_a_forged_reply_content_retires_the_worker_and_the_episode_goes_on(golden):
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_a_forged_reply_content_retires_the_worker_and_the_episode_goes_on(golden, isolation):
     """Code that reaches the worker's own encoder (a class attribute of `json`, which the module
     fingerprint does not see) makes well-framed replies that break the reply contract: the call is an
     env_error, the worker is killed, and the episode moves to a fresh worker with its writes."""
@@ -876,12 +880,496 @@ def test_a_forged_reply_content_retires_the_worker_and_the_episode_goes_on(golde
     )
     forging_env = with_tools(golden, source, ["forge"])
     task = golden.tasks[0].id
-    with Runtime(limits=FAST_LIMITS, workers=1) as rt, rt.open_episode(forging_env, task) as episode:
+    limits = isolated(FAST_LIMITS, isolation)
+    with Runtime(limits=limits, workers=1) as rt, rt.open_episode(forging_env, task) as episode:
         assert episode.call_tool("update_customer_email", {"customer_id": 2, "email": "b@example.com"}).ok
-        worker = episode._worker
+        forging_process = code_process(episode)
         result = episode.call_tool("forge")
         assert result.status == "env_error" and result.limit == "protocol", result
         assert "invalid reply" in result.error
-        assert not worker.alive and episode._worker is not worker
+        assert code_process(episode) != forging_process
         assert _email(episode, 2) == "b@example.com"
         assert episode.verify("").status in {"complete", "partial", "incomplete"}
+
+
+# -- class 8: metadata of host paths --------------------------------------------------------------
+
+#: The routes the allowed modules give to what a path is (exists, size, times, owner, entries, link
+#: target, file system), as expressions of `p`: `pathlib` directly, `os` and `os.path` reached through
+#: allowed modules' attributes (`pathlib.os`, `uuid.os`), as code past the static check reaches them.
+METADATA_ROUTES = {
+    "path_exists": "pathlib.Path(p).exists()",
+    "path_is_dir": "pathlib.Path(p).is_dir()",
+    "path_is_file": "pathlib.Path(p).is_file()",
+    "path_stat": "tuple(pathlib.Path(p).stat())",
+    "path_lstat": "tuple(pathlib.Path(p).lstat())",
+    "path_iterdir": "sorted(str(child) for child in pathlib.Path(p).iterdir())",
+    "path_glob": "sorted(str(child) for child in pathlib.Path(p).glob('*'))",
+    "path_resolve_strict": "str(pathlib.Path(p).resolve(strict=True))",
+    "path_samefile": "pathlib.Path(p).samefile(p)",
+    "os_stat": "tuple(pathlib.os.stat(p))",
+    "os_stat_bytes": "tuple(pathlib.os.stat(p.encode()))",
+    "os_stat_pathlike": "tuple(pathlib.os.stat(pathlib.PurePath(p)))",
+    "os_stat_keyword": "tuple(pathlib.os.stat(path=p, follow_symlinks=False))",
+    "os_listdir_cwd": "sorted(pathlib.os.listdir())",
+    "os_lstat": "tuple(pathlib.os.lstat(p))",
+    "os_access": "[pathlib.os.access(p, mode) for mode in (0, 2, 4)]",
+    "os_readlink": "pathlib.os.readlink(p)",
+    "os_statvfs": "tuple(pathlib.os.statvfs(p))",
+    "os_pathconf": "pathlib.os.pathconf(p, 'PC_NAME_MAX')",
+    "os_listdir": "sorted(pathlib.os.listdir(p))",
+    "os_scandir": "sorted(entry.name for entry in pathlib.os.scandir(p))",
+    "os_path_exists": "pathlib.os.path.exists(p)",
+    "os_path_lexists": "pathlib.os.path.lexists(p)",
+    "os_path_getsize": "pathlib.os.path.getsize(p)",
+    "os_path_getmtime": "pathlib.os.path.getmtime(p)",
+    "os_path_isdir": "pathlib.os.path.isdir(p)",
+    "os_path_islink": "pathlib.os.path.islink(p)",
+    "os_path_ismount": "pathlib.os.path.ismount(p)",
+    "os_path_realpath": "pathlib.os.path.realpath(p) == pathlib.os.path.normpath(p)",
+    "uuid_os_stat": "tuple(uuid.os.stat(p))",
+    # refused outright: os.walk (audited), the host's users read by libc from /etc/passwd (`pwd`)
+    "os_walk": "list(pathlib.os.walk(p))",
+    "path_owner": "pathlib.Path(p).owner()",
+    "path_expanduser": "str(pathlib.Path('~' + pathlib.Path(p).name).expanduser())",
+}
+#: Routes refused outright (the refusal retires the code's process; probed after the others).
+REFUSED_ROUTES = ("os_walk", "path_owner", "path_expanduser")
+
+METADATA_PROBE = (
+    "import pathlib\nimport uuid\n\n\ndef metadata(conn, route, p):\n"
+    "    try:\n"
+    "        return {'value': repr(ROUTES[route](p))}\n"
+    "    except OSError as exc:\n"
+    "        return {'errno': exc.errno}\n\n\n"
+    "ROUTES = {\n" + "".join(f"    {name!r}: lambda p: {expr},\n" for name, expr in METADATA_ROUTES.items()) + "}\n"
+)
+
+
+def _seen(episode, route: str, path: str) -> tuple:
+    """What the route tells generated code about `path`: a refusal (its limit) or its answer."""
+    result = episode.call_tool("metadata", {"route": route, "p": path})
+    if result.status == "env_error" and result.limit is not None:
+        return ("refused", result.limit)
+    assert result.ok, result
+    return ("answer", result.value)
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_metadata_of_host_paths_is_blind_to_generated_code(golden, isolation):
+    """Every route to a path's metadata answers for a host file, a host directory, the worker's scratch
+    parent and another episode's directory exactly what it answers for a path that does not exist (or is
+    refused); the standard library and the episode's own directory stay visible."""
+    import sysconfig
+
+    probe_env = with_tools(golden, METADATA_PROBE, ["metadata"])
+    with Runtime(limits=isolated(FAST_LIMITS, isolation), workers=1) as rt:
+        with rt.open_episode(probe_env) as episode, rt.open_episode(probe_env) as other:
+            assert other.call_tool("metadata", {"route": "path_exists", "p": "/"}).ok
+            worker = episode._worker
+            other_dir, own_dir = worker.scratch / other.id, worker.scratch / episode.id
+            for directory in (other_dir, own_dir):  # made to exist, as the worker makes them
+                directory.mkdir(parents=True, exist_ok=True)
+                if os.geteuid() == 0:
+                    os.chown(directory, rt.limits.uid, rt.limits.uid)
+            (other_dir / "secret.db").write_bytes(b"x" * 4321)
+            hidden = ["/etc/passwd", "/root", "/proc/self/exe", str(rt.pool.scratch_root), str(other_dir)]
+            hidden.append(str(other_dir / "secret.db"))
+            absent = f"/nonexistent-{os.getpid()}-{time.monotonic_ns()}"
+            # what the code may see is not hidden: its own directory, and the standard library (whose
+            # files the sandbox uid may not be allowed to read: then the real answer is a refusal of access)
+            assert _seen(episode, "path_is_dir", str(own_dir)) == ("answer", {"value": "True"})
+            stdlib_file = os.path.join(sysconfig.get_path("stdlib"), "json", "__init__.py")
+            assert _seen(episode, "os_path_getsize", stdlib_file) != _seen(episode, "os_path_getsize", absent)
+            for route in (name for name in METADATA_ROUTES if name not in REFUSED_ROUTES):
+                assert [path for path in hidden if not os.path.lexists(path)] == [], route  # what is probed is there
+                control = _seen(episode, route, absent)
+                for path in hidden:
+                    seen = _seen(episode, route, path)
+                    assert seen[0] == "refused" or seen == control, (route, path, seen, control)
+            for route in REFUSED_ROUTES:
+                seen = [_seen(episode, route, path) for path in [*hidden, absent]]
+                assert all(outcome == "refused" for outcome, _ in seen), (route, seen)
+
+
+def test_the_guard_resolves_paths_without_running_generated_methods():
+    """The guard resolves a path (to gate it) with the real functions and no audit: it copies
+    generated code's path objects to exact strings first, so no overridden method runs then."""
+    from worldsmith.runtime.sandbox.guard import _exact_path
+
+    class Sneaky(str):
+        def startswith(self, *args):
+            raise AssertionError("ran while the guard trusts itself")
+
+        def __getitem__(self, index):
+            raise AssertionError("ran while the guard trusts itself")
+
+    class SneakyBytes(bytes):
+        def decode(self, *args):
+            raise AssertionError("ran while the guard trusts itself")
+
+    for path in (Sneaky("/etc/passwd"), SneakyBytes(b"/etc/passwd"), Path("/etc/passwd")):
+        exact = _exact_path(path)
+        assert type(exact) in (str, bytes) and os.fsdecode(exact) == "/etc/passwd"
+
+
+# -- class 8: hooks of generated code in the trusted diff ------------------------------------------
+
+#: Installs on the episode's connection (and its class) every callable SQLite or the sqlite3 module
+#: calls back on reads: text and row factories, functions and an aggregate overriding built-ins the
+#: diff's SQL could use, a collation, methods. Each hook records that it ran and blinds what it returns.
+HOOKS = textwrap.dedent("""
+    RAN = []
+
+
+    def _hook(name, answer):
+        def hook(*args):
+            RAN.append(name)
+            return answer
+        return hook
+
+
+    class Blind:
+        def __init__(self):
+            RAN.append("aggregate")
+
+        def step(self, *values):
+            pass
+
+        def finalize(self):
+            return 0
+
+
+    def write_plain(conn):
+        conn.execute("UPDATE customers SET email = 'hooked@example.com' WHERE id = 1")
+        return "written"
+
+
+    def write_and_hook(conn):
+        conn.execute("UPDATE customers SET email = 'hooked@example.com' WHERE id = 1")
+        conn.text_factory = _hook("text_factory", "BLINDED")
+        conn.row_factory = _hook("row_factory", ())
+        for name, arity in (("lower", 1), ("upper", 1), ("like", 2), ("like", 3), ("glob", 2), ("hex", 1),
+                            ("length", 1), ("typeof", 1), ("quote", 1), ("coalesce", 2), ("ifnull", 2)):
+            conn.create_function(name, arity, _hook(name, 1))
+        for arity in (0, 1):
+            conn.create_aggregate("count", arity, Blind)
+        conn.create_collation("NOCASE", _hook("collation", 0))
+        conn.execute = _hook("execute", None)
+        conn.cursor = _hook("cursor", None)
+        type(conn).executemany = _hook("class_executemany", None)
+        RAN.clear()
+        return "hooked"
+
+
+    def hooks_ran(conn):
+        return list(RAN)
+""")
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_hooks_installed_on_a_connection_never_run_in_the_trusted_diff(golden, isolation):
+    hooked_env = with_tools(golden, HOOKS, ["write_plain", "write_and_hook", "hooks_ran"])
+    task = golden.tasks[0].id
+    with Runtime(limits=isolated(FAST_LIMITS, isolation), workers=1) as rt:
+        with rt.open_episode(hooked_env, task) as hooked, rt.open_episode(hooked_env, task) as plain:
+            start = hooked.snapshot()
+            assert hooked.call_tool("write_and_hook").value == "hooked"
+            assert plain.call_tool("write_plain").value == "written"
+            diff = hooked.diff(start)
+            assert diff.tables and diff == plain.diff(start)
+            [change] = diff.tables["customers"].updated
+            assert (
+                change["after"]["email"] == "hooked@example.com" and change["before"]["email"] != "hooked@example.com"
+            )
+            assert hooked.diff(start, hooked.snapshot()) == diff
+            assert hooked.verify("").model_dump() == plain.verify("").model_dump()
+            assert hooked.call_tool("hooks_ran").value == []
+
+
+def test_the_diff_reads_tables_whatever_their_names_and_computed_columns():
+    """Quoting and computed columns: a table name with quotes reads as itself, and a virtual column
+    computed by a function of the writer's connection neither runs it nor fails the diff."""
+    import sqlite3
+
+    from worldsmith.runtime.sandbox import dbdiff
+
+    ran = []
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    conn.create_function("mine", 1, lambda value: ran.append(value) or value, deterministic=True)
+    conn.execute('CREATE TABLE "odd""name" (id INTEGER PRIMARY KEY, a TEXT, v TEXT AS (mine(a)) VIRTUAL)')
+    before = sqlite3.connect(":memory:")
+    before.deserialize(conn.serialize())
+    conn.execute("""INSERT INTO "odd""name" (a) VALUES ('x')""")
+    ran.clear()
+    assert dbdiff.diff(before, conn) == {'odd"name': {"inserted": [{"id": 1, "a": "x"}], "updated": [], "deleted": []}}
+    assert ran == []
+
+
+# -- class 9: results nested too deep -------------------------------------------------------------
+
+
+def test_nesting_is_checked_without_recursion():
+    from worldsmith.bundle.jsonvalues import MAX_NESTING, TooDeep, check_nesting, json_text
+
+    def nested(depth: int, make=lambda inner: [inner]):
+        value: object = []
+        for _ in range(depth - 1):
+            value = make(value)
+        return value
+
+    assert json_text(nested(MAX_NESTING)).count("[") == MAX_NESTING
+    for make in (lambda inner: [inner], lambda inner: {"k": inner}, lambda inner: (inner,)):
+        with pytest.raises(TooDeep, match=f"result nested deeper than {MAX_NESTING} levels"):
+            json_text(nested(MAX_NESTING + 1, make))
+    check_nesting(frozenset({frozenset({1})}), limit=2)
+    with pytest.raises(TooDeep):
+        check_nesting(frozenset({frozenset({frozenset()})}), limit=2)  # sets become nested lists
+    cycle: list = []
+    cycle.append(cycle)
+    with pytest.raises(TooDeep):
+        json_text(cycle)
+    with pytest.raises(TooDeep):
+        json_text(nested(200_000))
+
+
+@pytest.mark.parametrize("depth", [950, 100_000])
+def test_a_result_nested_too_deep_is_an_env_error_and_the_worker_goes_on(runtime, golden, depth):
+    source = f"def nested(conn):\n    r = []\n    for _ in range({depth}):\n        r = [r]\n    return r\n"
+    bundle = with_tools(golden, source, ["nested"])
+    with runtime.open_episode(bundle) as bystander, runtime.open_episode(bundle) as culprit:
+        assert bystander.call_tool("update_customer_email", {"customer_id": 2, "email": "b@example.com"}).ok
+        assert _email(culprit) and (process := code_process(culprit))
+        result = culprit.call_tool("nested")
+        assert result.status == "env_error" and "result nested deeper than" in result.error, result
+        assert result.limit is None  # not a sandbox violation: nothing is retired
+        assert code_process(culprit) == process
+        assert _email(bystander, 2) == "b@example.com" and culprit.call_tool("get_customer", {"customer_id": 1}).ok
+
+
+# -- class 9: the MCP gateway answers a hostile world ---------------------------------------------
+
+
+def _as_env(bundle: Bundle, env_id: str) -> Bundle:
+    return Bundle(
+        manifest=bundle.manifest.model_copy(update={"env_id": env_id}),
+        files=bundle.files,
+        tasks=bundle.tasks,
+        tools=bundle.tools,
+    )
+
+
+def _mcp_session(url: str, env_id: str, calls):
+    """Run `calls(session)` in one MCP session of environment `env_id` at `url`."""
+    import anyio
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    async def run():
+        async with streamable_http_client(f"{url}/envs/{env_id}/mcp") as (read, write):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                return await calls(session)
+
+    return anyio.run(run)
+
+
+def _mcp_errors(exc: BaseException) -> list:
+    """The MCP errors in `exc` (an exception group from the client's task groups, or one error)."""
+    from mcp.shared.exceptions import MCPError
+
+    if isinstance(exc, MCPError):
+        return [exc]
+    if isinstance(exc, BaseExceptionGroup):
+        return [e for inner in exc.exceptions for e in _mcp_errors(inner)]
+    return []
+
+
+def _tracebacks(records) -> list[str]:
+    return [r.getMessage() for r in records if r.exc_info]
+
+
+UNOPENABLE = {
+    "refused_at_import": "import socket\n",
+    "reads_the_host_at_import": "import pathlib\n_X = pathlib.Path('/etc/passwd').read_text()\n",
+    "raises_at_import": "raise RuntimeError('broken at import')\n",
+    "pathological_source": PATHOLOGICAL["unary_chain"],
+}
+
+
+def test_the_gateway_answers_environments_that_cannot_open_with_mcp_errors(golden, caplog):
+    from mcp_types import INTERNAL_ERROR
+
+    from worldsmith.runtime.gateway import BackgroundServer, Gateway
+
+    hostile = {name: _as_env(with_tools(golden, source, []), name) for name, source in UNOPENABLE.items()}
+
+    async def read_one(session):
+        return await session.call_tool("get_customer", {"customer_id": 1})
+
+    with Runtime(limits=FAST_LIMITS, workers=1) as rt:
+        gateway = Gateway(rt, [golden, *hostile.values()])
+        with BackgroundServer(gateway.app()) as server:
+            for name in hostile:
+                with pytest.raises(BaseException) as caught:
+                    _mcp_session(server.url, name, read_one)
+                [error] = _mcp_errors(caught.value)
+                assert error.error.code == INTERNAL_ERROR and f"{name}: cannot open an episode" in error.error.message
+                assert "\n" not in error.error.message and "Traceback" not in error.error.message
+            served = _mcp_session(server.url, golden.env_id, read_one)
+            assert not served.is_error and served.structured_content["id"] == 1
+    assert _tracebacks(caplog.records) == []
+
+
+GATEWAY_ATTACKS = textwrap.dedent("""
+    def nested(conn):
+        r = []
+        for _ in range(100_000):
+            r = [r]
+        return r
+
+
+    def nested_printable(conn):
+        r = []
+        for _ in range(950):
+            r = [r]
+        return r
+
+
+    def loud(conn):
+        raise ToolError("x" * 70_000_000)
+
+
+    def loud_fault(conn):
+        raise ValueError("y" * 30_000_000)
+
+
+    def unencodable(conn):
+        return {"value": object()}
+
+
+    def spin(conn):
+        while True:
+            pass
+""")
+
+
+def test_the_gateway_answers_hostile_calls_with_tool_errors_and_the_session_goes_on(golden, caplog):
+    import threading
+
+    from worldsmith.runtime.gateway import BackgroundServer, Gateway
+
+    names = ["nested", "nested_printable", "loud", "loud_fault", "unencodable", "spin"]
+    hostile = with_tools(golden, GATEWAY_ATTACKS, names)
+
+    def kill_the_workers_once_spinning(rt: Runtime) -> None:
+        time.sleep(0.5)
+        for worker in rt.pool.workers():
+            worker.process.kill()
+
+    with Runtime(limits=FAST_LIMITS, workers=1) as rt:
+        gateway = Gateway(rt, [hostile])
+        with BackgroundServer(gateway.app()) as server:
+
+            async def calls(session):
+                answers = {}
+                for name in names:
+                    if name == "spin":  # the worker is killed under the call
+                        threading.Thread(target=kill_the_workers_once_spinning, args=(rt,)).start()
+                    answers[name] = await session.call_tool(name, {})
+                answers["after"] = await session.call_tool("get_customer", {"customer_id": 1})
+                return answers
+
+            answers = _mcp_session(server.url, hostile.env_id, calls)
+    for name in names:
+        text = answers[name].content[0].text
+        assert answers[name].is_error and len(text) < 100_000 and "Traceback" not in text, (name, text[:300])
+    assert "result nested deeper than" in answers["nested"].content[0].text
+    assert "result nested deeper than" in answers["nested_printable"].content[0].text
+    assert not answers["after"].is_error and answers["after"].structured_content["id"] == 1
+    assert _tracebacks(caplog.records) == []
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        RecursionError("maximum recursion depth exceeded"),
+        MemoryError(),
+        WorkerLost("died\nbadly", in_flight=True),
+        "runtime_fault",
+        "forged_deep_value",
+    ],
+    ids=lambda f: f if isinstance(f, str) else type(f).__name__,
+)
+def test_the_gateway_turns_what_a_call_can_raise_into_a_tool_error(golden, monkeypatch, caplog, failure):
+    from worldsmith.models.results import ToolResult
+    from worldsmith.runtime.episode import SandboxEpisode
+    from worldsmith.runtime.errors import RuntimeFault
+    from worldsmith.runtime.gateway import BackgroundServer, Gateway
+
+    def hostile(self, name, arguments=None):
+        if failure == "forged_deep_value":  # a reply no worker's own check let through
+            deep: list = []
+            for _ in range(500):
+                deep = [deep]
+            return ToolResult.model_construct(status="ok", value=deep, error=None, limit=None, stdout="", changed=False)
+        raise RuntimeFault("sandbox workers keep dying; giving up") if failure == "runtime_fault" else failure
+
+    async def calls(session):
+        return await session.call_tool("get_customer", {"customer_id": 1}), await session.list_tools()
+
+    monkeypatch.setattr(SandboxEpisode, "call_tool", hostile)
+    with Runtime(limits=FAST_LIMITS, workers=1) as rt:
+        with BackgroundServer(Gateway(rt, [golden]).app()) as server:
+            result, tools = _mcp_session(server.url, golden.env_id, calls)
+    assert result.is_error and result.content[0].text.startswith("environment error: ")
+    assert len(result.content[0].text.splitlines()) == 1 and tools.tools
+    assert _tracebacks(caplog.records) == []
+
+
+# -- class 7: imported worlds' SQL is bounded -----------------------------------------------------
+
+AWM_SAMPLE = REPO / "tests" / "data" / "awm_format_sample"
+
+
+@pytest.mark.parametrize(
+    ("tables", "inserts", "named"),
+    [
+        ([{"ddl": "CREATE TABLE hostile (x);"}], [f"INSERT INTO hostile {ENDLESS} SELECT n FROM r;"], "insert"),
+        (
+            [
+                {"ddl": "CREATE TABLE hostile (x);"},
+                {
+                    "ddl": f"CREATE TRIGGER spin AFTER INSERT ON hostile BEGIN INSERT INTO hostile {ENDLESS} "
+                    "SELECT count(*) FROM r; END;"
+                },
+            ],
+            ["INSERT INTO hostile VALUES (1);"],
+            "insert",
+        ),
+        ([{"ddl": f"CREATE TABLE hostile AS {ENDLESS} SELECT n FROM r;"}], [], "schema statement"),
+        (
+            [{"ddl": "CREATE TABLE hostile (x);"}],
+            [f"INSERT INTO hostile {BLOATING.replace('count(*)', 'n')};"],
+            "insert",
+        ),
+    ],
+    ids=["endless_cte_insert", "endless_trigger", "endless_cte_schema", "bloating_insert"],
+)
+def test_an_imported_world_with_endless_sql_is_a_clean_import_error_naming_the_statement(
+    runtime, tight_budget, tables, inserts, named
+):
+    import dataclasses
+
+    from worldsmith.interop.awm import import_scenario, read_release
+
+    (scenario,) = read_release(AWM_SAMPLE)
+    hostile = dataclasses.replace(scenario, tables=scenario.tables + tables, inserts=scenario.inserts + inserts)
+    before = _resident()
+    started = time.monotonic()
+    imported = import_scenario(hostile, runtime)
+    assert time.monotonic() - started < tight_budget.total_s + 2
+    assert _resident() - before < tight_budget.memory_bytes + 256 * 1024 * 1024
+    assert imported.bundle is None
+    [defect] = [d for d in imported.defects if "budget" in d]
+    assert named in defect and "hostile" in defect, defect

@@ -13,7 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import FAST_LIMITS, REPO, with_tools
+from conftest import FAST_LIMITS, ISOLATIONS, REPO, code_process, isolated, with_tools
 
 from worldsmith.runtime.episode import Runtime
 from worldsmith.runtime.pool import WORKER_ENV
@@ -42,7 +42,7 @@ HOSTILE = {
     "fork": ("def fork(conn):\n    import os\n    return os.fork()\n", "import", "'os'"),
     "infinite_loop": ("def infinite_loop(conn):\n    while True:\n        pass\n", "cpu", "CPU seconds"),
     "sleep_forever": ("def sleep_forever(conn):\n    import time\n    time.sleep(3600)\n", "timeout", "wall-clock"),
-    "stuck_in_c": ("def stuck_in_c(conn):\n    return sum(range(10 ** 14))\n", "timeout", "worker killed and replaced"),
+    "stuck_in_c": ("def stuck_in_c(conn):\n    return sum(range(10 ** 14))\n", "timeout", "killed and replaced"),
     "endless_sql": (
         (
             "def endless_sql(conn):\n"
@@ -141,19 +141,26 @@ def planted_secret() -> str:
 
 
 @pytest.fixture(scope="module")
-def hostile_runtime(planted_secret) -> Runtime:
-    rt = Runtime(limits=FAST_LIMITS, workers=1)
-    yield rt
-    rt.close()
-
-
-@pytest.fixture(scope="module")
-def cpu_bound_runtime(planted_secret) -> Runtime:
-    """FAST_LIMITS with a wall-clock limit far above the CPU limit: on a busy machine, where a CPU
+def runtimes(planted_secret):
+    """One runtime per isolation mode and limits, made on first use: `runtimes(mode, cpu_bound)`.
+    `cpu_bound`: a wall-clock limit far above the CPU limit, so that on a busy machine, where a CPU
     second takes more than a second, a busy loop still trips the CPU limit first."""
-    rt = Runtime(limits=dataclasses.replace(FAST_LIMITS, call_timeout_s=60.0), workers=1)
-    yield rt
-    rt.close()
+    made: dict[tuple[str, bool], Runtime] = {}
+
+    def runtime(mode: str, cpu_bound: bool = False) -> Runtime:
+        if (mode, cpu_bound) not in made:
+            limits = dataclasses.replace(FAST_LIMITS, call_timeout_s=60.0) if cpu_bound else FAST_LIMITS
+            made[mode, cpu_bound] = Runtime(limits=isolated(limits, mode), workers=1)
+        return made[mode, cpu_bound]
+
+    yield runtime
+    for rt in made.values():
+        rt.close()
+
+
+@pytest.fixture(scope="module", params=ISOLATIONS)
+def hostile_runtime(runtimes, request) -> Runtime:
+    return runtimes(request.param)
 
 
 @pytest.fixture(scope="module")
@@ -161,15 +168,17 @@ def hostile_bundle(golden):
     return with_tools(golden, "\n\n".join(src for src, _, _ in HOSTILE.values()), list(HOSTILE))
 
 
+@pytest.mark.parametrize("isolation", ISOLATIONS)
 @pytest.mark.parametrize("tool", list(HOSTILE))
-def test_hostile_tool_is_contained_and_worker_replaced(request, hostile_bundle, tool):
+def test_hostile_tool_is_contained_and_worker_replaced(runtimes, hostile_bundle, tool, isolation):
     _, limit, words = HOSTILE[tool]
-    hostile_runtime = request.getfixturevalue("cpu_bound_runtime" if limit == "cpu" else "hostile_runtime")
+    hostile_runtime = runtimes(isolation, limit == "cpu")
     bystander = hostile_runtime.open_episode(hostile_bundle)  # shares the single worker
     culprit = hostile_runtime.open_episode(hostile_bundle)
     try:
         assert bystander.call_tool("update_customer_email", {"customer_id": 2, "email": "bystander@example.com"}).ok
-        worker_pid = hostile_runtime.pool.workers()[0].pid
+        assert culprit.call_tool("get_customer", {"customer_id": 2}).ok
+        culprit_process = code_process(culprit)
 
         result = culprit.call_tool(tool)
 
@@ -177,9 +186,9 @@ def test_hostile_tool_is_contained_and_worker_replaced(request, hostile_bundle, 
         assert result.limit == limit, result
         assert words in result.error, result.error
         assert SECRET not in (result.error + json.dumps(result.value))
-        # the worker that ran the code is gone; the bystander goes on with its own state
+        # the process that ran the code is gone; the bystander goes on with its own state
+        assert code_process(culprit) != culprit_process
         assert bystander.call_tool("get_customer", {"customer_id": 2}).value["email"] == "bystander@example.com"
-        assert hostile_runtime.pool.workers()[0].pid != worker_pid
         # and the culprit's episode itself is still usable
         assert culprit.call_tool("get_customer", {"customer_id": 2}).value["email"] == "james.chen@example.com"
     finally:

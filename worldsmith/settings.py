@@ -57,6 +57,13 @@ class Settings(BaseSettings):
     sandbox_memory_mb: int = Field(2048, ge=256, description="Address-space limit of one worker process.")
     sandbox_file_size_mb: int = Field(16, ge=1, description="Largest file a worker may write.")
     sandbox_uid: int = Field(65534, description="Unprivileged uid (and gid) workers drop to when started as root.")
+    sandbox_isolation: Literal["strict", "fast"] = Field(
+        "strict",
+        description=(
+            "strict: every request that runs generated code gets a process of its own, forked from a clean worker; "
+            "fast: episodes of one environment share their worker (only for vetted worlds). See docs/security.md."
+        ),
+    )
 
     # MCP gateway
     gateway_host: str = "127.0.0.1"

@@ -13,20 +13,17 @@ refusing it) becomes one line on stderr and exit 2 instead of a traceback, which
 from __future__ import annotations
 
 import signal
-import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import click
 import typer
-from pydantic import ValidationError
-from pydantic_core import PydanticSerializationError
 from rich.console import Console
 from typer.core import TyperGroup
 
 from worldsmith.bundle.errors import BundleError
-from worldsmith.runtime.errors import RuntimeFault, WorkerLost
+from worldsmith.runtime.answers import answer, one_line
 
 console = Console()
 errors = Console(stderr=True, soft_wrap=True)
@@ -85,41 +82,6 @@ def refusals(*kinds: type[Exception]) -> Iterator[None]:
         yield
     except kinds as exc:
         raise failure(str(exc)) from None
-
-
-#: The longest line an answered error prints (a validation error can quote a whole document).
-MAX_ANSWER = 2000
-
-
-def one_line(text: str) -> str:
-    """`text` on one line (whitespace runs collapsed), cut at `MAX_ANSWER` characters."""
-    line = " ".join(text.split())
-    return line if len(line) <= MAX_ANSWER else line[:MAX_ANSWER] + " ..."
-
-
-def answer(exc: BaseException) -> str | None:
-    """The one line that answers `exc`, or None when it is not something bad input (a hostile bundle,
-    a missing file) can cause."""
-    if isinstance(exc, RecursionError):
-        return f"too deeply nested to handle: {exc}"
-    if isinstance(exc, MemoryError):
-        return "out of memory" + (f": {exc}" if str(exc) else " while handling the request")
-    if isinstance(exc, ValidationError):
-        first = exc.errors()[0] if exc.error_count() else {}
-        where = ".".join(str(part) for part in first.get("loc", ())) or exc.title
-        return f"invalid {exc.title}: {exc.error_count()} error(s), first at {where}: {first.get('msg', exc)}"
-    if isinstance(exc, PydanticSerializationError):  # e.g. a result nested deeper than JSON output allows
-        return f"cannot print the result: {exc}"
-    if isinstance(exc, subprocess.TimeoutExpired):
-        command = exc.cmd if isinstance(exc.cmd, str) else " ".join(map(str, exc.cmd or ()))
-        return f"timed out after {exc.timeout} s: {command}"
-    if isinstance(exc, WorkerLost):
-        return f"sandbox worker lost: {exc.reason}"
-    if isinstance(exc, RuntimeFault):
-        return f"runtime refused: {exc}"
-    if isinstance(exc, (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)) and exc.filename:
-        return f"cannot use {exc.filename}: {exc.strerror}; check the path"
-    return None
 
 
 class AnsweringGroup(TyperGroup):

@@ -24,12 +24,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from worldsmith.bundle import sqlscript
 from worldsmith.bundle.codepolicy import parse_source
 from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.errors import BundleError
 from worldsmith.bundle.kinds import APP_TOOLS, RELEASE_CODE_VERIFIERS, RELEASE_SQL_VERIFIERS, VerifiersKind
 from worldsmith.bundle.loader import build_bundle, tools_json_bytes
-from worldsmith.bundle.sqlscript import harden, snapshot, split_statements
+from worldsmith.bundle.sqlscript import SqlBudget, Statement, bounded_connection, snapshot, split_statements
 from worldsmith.models.bundle import ENV_ID_PATTERN
 from worldsmith.runtime.episode import Runtime
 from worldsmith.runtime.errors import RuntimeFault
@@ -211,36 +212,49 @@ def schema_sql(scenario: AwmScenario) -> str:
 
 @dataclass
 class SeedLoad:
-    """The inserts that loaded (in order) and the ones that failed, with SQLite's message."""
+    """The inserts that loaded (in order) and the ones that failed, with SQLite's message; or why
+    loading stopped (a schema statement that fails, a statement past the SQL budget)."""
 
     loaded: list[str]
     failed: list[tuple[str, str]]
     schema_error: str | None = None
     world: bytes | None = None  # the database they made
+    stopped: str | None = None  # an insert past the SQL budget, named (no world then)
 
 
-def load_seed(schema: str, inserts: list[str]) -> SeedLoad:
-    """Run the schema, then each insert on its own with foreign keys on (as the release does)."""
-    conn = harden(sqlite3.connect(":memory:", isolation_level=None))
-    try:
+def load_seed(schema: str, inserts: list[str], budget: SqlBudget | None = None) -> SeedLoad:
+    """Run the schema, then each insert on its own with foreign keys on (as the release does), every
+    statement within `budget` (None: the budget of every bundle build, `BUILD_BUDGET`): one that
+    runs past it (an endless recursive CTE, a bloating one) stops the load, named."""
+    with bounded_connection(budget or sqlscript.BUILD_BUDGET) as (conn, meter):
         for statement in split_statements(schema):
             try:
-                conn.execute(statement.sql)
+                with meter.statement():
+                    conn.execute(statement.sql)
             except sqlite3.Error as exc:
+                problem = f"stopped: the statement exceeded {meter.exceeded}" if meter.exceeded else f"fails: {exc}"
                 return SeedLoad(
-                    [], [], f"schema statement at line {statement.line} fails: {exc} ({statement.excerpt(120)})"
+                    [], [], f"schema statement at line {statement.line} {problem} ({statement.excerpt(120)})"
                 )
         result = SeedLoad([], [])
-        for insert in inserts:
+        for number, insert in enumerate(inserts, start=1):
             try:
-                conn.execute(insert)
+                with meter.statement():
+                    conn.execute(insert)
                 result.loaded.append(insert.strip())
             except sqlite3.Error as exc:
+                if meter.exceeded:
+                    excerpt = Statement(insert.strip(), 1).excerpt(120)
+                    result.stopped = f"insert {number} stopped: the statement exceeded {meter.exceeded} ({excerpt})"
+                    return result
                 result.failed.append((insert.strip(), str(exc)))
+            if meter.spent:
+                result.stopped = (
+                    f"stopped after insert {number}: the load exceeded its time budget of {meter.budget.total_s:g} s"
+                )
+                return result
         result.world = snapshot(conn)
         return result
-    finally:
-        conn.close()
 
 
 def _renamed(code: str, old: str, new: str, where: str) -> str:
@@ -326,6 +340,9 @@ def import_scenario(
     seed = load_seed(schema, scenario.inserts)
     if seed.schema_error:
         result.defects.append(f"schema: {seed.schema_error}")
+        return result
+    if seed.stopped:
+        result.defects.append(f"sql budget: {seed.stopped}")
         return result
     result.failed_inserts = seed.failed
     if seed.failed:

@@ -4,6 +4,11 @@ Each environment is served at `/envs/<env_id>/mcp`; each MCP session is one isol
 (its task chosen with `?task=<id>` when connecting), opened at `initialize` and closed when the
 client ends the session or it stays idle past the limit. Agents see the tools only: verifiers,
 rewards and other sessions are not reachable through it.
+
+A hostile environment is answered, never a traceback: an episode that cannot open (tools refused
+at import, source too deep to compile, a worker lost) is an MCP error on `initialize`, and a call
+that fails in the runtime (a worker that keeps dying, a result too deep to send) is a tool error
+result; both say why in one line (`worldsmith/runtime/answers.py`), and the session and the server go on.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import uvicorn
 from mcp.server import Server, ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS, UNSUPPORTED_PROTOCOL_VERSION
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, UNSUPPORTED_PROTOCOL_VERSION
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -31,7 +36,9 @@ from starlette.routing import Route
 
 import worldsmith
 from worldsmith.bundle.contract import Bundle
+from worldsmith.bundle.jsonvalues import TooDeep, check_nesting
 from worldsmith.models.results import ToolResult
+from worldsmith.runtime.answers import answer, one_line
 from worldsmith.runtime.episode import Episode, Runtime
 
 EPISODE_KEY = "worldsmith.episode"
@@ -56,14 +63,35 @@ async def _sessions_only(ctx: ServerRequestContext, call_next: Callable[[ServerR
 
 
 def tool_result_to_mcp(result: ToolResult) -> types.CallToolResult:
-    """What the agent sees of a tool call: the JSON value, or an error text (is_error)."""
+    """What the agent sees of a tool call: the JSON value, or an error text (is_error). A value
+    nested deeper than the sandbox lets results nest (only a reply forged past the worker's own
+    check could carry one) is an environment error, before any recursive encoder sees it."""
     if result.ok:
+        try:
+            check_nesting(result.value)
+        except TooDeep as exc:
+            return runtime_error_to_mcp(exc)
         structured = result.value if isinstance(result.value, dict) else {"result": result.value}
         return types.CallToolResult(
             content=[types.TextContent(text=json.dumps(result.value))], structured_content=structured
         )
     prefix = "error" if result.status == "tool_error" else "environment error"
     return types.CallToolResult(content=[types.TextContent(text=f"{prefix}: {result.error}")], is_error=True)
+
+
+def runtime_error_to_mcp(exc: Exception) -> types.CallToolResult:
+    """A call the runtime could not answer with a result, as a tool error result saying why."""
+    line = answer(exc) or f"{type(exc).__name__}: {exc}"
+    return types.CallToolResult(content=[types.TextContent(text=f"environment error: {one_line(line)}")], is_error=True)
+
+
+def _refused_episode(env_id: str, exc: Exception) -> MCPError | None:
+    """The MCP error answering an episode of `env_id` that could not open, or None for an exception
+    bad input cannot cause (a bug: it propagates)."""
+    line = answer(exc)
+    if line is None:
+        return None
+    return MCPError(code=INTERNAL_ERROR, message=one_line(f"{env_id}: cannot open an episode: {line}"))
 
 
 class Gateway:
@@ -100,7 +128,13 @@ class Gateway:
                 task_id = ctx.request.query_params.get("task") if ctx.request is not None else None
                 if task_id is not None and task_id not in {t.id for t in bundle.tasks}:
                     raise MCPError(code=INVALID_PARAMS, message=f"{bundle.env_id} has no task {task_id!r}")
-                episode = await anyio.to_thread.run_sync(self.runtime.open_episode, bundle, task_id)
+                try:
+                    episode = await anyio.to_thread.run_sync(self.runtime.open_episode, bundle, task_id)
+                except Exception as exc:  # what a hostile environment can cause is answered
+                    refusal = _refused_episode(bundle.env_id, exc)
+                    if refusal is None:
+                        raise
+                    raise refusal from None
                 connection.state[EPISODE_KEY] = episode
                 session_id = connection.session_id
                 self.sessions[session_id] = episode
@@ -123,7 +157,12 @@ class Gateway:
             episode: Episode | None = _connection(ctx).state.get(EPISODE_KEY)
             if episode is None:
                 raise MCPError(code=INVALID_PARAMS, message="no episode for this session; reconnect")
-            result = await anyio.to_thread.run_sync(episode.call_tool, params.name, params.arguments or {})
+            try:
+                result = await anyio.to_thread.run_sync(episode.call_tool, params.name, params.arguments or {})
+            except Exception as exc:  # the runtime's refusals, answered like a failed call
+                if answer(exc) is None:
+                    raise
+                return runtime_error_to_mcp(exc)
             return tool_result_to_mcp(result)
 
         server = Server(

@@ -11,6 +11,7 @@ read (a worker breaking them is killed), and its stderr is kept as a short tail 
 from __future__ import annotations
 
 import collections
+import itertools
 import json
 import os
 import shutil
@@ -22,7 +23,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import worldsmith
 from worldsmith.bundle.contract import Bundle
@@ -39,6 +40,7 @@ from worldsmith.settings import Settings, get_settings
 _PACKAGE_ROOT = str(Path(worldsmith.__file__).resolve().parent.parent)
 _BOOTSTRAP = "import sys; sys.path.insert(0, sys.argv[2]); from worldsmith.runtime.sandbox.worker import main; main()"
 #: The only environment variables a worker gets: nothing secret can leak through them.
+Isolation = Literal["strict", "fast"]
 WORKER_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": "/nonexistent"}
 
 
@@ -54,6 +56,11 @@ class SandboxLimits:
     lifetime_cpu_s: int = 3600
     grace_s: float = 2.0
     start_timeout_s: float = 30.0
+    #: "strict": each request that runs generated code in its own process forked from the worker;
+    #: "fast": episodes of one environment share their worker's interpreter (vetted worlds only).
+    isolation: Isolation = "strict"
+    #: strict isolation: episode processes a worker keeps between calls (the least recently used goes first)
+    episode_processes: int = 32
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None) -> SandboxLimits:
@@ -64,6 +71,7 @@ class SandboxLimits:
             memory_mb=s.sandbox_memory_mb,
             file_size_mb=s.sandbox_file_size_mb,
             uid=s.sandbox_uid,
+            isolation=s.sandbox_isolation,
         )
 
 
@@ -130,6 +138,7 @@ class SandboxWorker:
         self.layers: dict[str, str] = {}
         self.dead_reason: str | None = None
         self._lock = threading.Lock()
+        self._requests = itertools.count(1)
         self._stderr = StderrTail()
         config = {
             "scratch": str(self.scratch),
@@ -139,6 +148,9 @@ class SandboxWorker:
             "lifetime_cpu_s": limits.lifetime_cpu_s,
             "call_timeout_s": limits.call_timeout_s,
             "cpu_s": limits.cpu_s,
+            "grace_s": limits.grace_s,
+            "isolation": limits.isolation,
+            "episode_processes": limits.episode_processes,
             "frameworks": frameworks,
         }
         # Stdlib-only workers start without site-packages (-S); workers of ASGI environments need the
@@ -196,8 +208,9 @@ class SandboxWorker:
         with self._lock:
             if not self.alive:
                 raise WorkerLost(self.dead_reason or "sandbox worker is gone", in_flight=False)
+            number = next(self._requests)
             try:
-                write_frame(self.process.stdin, header, blobs)
+                write_frame(self.process.stdin, {**header, "id": number, "timeout_s": timeout}, blobs)
             except (BrokenPipeError, OSError):
                 reason = self._death()
                 self.kill(reason)
@@ -216,6 +229,13 @@ class SandboxWorker:
                 reason = f"sandbox limit protocol: the worker sent an invalid reply ({exc}); worker killed and replaced"
                 self.kill(reason)
                 raise WorkerLost(reason, in_flight=True, limit="protocol") from None
+            if reply.get("id") != number:  # a frame written by generated code, not the worker's answer
+                reason = (
+                    f"sandbox limit protocol: the worker sent an invalid reply (an answer to request "
+                    f"{reply.get('id')!r}, not {number}); worker killed and replaced"
+                )
+                self.kill(reason)
+                raise WorkerLost(reason, in_flight=True, limit="protocol")
             if reply.get("retire"):
                 self.kill("retired after running code that broke a sandbox limit")
             return reply, reply_blobs

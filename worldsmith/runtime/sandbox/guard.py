@@ -2,7 +2,8 @@
 
 Generated code runs only inside `Guard.untrusted(...)`: an audit hook refuses files outside the
 episode, sockets, subprocesses, native loading, introspection of frames and code, and new
-database connections; restricted builtins and a guarded `__import__` enforce the import
+database connections; metadata of paths outside the episode and the standard library is blind
+(`blindpaths`); restricted builtins and a guarded `__import__` enforce the import
 allowlist; interval timers bound wall-clock and CPU time. Every refusal is recorded, so code
 that swallows the exception is still caught after the call.
 """
@@ -25,6 +26,7 @@ from typing import Any
 
 from worldsmith.bundle.codepolicy import ALLOWED_MODULES, APP_MODULES, FORBIDDEN_BUILTINS, RUNTIME_MODULE
 from worldsmith.runtime.errors import ToolError
+from worldsmith.runtime.sandbox import blindpaths
 
 
 class SandboxViolation(BaseException):
@@ -123,6 +125,8 @@ _DENIED_IMPORTS = frozenset(
         "http",
         "posix",
         "os",
+        "pwd",  # the host's users (e.g. `os.path.expanduser('~root')`), read by libc without an audit event
+        "grp",
     }
 )
 # In workers of ASGI environments the web stack runs inside the same window as the app's code and
@@ -300,6 +304,13 @@ def _stand_in(real: type, refuse: Callable[[str], BaseException]) -> type:
     return StandInType(real.__name__, (), namespace)
 
 
+def _exact_path(path: Any) -> str | bytes:
+    """`os.fspath(path)` as an exact `str` or `bytes`: a copy of a subclass's data, so that nothing
+    generated code overrides (`startswith`, slicing, `__fspath__`) runs again on it."""
+    value = os.fspath(path)
+    return "".join([value]) if isinstance(value, str) else b"".join([value])
+
+
 def _stub_module(name: str, values: dict[str, Any]) -> types.ModuleType:
     module = types.ModuleType(name)
     module.__dict__.update(values)
@@ -364,18 +375,78 @@ class Guard:
         path = name
         if uri and name.startswith("file:"):
             path = urllib.parse.unquote(urllib.parse.urlsplit(name).path)
-        real = os.path.realpath(path) if path and path != ":memory:" else ""
-        if not (self.episode_dir and real.startswith(self.episode_dir + os.sep) and os.path.isfile(real)):
-            raise self.refuse(
-                "database",
-                f"sqlite3.connect{self._describe((database, *args))} refused: only the episode's "
-                "snapshot files can be opened (read-only)",
-            )
-        self._trusted = True
+        real = self._real_path(path) if path and path != ":memory:" else None
+        with self._trust():
+            opens = real is not None and self._in_episode(real, itself=False) and os.path.isfile(real)
+            if opens:
+                return sqlite3.connect(f"file:{urllib.parse.quote(real)}?mode=ro", uri=True)
+        raise self.refuse(
+            "database",
+            f"sqlite3.connect{self._describe((database, *args))} refused: only the episode's "
+            "snapshot files can be opened (read-only)",
+        )
+
+    # -- paths ---------------------------------------------------------------------------
+    @contextmanager
+    def _trust(self) -> Iterator[None]:
+        """The guard's own work: the audit hook and the path gate step aside (no generated code runs)."""
+        trusted, self._trusted = self._trusted, True
         try:
-            return sqlite3.connect(f"file:{urllib.parse.quote(real)}?mode=ro", uri=True)
+            yield
         finally:
-            self._trusted = False
+            self._trusted = trusted
+
+    def _descriptor_path(self, fd: Any) -> str | None:
+        """The file an open descriptor of this process is open on, or None (a pipe, a socket, not open)."""
+        with self._trust():
+            try:
+                target = os.readlink(f"/proc/self/fd/{int.__index__(fd)}")
+            except (OSError, TypeError, ValueError, OverflowError):
+                return None
+        return target if target.startswith(os.sep) else None
+
+    def _real_path(self, path: Any, dir_fd: Any = None) -> str | None:
+        """`path` (str, bytes or path-like; relative to `dir_fd` when given) with every symlink
+        resolved, or None where it names nothing resolvable. Generated code's objects are turned
+        into exact strings first: none of their methods runs while the guard trusts itself."""
+        name = os.fsdecode(_exact_path(path))
+        if dir_fd is not None and not name.startswith(os.sep):
+            base = self._descriptor_path(dir_fd)
+            if base is None:
+                return None
+            name = os.path.join(base, name)
+        with self._trust():
+            return os.path.realpath(name)
+
+    def _in_episode(self, real: str, *, itself: bool = True) -> bool:
+        """Whether resolved path `real` lies in the episode's directory (or, with `itself`, is it)."""
+        episode = self.episode_dir
+        return bool(episode) and ((itself and real == episode) or real.startswith(episode + os.sep))
+
+    def _in_read_roots(self, real: str, *, itself: bool = True) -> bool:
+        """Whether resolved path `real` lies in a readable root (the stdlib...) (or, with `itself`, is one)."""
+        return any((itself and real == root) or real.startswith(root + os.sep) for root in self.read_roots)
+
+    def visible(self, target: Any, dir_fd: Any) -> Any:
+        """The gate of `blindpaths`: while generated code runs, `target` as the real function is to
+        get it (an exact str or bytes; an exact int for a descriptor) if it lies in the episode's
+        directory or the standard library (the readable roots), else None: everything else on the
+        host looks absent. A descriptor is hidden when it is open on such a file; one open on no
+        path (a pipe, a socket, an event fd) says nothing about the host and passes. Outside
+        generated code, `target` unchanged."""
+        if not self.active or self._trusted:
+            return target
+        if isinstance(target, int):
+            passed: Any = int.__index__(target)
+            real = self._descriptor_path(passed)
+            if real is None:
+                return passed
+        else:
+            passed = _exact_path(target)
+            real = self._real_path(passed, dir_fd)
+            if real is None:
+                return None
+        return passed if self._in_episode(real) or self._in_read_roots(real) else None
 
     # -- refusal bookkeeping -------------------------------------------------------------
     def refuse(self, limit: str, detail: str) -> SandboxViolation:
@@ -385,8 +456,9 @@ class Guard:
 
     # -- audit hook ----------------------------------------------------------------------
     def install(self) -> None:
-        """Install the audit hook and the timer signal handlers (once per process)."""
+        """Install the audit hook, the path gate and the timer signal handlers (once per process)."""
         sys.addaudithook(self._audit)
+        blindpaths.blind(os, self.visible)
         signal.signal(signal.SIGALRM, self._on_alarm)
         signal.signal(signal.SIGPROF, self._on_cpu)
 
@@ -428,15 +500,15 @@ class Guard:
         if isinstance(path, int):
             raise self.refuse("filesystem", f"open of file descriptor {path} refused")
         try:
-            real = os.path.realpath(os.fsdecode(path))
+            real = self._real_path(path)
         except Exception:  # noqa: BLE001
             raise self.refuse("filesystem", f"open of {path!r} refused") from None
-        if self.episode_dir and (real == self.episode_dir or real.startswith(self.episode_dir + os.sep)):
+        if real is not None and self._in_episode(real):
             return
         writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
             isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND)
         )
-        if not writing and any(real.startswith(root + os.sep) for root in self.read_roots):
+        if not writing and real is not None and self._in_read_roots(real, itself=False):
             return  # the standard library, for lazy imports of allowed modules
         raise self.refuse(
             "filesystem", f"open({os.fsdecode(path)!r}, {'write' if writing else 'read'}) outside the episode refused"

@@ -12,14 +12,18 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import os
 import platform
 import resource
+import stat
 import struct
+from collections.abc import Callable, Sequence
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 
+PR_SET_PDEATHSIG = 1
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
@@ -59,7 +63,11 @@ def new_ipc_namespace() -> None:
         raise _fail("unshare")
 
 
-def set_limits(memory_bytes: int, file_bytes: int, cpu_seconds: int, open_files: int = 64) -> None:
+#: Descriptors a process running generated code may hold (a zygote holds two more per kept process).
+OPEN_FILES = 64
+
+
+def set_limits(memory_bytes: int, file_bytes: int, cpu_seconds: int, open_files: int = OPEN_FILES) -> None:
     """Address space, file size, lifetime CPU, open files and core dumps; soft = hard so they cannot be lifted."""
     for limit, value in (
         (resource.RLIMIT_AS, memory_bytes),
@@ -74,6 +82,12 @@ def set_limits(memory_bytes: int, file_bytes: int, cpu_seconds: int, open_files:
 def no_new_privs() -> None:
     if _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise _fail("prctl(NO_NEW_PRIVS)")
+
+
+def die_with_parent() -> None:
+    """SIGKILL this process when the process that forked it ends (a zygote's children go with it)."""
+    if _libc.prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0) != 0:
+        raise _fail("prctl(PDEATHSIG)")
 
 
 def drop_privileges(uid: int, gid: int) -> None:
@@ -97,9 +111,10 @@ def landlock_abi() -> int:
     return abi
 
 
-def landlock(read_paths: list[str], write_paths: list[str]) -> int:
-    """Allow only reading `read_paths` and full access to `write_paths`; no TCP bind/connect,
-    no signals or abstract sockets outside this process (by ABI). Returns the ABI used."""
+def landlock(read_paths: list[str], write_paths: list[str], *, read_fds: Sequence[int] = ()) -> int:
+    """Allow only reading `read_paths` (and the files or directories open as `read_fds`) and full
+    access to `write_paths`; no TCP bind/connect, no signals or abstract sockets outside this process
+    (by ABI). Returns the ABI used."""
     abi = landlock_abi()
     fs = sum(bits for version, bits in _FS_RIGHTS.items() if version <= abi)
     net = 0b11 if abi >= 4 else 0
@@ -110,15 +125,13 @@ def landlock(read_paths: list[str], write_paths: list[str]) -> int:
     if ruleset < 0:
         raise _fail("landlock_create_ruleset")
     try:
+        for fd in read_fds:
+            _allow(ruleset, fd, FS_READ, str(fd))
         for paths, rights in ((read_paths, FS_READ), (write_paths, fs)):
             for path in paths:
                 fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
                 try:
-                    rule = ctypes.create_string_buffer(
-                        struct.pack("=Qi", rights if os.path.isdir(path) else rights & 0b111, fd), 12
-                    )
-                    if _libc.syscall(SYS_LANDLOCK_ADD_RULE, ruleset, LANDLOCK_RULE_PATH_BENEATH, rule, 0) != 0:
-                        raise _fail(f"landlock_add_rule({path})")
+                    _allow(ruleset, fd, rights, path)
                 finally:
                     os.close(fd)
         if _libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, ruleset, 0) != 0:
@@ -126,6 +139,14 @@ def landlock(read_paths: list[str], write_paths: list[str]) -> int:
     finally:
         os.close(ruleset)
     return abi
+
+
+def _allow(ruleset: int, fd: int, rights: int, what: str) -> None:
+    """Add a rule granting `rights` beneath the file or directory open as `fd` (files: file rights only)."""
+    is_dir = stat.S_ISDIR(os.fstat(fd).st_mode)
+    rule = ctypes.create_string_buffer(struct.pack("=Qi", rights if is_dir else rights & 0b111, fd), 12)
+    if _libc.syscall(SYS_LANDLOCK_ADD_RULE, ruleset, LANDLOCK_RULE_PATH_BENEATH, rule, 0) != 0:
+        raise _fail(f"landlock_add_rule({what})")
 
 
 # --- seccomp ------------------------------------------------------------------------------
@@ -276,10 +297,16 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
 
 
-def seccomp_program(machine: str) -> list[tuple[int, int, int, int]]:
-    """The BPF program: kill on a foreign architecture, EPERM for denied syscalls, allow the rest."""
+#: What a strict-isolation worker (the zygote, which never runs generated code itself) keeps of the
+#: deny list: it forks one confined process per run of generated code, and kills it if it overruns.
+ZYGOTE_ALLOWED = frozenset({"clone", "fork", "vfork", "kill", "tkill", "tgkill", "setrlimit", "prlimit64"})
+
+
+def seccomp_program(machine: str, allowed: frozenset[str] = frozenset()) -> list[tuple[int, int, int, int]]:
+    """The BPF program: kill on a foreign architecture, EPERM for denied syscalls but `allowed`,
+    allow the rest."""
     arch = _AUDIT_ARCH[machine]
-    denied = sorted(_DENIED[machine].values())
+    denied = sorted(number for name, number in _DENIED[machine].items() if name not in allowed)
     prog = [
         (_BPF_LD_W_ABS, 0, 0, 4),  # seccomp_data.arch
         (_BPF_JEQ_K, 1, 0, arch),
@@ -295,45 +322,101 @@ def seccomp_program(machine: str) -> list[tuple[int, int, int, int]]:
     return prog
 
 
-def seccomp() -> int:
-    """Install the syscall filter (needs no_new_privs). Returns how many syscalls it denies."""
+@functools.cache
+def _compiled_filter(machine: str, allowed: frozenset[str]) -> _SockFprog:
+    """The BPF program as the kernel takes it, built once per process (forked ones inherit it)."""
+    prog = seccomp_program(machine, allowed)
+    filters = (_SockFilter * len(prog))(*[_SockFilter(*ins) for ins in prog])
+    fprog = _SockFprog(len(prog), filters)
+    fprog._keep = filters  # type: ignore[attr-defined]  # the program's memory lives as long as fprog
+    return fprog
+
+
+def seccomp(allowed: frozenset[str] = frozenset()) -> int:
+    """Install the syscall filter (needs no_new_privs); filters stack, so a process can only add
+    denials to what it inherited. Returns how many syscalls it denies."""
     machine = platform.machine()
     if machine not in _AUDIT_ARCH:
         raise OSError(errno.ENOSYS, f"no seccomp table for {machine}")
-    prog = seccomp_program(machine)
-    filters = (_SockFilter * len(prog))(*[_SockFilter(*ins) for ins in prog])
-    fprog = _SockFprog(len(prog), filters)
+    fprog = _compiled_filter(machine, allowed)
     if _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
         raise _fail("prctl(SECCOMP)")
-    return len(_DENIED[machine])
+    return len(_DENIED[machine]) - len(allowed & _DENIED[machine].keys())
+
+
+def _attempt(layers: dict[str, str], name: str, action: Callable[[], object]) -> None:
+    """Apply one layer, recording "on (detail)" or "off: reason" under `name`."""
+    try:
+        detail = action()
+        layers[name] = "on" + (f" ({detail})" if detail else "")
+    except OSError as exc:
+        layers[name] = f"off: {exc}"
 
 
 def confine(
-    *, uid: int, memory_bytes: int, file_bytes: int, cpu_seconds: int, read_paths: list[str], write_paths: list[str]
+    *,
+    uid: int,
+    memory_bytes: int,
+    file_bytes: int,
+    cpu_seconds: int,
+    read_paths: list[str],
+    write_paths: list[str],
+    zygote: bool = False,
+    open_files: int = OPEN_FILES,
 ) -> dict[str, str]:
-    """Apply every layer the kernel allows; returns {layer: "on ..." | "off: reason"}."""
+    """Apply every layer the kernel allows; returns {layer: "on ..." | "off: reason"}. A `zygote`
+    (strict isolation) keeps fork and kill (ZYGOTE_ALLOWED): its children take the rest with
+    `confine_run` before any generated code runs in them."""
     layers: dict[str, str] = {}
 
-    def attempt(name: str, action) -> None:
-        try:
-            detail = action()
-            layers[name] = "on" + (f" ({detail})" if detail else "")
-        except OSError as exc:
-            layers[name] = f"off: {exc}"
+    def attempt(name: str, action: Callable[[], object]) -> None:
+        _attempt(layers, name, action)
 
     attempt("netns", new_network_namespace)
     attempt("ipcns", new_ipc_namespace)
-    attempt("rlimits", lambda: set_limits(memory_bytes, file_bytes, cpu_seconds))
+    attempt("rlimits", lambda: set_limits(memory_bytes, file_bytes, cpu_seconds, open_files))
     attempt("no_new_privs", no_new_privs)
     # Landlock before the uid drop: the rules' paths are opened with the starting user's rights.
     attempt("landlock", lambda: f"ABI {landlock(read_paths, write_paths)}")
+    if zygote:
+        prepare_run(read_paths)
     if os.geteuid() == 0:
         attempt("unprivileged_uid", lambda: drop_privileges(uid, uid) or f"uid {uid}")
     else:
         layers["unprivileged_uid"] = f"on (started as uid {os.geteuid()})"
-    if os.geteuid() != 0:
+    if zygote:
+        layers["no_processes"] = "on (in each run's process; the zygote forks them)"
+    elif os.geteuid() != 0:
         attempt("no_processes", forbid_processes)
     else:
         layers["no_processes"] = "off: still root"
-    attempt("seccomp", lambda: f"{seccomp()} syscalls denied")
+    allowed = ZYGOTE_ALLOWED if zygote else frozenset()
+    attempt("seccomp", lambda: f"{seccomp(allowed)} syscalls denied" + (" to the zygote" if zygote else ""))
+    return layers
+
+
+#: A zygote's read paths, opened before it dropped privileges (its children, unprivileged, may not be
+#: able to open them again) and kept open for the Landlock rules of `confine_run`.
+RUN_READ_FDS: list[int] = []
+
+
+def prepare_run(read_paths: list[str]) -> None:
+    """In a zygote, before its privileges drop: what `confine_run` needs, prepared once (the read
+    paths opened, the seccomp program built), so forked processes only install it."""
+    RUN_READ_FDS[:] = [os.open(path, os.O_PATH | os.O_CLOEXEC) for path in read_paths]
+    if platform.machine() in _AUDIT_ARCH:
+        _compiled_filter(platform.machine(), frozenset())
+
+
+def confine_run(write_paths: list[str]) -> dict[str, str]:
+    """The layers a process forked from a zygote adds before generated code runs in it: Landlock
+    narrowed to reading the zygote's read paths (`prepare_run`) and full access to `write_paths`
+    (its episode's directory), no new processes, and the whole seccomp deny list (stacked on the
+    zygote's)."""
+    layers: dict[str, str] = {}
+    _attempt(layers, "open_files", lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (OPEN_FILES, OPEN_FILES)))
+    _attempt(layers, "landlock", lambda: f"ABI {landlock([], write_paths, read_fds=RUN_READ_FDS)}")
+    if os.geteuid() != 0:
+        _attempt(layers, "no_processes", forbid_processes)
+    _attempt(layers, "seccomp", lambda: f"{seccomp()} syscalls denied")
     return layers

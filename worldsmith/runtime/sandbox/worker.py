@@ -12,11 +12,13 @@ import _random
 import base64
 import datetime
 import decimal
+import gc
 import importlib
 import io
 import json
 import os
 import random
+import select
 import shutil
 import signal
 import sqlite3
@@ -34,11 +36,20 @@ from worldsmith.bundle.asgiapp import CLOCK, ENGINE_FACTORY
 from worldsmith.bundle.codepolicy import ALLOWED_MODULES
 from worldsmith.bundle.jsonvalues import json_text
 from worldsmith.bundle.kinds import TOOLS_KINDS, VERIFIERS_KINDS, EnvFault, Tool, ToolsKind, VerifiersKind
-from worldsmith.bundle.sqlscript import deserialize, restore, snapshot
+from worldsmith.bundle.sqlscript import deserialize, harden, restore, snapshot
+from worldsmith.models.verdict import Verdict
 from worldsmith.runtime.errors import ToolError
 from worldsmith.runtime.sandbox import dbdiff, kernel
 from worldsmith.runtime.sandbox.guard import Guard, SandboxViolation
-from worldsmith.runtime.sandbox.protocol import FrameReader, ProtocolClosed, truncated, write_frame
+from worldsmith.runtime.sandbox.protocol import (
+    FrameReader,
+    ProtocolClosed,
+    ProtocolTimeout,
+    ProtocolViolation,
+    encode,
+    truncated,
+    write_frame,
+)
 
 MAX_RESULT_BYTES = 4 * 1024 * 1024
 MAX_STDOUT = 64 * 1024
@@ -48,6 +59,23 @@ SAVEPOINT = "ws_call"
 APP_SAVEPOINT = "ws_app"  # inside SAVEPOINT, for ASGI apps' own transactions
 # Modules that allowed modules import lazily; loaded before the filesystem is closed.
 EXTRA_PRELOAD = ("_strptime", "encodings.idna", "encodings.ascii", "encodings.latin_1", "json.decoder", "json.encoder")
+
+#: Requests that run generated code or read an episode's database. Under strict isolation each runs
+#: in a process of its own, forked from the worker (which stays clean) and gone with its answer.
+RUN_OPS = frozenset({"call", "verify", "snapshot", "diff", "routes", "check_env"})
+_REPLY_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "status": str,
+    "error": (str, type(None)),
+    "limit": (str, type(None)),
+    "stdout": str,
+    "changed": bool,
+    "verdict": str,
+    "evidence": dict,
+    "diff": dict,
+    "tools": list,
+    "retire": bool,
+}
+_STATUSES = frozenset({"ok", "tool_error", "env_error"})
 
 GUARD: Guard  # set in main()
 # What every run of generated code starts from (taken before any runs; C-level callables, which
@@ -136,15 +164,34 @@ class LoadedEnv:
     clock: str | None = None  # ISO instant an app's clock reads answer (None: the real time)
     app: Any = None  # an app object, made on first use
     routes: dict[str, Any] = field(default_factory=dict)
+    load_error: str | None = None  # strict isolation: why the tools do not load (checked once)
 
 
 @dataclass
 class Episode:
+    """An open episode. Fast isolation: its database in memory (`conn`), its tools loaded at open.
+    Strict isolation: its database is the file `db_path` in its directory, opened (with its tools)
+    only in the processes that serve its requests; the worker itself never reads it."""
+
     id: str
     env: LoadedEnv
-    conn: EpisodeConnection
+    conn: EpisodeConnection | None
     directory: str
-    tools: dict[str, Tool] = field(default_factory=dict)
+    tools: dict[str, Tool] | None = None
+
+    @property
+    def db_path(self) -> str:
+        return os.path.join(self.directory, "episode.db")
+
+
+@dataclass
+class RunProcess:
+    """A process forked to serve requests (strict isolation): the worker reads its replies, and writes
+    requests to `requests` if it serves more than the one it was forked for."""
+
+    pid: int
+    replies: FrameReader
+    requests: int | None = None
 
 
 class Failure(Exception):
@@ -216,6 +263,11 @@ class Worker:
         # ASGI environments: the connection their engines hand out right now
         self.current_conn: sqlite3.Connection | None = None
         self.seed = 0  # `random`'s seed for the generated code of the request at hand
+        # "strict": every request of RUN_OPS runs in a process forked for it (`_forked`); "fast":
+        # here, episodes of the worker's one environment sharing this interpreter
+        self.strict = config.get("isolation") == "strict"
+        self.run_process = False  # True in a process forked for one request
+        self.live: dict[str, RunProcess] = {}  # episode id -> its process (strict), least recently used first
 
     @staticmethod
     def _fresh_state(seed: int) -> None:
@@ -258,7 +310,8 @@ class Worker:
             result = None
         finally:
             sys.stdout, sys.stderr = stdout, stderr
-        tampered = GUARD.state.changed()  # restores what it names; the worker is retired for it
+        # restores what it names; the worker (strict: the episode's process) is retired for it
+        tampered = GUARD.state.changed()
         if tampered:
             GUARD.refuse("module_state", f"modified module state: {', '.join(tampered[:10])}")
         if len(GUARD.violations) > before:
@@ -277,7 +330,7 @@ class Worker:
         kind = TOOLS_KINDS[header.get("tools_kind")]
         if kind.web_stack and not self.config.get("frameworks"):
             raise Failure("env_error", "an ASGI environment needs a worker with the web stack")
-        self.envs[header["env"]] = LoadedEnv(
+        env = self.envs[header["env"]] = LoadedEnv(
             key=header["env"],
             world=blobs[0],
             tools_kind=kind,
@@ -287,6 +340,20 @@ class Worker:
             tool_names=list(header["tool_names"]),
             clock=header.get("clock"),
         )
+        if self.strict and header.get("check", True):  # the tools load? (once, in a process of its own)
+            reply, _ = self._forked({"op": "check_env", "env": env.key, "timeout_s": header.get("timeout_s")}, [])
+            if reply.get("status") != "ok":
+                env.load_error = str(reply.get("error"))
+        gc.freeze()  # what forked processes share stays untouched by their collections (fewer page copies)
+        return {}
+
+    def op_check_env(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
+        """Open the environment's tools once on a private copy of its world (strict isolation's load check)."""
+        env = self.envs[header["env"]]
+        connection = AppConnection if env.tools_kind.app_transactions else EpisodeConnection
+        conn = deserialize(env.world, factory=connection, transactions=_refuse_transaction_control)
+        GUARD.watch(conn)
+        env.tools_kind.open(self, env, Episode(id="check", env=env, conn=conn, directory=self.scratch))
         return {}
 
     # -- ASGI environments -------------------------------------------------------------------
@@ -339,6 +406,8 @@ class Worker:
 
     def op_unload_env(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
         env = self.envs.pop(header["env"], None)
+        for episode in [e for e in self.episodes.values() if e.env is env]:
+            self._stop_episode_process(episode.id)
         if env is not None and env.app is not None:
             sys.modules.pop(_app_module_name(env.key), None)
         return {}
@@ -366,35 +435,72 @@ class Worker:
 
     def _episode(self, header: dict[str, Any]) -> Episode:
         try:
-            return self.episodes[header["episode"]]
+            episode = self.episodes[header["episode"]]
         except KeyError:
             raise Failure("env_error", f"episode {header['episode']} is not open in this worker") from None
+        if episode.conn is None:  # strict isolation, in the request's own process
+            episode.conn = self._file_connection(episode)
+        return episode
+
+    def _tools(self, episode: Episode) -> dict[str, Tool]:
+        if episode.tools is None:
+            episode.tools = episode.env.tools_kind.open(self, episode.env, episode)
+        return episode.tools
+
+    @staticmethod
+    def _connection_class(env: LoadedEnv) -> type[EpisodeConnection]:
+        return AppConnection if env.tools_kind.app_transactions else EpisodeConnection
+
+    def _file_connection(self, episode: Episode) -> EpisodeConnection:
+        """The episode's database file, opened like an in-memory episode database (strict isolation);
+        made from the world on first use."""
+        if not os.path.exists(episode.db_path):
+            _write_db(episode.db_path, episode.env.world)
+        conn = sqlite3.connect(
+            episode.db_path, isolation_level=None, check_same_thread=False, factory=self._connection_class(episode.env)
+        )
+        sqlite3.Connection.execute(conn, "PRAGMA synchronous = OFF")  # the file lives as long as the episode
+        harden(conn, transactions=_refuse_transaction_control)
+        conn.row_factory = sqlite3.Row
+        GUARD.watch(conn)
+        return conn
 
     def op_open(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
         env = self.envs.get(header["env"])
         if env is None:
             raise Failure("env_error", f"environment {header['env']} is not loaded in this worker")
         # The episode's file area: the only place its code may open files; created by the runtime
-        # when it puts files there (nothing does yet), removed with the episode.
+        # when it puts files there (verifiers' database files; strict isolation: the database),
+        # removed with the episode.
         directory = os.path.join(self.scratch, header["episode"])
-        connection = AppConnection if env.tools_kind.app_transactions else EpisodeConnection
+        if self.strict:
+            if env.load_error is not None:
+                raise Failure("env_error", env.load_error)
+            episode = Episode(id=header["episode"], env=env, conn=None, directory=directory)
+            if blobs:
+                _write_db(episode.db_path, blobs[0])
+            self.episodes[episode.id] = episode
+            return {}
         conn = deserialize(
-            blobs[0] if blobs else env.world, factory=connection, transactions=_refuse_transaction_control
+            blobs[0] if blobs else env.world,
+            factory=self._connection_class(env),
+            transactions=_refuse_transaction_control,
         )
         conn.row_factory = sqlite3.Row
         GUARD.watch(conn)
         episode = Episode(id=header["episode"], env=env, conn=conn, directory=directory)
-        episode.tools = env.tools_kind.open(self, env, episode)
+        self._tools(episode)
         self.episodes[episode.id] = episode
         return {}
 
     def op_call(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
         episode = self._episode(header)
         name = header["tool"]
-        tool = episode.tools.get(name)
+        tool = self._tools(episode).get(name)
         if tool is None:
             raise Failure("tool_error", f"unknown tool {name!r}")
         conn = episode.conn
+        assert conn is not None
         conn.row_factory = conn.CALL_ROW_FACTORY
         arguments = header.get("arguments") or {}
         changes = conn.total_changes
@@ -434,6 +540,13 @@ class Worker:
         return {}, [snapshot(episode.conn, transactions=_refuse_transaction_control)]
 
     def op_restore(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
+        if self.strict:  # the bytes become the file; read only by the episode's own processes
+            episode = self.episodes.get(header["episode"])
+            if episode is None:
+                raise Failure("env_error", f"episode {header['episode']} is not open in this worker")
+            self._stop_episode_process(episode.id)  # it holds the database open
+            _write_db(episode.db_path, blobs[0] if blobs else episode.env.world)
+            return {}
         episode = self._episode(header)
         restore(episode.conn, blobs[0] if blobs else episode.env.world, transactions=_refuse_transaction_control)
         return {}
@@ -484,18 +597,205 @@ class Worker:
 
     def op_close(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
         episode = self.episodes.pop(header["episode"], None)
+        self._stop_episode_process(header["episode"])
         if episode is not None:
-            sqlite3.Connection.close(episode.conn)
+            if episode.conn is not None:
+                sqlite3.Connection.close(episode.conn)
             shutil.rmtree(episode.directory, ignore_errors=True)
         return {}
 
     def op_ping(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
-        return {"episodes": len(self.episodes), "envs": len(self.envs)}
+        processes = {episode: process.pid for episode, process in self.live.items()}
+        return {"episodes": len(self.episodes), "envs": len(self.envs), "processes": processes}
 
     # -- loop ----------------------------------------------------------------------------
+    # -- strict isolation: processes forked per episode and per request ---------------------------
+    def _forked(self, header: dict[str, Any], blobs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
+        """Serve a request of RUN_OPS in a process forked from this worker (which runs no generated
+        code itself and stays clean) and return its checked reply. Tool calls go to their episode's
+        own process, forked at its first call and kept (at most `episode_processes`, the least
+        recently used stopped first); every other request gets a process of its own, gone with its
+        answer. A process past the request's deadline, dead, or answering outside the reply contract
+        is stopped and the request is an env_error; its episode's next call forks a fresh one."""
+        episode_id = header.get("episode")
+        if header.get("op") == "call" and episode_id in self.episodes:
+            process = self.live.pop(episode_id, None)
+            if process is not None and not self._send(process, header, blobs):
+                _stop(process)  # gone since its last call: its next one starts afresh
+                process = None
+            if process is None:
+                while len(self.live) >= max(int(self.config.get("episode_processes", 32)), 1):
+                    self._stop_least_recent()
+                process = self._spawn(header, blobs, persistent=True)
+            try:
+                reply, reply_blobs = self._answer(process, header)
+            except Failure:
+                _stop(process)
+                raise
+            if reply.pop("retire", False):  # it ran code that broke a limit: its next call starts afresh
+                _stop(process)
+            else:
+                self.live[episode_id] = process
+            return reply, reply_blobs
+        process = self._spawn(header, blobs, persistent=False)
+        try:
+            reply, reply_blobs = self._answer(process, header)
+            reply.pop("retire", None)
+            return reply, reply_blobs
+        finally:
+            _stop(process)
+
+    def _stop_least_recent(self) -> bool:
+        """Stop the episode process used least recently; False if none is kept."""
+        if not self.live:
+            return False
+        _stop(self.live.pop(next(iter(self.live))))
+        return True
+
+    def _stop_episode_process(self, episode_id: str) -> None:
+        process = self.live.pop(episode_id, None)
+        if process is not None:
+            _stop(process)
+
+    def _spawn(self, header: dict[str, Any], blobs: list[bytes], *, persistent: bool) -> RunProcess:
+        """Fork a process that serves `header` (and, if `persistent`, the requests sent to it after).
+        Short of descriptors or processes, kept episode processes are stopped (least recent first)
+        until it can; failing that the request is an env_error."""
+        while True:
+            opened: list[int] = []
+            try:
+                replies_r, replies_w = os.pipe()
+                opened += (replies_r, replies_w)
+                requests_r, requests_w = os.pipe() if persistent else (-1, -1)
+                opened += (requests_r, requests_w)
+                pid = os.fork()
+                break
+            except OSError as exc:
+                for fd in opened:
+                    if fd >= 0:
+                        os.close(fd)
+                if not self._stop_least_recent():
+                    raise Failure(
+                        "env_error", f"sandbox worker cannot start a process for the request: {exc}"
+                    ) from None
+        if pid == 0:  # the request's process: never returns
+            code = 0
+            try:
+                os.close(replies_r)
+                if persistent:
+                    os.close(requests_w)
+                self._become_run_process(header, keep=(replies_w, requests_r))
+                self._serve_requests(header, blobs, replies_w, requests_r if persistent else None)
+            except BaseException:  # noqa: BLE001 - the worker reports the missing reply
+                code = 70
+            finally:
+                os._exit(code)
+        os.close(replies_w)
+        if persistent:
+            os.close(requests_r)
+        reader = FrameReader(replies_r, max_blobs=self.config["memory_mb"] * 1024 * 1024)
+        return RunProcess(pid=pid, replies=reader, requests=requests_w if persistent else None)
+
+    def _serve_requests(self, header: dict[str, Any], blobs: list[bytes], out_fd: int, in_fd: int | None) -> None:
+        """In a forked process: answer the request it was forked for, then (persistent) each request
+        the worker sends, until the worker closes the pipe."""
+        out = os.fdopen(out_fd, "wb")
+        requests = FrameReader(in_fd) if in_fd is not None else None
+        while True:
+            reply, reply_blobs = self.handle(header, blobs)
+            write_frame(out, reply, reply_blobs)
+            if requests is None:
+                return
+            try:
+                header, blobs = requests.read()
+            except ProtocolClosed:
+                return
+
+    def _send(self, process: RunProcess, header: dict[str, Any], blobs: list[bytes]) -> bool:
+        """Write a request to a live episode process; False if it is gone or does not take it in time."""
+        data = memoryview(encode(header, blobs))
+        deadline = time.monotonic() + self._wait(header)
+        assert process.requests is not None
+        try:
+            while data:
+                wait = deadline - time.monotonic()
+                if wait <= 0 or not select.select([], [process.requests], [], wait)[1]:
+                    return False
+                data = data[os.write(process.requests, data[: 1 << 16]) :]
+        except OSError:  # EPIPE: it died since its last call
+            return False
+        return True
+
+    def _wait(self, header: dict[str, Any]) -> float:
+        """How long a request's process may take: the parent's deadline less half the grace."""
+        timeout = header.get("timeout_s")
+        grace = float(self.config.get("grace_s", 2.0))
+        wait = float(timeout) - grace / 2 if isinstance(timeout, (int, float)) else self.config["call_timeout_s"] * 2
+        return max(wait, 0.5)
+
+    def _answer(self, process: RunProcess, header: dict[str, Any]) -> tuple[dict[str, Any], list[bytes]]:
+        """The reply `process` writes, checked; Failure past the deadline, on its death, or for a reply
+        outside the contract."""
+        wait = self._wait(header)
+        try:
+            reply, blobs = process.replies.read(time.monotonic() + wait)
+        except ProtocolTimeout:
+            raise Failure(
+                "env_error",
+                f"sandbox limit timeout: the request's process did not answer within {wait:g} s; killed and replaced",
+                "timeout",
+            ) from None
+        except ProtocolClosed:
+            ending = _ending(_stop(process, grace_s=1.0))
+            raise Failure("env_error", f"sandbox limit crash: the request's process {ending}", "crash") from None
+        except ProtocolViolation as exc:
+            problem: str | None = str(exc)
+        else:
+            problem = _reply_problem(reply)
+            if problem is None and reply.get("id") != header.get("id"):  # written by the code, not the runtime
+                problem = f"an answer to request {truncated(str(reply.get('id')), 40)}, not {header.get('id')}"
+        if problem is not None:
+            raise Failure(
+                "env_error",
+                f"sandbox limit protocol: the request's process sent an invalid reply ({problem}); killed and replaced",
+                "protocol",
+            )
+        for key in ("seconds", "id"):  # the worker's own, not the process's
+            reply.pop(key, None)
+        return reply, blobs
+
+    def _become_run_process(self, header: dict[str, Any], *, keep: tuple[int, int]) -> None:
+        """In a freshly forked process: drop the worker's channels, other episodes and their processes,
+        then confine this process to its episode's directory (Landlock), without new processes and
+        under the whole seccomp deny list (`kernel.confine_run`); it dies with the worker."""
+        self.run_process = True
+        kernel.die_with_parent()
+        os.dup2(1, 0)  # the request channel becomes /dev/null (as stdout is); SQLite never takes fds 0-2
+        channels = [self.out.fileno()]  # the reply channel to the parent, and every other process's pipes
+        for process in self.live.values():
+            channels += [fd for fd in (process.requests, process.replies.fd) if fd is not None]
+        for fd in channels:
+            if fd not in keep:
+                os.close(fd)
+        self.live = {}
+        episode = self.episodes.get(header.get("episode"))  # type: ignore[arg-type]
+        self.episodes = {episode.id: episode} if episode is not None else {}
+        env_key = episode.env.key if episode is not None else header.get("env")
+        self.envs = {key: env for key, env in self.envs.items() if key == env_key}
+        writable = []
+        if episode is not None:
+            os.makedirs(episode.directory, exist_ok=True)
+            writable.append(episode.directory)
+        kernel.confine_run(writable)
+
+    # -- requests ------------------------------------------------------------------------
     def handle(self, header: dict[str, Any], blobs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
         started = time.perf_counter()
-        handler = getattr(self, "op_" + str(header.get("op")), None)
+        op = str(header.get("op"))
+        if self.strict and not self.run_process and op in RUN_OPS:
+            handler = self._forked
+        else:
+            handler = getattr(self, "op_" + op, None)
         reply_blobs: list[bytes] = []
         seed = header.get("seed")
         self.seed = seed if isinstance(seed, int) and 0 <= seed < 2**64 else 0
@@ -525,10 +825,12 @@ class Worker:
                 "error": f"sandbox worker fault: {type(exc).__name__}: {exc}",
                 "limit": None,
             }
-        if isinstance(reply.get("error"), str):
-            reply["error"] = truncated(reply["error"], MAX_ERROR_CHARS)
+        if isinstance(reply.get("error"), str):  # a forked process's reply is cut already: keep its mark
+            reply["error"] = truncated(reply["error"], MAX_ERROR_CHARS + (64 if handler == self._forked else 0))
         reply["seconds"] = time.perf_counter() - started
         reply["retire"] = bool(GUARD.violations)
+        if "id" in header:  # the parent accepts only the reply to the request it sent
+            reply["id"] = header["id"]
         return reply, reply_blobs
 
     def serve(self) -> None:
@@ -542,12 +844,67 @@ class Worker:
             write_frame(self.out, reply, reply_blobs)
 
 
+def _write_db(path: str, data: bytes) -> None:
+    """Make `data` (a serialized database) the database file at `path`, whole or not at all; a
+    journal left by a killed process goes with the file it belonged to."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fresh = path + ".new"
+    with open(fresh, "wb") as handle:
+        handle.write(data)
+    for stale in (path + "-journal", path + "-wal", path + "-shm"):
+        if os.path.lexists(stale):
+            os.unlink(stale)
+    os.replace(fresh, path)
+
+
+def _ending(status: int) -> str:
+    """How a request's process that closed its pipe without a whole reply ended, from its wait status."""
+    if os.WIFSIGNALED(status):
+        return f"was killed by {signal.Signals(os.WTERMSIG(status)).name}"
+    return f"exited with status {os.WEXITSTATUS(status)} without an answer"
+
+
+def _stop(process: RunProcess, grace_s: float = 0.0) -> int:
+    """End a request's process: its pipes closed, given up to `grace_s` to exit by itself, then
+    killed; returns its wait status."""
+    for fd in (process.requests, process.replies.fd):
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(process.pid, os.WNOHANG)
+        if done:
+            return status
+        time.sleep(0.002)
+    try:
+        os.kill(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    return os.waitpid(process.pid, 0)[1]
+
+
+def _reply_problem(reply: dict[str, Any]) -> str | None:
+    """What breaks the reply contract in a request process's reply (None: nothing): the worker passes
+    on only replies the parent will accept, so a forged one ends its own request, never the worker."""
+    for key, expected in _REPLY_FIELDS.items():
+        if key in reply and not isinstance(reply[key], expected):
+            return f"{key} is a {type(reply[key]).__name__}"
+    if reply.get("status") not in _STATUSES:
+        return "no valid status"
+    if "verdict" in reply and reply["verdict"] not in {verdict.value for verdict in Verdict}:
+        return f"unknown verdict {truncated(str(reply['verdict']), 40)!r}"
+    return None
+
+
 def _preload(frameworks: bool) -> None:
     for name in sorted(ALLOWED_MODULES - {"__future__"}) + list(EXTRA_PRELOAD):
         importlib.import_module(name)
     datetime.datetime.strptime("2024-01-01", "%Y-%m-%d")  # warms _strptime's caches
-    for encode, decode in ((base64.b32encode, base64.b32decode), (base64.b85encode, base64.b85decode)):
-        decode(encode(b"warm"))  # base64 builds these tables on first use: clean before ModuleState records
+    for encoder, decoder in ((base64.b32encode, base64.b32decode), (base64.b85encode, base64.b85decode)):
+        decoder(encoder(b"warm"))  # base64 builds these tables on first use: clean before ModuleState records
     base64.a85encode(b"warm")
     if frameworks:
         from worldsmith.runtime.sandbox import asgi
@@ -570,6 +927,7 @@ def main() -> None:
     if os.geteuid() == 0:
         os.chown(scratch, config["uid"], config["uid"])
     GUARD = Guard(frameworks=frameworks)
+    strict = config.get("isolation") == "strict"
     layers = kernel.confine(
         uid=config["uid"],
         memory_bytes=config["memory_mb"] * 1024 * 1024,
@@ -577,7 +935,15 @@ def main() -> None:
         cpu_seconds=config["lifetime_cpu_s"],
         read_paths=list(GUARD.read_roots),
         write_paths=[scratch],
+        zygote=strict,
+        open_files=kernel.OPEN_FILES + (2 * int(config.get("episode_processes", 32)) + 32 if strict else 0),
     )
+    layers["isolation"] = (
+        "strict (episodes and requests in processes forked from this worker)"
+        if strict
+        else "fast (episodes of one environment share this worker)"
+    )
+
     GUARD.install()
     sys.setrecursionlimit(config.get("recursion_limit", 1000))
     write_frame(out, {"status": "ok", "op": "hello", "pid": os.getpid(), "layers": layers})
