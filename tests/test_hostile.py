@@ -896,7 +896,8 @@ def test_a_forged_reply_content_retires_the_worker_and_the_episode_goes_on(golde
 
 #: The routes the allowed modules give to what a path is (exists, size, times, owner, entries, link
 #: target, file system), as expressions of `p`: `pathlib` directly, `os` and `os.path` reached through
-#: allowed modules' attributes (`pathlib.os`, `uuid.os`), as code past the static check reaches them.
+#: allowed modules' attributes (`pathlib.os`, `uuid.os`), as code past the static check reaches them
+#: (the module views of stdlib workers hide those attributes: such routes are then unreachable).
 METADATA_ROUTES = {
     "path_exists": "pathlib.Path(p).exists()",
     "path_is_dir": "pathlib.Path(p).is_dir()",
@@ -951,6 +952,8 @@ def _seen(episode, route: str, path: str) -> tuple:
     result = episode.call_tool("metadata", {"route": route, "p": path})
     if result.status == "env_error" and result.limit is not None:
         return ("refused", result.limit)
+    if result.status == "env_error" and "has no attribute 'os'" in (result.error or ""):
+        return ("unreachable", None)  # stdlib workers hand out module views without `pathlib.os` (moduleview.py)
     assert result.ok, result
     return ("answer", result.value)
 
@@ -980,7 +983,7 @@ def test_metadata_of_host_paths_is_blind_to_generated_code(golden, isolation):
             # files the sandbox uid may not be allowed to read: then the real answer is a refusal of access)
             assert _seen(episode, "path_is_dir", str(own_dir)) == ("answer", {"value": "True"})
             stdlib_file = os.path.join(sysconfig.get_path("stdlib"), "json", "__init__.py")
-            assert _seen(episode, "os_path_getsize", stdlib_file) != _seen(episode, "os_path_getsize", absent)
+            assert _seen(episode, "path_stat", stdlib_file) != _seen(episode, "path_stat", absent)
             for route in (name for name in METADATA_ROUTES if name not in REFUSED_ROUTES):
                 assert [path for path in hidden if not os.path.lexists(path)] == [], route  # what is probed is there
                 control = _seen(episode, route, absent)
@@ -989,7 +992,7 @@ def test_metadata_of_host_paths_is_blind_to_generated_code(golden, isolation):
                     assert seen[0] == "refused" or seen == control, (route, path, seen, control)
             for route in REFUSED_ROUTES:
                 seen = [_seen(episode, route, path) for path in [*hidden, absent]]
-                assert all(outcome == "refused" for outcome, _ in seen), (route, seen)
+                assert all(outcome in {"refused", "unreachable"} for outcome, _ in seen), (route, seen)
 
 
 def test_the_guard_resolves_paths_without_running_generated_methods():
@@ -1373,3 +1376,53 @@ def test_an_imported_world_with_endless_sql_is_a_clean_import_error_naming_the_s
     assert imported.bundle is None
     [defect] = [d for d in imported.defects if "budget" in d]
     assert named in defect and "hostile" in defect, defect
+
+
+# -- generated code never runs while the guard is off ---------------------------------------------
+
+#: Objects whose methods spin forever. Run inside a call, the guard's timer ends them as a `timeout`
+#: violation; run by the worker's own code after the call (the guard off, no timer), they would hang
+#: the worker until the parent killed it.
+SPINNING = textwrap.dedent("""
+    class Spin:
+        def __str__(self):
+            while True:
+                pass
+
+        def __iter__(self):
+            while True:
+                pass
+
+
+    def loud_fault(conn):
+        raise ValueError(Spin())
+
+
+    def loud_refusal(conn):
+        raise ToolError(Spin())
+
+
+    def plant(conn):
+        conn.CALL_SAVEPOINTS = Spin()
+        conn.CALL_ROW_FACTORY = Spin()
+        type(conn).CALL_SAVEPOINTS = Spin()
+        type(conn).total_changes = property(lambda self: Spin().__str__())
+        type(conn).in_transaction = property(lambda self: Spin().__str__())
+        return "planted"
+""")
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_an_exception_text_and_connection_attributes_of_generated_code_run_under_the_guard(golden, isolation):
+    bundle = with_tools(golden, SPINNING, ["loud_fault", "loud_refusal", "plant"])
+    with Runtime(limits=isolated(FAST_LIMITS, isolation), workers=1) as rt, rt.open_episode(bundle) as episode:
+        assert episode.call_tool("get_customer", {"customer_id": 1}).ok
+        for tool in ("loud_fault", "loud_refusal"):
+            result = episode.call_tool(tool)
+            # the guard's own timer ended it: the call's limit, not a worker killed for silence
+            assert result.status == "env_error" and result.limit in {"timeout", "cpu"}, result
+            assert result.error.startswith(f"sandbox limit {result.limit}: call exceeded"), result.error
+        assert episode.call_tool("plant").value == "planted"
+        after = episode.call_tool("update_customer_email", {"customer_id": 2, "email": "b@example.com"})
+        assert after.ok and after.changed, after  # the runtime's savepoints and change count, not the planted ones
+        assert _email(episode, 2) == "b@example.com"

@@ -131,3 +131,42 @@ def test_the_same_escape_reaches_a_neighbour_under_fast_isolation(bypassing_work
             assert bystander.call_tool("update_customer_email", {"customer_id": 2, "email": "mine@example.com"}).ok
             seen = culprit.call_tool("escape").value
             assert "mine@example.com" in seen["emails"] and seen["episodes"] == 2
+
+
+def test_modules_reach_no_module_outside_the_allowlist_and_are_read_only(golden):
+    """`pathlib.os.sys.modules` led from an allowed module to the worker's guard (switching it off):
+    generated code gets read-only views of allowed modules, without modules outside the allowlist."""
+    source = textwrap.dedent("""
+        import collections
+        import json
+        import pathlib
+        import random
+
+
+        def routes(conn):
+            seen = {}
+            for name, reach in (("pathlib.os", lambda: pathlib.os), ("random._os", lambda: random._os),
+                                ("json.decoder", lambda: json.decoder.JSONDecoder),
+                                ("collections.abc", lambda: collections.abc.Mapping)):
+                try:
+                    seen[name] = type(reach()).__name__
+                except AttributeError:
+                    seen[name] = "absent"
+            return seen
+
+
+        def rebind(conn):
+            json.dumps = len
+    """)
+    env = with_tools(golden, source, ["routes", "rebind"])
+    with Runtime(limits=isolated(FAST_LIMITS, "fast"), workers=1) as rt, rt.open_episode(env) as episode:
+        seen = episode.call_tool("routes").value
+        assert seen == {
+            "pathlib.os": "absent",
+            "random._os": "absent",
+            "json.decoder": "type",
+            "collections.abc": "ABCMeta",
+        }
+        refused = episode.call_tool("rebind")
+        assert refused.status == "env_error" and refused.limit == "module_state", refused
+        assert "json.dumps" in refused.error and "read-only" in refused.error

@@ -2,8 +2,9 @@
 
 `Episode` is what every world offers an agent, real or simulated (worldsmith/worldmodel/simulated.py).
 The real one: `Runtime` owns the sandbox worker pool; `Runtime.open_episode(bundle, task)` returns a
-`SandboxEpisode` whose database lives in a worker (restored from `world.db` bytes, so a reset is a
-memory copy). The parent keeps each episode's journal of successful writing calls: if its
+`SandboxEpisode` whose database lives with a worker (strict isolation: a file served by the
+episode's own forked process; fast: in the worker's memory; made from `world.db` bytes, so a reset
+is a copy). The parent keeps each episode's journal of successful writing calls: if its
 worker dies or is retired (because some episode's code broke a limit), the episode is
 reopened on a fresh worker and the journal replayed, so other episodes go on untouched.
 """
@@ -318,7 +319,7 @@ class SandboxEpisode:
             self._broken = None
 
     def reset(self) -> None:
-        """Back to the untouched initial database: a memory copy in the worker."""
+        """Back to the untouched initial database: a copy of `world.db` in the worker."""
         self.restore(None)
 
     def diff(self, before: bytes, after: bytes | None = None) -> DbDiff:

@@ -27,6 +27,7 @@ from typing import Any
 from worldsmith.bundle.codepolicy import ALLOWED_MODULES, APP_MODULES, FORBIDDEN_BUILTINS, RUNTIME_MODULE
 from worldsmith.runtime.errors import ToolError
 from worldsmith.runtime.sandbox import blindpaths
+from worldsmith.runtime.sandbox.moduleview import Views
 
 
 class SandboxViolation(BaseException):
@@ -212,6 +213,12 @@ _SQLITE_EXPORTS = (
 _STDLIB_REBOUND = frozenset({("uuid", "_node"), ("uuid", "_last_timestamp")})
 
 
+#: Modules the worker's own code calls after generated code ran (paths and files: episode
+#: directories, snapshot files), fingerprinted with the allowed ones: a rebinding (say
+#: `pathlib.os.path.exists`) is caught before trusted code meets it.
+TRUSTED_MODULES = frozenset({"os", "posixpath", "genericpath", "stat"})
+
+
 class ModuleState:
     """A fingerprint of the attribute tables generated code shares with every later call in its
     worker: the `__dict__` of each loaded module of `modules` (allowed modules and their submodules),
@@ -354,11 +361,21 @@ class Guard:
                 },
             )
         self.allowed_modules = APP_MODULES if frameworks else ALLOWED_MODULES
+        # stdlib workers hand generated code read-only views of modules (`moduleview`); the web stack
+        # of ASGI workers needs the real ones (strict isolation contains those apps)
+        self.views = (
+            None
+            if frameworks
+            else Views(
+                lambda module: module.split(".")[0] in self.allowed_modules,
+                lambda detail: self.refuse("module_state", detail),
+            )
+        )
         self.builtins = self._restricted_builtins()
         # what every call of generated code shares, recorded clean (made after the allowed modules
         # are imported, before any generated code runs) and checked after each call
         shared = {name: stub.__dict__ for name, stub in self._stubs.items()} | {"builtins": self.builtins}
-        self.state = ModuleState(ALLOWED_MODULES, shared)
+        self.state = ModuleState(ALLOWED_MODULES | TRUSTED_MODULES, shared)
         self._wall_s = self._cpu_s = 0.0
         self._deadline = 0.0
 
@@ -461,6 +478,7 @@ class Guard:
         blindpaths.blind(os, self.visible)
         signal.signal(signal.SIGALRM, self._on_alarm)
         signal.signal(signal.SIGPROF, self._on_cpu)
+        self.state.record()  # the path gate replaced functions of `os`: that is the clean state
 
     def _audit(self, event: str, args: tuple[Any, ...]) -> None:
         if not self.active or self._trusted:
@@ -532,7 +550,10 @@ class Guard:
                 raise guard.refuse("import", f"import from {name!r} refused")
             if name != RUNTIME_MODULE and name.split(".")[0] not in guard.allowed_modules:
                 raise guard.refuse("import", f"import of {name!r} refused (not on the allowlist)")
-            return builtins.__import__(name, globals, locals, fromlist, level)
+            module = builtins.__import__(name, globals, locals, fromlist, level)
+            if guard.views is None or name == RUNTIME_MODULE:
+                return module
+            return guard.views.imported(module, name, fromlist)
 
         def safe_getattr(obj: Any, name: str, *default: Any) -> Any:
             if isinstance(name, str) and name.startswith("_"):

@@ -63,6 +63,10 @@ EXTRA_PRELOAD = ("_strptime", "encodings.idna", "encodings.ascii", "encodings.la
 #: Requests that run generated code or read an episode's database. Under strict isolation each runs
 #: in a process of its own, forked from the worker (which stays clean) and gone with its answer.
 RUN_OPS = frozenset({"call", "verify", "snapshot", "diff", "routes", "check_env"})
+#: Those of them an episode's own process serves: they run its tools or read only its data, which its
+#: tools can change anyway. A verification always gets a fresh process: a verdict never meets memory
+#: the episode's tools ran in.
+EPISODE_OPS = frozenset({"call", "snapshot", "diff"})
 _REPLY_FIELDS: dict[str, type | tuple[type, ...]] = {
     "status": str,
     "error": (str, type(None)),
@@ -150,6 +154,17 @@ class AppConnection(EpisodeConnection):
     def rollback(self) -> None:
         with _runtime_sql():
             sqlite3.Connection.execute(self, f"ROLLBACK TO {APP_SAVEPOINT}")
+
+
+#: What the runtime sets around each call, by connection class (its row factory, the savepoints it
+#: opens), kept here: generated code may rebind the classes' attributes.
+_CALL_SETTINGS: dict[type, tuple[Any, tuple[str, ...]]] = {
+    EpisodeConnection: (EpisodeConnection.CALL_ROW_FACTORY, EpisodeConnection.CALL_SAVEPOINTS),
+    AppConnection: (AppConnection.CALL_ROW_FACTORY, AppConnection.CALL_SAVEPOINTS),
+}
+_ROW_FACTORY = sqlite3.Connection.row_factory
+_TOTAL_CHANGES = sqlite3.Connection.total_changes
+_IN_TRANSACTION = sqlite3.Connection.in_transaction
 
 
 @dataclass
@@ -242,12 +257,35 @@ def _capped_evidence(evidence: dict[str, Any]) -> dict[str, Any]:
     return {"truncated": truncated(text, MAX_EVIDENCE_BYTES)}
 
 
-def _code_location(exc: BaseException, files: tuple[str, ...]) -> str:
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename in files]
-    if not frames:
-        return ""
-    last = frames[-1]
-    return f" (at {last.filename}:{last.lineno} in {last.name})"
+_TRACEBACK = BaseException.__traceback__  # read through the descriptor: no attribute hook of the code runs
+
+
+def _text(make: Callable[[BaseException], str], exc: BaseException) -> str:
+    """The text `make` gives for an exception of generated code, as an exact str (no method of a str
+    subclass runs on it later); a mark if making it fails. Called while the guard is on: `make`
+    formats objects of generated code."""
+    try:
+        return str.__add__("", make(exc))
+    except BaseException as problem:  # noqa: BLE001 - a violation meanwhile is recorded by the guard
+        return f"<unprintable: {type(problem).__name__}>"
+
+
+def _refusal_text(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
+
+
+def _fault_text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _code_location(trace: types.TracebackType | None, files: tuple[str, ...]) -> str:
+    """Where in `files` the innermost frame of `trace` ran, read from frames and code objects only
+    (no source lookup: generated code's `__loader__` never runs)."""
+    last = None
+    for frame, line in traceback.walk_tb(trace):
+        if frame.f_code.co_filename in files:
+            last = (frame.f_code.co_filename, line, frame.f_code.co_name)
+    return f" (at {last[0]}:{last[1]} in {last[2]})" if last else ""
 
 
 class Worker:
@@ -285,31 +323,39 @@ class Worker:
         sys.stdout = sys.stderr = capture
         before = len(GUARD.violations)
         self._fresh_state(self.seed)
+        result: Any = None
+        # an exception the code raised: its kind, its text (made while the guard is on: its class is
+        # generated code) and its traceback (read after, by the worker, from frames alone)
+        outcome: tuple[str, str, Any] | None = None
         try:
             with GUARD.untrusted(
                 episode_dir=episode.directory if episode else None,
                 wall_s=self.config["call_timeout_s"],
                 cpu_s=self.config["cpu_s"],
             ):
-                result = fn()
-        except ToolError as exc:
-            if len(GUARD.violations) == before:
-                raise Failure("tool_error", str(exc) or type(exc).__name__) from None
-            result = None
+                try:
+                    result = fn()
+                except (SandboxViolation, MemoryError):
+                    raise
+                except RecursionError as exc:
+                    outcome = "recursion", "maximum recursion depth exceeded", _TRACEBACK.__get__(exc)
+                except ToolError as exc:
+                    outcome = "tool_error", _text(_refusal_text, exc), None
+                except BaseException as exc:  # noqa: BLE001 - any exception of generated code is an env fault
+                    outcome = "env_error", _text(_fault_text, exc), _TRACEBACK.__get__(exc)
         except SandboxViolation:
-            result = None
+            pass
         except MemoryError:
             GUARD.refuse("memory", "call exceeded the worker's memory limit")
-            result = None
-        except RecursionError as exc:
-            GUARD.refuse("recursion", f"maximum recursion depth exceeded{_code_location(exc, files)}")
-            result = None
-        except BaseException as exc:  # noqa: BLE001 - any exception of generated code is an env fault
-            if len(GUARD.violations) == before:
-                raise Failure("env_error", f"{type(exc).__name__}: {exc}{_code_location(exc, files)}") from None
-            result = None
         finally:
             sys.stdout, sys.stderr = stdout, stderr
+        if outcome is not None:
+            kind, text, trace = outcome
+            text += _code_location(trace, files)
+            if kind == "recursion":
+                GUARD.refuse("recursion", text)
+            elif len(GUARD.violations) == before:
+                raise Failure(kind, text)
         # restores what it names; the worker (strict: the episode's process) is retired for it
         tampered = GUARD.state.changed()
         if tampered:
@@ -501,10 +547,13 @@ class Worker:
             raise Failure("tool_error", f"unknown tool {name!r}")
         conn = episode.conn
         assert conn is not None
-        conn.row_factory = conn.CALL_ROW_FACTORY
+        # read through sqlite3.Connection and the runtime's own constants: tools may plant attributes
+        # on their connection or its class, which must not run here with the guard off
+        row_factory, savepoints = _CALL_SETTINGS[self._connection_class(episode.env)]
+        _ROW_FACTORY.__set__(conn, row_factory)
         arguments = header.get("arguments") or {}
-        changes = conn.total_changes
-        for savepoint in conn.CALL_SAVEPOINTS:
+        changes = _TOTAL_CHANGES.__get__(conn)
+        for savepoint in savepoints:
             sqlite3.Connection.execute(conn, f"SAVEPOINT {savepoint}")
         self.current_conn = conn
         try:
@@ -523,7 +572,8 @@ class Worker:
         finally:
             self.current_conn = None
         self._end_call(conn, commit=True)
-        return {"status": "ok", "value": json.loads(text), "stdout": stdout, "changed": conn.total_changes != changes}
+        changed = _TOTAL_CHANGES.__get__(conn) != changes
+        return {"status": "ok", "value": json.loads(text), "stdout": stdout, "changed": changed}
 
     @staticmethod
     def _end_call(conn: sqlite3.Connection, *, commit: bool) -> None:
@@ -532,7 +582,7 @@ class Worker:
                 sqlite3.Connection.execute(conn, f"ROLLBACK TO {SAVEPOINT}")
             sqlite3.Connection.execute(conn, f"RELEASE {SAVEPOINT}")
         except sqlite3.Error:
-            if conn.in_transaction:  # the tool ended our savepoint itself; do not leave a transaction open
+            if _IN_TRANSACTION.__get__(conn):  # the tool ended our savepoint itself; leave no transaction open
                 sqlite3.Connection.execute(conn, "COMMIT" if commit else "ROLLBACK")
 
     def op_snapshot(self, header: dict[str, Any], blobs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
@@ -612,13 +662,13 @@ class Worker:
     # -- strict isolation: processes forked per episode and per request ---------------------------
     def _forked(self, header: dict[str, Any], blobs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
         """Serve a request of RUN_OPS in a process forked from this worker (which runs no generated
-        code itself and stays clean) and return its checked reply. Tool calls go to their episode's
-        own process, forked at its first call and kept (at most `episode_processes`, the least
-        recently used stopped first); every other request gets a process of its own, gone with its
-        answer. A process past the request's deadline, dead, or answering outside the reply contract
+        code itself and stays clean) and return its checked reply. Tool calls, snapshots and diffs go to
+        their episode's own process, forked at its first request and kept (at most `episode_processes`,
+        the least recently used stopped first); every other request (verification above all) gets a
+        process of its own, gone with its answer. A process past the request's deadline, dead, or answering outside the reply contract
         is stopped and the request is an env_error; its episode's next call forks a fresh one."""
         episode_id = header.get("episode")
-        if header.get("op") == "call" and episode_id in self.episodes:
+        if header.get("op") in EPISODE_OPS and episode_id in self.episodes:
             process = self.live.pop(episode_id, None)
             if process is not None and not self._send(process, header, blobs):
                 _stop(process)  # gone since its last call: its next one starts afresh
