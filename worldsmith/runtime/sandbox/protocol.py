@@ -9,6 +9,7 @@ forged or oversized frame is a `ProtocolViolation`, not a memory error.
 from __future__ import annotations
 
 import json
+import math
 import os
 import select
 import struct
@@ -53,6 +54,14 @@ def write_frame(stream: BinaryIO, header: dict[str, Any], blobs: list[bytes] | t
     stream.flush()
 
 
+def ready(fd: int, seconds: float, events: int = select.POLLIN) -> bool:
+    """Whether `fd` is ready for `events` (or hung up) within `seconds`. `poll`, not `select`: any
+    descriptor number works (a parent serving thousands of connections has pipes past 1024)."""
+    poller = select.poll()
+    poller.register(fd, events)
+    return bool(poller.poll(max(math.ceil(seconds * 1000), 0)))
+
+
 class FrameReader:
     """Reads frames from a file descriptor through a buffer (one read call per frame, usually)."""
 
@@ -66,7 +75,7 @@ class FrameReader:
         while len(self._buffer) < size:
             if deadline is not None:
                 wait = deadline - time.monotonic()
-                if wait <= 0 or not select.select([self.fd], [], [], wait)[0]:
+                if wait <= 0 or not ready(self.fd, wait):
                     raise ProtocolTimeout(f"no reply within the deadline ({size - len(self._buffer)} bytes missing)")
             chunk = os.read(self.fd, min(max(size - len(self._buffer), 1 << 16), _CHUNK))
             if not chunk:

@@ -47,6 +47,7 @@ from worldsmith.runtime.sandbox.protocol import (
     ProtocolTimeout,
     ProtocolViolation,
     encode,
+    ready,
     truncated,
     write_frame,
 )
@@ -769,7 +770,7 @@ class Worker:
         try:
             while data:
                 wait = deadline - time.monotonic()
-                if wait <= 0 or not select.select([], [process.requests], [], wait)[1]:
+                if wait <= 0 or not ready(process.requests, wait, select.POLLOUT):
                     return False
                 data = data[os.write(process.requests, data[: 1 << 16]) :]
         except OSError:  # EPIPE: it died since its last call
