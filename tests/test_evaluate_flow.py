@@ -82,6 +82,9 @@ def test_bad_policy_and_unknown_set_are_named(prefect_api, env_set):
     assert bad.exit_code != 0 and "unknown policy 'gpt'" in bad.output
     missing = CliRunner().invoke(app, ["eval", "--set", "nope"])
     assert missing.exit_code == 2 and "no environment set 'nope'" in missing.output
+    assert len(missing.output.strip().splitlines()) == 1, missing.output  # answered before any flow ran
+    empty = CliRunner().invoke(app, ["eval", "--set", env_set, "--split", "validation"])
+    assert empty.exit_code == 2 and "has no members in split 'validation'" in empty.output, empty.output
 
 
 def test_trajectories_export_to_datasets(prefect_api, env_set, tmp_path):

@@ -49,6 +49,8 @@ def eval_command(
 ) -> None:
     """Evaluate a policy on an environment set with the `evaluate` flow; stores an evaluation run."""
     from worldsmith.flows.evaluate import EvaluateParameters, run_evaluate
+    from worldsmith.storage.catalog import open_catalog
+    from worldsmith.storage.sets import members_in_split
 
     simulation: dict[str, Any] | None = (
         None
@@ -74,6 +76,8 @@ def eval_command(
         )
     except ValueError as exc:
         raise failure(str(exc)) from None
+    with refusals():  # before the flow (and Prefect) starts
+        members_in_split(open_catalog(), set_name, split)
     with refusals(), console.status(f"evaluating {policy} on {set_name}", spinner="dots"):
         result = run_evaluate(params)
     if as_json:

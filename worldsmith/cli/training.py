@@ -123,6 +123,16 @@ def _report_training(config: TrainingConfig, result: dict[str, Any] | None) -> N
     say(f"final model: {result['final']} (object {result['checkpoint']})")
 
 
+def _check_set(name: str, split: str) -> None:
+    """A one-line answer, before the flow (and Prefect) starts, when the set does not exist or has no
+    members in `split`."""
+    from worldsmith.storage.catalog import open_catalog
+    from worldsmith.storage.sets import members_in_split
+
+    with refusals():
+        members_in_split(open_catalog(), name, split)
+
+
 @app.command("train")
 @config_command(TRAIN_OPTIONS)
 def train_command(fields: dict[str, Any], as_json: JsonOption = False) -> None:
@@ -133,6 +143,7 @@ def train_command(fields: dict[str, Any], as_json: JsonOption = False) -> None:
         config = TrainingConfig(**fields)
     except ValueError as exc:
         raise failure(str(exc)) from None
+    _check_set(config.set_name, config.split)
     _report_training(config, _flow_result(lambda: train(config, progress=not as_json), as_json))
 
 
@@ -162,6 +173,7 @@ def cotrain_command(fields: dict[str, Any], as_json: JsonOption = False) -> None
         config = CotrainConfig(**fields)
     except ValueError as exc:
         raise failure(str(exc)) from None
+    _check_set(config.policy.set_name, config.policy.split)
     result = _flow_result(lambda: cotrain(config, progress=not as_json), as_json)
     if result is None:
         return

@@ -111,6 +111,17 @@ def get_set(session: Session, name: str) -> EnvironmentSet:
     return found
 
 
+def members_in_split(catalog: Catalog, name: str, split: str) -> int:
+    """How many members set `name` has in `split` ("all": in any); a CatalogError naming the problem
+    if the set does not exist or has none there. What a run checks before it starts anything."""
+    with catalog.session() as session:
+        splits = [member_split for _, member_split in members_of(session, get_set(session, name))]
+    count = len(splits) if split == "all" else splits.count(split)
+    if not count:
+        raise CatalogError(f"set {name!r} has no members in split {split!r}")
+    return count
+
+
 @dataclass(frozen=True)
 class SetSummary:
     """One line of `sets ls`: a set's name, member counts by split, and when it was made."""
