@@ -181,3 +181,19 @@ def test_demo_main_job_runs_end_to_end(tmp_path):
             timeout=120,
         )
     assert "prefect-server" in stopped.stdout and "dashboard" in stopped.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["wm", "train", "--steps", "x"], "Invalid value for '--steps'"),
+        (["eval"], "Missing option '--set'"),
+        (["nosuch"], "No such command 'nosuch'"),
+        (["catalog", "nosuch"], "No such command 'nosuch'"),
+    ],
+)
+def test_usage_errors_are_one_line_naming_the_help_to_read(args, words):
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0] and "--help')" in lines[0], result.output

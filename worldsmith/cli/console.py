@@ -20,6 +20,7 @@ from typing import Any
 import click
 import typer
 from rich.console import Console
+from typer._click.exceptions import UsageError  # typer vendors click and does not re-export this base
 from typer.core import TyperGroup
 
 from worldsmith.bundle.errors import BundleError
@@ -85,12 +86,16 @@ def refusals(*kinds: type[Exception]) -> Iterator[None]:
 
 
 class AnsweringGroup(TyperGroup):
-    """The root command group: answers a `BundleError` with its issues and the exceptions `answer`
-    knows with one line, on stderr with exit 2, whichever command raised them."""
+    """The root command group: answers a `BundleError` with its issues, and a usage error (an unknown
+    command, a bad or missing option) and the exceptions `answer` knows with one line, on stderr with
+    exit 2, whichever command raised them."""
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except UsageError as exc:  # raised while a subcommand parses its arguments
+            where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
+            raise failure(one_line(f"{exc.format_message()} (see '{where} --help')")) from None
         except BundleError as exc:
             raise bundle_failure("invalid bundle", exc) from None
         except Exception as exc:  # `answer` decides; what it does not know propagates
