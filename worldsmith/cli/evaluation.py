@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from worldsmith.cli.console import console, failure, refusals, say
+from worldsmith.cli.console import console, refusals, say
 
 app = typer.Typer()
 
@@ -57,25 +57,23 @@ def eval_command(
         if simulate is None
         else {"world_model": simulate, "samples": wm_samples, "uncertainty_threshold": uncertainty_threshold}
     )
-    try:
-        params = EvaluateParameters(
-            set_name=set_name,
-            policy=policy,
-            samples=samples,
-            split=split,
-            max_turns=max_turns,
-            window=window,
-            temperature=temperature,
-            tool_format=tool_format,
-            meta_tools=meta_tools,
-            judge_model=judge,
-            judge_votes=judge_votes,
-            concurrency=concurrency,
-            seed=seed,
-            simulate=simulation,
-        )
-    except ValueError as exc:
-        raise failure(str(exc)) from None
+    # a bad value is answered in one line by the root handler (cli/console.AnsweringGroup)
+    params = EvaluateParameters(
+        set_name=set_name,
+        policy=policy,
+        samples=samples,
+        split=split,
+        max_turns=max_turns,
+        window=window,
+        temperature=temperature,
+        tool_format=tool_format,
+        meta_tools=meta_tools,
+        judge_model=judge,
+        judge_votes=judge_votes,
+        concurrency=concurrency,
+        seed=seed,
+        simulate=simulation,
+    )
     with refusals():  # before the flow (and Prefect) starts
         members_in_split(open_catalog(), set_name, split)
     with refusals(), console.status(f"evaluating {policy} on {set_name}", spinner="dots"):

@@ -77,12 +77,10 @@ def demo(
     """The main job on the embedded defaults: start the local stack, generate environments (faults on),
     curate them into a set, solve one over MCP, evaluate the reference and random policies, train the
     tiny model with GRPO on the CPU, and print a summary with the dashboard and Prefect UI addresses."""
-    try:
-        options = DemoOptions(
-            envs=envs, fault_rate=fault_rate, train_steps=train_steps, warmup_steps=warmup_steps, seed=seed
-        )
-    except ValueError as exc:
-        raise failure(str(exc)) from None
+    # a bad value is answered in one line by the root handler (cli/console.AnsweringGroup)
+    options = DemoOptions(
+        envs=envs, fault_rate=fault_rate, train_steps=train_steps, warmup_steps=warmup_steps, seed=seed
+    )
     try:
         code = run_demo(options, console)
     except ServiceError as exc:

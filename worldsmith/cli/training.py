@@ -20,7 +20,7 @@ import typer
 from rich.table import Table
 
 from worldsmith.cli.config_options import UNSET, config_command, option_for, options_for
-from worldsmith.cli.console import console, failure, refusals, say
+from worldsmith.cli.console import console, refusals, say
 from worldsmith.training.config import TINY, CotrainConfig, TrainingConfig
 
 app = typer.Typer()
@@ -139,10 +139,8 @@ def train_command(fields: dict[str, Any], as_json: JsonOption = False) -> None:
     """Train a policy with multi-turn GRPO on an environment set (the `train` flow); stores a training run."""
     from worldsmith.flows.train import train
 
-    try:
-        config = TrainingConfig(**fields)
-    except ValueError as exc:
-        raise failure(str(exc)) from None
+    # a bad value is answered in one line by the root handler (cli/console.AnsweringGroup)
+    config = TrainingConfig(**fields)
     _check_set(config.set_name, config.split)
     _report_training(config, _flow_result(lambda: train(config, progress=not as_json), as_json))
 
@@ -169,10 +167,8 @@ def cotrain_command(fields: dict[str, Any], as_json: JsonOption = False) -> None
     policy's and the world model's steps are per round."""
     from worldsmith.flows.cotrain import cotrain
 
-    try:
-        config = CotrainConfig(**fields)
-    except ValueError as exc:
-        raise failure(str(exc)) from None
+    # a bad value is answered in one line by the root handler (cli/console.AnsweringGroup)
+    config = CotrainConfig(**fields)
     _check_set(config.policy.set_name, config.policy.split)
     result = _flow_result(lambda: cotrain(config, progress=not as_json), as_json)
     if result is None:

@@ -397,9 +397,7 @@ class Worker:
     def op_check_env(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
         """Open the environment's tools once on a private copy of its world (strict isolation's load check)."""
         env = self.envs[header["env"]]
-        connection = AppConnection if env.tools_kind.app_transactions else EpisodeConnection
-        conn = deserialize(env.world, factory=connection, transactions=_refuse_transaction_control)
-        GUARD.watch(conn)
+        conn = self._memory_connection(env, env.world)
         env.tools_kind.open(self, env, Episode(id="check", env=env, conn=conn, directory=self.scratch))
         return {}
 
@@ -498,6 +496,13 @@ class Worker:
     def _connection_class(env: LoadedEnv) -> type[EpisodeConnection]:
         return AppConnection if env.tools_kind.app_transactions else EpisodeConnection
 
+    def _memory_connection(self, env: LoadedEnv, data: bytes) -> EpisodeConnection:
+        """A private in-memory episode database holding `data`, hardened and watched."""
+        conn = deserialize(data, factory=self._connection_class(env), transactions=_refuse_transaction_control)
+        conn.row_factory = sqlite3.Row
+        GUARD.watch(conn)
+        return conn
+
     def _file_connection(self, episode: Episode) -> EpisodeConnection:
         """The episode's database file, opened like an in-memory episode database (strict isolation);
         made from the world on first use."""
@@ -528,13 +533,7 @@ class Worker:
                 _write_db(episode.db_path, blobs[0])
             self.episodes[episode.id] = episode
             return {}
-        conn = deserialize(
-            blobs[0] if blobs else env.world,
-            factory=self._connection_class(env),
-            transactions=_refuse_transaction_control,
-        )
-        conn.row_factory = sqlite3.Row
-        GUARD.watch(conn)
+        conn = self._memory_connection(env, blobs[0] if blobs else env.world)
         episode = Episode(id=header["episode"], env=env, conn=conn, directory=directory)
         self._tools(episode)
         self.episodes[episode.id] = episode
