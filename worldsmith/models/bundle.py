@@ -50,6 +50,9 @@ class Manifest(BaseModel):
     verifiers_kind: Literal["awm-code", "awm-sql"] | None = None
     #: Where the environment came from when it was not generated here (e.g. the AWM release).
     origin: dict[str, Any] | None = None
+    #: The world's "now" (ISO, UTC, to the second): what its tools' clock reads answer, so episodes
+    #: replay to the same database. None: an older bundle (its origin may still carry one).
+    clock: str | None = None
 
     @field_validator("format")
     @classmethod

@@ -24,6 +24,7 @@ def assemble(work: EnvWork, generator: Generator) -> Bundle:
     manifest = Manifest(
         env_id=work.env_id,
         scenario=work.scenario,
+        clock=work.now,
         generator=GeneratorInfo(
             backend=generator.backend, model=generator.model, prompt_version=prompt_version(), seed=work.seed
         ),

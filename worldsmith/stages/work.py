@@ -5,8 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from datetime import datetime, timedelta
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from worldsmith.bundle.kinds import NATIVE_TOOLS
 from worldsmith.llm.backend import Prompt
@@ -24,12 +25,28 @@ def env_id_for(scenario: Scenario, seed: int) -> str:
     return f"{base}_{digest}"
 
 
+#: The span a generated world's "now" is drawn from (a weekday morning to afternoon, UTC).
+CLOCK_EPOCH = datetime(2024, 1, 1, 9, 0, 0)
+CLOCK_SPAN_DAYS = 730
+
+
+def world_clock(scenario: Scenario, seed: int) -> str:
+    """The world's "now" (ISO, UTC, to the second): fixed by scenario and seed, so a rerun writes the
+    same world; between 2024-01-01 and 2025-12-31, on a weekday between 09:00 and 17:00."""
+    digest = int(hashlib.sha256(f"clock|{scenario.name}|{seed}".encode()).hexdigest(), 16)
+    day = CLOCK_EPOCH + timedelta(days=digest % CLOCK_SPAN_DAYS)
+    day += timedelta(days=(7 - day.weekday()) % 7 if day.weekday() >= 5 else 0)
+    instant = day + timedelta(seconds=(digest >> 16) % (8 * 3600))
+    return instant.isoformat()
+
+
 class EnvWork(BaseModel):
     """The artifacts of one environment in the making (JSON-serialisable for resumable flows)."""
 
     scenario: Scenario
     seed: int
     env_id: str
+    now: str = Field(default_factory=lambda: CLOCK_EPOCH.isoformat())  # the world's clock (world_clock)
     tasks: TaskList | None = None
     schema_sql: str | None = None
     seed_sql: str | None = None
@@ -40,7 +57,7 @@ class EnvWork(BaseModel):
     @classmethod
     def start(cls, scenario: Scenario, seed: int) -> EnvWork:
         """The environment of `scenario` and `seed` before any stage ran, under its stable id."""
-        return cls(scenario=scenario, seed=seed, env_id=env_id_for(scenario, seed))
+        return cls(scenario=scenario, seed=seed, env_id=env_id_for(scenario, seed), now=world_clock(scenario, seed))
 
     def context(self, feedback: str | None = None) -> dict:
         """The structured facts behind every prompt of this environment."""
