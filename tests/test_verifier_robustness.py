@@ -100,3 +100,56 @@ def test_footprint_compares_cells_rows_and_insert_counts():
         'audit row {"id": 3} deleted',
         "2 row(s) inserted into orders (the task needs 1)",
     ]
+
+
+def test_a_task_without_a_reference_solution_gets_the_verifiers_verdict(runtime, golden):
+    """No footprint to compare with: the guard stays out, and the evidence says so."""
+    task = golden.task("t04_return_headphones")
+    _probe, policy = next((p, pol) for p, pol in probes_for(runtime, golden, task) if p.kind == "side_effect")
+    bare = task.model_copy(update={"solution": []})
+    trajectory = run_episode(runtime, golden, bare, ScriptPolicy("extra", policy.calls, policy.answer))
+    assert trajectory.verdict == "complete" and trajectory.reward == 1.0
+    assert "no reference solution" in trajectory.evidence["side_effect_guard"]
+    assert "side_effects" not in trajectory.evidence
+
+
+def test_imported_tasks_without_solutions_are_judged_by_their_verifiers(runtime, tmp_path):
+    """The AWM release ships no solutions.json: a correct write must not be turned into partial."""
+    import json
+    import shutil
+
+    from conftest import REPO
+
+    from worldsmith.interop.awm import SOLUTIONS_FILE, import_scenario, read_release
+
+    sample = REPO / "tests" / "data" / "awm_format_sample"
+    release = tmp_path / "release"
+    shutil.copytree(sample, release, ignore=shutil.ignore_patterns(SOLUTIONS_FILE))
+    (scenario,) = read_release(release)
+    bundle = import_scenario(scenario, runtime, "code").bundle
+    assert bundle is not None and all(not t.solution for t in bundle.tasks)
+    solved = {s["task_idx"]: s for s in json.loads((sample / SOLUTIONS_FILE).read_text())["solutions"]}
+    checked = 0
+    for index, task in enumerate(bundle.tasks):
+        known = solved.get(index)
+        if known is None or not any(c["operation_id"] in {"cancel_hold", "place_hold"} for c in known["calls"]):
+            continue
+        calls = [(c["operation_id"], c["arguments"]) for c in known["calls"]]
+        trajectory = run_episode(
+            runtime, bundle, task, ScriptPolicy("correct", calls, known["final_answer"] or "Done.")
+        )
+        assert trajectory.verdict == "complete" and trajectory.reward == 1.0, (task.id, trajectory.evidence)
+        assert "no reference solution" in trajectory.evidence["side_effect_guard"]
+        checked += 1
+    assert checked >= 2  # writes among the imported tasks, each judged by its verifier alone
+
+
+def test_the_guard_is_switchable_in_evaluate_and_train_parameters():
+    from worldsmith.flows.evaluate import EvaluateParameters
+    from worldsmith.training.config import TrainingConfig
+
+    assert EvaluateParameters(set_name="s").side_effects is True
+    assert EvaluateParameters(set_name="s", side_effects=False).side_effects is False
+    assert TrainingConfig(model="tiny", set_name="s", side_effects=False).side_effects is False
+    for model in (EvaluateParameters, TrainingConfig):
+        assert model.model_json_schema()["properties"]["side_effects"]["description"]  # the Prefect form explains it

@@ -32,7 +32,7 @@ class EpisodeConfig(BaseModel):
     side_effects: bool = Field(
         True,
         description="Downgrade `complete` to `partial` when the end state reaches outside the "
-        "reference solution's footprint (see footprint.py).",
+        "reference solution's footprint (see footprint.py); tasks without a reference solution are not checked.",
     )
     seed: int = 0
 
@@ -122,10 +122,16 @@ class Judge(Protocol):
 def _verdict(
     runtime: Runtime, bundle: Bundle, task: TaskSpec, episode: Episode, judged: VerifierResult, guard: bool
 ) -> tuple[str, dict[str, Any]]:
-    """The verifier's verdict and evidence, downgraded by the side-effect guard when `guard` is on."""
+    """The verifier's verdict and evidence, downgraded by the side-effect guard when `guard` is on and the
+    task has a reference solution (its footprint); a `complete` verdict the guard did not check says why in
+    its evidence (`side_effect_guard`)."""
     verdict = getattr(judged.status, "value", judged.status)
-    if verdict != "complete" or not guard:
+    if verdict != "complete":
         return verdict, judged.evidence
+    if not guard:
+        return verdict, {**judged.evidence, "side_effect_guard": "off: disabled by the run's side_effects setting"}
+    if not task.solution:  # no footprint to compare with (imported tasks ship none): the verifier's verdict stands
+        return verdict, {**judged.evidence, "side_effect_guard": "off: the task has no reference solution"}
     overreach = reference_run(runtime, bundle, task).footprint.overreach(episode.diff(bundle.world))
     if not overreach:
         return verdict, judged.evidence

@@ -12,6 +12,7 @@ The callback below thereby also sets Prefect's environment before Prefect is fir
 from __future__ import annotations
 
 import os
+from typing import Annotated
 
 import typer
 
@@ -27,8 +28,24 @@ app = typer.Typer(
 )
 
 
+def _print_version(wanted: bool) -> None:
+    """`--version`: the installed distribution's version, then exit."""
+    if wanted:
+        from importlib.metadata import version
+
+        typer.echo(f"worldsmith {version('worldsmith')}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _defaults() -> None:
+def _defaults(
+    _version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version of worldsmith and exit."
+        ),
+    ] = False,
+) -> None:
     """Keep Prefect's local state under WORLDSMITH_HOME and its analytics off unless configured; use the
     local stack's Prefect server when `worldsmith up` started one and no PREFECT_API_URL is set."""
     home = get_settings().home

@@ -36,6 +36,13 @@ def eval_command(
     meta_tools: Annotated[bool, typer.Option(help="openai policy: call tools through list_tools / call_tool.")] = False,
     judge: Annotated[str | None, typer.Option(help="LLM judge model on the configured endpoint.")] = None,
     judge_votes: Annotated[int, typer.Option(help="Judges voting per episode.")] = 1,
+    side_effects: Annotated[
+        bool,
+        typer.Option(
+            help="Side-effect guard: a change outside the reference solution's footprint makes a complete "
+            "episode partial (tasks without a solution are not checked)."
+        ),
+    ] = True,
     concurrency: Annotated[int, typer.Option(help="Tasks evaluated at once.")] = 4,
     seed: Annotated[int, typer.Option(help="Seed of the first sample.")] = 0,
     simulate: Annotated[str | None, typer.Option(help=SIMULATE_HELP)] = None,
@@ -70,6 +77,7 @@ def eval_command(
         meta_tools=meta_tools,
         judge_model=judge,
         judge_votes=judge_votes,
+        side_effects=side_effects,
         concurrency=concurrency,
         seed=seed,
         simulate=simulation,

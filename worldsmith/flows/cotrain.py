@@ -100,6 +100,7 @@ def _real_rollouts(config: CotrainConfig, policy: str, seed: int) -> dict[str, A
             max_turns=spec.max_turns,
             max_new_tokens=spec.max_completion_length,
             window=spec.window if spec.history == "windowed" else None,
+            side_effects=spec.side_effects,
         )
     )
 

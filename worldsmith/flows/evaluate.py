@@ -63,6 +63,11 @@ class EvaluateParameters(BaseModel):
         None, description="LLM judge model on the configured endpoint; unset: the code verifier alone."
     )
     judge_votes: int = Field(1, ge=1, le=15)
+    side_effects: bool = Field(
+        True,
+        description="Side-effect guard: a complete episode whose end state reaches outside the task's "
+        "reference solution's footprint counts as partial (tasks without a solution are not checked).",
+    )
     concurrency: int = Field(4, ge=1, le=256, description="Tasks evaluated at once.")
     seed: int = 0
     simulate: SimulationConfig | None = Field(
@@ -179,7 +184,12 @@ def evaluate_task(params: EvaluateParameters, run_key: str, job: Job) -> list[di
     task_spec = bundle.task(job.task_id)
     out = []
     for sample in range(params.samples):
-        config = EpisodeConfig(max_turns=params.max_turns, window=params.window, seed=params.seed + sample)
+        config = EpisodeConfig(
+            max_turns=params.max_turns,
+            window=params.window,
+            seed=params.seed + sample,
+            side_effects=params.side_effects,
+        )
         trajectory = run_episode(
             resources.runtime, bundle, task_spec, resources.policy(), config, resources.judge, resources.world
         )

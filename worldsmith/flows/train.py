@@ -111,6 +111,7 @@ def evaluate_split(config: TrainingConfig, model: str, split: str) -> dict[str, 
         temperature=0.0,
         max_new_tokens=config.max_completion_length,
         seed=config.seed,
+        side_effects=config.side_effects,
     )
     result = evaluate(params)
     return {"run_id": result["run_id"], **result["overall"]}

@@ -93,6 +93,11 @@ class TrainingConfig(BaseModel):
     )
     lora: LoraConfig = Field(default_factory=LoraConfig, description="Low-rank adapters instead of full fine-tuning.")
     rewards: RewardMap = Field(default_factory=RewardMap, description="Reward of each verdict.")
+    side_effects: bool = Field(
+        True,
+        description="Side-effect guard: a rollout whose end state reaches outside the task's reference "
+        "solution's footprint is rewarded as partial (tasks without a solution are not checked).",
+    )
     output: str | None = Field(None, description="Where checkpoints go (default: the object store, under the run).")
     save_every: int = Field(
         0,

@@ -190,6 +190,7 @@ class WorldGRPOTrainer(GRPOTrainer):
             max_turns=self.config.max_turns,
             window=self.config.window if self.config.history == "windowed" else None,
             rewards=self.config.rewards,
+            side_effects=self.config.side_effects,
         )
         suffix = self._get_tool_suffix_ids if self.config.history == "full" else None
 
