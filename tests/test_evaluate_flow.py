@@ -108,3 +108,41 @@ def test_local_model_policy_through_the_flow(prefect_api, env_set, tiny_model):
     assert overall["episodes"] == 10 and overall["pass@1"] == 0.0 and overall["env_error_rate"] == 0.0
     rows = [json.loads(line) for line in open(report["trajectories"]["jsonl"])]
     assert all(r["policy"] == f"hf:{tiny_model}" and r["turn_records"][0]["completion_ids"] for r in rows)
+
+
+def _one_line(result) -> str:
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1, result.output
+    return lines[0]
+
+
+def test_an_unreachable_policy_is_refused_before_the_run(env_set, monkeypatch):
+    """Infrastructure, not the agent: an endpoint that is down or a model path that holds no model is one
+    line, exit 1, and no evaluation run is started."""
+    from worldsmith.runtime.gateway import free_port
+
+    monkeypatch.setenv("WORLDSMITH_LLM_BASE_URL", f"http://127.0.0.1:{free_port('127.0.0.1')}/v1")
+    get_settings.cache_clear()
+    down = CliRunner().invoke(app, ["eval", "--set", env_set, "--policy", "openai:some-model"])
+    assert down.exit_code == 1 and "cannot be reached" in _one_line(down) and "WORLDSMITH_LLM_BASE_URL" in down.output
+    missing = CliRunner().invoke(app, ["eval", "--set", env_set, "--policy", "hf:/nonexistent/model"])
+    assert missing.exit_code == 1 and "no model at /nonexistent/model" in _one_line(missing)
+    with open_catalog().session() as session:
+        assert session.exec(select(EvaluationRun)).all() == []
+
+
+def test_an_endpoint_failing_mid_run_fails_the_run_not_the_agent(prefect_api, env_set, monkeypatch):
+    """The endpoint answers the preflight's model listing but refuses every completion (401): the run
+    fails with one line naming the key's setting; no episode is scored as agent_error."""
+    from llm_server import ScriptedLLM, error_reply
+
+    llm = ScriptedLLM([error_reply(401) for _ in range(64)])
+    with llm.serve() as server:
+        monkeypatch.setenv("WORLDSMITH_LLM_BASE_URL", f"{server.url}/v1")
+        get_settings.cache_clear()
+        result = CliRunner().invoke(app, ["eval", "--set", env_set, "--policy", "openai:some-model"])
+    assert result.exit_code == 1 and "refused the API key" in result.output.splitlines()[-1]
+    assert "WORLDSMITH_LLM_API_KEY" in result.output
+    with open_catalog().session() as session:
+        (run,) = session.exec(select(EvaluationRun)).all()
+    assert run.status == "failed" and "overall" not in run.metrics

@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 from worldsmith.agent.footprint import reference_run
 from worldsmith.agent.messages import Message, ToolCall
 from worldsmith.agent.policies import Policy, meta_result, tool_message
+from worldsmith.agent.policy_checks import PolicyUnavailable
 from worldsmith.agent.rewards import RewardMap
 from worldsmith.bundle.contract import Bundle
 from worldsmith.models.bundle import TaskSpec
@@ -169,6 +170,8 @@ def run_episode(
             turns = turn
             try:
                 produced = policy.act(visible(messages, config.window), tools)
+            except PolicyUnavailable:  # the infrastructure's failure, never scored as the agent's
+                raise
             except Exception as exc:  # noqa: BLE001 - a model that cannot answer (timeout, refused connection) ends the episode
                 verdict, error = "agent_error", f"the policy failed: {type(exc).__name__}: {exc}"
                 break

@@ -13,6 +13,7 @@ import openai
 
 from worldsmith.agent.messages import Message, PolicyTurn, ToolCall
 from worldsmith.agent.policies import META_TOOLS
+from worldsmith.agent.policy_checks import endpoint_failure
 from worldsmith.bundle.contract import Bundle
 from worldsmith.models.bundle import TaskSpec
 
@@ -149,7 +150,13 @@ class OpenAIPolicy:
         if self.mode == "native":
             request["tools"] = [{"type": "function", "function": t} for t in (META_TOOLS if self.meta else tools)]
         started = time.perf_counter()
-        response = self.client.chat.completions.create(**request)
+        try:
+            response = self.client.chat.completions.create(**request)
+        except openai.APIError as exc:  # the infrastructure's failure ends the run; any other is the agent's
+            failure = endpoint_failure(exc, self.model)
+            if failure is not None:
+                raise failure from exc
+            raise
         seconds = time.perf_counter() - started
         usage = response.usage
         counts = {

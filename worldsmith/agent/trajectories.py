@@ -49,7 +49,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def scores(trajectories: list[Trajectory], k: int = 1) -> dict[str, Any]:
-    """pass@1, pass@k, mean reward and turns, env_error and format_error rates; env_error
+    """pass@1, pass@k, mean reward and turns, env_error, agent_error and format_error rates; env_error
     episodes are excluded from pass rates and rewards (they count against the env)."""
     by_task: dict[tuple[str, str], list[Trajectory]] = defaultdict(list)
     for t in trajectories:
@@ -72,5 +72,6 @@ def scores(trajectories: list[Trajectory], k: int = 1) -> dict[str, Any]:
         "mean_reward": sum(t.reward or 0.0 for t in scored) / len(scored) if scored else 0.0,
         "mean_turns": sum(t.turns for t in trajectories) / total,
         "env_error_rate": sum(t.verdict == "env_error" for t in trajectories) / total,
+        "agent_error_rate": sum(t.verdict == "agent_error" for t in trajectories) / total,
         "format_error_rate": sum(t.verdict == "format_error" for t in trajectories) / total,
     }

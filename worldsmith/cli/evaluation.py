@@ -9,9 +9,14 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from worldsmith.cli.console import console, refusals, say
+from worldsmith.agent.policy_checks import PolicyUnavailable, preflight
+from worldsmith.cli.console import console, failure, refusals, say
+from worldsmith.runtime.answers import one_line
 
 app = typer.Typer()
+
+#: The verdicts every report counts as a rate, besides the pass rates.
+ERROR_COLUMNS = ("env_error", "agent_error", "format_error")
 
 SIMULATE_HELP = (
     "Simulated mode: a world model answers the tool calls instead of the environments' code: "
@@ -84,8 +89,12 @@ def eval_command(
     )
     with refusals():  # before the flow (and Prefect) starts
         members_in_split(open_catalog(), set_name, split)
-    with refusals(), console.status(f"evaluating {policy} on {set_name}", spinner="dots"):
-        result = run_evaluate(params)
+    try:
+        preflight(params.policy)  # an endpoint that is down or a model path that holds no model: before the run
+        with refusals(), console.status(f"evaluating {policy} on {set_name}", spinner="dots"):
+            result = run_evaluate(params)
+    except PolicyUnavailable as exc:  # the infrastructure failed, before or during the run: not the agent
+        raise failure(one_line(str(exc)), code=1) from None
     if as_json:
         print(json.dumps(result, indent=2, default=str))
         return
@@ -94,29 +103,18 @@ def eval_command(
         title=f"evaluation {result['run_id']}: {policy} on {set_name} ({split}, {result['world']} worlds, "
         f"{k} sample(s) per task)"
     )
-    for column in (
-        "env",
-        "tasks",
-        "episodes",
-        "pass@1",
-        f"pass@{k}",
-        "mean reward",
-        "mean turns",
-        "env_error",
-        "format_error",
-    ):
+    passes = ["pass@1"] if k == 1 else ["pass@1", f"pass@{k}"]
+    for column in ("env", "tasks", "episodes", *passes, "mean reward", "mean turns", *ERROR_COLUMNS):
         table.add_column(column)
     for env, s in [*result["per_env"].items(), ("all", result["overall"])]:
         table.add_row(
             env,
             str(s["tasks"]),
             str(s["episodes"]),
-            f"{s['pass@1']:.3f}",
-            f"{s[f'pass@{k}']:.3f}",
+            *(f"{s[column]:.3f}" for column in passes),
             f"{s['mean_reward']:.3f}",
             f"{s['mean_turns']:.2f}",
-            f"{s['env_error_rate']:.3f}",
-            f"{s['format_error_rate']:.3f}",
+            *(f"{s[f'{column}_rate']:.3f}" for column in ERROR_COLUMNS),
         )
     console.print(table)
     say(f"trajectories: {result['trajectories']['jsonl']}")
