@@ -44,9 +44,10 @@ sys.path.insert(0, str(ROOT))
 from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.loader import build_bundle, load_bundle
 from worldsmith.bundle.sqlscript import deserialize, harden
+from worldsmith.localserver import BackgroundServer
 from worldsmith.runtime.episode import Runtime
-from worldsmith.runtime.gateway import BackgroundServer, Gateway
 from worldsmith.runtime.pool import SandboxLimits
+from worldsmith.serving.gateway import Gateway
 
 GOLDEN = ROOT / "examples" / "bundles" / "retail_store"
 SOURCES = ("schema.sql", "seed.sql", "tools.py", "tasks.jsonl", "verifiers.py")

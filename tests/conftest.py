@@ -182,7 +182,7 @@ def s3_endpoint() -> str:
     """moto's S3 server on loopback, reached over HTTP by a real boto3 client."""
     from moto.server import ThreadedMotoServer
 
-    from worldsmith.runtime.gateway import free_port
+    from worldsmith.localserver import free_port
 
     os.environ.setdefault("AWS_ACCESS_KEY_ID", "testing")
     os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "testing")

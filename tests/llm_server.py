@@ -1,8 +1,9 @@
 """A local OpenAI-compatible chat-completions server for tests, driven by a script of replies.
 
-Each request takes the next scripted reply: a JSON object to answer with, raw text, a truncated
-answer, an HTTP error (with optional Retry-After), a delay, a stall (no answer until the client
-hangs up), or a refusal of JSON-schema mode. Requests are recorded for assertions, and so is the
+Each request takes the next scripted reply: a JSON object to answer with, raw text (with any finish
+reason), a truncated answer, an answer without choices, the model's refusal, an HTTP error (with
+optional Retry-After and the endpoint's message and code), a delay, a stall (no answer until the
+client hangs up), or a refusal of JSON-schema mode. Requests are recorded for assertions, and so is the
 most requests the server had in flight at once.
 """
 
@@ -21,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from worldsmith.runtime.gateway import BackgroundServer
+from worldsmith.localserver import BackgroundServer
 
 #: A stalled reply (and the `slow` fault) answers after this long if the client never hangs up.
 STALL_LIMIT_S = 60.0
@@ -31,12 +32,13 @@ TOGETHER_LIMIT_S = 10.0
 
 @dataclass
 class Reply:
-    kind: str  # json | text | truncated | status | refuse_schema | stall
+    kind: str  # json | text | truncated | empty | refusal | status | refuse_schema | stall
     body: Any = None
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
     together: int = 0  # answer only once this many requests are in flight (see TOGETHER_LIMIT_S)
+    finish: str | None = "stop"  # the finish reason of a text answer (None: null)
 
 
 def json_reply(obj: Any, delay_s: float = 0.0, together: int = 0) -> Reply:
@@ -48,16 +50,32 @@ def stalled_reply(obj: Any) -> Reply:
     return Reply("stall", obj)
 
 
-def text_reply(text: str) -> Reply:
-    return Reply("text", text)
+def text_reply(text: str, finish: str | None = "stop") -> Reply:
+    return Reply("text", text, finish=finish)
 
 
 def truncated_reply(text: str) -> Reply:
     return Reply("truncated", text)
 
 
-def error_reply(status: int, retry_after: float | None = None) -> Reply:
-    return Reply("status", status=status, headers={"retry-after": str(retry_after)} if retry_after is not None else {})
+def empty_reply() -> Reply:
+    """HTTP 200 with an empty `choices` list (and usage), as some gateways answer."""
+    return Reply("empty")
+
+
+def refusal_reply(refusal: str) -> Reply:
+    """The model's refusal: `message.refusal` set, no content."""
+    return Reply("refusal", refusal)
+
+
+def error_reply(
+    status: int, retry_after: float | None = None, message: str | None = None, code: str | None = None
+) -> Reply:
+    """HTTP `status` with an OpenAI-style error body (`message`, `code`) and optional Retry-After."""
+    headers = {"retry-after": str(retry_after)} if retry_after is not None else {}
+    return Reply(
+        "status", {"message": message or f"scripted HTTP {status}", "code": code}, status=status, headers=headers
+    )
 
 
 async def until_hung_up(request: Request) -> None:
@@ -106,31 +124,43 @@ class ScriptedLLM:
             await until_hung_up(request)
         if reply.kind == "status":
             return JSONResponse(
-                {"error": {"message": f"scripted HTTP {reply.status}", "type": "server_error"}},
+                {"error": {"type": "server_error" if reply.status >= 500 else "invalid_request_error", **reply.body}},
                 status_code=reply.status,
                 headers=reply.headers,
             )
+        if reply.kind == "empty":
+            return self.completion(body, "", "stop", choices=False)
+        if reply.kind == "refusal":
+            return self.completion(body, None, "stop", refusal=reply.body)
         if reply.kind == "refuse_schema" and body.get("response_format", {}).get("type") == "json_schema":
             return JSONResponse(
                 {"error": {"message": "response_format json_schema is not supported", "type": "invalid_request_error"}},
                 status_code=400,
             )
         content = json.dumps(reply.body) if reply.kind in ("json", "refuse_schema", "stall") else reply.body
-        return self.completion(body, content, "length" if reply.kind == "truncated" else "stop")
+        return self.completion(body, content, {"truncated": "length", "text": reply.finish}.get(reply.kind, "stop"))
 
-    def completion(self, body: dict[str, Any], content: str, finish: str) -> JSONResponse:
-        """A chat-completion response with `content`; tokens counted as words."""
+    def completion(
+        self,
+        body: dict[str, Any],
+        content: str | None,
+        finish: str | None,
+        *,
+        refusal: str | None = None,
+        choices: bool = True,
+    ) -> JSONResponse:
+        """A chat-completion response with `content` (or `refusal`), or none when not `choices`; tokens
+        counted as words."""
         prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
-        completion_tokens = len(content.split())
+        completion_tokens = len((content or refusal or "").split())
+        message = {"role": "assistant", "content": content, **({"refusal": refusal} if refusal else {})}
         return JSONResponse(
             {
                 "id": f"chatcmpl-{len(self.requests)}",
                 "object": "chat.completion",
                 "created": int(time.time()),
                 "model": body.get("model", "scripted"),
-                "choices": [
-                    {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish}
-                ],
+                "choices": [{"index": 0, "message": message, "finish_reason": finish}] if choices else [],
                 "usage": {
                     "prompt_tokens": prompt_tokens,
                     "completion_tokens": completion_tokens,
@@ -216,6 +246,13 @@ class ProceduralLLM(ScriptedLLM):
             return JSONResponse({"error": {"message": "rate limited"}}, status_code=429, headers={"retry-after": "1"})
         if fault == "http_500":
             return JSONResponse({"error": {"message": "upstream exploded"}}, status_code=500)
+        if fault == "http_401":
+            return JSONResponse({"error": {"message": "Incorrect API key provided", "code": "invalid_api_key"}}, 401)
+        if fault == "context_length":
+            message = "This model's maximum context length is 8192 tokens; you requested 9000 tokens."
+            return JSONResponse({"error": {"message": message, "code": "context_length_exceeded"}}, 400)
+        if fault == "empty_choices":
+            return self.completion(body, "", "stop", choices=False)
         if fault == "slow":
             await until_hung_up(request)
         name, description = scenario_lines(user)

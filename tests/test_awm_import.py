@@ -4,6 +4,7 @@ and planted defects of every kind are reported by name."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -16,8 +17,9 @@ from sqlmodel import select
 
 from worldsmith.interop.awm import AwmFormatError, import_scenario, read_release
 from worldsmith.interop.catalog_import import import_release
+from worldsmith.localserver import BackgroundServer
 from worldsmith.models.catalog import QualityReport
-from worldsmith.runtime.gateway import BackgroundServer, Gateway
+from worldsmith.serving.gateway import Gateway
 from worldsmith.storage.catalog import Catalog
 from worldsmith.storage.objectstore import LocalStore
 
@@ -88,13 +90,22 @@ def test_refusals_are_tool_errors_and_undo_nothing_else(imported, runtime):
         first = episode.call_tool("place_hold", {"book_id": 1, "pickup_branch_id": 2})
         twice = episode.call_tool("place_hold", {"book_id": 1, "pickup_branch_id": 2})
         assert first.ok and first.changed and twice.status == "tool_error" and "HTTP 409" in twice.error
-        assert (
-            first.value["placed_at"] == imported.manifest.origin["clock"]
-        )  # the app's clock is the environment's fixed instant
+        assert first.value["placed_at"] == imported.manifest.clock  # the app's clock is the environment's fixed instant
         holds = episode.call_tool("list_my_holds", {}).value
         assert sum(h["book_id"] == 1 for h in holds) == 1
         bad = episode.call_tool("place_hold", {"book_id": "one", "pickup_branch_id": 2})
         assert bad.status == "tool_error" and "book_id" in bad.error
+
+
+def test_an_older_import_with_its_clock_in_origin_still_answers_it(imported, runtime):
+    instant = "2023-02-03T04:05:06"
+    origin = {**imported.manifest.origin, "clock": instant}
+    older = dataclasses.replace(
+        imported, manifest=imported.manifest.model_copy(update={"clock": None, "origin": origin})
+    )
+    assert older.clock == instant and older.runtime_key != imported.runtime_key
+    with runtime.open_episode(older) as episode:
+        assert episode.call_tool("place_hold", {"book_id": 1, "pickup_branch_id": 2}).value["placed_at"] == instant
 
 
 def test_reference_solutions_complete_and_untouched_states_do_not(imported, runtime):

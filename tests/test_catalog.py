@@ -138,15 +138,24 @@ def test_fetch_of_a_missing_or_corrupted_object_fails_loudly(catalog, golden, tm
 
 
 def test_migrations_upgrade_an_existing_catalog_without_losing_rows(tmp_path, golden):
+    from alembic import command
+
+    from worldsmith.storage.catalog import alembic_config
+
     url = f"sqlite:///{tmp_path / 'old.db'}"
     old = Catalog(url, migrate=False)
     assert old.revision() is None
-    old.upgrade("0001")
+    old.upgrade()
     store = LocalStore(tmp_path / "store")
     publish(golden, store, old)
+    with old.engine.begin() as connection:  # every migration down again: a first-schema catalog with a version
+        config = alembic_config(url)
+        config.attributes["connection"] = connection
+        command.downgrade(config, "0001")
+    assert old.revision() == "0001"
     old.close()
     reopened = Catalog(url)  # upgrades to head on open
-    assert reopened.revision() == Catalog.head() == "0003"
+    assert reopened.revision() == Catalog.head() == "0004"
     from sqlalchemy import inspect
 
     indexes = {i["name"] for i in inspect(reopened.engine).get_indexes("stage_attempts")}
@@ -163,3 +172,68 @@ def test_models_and_migrations_agree(catalog):
 
     with catalog.engine.connect() as connection:
         assert compare_metadata(MigrationContext.configure(connection), SQLModel.metadata) == []
+
+
+def renamed(golden, env_id: str):
+    """The golden env's very artifacts under another env_id (what two scenarios mapped to one world give)."""
+    return build_bundle({n: golden.files[n] for n in SOURCES}, golden.manifest.model_copy(update={"env_id": env_id}))
+
+
+def test_identical_content_under_another_env_is_published_once_with_dedupe(catalog, golden, tmp_path):
+    from worldsmith.models.quality import QualityCheck
+
+    store = LocalStore(tmp_path / "store")
+    first = publish(golden, store, catalog, dedupe=True)
+    assert first.created and not first.duplicate
+    again = publish(load_bundle(GOLDEN), store, catalog, dedupe=True)  # the same env again (a resumed run)
+    assert (again.created, again.duplicate, again.version.id) == (False, False, first.version.id)
+
+    results, errors = [], []
+
+    def worker(i: int) -> None:
+        try:
+            results.append(publish(renamed(golden, f"twin_{i}"), store, catalog, dedupe=True))
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and all(r.duplicate and not r.created and r.version.id == first.version.id for r in results)
+    failing = [QualityCheck("probes", False, {"reason": "x"})]
+    broken = publish(renamed(golden, "broken_twin"), store, catalog, failing, dedupe=True)
+    assert broken.created and broken.version.status == "failed"  # only good content is deduplicated
+    plain = publish(renamed(golden, "plain_twin"), store, catalog)  # without dedupe: published as before
+    assert plain.created and plain.version.status == "good"
+    with catalog.session() as session:
+        assert sorted(v.env_id for v in session.exec(select(EnvironmentVersion)).all()) == [
+            "broken_twin",
+            "plain_twin",
+            "retail_store",
+        ]
+
+
+def test_a_failed_world_with_partial_artifacts_is_listed_never_loaded(catalog, golden, tmp_path):
+    from worldsmith.storage.publish import fetch_files, publish_failed, version_record
+
+    store = LocalStore(tmp_path / "store")
+    files = {"schema.sql": golden.files["schema.sql"], "work.json": b"{}\n"}
+    manifest = golden.manifest.model_copy(update={"env_id": "half_world", "artifacts": {}, "stats": {"tasks": 3}})
+    first = publish_failed(manifest, files, "tools", "stage tools failed after 2 attempts: boom", store, catalog)
+    again = publish_failed(manifest, files, "tools", "stage tools failed after 2 attempts: boom", store, catalog)
+    assert first.created and not again.created and again.version.id == first.version.id
+    version = first.version
+    assert (version.ref, version.status, version.failed_stage) == ("half_world@1", "failed", "tools")
+    with catalog.session() as session:
+        record = version_record(session, version)
+        with pytest.raises(CatalogError, match="no good version"):
+            resolve(session, "half_world")
+    assert set(record["artifacts"]) == {"schema.sql", "work.json", "manifest.json"}
+    assert record["failed_stage"] == "tools" and "boom" in record["failure_reason"]
+    with pytest.raises(CatalogError, match="stopped at stage tools before it was a bundle"):
+        fetch("half_world@1", tmp_path / "bundle", store, catalog)
+    assert not (tmp_path / "bundle").exists()
+    fetch_files("half_world@1", tmp_path / "partial", store, catalog)
+    assert (tmp_path / "partial" / "schema.sql").read_bytes() == golden.files["schema.sql"]

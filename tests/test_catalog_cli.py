@@ -70,6 +70,34 @@ def test_a_version_that_fails_its_checks_is_published_as_failed(installation):
     )
 
 
+def test_ls_by_status_and_the_partial_artifacts_of_a_failed_world(installation):
+    from worldsmith.bundle.loader import load_bundle
+    from worldsmith.storage.catalog import open_catalog
+    from worldsmith.storage.objectstore import configured_store
+    from worldsmith.storage.publish import publish_failed
+
+    run("catalog", "publish", str(GOLDEN), "--no-probes")
+    golden = load_bundle(GOLDEN)
+    manifest = golden.manifest.model_copy(update={"env_id": "half_world"})
+    reason = "stage tools raised IndexError: list index out of range"
+    files = {"schema.sql": golden.files["schema.sql"], "work.json": b"{}\n"}
+    publish_failed(manifest, files, "tools", reason, configured_store(), open_catalog())
+
+    failed = json.loads(run("catalog", "ls", "--status", "failed", "--json"))
+    assert [(r["ref"], r["status"], r["failed_stage"], r["failure_reason"]) for r in failed] == [
+        ("half_world@1", "failed", "tools", reason)
+    ]
+    good = json.loads(run("catalog", "ls", "--status", "good", "--json"))
+    assert [(r["ref"], r["failure_reason"]) for r in good] == [("retail_store@1", None)]
+    assert "half_world@1" in run("catalog", "ls", "--status", "failed") and "IndexError" in run("catalog", "ls")
+    assert "--status" in run("catalog", "ls", "--status", "broken", code=2)
+
+    out = run("catalog", "fetch", "half_world@1", str(installation / "half"))
+    assert "partial artifacts of half_world@1" in out and "stage tools" in out
+    assert (installation / "half" / "schema.sql").read_bytes() == golden.files["schema.sql"]
+    assert "no good version" in run("catalog", "fetch", "half_world", str(installation / "none"), code=2)
+
+
 def test_messages_are_not_wrapped_at_the_console_width(installation, monkeypatch):
     """A message naming a long path stays on one line, whatever the terminal's width."""
     for console in (cli_console.console, cli_console.errors):

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from worldsmith.bundle.loader import rebuild_bundle_dir
 from worldsmith.cli import app
 from worldsmith.cli import console as cli_console
-from worldsmith.runtime.gateway import free_port
+from worldsmith.localserver import free_port
 
 runner = CliRunner()
 
@@ -190,6 +190,7 @@ def test_demo_main_job_runs_end_to_end(tmp_path):
         (["eval"], "Missing option '--set'"),
         (["nosuch"], "No such command 'nosuch'"),
         (["catalog", "nosuch"], "No such command 'nosuch'"),
+        (["--bogus"], "No such option: --bogus"),
     ],
 )
 def test_usage_errors_are_one_line_naming_the_help_to_read(args, words):
@@ -197,3 +198,11 @@ def test_usage_errors_are_one_line_naming_the_help_to_read(args, words):
     assert result.exit_code == 2
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and words in lines[0] and "--help')" in lines[0], result.output
+
+
+def test_version_prints_the_installed_distribution():
+    from importlib.metadata import version
+
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.output.strip() == f"worldsmith {version('worldsmith')}"

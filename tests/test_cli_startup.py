@@ -52,7 +52,7 @@ def _top_level_modules(code: str, home: Path) -> set[str]:
         "import worldsmith.cli",
         # the options of train, cotrain and wm train are derived from their configs when the CLI loads
         "from worldsmith.cli import app\nfor argv in (['--help'], ['train', '--help'], ['cotrain', '--help'], "
-        "['wm', 'train', '--help'], ['catalog', 'ls', '--help']):\n"
+        "['wm', 'train', '--help'], ['catalog', 'ls', '--help'], ['status', '--help'], ['runs', 'ls', '--help'], ['curate', '--help']):\n"
         "    try:\n        app(argv)\n    except SystemExit as exit:\n        assert exit.code == 0, (argv, exit.code)",
     ],
     ids=["import", "help"],

@@ -14,6 +14,7 @@ from starlette.testclient import TestClient
 
 from worldsmith.dashboard.app import dashboard_app
 from worldsmith.dashboard.data import summary
+from worldsmith.localserver import BackgroundServer
 from worldsmith.models.catalog import (
     Environment,
     EnvironmentSet,
@@ -25,7 +26,6 @@ from worldsmith.models.catalog import (
     TrainingRun,
     TrainingStep,
 )
-from worldsmith.runtime.gateway import BackgroundServer
 from worldsmith.storage.catalog import Catalog
 
 NIGHT_1, NIGHT_2 = datetime(2026, 11, 1, 2, 5, tzinfo=UTC), datetime(2026, 11, 2, 2, 7, tzinfo=UTC)
@@ -46,6 +46,25 @@ ATTEMPTS = [
 
 CRASH = "crashed: Flow run infrastructure exited with non-zero status code -9."
 
+#: An older catalog's record of world b failing: the pseudo-stage "environment" (not a stage, no tokens).
+LEGACY_FAILURE = (NIGHT_1, "b", "environment", 1, "failure")
+
+
+def usage(attempt: int) -> dict[str, float]:
+    """The tokens and cost the known catalog records for an attempt (more for later attempts)."""
+    return {"tokens_in": 100 * attempt, "tokens_out": 40, "cost_usd": 0.01 * attempt}
+
+
+def usage_of(rows) -> dict[str, float]:
+    """Attempts, tokens and cost of `rows` (entries of ATTEMPTS), as the dashboard sums them."""
+    used = [usage(row[3]) for row in rows]
+    return {
+        "attempts": len(used),
+        "tokens_in": sum(u["tokens_in"] for u in used),
+        "tokens_out": sum(u["tokens_out"] for u in used),
+        "cost_usd": round(sum(u["cost_usd"] for u in used), 6),
+    }
+
 
 @pytest.fixture()
 def known(tmp_path) -> Catalog:
@@ -53,7 +72,7 @@ def known(tmp_path) -> Catalog:
     evaluations, a three-step training run, a co-training run and a training run that crashed."""
     catalog = Catalog(f"sqlite:///{tmp_path / 'catalog.db'}")
     with catalog.session() as s:
-        for night, env, stage, attempt, outcome in ATTEMPTS:
+        for night, env, stage, attempt, outcome in [*ATTEMPTS, LEGACY_FAILURE]:
             s.add(
                 StageAttempt(
                     run_id=f"run-{night.day}",
@@ -61,15 +80,22 @@ def known(tmp_path) -> Catalog:
                     stage=stage,
                     attempt=attempt,
                     outcome=outcome,
-                    tokens_in=100 * attempt,
-                    tokens_out=40,
-                    cost_usd=0.01 * attempt,
+                    **(usage(attempt) if stage != "environment" else {}),
                     created_at=night,
                 )
             )
         for env in ("a", "c"):
             s.add(Environment(env_id=env, scenario_name=env))
-        a = EnvironmentVersion(env_id="a", version=1, content_key="ka", manifest_digest="sha256:a", status="good")
+        a = EnvironmentVersion(
+            env_id="a",
+            version=1,
+            content_key="ka",
+            manifest_digest="sha256:a",
+            status="good",
+            generator_backend="procedural",
+            generator_model="procedural-v1",
+            created_at=NIGHT_1,
+        )
         c = EnvironmentVersion(
             env_id="c",
             version=1,
@@ -77,6 +103,9 @@ def known(tmp_path) -> Catalog:
             manifest_digest="sha256:c",
             status="failed",
             failure_reason="probes: t01 passes on the untouched database",
+            generator_backend="openai",
+            generator_model="big-model",
+            created_at=NIGHT_2,
         )
         s.add_all([a, c])
         s.flush()
@@ -164,29 +193,60 @@ def known(tmp_path) -> Catalog:
     catalog.close()
 
 
+EXPECTED_RATES = {
+    "database:schema": {
+        "first_attempt_success": [0.5, 1.0],
+        "repair_rate": [0.5, 0.0],
+        "failure_rate": [0.0, 0.0],
+        "invocations": [2, 1],
+    },
+    "tasks": {
+        "first_attempt_success": [0.5, 0.0],
+        "repair_rate": [0.0, 1.0],
+        "failure_rate": [0.5, 0.0],
+        "invocations": [2, 1],
+    },
+}
+
+
+def _stage_usage(stage: str) -> dict[str, list]:
+    """Per night, the attempts, tokens and cost of `stage` in ATTEMPTS."""
+    per_night = [usage_of([a for a in ATTEMPTS if a[0] == night and a[2] == stage]) for night in (NIGHT_1, NIGHT_2)]
+    return {key: [u[key] for u in per_night] for key in ("attempts", "tokens_in", "tokens_out", "cost_usd")}
+
+
 EXPECTED_GENERATION = {
     "nights": ["2026-11-01", "2026-11-02"],
-    "stages": {
-        "database:schema": {
-            "first_attempt_success": [0.5, 1.0],
-            "repair_rate": [0.5, 0.0],
-            "failure_rate": [0.0, 0.0],
-            "invocations": [2, 1],
-        },
-        "tasks": {
-            "first_attempt_success": [0.5, 0.0],
-            "repair_rate": [0.0, 1.0],
-            "failure_rate": [0.5, 0.0],
-            "invocations": [2, 1],
-        },
-    },
+    "stages": {stage: {**rates, **_stage_usage(stage)} for stage, rates in EXPECTED_RATES.items()},
 }
 
 
 def test_summary_holds_the_catalogs_numbers(known):
     with known.session() as session:
         data = summary(session)
-    assert data["generation"] == EXPECTED_GENERATION
+    assert data["generation"] == EXPECTED_GENERATION  # the pseudo-stage "environment" is left out
+    night_1 = [a for a in ATTEMPTS if a[0] == NIGHT_1]
+    assert data["nights"] == [
+        {
+            "night": "2026-11-01",
+            "backend": "procedural:procedural-v1",
+            "runs": 1,
+            "worlds": 2,
+            **usage_of(night_1),
+            "good": 1,
+            "failed": 1,  # world b, recorded the old way
+        },
+        {
+            "night": "2026-11-02",
+            "backend": "openai:big-model",
+            "runs": 1,
+            "worlds": 1,
+            **usage_of([a for a in ATTEMPTS if a[0] == NIGHT_2]),
+            "good": 0,
+            "failed": 1,  # world c, published as failed
+        },
+    ]
+    assert sum(n["tokens_in"] for n in data["nights"]) == sum(e["tokens_in"] for e in data["environments"])
     assert data["environments"] == [
         {"env_id": "a", "attempts": 3, "tokens_in": 400, "tokens_out": 120, "cost_usd": 0.04, "status": "good"},
         {"env_id": "b", "attempts": 3, "tokens_in": 400, "tokens_out": 120, "cost_usd": 0.04, "status": "unpublished"},
@@ -234,6 +294,8 @@ def test_empty_catalog_renders_and_api_matches_summary(known, tmp_path):
         "generation-first_attempt_success",
         "generation-repair_rate",
         "generation-failure_rate",
+        "generation-cost",
+        "generation-tokens",
         "env-cost",
         "env-tokens",
         "quality",
@@ -254,7 +316,7 @@ def test_browser_renders_the_charts_with_the_catalogs_numbers(known, browser):
             expected_conditions.presence_of_element_located((By.CSS_SELECTOR, "#chart-training .main-svg"))
         )
         charts = browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")
-        assert len(charts) == 9 and all(c.find_elements(By.CSS_SELECTOR, ".main-svg") for c in charts)
+        assert len(charts) == 11 and all(c.find_elements(By.CSS_SELECTOR, ".main-svg") for c in charts)
 
         def traces(chart: str) -> dict:
             return browser.execute_script(
@@ -265,6 +327,9 @@ def test_browser_renders_the_charts_with_the_catalogs_numbers(known, browser):
             assert traces(f"generation-{rate}") == {
                 stage: series[rate] for stage, series in EXPECTED_GENERATION["stages"].items()
             }
+        assert traces("generation-cost") == {
+            stage: series["cost_usd"] for stage, series in EXPECTED_GENERATION["stages"].items()
+        }
         assert traces("evaluations") == {"pass@1": [1.0, 0.25], "env_error rate": [0.0, 0.1]}
         assert traces("training") == {"run 1 (tiny)": [0.1, 0.3, 0.5], "run 3 (tiny)": [0.2]}
         assert traces("quality") == {"passed": [2, 1], "failed": [0, 1]}
@@ -281,6 +346,9 @@ def test_browser_renders_the_charts_with_the_catalogs_numbers(known, browser):
 
         assert cell("generation", "[data-night='2026-11-01'][data-stage='tasks']", "failure_rate") == "0.500"
         assert cell("generation", "[data-night='2026-11-02'][data-stage='tasks']", "repair_rate") == "1.000"
+        assert cell("nights", "[data-night='2026-11-02']", "backend") == "openai:big-model"
+        assert cell("nights", "[data-night='2026-11-01']", "failed") == "1"
+        assert cell("generation", "[data-night='2026-11-01'][data-stage='tasks']", "tokens_in") == "400"
         assert cell("environments", "[data-env='b']", "status") == "unpublished"
         assert cell("environments", "[data-env='a']", "tokens_in") == "400"
         assert cell("evaluations", "[data-run='2']", "pass@k") == "0.500"

@@ -119,7 +119,7 @@ def _one_line(result) -> str:
 def test_an_unreachable_policy_is_refused_before_the_run(env_set, monkeypatch):
     """Infrastructure, not the agent: an endpoint that is down or a model path that holds no model is one
     line, exit 1, and no evaluation run is started."""
-    from worldsmith.runtime.gateway import free_port
+    from worldsmith.localserver import free_port
 
     monkeypatch.setenv("WORLDSMITH_LLM_BASE_URL", f"http://127.0.0.1:{free_port('127.0.0.1')}/v1")
     get_settings.cache_clear()

@@ -3,10 +3,12 @@ attempt records, artifacts, resuming after a kill without duplicates."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -14,11 +16,16 @@ from conftest import REPO, killed_after
 from sqlmodel import select
 from typer.testing import CliRunner
 
+from worldsmith.bundle.kinds import NATIVE_TOOLS
+from worldsmith.bundle.loader import build_bundle, load_bundle
 from worldsmith.cli import app
 from worldsmith.flows.generate import run_generate
+from worldsmith.llm.errors import OutputFault
 from worldsmith.models.catalog import EnvironmentVersion, StageAttempt
 from worldsmith.settings import get_settings
-from worldsmith.storage.catalog import Catalog
+from worldsmith.storage.catalog import Catalog, open_catalog
+from worldsmith.storage.objectstore import configured_store
+from worldsmith.storage.publish import publish
 from worldsmith.tasks.generation_run import GenerateParameters
 
 
@@ -26,7 +33,7 @@ def catalog_at(home: Path) -> Catalog:
     return Catalog(f"sqlite:///{home / 'catalog.db'}")
 
 
-def test_generate_flow_publishes_environments_that_pass_env_check(prefect_api, home):
+def test_generate_flow_publishes_environments_that_pass_env_check(prefect_api, home, monkeypatch):
     params = GenerateParameters(count=3, seed=3, fault_rate=0.5, concurrency=2)
     seen: list[dict] = []
     results = run_generate(params, on_progress=seen.append)
@@ -81,6 +88,24 @@ def test_generate_flow_publishes_environments_that_pass_env_check(prefect_api, h
     with catalog.session() as session:
         assert len(session.exec(select(EnvironmentVersion)).all()) == 3
         assert len(session.exec(select(StageAttempt)).all()) == len(attempts)
+
+    # A catalog that already holds the first world's very artifacts under another env_id: the (cached)
+    # run makes that world again, byte for byte, and does not publish it a second time.
+    fetched = load_bundle(home.parent / "copy")
+    twin = build_bundle(
+        {name: fetched.files[name] for name in NATIVE_TOOLS.source_files},
+        fetched.manifest.model_copy(update={"env_id": "twin_world", "version": None}),
+    )
+    monkeypatch.setenv("WORLDSMITH_CATALOG_URL", f"sqlite:///{home.parent / 'twins.db'}")
+    get_settings.cache_clear()
+    assert publish(twin, configured_store(), open_catalog(), dedupe=True).created
+    third = run_generate(params)
+    outcome = {r["env_id"]: (r["status"], r["ref"]) for r in third}
+    assert outcome.pop(fetched.env_id) == ("duplicate", "twin_world@1")
+    assert [status for status, _ in outcome.values()] == ["good", "good"]
+    with open_catalog().session() as session:
+        published = sorted(v.env_id for v in session.exec(select(EnvironmentVersion)).all())
+    assert published == sorted([*outcome, "twin_world"])
 
 
 def _generate_process(home: Path, count: int, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
@@ -141,14 +166,95 @@ def test_killed_run_resumes_to_the_same_catalog(prefect_api, tmp_path):
     assert partial <= resumed
 
 
-def test_an_environment_whose_stage_runs_out_of_attempts_is_recorded_as_failed(prefect_api, home):
-    # seed 21: the scenario stage's first attempt is clean at this fault rate, the environment's stages are not
-    results = run_generate(GenerateParameters(count=1, seed=21, fault_rate=0.9, max_attempts=1, concurrency=1))
-    assert results[0]["status"] == "failed" and "failed after 1 attempts" in results[0]["reason"]
+class Unusable:
+    """A model whose every answer is unusable: the repair loop of the stage that asks it runs out of attempts."""
+
+    def __init__(self, model):
+        self.backend, self.model = model.backend, model.model
+
+    def generate(self, prompt, spec):
+        raise OutputFault("no JSON object in the answer", text="I cannot help with that.")
+
+
+def for_the_first_world(original, fail):
+    """Stage function `original`, except for the first world that reaches it: `fail(original, work, *args)`;
+    that world's env_id is in the returned function's `chosen`."""
+    chosen: list[str] = []
+    lock = threading.Lock()
+
+    def stage(work, *args):
+        with lock:
+            chosen[:] = chosen or [work.env_id]
+        return fail(original, work, *args) if work.env_id == chosen[0] else original(work, *args)
+
+    stage.chosen = chosen
+    return stage
+
+
+def _crash(original, work, *args):
+    raise IndexError("list index out of range")  # a bug anywhere below the stage (a backend, a check)
+
+
+def test_failed_worlds_are_published_as_failed_and_the_run_below_its_good_share_ends_failed(
+    prefect_api, home, monkeypatch, tables_at_a_fixed_width
+):
+    from worldsmith.dashboard.data import quality
+    from worldsmith.storage.publish import version_record
+    from worldsmith.tasks import generation
+
+    exhausting = for_the_first_world(
+        generation.run_database_stage, lambda original, work, model, *rest: original(work, Unusable(model), *rest)
+    )
+    crashing = for_the_first_world(generation.run_tools_stage, _crash)
+    monkeypatch.setattr(generation, "run_database_stage", exhausting)
+    monkeypatch.setattr(generation, "run_tools_stage", crashing)
+    runner = CliRunner()
+    args = ["--count", "4", "--seed", "4", "--concurrency", "2", "--max-attempts", "2", "--backend", "procedural"]
+    result = runner.invoke(app, ["generate", *args, "--min-good-share", "0.75"])
+    assert result.exit_code == 1, result.output
+    assert result.output.strip().splitlines()[-1] == "2 of 4 worlds good (50%), below min_good_share 75%"
+    assert "Traceback" not in result.output
+    exhausted, crashed = exhausting.chosen[0], crashing.chosen[0]
+    for env, stage in ((exhausted, "database"), (crashed, "tools")):  # the run's table: each failed world, its stage
+        assert [line for line in result.output.splitlines() if env in line and "failed" in line and stage in line]
+
+    listed = runner.invoke(app, ["catalog", "ls", "--status", "failed", "--json"])
+    failed = {row["ref"].split("@")[0]: row for row in json.loads(listed.output)}
+    assert set(failed) == {exhausted, crashed} and all(row["status"] == "failed" for row in failed.values())
+    assert failed[exhausted]["failed_stage"].startswith("database")
+    assert "failed after 2 attempts" in failed[exhausted]["failure_reason"]
+    assert failed[crashed]["failed_stage"] == "tools"
+    assert "IndexError: list index out of range" in failed[crashed]["failure_reason"]
+    good = json.loads(runner.invoke(app, ["catalog", "ls", "--status", "good", "--json"]).output)
+    assert len(good) == 2 and not {row["ref"].split("@")[0] for row in good} & {exhausted, crashed}
+
     with catalog_at(home).session() as session:
-        assert session.exec(select(EnvironmentVersion)).all() == []  # nothing failed is published as good
-        marks = session.exec(select(StageAttempt).where(StageAttempt.stage == "environment")).all()
-    assert len(marks) == 1 and marks[0].env_id == results[0]["env_id"] and marks[0].error_class.endswith("_exhausted")
+        versions = {v.env_id: v for v in session.exec(select(EnvironmentVersion)).all()}
+        artifacts = {env: set(version_record(session, v)["artifacts"]) for env, v in versions.items()}
+        attempts = session.exec(select(StageAttempt)).all()
+        by_status = quality(session)["versions"]
+    assert artifacts[crashed] >= {"schema.sql", "seed.sql", "work.json", "manifest.json"}  # what it got to
+    assert "tools.py" not in artifacts[crashed] and artifacts[exhausted] == {"work.json", "manifest.json"}
+    assert by_status == {"failed": 2, "good": 2}  # what the dashboard counts
+    crash_rows = [a for a in attempts if a.error_class == "IndexError"]
+    assert [(a.env_id, a.stage, a.outcome) for a in crash_rows] == [(crashed, "tools", "failure")]
+    assert "list index out of range" in crash_rows[0].error_text
+    assert not [a for a in attempts if a.stage == "environment"]
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    from prefect.client.schemas.sorting import ArtifactSort
+
+    with get_client(sync_client=True) as client:
+        table = client.read_artifacts(  # this run's: the newest
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["generation-environments"])),
+            sort=ArtifactSort.CREATED_DESC,
+        )[0]
+        run = client.read_flow_run(table.flow_run_id)
+    rows = table.data if isinstance(table.data, list) else json.loads(table.data)
+    listed_failed = {row["env_id"]: row for row in rows if row["status"] == "failed"}
+    assert set(listed_failed) == {exhausted, crashed} and all(row["reason"] for row in listed_failed.values())
+    assert run.state.type.value == "FAILED" and run.state.message == result.output.strip().splitlines()[-1]
 
 
 @pytest.mark.slow
@@ -162,3 +268,27 @@ def test_generate_fans_out_on_a_dask_cluster(prefect_api, home, monkeypatch):
     assert all(not r["built_by"].endswith(f":{os.getpid()}") for r in results)  # built in a Dask worker process
     with catalog_at(home).session() as session:
         assert len(session.exec(select(EnvironmentVersion)).all()) == 2
+
+
+class RunWide(Exception):
+    """A fault of the whole run (wrong endpoint settings): marked `fatal` as the generator's faults are."""
+
+    fatal = True
+
+
+def test_only_a_fatal_fault_stops_the_run_and_the_cli_answers_it_in_one_line(monkeypatch):
+    from worldsmith.flows import generate as generate_flow
+    from worldsmith.flows.generate import fails_world_only
+    from worldsmith.llm.errors import TransientFault
+
+    assert fails_world_only(IndexError("list index out of range")) and fails_world_only(KeyError("tools"))
+    assert fails_world_only(TransientFault("HTTP 503 after 3 retries"))  # outside a task: no retries left
+    assert not fails_world_only(RunWide("the endpoint refused the API key: set WORLDSMITH_LLM_API_KEY"))
+
+    def stopped(params, on_progress=None):
+        raise RunWide("the endpoint refused the API key: set WORLDSMITH_LLM_API_KEY")
+
+    monkeypatch.setattr(generate_flow, "run_generate", stopped)
+    result = CliRunner().invoke(app, ["generate", "--count", "1", "--backend", "procedural"])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.output.strip().splitlines()[-1] == "the endpoint refused the API key: set WORLDSMITH_LLM_API_KEY"

@@ -53,7 +53,7 @@ def test_pipeline_repairs_every_kind_of_fault(runtime):
     result = build_environment(SEEDS[0], 4, generator, runtime, log)
     assert result.good and result.bundle.manifest.generator.backend == "procedural"
     failures = {(a.stage, a.error_class) for a in log.attempts if a.outcome == "failure"}
-    assert ("tasks", "output") in failures  # malformed JSON
+    assert ("tasks", "truncated") in failures  # JSON cut off mid-way
     assert ("database:schema", "sql_error") in failures
     assert ("database:seed", "seed_error") in failures  # a row breaking a foreign key
     assert ("tools:code", "tool_crash") in failures
@@ -93,6 +93,40 @@ def test_scenarios_expand_without_near_duplicates():
 
 def test_the_same_scenario_and_seed_give_the_same_world():
     assert world_for(SEEDS[5], 1).tools_py == world_for(SEEDS[5], 1).tools_py
+
+
+def _tables(world) -> set[str]:
+    return {e.table for e in world.domain.entities}
+
+
+def test_scenarios_of_one_domain_get_different_worlds_that_all_validate(runtime):
+    stores = [
+        Scenario(name=f"{company} Online store", description="An online store.", categories=["retail"])
+        for company in ("Acme", "Globex", "Initech")
+    ]
+    worlds = [world_for(s, 20261101) for s in stores] + [world_for(stores[0], 20261102)]
+    assert {w.domain.key for w in worlds} == {"retail"}
+    assert len({w.schema_sql for w in worlds}) == len(worlds)  # no two byte-identical
+    assert len({frozenset(w.tool_names) for w in worlds}) > 1 and len({len(w.tool_names) for w in worlds}) > 1
+    assert len({frozenset(_tables(w)) for w in worlds}) > 1
+    columns = [{(e.table, f.name) for e in w.domain.entities for f in e.fields} for w in worlds]
+    assert len({frozenset(c) for c in columns}) == len(worlds)
+    mixes = {tuple(sorted(t.solution[-1]["tool"].split("_")[0] for t in w.tasks)) for w in worlds}
+    assert len(mixes) > 1  # the task mix follows the tools a world has
+    for scenario, seed in ((stores[1], 20261101), (stores[0], 20261102)):  # the pipeline's checks pass
+        result = build_environment(scenario, seed, ProceduralGenerator(seed=seed), runtime, AttemptLog("variety"))
+        assert result.good, result.reason
+        assert result.bundle.manifest.stats["tools"] == len(world_for(scenario, seed).tool_names)
+
+
+def test_nights_spread_their_scenarios_over_different_domains():
+    nights = [
+        expand_scenarios(SEEDS, 8, ProceduralGenerator(seed=night), AttemptLog(str(night)))
+        for night in (20261101, 20261102)
+    ]
+    picked = [{domain_for(s).key for s in scenarios} for scenarios in nights]
+    assert all(len(domains) == 8 for domains in picked)  # one scenario per domain while domains last
+    assert picked[0] != picked[1]
 
 
 def test_categories_are_kept_balanced_when_there_are_more_candidates():

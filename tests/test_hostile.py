@@ -174,6 +174,10 @@ TAMPERING = {
     ),
     "guard_builtin": ("def tamper(conn):\n    __builtins__['len'] = lambda value: 0\n", "builtins.len"),
     "sqlite3_row": ("import sqlite3\n\n\ndef tamper(conn):\n    sqlite3.Row = tuple\n", "sqlite3.Row"),
+    "world_clock": (
+        "import datetime\n\n\ndef tamper(conn):\n    datetime.datetime.now = lambda *a: None\n",
+        "datetime.datetime.now",
+    ),
 }
 
 
@@ -1203,7 +1207,8 @@ UNOPENABLE = {
 def test_the_gateway_answers_environments_that_cannot_open_with_mcp_errors(golden, caplog):
     from mcp_types import INTERNAL_ERROR
 
-    from worldsmith.runtime.gateway import BackgroundServer, Gateway
+    from worldsmith.localserver import BackgroundServer
+    from worldsmith.serving.gateway import Gateway
 
     hostile = {name: _as_env(with_tools(golden, source, []), name) for name, source in UNOPENABLE.items()}
 
@@ -1260,7 +1265,8 @@ GATEWAY_ATTACKS = textwrap.dedent("""
 def test_the_gateway_answers_hostile_calls_with_tool_errors_and_the_session_goes_on(golden, caplog):
     import threading
 
-    from worldsmith.runtime.gateway import BackgroundServer, Gateway
+    from worldsmith.localserver import BackgroundServer
+    from worldsmith.serving.gateway import Gateway
 
     names = ["nested", "nested_printable", "loud", "loud_fault", "unencodable", "spin"]
     hostile = with_tools(golden, GATEWAY_ATTACKS, names)
@@ -1305,10 +1311,11 @@ def test_the_gateway_answers_hostile_calls_with_tool_errors_and_the_session_goes
     ids=lambda f: f if isinstance(f, str) else type(f).__name__,
 )
 def test_the_gateway_turns_what_a_call_can_raise_into_a_tool_error(golden, monkeypatch, caplog, failure):
+    from worldsmith.localserver import BackgroundServer
     from worldsmith.models.results import ToolResult
     from worldsmith.runtime.episode import SandboxEpisode
     from worldsmith.runtime.errors import RuntimeFault
-    from worldsmith.runtime.gateway import BackgroundServer, Gateway
+    from worldsmith.serving.gateway import Gateway
 
     def hostile(self, name, arguments=None):
         if failure == "forged_deep_value":  # a reply no worker's own check let through

@@ -1,5 +1,5 @@
 """The package's dependencies point one way: models, bundle <- storage, llm, runtime <- quality,
-agent <- stages, training, worldmodel, interop <- tasks <- flows <- the entry points (cli, demo,
+agent <- stages, training, worldmodel, interop, serving <- tasks <- flows <- the entry points (cli, demo,
 dashboard, ops). Read from the source with `ast` (nothing is imported): no import cycles at module
 level, no package importing one above it or importing the other way round a package that imports it,
 Prefect only in tasks/, flows/ and the entry points, and runtime/ reaching neither Prefect nor storage."""
@@ -17,10 +17,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "worldsmith"
 #: Packages (and top-level modules) of worldsmith by layer, lowest first; a module may import its
 #: own layer and the ones below.
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"", "settings", "data", "models", "bundle"}),
+    frozenset({"", "settings", "failures", "localserver", "data", "models", "bundle"}),
     frozenset({"storage", "llm", "runtime"}),
     frozenset({"quality", "agent"}),
-    frozenset({"stages", "training", "worldmodel", "interop"}),
+    frozenset({"stages", "training", "worldmodel", "interop", "serving"}),
     frozenset({"tasks"}),
     frozenset({"flows"}),
     frozenset({"cli", "demo", "dashboard", "ops"}),
@@ -173,7 +173,7 @@ def test_runtime_reaches_neither_prefect_nor_storage(imports: Imports) -> None:
         seen.add(module)
         own = package_of(module) == "runtime"  # runtime's own imports count wherever they are
         frontier += [t for t, top in imports[module].items() if t in imports and (top or own)]
-    assert {package_of(m) for m in seen} <= {"", "settings", "data", "models", "bundle", "runtime"}
+    assert {package_of(m) for m in seen} <= {"", "settings", "failures", "data", "models", "bundle", "runtime"}
     assert not [m for m in seen if any(t.split(".")[0] == "prefect" for t in imports[m])]
 
 

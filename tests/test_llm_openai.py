@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import pytest
-from llm_server import Reply, ScriptedLLM, error_reply, json_reply, stalled_reply, text_reply, truncated_reply
+from llm_server import (
+    Reply,
+    ScriptedLLM,
+    empty_reply,
+    error_reply,
+    json_reply,
+    refusal_reply,
+    stalled_reply,
+    text_reply,
+    truncated_reply,
+)
 from pydantic import BaseModel, Field
 
 from worldsmith.llm.backend import Prompt
-from worldsmith.llm.errors import OutputFault, TransientFault
-from worldsmith.llm.jsonrepair import parse_json_object
+from worldsmith.llm.errors import EndpointAuthFault, EndpointConfigFault, OutputFault, TransientFault
+from worldsmith.llm.jsonrepair import parse_json_object, unterminated_json
 from worldsmith.llm.openai_backend import OpenAIGenerator
+from worldsmith.stages.attempts import AttemptLog
+from worldsmith.stages.repair import StageFailed, run_with_repair
 
 
 class TaskList(BaseModel):
@@ -147,3 +159,113 @@ def test_embeddings_for_scenario_dedup(llm):
     accepted, dropped = novel([close, far], seeds, embed=lambda texts: gen.embed(texts, "embed-model"))
     assert accepted == [far] and "near-duplicate of 'Shoes'" in dropped[0]
     assert llm.requests[-1]["model"] == "embed-model"
+
+
+def run_stage(llm, log: AttemptLog, max_attempts: int = 1, **kwargs) -> TaskList:
+    """One stage's repair loop on the `openai` backend against `llm`, its attempts recorded in `log`."""
+    return run_with_repair(
+        stage="tasks",
+        env_id="env-1",
+        generator=generator(llm, **kwargs),
+        prompt=lambda feedback: Prompt("tasks", PROMPT.system, PROMPT.user + (f"\n\n{feedback}" if feedback else "")),
+        spec=TaskList,
+        check=lambda spec: spec,
+        log=log,
+        max_attempts=max_attempts,
+    )
+
+
+@pytest.mark.parametrize(
+    ("reply", "error_class", "said"),
+    [
+        (empty_reply(), "empty_choices", "empty `choices`"),
+        (refusal_reply("I can't help with making that store."), "refusal", "I can't help with making that store."),
+        (
+            text_reply('{"tasks": ["a", "b"], "dom', finish="content_filter"),
+            "content_filter",
+            '{"tasks": ["a", "b"], "dom',
+        ),
+        (truncated_reply('{"tasks": ["a", "b"'), "truncated", "max_tokens"),
+        (text_reply('{"tasks": ["a", "b"], "domain": "ret', finish=None), "truncated", "unterminated JSON string"),
+        # cut off after a complete inner object, which alone would give a misleading schema mismatch
+        (text_reply('{"store": {"tasks": ["a"]}, "tasks": ["a", "b"'), "truncated", "unterminated JSON array"),
+        (text_reply("Sorry, no JSON today."), "invalid_json", "no JSON object found"),
+        (json_reply({"tasks": ["only one"], "domain": 3}), "schema_mismatch", "does not match TaskList"),
+    ],
+)
+def test_each_bad_answer_is_a_recorded_attempt_of_its_class(llm, reply, error_class, said):
+    llm.script(reply)
+    log = AttemptLog("faults")
+    with pytest.raises(StageFailed) as info:
+        run_stage(llm, log)
+    assert info.value.error_class == error_class and len(llm.requests) == 1
+    [row] = log.attempts
+    assert (row.stage, row.outcome, row.error_class) == ("tasks", "failure", error_class)
+    assert said in row.error_text
+    assert row.tokens_in > 0 and row.cost_usd > 0  # the endpoint reported usage: it is on record
+
+
+def test_a_bad_answer_is_repaired_with_its_error_fed_back(llm):
+    llm.script(refusal_reply("I won't write tasks."), json_reply(GOOD))
+    log = AttemptLog("repair")
+    assert run_stage(llm, log, max_attempts=3) == TaskList(**GOOD)
+    assert [(a.outcome, a.error_class) for a in log.attempts] == [("failure", "refusal"), ("success", None)]
+    assert "I won't write tasks." in llm.requests[1]["messages"][1]["content"]
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        error_reply(400, message="This model's maximum context length is 8192 tokens. However, you requested 9000."),
+        error_reply(400, message="Input too large for this model.", code="context_length_exceeded"),
+        error_reply(413, message="Request Entity Too Large"),
+    ],
+)
+def test_context_length_fails_the_stage_at_once_without_retries(llm, reply):
+    llm.script(reply, json_reply(GOOD))
+    log = AttemptLog("context")
+    with pytest.raises(StageFailed, match="do not fit the model's context") as info:
+        run_stage(llm, log, max_attempts=5)
+    assert info.value.error_class == "context_length" and info.value.attempts == 1
+    assert len(llm.requests) == 1  # neither retried by the client nor repaired with a longer prompt
+    assert [(a.outcome, a.error_class) for a in log.attempts] == [("failure", "context_length")]
+    assert not isinstance(info.value.__cause__, TransientFault)  # so Prefect does not retry it either
+
+
+def test_another_rejected_request_fails_the_stage_once(llm):
+    llm.script(error_reply(422, message="messages: field required"), json_reply(GOOD))
+    log = AttemptLog("rejected")
+    with pytest.raises(StageFailed, match="messages: field required"):
+        run_stage(llm, log, max_attempts=5)
+    assert len(llm.requests) == 1 and [a.error_class for a in log.attempts] == ["bad_request"]
+
+
+@pytest.mark.parametrize(
+    ("status", "key", "fix"),
+    [(401, "sk-wrong", "set WORLDSMITH_LLM_API_KEY to a valid key"), (403, None, "WORLDSMITH_LLM_API_KEY is not set")],
+)
+def test_auth_failure_is_fatal_after_one_request(llm, status, key, fix):
+    llm.script(error_reply(status, message="Incorrect API key provided"), json_reply(GOOD))
+    log = AttemptLog("auth")
+    with pytest.raises(EndpointAuthFault) as info:
+        run_stage(llm, log, max_attempts=5, api_key=key)
+    assert info.value.fatal and not isinstance(info.value, TransientFault)
+    assert fix in str(info.value) and f"HTTP {status}" in str(info.value)
+    assert len(llm.requests) == 1
+    assert [(a.outcome, a.error_class) for a in log.attempts] == [("failure", "auth")]
+
+
+def test_unknown_model_is_fatal_naming_the_settings(llm):
+    llm.script(error_reply(404, message="The model `nope` does not exist"))
+    with pytest.raises(EndpointConfigFault, match="WORLDSMITH_LLM_MODEL") as info:
+        run_stage(llm, AttemptLog("missing"), max_attempts=5)
+    assert info.value.fatal and info.value.kind == "not_found" and len(llm.requests) == 1
+
+
+def test_unterminated_json():
+    assert unterminated_json('{"a": [1, {"b": "}') == "string"
+    assert unterminated_json('{"a": [1, {"b": "}"') == "object"
+    assert unterminated_json('{"a": [1, {"b": "}"}') == "array"
+    assert unterminated_json('{"a": {"b": 1}') == "object"
+    assert unterminated_json('Sure: {"a": "x\\"y"} and { more') is None  # the first value closed
+    assert unterminated_json("no JSON here") is None

@@ -13,7 +13,7 @@ from starlette.routing import Route
 
 from worldsmith.agent.loop import run_episode
 from worldsmith.agent.openai_policy import OpenAIPolicy, parse_text_calls
-from worldsmith.runtime.gateway import BackgroundServer
+from worldsmith.localserver import BackgroundServer
 
 
 class ToolCallingModel:

@@ -22,9 +22,9 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 from sqlmodel import select
 
+from worldsmith.localserver import free_port
 from worldsmith.models.catalog import Checkpoint, EnvironmentVersion, TrainingRun, TrainingStep
 from worldsmith.ops.stack import DEPLOYMENTS_FILE, Stack
-from worldsmith.runtime.gateway import free_port
 from worldsmith.storage.catalog import Catalog
 
 REPO = Path(__file__).resolve().parent.parent
@@ -107,7 +107,7 @@ def test_up_creates_the_pools_and_deploys_every_deployment(stack):
         not deployments[name]["schedules"] for name in ("curate", "evaluate", "train", "resume-training", "cotrain")
     )
     assert deployments["nightly-generation"]["parameters"] == {
-        "params": {"count": 10, "backend": "procedural", "model": None, "scenario_file": None, "seed": None}
+        "params": {"count": 10, "backend": None, "model": None, "scenario_file": None, "seed": None, "record": None}
     }
     # the training deployment's form is the typed TrainingConfig: nested fields, descriptions, enums
     schema = deployments["train"]["parameter_openapi_schema"]

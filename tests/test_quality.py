@@ -125,3 +125,101 @@ def test_failing_gate_publishes_as_failed_with_the_report(golden, tmp_path):
     (report,) = record["reports"]
     assert report["kind"] == "expectations" and not report["passed"]
     assert report["details"][0]["offending"] == [{"rowid": 2, "tier": "platinum"}]
+
+
+# -- the determinism probe: replays under another real clock and other random seeds -------------------
+
+#: Tools whose results or writes leak the real time past the world's clock, or randomness, and what
+#: the probe says differs first.
+LEAKS = {
+    "monotonic": ("import time\n\n\ndef leaky(conn):\n    return {'uptime_s': int(time.monotonic())}\n", "its result"),
+    "uuid4": (
+        "import uuid\n\n\ndef leaky(conn):\n"
+        "    conn.execute(\"INSERT INTO store_settings (key, value) VALUES ('ref', ?)\", (uuid.uuid4().hex,))\n"
+        "    return {'saved': True}\n",
+        "the database after it",
+    ),
+    "random": ("import random\n\n\ndef leaky(conn):\n    return {'code': random.randint(1, 10**9)}\n", "its result"),
+    # a world without a clock reads the real time, shifted by over a day in the second replay
+    "real_date": (
+        "from datetime import date\n\n\ndef leaky(conn):\n    return {'day': date.today().isoformat()}\n",
+        "its result",
+    ),
+    "real_sql_timestamp": (
+        "def leaky(conn):\n"
+        "    conn.execute(\"INSERT INTO store_settings (key, value) VALUES ('at', CURRENT_TIMESTAMP)\")\n"
+        "    return {'saved': True}\n",
+        "the database after it",
+    ),
+}
+#: Clock reads that answer the world's instant: replays agree.
+FROZEN = (
+    "import time\nfrom datetime import date, datetime\nfrom worldsmith.runtime import now\n\n\n"
+    "def leaky(conn):\n"
+    "    values = [datetime.now(), date.today(), time.time(), now(), time.strftime('%H:%M:%S')]\n"
+    "    conn.execute(\"INSERT INTO store_settings (key, value) VALUES ('at', ?)\", (repr(values),))\n"
+    "    conn.execute(\"INSERT INTO store_settings (key, value) VALUES ('sql_at', CURRENT_TIMESTAMP)\")\n"
+    "    return {'at': str(values[0])}\n"
+)
+
+
+def with_step(bundle: Bundle, source: str, clock: str | None) -> Bundle:
+    """The golden `bundle` with one task only (placing an order: its verifier ignores other tables),
+    whose reference solution ends with a call of tool `leaky` (from `source`), its clock set to `clock`."""
+    from conftest import with_tools
+
+    extended = with_tools(bundle, source, ["leaky"])
+    task = bundle.task("t02_place_and_pay")
+    step = task.solution[0].model_copy(update={"tool": "leaky", "arguments": {}})
+    task = task.model_copy(update={"solution": [*task.solution, step]})
+    manifest = extended.manifest.model_copy(update={"clock": clock})
+    return Bundle(manifest=manifest, files=extended.files, tasks=(task,), tools=extended.tools)
+
+
+@pytest.fixture(scope="module")
+def runtimes():
+    from conftest import ISOLATIONS, PATIENT_LIMITS, isolated
+
+    from worldsmith.runtime.episode import Runtime
+
+    made = {mode: Runtime(limits=isolated(PATIENT_LIMITS, mode), workers=1) for mode in ISOLATIONS}
+    yield made
+    for runtime in made.values():
+        runtime.close()
+
+
+def _determinism(runtime, bundle: Bundle):
+    from worldsmith.quality.probes import DETERMINISM_PROBE, probe_tasks
+
+    results = probe_tasks(runtime, bundle)
+    assert all(r.passed for r in results if r.probe != DETERMINISM_PROBE), results
+    (probe,) = [r for r in results if r.probe == DETERMINISM_PROBE]
+    return probe
+
+
+@pytest.mark.parametrize("isolation", ["strict", "fast"])
+@pytest.mark.parametrize("leak", list(LEAKS))
+def test_a_world_depending_on_the_real_clock_or_randomness_fails_the_probe_naming_the_tool(
+    runtimes, golden, leak, isolation
+):
+    source, what = LEAKS[leak]
+    bundle = with_step(golden, source, None if leak.startswith("real_") else "2024-05-06T10:11:12")
+    probe = _determinism(runtimes[isolation], bundle)
+    step = len(bundle.tasks[0].solution)
+    assert not probe.passed and probe.target == bundle.tasks[0].id
+    assert probe.detail.startswith(f"tool leaky (step {step}): {what} differs between two replays"), probe.detail
+
+
+@pytest.mark.parametrize("isolation", ["strict", "fast"])
+def test_clock_reads_of_a_world_with_a_clock_pass_the_probe(runtimes, golden, isolation):
+    probe = _determinism(runtimes[isolation], with_step(golden, FROZEN, "2024-05-06T10:11:12"))
+    assert probe.passed, probe.detail
+
+
+def test_clean_worlds_pass_every_probe(runtimes, golden):
+    from worldsmith.llm.procedural.backend import procedural_bundle
+    from worldsmith.quality.probes import check_environment
+
+    for bundle in (golden, procedural_bundle("clinic", 2)):
+        failed = [r for r in check_environment(runtimes["strict"], bundle) if not r.passed]
+        assert failed == [], failed

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import FAST_LIMITS, ISOLATIONS, REPO, code_process, isolated, with_tools
 
+from worldsmith.bundle.contract import artifact_digest
 from worldsmith.runtime.episode import Runtime
 from worldsmith.runtime.pool import WORKER_ENV
 
@@ -339,3 +340,109 @@ def test_workers_serve_a_parent_holding_thousands_of_descriptors():
     assert done.returncode == 0, done.stderr[-2000:]
     pipe, call, verdict = done.stdout.split()
     assert int(pipe) >= 1024 and call == "ok" and verdict in {"complete", "partial", "incomplete"}, done.stdout
+
+
+# -- the world's clock ------------------------------------------------------------------------------
+
+WORLD_CLOCK = "2024-05-06T10:11:12"
+#: Tools that read the clock every way generated code does; `stamp` writes what they read.
+CLOCK_TOOLS = textwrap.dedent("""
+    import datetime as dt
+    import time
+    from datetime import date, datetime, timedelta, timezone
+    from worldsmith.runtime import now
+
+
+    def clock_reads(conn):
+        moment = datetime.now()
+        sql = conn.execute(
+            "SELECT datetime('now'), date(), strftime('%s', 'now'), unixepoch(), CURRENT_TIMESTAMP, CURRENT_DATE, "
+            "datetime('now', '+1 day'), date('2020-02-03 10:00')"
+        ).fetchone()
+        return {
+            "now": moment.isoformat(), "real_type": isinstance(moment, dt.datetime) and type(moment) == datetime,
+            "tomorrow": (moment + timedelta(days=1)).isoformat(), "utcnow": datetime.utcnow().isoformat(),
+            "aware": datetime.now(timezone.utc).isoformat(), "today": date.today().isoformat(),
+            "module_today": dt.date.today().isoformat(), "time": time.time(), "time_ns": time.time_ns(),
+            "localtime": list(time.localtime())[:6], "strftime": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "runtime_now": now().isoformat(), "from_time": datetime.fromtimestamp(time.time()).isoformat(),
+            "made": datetime(2024, 1, 1).isoformat(), "sql": list(sql),
+        }
+
+
+    def stamp(conn):
+        for key, value in [("py", datetime.now()), ("date", date.today()), ("time", time.time()), ("now", now())]:
+            conn.execute("INSERT INTO store_settings (key, value) VALUES (?, ?)", ("stamp_" + key, str(value)))
+        conn.execute("INSERT INTO store_settings (key, value) VALUES ('stamp_sql', datetime('now'))")
+        conn.execute("INSERT INTO store_settings (key, value) VALUES ('stamp_kw', CURRENT_TIMESTAMP)")
+""")
+
+
+def clocked(bundle, clock: str | None):
+    return dataclasses.replace(bundle, manifest=bundle.manifest.model_copy(update={"clock": clock}))
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_native_tools_read_the_worlds_clock_and_replay_to_the_same_database(runtimes, golden, isolation):
+    from datetime import UTC, datetime, timedelta
+
+    bundle = clocked(with_tools(golden, CLOCK_TOOLS, ["clock_reads", "stamp"]), WORLD_CLOCK)
+    instant = datetime.fromisoformat(WORLD_CLOCK)
+    epoch = instant.replace(tzinfo=UTC).timestamp()
+    rt = runtimes(isolation)
+    with rt.open_episode(bundle) as first, rt.open_episode(bundle, clock_skew_s=90_061.5) as later:
+        reads = first.call_tool("clock_reads").value
+        assert reads == later.call_tool("clock_reads").value  # another real clock, the same answers
+        assert reads["now"] == reads["utcnow"] == reads["runtime_now"] == reads["from_time"] == instant.isoformat()
+        assert reads["real_type"] and reads["tomorrow"] == (instant + timedelta(days=1)).isoformat()
+        assert reads["aware"] == instant.replace(tzinfo=UTC).isoformat()
+        assert reads["today"] == reads["module_today"] == instant.date().isoformat()
+        assert reads["time"] == epoch and reads["time_ns"] == int(epoch) * 10**9
+        assert reads["localtime"] == list(instant.timetuple())[:6]
+        assert reads["strftime"] == instant.strftime("%Y-%m-%d %H:%M:%S")
+        assert reads["made"] == "2024-01-01T00:00:00"
+        spaced = instant.isoformat(" ")
+        assert reads["sql"] == [
+            spaced,
+            instant.date().isoformat(),
+            str(int(epoch)),
+            int(epoch),
+            spaced,
+            instant.date().isoformat(),
+            (instant + timedelta(days=1)).isoformat(" "),
+            "2020-02-03",  # a date that is not 'now' is the built-in's answer
+        ]
+        assert first.call_tool("stamp").ok and later.call_tool("stamp").ok
+        assert first.diff(later.snapshot()).empty  # two runs at different real times: the same database
+
+
+def test_a_world_without_a_clock_keeps_the_real_time(runtimes, golden):
+    import time
+
+    bundle = clocked(with_tools(golden, CLOCK_TOOLS, ["clock_reads"]), None)
+    with runtimes("fast").open_episode(bundle) as episode:
+        reads = episode.call_tool("clock_reads").value
+    assert abs(reads["time"] - time.time()) < 60
+
+
+def test_verifiers_read_the_worlds_clock(runtimes, golden):
+    source = (
+        "import datetime\n\n\ndef verify_clock(initial, final, answer):\n"
+        "    sql = final.execute(\"SELECT datetime('now')\").fetchone()[0]\n"
+        "    return {'status': 'complete', 'evidence': {'now': datetime.datetime.now().isoformat(), 'sql': sql}}\n"
+    )
+    files = dict(golden.files, **{"verifiers.py": golden.files["verifiers.py"] + b"\n\n" + source.encode()})
+    artifacts = dict(golden.manifest.artifacts, **{"verifiers.py": artifact_digest(files["verifiers.py"])})
+    task = golden.tasks[0].model_copy(update={"verifier": "verify_clock"})
+    manifest = golden.manifest.model_copy(update={"artifacts": artifacts, "clock": WORLD_CLOCK})
+    bundle = dataclasses.replace(golden, manifest=manifest, files=files, tasks=(task,))
+    with runtimes("strict").open_episode(bundle, task) as episode:
+        evidence = episode.verify("").evidence
+    assert evidence == {"now": WORLD_CLOCK, "sql": WORLD_CLOCK.replace("T", " ")}
+
+
+def test_tools_may_import_the_worlds_clock():
+    from worldsmith.bundle.codepolicy import check_source
+
+    assert check_source("from worldsmith.runtime import ToolError, now\n", "tools.py") == []
+    assert check_source("from worldsmith.runtime import Runtime\n", "tools.py")

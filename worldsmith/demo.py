@@ -112,7 +112,9 @@ class Demo:
 
         o = self.options
         self._step(2, f"generate {o.envs} environments (procedural backend, fault rate {o.fault_rate})")
-        params = GenerateParameters(count=o.envs, seed=o.seed, fault_rate=o.fault_rate, concurrency=2)
+        params = GenerateParameters(
+            count=o.envs, backend="procedural", seed=o.seed, fault_rate=o.fault_rate, concurrency=2
+        )
         with Progress(
             TextColumn("{task.description}"),
             BarColumn(),
@@ -167,8 +169,9 @@ class Demo:
 
     def serve_over_mcp(self) -> None:
         from worldsmith.bundle.loader import load_bundle
+        from worldsmith.localserver import BackgroundServer
         from worldsmith.runtime.episode import Runtime
-        from worldsmith.runtime.gateway import BackgroundServer, Gateway
+        from worldsmith.serving.gateway import Gateway
         from worldsmith.storage.bundle_cache import cached_bundle
         from worldsmith.storage.catalog import open_catalog
         from worldsmith.storage.sets import get_set, members_of

@@ -120,7 +120,7 @@ class Judge(Protocol):
     def review(self, task: TaskSpec, trajectory: Trajectory) -> tuple[str, dict[str, Any]]: ...
 
 
-def _verdict(
+def judged_verdict(
     runtime: Runtime, bundle: Bundle, task: TaskSpec, episode: Episode, judged: VerifierResult, guard: bool
 ) -> tuple[str, dict[str, Any]]:
     """The verifier's verdict and evidence, downgraded by the side-effect guard when `guard` is on and the
@@ -220,7 +220,7 @@ def run_episode(
         if verdict is None:
             judged = episode.verify(answer)
             error = judged.error
-            verdict, evidence = _verdict(runtime, bundle, task, episode, judged, config.side_effects)
+            verdict, evidence = judged_verdict(runtime, bundle, task, episode, judged, config.side_effects)
     trajectory = Trajectory(
         env_id=bundle.env_id,
         env_key=bundle.key,

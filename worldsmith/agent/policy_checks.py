@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from worldsmith.failures import UserFixable
 from worldsmith.settings import get_settings
 
 PREFLIGHT_TIMEOUT_S = 10.0
 
 
-class PolicyUnavailable(Exception):
+class PolicyUnavailable(UserFixable):
     """The policy's model cannot answer (endpoint down, key refused, no such model); the message names the fix."""
+
+    exit_code = 1
 
 
 def endpoint_failure(exc: BaseException, model: str) -> PolicyUnavailable | None:

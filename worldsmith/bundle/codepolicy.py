@@ -94,9 +94,9 @@ APP_MODULES: frozenset[str] = ALLOWED_MODULES | frozenset(
     {"fastapi", "pydantic", "sqlalchemy", "starlette", "typing_extensions", "annotated_types", "os", "email_validator"}
 )
 
-#: The runtime's own module, importable only for its ToolError.
+#: The runtime's own module, importable only for its ToolError and `now` (the world's clock).
 RUNTIME_MODULE = "worldsmith.runtime"
-RUNTIME_NAMES: frozenset[str] = frozenset({"ToolError"})
+RUNTIME_NAMES: frozenset[str] = frozenset({"ToolError", "now"})
 
 #: Builtins removed from generated code's namespace.
 FORBIDDEN_BUILTINS: frozenset[str] = frozenset(
@@ -178,8 +178,9 @@ def check_source(source: str, filename: str) -> list[tuple[int, str]]:
             elif module == RUNTIME_MODULE:
                 extra = sorted({a.name for a in node.names} - RUNTIME_NAMES)
                 if extra:
+                    refused = ", ".join(extra)
                     problems.append(
-                        (line, f"only ToolError may be imported from {RUNTIME_MODULE} (not {', '.join(extra)})")
+                        (line, f"only ToolError may be imported from {RUNTIME_MODULE}, or now (not {refused})")
                     )
             elif not module_allowed(module):
                 problems.append((line, f"import from {module!r} is not allowed (allowed: {allowed})"))

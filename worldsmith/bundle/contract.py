@@ -34,6 +34,14 @@ def verifiers_kind_of(manifest: Manifest | None) -> VerifiersKind:
     return VERIFIERS_KINDS[manifest.verifiers_kind if manifest is not None else None]
 
 
+def clock_of(manifest: Manifest) -> str | None:
+    """A manifest's clock (`Bundle.clock`): `clock`, else the `origin.clock` of older imports."""
+    if manifest.clock:
+        return manifest.clock
+    legacy = (manifest.origin or {}).get("clock")
+    return legacy if isinstance(legacy, str) and legacy else None
+
+
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
@@ -79,12 +87,17 @@ class Bundle:
         identity = {"env_id": self.env_id, "artifacts": self.manifest.artifacts}
         return sha256_hex(json.dumps(identity, sort_keys=True).encode())
 
+    @property
+    def clock(self) -> str | None:
+        """The world's "now" (ISO, UTC) its tools' and verifiers' clock reads answer, or None (the real
+        time): the manifest's `clock`; bundles imported before it existed kept it in `origin.clock`."""
+        return clock_of(self.manifest)
+
     @cached_property
     def runtime_key(self) -> str:
-        """What sandbox workers load this version under: its content key, and where its tools' clock
-        is fixed (an ASGI environment's) also the instant its clock reads answer (part of its behaviour)."""
-        clock = self.tools_kind.clock(self.manifest.origin)
-        return f"{self.key}@{clock}" if clock else self.key
+        """What sandbox workers load this version under: its content key and, where its clock is
+        fixed, the instant its clock reads answer (part of its behaviour, not of its artifacts)."""
+        return f"{self.key}@{self.clock}" if self.clock else self.key
 
     def task(self, task_id: str) -> TaskSpec:
         for task in self.tasks:

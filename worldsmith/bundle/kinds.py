@@ -102,12 +102,8 @@ class ToolsKind(ABC):
     def check_code(self, source: str) -> list[tuple[int, str]]:
         """The static policy check of the tools' code: `(line, problem)` for every violation."""
 
-    def clock(self, origin: Mapping[str, Any] | None) -> str | None:
-        """The fixed instant the code's clock reads answer (ISO, UTC), part of its behaviour; None: real time."""
-        return None
-
     @abstractmethod
-    def code_fields(self, files: Mapping[str, bytes], origin: Mapping[str, Any] | None) -> dict[str, Any]:
+    def code_fields(self, files: Mapping[str, bytes]) -> dict[str, Any]:
         """The fields of a worker's `load_env` request that carry the tools' code."""
 
     # -- worker side
@@ -135,7 +131,7 @@ class NativeTools(ToolsKind):
     def check_code(self, source: str) -> list[tuple[int, str]]:
         return check_source(source, "tools.py")
 
-    def code_fields(self, files: Mapping[str, bytes], origin: Mapping[str, Any] | None) -> dict[str, Any]:
+    def code_fields(self, files: Mapping[str, bytes]) -> dict[str, Any]:
         return {"tools": files["tools.py"].decode("utf-8")}
 
     def compile(self, header: Mapping[str, Any]) -> CodeType:
@@ -168,11 +164,8 @@ class AppTools(ToolsKind):
     def check_code(self, source: str) -> list[tuple[int, str]]:
         return check_app_source(source)
 
-    def clock(self, origin: Mapping[str, Any] | None) -> str | None:
-        return (origin or {}).get("clock")
-
-    def code_fields(self, files: Mapping[str, bytes], origin: Mapping[str, Any] | None) -> dict[str, Any]:
-        return {"app": files["app.py"].decode("utf-8"), "clock": self.clock(origin)}
+    def code_fields(self, files: Mapping[str, bytes]) -> dict[str, Any]:
+        return {"app": files["app.py"].decode("utf-8")}
 
     def compile(self, header: Mapping[str, Any]) -> CodeType:
         return compile_app(header["app"])

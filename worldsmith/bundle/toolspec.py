@@ -32,12 +32,12 @@ class _Unsupported(ValueError):
     pass
 
 
-def _annotation_schema(node: ast.expr) -> dict[str, Any]:
+def annotation_schema(node: ast.expr) -> dict[str, Any]:
     """JSON Schema of a type annotation written as an AST."""
     if isinstance(node, ast.Constant) and node.value is None:
         return {"type": "null"}
     if isinstance(node, ast.Constant) and isinstance(node.value, str):  # string annotation
-        return _annotation_schema(parse_source(node.value, mode="eval").body)
+        return annotation_schema(parse_source(node.value, mode="eval").body)
     if isinstance(node, ast.Name) and node.id in _SCALARS:
         return dict(_SCALARS[node.id])
     if isinstance(node, ast.Attribute) and node.attr in _SCALARS:  # typing.Any
@@ -49,9 +49,9 @@ def _annotation_schema(node: ast.expr) -> dict[str, Any]:
         args = list(node.slice.elts) if isinstance(node.slice, ast.Tuple) else [node.slice]
         if base in {"list", "List", "Sequence", "set", "Set", "tuple", "Tuple"}:
             items = args[0]
-            return {"type": "array", "items": _annotation_schema(items)}
+            return {"type": "array", "items": annotation_schema(items)}
         if base in {"dict", "Dict", "Mapping"} and len(args) == 2:
-            return {"type": "object", "additionalProperties": _annotation_schema(args[1])}
+            return {"type": "object", "additionalProperties": annotation_schema(args[1])}
         if base == "Optional":
             return _union([args[0], ast.Constant(value=None)])
         if base == "Union":
@@ -71,7 +71,7 @@ def _annotation_schema(node: ast.expr) -> dict[str, Any]:
 def _union(members: list[ast.expr]) -> dict[str, Any]:
     schemas: list[dict[str, Any]] = []
     for member in members:
-        schema = _annotation_schema(member)
+        schema = annotation_schema(member)
         schemas.extend(schema.get("anyOf", [schema]))
     types = [s.get("type") for s in schemas]
     if all(isinstance(t, str) for t in types) and all(set(s) == {"type"} for s in schemas):
@@ -160,7 +160,7 @@ def derive_tool_schemas(source: str) -> tuple[list[dict[str, Any]], list[BundleI
                 )
                 continue
             try:
-                schema = _annotation_schema(arg.annotation)
+                schema = annotation_schema(arg.annotation)
             except (_Unsupported, ValueError, SyntaxError) as exc:
                 issues.append(
                     BundleIssue(

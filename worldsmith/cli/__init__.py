@@ -16,7 +16,23 @@ from typing import Annotated
 
 import typer
 
-from worldsmith.cli import catalog, data, env, evaluation, generation, interop, sets, stack, training, wm
+from worldsmith.cli import (
+    catalog,
+    curation,
+    data,
+    env,
+    evaluation,
+    generation,
+    interop,
+    models,
+    runs,
+    sets,
+    stack,
+    status,
+    tasks,
+    training,
+    wm,
+)
 from worldsmith.cli.console import AnsweringGroup
 from worldsmith.ops.stack import Stack
 from worldsmith.settings import get_settings
@@ -60,12 +76,15 @@ def _defaults(
 
 
 # the order of `worldsmith --help`: top-level commands, then the command groups
-for commands in (generation.app, evaluation.app, training.app, stack.app):
+for commands in (generation.app, curation.app, evaluation.app, training.app, stack.app, status.app):
     app.add_typer(commands)
 for name, group in (
     ("env", env.app),
     ("catalog", catalog.app),
     ("sets", sets.app),
+    ("tasks", tasks.app),
+    ("runs", runs.app),
+    ("models", models.app),
     ("data", data.app),
     ("import", interop.import_app),
     ("export", interop.export_app),

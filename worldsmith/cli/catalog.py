@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import json
 import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -18,6 +19,15 @@ from worldsmith.runtime.episode import Runtime
 from worldsmith.storage.objectstore import configured_store
 
 app = typer.Typer(help="Publish, list, compare, fetch and move environment versions.", no_args_is_help=True)
+
+
+class VersionStatus(StrEnum):
+    """What a version is (`EnvironmentVersion.status`): good (passed every check), or failed (a check
+    failed, or its generation stopped at a stage: then it holds that stage, the reason and the partial
+    artifacts)."""
+
+    GOOD = "good"
+    FAILED = "failed"
 
 
 @app.command("publish")
@@ -46,17 +56,22 @@ def catalog_publish(
 
 
 @app.command("ls")
-def catalog_ls(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
-    """List every environment version."""
+def catalog_ls(
+    status: Annotated[VersionStatus | None, typer.Option(help="List only the versions of this status.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """List every environment version (or those of one status), failed ones with the stage and reason."""
     from worldsmith.storage.catalog import open_catalog
     from worldsmith.storage.versions import all_versions
 
     with open_catalog().session() as session:
-        versions = all_versions(session)
+        versions = [v for v in all_versions(session) if status is None or v.status == status]
     rows = [
         {
             "ref": v.ref,
             "status": v.status,
+            "failed_stage": v.failed_stage,
+            "failure_reason": v.failure_reason,
             "tables": v.stats.get("tables"),
             "tools": v.stats.get("tools"),
             "tasks": v.stats.get("tasks"),
@@ -68,13 +83,21 @@ def catalog_ls(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.
     if as_json:
         print(json.dumps(rows, indent=2))
         return
-    table = Table(title=f"{len(rows)} environment versions")
-    for column in ("ref", "status", "tables", "tools", "tasks", "checks", "created"):
+    table = Table(title=f"{len(rows)} environment versions" + (f" ({status})" if status else ""))
+    for column in ("ref", "status", "tables", "tools", "tasks", "checks", "created", "reason"):
         table.add_column(column)
     for r in rows:
         checks = ", ".join(f"{k} {'ok' if ok else 'FAILED'}" for k, ok in r["checks"].items())
+        reason = (f"stage {r['failed_stage']}: " if r["failed_stage"] else "") + (r["failure_reason"] or "")
         table.add_row(
-            r["ref"], r["status"], str(r["tables"]), str(r["tools"]), str(r["tasks"]), checks, r["created_at"]
+            r["ref"],
+            r["status"],
+            str(r["tables"]),
+            str(r["tools"]),
+            str(r["tasks"]),
+            checks,
+            r["created_at"],
+            reason[:120],
         )
     console.print(table)
 
@@ -126,12 +149,22 @@ def catalog_fetch(
     ref: Annotated[str, typer.Argument(help="ENV or ENV@VERSION.")],
     target: Annotated[Path, typer.Argument(help="Directory to write.")],
 ) -> None:
-    """Write a version's bundle into a directory, byte for byte as published."""
+    """Write a version's bundle into a directory, byte for byte as published (a failed world that stopped
+    before it was a bundle: its partial artifacts)."""
+    from worldsmith.bundle.loader import load_bundle
     from worldsmith.storage.catalog import open_catalog
-    from worldsmith.storage.publish import fetch
+    from worldsmith.storage.publish import fetch_files
 
     with refusals():
-        bundle = fetch(ref, target, configured_store(), open_catalog())
+        version = fetch_files(ref, target, configured_store(), open_catalog())
+    if version.failed_stage is not None:
+        say(
+            f"fetched the partial artifacts of {version.ref} into {target}: a failed world that stopped at stage "
+            f"{version.failed_stage} ({version.failure_reason}), no bundle to load",
+            highlight=False,
+        )
+        return
+    bundle = load_bundle(target)
     say(f"fetched {bundle.env_id}@{bundle.manifest.version} into {target}")
 
 

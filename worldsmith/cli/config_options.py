@@ -75,11 +75,11 @@ def _nested_model(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
 
 
 def _command_line_type(annotation: Any) -> Any:
-    """The type typer parses for a field of type `annotation` (a Literal is parsed as its values' type
-    and checked by the config)."""
+    """The type typer parses for a field of type `annotation` (a Literal stays one: a choice option, its
+    values listed in --help and checked while parsing)."""
     inner, optional = _without_none(annotation)
     if typing.get_origin(inner) is Literal:
-        inner = type(typing.get_args(inner)[0])
+        return annotation
     if inner not in (str, int, float, bool) and inner != list[str]:
         raise TypeError(f"a field of type {annotation!r} has no command-line form")
     return inner | None if optional else inner

@@ -7,7 +7,8 @@ An error is its message on stderr and an exit status (2: the request was refused
 
 `AnsweringGroup` is the one place where what a hostile or malformed bundle can make a command raise
 (too deep to handle, too big, data that does not validate, a step that timed out, the runtime
-refusing it) becomes one line on stderr and exit 2 instead of a traceback, whichever command ran.
+refusing it) becomes one line on stderr and exit 2 instead of a traceback, whichever command ran; so
+does a fatal generation fault (the model endpoint refused the API key...), naming the setting, exit 1.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from typer._click.exceptions import UsageError  # typer vendors click and does n
 from typer.core import TyperGroup
 
 from worldsmith.bundle.errors import BundleError
+from worldsmith.failures import UserFixable
+from worldsmith.llm.errors import GenerationFault
 from worldsmith.runtime.answers import answer, one_line
 
 console = Console()
@@ -85,21 +88,37 @@ def refusals(*kinds: type[Exception]) -> Iterator[None]:
         raise failure(str(exc)) from None
 
 
+def _usage_failure(exc: UsageError, default_path: str) -> typer.Exit:
+    """A usage error as one line naming the `--help` to read, exit 2."""
+    where = exc.ctx.command_path if exc.ctx is not None else default_path
+    return failure(one_line(f"{exc.format_message()} (see '{where} --help')"))
+
+
 class AnsweringGroup(TyperGroup):
     """The root command group: answers a `BundleError` with its issues, and a usage error (an unknown
     command, a bad or missing option) and the exceptions `answer` knows with one line, on stderr with
-    exit 2, whichever command raised them."""
+    exit 2, whichever command raised them; a fatal generation fault (run-wide: the endpoint's settings are
+    wrong) with its one line naming the setting to fix, exit 1."""
+
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any):
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except UsageError as exc:  # raised while the root parses its own options (`worldsmith --bogus`)
+            raise _usage_failure(exc, info_name or "worldsmith") from None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except UsageError as exc:  # raised while a subcommand parses its arguments
-            where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
-            raise failure(one_line(f"{exc.format_message()} (see '{where} --help')")) from None
+            raise _usage_failure(exc, ctx.command_path) from None
         except BundleError as exc:
             raise bundle_failure("invalid bundle", exc) from None
+        except GenerationFault as exc:
+            if not exc.fatal:
+                raise
+            raise failure(one_line(str(exc)), code=1) from None
         except Exception as exc:  # `answer` decides; what it does not know propagates
             line = answer(exc)
             if line is None:
                 raise
-            raise failure(one_line(line)) from None
+            raise failure(one_line(line), code=exc.exit_code if isinstance(exc, UserFixable) else 2) from None

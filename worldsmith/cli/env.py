@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.table import Table
 
+from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.errors import BundleError
 from worldsmith.bundle.loader import rebuild_bundle_dir
 from worldsmith.cli.bundles import BundleArg, load_bundle_arg
-from worldsmith.cli.console import bundle_failure, console, exit_on_termination, failure, say
+from worldsmith.cli.console import bundle_failure, console, exit_on_termination, failure, refusals, say
 from worldsmith.quality.probes import check_environment
 from worldsmith.runtime.episode import Runtime
 from worldsmith.settings import get_settings
@@ -92,28 +94,84 @@ def env_check(path: BundleArg) -> None:
     raise typer.Exit(1 if failed else 0)
 
 
+def _served_bundle(source: str) -> Bundle:
+    """The bundle `source` names: a bundle directory, else a catalog ref (ENV or ENV@VERSION), fetched
+    into the local bundle cache."""
+    path = Path(source)
+    if path.exists() or os.sep in source or source.startswith("."):
+        return load_bundle_arg(path)
+    from worldsmith.storage.bundle_cache import cached_bundle
+    from worldsmith.storage.catalog import open_catalog
+    from worldsmith.storage.publish import resolve
+
+    with refusals(), open_catalog().session() as session:
+        version = resolve(session, source)
+        ref, content_key = version.ref, version.content_key
+    with refusals():
+        return load_bundle_arg(cached_bundle(ref, content_key))
+
+
+def _set_bundles(name: str) -> list[Bundle]:
+    """Every member of environment set `name`, fetched into the local bundle cache."""
+    from worldsmith.storage.bundle_cache import cached_bundle
+    from worldsmith.storage.catalog import open_catalog
+    from worldsmith.storage.sets import get_set, members_of
+
+    with refusals(), open_catalog().session() as session:
+        members = [(v.ref, v.content_key) for v, _ in members_of(session, get_set(session, name))]
+    with refusals():
+        return [load_bundle_arg(cached_bundle(ref, key)) for ref, key in members]
+
+
 @app.command("serve")
 def env_serve(
-    paths: Annotated[list[Path], typer.Argument(help="Bundle directories to host.")],
+    sources: Annotated[
+        list[str] | None, typer.Argument(help="Bundle directories or catalog refs (ENV or ENV@VERSION) to host.")
+    ] = None,
+    set_name: Annotated[
+        str | None, typer.Option("--set", help="Also host every member of this environment set.")
+    ] = None,
     host: Annotated[str | None, typer.Option(help="Interface to bind (default WORLDSMITH_GATEWAY_HOST).")] = None,
     port: Annotated[int | None, typer.Option(help="Port (default WORLDSMITH_GATEWAY_PORT).")] = None,
+    verdicts: Annotated[
+        bool,
+        typer.Option(
+            "--verdicts",
+            help="Offer a `submit` tool in task-bound sessions: the final answer is judged (verifier and "
+            "side-effect guard) and the verdict, reward and evidence returned; the episode then ends.",
+        ),
+    ] = False,
+    session_idle: Annotated[
+        float | None,
+        typer.Option(
+            min=0.001,
+            help="Seconds a session may go without requests before its episode is closed "
+            "(default WORLDSMITH_GATEWAY_SESSION_IDLE_S).",
+        ),
+    ] = None,
 ) -> None:
     """Serve bundles over MCP (streamable HTTP) at http://HOST:PORT/envs/<env_id>/mcp?task=<id>."""
-    from worldsmith.runtime.gateway import serve
-
+    if not sources and set_name is None:
+        raise failure("name what to serve: bundle directories, catalog refs (ENV or ENV@VERSION) or --set NAME")
     settings = get_settings()
-    bundles = [load_bundle_arg(p) for p in paths]
+    bundles = [_served_bundle(s) for s in sources or []]
+    if set_name is not None:
+        bundles += _set_bundles(set_name)
+    if not bundles:
+        raise failure(f"set {set_name!r} has no members: add environments to it or serve others")
+    from worldsmith.serving.gateway import Gateway, serve
+
     host = host or settings.gateway_host
     port = port or settings.gateway_port
-    for bundle in bundles:
-        say(f"serving {bundle.env_id} at http://{host}:{port}/envs/{bundle.env_id}/mcp")
     # SIGTERM/SIGHUP leave like Ctrl-C: the runtime closes its workers and removes its scratch directory
     with exit_on_termination(), Runtime() as runtime:
-        serve(
+        gateway = Gateway(
             runtime,
             bundles,
-            host,
-            port,
-            session_idle_s=settings.gateway_session_idle_s,
+            session_idle_s=session_idle or settings.gateway_session_idle_s,
             max_sessions=settings.gateway_max_sessions,
+            verdicts=verdicts,
         )
+        for bundle in bundles:
+            say(f"serving {bundle.env_id} at http://{host}:{port}/envs/{bundle.env_id}/mcp", highlight=False)
+        serve(gateway, host, port)

@@ -4,14 +4,13 @@ imports Prefect, so it is imported when the command runs."""
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from rich.table import Table
 
-from worldsmith.agent.policy_checks import PolicyUnavailable, preflight
-from worldsmith.cli.console import console, failure, refusals, say
-from worldsmith.runtime.answers import one_line
+from worldsmith.agent.policy_checks import preflight
+from worldsmith.cli.console import console, refusals, say
 
 app = typer.Typer()
 
@@ -29,14 +28,14 @@ def eval_command(
     set_name: Annotated[str, typer.Option("--set", help="Environment set to evaluate on.")],
     policy: Annotated[str, typer.Option(help="reference | random | openai:MODEL | hf:PATH")] = "reference",
     samples: Annotated[int, typer.Option(help="Episodes per task (k of pass@k).")] = 1,
-    split: Annotated[str, typer.Option(help="all | train | validation")] = "all",
+    split: Annotated[Literal["all", "train", "validation"], typer.Option(help="Split of the set.")] = "all",
     max_turns: Annotated[int, typer.Option(help="Turns per episode.")] = 20,
     window: Annotated[int | None, typer.Option(help="History window in turns (default: full history).")] = None,
     temperature: Annotated[
         float | None, typer.Option(help="Sampling temperature (default 0 for one sample, 0.7 for more).")
     ] = None,
     tool_format: Annotated[
-        str, typer.Option(help="openai policy: native tool calls or the <tool_call> text format.")
+        Literal["native", "text"], typer.Option(help="openai policy: native tool calls or the <tool_call> text format.")
     ] = "native",
     meta_tools: Annotated[bool, typer.Option(help="openai policy: call tools through list_tools / call_tool.")] = False,
     judge: Annotated[str | None, typer.Option(help="LLM judge model on the configured endpoint.")] = None,
@@ -89,12 +88,11 @@ def eval_command(
     )
     with refusals():  # before the flow (and Prefect) starts
         members_in_split(open_catalog(), set_name, split)
-    try:
-        preflight(params.policy)  # an endpoint that is down or a model path that holds no model: before the run
-        with refusals(), console.status(f"evaluating {policy} on {set_name}", spinner="dots"):
-            result = run_evaluate(params)
-    except PolicyUnavailable as exc:  # the infrastructure failed, before or during the run: not the agent
-        raise failure(one_line(str(exc)), code=1) from None
+    # an endpoint that is down or a model path that holds no model is refused before the run, and an endpoint
+    # failing during it ends the run (PolicyUnavailable: one line, exit 1, by the root handler): not the agent
+    preflight(params.policy)
+    with refusals(), console.status(f"evaluating {policy} on {set_name}", spinner="dots"):
+        result = run_evaluate(params)
     if as_json:
         print(json.dumps(result, indent=2, default=str))
         return

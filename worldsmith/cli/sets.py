@@ -58,23 +58,30 @@ def sets_create(
 
 
 @app.command("ls")
-def sets_ls() -> None:
-    """List environment sets."""
+def sets_ls(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
+    """List environment sets: members, and how many in each split."""
     from worldsmith.storage.catalog import open_catalog
     from worldsmith.storage.sets import set_summaries
 
-    table = Table(title="environment sets")
+    with open_catalog().session() as session:
+        rows = [
+            {
+                "name": summary.name,
+                "members": summary.members,
+                "train": summary.train,
+                "validation": summary.members - summary.train,
+                "created_at": summary.created_at.isoformat(timespec="seconds"),
+            }
+            for summary in set_summaries(session)
+        ]
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    table = Table(title=f"{len(rows)} environment sets")
     for column in ("name", "members", "train", "validation", "created"):
         table.add_column(column)
-    with open_catalog().session() as session:
-        for summary in set_summaries(session):
-            table.add_row(
-                summary.name,
-                str(summary.members),
-                str(summary.train),
-                str(summary.members - summary.train),
-                summary.created_at.isoformat(timespec="seconds"),
-            )
+    for r in rows:
+        table.add_row(r["name"], str(r["members"]), str(r["train"]), str(r["validation"]), r["created_at"])
     console.print(table)
 
 

@@ -20,7 +20,7 @@ import typer
 from rich.table import Table
 
 from worldsmith.cli.config_options import UNSET, config_command, option_for, options_for
-from worldsmith.cli.console import console, refusals, say
+from worldsmith.cli.console import console, failure, refusals, say
 from worldsmith.training.config import TINY, CotrainConfig, TrainingConfig
 
 app = typer.Typer()
@@ -123,6 +123,20 @@ def _report_training(config: TrainingConfig, result: dict[str, Any] | None) -> N
     say(f"final model: {result['final']} (object {result['checkpoint']})")
 
 
+def _check_device(*profiles: str) -> None:
+    """A one-line answer, before the flow (and Prefect) starts, when a `gpu` profile meets a machine whose
+    torch sees no CUDA device."""
+    if "gpu" not in profiles:
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise failure(
+            "profile 'gpu' needs a CUDA device and torch sees none on this machine; use --profile cpu-test "
+            "here, or run on a GPU worker (the train deployment on the gpu pool)"
+        )
+
+
 def _check_set(name: str, split: str) -> None:
     """A one-line answer, before the flow (and Prefect) starts, when the set does not exist or has no
     members in `split`."""
@@ -141,6 +155,7 @@ def train_command(fields: dict[str, Any], as_json: JsonOption = False) -> None:
 
     # a bad value is answered in one line by the root handler (cli/console.AnsweringGroup)
     config = TrainingConfig(**fields)
+    _check_device(config.profile)
     _check_set(config.set_name, config.split)
     _report_training(config, _flow_result(lambda: train(config, progress=not as_json), as_json))
 
@@ -169,6 +184,7 @@ def cotrain_command(fields: dict[str, Any], as_json: JsonOption = False) -> None
 
     # a bad value is answered in one line by the root handler (cli/console.AnsweringGroup)
     config = CotrainConfig(**fields)
+    _check_device(config.policy.profile, config.world_model.profile)
     _check_set(config.policy.set_name, config.policy.split)
     result = _flow_result(lambda: cotrain(config, progress=not as_json), as_json)
     if result is None:

@@ -51,6 +51,26 @@ def generation_charts(generation: dict[str, Any]) -> dict[str, str]:
     return charts
 
 
+def _tokens(series: dict[str, list]) -> list[int | None]:
+    """Tokens in plus out per night (None where the stage did not run)."""
+    return [None if i is None else i + o for i, o in zip(series["tokens_in"], series["tokens_out"], strict=True)]
+
+
+def usage_charts(generation: dict[str, Any]) -> dict[str, str]:
+    """LLM cost and tokens (in plus out) per night, stacked by stage."""
+    charts = {}
+    for name, title, values in (
+        ("generation-cost", "LLM cost per night (USD)", lambda series: series["cost_usd"]),
+        ("generation-tokens", "tokens per night (in + out)", _tokens),
+    ):
+        layout = {**_LAYOUT, "title": title, "barmode": "stack", "xaxis": {"type": "category", "title": "night (UTC)"}}
+        figure = go.Figure(layout=layout)
+        for stage, series in generation["stages"].items():
+            figure.add_trace(go.Bar(x=generation["nights"], y=values(series), name=stage))
+        charts[name] = _html(name, figure)
+    return charts
+
+
 def environment_charts(environments: list[dict[str, Any]]) -> dict[str, str]:
     """Cost per environment, and tokens in and out per environment (stacked)."""
     envs = [e["env_id"] for e in environments]
@@ -122,6 +142,7 @@ def all_charts(summary: dict[str, Any]) -> dict[str, str]:
     """Every chart of the page by name."""
     return {
         **generation_charts(summary["generation"]),
+        **usage_charts(summary["generation"]),
         **environment_charts(summary["environments"]),
         **quality_chart(summary["quality"]),
         **evaluation_chart(summary["evaluations"]),

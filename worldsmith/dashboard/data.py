@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from sqlalchemy import case, func
 from sqlmodel import Session, select
 
 from worldsmith.models.catalog import (
@@ -21,68 +22,208 @@ from worldsmith.models.catalog import (
     TrainingRun,
     TrainingStep,
 )
-from worldsmith.stages.attempts import stage_summary
 from worldsmith.storage.run_owner import process_alive
 
 RATES = ("first_attempt_success", "repair_rate", "failure_rate")
+USAGE = ("tokens_in", "tokens_out", "cost_usd")
+
+#: Not a stage: older catalogs recorded a world's failure as an attempt of this stage (failed worlds are
+#: now published as failed versions); stage tables and usage leave it out.
+PSEUDO_STAGES = ("environment",)
 
 
-def generation_by_night(attempts: list[StageAttempt]) -> dict[str, Any]:
-    """Per night (UTC date of the attempts) and stage: first-attempt success, repair and failure
-    rates and invocations, as series aligned with `nights` (None where a stage did not run that night)."""
-    by_night: dict[str, list[StageAttempt]] = defaultdict(list)
-    for attempt in attempts:
-        by_night[attempt.created_at.strftime("%Y-%m-%d")].append(attempt)
-    nights = sorted(by_night)
-    summaries = {night: {row["stage"]: row for row in stage_summary(by_night[night])} for night in nights}
-    stages = sorted({stage for summary in summaries.values() for stage in summary})
-    series = {
-        stage: {
-            key: [summaries[n][stage][key] if stage in summaries[n] else None for n in nights]
-            for key in (*RATES, "invocations")
+def _night(session: Session, column: Any) -> Any:
+    """SQL: the UTC date of a timestamp column (SQLite stores UTC; PostgreSQL's timestamptz is converted
+    to UTC first, whatever the session's time zone)."""
+    if session.get_bind().dialect.name == "postgresql":
+        return func.date(func.timezone("UTC", column))
+    return func.date(column)
+
+
+def _usage_columns() -> tuple[Any, ...]:
+    return (
+        func.count(),
+        func.coalesce(func.sum(StageAttempt.tokens_in), 0),
+        func.coalesce(func.sum(StageAttempt.tokens_out), 0),
+        func.coalesce(func.sum(StageAttempt.cost_usd), 0.0),
+    )
+
+
+def _real_stages() -> Any:
+    return StageAttempt.stage.not_in(PSEUDO_STAGES)
+
+
+def generation_by_night(session: Session) -> dict[str, Any]:
+    """Per night (UTC date of the attempts) and stage: first-attempt success, repair and failure rates,
+    invocations (runs of the stage's repair loop: its attempts 1), attempts, tokens in and out and cost,
+    as series aligned with `nights` (None where a stage did not run that night). Aggregated in SQL."""
+    first = StageAttempt.attempt == 1
+    success = StageAttempt.outcome == "success"
+    night = _night(session, StageAttempt.created_at)
+    rows = session.exec(
+        select(
+            night,
+            StageAttempt.stage,
+            func.sum(case((first, 1), else_=0)),
+            func.sum(case((first & success, 1), else_=0)),
+            func.sum(case(((StageAttempt.attempt > 1) & success, 1), else_=0)),
+            *_usage_columns(),
+        )
+        .where(_real_stages())
+        .group_by(night, StageAttempt.stage)
+    ).all()
+    cells: dict[tuple[str, str], dict[str, Any]] = {}
+    for day, stage, n, first_ok, repaired, attempts, tokens_in, tokens_out, cost in rows:
+        rates = (first_ok / n, repaired / n, (n - first_ok - repaired) / n) if n else (None, None, None)
+        cells[(str(day), stage)] = {
+            **{key: None if r is None else round(r, 3) for key, r in zip(RATES, rates, strict=True)},
+            "invocations": n,
+            "attempts": attempts,
+            "tokens_in": int(tokens_in),
+            "tokens_out": int(tokens_out),
+            "cost_usd": round(float(cost), 6),
         }
+    nights = sorted({n for n, _ in cells})
+    stages = sorted({s for _, s in cells})
+    keys = (*RATES, "invocations", "attempts", *USAGE)
+    series = {
+        stage: {key: [cells[(n, stage)][key] if (n, stage) in cells else None for n in nights] for key in keys}
         for stage in stages
     }
     return {"nights": nights, "stages": series}
 
 
-def environment_costs(session: Session, attempts: list[StageAttempt]) -> list[dict[str, Any]]:
-    """Per environment: LLM tokens and cost over all its stage attempts, attempts made, and the
-    status of its latest version ('unpublished' when no version was published)."""
-    totals: dict[str, dict[str, Any]] = {}
-    for a in (a for a in attempts if a.env_id is not None):
-        row = totals.setdefault(
-            a.env_id, {"env_id": a.env_id, "attempts": 0, "tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0}
+def night_backends(session: Session) -> dict[str, list[str]]:
+    """Per night, the generator backends (and models) that made its worlds, as `backend` or
+    `backend:model`. Hook: read from the generator recorded on the versions published that night, until
+    generation runs record the backend they resolved."""
+    night = _night(session, EnvironmentVersion.created_at)
+    rows = session.exec(
+        select(night, EnvironmentVersion.generator_backend, EnvironmentVersion.generator_model)
+        .group_by(night, EnvironmentVersion.generator_backend, EnvironmentVersion.generator_model)
+        .order_by(night, EnvironmentVersion.generator_backend, EnvironmentVersion.generator_model)
+    ).all()
+    backends: dict[str, list[str]] = defaultdict(list)
+    for day, backend, model in rows:
+        if backend:
+            backends[str(day)].append(f"{backend}:{model}" if model else backend)
+    return dict(backends)
+
+
+def generation_nights(session: Session) -> list[dict[str, Any]]:
+    """Per night (oldest first): its backend(s), generation runs, worlds attempted, worlds published good
+    and failed (failed versions, plus worlds an older catalog recorded as failing the pseudo-stage
+    `environment`), stage attempts, tokens in and out and cost. Aggregated in SQL."""
+    night = _night(session, StageAttempt.created_at)
+    usage = session.exec(
+        select(
+            night,
+            func.count(func.distinct(StageAttempt.run_id)),
+            func.count(func.distinct(StageAttempt.env_id)),
+            *_usage_columns(),
         )
-        row["attempts"] += 1
-        row["tokens_in"] += a.tokens_in
-        row["tokens_out"] += a.tokens_out
-        row["cost_usd"] += a.cost_usd
-    status = {
-        v.env_id: v.status for v in session.exec(select(EnvironmentVersion).order_by(EnvironmentVersion.version)).all()
+        .where(_real_stages())
+        .group_by(night)
+    ).all()
+    worlds: dict[str, dict[str, int]] = defaultdict(lambda: {"good": 0, "failed": 0})
+    published = _night(session, EnvironmentVersion.created_at)
+    for day, status, count in session.exec(
+        select(published, EnvironmentVersion.status, func.count()).group_by(published, EnvironmentVersion.status)
+    ).all():
+        worlds[str(day)]["good" if status == "good" else "failed"] += count
+    legacy = session.exec(
+        select(night, func.count(func.distinct(StageAttempt.env_id)))
+        .where(StageAttempt.stage.in_(PSEUDO_STAGES), StageAttempt.outcome == "failure")
+        .group_by(night)
+    ).all()
+    for day, count in legacy:
+        worlds[str(day)]["failed"] += count
+    backends = night_backends(session)
+    rows = {
+        str(day): {
+            "runs": runs,
+            "worlds": envs,
+            "attempts": attempts,
+            "tokens_in": int(tokens_in),
+            "tokens_out": int(tokens_out),
+            "cost_usd": round(float(cost), 6),
+        }
+        for day, runs, envs, attempts, tokens_in, tokens_out, cost in usage
     }
+    empty = {"runs": 0, "worlds": 0, "attempts": 0, "tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0}
     return [
-        {**row, "cost_usd": round(row["cost_usd"], 6), "status": status.get(env, "unpublished")}
-        for env, row in sorted(totals.items())
+        {
+            "night": day,
+            "backend": ", ".join(backends.get(day, [])) or "unknown",
+            **rows.get(day, empty),
+            "good": worlds[day]["good"],
+            "failed": worlds[day]["failed"],
+        }
+        for day in sorted(set(rows) | set(worlds))
+    ]
+
+
+def environment_costs(session: Session) -> list[dict[str, Any]]:
+    """Per environment: LLM tokens and cost over all its stage attempts, attempts made, and the status of
+    its latest version ('unpublished' when no version was published). Aggregated in SQL."""
+    usage = session.exec(
+        select(StageAttempt.env_id, *_usage_columns())
+        .where(StageAttempt.env_id.is_not(None), _real_stages())
+        .group_by(StageAttempt.env_id)
+        .order_by(StageAttempt.env_id)
+    ).all()
+    latest = (
+        select(EnvironmentVersion.env_id, func.max(EnvironmentVersion.version).label("version"))
+        .group_by(EnvironmentVersion.env_id)
+        .subquery()
+    )
+    status = dict(
+        session.exec(
+            select(EnvironmentVersion.env_id, EnvironmentVersion.status).join(
+                latest,
+                (EnvironmentVersion.env_id == latest.c.env_id) & (EnvironmentVersion.version == latest.c.version),
+            )
+        ).all()
+    )
+    return [
+        {
+            "env_id": env,
+            "attempts": attempts,
+            "tokens_in": int(tokens_in),
+            "tokens_out": int(tokens_out),
+            "cost_usd": round(float(cost), 6),
+            "status": status.get(env, "unpublished"),
+        }
+        for env, attempts, tokens_in, tokens_out, cost in usage
     ]
 
 
 def quality(session: Session) -> dict[str, Any]:
-    """Published versions by status, and per quality check kind how many versions passed and failed."""
-    versions = session.exec(select(EnvironmentVersion)).all()
-    by_status: dict[str, int] = defaultdict(int)
-    for v in versions:
-        by_status[v.status] += 1
+    """Published versions by status (failed worlds included), per quality check kind how many versions
+    passed and failed, and the failed versions' reasons (their first words). Aggregated in SQL."""
+    by_status = dict(
+        session.exec(
+            select(EnvironmentVersion.status, func.count())
+            .group_by(EnvironmentVersion.status)
+            .order_by(EnvironmentVersion.status)
+        ).all()
+    )
     checks: dict[str, dict[str, int]] = {}
-    for report in session.exec(select(QualityReport)).all():
-        counts = checks.setdefault(report.kind, {"passed": 0, "failed": 0})
-        counts["passed" if report.passed else "failed"] += 1
+    for kind, passed, count in session.exec(
+        select(QualityReport.kind, QualityReport.passed, func.count()).group_by(
+            QualityReport.kind, QualityReport.passed
+        )
+    ).all():
+        checks.setdefault(kind, {"passed": 0, "failed": 0})["passed" if passed else "failed"] += count
     reasons: dict[str, int] = defaultdict(int)
-    for v in versions:
-        if v.status != "good":
-            reasons[(v.failure_reason or "unknown").split(":")[0][:80]] += 1
+    for reason, count in session.exec(
+        select(EnvironmentVersion.failure_reason, func.count())
+        .where(EnvironmentVersion.status != "good")
+        .group_by(EnvironmentVersion.failure_reason)
+    ).all():
+        reasons[(reason or "unknown").split(":")[0][:80]] += count
     return {
-        "versions": dict(sorted(by_status.items())),
+        "versions": by_status,
         "checks": dict(sorted(checks.items())),
         "failure_reasons": dict(sorted(reasons.items(), key=lambda kv: -kv[1])),
     }
@@ -188,10 +329,10 @@ def cotraining(session: Session) -> list[dict[str, Any]]:
 
 def summary(session: Session) -> dict[str, Any]:
     """Everything the dashboard shows."""
-    attempts = list(session.exec(select(StageAttempt)).all())  # read once: both sections are made from them
     return {
-        "generation": generation_by_night(attempts),
-        "environments": environment_costs(session, attempts),
+        "generation": generation_by_night(session),
+        "nights": generation_nights(session),
+        "environments": environment_costs(session),
         "quality": quality(session),
         "sets": sets(session),
         "evaluations": evaluations(session),

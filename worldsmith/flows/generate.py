@@ -8,7 +8,13 @@ runtime and attempt log from the run's parameters (worldsmith/tasks/generation_r
 
 Resumable: stage tasks are cached by their inputs (persisted under WORLDSMITH_HOME), so running
 the flow again after a crash or kill reuses every finished stage, and publishing is idempotent, so
-no environment is duplicated.
+no environment is duplicated. A world whose artifacts a good version of another env already holds
+is not published again (reported as `duplicate`).
+
+One world's failure never fails the run: a stage out of attempts or an unexpected exception fails
+that world only (recorded, published as failed with its partial artifacts and reason). Only a fatal
+(run-wide) fault stops the run. After the summary artifacts, a run whose share of good worlds is
+below `min_good_share` ends Failed (raising `TooFewGoodWorlds` in the caller), so Prefect can alert.
 """
 
 from __future__ import annotations
@@ -17,35 +23,43 @@ import math
 import os
 import socket
 import threading
+import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from prefect import flow, get_run_logger, task
+from prefect import State, flow, get_run_logger, task
 from prefect.artifacts import (
     create_markdown_artifact,
     create_progress_artifact,
     create_table_artifact,
     update_progress_artifact,
 )
+from prefect.context import TaskRunContext
 from prefect.futures import as_completed
+from prefect.states import Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 from sqlmodel import select
 
 from worldsmith.flows.links import dashboard_link
 from worldsmith.flows.records import current_flow_run_id
+from worldsmith.llm.backend import Generator
+from worldsmith.llm.errors import TransientFault
 from worldsmith.llm.prompts import prompt_version
-from worldsmith.models.bundle import Scenario
+from worldsmith.models.bundle import Manifest, Scenario
 from worldsmith.models.catalog import StageAttempt
+from worldsmith.runtime.answers import one_line
 from worldsmith.settings import get_settings
-from worldsmith.stages.attempts import stage_summary
+from worldsmith.stages.attempts import AttemptLog, stage_summary
 from worldsmith.stages.order import Stage
-from worldsmith.stages.pipeline import run_stages
+from worldsmith.stages.pipeline import BuildResult, StageRunner, Validator, run_stages
 from worldsmith.stages.scenario import load_scenarios
+from worldsmith.stages.validate import Validation
 from worldsmith.stages.work import EnvWork
 from worldsmith.storage.catalog import open_catalog
 from worldsmith.storage.objectstore import configured_store
-from worldsmith.storage.publish import publish
+from worldsmith.storage.publish import Published, publish, publish_failed
 from worldsmith.tasks.generation import (
     new_scenarios,
     resumable,
@@ -64,45 +78,148 @@ def _warm_imports() -> None:
     import sklearn.feature_extraction.text  # noqa: F401
 
 
+#: The outcomes of a world that count as good: published good, or not published again because a good
+#: version of another env holds identical artifacts.
+GOOD_OUTCOMES = ("good", "duplicate")
+#: The stage name recorded when publishing itself raised.
+PUBLISH_STAGE = "publish"
+
+
+class TooFewGoodWorlds(Exception):
+    """A run whose share of good worlds is below its `min_good_share`: the flow ends Failed with this
+    one-line message; `results` are the run's world summaries."""
+
+    def __init__(self, message: str, results: list[dict[str, Any]] | None = None):
+        super().__init__(message)
+        self.results = results or []
+
+    def __reduce__(self) -> tuple[type, tuple[str, list[dict[str, Any]]]]:
+        return type(self), (str(self), self.results)  # the results survive a trip through a result store
+
+
+@dataclass
+class WorldProgress:
+    """How far one world got: the work its last finished stage returned, and the stage running now."""
+
+    work: EnvWork
+    stage: str = Stage.TASKS.value
+
+    def stage_runner(self, stage: Stage, run: StageRunner) -> StageRunner:
+        def tracked(work: EnvWork, feedback: str | None) -> EnvWork:
+            self.stage = stage.value
+            self.work = run(work, feedback)
+            return self.work
+
+        return tracked
+
+    def validator(self, run: Validator) -> Validator:
+        def tracked(work: EnvWork, round_number: int) -> Validation:
+            self.stage = Stage.VALIDATE.value
+            return run(work, round_number)
+
+        return tracked
+
+
+def fails_world_only(exc: Exception) -> bool:
+    """Whether `exc` fails its world only: not a fatal (run-wide) fault, and not a transient one that
+    Prefect runs the world's task again for (its retries left)."""
+    if getattr(exc, "fatal", False):
+        return False
+    if isinstance(exc, TransientFault):
+        context = TaskRunContext.get()
+        return context is None or context.task_run.run_count > context.task.retries
+    return True
+
+
+def record_crash(log: AttemptLog, env_id: str, stage: str, exc: Exception) -> str:
+    """Record `exc`, raised in `stage` of world `env_id`, as a failed attempt of that stage (its error
+    class the exception's type, its text the traceback's end); returns the world's failure reason."""
+    reason = one_line(f"stage {stage} raised {type(exc).__name__}: {exc}")
+    earlier = [a for a in log.attempts if a.env_id == env_id and a.stage == stage]
+    attempt = earlier[-1].attempt + 1 if earlier and earlier[-1].outcome == "failure" else 1
+    log.record(
+        env_id=env_id,
+        stage=stage,
+        attempt=attempt,
+        outcome="failure",
+        error_class=type(exc).__name__,
+        error_text="".join(traceback.format_exception(exc, limit=-8)),
+    )
+    return reason
+
+
+def failed_manifest(work: EnvWork, generator: Generator) -> Manifest:
+    """The manifest of a failed world's partial artifacts: identity, clock, provenance, the counts known."""
+    stats = {
+        "tasks": len(work.tasks.tasks) if work.tasks else None,
+        "tools": len(work.tool_plan.tools) if work.tool_plan else None,
+    }
+    return work.manifest(generator, stats={k: v for k, v in stats.items() if v is not None})
+
+
+def publish_world(result: BuildResult, work: EnvWork, generator: Generator) -> Published:
+    """Publish a world's outcome: its bundle (good, or failed by its checks; not again when a good version
+    of another env holds identical artifacts), or, when it stopped before it was a bundle, its partial
+    artifacts as a failed version with the stage and reason."""
+    store, catalog = configured_store(), open_catalog()
+    if result.bundle is not None:
+        return publish(result.bundle, store, catalog, result.checks, dedupe=True)
+    assert result.failed_stage and result.reason
+    return publish_failed(
+        failed_manifest(work, generator), work.partial_files(), result.failed_stage, result.reason, store, catalog
+    )
+
+
 @task(name="build-environment", retries=2, retry_condition_fn=transient_only)
 def build_and_publish(params: GenerateParameters, run_id: str, scenario: Scenario) -> dict[str, Any]:
     """One environment: tasks -> database -> tools -> verifiers -> validate, each stage a task; a
     failed validation sends its error back to the stage that made the faulty artifact, and the stages
-    after it run again. Then published (good, or failed with its reason)."""
+    after it run again. Then published: good, failed with its reason (with the partial artifacts of a
+    world that stopped at a stage), or not again as a `duplicate` of a good version of another env.
+
+    Never raises for this world's own failure: an unexpected exception is recorded as a failed attempt
+    of its stage and the world published as failed. Raises a fatal fault, and a transient one while
+    Prefect has retries left."""
     r = resources(params, run_id)
+    progress = WorldProgress(EnvWork.start(scenario, params.seed))
     stages = {
-        Stage.TASKS: partial(resumable(write_tasks), params, run_id),
-        Stage.DATABASE: partial(resumable(write_database), params, run_id),
-        Stage.TOOLS: partial(resumable(write_tools), params, run_id),
-        Stage.VERIFIERS: partial(resumable(write_verifiers), params, run_id),
+        Stage.TASKS: write_tasks,
+        Stage.DATABASE: write_database,
+        Stage.TOOLS: write_tools,
+        Stage.VERIFIERS: write_verifiers,
     }
-    validate = partial(resumable(validate_environment), params, run_id)
-    result = run_stages(EnvWork.start(scenario, params.seed), stages, validate, rounds=r.max_attempts)
+    runners = {
+        stage: progress.stage_runner(stage, partial(resumable(t), params, run_id)) for stage, t in stages.items()
+    }
+    validate = progress.validator(partial(resumable(validate_environment), params, run_id))
     summary: dict[str, Any] = {
-        "env_id": result.env_id,
+        "env_id": progress.work.env_id,
         "scenario": scenario.name,
         "status": "failed",
         "ref": None,
-        "reason": result.reason,
+        "failed_stage": None,
+        "reason": None,
         "built_by": f"{socket.gethostname()}:{os.getpid()}",
     }
-    if result.bundle is None:  # a stage ran out of attempts: nothing to publish; the failure is on record
-        r.log.record(
-            env_id=result.env_id,
-            stage="environment",
-            attempt=1,
-            outcome="failure",
-            error_class=f"{result.failed_stage}_exhausted",
-            error_text=result.reason,
-        )
-    else:
-        published = publish(result.bundle, configured_store(), open_catalog(), result.checks)
-        summary.update(
-            status=published.version.status,
-            ref=published.version.ref,
-            reason=published.version.failure_reason or result.reason,
-        )
-    return summary
+    try:
+        result = run_stages(progress.work, runners, validate, rounds=r.max_attempts)
+    except Exception as exc:
+        if not fails_world_only(exc):
+            raise
+        reason = record_crash(r.log, progress.work.env_id, progress.stage, exc)
+        result = BuildResult(progress.work.env_id, None, [], progress.stage, reason)
+    summary.update(failed_stage=result.failed_stage, reason=result.reason)
+    try:
+        published = publish_world(result, progress.work, r.generator)
+    except Exception as exc:
+        if not fails_world_only(exc):
+            raise
+        reason = record_crash(r.log, progress.work.env_id, PUBLISH_STAGE, exc)
+        return summary | {"failed_stage": PUBLISH_STAGE, "reason": reason}
+    version = published.version
+    if published.duplicate:
+        return summary | {"status": "duplicate", "ref": version.ref, "reason": f"identical to {version.ref}"}
+    return summary | {"status": version.status, "ref": version.ref, "reason": version.failure_reason or result.reason}
 
 
 #: Environments finished so far, per run started by `run_generate` in this process. Plain data
@@ -111,8 +228,10 @@ _FINISHED: dict[str, list[dict[str, Any]]] = {}
 
 
 @flow(name="generate", log_prints=True)
-def generate(params: GenerateParameters = GenerateParameters()) -> list[dict[str, Any]]:
-    """Generate `params.count` environments and publish them."""
+def generate(params: GenerateParameters = GenerateParameters()) -> list[dict[str, Any]] | State:
+    """Generate `params.count` environments and publish them. Ends Failed (raising the fault, or
+    `TooFewGoodWorlds`, in the caller, with no traceback logged) on a fatal fault, or after writing
+    the summary when the share of good worlds is below `params.min_good_share`."""
     params = params.dated()
     finished = _FINISHED.get(params.key())
     logger = get_run_logger()
@@ -129,9 +248,14 @@ def generate(params: GenerateParameters = GenerateParameters()) -> list[dict[str
         futures = [build_and_publish.submit(params, run_id, scenario) for scenario in scenarios]
         for done, future in enumerate(as_completed(futures), start=1):
             update_progress_artifact(progress, 100.0 * done / len(futures))
+            summary = future.result()  # a world's own failure is in its summary; a fatal fault raises here
             if finished is not None:
-                finished.append(future.result())
+                finished.append(summary)
         results = [future.result() for future in futures]
+    except Exception as exc:
+        if not getattr(exc, "fatal", False):
+            raise
+        return Failed(message=one_line(str(exc)), data=exc)  # run-wide: the fault's one line, no traceback
     finally:
         release(params, run_id)
     with open_catalog().session() as session:
@@ -141,14 +265,33 @@ def generate(params: GenerateParameters = GenerateParameters()) -> list[dict[str
         key="generation-stages",
         description="Per stage: first-attempt success, repair and failure rates, attempts, tokens, cost",
     )
-    create_table_artifact(results, key="generation-environments", description="Environments of this run")
-    good = sum(1 for r in results if r["status"] == "good")
+    create_table_artifact(
+        results,
+        key="generation-environments",
+        description="Environments of this run: status (good, failed, duplicate), ref, failed stage and reason",
+    )
+    counts = {status: sum(1 for r in results if r["status"] == status) for status in ("good", "failed", "duplicate")}
+    good = counts["good"] + counts["duplicate"]
+    failed_lines = "".join(
+        f"- `{r['env_id']}` ({r['failed_stage'] or 'checks'}): {r['reason']}\n"
+        for r in results
+        if r["status"] == "failed"
+    )
     create_markdown_artifact(
-        f"# Generation run\n\n{good} of {len(results)} environments published as good "
-        f"(backend {params.backend}, prompt version {prompt_version()}).\n\n{dashboard_link('generate')}",
+        f"# Generation run\n\n{good} of {len(results)} environments good: {counts['good']} published as good, "
+        f"{counts['duplicate']} identical to a good one already published, {counts['failed']} failed "
+        f"(backend {params.backend}, prompt version {prompt_version()}).\n\n"
+        + (f"Failed:\n\n{failed_lines}\n" if failed_lines else "")
+        + dashboard_link("generate"),
         key="generation-summary",
     )
-    logger.info("%d of %d environments published as good", good, len(results))
+    logger.info("%d of %d environments good (%d failed)", good, len(results), counts["failed"])
+    share = good / len(results) if results else 0.0
+    if share < params.min_good_share:
+        message = (
+            f"{good} of {len(results)} worlds good ({share:.0%}), below min_good_share {params.min_good_share:.0%}"
+        )
+        return Failed(message=message, data=TooFewGoodWorlds(message, results))
     return results
 
 

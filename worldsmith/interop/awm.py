@@ -371,14 +371,14 @@ def import_scenario(
         "generator": {"backend": "awm-import"},
         "tools_kind": APP_TOOLS.name,
         "verifiers_kind": VERIFIERS_KIND_BY_MODE[mode].name,
+        # the app's clock reads answer this instant: episodes replay to the same database
+        "clock": clock or datetime.now(UTC).replace(microsecond=0, tzinfo=None).isoformat(),
         "origin": {
             "format": "agentworldmodel-1k",
             "scenario": scenario.key,
             "verifier_mode": mode,
             "failed_inserts": len(seed.failed),
             "inserts": len(scenario.inserts),
-            # the app's clock reads answer this instant: episodes replay to the same database
-            "clock": clock or datetime.now(UTC).replace(microsecond=0, tzinfo=None).isoformat(),
         },
     }
     try:

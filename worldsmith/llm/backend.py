@@ -57,8 +57,8 @@ class Generator(Protocol):
     model: str
 
     def generate(self, prompt: Prompt, spec: type[Spec]) -> Generation[Spec]:
-        """A valid `spec` instance for `prompt`; raises OutputFault or TransientFault (with usage attached
-        as `fault.usage` when any was spent)."""
+        """A valid `spec` instance for `prompt`; raises a GenerationFault of its kind (llm/errors.py: OutputFault,
+        RequestFault, EndpointAuthFault, TransientFault), with usage attached as `fault.usage` when any was spent."""
         ...
 
 
@@ -67,19 +67,32 @@ def decode(text: str, spec: type[Spec], usage: Usage) -> Spec:
     from pydantic import ValidationError
 
     from worldsmith.llm.errors import OutputFault
-    from worldsmith.llm.jsonrepair import parse_json_object
+    from worldsmith.llm.jsonrepair import parse_json_object, unterminated_json
 
-    def fault(message: str) -> OutputFault:
-        error = OutputFault(message, text=text)
+    def fault(message: str, kind: str) -> OutputFault:
+        error = OutputFault(message, text=text, kind=kind)
         error.usage = usage  # type: ignore[attr-defined]
         return error
+
+    def cut_off(problem: str) -> OutputFault | None:
+        """An answer that does not decode because its JSON is cut off mid-way (whatever the finish reason
+        said): truncated, not bad JSON or a schema mismatch."""
+        left_open = unterminated_json(text)
+        if left_open is None:
+            return None
+        return fault(
+            f"output truncated: the answer ends inside an unterminated JSON {left_open}, cut off before its end; "
+            f"answer again in full, more concisely ({problem})",
+            "truncated",
+        )
 
     try:
         data = parse_json_object(text)
     except ValueError as exc:
-        raise fault(str(exc)) from None
+        raise cut_off(str(exc)) or fault(str(exc), "invalid_json") from None
     try:
         return spec.model_validate(data)
     except ValidationError as exc:
         problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors()[:10])
-        raise fault(f"output does not match {spec.__name__}: {problems}") from None
+        problem = f"output does not match {spec.__name__}: {problems}"
+        raise cut_off(problem) or fault(problem, "schema_mismatch") from None

@@ -64,3 +64,33 @@ def parse_json_object(text: str) -> dict[str, Any]:
     if text.count("{") > text.count("}"):
         problem += " (the output looks truncated)"
     raise ValueError(problem)
+
+
+def unterminated_json(text: str) -> str | None:
+    """What the JSON value starting at the first `{` of `text` leaves open where the text ends ("string",
+    "object" or "array"), or None when it closes (or there is none): an answer cut off mid-way."""
+    start = text.find("{")
+    if start == -1:
+        return None
+    open_brackets: list[str] = []
+    in_string = escaped = False
+    for char in text[start:]:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "{[":
+            open_brackets.append(char)
+        elif char in "}]":
+            if open_brackets:
+                open_brackets.pop()
+            if not open_brackets:
+                return None
+    if in_string:
+        return "string"
+    return {"{": "object", "[": "array"}[open_brackets[-1]] if open_brackets else None

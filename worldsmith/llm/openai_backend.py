@@ -5,11 +5,18 @@ Structured output: the spec's JSON Schema as `response_format` (falling back to 
 the schema in the prompt, on endpoints that refuse it), then repair of near-JSON and validation
 by the pydantic spec. Transient faults (429 honouring Retry-After, 5xx, timeouts, connection
 errors) are retried with backoff by tenacity; every retry is recorded in the call's usage.
+
+Every other failure is one `GenerationFault` with its kind (llm/errors.py), never retried here: a
+401/403 is an `EndpointAuthFault` naming the API-key setting, a 404 an `EndpointConfigFault`, a
+context-length rejection a `RequestFault` of kind context_length; an answer without choices, a
+refusal, a content-filter stop or an answer cut off (finish_reason=length, or JSON left unterminated
+whatever the finish reason) an `OutputFault` of that kind, with the model's text kept.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from typing import Any
@@ -19,10 +26,28 @@ from pydantic import BaseModel
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
 from worldsmith.llm.backend import Generation, Prompt, Spec, Usage, decode
-from worldsmith.llm.errors import OutputFault, TransientFault
+from worldsmith.llm.errors import (
+    EndpointAuthFault,
+    EndpointConfigFault,
+    GenerationFault,
+    OutputFault,
+    RequestFault,
+    TransientFault,
+)
 from worldsmith.settings import Settings, get_settings
 
 MAX_RETRY_AFTER_S = 60.0
+#: How endpoints (OpenAI, vLLM, SGLang, Ollama, gateways) word a prompt that does not fit the context.
+CONTEXT_LENGTH = re.compile(
+    r"context[ _]length|context window|maximum context|too many tokens|prompt is too long|input is too long"
+    r"|reduce the length",
+    re.IGNORECASE,
+)
+
+
+def setting_name(field: str) -> str:
+    """The environment variable of the `Settings` field `field` (e.g. WORLDSMITH_LLM_API_KEY)."""
+    return f"{Settings.model_config.get('env_prefix', '')}{field}".upper()
 
 
 def _is_transient(exc: BaseException) -> bool:
@@ -88,6 +113,7 @@ class OpenAIGenerator:
         self.retries = retries
         self.prices = prices or {}
         self._wait = _waiter(backoff_s)
+        self._key_set = bool(api_key)
         self.client = openai.OpenAI(
             base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_s, max_retries=0
         )
@@ -132,8 +158,33 @@ class OpenAIGenerator:
             "messages": [{"role": "system", "content": system}, {"role": "user", "content": prompt.user}],
         }
 
+    def _rejected(
+        self, exc: openai.APIStatusError, model: str | None = None, model_field: str = "llm_model"
+    ) -> GenerationFault:
+        """The fault an HTTP error that is not transient stands for (see the module's docstring); `model`
+        (default the chat model) is the one asked for, set by the Settings field `model_field`."""
+        status, where, model = exc.status_code, f"{self.client.base_url}".rstrip("/"), model or self.model
+        key = setting_name("llm_api_key")
+        if status in (401, 403):
+            fix = f"set {key} to a valid key" if self._key_set else f"{key} is not set: set it"
+            return EndpointAuthFault(
+                f"the endpoint {where} refused the API key for model {model!r} (HTTP {status}): {fix}"
+            )
+        if status == 413 or CONTEXT_LENGTH.search(f"{exc.code or ''} {exc}"):
+            return RequestFault(
+                f"the prompt and max_tokens={self.max_tokens} do not fit the model's context: {_describe(exc)}",
+                kind="context_length",
+            )
+        if status == 404:
+            return EndpointConfigFault(
+                f"the endpoint {where} has no model {model!r} (HTTP 404): check {setting_name(model_field)} "
+                f"and {setting_name('llm_base_url')}"
+            )
+        return RequestFault(f"the endpoint rejected the request: {_describe(exc)}")
+
     def _complete(self, prompt: Prompt, spec: type[BaseModel], usage: Usage) -> Any:
-        """One chat completion, retried on transient faults; falls back to JSON mode once if refused."""
+        """One chat completion, retried on transient faults; falls back to JSON mode once if refused;
+        any other HTTP error is the GenerationFault it stands for."""
 
         def attempt() -> Any:
             with self._slots:
@@ -156,15 +207,16 @@ class OpenAIGenerator:
         )
         try:
             return retrying(attempt)
-        except openai.BadRequestError as exc:
-            if self._schema_mode and "response_format" in str(exc).lower():
-                self._schema_mode = False
-                return self._complete(prompt, spec, usage)
-            raise TransientFault(f"endpoint refused the request: {_describe(exc)}") from exc
         except Exception as exc:
             if _is_transient(exc):
                 raise TransientFault(f"{usage.calls} attempts failed; last: {_describe(exc)}") from exc
-            raise
+            if not isinstance(exc, openai.APIStatusError):
+                raise
+            fault = self._rejected(exc)
+            if self._schema_mode and fault.kind == "bad_request" and "response_format" in str(exc).lower():
+                self._schema_mode = False
+                return self._complete(prompt, spec, usage)
+            raise fault from exc
 
     def embed(self, texts: list[str], model: str) -> list[list[float]]:
         """Embeddings of `texts` from the endpoint's embeddings API (retried like completions)."""
@@ -185,24 +237,43 @@ class OpenAIGenerator:
         except Exception as exc:
             if _is_transient(exc):
                 raise TransientFault(f"embeddings failed: {_describe(exc)}") from exc
+            if isinstance(exc, openai.APIStatusError):
+                raise self._rejected(exc, model, "llm_embeddings_model") from exc
             raise
 
     def generate(self, prompt: Prompt, spec: type[Spec]) -> Generation[Spec]:
+        """A valid `spec` for `prompt`, or a GenerationFault of its kind with the call's usage as `fault.usage`."""
         usage = Usage()
         try:
             response = self._complete(prompt, spec, usage)
-        except TransientFault as fault:
+            if response.usage is not None:
+                usage.tokens_in += response.usage.prompt_tokens or 0
+                usage.tokens_out += response.usage.completion_tokens or 0
+            usage.cost_usd = self.cost(usage.tokens_in, usage.tokens_out)
+            text = self._answer(response)
+            return Generation(decode(text, spec, usage), usage, text)
+        except GenerationFault as fault:
             fault.usage = usage  # type: ignore[attr-defined]
             raise
-        if response.usage is not None:
-            usage.tokens_in += response.usage.prompt_tokens or 0
-            usage.tokens_out += response.usage.completion_tokens or 0
-        usage.cost_usd = self.cost(usage.tokens_in, usage.tokens_out)
-        choice = response.choices[0]
-        text = choice.message.content or ""
 
+    def _answer(self, response: Any) -> str:
+        """The text of the response's first choice; an OutputFault when there is none, the model refused,
+        the content filter stopped it or it hit max_tokens."""
+        if not response.choices:
+            raise OutputFault("the endpoint answered with an empty `choices` list (no answer)", kind="empty_choices")
+        choice = response.choices[0]
+        message = choice.message
+        text = (message.content if message is not None else None) or ""
+        refusal = getattr(message, "refusal", None)
+        if refusal:
+            raise OutputFault(f"the model refused to answer: {refusal}", text=text, kind="refusal")
+        if choice.finish_reason == "content_filter":
+            raise OutputFault(
+                f"the endpoint's content filter stopped the answer (finish_reason=content_filter); "
+                f"the model's text: {text or '(none)'}",
+                text=text,
+                kind="content_filter",
+            )
         if choice.finish_reason == "length":
-            fault = OutputFault(f"output truncated at max_tokens={self.max_tokens}", text=text)
-            fault.usage = usage  # type: ignore[attr-defined]
-            raise fault
-        return Generation(decode(text, spec, usage), usage, text)
+            raise OutputFault(f"output truncated at max_tokens={self.max_tokens}", text=text, kind="truncated")
+        return text

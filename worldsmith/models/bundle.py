@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -59,6 +60,16 @@ class Manifest(BaseModel):
     def _known_format(cls, value: str) -> str:
         if value != BUNDLE_FORMAT:
             raise ValueError(f"unsupported bundle format {value!r}; expected {BUNDLE_FORMAT!r}")
+        return value
+
+    @field_validator("clock")
+    @classmethod
+    def _iso_instant(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                datetime.fromisoformat(value)
+            except ValueError:
+                raise ValueError(f"clock {value!r} is not an ISO instant (e.g. 2025-03-14T09:30:00)") from None
         return value
 
     @field_validator("env_id")

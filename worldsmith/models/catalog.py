@@ -36,9 +36,23 @@ class EnvironmentVersion(SQLModel, table=True):
     env_id: str = Field(foreign_key="environments.env_id", index=True, max_length=64)
     version: int
     content_key: str = Field(unique=True, max_length=64, description="sha256 over the env_id and artifact hashes")
+    content_digest: str | None = Field(
+        default=None,
+        unique=True,
+        index=True,
+        max_length=64,
+        description="sha256 over the artifact hashes alone (no env_id, no manifest): set on good versions published "
+        "with deduplication (generated worlds), so one content is published once whatever its env_id",
+    )
     manifest_digest: str = Field(max_length=71)
     status: str = Field(default="good", max_length=16, description="good | failed")
     failure_reason: str | None = None
+    failed_stage: str | None = Field(
+        default=None,
+        max_length=32,
+        description="the generation stage a failed world stopped at before it was a bundle: its artifacts are "
+        "what the stages before it wrote (no loadable bundle)",
+    )
     generator_backend: str = Field(default="", max_length=64)
     generator_model: str | None = None
     prompt_version: str | None = None

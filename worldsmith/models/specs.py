@@ -19,11 +19,45 @@ class ScenarioBatch(BaseModel):
 class TaskDraftSpec(BaseModel):
     id: str = Field(pattern=r"^[a-z][a-z0-9_]{0,63}$", description="snake_case task id")
     instruction: str = Field(min_length=10, description="A self-contained user request with every value given.")
+    entities: list[str] = Field(
+        default_factory=list,
+        description="The existing records the task refers to, each as the literal value the instruction names it by "
+        "(a name, email, code or id, without quotes or words around it): every one must exist in the seed data "
+        "before the task starts. Not values the agent will create.",
+    )
+
+
+class ActingUser(BaseModel):
+    """Who the agent acts as in every task of an environment."""
+
+    role: str = Field(
+        min_length=2,
+        description="Who the agent acts for: a kind of user of the product (e.g. 'customer', 'instructor'), or an "
+        "operator role with access to every record (e.g. 'support operator').",
+    )
+    identifier: str | None = Field(
+        default=None,
+        description="The value identifying that user's record (an email, username or id), which the seed data must "
+        "hold and every task's instruction states; null for an operator role.",
+    )
+
+    def line(self) -> str:
+        """How prompts state who acts, and what tools take for it."""
+        if self.identifier:
+            return (
+                f"the {self.role} identified by {self.identifier!r}. There is no session or logged-in user: "
+                "tools whose result depends on who asks take that user's identifying value as a parameter."
+            )
+        return (
+            f"the {self.role}, with access to every record; no user is logged in: "
+            "tools take the ids or natural keys of the records they act on."
+        )
 
 
 class TaskList(BaseModel):
-    """Stage `tasks`: about ten tasks for the scenario."""
+    """Stage `tasks`: who the agent acts as, and about ten tasks for the scenario."""
 
+    acting_user: ActingUser
     tasks: list[TaskDraftSpec] = Field(min_length=1)
 
 

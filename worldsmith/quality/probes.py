@@ -1,8 +1,10 @@
 """Execution probes of an environment: its tools run, its reference solutions are accepted,
-its untouched state is rejected, its replay is deterministic. `worldsmith env check` prints them."""
+its untouched state is rejected, its replay is deterministic (under another real clock and other
+random seeds). `worldsmith env check` prints them."""
 
 from __future__ import annotations
 
+import json
 import random
 import sqlite3
 import threading
@@ -11,7 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from worldsmith.bundle.contract import Bundle
-from worldsmith.runtime.episode import Runtime
+from worldsmith.models.bundle import TaskSpec
+from worldsmith.models.results import DbDiff, ToolResult, VerifierResult
+from worldsmith.runtime.episode import Episode, Runtime
 from worldsmith.runtime.errors import RuntimeFault
 
 
@@ -99,32 +103,117 @@ def probe_tools(runtime: Runtime, bundle: Bundle) -> list[ProbeResult]:
     return results
 
 
+#: How far the determinism probe's second replay shifts every real-time source its code can read past
+#: the world's frozen clock (`time.monotonic`, `perf_counter`...; see worldsmith/runtime/sandbox/worldclock.py):
+#: a day, an hour, a minute and a half second, so reads cut to any of those units differ too.
+REPLAY_CLOCK_SKEW_S = 86_400 + 3_600 + 60 + 0.5
+#: The probe's name; its detail names what differed first: "tool NAME (step N): ...", "verifier NAME: ..."
+#: or "end state: ...".
+DETERMINISM_PROBE = "replay deterministic"
+_DIFFERS = "differs between two replays (real clock shifted, other random seed)"
+_EXCERPT = 200
+
+
+@dataclass
+class _Replay:
+    """One replay of a task's reference solution: each step's outcome and, after a writing step, the
+    database; the verdict (None when a step failed); the end state; why it is not accepted (None: it is)."""
+
+    steps: list[tuple[ToolResult, bytes | None]]
+    verdict: VerifierResult | None
+    final: bytes
+    failure: str | None
+
+
+def _replay(runtime: Runtime, bundle: Bundle, task: TaskSpec, clock_skew_s: float) -> _Replay:
+    """Run `task`'s reference solution in a fresh episode (its own random seeds, the real clock of its
+    code shifted by `clock_skew_s`), then its verifier."""
+    steps: list[tuple[ToolResult, bytes | None]] = []
+    failure = None
+    verdict = None
+    with runtime.open_episode(bundle, task, clock_skew_s=clock_skew_s) as episode:
+        for number, step in enumerate(task.solution, start=1):
+            outcome = episode.call_tool(step.tool, step.arguments)
+            steps.append((outcome, episode.snapshot() if outcome.ok and outcome.changed else None))
+            if not outcome.ok:
+                failure = f"step {number} ({step.tool}) gave {outcome.status}: {outcome.error}"
+                break
+        if failure is None:
+            verdict = episode.verify(task.answer or "")
+            if verdict.status != "complete":
+                failure = f"verifier said {_status(verdict)}: {verdict.error or verdict.evidence}"
+        final = episode.snapshot()
+    return _Replay(steps, verdict, final, failure)
+
+
+def _status(verdict: VerifierResult) -> str:
+    return str(getattr(verdict.status, "value", verdict.status))
+
+
+def _excerpt(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, default=str, sort_keys=True)
+    return text if len(text) <= _EXCERPT else text[: _EXCERPT - 3] + "..."
+
+
+def _shown(outcome: ToolResult) -> str:
+    return _excerpt(outcome.value) if outcome.ok else f"{outcome.status}: {_excerpt(outcome.error or '')}"
+
+
+def _changes(changes: DbDiff) -> str:
+    """The first difference of `changes` (from the first replay's database to the second's), in words."""
+    table, rows = next(iter(changes.tables.items()))
+    if rows.updated:
+        update = rows.updated[0]
+        before, after = update.get("before") or {}, update.get("after") or {}
+        columns = [c for c in after if before.get(c) != after.get(c)]
+        shown = ", ".join(f"{c} {_excerpt(before.get(c))} vs {_excerpt(after.get(c))}" for c in columns[:3])
+        return f"{table} row {_excerpt(update.get('key'))}: {shown}"
+    if rows.inserted:
+        return f"{table}: a row only in the second replay: {_excerpt(rows.inserted[0])}"
+    return f"{table}: a row only in the first replay: {_excerpt(rows.deleted[0])}"
+
+
+def _first_difference(episode: Episode, task: TaskSpec, first: _Replay, second: _Replay) -> str | None:
+    """What first differs between two replays of `task`'s reference solution, naming the tool (or
+    the verifier) at fault; None when they agree. `episode` (any open episode) compares databases."""
+    for number, (step, (a, a_state), (b, b_state)) in enumerate(zip(task.solution, first.steps, second.steps), start=1):
+        where = f"tool {step.tool} (step {number})"
+        if (a.status, a.value, a.error, a.changed) != (b.status, b.value, b.error, b.changed):
+            return f"{where}: its result {_DIFFERS}: {_shown(a)} vs {_shown(b)}"
+        if a_state != b_state and a_state is not None and b_state is not None:
+            changes = episode.diff(a_state, b_state)
+            if not changes.empty:
+                return f"{where}: the database after it {_DIFFERS}: {_changes(changes)}"
+    if first.verdict is not None and second.verdict is not None and _status(first.verdict) != _status(second.verdict):
+        return (
+            f"verifier {task.verifier}: its verdict {_DIFFERS}: {_status(first.verdict)} vs {_status(second.verdict)}"
+        )
+    if first.final != second.final:
+        changes = episode.diff(first.final, second.final)
+        if not changes.empty:
+            return f"end state: the database {_DIFFERS}: {_changes(changes)}"
+    return None
+
+
 def probe_tasks(runtime: Runtime, bundle: Bundle) -> list[ProbeResult]:
     """Per task: the reference solution runs and is judged complete; the untouched database is
-    judged not complete; replaying the solution twice gives the same database."""
+    judged not complete; a second replay of the solution, with another random seed for every call
+    and every real-time source its code can read shifted (`REPLAY_CLOCK_SKEW_S`), gives the same
+    results, databases and verdict (`DETERMINISM_PROBE`, naming the first tool whose result or
+    database differs)."""
     results = []
     for task in bundle.tasks:
-        finals: list[bytes] = []
-        failure = None
-        for _ in range(2 if task.solution else 0):
-            with runtime.open_episode(bundle, task) as episode:
-                for number, step in enumerate(task.solution, start=1):
-                    outcome = episode.call_tool(step.tool, step.arguments)
-                    if not outcome.ok:
-                        failure = f"step {number} ({step.tool}) gave {outcome.status}: {outcome.error}"
-                        break
-                if failure is None:
-                    verdict = episode.verify(task.answer or "")
-                    if verdict.status != "complete":
-                        failure = f"verifier said {getattr(verdict.status, 'value', verdict.status)}: {verdict.error or verdict.evidence}"
-                finals.append(episode.snapshot())
-            if failure:
-                break
+        first = second = None
         if task.solution:  # imported environments may have none
-            results.append(ProbeResult("reference accepted", task.id, failure is None, failure or "complete"))
+            first = _replay(runtime, bundle, task, 0.0)
+            results.append(
+                ProbeResult("reference accepted", task.id, first.failure is None, first.failure or "complete")
+            )
+            if first.failure is None:
+                second = _replay(runtime, bundle, task, REPLAY_CLOCK_SKEW_S)
         with runtime.open_episode(bundle, task) as episode:
             untouched = episode.verify("")
-            status = getattr(untouched.status, "value", untouched.status)
+            status = _status(untouched)
             ok = status in ("incomplete", "partial")
             results.append(
                 ProbeResult(
@@ -134,14 +223,11 @@ def probe_tasks(runtime: Runtime, bundle: Bundle) -> list[ProbeResult]:
                     status if ok else f"{status}: {untouched.error or untouched.evidence}",
                 )
             )
-            if failure is None and task.solution:
-                changes = episode.diff(finals[0], finals[1])
+            if first is not None and second is not None:
+                difference = _first_difference(episode, task, first, second)
                 results.append(
                     ProbeResult(
-                        "replay deterministic",
-                        task.id,
-                        changes.empty,
-                        "same database" if changes.empty else f"replays differ: {changes.counts()}",
+                        DETERMINISM_PROBE, task.id, difference is None, difference or "same results and database"
                     )
                 )
     return results

@@ -1,6 +1,6 @@
 """What bad input (a hostile or malformed bundle, a missing file) can make the trusted process
 raise, answered in one line: the CLI's one handler (`cli/console.AnsweringGroup`) and the MCP
-gateway (`runtime/gateway.py`) answer with it instead of a traceback."""
+gateway (`serving/gateway.py`) answer with it instead of a traceback."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import subprocess
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
 
+from worldsmith.failures import UserFixable
 from worldsmith.runtime.errors import RuntimeFault, WorkerLost
 
 #: The longest line an answered error prints (a validation error can quote a whole document).
@@ -24,6 +25,8 @@ def one_line(text: str) -> str:
 def answer(exc: BaseException) -> str | None:
     """The one line that answers `exc`, or None when it is not something bad input (a hostile bundle,
     a missing file) can cause."""
+    if isinstance(exc, UserFixable):
+        return str(exc)  # an expected failure that states its own fix (e.g. the catalog's CatalogUnavailable)
     if isinstance(exc, RecursionError):
         return f"too deeply nested to handle: {exc}"
     if isinstance(exc, MemoryError):

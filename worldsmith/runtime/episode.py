@@ -109,10 +109,14 @@ class Runtime:
                 )
             return self._app_pool
 
-    def open_episode(self, bundle: Bundle, task: str | TaskSpec | None = None) -> SandboxEpisode:
-        """A new isolated episode of `bundle`, for `task` (an id or spec; None for free play)."""
+    def open_episode(
+        self, bundle: Bundle, task: str | TaskSpec | None = None, *, clock_skew_s: float = 0.0
+    ) -> SandboxEpisode:
+        """A new isolated episode of `bundle`, for `task` (an id or spec; None for free play).
+        `clock_skew_s` shifts every real-time source its code can read past the world's frozen clock
+        (worldsmith/runtime/sandbox/worldclock.py): the determinism probe's second replay."""
         spec = bundle.task(task) if isinstance(task, str) else task
-        episode = SandboxEpisode(self, bundle, spec)
+        episode = SandboxEpisode(self, bundle, spec, clock_skew_s=clock_skew_s)
         with self._lock:
             self._episodes[episode.id] = episode
         return episode
@@ -175,10 +179,11 @@ class SandboxEpisode:
     """One isolated episode of a real world, its database in a sandbox worker (an `Episode`).
     Thread-safe: operations on one episode run one at a time."""
 
-    def __init__(self, runtime: Runtime, bundle: Bundle, task: TaskSpec | None):
+    def __init__(self, runtime: Runtime, bundle: Bundle, task: TaskSpec | None, *, clock_skew_s: float = 0.0):
         self.runtime = runtime
         self.bundle = bundle
         self.task = task
+        self.clock_skew_s = clock_skew_s  # sent with every request (`skew_s`)
         self.id = uuid.uuid4().hex
         self._lock = threading.Lock()
         self._journal: list[tuple[str, dict[str, Any], int]] = []  # (tool, arguments, random seed)
@@ -199,7 +204,7 @@ class SandboxEpisode:
             try:
                 pool.ensure_env(worker, self.bundle)
                 reply, _ = worker.request(
-                    {"op": "open", "episode": self.id, "env": self.bundle.runtime_key},
+                    {"op": "open", "episode": self.id, "env": self.bundle.runtime_key, "skew_s": self.clock_skew_s},
                     [self._base] if self._base is not None else [],
                     timeout=self._timeout(),
                 )
@@ -208,7 +213,14 @@ class SandboxEpisode:
                     raise RuntimeFault(f"opening an episode of {self.bundle.env_id} failed: {reply.get('error')}")
                 for tool, arguments, seed in self._journal:
                     replayed, _ = worker.request(
-                        {"op": "call", "episode": self.id, "tool": tool, "arguments": arguments, "seed": seed},
+                        {
+                            "op": "call",
+                            "episode": self.id,
+                            "tool": tool,
+                            "arguments": arguments,
+                            "seed": seed,
+                            "skew_s": self.clock_skew_s,
+                        },
                         timeout=self._timeout(),
                     )
                     if replayed["status"] != "ok":
@@ -239,7 +251,9 @@ class SandboxEpisode:
         crashes = 0
         for _ in range(4):
             try:
-                return self._worker.request({**header, "episode": self.id}, blobs, timeout=self._timeout(calls))
+                return self._worker.request(
+                    {**header, "episode": self.id, "skew_s": self.clock_skew_s}, blobs, timeout=self._timeout(calls)
+                )
             except WorkerLost as lost:
                 self._relocate()
                 if not lost.in_flight:

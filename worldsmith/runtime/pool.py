@@ -41,7 +41,8 @@ _PACKAGE_ROOT = str(Path(worldsmith.__file__).resolve().parent.parent)
 _BOOTSTRAP = "import sys; sys.path.insert(0, sys.argv[2]); from worldsmith.runtime.sandbox.worker import main; main()"
 #: The only environment variables a worker gets: nothing secret can leak through them.
 Isolation = Literal["strict", "fast"]
-WORKER_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": "/nonexistent"}
+#: TZ: every world's local time is UTC, whatever the host's zone (worldsmith/runtime/sandbox/worldclock.py).
+WORKER_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": "/nonexistent", "TZ": "UTC0"}
 
 
 @dataclass(frozen=True)
@@ -360,7 +361,7 @@ class WorkerPool:
         if worker.env != bundle.runtime_key:  # a worker never runs two environments' code
             raise RuntimeFault(f"worker {worker.name} is bound to another environment than {bundle.env_id}")
         tools_kind = bundle.tools_kind
-        code = tools_kind.code_fields(bundle.files, bundle.manifest.origin)
+        code = tools_kind.code_fields(bundle.files)
         reply, _ = worker.request(
             {
                 "op": "load_env",
@@ -370,6 +371,7 @@ class WorkerPool:
                 "verifiers": bundle.text("verifiers.py"),
                 "verifiers_kind": bundle.verifiers_kind.name,
                 "tool_names": [t.name for t in bundle.tools],
+                "clock": bundle.clock,
             },
             [bundle.world],
             timeout=60,

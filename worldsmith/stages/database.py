@@ -1,21 +1,37 @@
 """Stage `database`: the schema, then seed rows that make every task possible. Each is executed
-on a fresh database; every statement must succeed (foreign keys enforced)."""
+on a fresh database; every statement must succeed (foreign keys enforced), and the seeded database
+must hold every entity the tasks name (the coverage check). Feedback for the seed step
+(`work.resume_step == "seed"`) keeps the schema and asks for the seed again."""
 
 from __future__ import annotations
 
 from worldsmith.bundle.loader import sql_issues
 from worldsmith.bundle.sqlscript import build_world, check_schema
 from worldsmith.llm.backend import Generator, Prompt
-from worldsmith.models.specs import SchemaSpec, SeedSpec
+from worldsmith.models.specs import SchemaSpec, SeedSpec, TaskList
 from worldsmith.stages.attempts import AttemptLog
 from worldsmith.stages.order import Stage
 from worldsmith.stages.repair import CheckFailed, run_with_repair
+from worldsmith.stages.seedview import missing_entities
 from worldsmith.stages.work import EnvWork
 
 
 def _fail_on(faults: list, kind: str) -> None:
     if faults:
         raise CheckFailed(kind, "\n".join(str(issue) for issue in sql_issues(faults)))
+
+
+def check_coverage(world: bytes, tasks: TaskList | None) -> None:
+    """Raise CheckFailed("coverage") naming each task and entity no row of `world` holds."""
+    missing = missing_entities(world, tasks) if tasks else {}
+    if missing:
+        lines = [f"{owner} names {', '.join(repr(e) for e in absent)}" for owner, absent in missing.items()]
+        raise CheckFailed(
+            "coverage",
+            "the seed data lacks records the tasks name; no row holds these values:\n"
+            + "\n".join(lines)
+            + "\nAdd rows holding each value exactly as written (case aside), with the rows they need.",
+        )
 
 
 def run_database_stage(
@@ -28,7 +44,8 @@ def run_database_stage(
         _fail_on(check_schema(spec.schema_sql), "sql_error")
         return spec.schema_sql
 
-    schema_sql = run_with_repair(
+    kept_schema = work.schema_sql if feedback is not None and work.resume_step == "seed" else None
+    schema_sql = kept_schema or run_with_repair(
         stage=Stage.DATABASE.step("schema"),
         env_id=work.env_id,
         generator=generator,
@@ -44,8 +61,9 @@ def run_database_stage(
         return work.prompt("seed", extra, schema=schema_sql, tasks=work.task_lines())
 
     def check_seed(spec: SeedSpec) -> str:
-        _, faults = build_world(schema_sql, spec.seed_sql)
+        world, faults = build_world(schema_sql, spec.seed_sql)
         _fail_on(faults, "seed_error")
+        check_coverage(world or b"", work.tasks)
         return spec.seed_sql
 
     seed_sql = run_with_repair(
@@ -57,5 +75,6 @@ def run_database_stage(
         check=check_seed,
         log=log,
         max_attempts=max_attempts,
+        first_feedback=feedback if kept_schema else None,
     )
-    return work.model_copy(update={"schema_sql": schema_sql, "seed_sql": seed_sql})
+    return work.model_copy(update={"schema_sql": schema_sql, "seed_sql": seed_sql, "resume_step": None})

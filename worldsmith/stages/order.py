@@ -25,3 +25,7 @@ class Stage(StrEnum):
 #: The stages that make one environment's artifacts, in order. Validation sends a failure back to
 #: one of them; it runs again with the error fed back, and so do the stages after it.
 ENVIRONMENT_STAGES: tuple[Stage, ...] = (Stage.TASKS, Stage.DATABASE, Stage.TOOLS, Stage.VERIFIERS)
+
+#: The steps of the stages that ask more than once, in order. Feedback for a step runs the stage from
+#: that step, keeping what the steps before it made (a seed error keeps the schema).
+STEPS: dict[Stage, tuple[str, ...]] = {Stage.DATABASE: ("schema", "seed"), Stage.TOOLS: ("spec", "code")}

@@ -14,7 +14,7 @@ from worldsmith.models.quality import QualityCheck
 from worldsmith.runtime.episode import Runtime
 from worldsmith.stages.attempts import AttemptLog
 from worldsmith.stages.database import run_database_stage
-from worldsmith.stages.order import ENVIRONMENT_STAGES, Stage
+from worldsmith.stages.order import ENVIRONMENT_STAGES, STEPS, Stage
 from worldsmith.stages.repair import StageFailed, feedback_text
 from worldsmith.stages.task_list import run_tasks_stage
 from worldsmith.stages.tools import run_tools_stage
@@ -45,8 +45,9 @@ class BuildResult:
 
 def run_stages(work: EnvWork, stages: Mapping[Stage, StageRunner], validate: Validator, rounds: int) -> BuildResult:
     """Run `stages` (one runner for each of ENVIRONMENT_STAGES) in order, then `validate`; a failed validation
-    sends its error back to the stage it names, which runs again with the error fed back, and the stages
-    after it run again. At most `rounds` rounds; never raises for semantic faults (they end in a failed result)."""
+    sends its error back to the stage it names, which runs again with the error fed back to the step it names
+    (`work.resume_step`; the steps before it kept), and the stages after it run again. At most `rounds`
+    rounds; never raises for semantic faults (they end in a failed result)."""
     start, feedback = 0, None
     try:
         for round_number in range(1, rounds + 1):
@@ -56,6 +57,8 @@ def run_stages(work: EnvWork, stages: Mapping[Stage, StageRunner], validate: Val
             if validation.back_to is None:
                 return BuildResult(work.env_id, validation.bundle, validation.checks)
             start, feedback = ENVIRONMENT_STAGES.index(validation.back_to), feedback_text(validation.error, "")
+            assert validation.step is None or validation.step in STEPS[validation.back_to], validation.step
+            work = work.model_copy(update={"resume_step": validation.step})
         return BuildResult(
             work.env_id,
             validation.bundle,

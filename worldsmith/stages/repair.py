@@ -1,6 +1,9 @@
 """The execute-and-repair loop every stage runs: ask the generator, execute what it wrote, and on
 a semantic fault feed the concrete error back into the next attempt, at most `max_attempts` times.
-Transient faults (the endpoint failing through its own retries) propagate for Prefect to retry."""
+Every attempt is recorded with its class: an output fault's kind (invalid_json, truncated, refusal...),
+the check's kind (sql_error...), or the request fault's. Transient faults (the endpoint failing through
+its own retries) propagate for Prefect to retry; a request the endpoint rejects for good (context_length)
+fails the stage at once; a fatal fault (auth) propagates to stop the run."""
 
 from __future__ import annotations
 
@@ -11,7 +14,7 @@ from typing import TypeVar
 from pydantic import BaseModel
 
 from worldsmith.llm.backend import Generator, Prompt, Usage
-from worldsmith.llm.errors import OutputFault, TransientFault
+from worldsmith.llm.errors import GenerationFault, OutputFault, TransientFault
 from worldsmith.stages.attempts import AttemptLog
 
 Spec = TypeVar("Spec", bound=BaseModel)
@@ -28,13 +31,15 @@ class CheckFailed(Exception):
 
 
 class StageFailed(Exception):
-    """A stage ran out of attempts; the environment is failed with this reason."""
+    """A stage ran out of attempts (or met a fault no attempt can repair); the environment is failed with
+    this reason. `error_class` is the last attempt's class."""
 
-    def __init__(self, stage: str, attempts: int, error: str):
+    def __init__(self, stage: str, attempts: int, error: str, error_class: str | None = None):
         super().__init__(f"stage {stage} failed after {attempts} attempts: {error}")
         self.stage = stage
         self.attempts = attempts
         self.error = error
+        self.error_class = error_class
 
 
 def _retried(usage: Usage) -> str:
@@ -42,10 +47,13 @@ def _retried(usage: Usage) -> str:
 
 
 def feedback_text(error: str, output: str) -> str:
+    """The repair feedback of a rejected answer: the error, then the answer (`output`, shown truncated;
+    left out when empty, as when a later check of the whole environment rejected it)."""
     shown = output if len(output) <= FEEDBACK_CHARS else output[:FEEDBACK_CHARS] + "\n... (truncated)"
+    answer = f"\n\nYour previous answer was:\n{shown}" if shown else ""
     return (
-        "Your previous answer was rejected. The error was:\n"
-        f"{error}\n\nYour previous answer was:\n{shown}\n\nFix the problem and answer again in full."
+        f"Your previous answer was rejected. The error was:\n{error}{answer}\n\n"
+        "Fix the problem and answer again in full."
     )
 
 
@@ -61,28 +69,14 @@ def run_with_repair(
     max_attempts: int = 5,
     first_feedback: str | None = None,
 ) -> Result:
-    """Run one stage to success or StageFailed. `prompt(feedback)` builds each attempt's request."""
+    """Run one stage to success or StageFailed. `prompt(feedback)` builds each attempt's request.
+    Raises TransientFault (for Prefect to retry) and fatal faults (to stop the run) after recording them."""
     feedback = first_feedback
-    error = "no attempt made"
+    error, error_class = "no attempt made", None
     for attempt in range(1, max_attempts + 1):
         started = time.perf_counter()
         try:
             generation = generator.generate(prompt(feedback), spec)
-        except OutputFault as fault:
-            usage = getattr(fault, "usage", Usage())
-            usage.seconds = usage.seconds or time.perf_counter() - started
-            error = f"{type(fault).__name__}: {fault}"
-            log.record(
-                env_id=env_id,
-                stage=stage,
-                attempt=attempt,
-                outcome="failure",
-                usage=usage,
-                error_class="output",
-                error_text=error + _retried(usage),
-            )
-            feedback = feedback_text(error, fault.text)
-            continue
         except TransientFault as fault:
             log.record(
                 env_id=env_id,
@@ -90,16 +84,35 @@ def run_with_repair(
                 attempt=attempt,
                 outcome="transient",
                 usage=getattr(fault, "usage", None),
-                error_class="transient",
+                error_class=fault.kind,
                 error_text=str(fault),
             )
             raise
+        except GenerationFault as fault:
+            usage = getattr(fault, "usage", Usage())
+            usage.seconds = usage.seconds or time.perf_counter() - started
+            error, error_class = f"{type(fault).__name__}: {fault}", fault.kind
+            log.record(
+                env_id=env_id,
+                stage=stage,
+                attempt=attempt,
+                outcome="failure",
+                usage=usage,
+                error_class=error_class,
+                error_text=error + _retried(usage),
+            )
+            if fault.fatal:
+                raise
+            if not isinstance(fault, OutputFault):  # the endpoint rejects the request itself: no repair helps
+                raise StageFailed(stage, attempt, error, error_class) from fault
+            feedback = feedback_text(error, fault.text)
+            continue
         usage = generation.usage
         try:
             result = check(generation.spec)
         except CheckFailed as failed:
             usage.seconds = time.perf_counter() - started
-            error = f"{failed.kind}: {failed}"
+            error, error_class = f"{failed.kind}: {failed}", failed.kind
             log.record(
                 env_id=env_id,
                 stage=stage,
@@ -123,4 +136,4 @@ def run_with_repair(
             error_text=retried,
         )
         return result
-    raise StageFailed(stage, max_attempts, error)
+    raise StageFailed(stage, max_attempts, error, error_class)

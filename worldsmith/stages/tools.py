@@ -1,6 +1,7 @@
 """Stage `tools`: a tool specification, then tools.py implementing it. The code must pass the
 static policy, match the specification, and every tool must run in the sandbox (a refusal counts
-as running; a crash does not)."""
+as running; a crash does not). Feedback for the code step (`work.resume_step == "code"`) keeps the
+specification and asks for the code again."""
 
 from __future__ import annotations
 
@@ -61,7 +62,8 @@ def run_tools_stage(
     def plan_prompt(extra: str | None) -> Prompt:
         return work.prompt("tool_plan", extra, schema=work.schema_sql, tasks=work.task_lines())
 
-    plan = run_with_repair(
+    kept_plan = work.tool_plan if feedback is not None and work.resume_step == "code" else None
+    plan = kept_plan or run_with_repair(
         stage=Stage.TOOLS.step("spec"),
         env_id=work.env_id,
         generator=generator,
@@ -101,5 +103,6 @@ def run_tools_stage(
         check=check_code,
         log=log,
         max_attempts=max_attempts,
+        first_feedback=feedback if kept_plan else None,
     )
-    return planned.model_copy(update={"tools_py": tools_py})
+    return planned.model_copy(update={"tools_py": tools_py, "resume_step": None})

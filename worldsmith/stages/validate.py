@@ -13,8 +13,9 @@ from worldsmith.models.quality import QualityCheck
 from worldsmith.quality.checks import quality_checks
 from worldsmith.runtime.episode import Runtime
 from worldsmith.stages.attempts import AttemptLog
-from worldsmith.stages.order import Stage
+from worldsmith.stages.order import ENVIRONMENT_STAGES, Stage
 from worldsmith.stages.repair import CheckFailed
+from worldsmith.stages.routing import owning_step
 from worldsmith.stages.verifiers import assemble
 from worldsmith.stages.work import EnvWork
 
@@ -22,27 +23,36 @@ from worldsmith.stages.work import EnvWork
 @dataclass
 class Validation:
     """The outcome of one validation round: the assembled bundle (None if it did not assemble), its checks,
-    and on failure the stage to run again with `error` fed back."""
+    and on failure the stage to run again with `error` fed back, from its `step` (order.STEPS; None: from
+    its first step), the steps before it kept."""
 
     bundle: Bundle | None
     checks: list[QualityCheck]
     back_to: Stage | None = None  # the stage to run again, None when everything passed
     error: str = ""
+    step: str | None = None
 
 
-def _route(checks: list[QualityCheck]) -> tuple[Stage, str] | None:
+def _route(checks: list[QualityCheck]) -> tuple[Stage, str | None, str] | None:
+    """Where the first failed check goes back to: (stage, step, error). Of a check's failed probes, those of
+    the earliest stage go back (routing.owning_step): the later stages run again after it anyway."""
     for check in checks:
         if check.passed:
             continue
         if check.kind == "expectations":
             return (
                 Stage.DATABASE,
+                "seed",
                 f"the seed data breaks the schema's expectations: {check.summary.get('reason')}; {check.details[:3]}",
             )
-        tool_failures = [d for d in check.details if d.get("probe") == "tool runs"]
-        if tool_failures:
-            return Stage.TOOLS, "; ".join(f"{d['target']}: {d['detail']}" for d in tool_failures)
-        return Stage.VERIFIERS, "; ".join(f"{d['probe']} {d['target']}: {d['detail']}" for d in check.details)
+        owners = [(owning_step(d["probe"], str(d["detail"])), d) for d in check.details]
+        stage, step = min(
+            (owner for owner, _ in owners),
+            key=lambda owner: ENVIRONMENT_STAGES.index(owner[0]),
+            default=(Stage.VERIFIERS, None),
+        )
+        owned = [d for owner, d in owners if owner == (stage, step)]
+        return stage, step, "; ".join(f"{d['probe']} {d['target']}: {d['detail']}" for d in owned) or str(check.summary)
     return None
 
 
@@ -69,13 +79,14 @@ def run_validate_stage(
     if route is None:
         log.record(env_id=work.env_id, stage=Stage.VALIDATE.value, attempt=attempt, outcome="success", usage=usage)
         return Validation(bundle, checks)
+    stage, step, error = route
     log.record(
         env_id=work.env_id,
         stage=Stage.VALIDATE.value,
         attempt=attempt,
         outcome="failure",
-        error_class=f"back_to_{route[0]}",
-        error_text=route[1],
+        error_class=f"back_to_{stage.step(step) if step else stage}",
+        error_text=error,
         usage=usage,
     )
-    return Validation(bundle, checks, route[0], route[1])
+    return Validation(bundle, checks, stage, error, step)

@@ -1,38 +1,39 @@
-"""Stage `verifiers`: one verifier per task plus reference solutions. The assembled bundle must
-load, every reference solution must run and be judged complete, and the untouched database must
-not be."""
+"""Stage `verifiers`: one verifier per task plus reference solutions, written from the schema, the
+tools, the tasks and a view of the seed rows the tasks touch. The assembled bundle must load,
+every reference solution must run and be judged complete, and the untouched database must not be."""
 
 from __future__ import annotations
 
 from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.errors import BundleError
 from worldsmith.bundle.loader import build_bundle
+from worldsmith.bundle.sqlscript import build_world
 from worldsmith.llm.backend import Generator, Prompt
-from worldsmith.llm.prompts import prompt_version
-from worldsmith.models.bundle import GeneratorInfo, Manifest
 from worldsmith.models.specs import VerifierCode
 from worldsmith.quality.probes import check_environment
 from worldsmith.runtime.episode import Runtime
 from worldsmith.stages.attempts import AttemptLog
 from worldsmith.stages.order import Stage
 from worldsmith.stages.repair import CheckFailed, run_with_repair
+from worldsmith.stages.routing import owning_step
+from worldsmith.stages.seedview import named_by_tasks, seed_view
 from worldsmith.stages.work import EnvWork
 
 
 def assemble(work: EnvWork, generator: Generator) -> Bundle:
     """The bundle of `work` (all stages done); raises CheckFailed listing every defect."""
-    manifest = Manifest(
-        env_id=work.env_id,
-        scenario=work.scenario,
-        clock=work.now,
-        generator=GeneratorInfo(
-            backend=generator.backend, model=generator.model, prompt_version=prompt_version(), seed=work.seed
-        ),
-    )
     try:
-        return build_bundle(work.sources(), manifest)
+        return build_bundle(work.sources(), work.manifest(generator))
     except BundleError as exc:
         raise CheckFailed("bundle", str(exc)) from None
+
+
+def seed_rows(work: EnvWork) -> str:
+    """The bounded view of the seeded database the verifiers prompt shows: the rows the tasks name and
+    their neighbours, a few rows of every table, each table's next id (seedview.seed_view)."""
+    world, faults = build_world(work.schema_sql or "", work.seed_sql or "")
+    assert world is not None, f"the database stage built this seed: {faults[:1]}"
+    return seed_view(world, named_by_tasks(work.tasks) if work.tasks else [])
 
 
 def run_verifiers_stage(
@@ -43,14 +44,25 @@ def run_verifiers_stage(
     max_attempts: int,
     feedback: str | None = None,
 ) -> EnvWork:
+    rows = seed_rows(work)
+
     def prompt(extra: str | None) -> Prompt:
-        return work.prompt("verifiers", extra, schema=work.schema_sql, tools=work.tool_lines(), tasks=work.task_lines())
+        return work.prompt(
+            "verifiers",
+            extra,
+            schema=work.schema_sql,
+            seed_rows=rows,
+            tools=work.tool_lines(),
+            tasks=work.task_lines(),
+        )
 
     def check(code: VerifierCode) -> VerifierCode:
         candidate = work.model_copy(update={"verifiers": code})
         bundle = assemble(candidate, generator)
-        failures = [
-            r for r in check_environment(runtime, bundle, reuse=True) if not r.passed and r.probe != "tool runs"
+        failures = [  # the tool code's failures are validation's to send back to the tools stage
+            r
+            for r in check_environment(runtime, bundle, reuse=True)
+            if not r.passed and owning_step(r.probe, r.detail)[0] == Stage.VERIFIERS
         ]
         if failures:
             kind = (

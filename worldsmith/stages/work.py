@@ -5,14 +5,14 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from datetime import datetime, timedelta
 
 from pydantic import BaseModel, Field
 
+from worldsmith.bundle.clock import CLOCK_EPOCH, world_clock
 from worldsmith.bundle.kinds import NATIVE_TOOLS
-from worldsmith.llm.backend import Prompt
-from worldsmith.llm.prompts import render
-from worldsmith.models.bundle import Scenario
+from worldsmith.llm.backend import Generator, Prompt
+from worldsmith.llm.prompts import prompt_version, render
+from worldsmith.models.bundle import GeneratorInfo, Manifest, Scenario
 from worldsmith.models.specs import TaskList, ToolPlan, VerifierCode
 
 
@@ -23,21 +23,6 @@ def env_id_for(scenario: Scenario, seed: int) -> str:
         base = "w_" + base
     digest = hashlib.sha256(f"{scenario.name}|{seed}".encode()).hexdigest()[:6]
     return f"{base}_{digest}"
-
-
-#: The span a generated world's "now" is drawn from (a weekday morning to afternoon, UTC).
-CLOCK_EPOCH = datetime(2024, 1, 1, 9, 0, 0)
-CLOCK_SPAN_DAYS = 730
-
-
-def world_clock(scenario: Scenario, seed: int) -> str:
-    """The world's "now" (ISO, UTC, to the second): fixed by scenario and seed, so a rerun writes the
-    same world; between 2024-01-01 and 2025-12-31, on a weekday between 09:00 and 17:00."""
-    digest = int(hashlib.sha256(f"clock|{scenario.name}|{seed}".encode()).hexdigest(), 16)
-    day = CLOCK_EPOCH + timedelta(days=digest % CLOCK_SPAN_DAYS)
-    day += timedelta(days=(7 - day.weekday()) % 7 if day.weekday() >= 5 else 0)
-    instant = day + timedelta(seconds=(digest >> 16) % (8 * 3600))
-    return instant.isoformat()
 
 
 class EnvWork(BaseModel):
@@ -53,6 +38,9 @@ class EnvWork(BaseModel):
     tool_plan: ToolPlan | None = None
     tools_py: str | None = None
     verifiers: VerifierCode | None = None
+    #: The step of the next stage run to start from (order.STEPS), the steps before it kept: set when a
+    #: validation failure belongs to a later step than the stage's first; the stage clears it.
+    resume_step: str | None = None
 
     @classmethod
     def start(cls, scenario: Scenario, seed: int) -> EnvWork:
@@ -70,16 +58,48 @@ class EnvWork(BaseModel):
             template,
             name=self.scenario.name,
             description=self.scenario.description,
+            now=self.now,
+            acting_user=self.acting_user_line(),
             feedback=feedback or "",
             **values,
         )
         return Prompt(template, system, user, self.context(feedback))
 
+    def acting_user_line(self) -> str:
+        """Who the agent acts as (fixed by the tasks stage), as the prompts state it."""
+        return self.tasks.acting_user.line() if self.tasks else "not fixed yet"
+
     def task_lines(self) -> str:
-        return "\n".join(f"- {t.id}: {t.instruction}" for t in (self.tasks.tasks if self.tasks else []))
+        """One line per task: its id, instruction and the existing records it names."""
+        lines = []
+        for task in self.tasks.tasks if self.tasks else []:
+            named = f" [existing records: {', '.join(repr(e) for e in task.entities)}]" if task.entities else ""
+            lines.append(f"- {task.id}: {task.instruction}{named}")
+        return "\n".join(lines)
 
     def tool_lines(self) -> str:
         return json.dumps([t.model_dump() for t in self.tool_plan.tools], indent=1) if self.tool_plan else "[]"
+
+    def manifest(self, generator: Generator, **fields: object) -> Manifest:
+        """This world's manifest: identity, scenario, clock and provenance (`generator`, the prompts'
+        version, the seed), plus `fields`."""
+        info = GeneratorInfo(
+            backend=generator.backend, model=generator.model, prompt_version=prompt_version(), seed=self.seed
+        )
+        return Manifest(env_id=self.env_id, scenario=self.scenario, clock=self.now, generator=info, **fields)
+
+    def partial_files(self) -> dict[str, bytes]:
+        """What the stages of a world that stopped at a stage wrote: each source file it got to, and
+        `work.json` (all of this work: the scenario, task list, tool plan and every file so far)."""
+        texts = {
+            "schema.sql": self.schema_sql,
+            "seed.sql": self.seed_sql,
+            "tools.py": self.tools_py,
+            "verifiers.py": self.verifiers.verifiers_py if self.verifiers else None,
+        }
+        files = {name: text.encode() for name, text in texts.items() if text}
+        files["work.json"] = (self.model_dump_json(indent=2) + "\n").encode()
+        return files
 
     def sources(self) -> dict[str, str]:
         """The five source files of the bundle (all stages must have run)."""

@@ -17,8 +17,11 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import event, text
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlmodel import Session, create_engine
+
+from worldsmith.failures import UserFixable
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 MIGRATION_LOCK_KEY = 0x776F726C64  # "world"
@@ -33,6 +36,41 @@ def _sqlite_pragmas(dbapi_connection, connection_record) -> None:
     cursor.execute("PRAGMA busy_timeout = 30000")
     cursor.execute("PRAGMA journal_mode = WAL")
     cursor.close()
+
+
+#: The databases a catalog may live in (the URL's dialect, before any +driver).
+DIALECTS = ("sqlite", "postgresql")
+
+
+class CatalogUnavailable(UserFixable):
+    """The configured catalog cannot be used (an unsupported or malformed URL, a database that does not
+    answer); the message is one line naming WORLDSMITH_CATALOG_URL. `exit_code` 2: a bad setting; 1: a failure."""
+
+
+def _shown(url: str) -> str:
+    """`url` with any password hidden."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return url
+
+
+def check_url(url: str) -> None:
+    """CatalogUnavailable (exit 2) unless `url` is a SQLite or PostgreSQL URL."""
+    try:
+        dialect = make_url(url).get_backend_name()
+    except ArgumentError:
+        raise CatalogUnavailable(
+            f"the catalog URL {url!r} is not a database URL; set WORLDSMITH_CATALOG_URL to sqlite:///PATH "
+            "or postgresql://USER:PASSWORD@HOST/DB",
+            2,
+        ) from None
+    if dialect not in DIALECTS:
+        raise CatalogUnavailable(
+            f"the catalog cannot live in {dialect} ({_shown(url)}); set WORLDSMITH_CATALOG_URL to sqlite:///PATH "
+            "or postgresql://USER:PASSWORD@HOST/DB",
+            2,
+        )
 
 
 def make_engine(url: str) -> Engine:
@@ -57,10 +95,20 @@ class Catalog:
     """A connection to the catalog database, migrated to the newest schema on open."""
 
     def __init__(self, url: str, *, migrate: bool = True):
+        check_url(url)
         self.url = url
         self.engine = make_engine(url)
         if migrate:
-            self.upgrade()
+            try:
+                self.upgrade()
+            except DBAPIError as exc:  # the database does not answer (down, refused, wrong password, no file)
+                self.engine.dispose()
+                reason = str(exc.orig or exc).strip().splitlines()[0]
+                raise CatalogUnavailable(
+                    f"the catalog database {_shown(url)} cannot be used: {reason}; check that it runs and "
+                    "WORLDSMITH_CATALOG_URL",
+                    1,
+                ) from None
 
     def upgrade(self, revision: str = "head") -> None:
         """Apply pending migrations (idempotent)."""

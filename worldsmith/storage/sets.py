@@ -37,11 +37,13 @@ class SetQuery(BaseModel):
     latest_only: bool = True
 
 
-def _candidates(session: Session, query: SetQuery) -> list[EnvironmentVersion]:
+def candidates(session: Session, query: SetQuery) -> list[EnvironmentVersion]:
+    """The versions `query` may choose from (before sampling): loadable bundles of its status that match its
+    filters, the latest per environment unless `latest_only` is off."""
     rows = session.exec(
         select(EnvironmentVersion, Environment)
         .join(Environment)
-        .where(EnvironmentVersion.status == query.status)
+        .where(EnvironmentVersion.status == query.status, EnvironmentVersion.failed_stage.is_(None))
         .order_by(EnvironmentVersion.env_id, EnvironmentVersion.version)
     ).all()
     chosen: dict[str, EnvironmentVersion] = {}
@@ -89,7 +91,7 @@ def create_set(catalog: Catalog, name: str, query: SetQuery) -> EnvironmentSet:
     with catalog.session() as session:
         if session.exec(select(EnvironmentSet).where(EnvironmentSet.name == name)).first() is not None:
             raise CatalogError(f"environment set {name!r} already exists (sets are immutable; choose another name)")
-        members = select_members(_candidates(session, query), query)
+        members = select_members(candidates(session, query), query)
         if not members:
             raise CatalogError(f"no environment version matches the query {query.model_dump(exclude_defaults=True)}")
     try:

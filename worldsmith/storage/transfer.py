@@ -128,6 +128,12 @@ def import_catalog(source: Path, store: ObjectStore, catalog: Catalog) -> dict[s
                 artifacts["manifest.json"] = manifest_digest
                 counts["renumbered"] += 1
             generator = record["generator"]
+            digest = record.get("content_digest")
+            if (
+                digest
+                and session.exec(select(EnvironmentVersion).where(EnvironmentVersion.content_digest == digest)).first()
+            ):
+                digest = None  # a version here already holds this content: the copy keeps its own, undigested
             version = EnvironmentVersion(
                 env_id=record["env_id"],
                 version=number,
@@ -135,6 +141,8 @@ def import_catalog(source: Path, store: ObjectStore, catalog: Catalog) -> dict[s
                 manifest_digest=manifest_digest,
                 status=record["status"],
                 failure_reason=record["failure_reason"],
+                failed_stage=record.get("failed_stage"),
+                content_digest=digest,
                 generator_backend=generator["backend"],
                 generator_model=generator["model"],
                 prompt_version=generator["prompt_version"],

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from prefect import Task, task
-from prefect.cache_policies import INPUTS
+from prefect.cache_policies import INPUTS, CacheKeyFnPolicy
 
 from worldsmith.llm.errors import TransientFault
+from worldsmith.llm.prompts import prompt_version
 from worldsmith.models.bundle import Scenario
 from worldsmith.settings import get_settings
 from worldsmith.stages.database import run_database_stage
@@ -32,7 +33,14 @@ from worldsmith.tasks.generation_run import GenerateParameters, embedder, resour
 P = ParamSpec("P")
 R = TypeVar("R")
 
-CACHED = INPUTS - "run_id"  # a rerun (new run id) reuses what an earlier run finished
+
+def _prompts_version(context: Any, parameters: dict[str, Any]) -> str:
+    """The prompt templates' version: a stage's cached result is reused only under the prompts that made it."""
+    return prompt_version()
+
+
+#: A rerun (new run id) reuses what an earlier run finished with the same inputs and prompt templates.
+CACHED = (INPUTS - "run_id") + CacheKeyFnPolicy(cache_key_fn=_prompts_version)
 
 
 def transient_only(task_: Any, task_run: Any, state: Any) -> bool:

@@ -102,7 +102,7 @@ def run_training(request: TrainRequest, progress: bool = False) -> dict[str, Any
 def launch(request: TrainRequest, processes: int) -> dict[str, Any]:
     """Run the training step in `processes` processes and return the main process's result; a
     failed launch raises RuntimeError with the end of its log (OUTPUT/launch.log)."""
-    from worldsmith.runtime.gateway import free_port
+    from worldsmith.localserver import free_port
 
     out = Path(request.output)
     out.mkdir(parents=True, exist_ok=True)

@@ -59,6 +59,11 @@ def _ref(entity: Entity, row: dict[str, Any]) -> str:
     return f"{entity.singular} #{row['id']}"
 
 
+def _named(entity: Entity, row: dict[str, Any]) -> str:
+    """The literal value an instruction names a row by (what `_ref` shows): its label, else its id."""
+    return str(row[entity.label]) if entity.label else str(row["id"])
+
+
 def _lookup(entity: Entity, row: dict[str, Any]) -> list[dict[str, Any]]:
     """The reference solution's first step: find the row the way the instruction names it."""
     if entity.label:
@@ -116,6 +121,7 @@ def _task_action(task_id: str, pick: tuple[Entity, Transition, dict[str, Any]]) 
         f"Please {t.phrase} the {_ref(entity, row)}.",
         _lookup(entity, row) + [_action_step(entity, t, row)],
         body,
+        entities=[_named(entity, row)],
     )
 
 
@@ -130,7 +136,11 @@ def _task_two_actions(
     )
     instruction = f"Two things: {a[1].phrase} the {_ref(a[0], a[2])}, and {b[1].phrase} the {_ref(b[0], b[2])}."
     return TaskDraft(
-        task_id, instruction, _lookup(a[0], a[2]) + [_action_step(*a)] + _lookup(b[0], b[2]) + [_action_step(*b)], body
+        task_id,
+        instruction,
+        _lookup(a[0], a[2]) + [_action_step(*a)] + _lookup(b[0], b[2]) + [_action_step(*b)],
+        body,
+        entities=[_named(a[0], a[2]), _named(b[0], b[2])],
     )
 
 
@@ -147,6 +157,7 @@ def _task_update(task_id: str, entity: Entity, f: Field, row: dict[str, Any], rn
         f"Change the {words(f.name)} of the {_ref(entity, row)} to {shown}.",
         _lookup(entity, row) + [{"tool": f"update_{s}_{f.name}", "arguments": {f"{s}_id": row["id"], f.name: value}}],
         body,
+        entities=[_named(entity, row)],
     )
 
 
@@ -155,12 +166,14 @@ def _task_create(task_id: str, domain: Domain, entity: Entity, rows: Rows, rng: 
     arguments: dict[str, Any] = {}
     steps: list[dict[str, Any]] = []
     names = []
+    named = []
     parents = {e.table: e for e in domain.entities}
     for column, parent in foreign_keys(entity):
         parent_row = rng.choice(rows.tables[parent])
         arguments[column] = parent_row["id"]
         steps += _lookup(parents[parent], parent_row)
         names.append(f"the {_ref(parents[parent], parent_row)}")
+        named.append(_named(parents[parent], parent_row))
     details = []
     for f in entity.fields:
         value = _fresh_value(f, None, rng) if f.kind != "bool" else rng.random() < 0.5
@@ -181,7 +194,7 @@ def _task_create(task_id: str, domain: Domain, entity: Entity, rows: Rows, rng: 
         "    return _result('incomplete', new_rows=rows, expected=expected)\n"
     )
     instruction = f"Add a new {entity.singular} for {' and '.join(names)} with " + ", ".join(details) + "."
-    return TaskDraft(task_id, instruction, steps, body)
+    return TaskDraft(task_id, instruction, steps, body, entities=named)
 
 
 def _task_count(task_id: str, domain: Domain, entity: Entity, rows: Rows, rng: random.Random) -> TaskDraft | None:
@@ -208,7 +221,7 @@ def _task_count(task_id: str, domain: Domain, entity: Entity, rows: Rows, rng: r
     steps = _lookup(parents[parent], parent_row) + [
         {"tool": f"list_{entity.table}", "arguments": {column: parent_row["id"], "status": status, "limit": 100}}
     ]
-    return TaskDraft(task_id, instruction, steps, body, answer=str(n))
+    return TaskDraft(task_id, instruction, steps, body, answer=str(n), entities=[_named(parents[parent], parent_row)])
 
 
 def make_tasks(domain: Domain, rows: Rows, tools: set[str], rng: random.Random) -> list[TaskDraft]:

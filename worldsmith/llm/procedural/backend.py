@@ -13,11 +13,13 @@ import hashlib
 import json
 import random
 import re
+from datetime import date, datetime
 from functools import lru_cache
 from typing import Any
 
 from faker import Faker
 
+from worldsmith.bundle.clock import world_clock
 from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.loader import build_bundle
 from worldsmith.bundle.toolspec import derive_tool_schemas
@@ -25,20 +27,23 @@ from worldsmith.llm.backend import Generation, Prompt, Spec, Usage, decode
 from worldsmith.llm.procedural.blocks import DOMAINS
 from worldsmith.llm.procedural.compose import compose
 from worldsmith.llm.procedural.drafts import WorldDraft
-from worldsmith.llm.procedural.mapping import domain_for
+from worldsmith.llm.procedural.mapping import domain_for, domains_to_expand
 from worldsmith.models.bundle import Scenario
 
 MODEL = "procedural-v1"
 
 
 @lru_cache(maxsize=64)
-def _world(domain_key: str, seed: int) -> WorldDraft:
+def _world(domain_key: str, seed: int, variety: str | None = None, today: date | None = None) -> WorldDraft:
     domain = next(d for d in DOMAINS if d.key == domain_key)
-    return compose(domain, seed)
+    return compose(domain, seed, variety, today)
 
 
 def world_for(scenario: Scenario, seed: int) -> WorldDraft:
-    return _world(domain_for(scenario).key, seed)
+    """The world of `scenario`: a variant of its domain drawn from its name and `seed` (compose.py), its
+    data dated around the world's clock (bundle/clock.py: the day the pipeline records as its "now")."""
+    today = datetime.fromisoformat(world_clock(scenario, seed)).date()
+    return _world(domain_for(scenario).key, seed, scenario.name, today)
 
 
 def procedural_bundle(domain_key: str, seed: int) -> Bundle:
@@ -91,11 +96,7 @@ class ProceduralGenerator:
         rng = random.Random(f"{self.seed}:{context.get('round', 0)}")
         fake = Faker("en_US")
         fake.seed_instance(rng.randint(0, 2**31))
-        weights: dict[str, int] = {}
-        for example in examples:
-            key = domain_for(example).key
-            weights[key] = weights.get(key, 0) + 1
-        domains = [d for d in DOMAINS if d.key in weights] or list(DOMAINS)
+        domains = domains_to_expand(examples, rng)
         scenarios = []
         for index in range(count):
             domain = domains[index % len(domains)]  # balanced across the seeds' domains
@@ -119,7 +120,10 @@ class ProceduralGenerator:
             return self._scenarios(context)
         world = world_for(Scenario.model_validate(context["scenario"]), int(context.get("seed", self.seed)))
         if prompt.stage == "tasks":
-            return {"tasks": [{"id": t.id, "instruction": t.instruction} for t in world.tasks]}
+            return {
+                "acting_user": {"role": f"{world.domain.title.lower()} operator", "identifier": None},
+                "tasks": [{"id": t.id, "instruction": t.instruction, "entities": t.entities} for t in world.tasks],
+            }
         if prompt.stage == "schema":
             return {"schema_sql": world.schema_sql}
         if prompt.stage == "seed":

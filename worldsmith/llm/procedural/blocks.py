@@ -47,12 +47,25 @@ class Entity:
         return set(self.statuses) - moving
 
 
+#: The most tools a world offers (every entity keeps its essentials first; see compose.tools_py).
+MAX_TOOLS = 40
+
+#: Tools a world may offer beyond each entity's own: counts per status of each entity with statuses,
+#: and the latest entries of the audit log.
+EXTRA_TOOLS = ("count_by_status", "recent_activity")
+
+
 @dataclass(frozen=True)
 class Domain:
+    """A kind of world: its entities, and (when varied, see variety.py) the extra tools it offers and its
+    tool budget."""
+
     key: str
     title: str
     keywords: tuple[str, ...]
     entities: tuple[Entity, ...] = field(default_factory=tuple)
+    extra_tools: frozenset[str] = frozenset()
+    max_tools: int = MAX_TOOLS
 
 
 def T(action: str, sources: str, target: str, phrase: str | None = None) -> Transition:
@@ -1319,4 +1332,332 @@ DOMAINS: tuple[Domain, ...] = (
             ),
         ),
     ),
+    Domain(
+        "library",
+        "Library and reading",
+        ("library", "librar", "books", "bookshelf", "reading", "reader", "novel", "audiobook", "goodreads", "author"),
+        (
+            Entity(
+                "readers",
+                "reader",
+                (
+                    F("full_name", "name"),
+                    F("email", "email", editable=True),
+                    F("membership", "enum", "basic", "premium", editable=True),
+                ),
+                label="full_name",
+                statuses=("active", "suspended"),
+                transitions=(T("suspend", "active", "suspended"), T("reinstate", "suspended", "active")),
+            ),
+            Entity(
+                "books",
+                "book",
+                (
+                    F("book_title", "title"),
+                    F("author", "name"),
+                    F("genre", "enum", "fiction", "nonfiction", "mystery", "scifi", "biography"),
+                    F("pages", "int", low=80, high=1200),
+                ),
+                label="book_title",
+                statuses=("available", "withdrawn"),
+                transitions=(T("withdraw", "available", "withdrawn"), T("restore", "withdrawn", "available")),
+            ),
+            Entity(
+                "loans",
+                "loan",
+                (F("borrowed_on", "date"), F("due_on", "date", editable=True)),
+                parent="readers",
+                extra_parent="books",
+                creatable=True,
+                statuses=("active", "overdue", "returned", "lost"),
+                transitions=(
+                    T("mark_overdue", "active", "overdue", "mark as overdue"),
+                    T("mark_returned", "active overdue", "returned", "mark as returned"),
+                    T("mark_lost", "overdue", "lost", "mark as lost"),
+                ),
+            ),
+            Entity(
+                "holds",
+                "hold",
+                (F("placed_on", "date"), F("pickup_branch", "enum", "central", "north", "south", editable=True)),
+                parent="books",
+                extra_parent="readers",
+                creatable=True,
+                statuses=("waiting", "ready", "collected", "cancelled"),
+                transitions=(
+                    T("mark_ready", "waiting", "ready", "mark as ready"),
+                    T("collect", "ready", "collected", "mark as collected"),
+                    T("cancel", "waiting ready", "cancelled"),
+                ),
+            ),
+            Entity(
+                "book_reviews",
+                "book review",
+                (F("rating", "int", low=1, high=5, editable=True), F("body", "sentence")),
+                parent="books",
+                extra_parent="readers",
+                creatable=True,
+                statuses=("pending", "published", "removed"),
+                transitions=(T("publish", "pending", "published"), T("remove", "pending published", "removed")),
+            ),
+        ),
+    ),
+    Domain(
+        "gaming",
+        "Online games",
+        ("gaming", "gamer", "player", "multiplayer", "avatar", "roblox", "steam", "xbox", "playstation", "esports"),
+        (
+            Entity(
+                "players",
+                "player",
+                (
+                    F("username", "word"),
+                    F("email", "email", editable=True),
+                    F("region", "enum", "na", "eu", "asia", editable=True),
+                ),
+                label="username",
+                statuses=("active", "banned"),
+                transitions=(T("ban", "active", "banned"), T("unban", "banned", "active")),
+            ),
+            Entity(
+                "games",
+                "game",
+                (
+                    F("game_title", "title"),
+                    F("genre", "enum", "adventure", "puzzle", "racing", "shooter", "simulation"),
+                    F("max_players", "int", low=1, high=100, editable=True),
+                ),
+                label="game_title",
+                statuses=("published", "unlisted"),
+                transitions=(T("unlist", "published", "unlisted"), T("relist", "unlisted", "published")),
+            ),
+            Entity(
+                "virtual_items",
+                "virtual item",
+                (F("item_name", "word"), F("price_credits", "int", low=0, high=5000, editable=True)),
+                parent="games",
+                label="item_name",
+                creatable=True,
+                statuses=("on_sale", "retired"),
+                transitions=(
+                    T("retire", "on_sale", "retired"),
+                    T("put_on_sale", "retired", "on_sale", "put on sale"),
+                ),
+            ),
+            Entity(
+                "item_purchases",
+                "item purchase",
+                (F("purchased_on", "date"), F("credits_spent", "int", low=0, high=5000)),
+                parent="players",
+                extra_parent="virtual_items",
+                creatable=True,
+                statuses=("completed", "disputed", "refunded"),
+                transitions=(T("dispute", "completed", "disputed"), T("refund", "completed disputed", "refunded")),
+            ),
+            Entity(
+                "abuse_reports",
+                "abuse report",
+                (F("reason", "sentence"), F("severity", "enum", "low", "medium", "high", editable=True)),
+                parent="players",
+                creatable=True,
+                statuses=("open", "investigating", "resolved", "dismissed"),
+                transitions=(
+                    T("investigate", "open", "investigating"),
+                    T("resolve", "investigating", "resolved"),
+                    T("dismiss", "open investigating", "dismissed"),
+                ),
+            ),
+        ),
+    ),
+    Domain(
+        "memberships",
+        "Creator memberships",
+        ("patreon", "creator", "membership", "patron", "pledge", "supporter", "donation", "crowdfunding", "substack"),
+        (
+            Entity(
+                "creators",
+                "creator",
+                (
+                    F("creator_name", "name"),
+                    F("category", "enum", "art", "music", "writing", "video", "podcast", editable=True),
+                ),
+                label="creator_name",
+                statuses=("active", "paused"),
+                transitions=(T("pause", "active", "paused"), T("resume", "paused", "active")),
+            ),
+            Entity(
+                "tiers",
+                "tier",
+                (
+                    F("tier_name", "title"),
+                    F("monthly_price_cents", "money", low=100, high=10000, editable=True),
+                    F("benefit", "sentence", editable=True),
+                ),
+                parent="creators",
+                label="tier_name",
+                creatable=True,
+                statuses=("open", "closed"),
+                transitions=(T("close", "open", "closed"), T("reopen", "closed", "open")),
+            ),
+            Entity(
+                "patrons",
+                "patron",
+                (F("full_name", "name"), F("email", "email", editable=True)),
+                label="full_name",
+            ),
+            Entity(
+                "pledges",
+                "pledge",
+                (F("started_on", "date"), F("amount_cents", "money", low=100, high=10000, editable=True)),
+                parent="patrons",
+                extra_parent="tiers",
+                creatable=True,
+                statuses=("active", "paused", "declined", "cancelled"),
+                transitions=(
+                    T("pause", "active", "paused"),
+                    T("resume", "paused", "active"),
+                    T("mark_declined", "active", "declined", "mark as declined"),
+                    T("cancel", "active paused declined", "cancelled"),
+                ),
+            ),
+            Entity(
+                "payouts",
+                "payout",
+                (F("amount_cents", "money", low=1000, high=500000), F("scheduled_on", "date", editable=True)),
+                parent="creators",
+                statuses=("scheduled", "held", "sent", "failed"),
+                transitions=(
+                    T("hold", "scheduled", "held"),
+                    T("release", "held", "scheduled"),
+                    T("send", "scheduled", "sent"),
+                    T("mark_failed", "sent", "failed", "mark as failed"),
+                ),
+            ),
+        ),
+    ),
+    Domain(
+        "publishing",
+        "News and publishing",
+        (
+            "news",
+            "newspaper",
+            "magazine",
+            "publisher",
+            "journalis",
+            "article",
+            "editorial",
+            "blog",
+            "headline",
+            "weather",
+        ),
+        (
+            Entity(
+                "writers",
+                "writer",
+                (
+                    F("full_name", "name"),
+                    F("email", "email", editable=True),
+                    F("beat", "enum", "politics", "business", "sports", "culture", "science", editable=True),
+                ),
+                label="full_name",
+            ),
+            Entity(
+                "sections",
+                "section",
+                (F("section_name", "word"), F("editor", "name", editable=True)),
+                label="section_name",
+            ),
+            Entity(
+                "articles",
+                "article",
+                (
+                    F("headline", "title"),
+                    F("word_count", "int", low=200, high=5000, editable=True),
+                    F("published_on", "date"),
+                ),
+                parent="writers",
+                extra_parent="sections",
+                label="headline",
+                creatable=True,
+                statuses=("draft", "in_review", "published", "retracted"),
+                transitions=(
+                    T("submit", "draft", "in_review"),
+                    T("send_back", "in_review", "draft", "send back"),
+                    T("publish", "in_review", "published"),
+                    T("retract", "published", "retracted"),
+                ),
+            ),
+            Entity(
+                "reader_comments",
+                "reader comment",
+                (F("author", "name"), F("body", "sentence")),
+                parent="articles",
+                creatable=True,
+                statuses=("pending", "approved", "removed"),
+                transitions=(T("approve", "pending", "approved"), T("remove", "pending approved", "removed")),
+            ),
+            Entity(
+                "newsletter_subscriptions",
+                "newsletter subscription",
+                (F("subscriber_email", "email"), F("frequency", "enum", "daily", "weekly", editable=True)),
+                parent="sections",
+                label="subscriber_email",
+                creatable=True,
+                statuses=("subscribed", "unsubscribed", "bounced"),
+                transitions=(
+                    T("unsubscribe", "subscribed", "unsubscribed"),
+                    T("resubscribe", "unsubscribed", "subscribed"),
+                    T("mark_bounced", "subscribed", "bounced", "mark as bounced"),
+                ),
+            ),
+        ),
+    ),
 )
+
+#: Other names a table may go by in a varied world: (table, singular) per alias. An alias names the same
+#: thing wherever it appears (one singular per table name across every domain and alias).
+TABLE_ALIASES: dict[str, tuple[tuple[str, str], ...]] = {
+    "customers": (("clients", "client"), ("accounts", "account")),
+    "products": (("items", "item"), ("catalog_items", "catalog item")),
+    "orders": (("purchases", "purchase"),),
+    "reviews": (("product_reviews", "product review"),),
+    "travelers": (("guests", "guest"), ("passengers", "passenger")),
+    "properties": (("lodgings", "lodging"),),
+    "bookings": (("reservations", "reservation"),),
+    "clients": (("account_holders", "account holder"), ("customers", "customer")),
+    "accounts": (("bank_accounts", "bank account"),),
+    "transfers": (("payments", "payment"),),
+    "doctors": (("physicians", "physician"), ("clinicians", "clinician")),
+    "appointments": (("visits", "visit"),),
+    "members": (("contributors", "contributor"),),
+    "projects": (("repositories", "repository"), ("workspaces", "workspace")),
+    "users": (("profiles", "profile"),),
+    "posts": (("stories", "story"),),
+    "subscribers": (("viewers", "viewer"),),
+    "titles": (("videos", "video"),),
+    "diners": (("eaters", "eater"),),
+    "restaurants": (("merchants", "merchant"), ("kitchens", "kitchen")),
+    "deliveries": (("food_orders", "food order"),),
+    "agents": (("representatives", "representative"),),
+    "buyers": (("prospects", "prospect"),),
+    "students": (("learners", "learner"),),
+    "courses": (("classes", "class"),),
+    "employees": (("staff_members", "staff member"), ("workers", "worker")),
+    "job_openings": (("positions", "position"), ("requisitions", "requisition")),
+    "candidates": (("applicants", "applicant"),),
+    "people": (("contacts", "contact"),),
+    "channels": (("rooms", "room"),),
+    "shippers": (("senders", "sender"),),
+    "depots": (("hubs", "hub"), ("warehouses", "warehouse")),
+    "shipments": (("parcels", "parcel"), ("packages", "package")),
+    "attendees": (("ticket_holders", "ticket holder"),),
+    "venues": (("locations", "location"),),
+    "readers": (("borrowers", "borrower"),),
+    "books": (("volumes", "volume"),),
+    "players": (("gamers", "gamer"),),
+    "games": (("experiences", "experience"),),
+    "creators": (("artists", "artist"),),
+    "patrons": (("supporters", "supporter"), ("fans", "fan")),
+    "writers": (("reporters", "reporter"), ("journalists", "journalist")),
+    "articles": (("stories", "story"),),
+}

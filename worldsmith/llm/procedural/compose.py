@@ -1,8 +1,9 @@
 """Compose a complete world from a domain's building blocks: schema, fake seed data, tools,
-tasks with reference solutions, and verifiers. Deterministic for a given (domain, seed)."""
+tasks with reference solutions, and verifiers. Deterministic for a given (domain, seed, variety)."""
 
 from __future__ import annotations
 
+import hashlib
 import random
 from datetime import date, timedelta
 from typing import Any
@@ -13,8 +14,7 @@ from worldsmith.llm.procedural.agent_tasks import make_tasks, verifiers_py
 from worldsmith.llm.procedural.blocks import Domain, Entity, Field
 from worldsmith.llm.procedural.drafts import Rows, WorldDraft
 from worldsmith.llm.procedural.names import foreign_keys, ident, singular_of, words
-
-MAX_TOOLS = 40
+from worldsmith.llm.procedural.variety import vary
 
 
 def sql_literal(value: Any) -> str:
@@ -227,8 +227,30 @@ def _tool(name: str, params: list[tuple[str, str, str]], doc: str, body: str) ->
     return f"\n\ndef {name}({signature}) -> dict | list:\n{docstring}{body}"
 
 
-def entity_tools(entity: Entity) -> list[tuple[str, str]]:
-    """(name, source) of the tools of one entity, most essential first."""
+def _count_tool(entity: Entity) -> tuple[str, str]:
+    name = f"count_{entity.table}_by_status"
+    return name, _tool(
+        name,
+        [],
+        f"How many {entity.table.replace('_', ' ')} are in each status.",
+        f"    rows = conn.execute('SELECT status, COUNT(*) FROM {entity.table} GROUP BY status ORDER BY status')\n"
+        "    return {status: n for status, n in rows}\n",
+    )
+
+
+RECENT_ACTIVITY = _tool(
+    "recent_activity",
+    [("limit", "int = 10", "At most this many entries (1-100).")],
+    "The latest entries of the audit log, newest first.",
+    "    if not 1 <= limit <= 100:\n        raise ToolError('limit must be between 1 and 100')\n"
+    "    rows = conn.execute('SELECT * FROM audit_log ORDER BY id DESC LIMIT ?', (limit,))\n"
+    "    return [dict(r) for r in rows]\n",
+)
+
+
+def entity_tools(entity: Entity, *, counts: bool = False) -> list[tuple[str, str]]:
+    """(name, source) of the tools of one entity, most essential first; with `counts`, one counting its
+    rows per status last (when it has statuses)."""
     e, s = entity.table, ident(entity.singular)
     what = entity.singular
     key = f"{s}_id"
@@ -360,18 +382,24 @@ def entity_tools(entity: Entity) -> list[tuple[str, str]]:
                 ),
             )
         )
+    if counts and entity.statuses:
+        tools.append(_count_tool(entity))
     return tools
 
 
 def tools_py(domain: Domain) -> tuple[str, list[str]]:
-    per_entity = [entity_tools(e) for e in domain.entities]
+    """The tools module of `domain` and its tool names: at most `domain.max_tools`, each entity's
+    essentials first, then the domain's extra tools."""
+    per_entity = [entity_tools(e, counts="count_by_status" in domain.extra_tools) for e in domain.entities]
     chosen: list[tuple[str, str]] = []
     depth = 0
-    while len(chosen) < MAX_TOOLS and any(depth < len(t) for t in per_entity):
+    while len(chosen) < domain.max_tools and any(depth < len(t) for t in per_entity):
         for tools in per_entity:  # round robin: every entity keeps its essentials
-            if depth < len(tools) and len(chosen) < MAX_TOOLS:
+            if depth < len(tools) and len(chosen) < domain.max_tools:
                 chosen.append(tools[depth])
         depth += 1
+    if "recent_activity" in domain.extra_tools and len(chosen) < domain.max_tools:
+        chosen.append(("recent_activity", RECENT_ACTIVITY))
     source = _TOOLS_HEADER.format(title=domain.title.lower())
     if "Literal[" in "".join(code for _, code in chosen):
         source = source.replace(
@@ -382,10 +410,10 @@ def tools_py(domain: Domain) -> tuple[str, list[str]]:
     return source, [name for name, _ in chosen]
 
 
-def compose(domain: Domain, seed: int) -> WorldDraft:
-    """All sources of a world of `domain` (tasks and verifiers included), deterministic in `seed`."""
+def _draft(domain: Domain, seed: int, today: date | None) -> WorldDraft:
     rng = random.Random(seed)
-    today = date(2026, 1, 1) + timedelta(days=rng.randint(0, 300))
+    drawn = date(2026, 1, 1) + timedelta(days=rng.randint(0, 300))
+    today = today or drawn
     rows = seed_rows(domain, seed, today)
     source, names = tools_py(domain)
     draft = WorldDraft(
@@ -398,3 +426,25 @@ def compose(domain: Domain, seed: int) -> WorldDraft:
     draft.tasks = make_tasks(domain, rows, set(names), random.Random(seed + 1))
     draft.verifiers_py = verifiers_py(draft.tasks)
     return draft
+
+
+#: Variants drawn for one world before falling back to the domain as defined (a variant fails when its
+#: seed rows cannot hold ten distinct tasks).
+VARIANT_DRAWS = 4
+
+
+def compose(domain: Domain, seed: int, variety: str | None = None, today: date | None = None) -> WorldDraft:
+    """All sources of a world of `domain` (tasks and verifiers included), deterministic in its arguments.
+    Without `variety` the domain as its blocks define it; with one (a scenario's name), a variant of it
+    (see variety.py) with its own data, drawn from `variety` and `seed`. `today` is the world's date
+    (default: drawn from the seed)."""
+    if variety is None:
+        return _draft(domain, seed, today)
+    digest = int(hashlib.sha256(f"{variety}|{seed}".encode()).hexdigest()[:15], 16)
+    rng = random.Random(digest)
+    for draw in range(VARIANT_DRAWS):
+        try:
+            return _draft(vary(domain, rng), digest + draw, today)
+        except (ValueError, IndexError):  # too few rows for ten distinct tasks: draw again
+            continue
+    return _draft(domain, digest, today)

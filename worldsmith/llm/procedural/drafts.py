@@ -18,14 +18,15 @@ class Rows:
 
 @dataclass
 class TaskDraft:
-    """One agent task: its instruction, reference solution (tool steps), the body of its verifier
-    and, for questions, the expected answer."""
+    """One agent task: its instruction, reference solution (tool steps), the body of its verifier,
+    for questions the expected answer, and the existing records it names (their labels or ids)."""
 
     id: str
     instruction: str
     solution: list[dict[str, Any]]
     verifier_body: str
     answer: str | None = None
+    entities: list[str] = field(default_factory=list)
 
 
 @dataclass

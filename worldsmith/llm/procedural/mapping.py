@@ -1,9 +1,11 @@
 """Map a scenario to the domain whose building blocks fit it best (keyword evidence in its name,
-description and categories; ties broken by a stable hash so the choice never changes)."""
+description and categories; ties broken by a stable hash so the choice never changes), and draw the
+domains a batch of new scenarios is spread over."""
 
 from __future__ import annotations
 
 import hashlib
+import random
 import re
 
 from worldsmith.llm.procedural.blocks import DOMAINS, Domain
@@ -30,3 +32,13 @@ def domain_for(scenario: Scenario) -> Domain:
     tied = [d for score, d in scores if score == best]
     digest = int(hashlib.sha256(scenario.name.encode()).hexdigest(), 16)
     return tied[digest % len(tied)]
+
+
+def domains_to_expand(examples: list[Scenario], rng: random.Random) -> list[Domain]:
+    """The domains of `examples` (every domain when there are none) in an order drawn from `rng`: new
+    scenarios taken round robin from it spread over the domains, and a run seeded otherwise (another
+    night) starts from other domains."""
+    keys = {domain_for(example).key for example in examples}
+    domains = [d for d in DOMAINS if d.key in keys] or list(DOMAINS)
+    rng.shuffle(domains)
+    return domains

@@ -5,9 +5,21 @@ from __future__ import annotations
 
 import re
 
-from worldsmith.llm.procedural.blocks import DOMAINS, Entity
+from worldsmith.llm.procedural.blocks import DOMAINS, TABLE_ALIASES, Entity
 
-SINGULARS = {e.table: e.singular for d in DOMAINS for e in d.entities}
+
+def _singulars() -> dict[str, str]:
+    """The singular of every table name a world may use (its domain's names and their aliases)."""
+    pairs = [(e.table, e.singular) for d in DOMAINS for e in d.entities]
+    pairs += [alias for aliases in TABLE_ALIASES.values() for alias in aliases]
+    singulars: dict[str, str] = {}
+    for table, singular in pairs:
+        if singulars.setdefault(table, singular) != singular:
+            raise ValueError(f"table {table!r} has two singulars: {singulars[table]!r} and {singular!r}")
+    return singulars
+
+
+SINGULARS = _singulars()
 
 
 def ident(text: str) -> str:
@@ -21,7 +33,7 @@ def words(name: str) -> str:
 
 
 def singular_of(table: str) -> str:
-    """The singular of a table name, as every domain spells it (the same across domains)."""
+    """The singular of a table name, as every domain and alias spells it (the same across domains)."""
     return SINGULARS[table]
 
 

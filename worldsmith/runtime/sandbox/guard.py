@@ -26,7 +26,7 @@ from typing import Any
 
 from worldsmith.bundle.codepolicy import ALLOWED_MODULES, APP_MODULES, FORBIDDEN_BUILTINS, RUNTIME_MODULE
 from worldsmith.runtime.errors import ToolError
-from worldsmith.runtime.sandbox import blindpaths
+from worldsmith.runtime.sandbox import blindpaths, worldclock
 from worldsmith.runtime.sandbox.moduleview import Views
 
 
@@ -336,7 +336,7 @@ class Guard:
         self.read_roots = tuple(sorted({os.path.realpath(p) for p in (sysconfig.get_path(n) for n in paths) if p}))
         self._trusted = False  # set while the guard itself does what it refuses to generated code
         self._stubs = {
-            RUNTIME_MODULE: _stub_module(RUNTIME_MODULE, {"ToolError": ToolError}),
+            RUNTIME_MODULE: _stub_module(RUNTIME_MODULE, {"ToolError": ToolError, "now": worldclock.now}),
             "sqlite3": _stub_module(
                 "sqlite3",
                 {n: getattr(sqlite3, n) for n in _SQLITE_EXPORTS}
@@ -361,14 +361,16 @@ class Guard:
                 },
             )
         self.allowed_modules = APP_MODULES if frameworks else ALLOWED_MODULES
-        # stdlib workers hand generated code read-only views of modules (`moduleview`); the web stack
-        # of ASGI workers needs the real ones (strict isolation contains those apps)
+        # stdlib workers hand generated code read-only views of modules (`moduleview`), whose `datetime`
+        # and `time` read the world's clock (`worldclock`); the web stack of ASGI workers needs the
+        # real ones (strict isolation contains those apps; their clock reads are rewritten instead)
         self.views = (
             None
             if frameworks
             else Views(
                 lambda module: module.split(".")[0] in self.allowed_modules,
                 lambda detail: self.refuse("module_state", detail),
+                worldclock.VIEW_OVERRIDES,
             )
         )
         self.builtins = self._restricted_builtins()

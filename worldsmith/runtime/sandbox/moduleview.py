@@ -7,7 +7,8 @@ views of allowed modules, and modules outside the allowlist are absent. Views ar
 rebinding or deleting an attribute is refused (the guard records a `module_state` violation), so one
 episode's code cannot change what another episode's code imports. Objects reached through a view
 are the real ones (classes, functions): their own attributes are covered by the guard's fingerprint
-and static checks, not by the view.
+and static checks, not by the view. A few attributes are replaced (`overrides`): the views of
+`datetime` and `time` read the world's clock (worldsmith/runtime/sandbox/worldclock.py).
 """
 
 from __future__ import annotations
@@ -25,16 +26,17 @@ class ModuleView(types.ModuleType):
     """A read-only view of one module (see the module docstring)."""
 
     def __setattr__(self, name: str, value: Any) -> None:
-        _refusal(f"modified module state: {self.__name__}.{name} (modules are read-only to generated code)")
+        refuse_change(f"modified module state: {self.__name__}.{name} (modules are read-only to generated code)")
 
     def __delattr__(self, name: str) -> None:
-        _refusal(f"modified module state: del {self.__name__}.{name} (modules are read-only to generated code)")
+        refuse_change(f"modified module state: del {self.__name__}.{name} (modules are read-only to generated code)")
 
 
 _REFUSE: list[Callable[[str], BaseException]] = []  # the guard's `module_state` refusal, set by `Views`
 
 
-def _refusal(detail: str) -> None:
+def refuse_change(detail: str) -> None:
+    """Refuse a change to what generated code shares (a `module_state` violation once `Views` exist)."""
     if _REFUSE:
         raise _REFUSE[0](detail)
     raise AttributeError(detail)
@@ -43,9 +45,15 @@ def _refusal(detail: str) -> None:
 class Views:
     """The views of one worker: one per module, made on first import and kept (they are immutable)."""
 
-    def __init__(self, allowed: Callable[[str], bool], refuse: Callable[[str], BaseException]):
+    def __init__(
+        self,
+        allowed: Callable[[str], bool],
+        refuse: Callable[[str], BaseException],
+        overrides: dict[str, dict[str, Any]] | None = None,
+    ):
         self._allowed = allowed
         self._views: dict[str, ModuleView] = {}
+        self._overrides = overrides or {}  # module name -> attributes its view holds instead of the real ones
         _REFUSE[:] = [refuse]
 
     def of(self, module: types.ModuleType) -> ModuleView:
@@ -61,6 +69,8 @@ class Views:
                     if not self._allowed(value.__name__):
                         continue
                     value = self.of(value)
+                types.ModuleType.__setattr__(view, key, value)
+            for key, value in self._overrides.get(name, {}).items():
                 types.ModuleType.__setattr__(view, key, value)
         return view
 

@@ -39,7 +39,7 @@ from worldsmith.bundle.kinds import TOOLS_KINDS, VERIFIERS_KINDS, EnvFault, Tool
 from worldsmith.bundle.sqlscript import deserialize, harden, restore, snapshot
 from worldsmith.models.verdict import Verdict
 from worldsmith.runtime.errors import ToolError
-from worldsmith.runtime.sandbox import dbdiff, kernel
+from worldsmith.runtime.sandbox import dbdiff, kernel, worldclock
 from worldsmith.runtime.sandbox.guard import Guard, SandboxViolation
 from worldsmith.runtime.sandbox.protocol import (
     FrameReader,
@@ -177,7 +177,7 @@ class LoadedEnv:
     verifiers_kind: VerifiersKind
     verifiers_code: CodeType
     tool_names: list[str]
-    clock: str | None = None  # ISO instant an app's clock reads answer (None: the real time)
+    clock: str | None = None  # ISO instant the code's clock reads answer (None: the real time); see worldclock
     app: Any = None  # an app object, made on first use
     routes: dict[str, Any] = field(default_factory=dict)
     load_error: str | None = None  # strict isolation: why the tools do not load (checked once)
@@ -221,30 +221,6 @@ class Failure(Exception):
 def _app_module_name(key: str) -> str:
     """The sys.modules name of an ASGI environment's app (one per runtime key)."""
     return "worldsmith_app_" + "".join(c if c.isalnum() else "_" for c in key)
-
-
-def _clock(instant: str | None) -> Callable[..., Any]:
-    """What an app's clock reads answer: the fixed UTC `instant` (naive, as local time), or the
-    real time when there is none. `which` is "datetime.now", "datetime.utcnow", "datetime.today"
-    or "date.today"."""
-    fixed = datetime.datetime.fromisoformat(instant).replace(tzinfo=None) if instant else None
-
-    def read(which: str, tz: Any = None) -> Any:
-        if fixed is None:
-            now = (
-                datetime.datetime.now(tz)
-                if which == "datetime.now"
-                else datetime.datetime.utcnow()
-                if which == "datetime.utcnow"
-                else datetime.datetime.now()
-            )
-        elif tz is not None and which == "datetime.now":
-            now = fixed.replace(tzinfo=datetime.UTC).astimezone(tz)
-        else:
-            now = fixed
-        return now.date() if which == "date.today" else now
-
-    return read
 
 
 def _capped_evidence(evidence: dict[str, Any]) -> dict[str, Any]:
@@ -423,6 +399,7 @@ class Worker:
         from worldsmith.runtime.sandbox import asgi
 
         scratch = deserialize(env.world, factory=AppConnection, transactions=_refuse_transaction_control)
+        worldclock.bind_sql(scratch, env.clock)
         for name in (SAVEPOINT, APP_SAVEPOINT):  # what the app's commits and rollbacks work within
             sqlite3.Connection.execute(scratch, f"SAVEPOINT {name}")
         self.current_conn = scratch
@@ -431,7 +408,7 @@ class Worker:
         namespace = module.__dict__
         namespace.update(GUARD.namespace(module.__name__))
         namespace[ENGINE_FACTORY] = self._engine
-        namespace[CLOCK] = _clock(env.clock)
+        namespace[CLOCK] = worldclock.app_clock
         sys.modules[module.__name__] = module
         try:
             self.run(lambda: exec(env.code, namespace), episode=None, files=("app.py",))
@@ -501,6 +478,7 @@ class Worker:
         conn = deserialize(data, factory=self._connection_class(env), transactions=_refuse_transaction_control)
         conn.row_factory = sqlite3.Row
         GUARD.watch(conn)
+        worldclock.bind_sql(conn, env.clock)
         return conn
 
     def _file_connection(self, episode: Episode) -> EpisodeConnection:
@@ -515,6 +493,7 @@ class Worker:
         harden(conn, transactions=_refuse_transaction_control)
         conn.row_factory = sqlite3.Row
         GUARD.watch(conn)
+        worldclock.bind_sql(conn, episode.env.clock)
         return conn
 
     def op_open(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
@@ -617,6 +596,7 @@ class Worker:
         for conn in (initial, final):
             conn.row_factory = sqlite3.Row
             GUARD.watch(conn)
+            worldclock.bind_sql(conn, episode.env.clock)
         try:
             yield initial, final
         finally:
@@ -839,6 +819,20 @@ class Worker:
         kernel.confine_run(writable)
 
     # -- requests ------------------------------------------------------------------------
+    def _request_env(self, header: dict[str, Any]) -> LoadedEnv | None:
+        """The loaded environment a request is for (through its episode, else its `env`), if any."""
+        episode = self.episodes.get(header.get("episode"))  # type: ignore[arg-type]
+        return episode.env if episode is not None else self.envs.get(header.get("env"))  # type: ignore[arg-type]
+
+    def _set_clock(self, header: dict[str, Any]) -> None:
+        """The world's clock for the request's code: its environment's instant, its skew (`worldclock`)."""
+        env = self._request_env(header)
+        clock = env.clock if env is not None else None
+        try:
+            worldclock.set_clock(clock, _skew(header.get("skew_s")))
+        except ValueError:
+            raise Failure("env_error", f"the world's clock {clock!r} is not an ISO instant (manifest clock)") from None
+
     def handle(self, header: dict[str, Any], blobs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
         started = time.perf_counter()
         op = str(header.get("op"))
@@ -850,6 +844,7 @@ class Worker:
         seed = header.get("seed")
         self.seed = seed if isinstance(seed, int) and 0 <= seed < 2**64 else 0
         try:
+            self._set_clock(header)
             if handler is None:
                 raise Failure("env_error", f"unknown operation {header.get('op')!r}")
             result = handler(header, blobs)
@@ -892,6 +887,18 @@ class Worker:
                 return
             reply, reply_blobs = self.handle(header, blobs)
             write_frame(self.out, reply, reply_blobs)
+
+
+#: The largest clock skew a request may ask for (seconds; a century).
+MAX_SKEW_S = 100 * 365 * 86400.0
+
+
+def _skew(value: Any) -> float:
+    """A request's clock skew (`skew_s`: seconds every real-time source of its code is shifted by,
+    see worldclock): a finite number within MAX_SKEW_S, else 0."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) <= MAX_SKEW_S:
+        return float(value)
+    return 0.0
 
 
 def _write_db(path: str, data: bytes) -> None:

@@ -1,0 +1,106 @@
+"""`worldsmith status`: what runs. The local stack `worldsmith up` started (its processes and
+addresses) and, when a Prefect API is reachable, its work pools with their workers, the deployments
+whose runs would wait for a worker that is not there (and how to start one), and the latest flow
+runs. Never starts anything, and answers within seconds when nothing runs."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from worldsmith.cli.console import console, say
+from worldsmith.ops.stack import Stack
+
+app = typer.Typer()
+
+
+def _local_stack() -> dict[str, Any]:
+    """The services of `worldsmith up` (pid or None) and the addresses of those that run."""
+    stack = Stack.from_settings()
+    running = stack.running()
+    services = [{"name": s.name, "pid": running.get(s.name), "log": str(s.log_file)} for s in stack.services()]
+    return {
+        "home": str(stack.home),
+        "services": services,
+        "prefect_ui": stack.ui_url if "prefect-server" in running else None,
+        "dashboard": stack.dashboard_url if "dashboard" in running else None,
+    }
+
+
+def _prefect(flow_runs: int) -> dict[str, Any]:
+    """The Prefect API's address, whether it answers, and (when it does) its pools, deployments and flow runs."""
+    from worldsmith.ops.orchestration import api_reachable, configured_api_url, read_orchestration
+
+    api_url = configured_api_url()
+    if api_url is None or not api_reachable(api_url):
+        return {"api_url": api_url, "reachable": False}
+    return {"reachable": True, **read_orchestration(api_url, flow_runs).as_dict()}
+
+
+def _print_stack(stack: dict[str, Any]) -> None:
+    running = [s for s in stack["services"] if s["pid"] is not None]
+    if not running:
+        say(f"local stack (WORLDSMITH_HOME {stack['home']}): not running; `worldsmith up` starts it", highlight=False)
+        return
+    say(f"local stack (WORLDSMITH_HOME {stack['home']}):", highlight=False)
+    for s in stack["services"]:
+        say(f"  {s['name']}: " + (f"running (pid {s['pid']})" if s["pid"] is not None else "not running"))
+    for label, key in (("Prefect UI", "prefect_ui"), ("dashboard", "dashboard")):
+        if stack[key]:
+            say(f"  {label}: {stack[key]}", highlight=False)
+
+
+def _print_prefect(prefect: dict[str, Any]) -> None:
+    if prefect["api_url"] is None:
+        say("Prefect: no API configured (PREFECT_API_URL unset and no local stack); `worldsmith up` starts one")
+        return
+    if not prefect["reachable"]:
+        say(f"Prefect API {prefect['api_url']}: not reachable", highlight=False)
+        return
+    say(f"Prefect API {prefect['api_url']}:", highlight=False)
+    for pool in prefect["pools"]:
+        live = [w["name"] for w in pool["workers"] if w["live"]]
+        gone = [w["name"] for w in pool["workers"] if not w["live"]]
+        workers = f"{len(live)} live worker(s)" + (f": {', '.join(live)}" if live else "")
+        workers += f"; offline: {', '.join(gone)}" if gone else ""
+        paused = ", paused" if pool["paused"] else ""
+        say(f"  pool {pool['name']} ({pool['type']}, {pool['status']}{paused}): {workers}", highlight=False)
+    problems = [d["problem"] for d in prefect["deployments"] if d["problem"]]
+    ready = len(prefect["deployments"]) - len(problems)
+    say(f"  deployments: {len(prefect['deployments'])} ({ready} with a live worker)")
+    for problem in problems:
+        say(f"  {problem}", highlight=False)
+    runs = prefect["flow_runs"]
+    if not runs:
+        say("  no flow runs yet")
+        return
+    table = Table(title=f"latest {len(runs)} flow runs")
+    for column in ("run", "deployment (or flow)", "state", "expected start", "id"):
+        table.add_column(column, overflow="fold")
+    for r in runs:
+        table.add_row(r["name"], r["deployment"] or r["flow"], r["state"], r["expected_start"] or "", r["id"])
+    console.print(table)
+    for r in runs:
+        if r["problem"]:
+            say(f"  {r['name']} ({r['state']}) {r['problem']}", highlight=False)
+
+
+@app.command("status")
+def status(
+    flow_runs: Annotated[int, typer.Option(min=0, max=200, help="Latest flow runs to show.")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Show what runs: the local stack, and Prefect's work pools, workers, deployments and latest flow runs.
+
+    The local stack is what `worldsmith up` started (processes, addresses); when the Prefect API answers,
+    each work pool with its workers, the deployments whose pool has no live worker (with how to start
+    one) and the latest flow runs. Starts nothing; answers within seconds when nothing runs."""
+    report = {"stack": _local_stack(), "prefect": _prefect(flow_runs)}
+    if as_json:
+        print(json.dumps(report, indent=2))
+        return
+    _print_stack(report["stack"])
+    _print_prefect(report["prefect"])

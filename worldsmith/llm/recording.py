@@ -1,0 +1,307 @@
+"""Record and replay of model answers: a run's every request and answer kept in a directory, and a
+`replay:DIR` backend that answers from it, so a recorded night reruns offline to the same catalog.
+
+A recording directory holds:
+
+- `generators/<sha256>.json`: each generator that recorded into it (backend, model and the
+  parameters that shape its answers: temperature, max_tokens, seed...), and the embeddings model
+  scenario dedup used, if any;
+- `answers/<key>.<n>.json`: the n-th answer (0, 1, ...) to the request `key`, the sha256 of the
+  model, those parameters, the response format (the spec's name and JSON Schema) and the prompt
+  (system and user messages); embeddings are keyed by their model and texts. An answer keeps the raw
+  text, or the fault the generator raised (its class, message and text), and the call's usage.
+
+Every file is written whole under a temporary name and linked into place (`os.link` fails if the
+name is taken, so concurrent threads and processes recording one request get numbers of their own).
+A replay answers the n-th ask of a request with its n-th recorded answer (the last one repeats),
+decoded by the same path as live output (`llm/backend.decode`), so repair loops run as they did.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import os
+import threading
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from worldsmith.llm.backend import Generation, Generator, Prompt, Spec, Usage, decode
+from worldsmith.llm.errors import GenerationFault, OutputFault, TransientFault
+
+#: Attributes of a generator that shape its answers to one prompt (those it has are part of the key).
+GENERATION_PARAMETERS = ("temperature", "max_tokens", "seed", "fault_rate")
+REPLAY_PREFIX = "replay:"
+
+
+class RecordingNotFound(ValueError):
+    """A `replay:DIR` whose directory does not exist or holds no recording."""
+
+
+class ReplayMiss(GenerationFault):
+    """A request the recording holds no answer to: the replayed run asked something the recorded one
+    did not (code, prompts or parameters changed). Run-wide and not transient: `fatal`."""
+
+    kind = "replay_miss"
+    fatal = True
+
+
+def _sha256(material: Any) -> str:
+    return hashlib.sha256(json.dumps(material, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+def generation_parameters(generator: Generator) -> dict[str, Any]:
+    """The parameters of `generator` that shape its answers (GENERATION_PARAMETERS it has)."""
+    return {name: getattr(generator, name) for name in GENERATION_PARAMETERS if hasattr(generator, name)}
+
+
+def request_key(model: str, parameters: dict[str, Any], spec: type[BaseModel], prompt: Prompt) -> str:
+    """The key of one request: model, generation parameters, response format and prompt."""
+    response_format = {"name": spec.__name__, "schema": spec.model_json_schema()}
+    return _sha256(
+        {
+            "model": model,
+            "parameters": parameters,
+            "response_format": response_format,
+            "system": prompt.system,
+            "user": prompt.user,
+        }
+    )
+
+
+def embeddings_key(model: str, texts: list[str]) -> str:
+    return _sha256({"embeddings_model": model, "texts": texts})
+
+
+def _written(directory: Path, data: dict[str, Any]) -> Path:
+    """A temporary file in `directory` holding `data` as JSON, written whole (flushed to disk)."""
+    temporary = directory / f".{uuid.uuid4().hex}.tmp"
+    with open(temporary, "w", encoding="utf-8") as out:
+        json.dump(data, out, ensure_ascii=False)
+        out.flush()
+        os.fsync(out.fileno())
+    return temporary
+
+
+def _replace(path: Path, data: dict[str, Any]) -> None:
+    """`path` holds `data` as JSON, replaced atomically."""
+    os.replace(_written(path.parent, data), path)
+
+
+def _add_numbered(directory: Path, stem: str, data: dict[str, Any]) -> Path:
+    """`data` as JSON in `directory/<stem>.<n>.json` for the first free n, taken atomically (a link
+    fails where the name is taken, so concurrent writers never share a number or see half a file)."""
+    temporary = _written(directory, data)
+    try:
+        number = 0
+        while True:
+            target = directory / f"{stem}.{number}.json"
+            try:
+                os.link(temporary, target)
+                return target
+            except FileExistsError:
+                number += 1
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+class Recording:
+    """A recording directory (see the module docstring)."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self.generators_dir = directory / "generators"
+        self.answers_dir = directory / "answers"
+
+    @classmethod
+    def create(cls, directory: Path) -> Recording:
+        recording = cls(directory)
+        recording.generators_dir.mkdir(parents=True, exist_ok=True)
+        recording.answers_dir.mkdir(parents=True, exist_ok=True)
+        return recording
+
+    @classmethod
+    def existing(cls, directory: Path) -> Recording:
+        """The recording in `directory`; RecordingNotFound (naming the fix) when there is none."""
+        recording = cls(directory)
+        if not directory.is_dir():
+            raise RecordingNotFound(f"no recording at {directory}: no such directory (make one with --record DIR)")
+        if not recording.generators():
+            raise RecordingNotFound(
+                f"no recording at {directory}: it holds no recorded generator (make one with --record DIR)"
+            )
+        return recording
+
+    def add_generator(self, identity: dict[str, Any]) -> None:
+        _replace(self.generators_dir / f"{_sha256(identity)}.json", identity)
+
+    def generators(self) -> list[dict[str, Any]]:
+        """The generators that recorded here (backend, model, parameters), in a stable order."""
+        if not self.generators_dir.is_dir():
+            return []
+        return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(self.generators_dir.glob("*.json"))]
+
+    def add_answer(self, key: str, entry: dict[str, Any]) -> Path:
+        return _add_numbered(self.answers_dir, key, entry)
+
+    def answer_count(self, key: str) -> int:
+        count = 0
+        while (self.answers_dir / f"{key}.{count}.json").exists():
+            count += 1
+        return count
+
+    def answer(self, key: str, number: int) -> dict[str, Any]:
+        return json.loads((self.answers_dir / f"{key}.{number}.json").read_text(encoding="utf-8"))
+
+
+def _usage_record(usage: Usage) -> dict[str, Any]:
+    return {
+        "calls": usage.calls,
+        "tokens_in": usage.tokens_in,
+        "tokens_out": usage.tokens_out,
+        "cost_usd": usage.cost_usd,
+    }
+
+
+def _fault_record(fault: GenerationFault) -> dict[str, Any]:
+    return {"class": f"{type(fault).__module__}:{type(fault).__qualname__}", "kind": fault.kind, "message": str(fault)}
+
+
+def _replayed_fault(record: dict[str, Any], text: str) -> GenerationFault:
+    """The recorded fault raised again, of its kind: its own class when that is a GenerationFault built
+    from (message, text=...), else an OutputFault with its message."""
+    module, _, name = record["class"].partition(":")
+    fault: GenerationFault = OutputFault(record["message"], text=text)
+    try:
+        recorded_class = getattr(importlib.import_module(module), name)
+        if isinstance(recorded_class, type) and issubclass(recorded_class, GenerationFault):
+            fault = recorded_class(record["message"], text=text)
+    except (ImportError, AttributeError, TypeError):
+        pass
+    fault.kind = record.get("kind", fault.kind)
+    return fault
+
+
+class RecordingGenerator:
+    """`inner` with every request and answer kept in a recording directory; answers as `inner` does.
+    Transient and fatal faults (the endpoint failing, not the model answering) are not recorded."""
+
+    def __init__(self, inner: Generator, directory: Path):
+        self.inner = inner
+        self.backend = inner.backend
+        self.model = inner.model
+        self.parameters = generation_parameters(inner)
+        self.recording = Recording.create(directory)
+        self.recording.add_generator({"backend": self.backend, "model": self.model, "parameters": self.parameters})
+
+    def _keep(self, key: str, prompt: Prompt, spec: type[BaseModel], text: str, usage: Usage, fault: Any) -> None:
+        self.recording.add_answer(
+            key,
+            {
+                "stage": prompt.stage,
+                "env_id": prompt.context.get("env_id"),
+                "backend": self.backend,
+                "model": self.model,
+                "parameters": self.parameters,
+                "spec": spec.__name__,
+                "system": prompt.system,
+                "user": prompt.user,
+                "text": text,
+                "fault": fault,
+                "usage": _usage_record(usage),
+            },
+        )
+
+    def generate(self, prompt: Prompt, spec: type[Spec]) -> Generation[Spec]:
+        key = request_key(self.model, self.parameters, spec, prompt)
+        try:
+            generation = self.inner.generate(prompt, spec)
+        except GenerationFault as fault:
+            if not isinstance(fault, TransientFault) and not getattr(fault, "fatal", False):
+                self._keep(key, prompt, spec, fault.text, getattr(fault, "usage", Usage()), _fault_record(fault))
+            raise
+        text = generation.raw or generation.spec.model_dump_json()
+        self._keep(key, prompt, spec, text, generation.usage, None)
+        return generation
+
+    def __getattr__(self, name: str) -> Any:
+        """`embed` (scenario dedup by embeddings) when `inner` has it, its answers recorded."""
+        if name != "embed" or not hasattr(self.inner, "embed"):
+            raise AttributeError(name)
+
+        def embed(texts: list[str], model: str) -> list[list[float]]:
+            vectors = self.inner.embed(texts, model)
+            self.recording.add_generator({"backend": self.backend, "embeddings_model": model})
+            self.recording.add_answer(
+                embeddings_key(model, texts), {"stage": "embeddings", "model": model, "vectors": vectors}
+            )
+            return vectors
+
+        return embed
+
+
+class ReplayGenerator:
+    """The `replay:DIR` backend: answers every request from a recording; a request it holds no
+    answer to raises ReplayMiss naming the stage, the world and the directory."""
+
+    backend = "replay"
+
+    def __init__(self, directory: Path):
+        self.recording = Recording.existing(directory)
+        recorded = self.recording.generators()
+        self.generators = [g for g in recorded if "parameters" in g]
+        self.model = ", ".join(sorted({g["model"] for g in self.generators}))
+        #: The embeddings model the recorded run deduplicated scenarios with (None: it used TF-IDF).
+        self.embeddings_model: str | None = next(
+            (g["embeddings_model"] for g in recorded if "embeddings_model" in g), None
+        )
+        self._asked: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def _next(self, key: str) -> dict[str, Any] | None:
+        """The recorded answer to this ask of `key` (the n-th ask gets the n-th; the last repeats)."""
+        count = self.recording.answer_count(key)
+        if not count:
+            return None
+        with self._lock:
+            number = self._asked[key]
+            self._asked[key] += 1
+        return self.recording.answer(key, min(number, count - 1))
+
+    def _miss(self, what: str) -> ReplayMiss:
+        return ReplayMiss(
+            f"replay miss: no recorded answer to {what} in {self.recording.directory}; the replayed run asked "
+            "what the recorded one did not (code, prompts or parameters changed): record the run again"
+        )
+
+    def generate(self, prompt: Prompt, spec: type[Spec]) -> Generation[Spec]:
+        for generator in self.generators:
+            entry = self._next(request_key(generator["model"], generator["parameters"], spec, prompt))
+            if entry is not None:
+                break
+        else:
+            world = prompt.context.get("env_id")
+            raise self._miss(f"stage {prompt.stage} of world {world}" if world else f"stage {prompt.stage}")
+        usage = Usage(**entry["usage"])
+        text = entry["text"]
+        if entry["fault"] is not None:
+            fault = _replayed_fault(entry["fault"], text)
+            fault.usage = usage  # type: ignore[attr-defined]
+            raise fault
+        return Generation(decode(text, spec, usage), usage, text)
+
+    def embed(self, texts: list[str], model: str) -> list[list[float]]:
+        entry = self._next(embeddings_key(model, texts))
+        if entry is None:
+            raise self._miss(f"the embeddings of {len(texts)} texts (model {model})")
+        return entry["vectors"]
+
+
+def replay_directory(backend: str) -> Path | None:
+    """The directory of a `replay:DIR` backend (None for any other backend)."""
+    return Path(backend.removeprefix(REPLAY_PREFIX)) if backend.startswith(REPLAY_PREFIX) else None

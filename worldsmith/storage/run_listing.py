@@ -1,0 +1,235 @@
+"""The runs the catalog records, as one newest-first listing (`worldsmith runs ls`): generation runs
+(the distinct `stage_attempts.run_id`, with their first and last attempt, worlds and outcomes),
+evaluation runs and training runs (GRPO, co-training, world model), each with its status, key
+metrics and the Prefect flow run it ran in where one was recorded."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import case, func
+from sqlmodel import Session, select
+
+from worldsmith.models.catalog import (
+    EnvironmentSet,
+    EnvironmentVersion,
+    EvaluationRun,
+    StageAttempt,
+    TrainingRun,
+    TrainingStep,
+)
+from worldsmith.storage.run_owner import process_alive
+
+
+class RunKind(StrEnum):
+    """What a run did: the flow that made it (a training run's `config.kind` tells its three kinds apart).
+    The CLI's `--kind` choices (worldsmith/cli/runs.py) are these values."""
+
+    GENERATE = "generate"
+    EVALUATE = "evaluate"
+    TRAIN = "train"
+    COTRAIN = "cotrain"
+    WORLD_MODEL = "world-model"
+
+
+#: `TrainingRun.config["kind"]` of each training kind (GRPO runs have none).
+_TRAINING_KINDS = {None: RunKind.TRAIN, "cotrain": RunKind.COTRAIN, "world_model": RunKind.WORLD_MODEL}
+
+
+def run_status(run: EvaluationRun | TrainingRun) -> str:
+    """The run's status, or `running (process gone)` for a run that reads `running` although the
+    process that ran it on this host has died (killed outside a worker, so no hook failed it)."""
+    if run.status == "running" and process_alive(run.metrics.get("process")) is False:
+        return "running (process gone)"
+    return run.status
+
+
+def _iso(moment: datetime | None) -> str | None:
+    """ISO 8601 in UTC (a database that keeps no time zone gives naive UTC times), so rows sort as text."""
+    if moment is None:
+        return None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).astimezone(UTC).isoformat(timespec="seconds")
+
+
+def _flow_run_id(run_id: str) -> str | None:
+    """A generation run's id is its Prefect flow run's id (a UUID) when it ran in one."""
+    try:
+        return str(uuid.UUID(run_id))
+    except ValueError:
+        return None
+
+
+def generation_runs(session: Session, limit: int | None = None) -> list[dict[str, Any]]:
+    """Generation runs, newest first: first and last attempt, worlds attempted and how they ended
+    (published good, published failed, neither: a duplicate of another world, or not finished),
+    attempts, failed attempts, tokens and cost. Aggregated in SQL."""
+    query = (
+        select(
+            StageAttempt.run_id,
+            func.min(StageAttempt.created_at),
+            func.max(StageAttempt.created_at),
+            func.count(func.distinct(StageAttempt.env_id)),
+            func.count(),
+            func.sum(case((StageAttempt.outcome != "success", 1), else_=0)),
+            func.coalesce(func.sum(StageAttempt.tokens_in), 0),
+            func.coalesce(func.sum(StageAttempt.tokens_out), 0),
+            func.coalesce(func.sum(StageAttempt.cost_usd), 0.0),
+        )
+        .group_by(StageAttempt.run_id)
+        .order_by(func.min(StageAttempt.created_at).desc())
+    )
+    if limit is not None:
+        query = query.limit(limit)
+    runs = session.exec(query).all()
+    run_ids = [row[0] for row in runs]
+    outcomes: dict[str, dict[str, int]] = {run_id: {"good": 0, "failed": 0} for run_id in run_ids}
+    if run_ids:
+        worlds = select(StageAttempt.run_id, StageAttempt.env_id).where(StageAttempt.run_id.in_(run_ids)).distinct()
+        published = (
+            select(EnvironmentVersion.env_id, func.max(case((EnvironmentVersion.status == "good", 1), else_=0)))
+            .group_by(EnvironmentVersion.env_id)
+            .subquery()
+        )
+        world_rows = worlds.subquery()
+        for run_id, good in session.exec(
+            select(world_rows.c.run_id, published.c[1]).join(published, published.c.env_id == world_rows.c.env_id)
+        ).all():
+            outcomes[run_id]["good" if good else "failed"] += 1
+    rows = []
+    for run_id, first, last, worlds_n, attempts, failed_attempts, tokens_in, tokens_out, cost in runs:
+        good, failed = outcomes[run_id]["good"], outcomes[run_id]["failed"]
+        rows.append(
+            {
+                "kind": RunKind.GENERATE.value,
+                "id": run_id,
+                "status": None,  # a generation run records attempts, not a status: its outcome is its worlds
+                "set": None,
+                "what": f"{worlds_n} worlds",
+                "metrics": {
+                    "worlds": worlds_n,
+                    "good": good,
+                    "failed": failed,
+                    "unpublished": worlds_n - good - failed,
+                    "attempts": attempts,
+                    "failed_attempts": int(failed_attempts or 0),
+                    "tokens_in": int(tokens_in),
+                    "tokens_out": int(tokens_out),
+                    "cost_usd": round(float(cost), 6),
+                },
+                "error": None,
+                "flow_run_id": _flow_run_id(run_id),
+                "started_at": _iso(first),
+                "finished_at": _iso(last),
+            }
+        )
+    return rows
+
+
+def _set_names(session: Session) -> dict[int, str]:
+    return {s.id: s.name for s in session.exec(select(EnvironmentSet)).all()}
+
+
+def evaluation_runs(session: Session, limit: int | None = None) -> list[dict[str, Any]]:
+    """Evaluation runs, newest first: policy, set, samples, pass@1, pass@k (k = samples), episodes and
+    the env_error, agent_error and format_error rates."""
+    names = _set_names(session)
+    query = select(EvaluationRun).order_by(EvaluationRun.started_at.desc(), EvaluationRun.id.desc())
+    rows = []
+    for run in session.exec(query.limit(limit) if limit is not None else query).all():
+        overall = run.metrics.get("overall", {})
+        metrics = {"pass@1": overall.get("pass@1")}
+        if run.samples > 1:
+            metrics[f"pass@{run.samples}"] = overall.get(f"pass@{run.samples}")
+        for key in ("episodes", "env_error_rate", "agent_error_rate", "format_error_rate"):
+            metrics[key] = overall.get(key)
+        rows.append(
+            {
+                "kind": RunKind.EVALUATE.value,
+                "id": str(run.id),
+                "status": run_status(run),
+                "set": names.get(run.set_id),
+                "what": f"{run.policy} ({run.metrics.get('world', 'real')} worlds, {run.samples} sample(s))",
+                "metrics": metrics,
+                "error": run.metrics.get("error"),
+                "flow_run_id": run.flow_run_id,
+                "started_at": _iso(run.started_at),
+                "finished_at": _iso(run.finished_at),
+            }
+        )
+    return rows
+
+
+def _training_metrics(kind: RunKind, run: TrainingRun, last_step: dict[str, Any]) -> dict[str, Any]:
+    """What says how a training run went: GRPO: steps, the last step's reward and success rate,
+    validation pass@1 before and after; co-training: rounds, the last round's real success rate and
+    evaluation; world model: steps and the last loss."""
+    m = run.metrics
+    if kind == RunKind.COTRAIN:
+        return {
+            "rounds": m.get("rounds"),
+            "real_success_rate": last_step.get("real_success_rate"),
+            "eval_pass@1": last_step.get("eval_pass@1"),
+        }
+    if kind == RunKind.WORLD_MODEL:
+        return {"steps": m.get("steps"), "transitions": run.config.get("transitions"), "loss": last_step.get("loss")}
+    before, after = m.get("before") or {}, m.get("after") or {}
+    return {
+        "steps": m.get("steps"),
+        "reward": last_step.get("reward"),
+        "success_rate": last_step.get("success_rate"),
+        "pass@1_before": before.get("pass@1"),
+        "pass@1_after": after.get("pass@1"),
+    }
+
+
+def training_runs(session: Session, kinds: set[RunKind], limit: int | None = None) -> list[dict[str, Any]]:
+    """Training runs of `kinds` (train, cotrain, world-model), newest first, with their key metrics."""
+    names = _set_names(session)
+    rows = []
+    query = select(TrainingRun).order_by(TrainingRun.started_at.desc(), TrainingRun.id.desc())
+    for run in session.exec(query).all():
+        kind = _TRAINING_KINDS.get(run.config.get("kind"), RunKind.TRAIN)
+        if kind not in kinds:
+            continue
+        last = session.exec(
+            select(TrainingStep).where(TrainingStep.training_run_id == run.id).order_by(TrainingStep.step.desc())
+        ).first()
+        model = run.config.get("policy", {}).get("model") if kind == RunKind.COTRAIN else run.config.get("model")
+        rows.append(
+            {
+                "kind": kind.value,
+                "id": str(run.id),
+                "status": run_status(run),
+                "set": names.get(run.set_id),
+                "what": str(model),
+                "metrics": _training_metrics(kind, run, last.metrics if last else {}),
+                "error": run.metrics.get("error"),
+                "flow_run_id": run.flow_run_id,
+                "started_at": _iso(run.started_at),
+                "finished_at": _iso(run.finished_at),
+            }
+        )
+        if limit is not None and len(rows) == limit:
+            break
+    return rows
+
+
+def recorded_runs(session: Session, kind: RunKind | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+    """Every recorded run (or those of `kind`), newest first (by start), at most `limit` of them. Each row:
+    kind, id (a number for evaluation and training runs, the run id for generation runs), status (None
+    for generation runs), set, what ran (policy, model, worlds), key metrics, error, flow_run_id,
+    started_at and finished_at (a generation run's last attempt)."""
+    kinds = set(RunKind) if kind is None else {kind}
+    rows: list[dict[str, Any]] = []
+    if RunKind.GENERATE in kinds:
+        rows += generation_runs(session, limit)
+    if RunKind.EVALUATE in kinds:
+        rows += evaluation_runs(session, limit)
+    training = kinds - {RunKind.GENERATE, RunKind.EVALUATE}
+    if training:
+        rows += training_runs(session, training, limit)
+    rows.sort(key=lambda row: row["started_at"] or "", reverse=True)
+    return rows[:limit] if limit is not None else rows
