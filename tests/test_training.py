@@ -428,22 +428,33 @@ def test_gpu_profile_settings(tiny_model, one_task, runtime, tmp_path):
     assert math.isfinite(result.training_loss) and trainer.model.is_activation_checkpointing
 
 
+ADAPTERS = {"lora": {"enabled": True, "rank": 4, "target_modules": ["q_proj", "v_proj"]}}
+
+
+def gpu_dtype(lora: bool) -> torch.dtype:
+    """The dtype the gpu profile loads the policy in (trainer.model_dtype)."""
+    from worldsmith.training.trainer import model_dtype
+
+    config = TrainingConfig(model="m", set_name="s", profile="gpu", **(ADAPTERS if lora else {}))
+    return getattr(torch, model_dtype(config))
+
+
 @pytest.mark.parametrize("lora", [False, True], ids=["full-weights", "lora"])
 def test_gpu_profile_mechanics_run_in_bf16_on_the_cpu(tiny_model, one_task, runtime, tmp_path, lora):
-    """All the gpu profile changes but the device, run here: bf16 weights and autocast, activation
-    checkpointing off while rolling out and on for the loss (with LoRA too, which needs input
-    gradients for it), every verdict kind in the group (so the masks, advantages and env_error
-    exclusion meet bf16 log-probabilities before a GPU does), the KL term on."""
-    adapters = {"lora": {"enabled": True, "rank": 4, "target_modules": ["q_proj", "v_proj"]}} if lora else {}
+    """All the gpu profile changes but the device, run here: bf16 autocast over fp32 weights (a bf16
+    base under LoRA, its adapters fp32), activation checkpointing off while rolling out and on for
+    the loss (with LoRA too, which needs input gradients for it), every verdict kind in the group
+    (so the masks, advantages and env_error exclusion meet bf16 log-probabilities before a GPU
+    does), the KL term on."""
     trainer = make_trainer(
         tiny_model,
         one_task,
         runtime,
         tmp_path,
-        dtype=torch.bfloat16,
+        dtype=gpu_dtype(lora),
         beta=0.04,
         settings={"bf16": True, "activation_checkpointing": True},
-        **adapters,
+        **(ADAPTERS if lora else {}),
     )
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     result = trainer.train()
@@ -452,13 +463,72 @@ def test_gpu_profile_mechanics_run_in_bf16_on_the_cpu(tiny_model, one_task, runt
         and trainer.model.is_activation_checkpointing
         and trainer.accelerator.mixed_precision == "bf16"
     )
-    assert next(trainer.model.parameters()).dtype == torch.bfloat16
+    dtypes = {n: p.dtype for n, p in trainer.model.named_parameters()}
+    assert {d for n, d in dtypes.items() if "lora_" not in n} == {torch.bfloat16 if lora else torch.float32}
+    assert {d for n, d in dtypes.items() if "lora_" in n} == ({torch.float32} if lora else set())
     assert math.isfinite(result.training_loss)
     assert [t.verdict for t in trainer.last_rollouts] == ["complete", "incomplete", "env_error", "format_error"]
     changed = {n for n, p in trainer.model.named_parameters() if not torch.equal(before[n], p)}
     assert changed and (not lora or all("lora_" in n for n in changed))
     logged = trainer.state.log_history[0]
     assert math.isfinite(logged["kl"]) and logged["success_rate"] == 0.25
+
+
+def changed_share(before: dict[str, torch.Tensor], model, kind: str) -> float:
+    """Share of the elements of `kind` weights (linear: 2-D but the embeddings; norm) that changed."""
+    picked = [
+        (before[n], p)
+        for n, p in model.named_parameters()
+        if (kind == "norm") == ("norm" in n) and (kind == "norm" or (p.ndim == 2 and "embed" not in n))
+    ]
+    return sum(int((b != p).sum()) for b, p in picked) / sum(p.numel() for _, p in picked)
+
+
+@pytest.mark.parametrize("storage", ["gpu-profile", "bf16"])
+def test_one_step_at_the_papers_learning_rate_moves_most_weights(tiny_model, one_task, runtime, tmp_path, storage):
+    """One GRPO step at lr 7e-7 with the gpu profile's precision (bf16 autocast, emulated on the CPU)
+    changes more than 90% of the stored linear and norm weights: an AdamW update of about 7e-7 is
+    far above an fp32 master's resolution. Stored in bf16 instead (what the profile did before),
+    the same step leaves almost every weight as it was: below bf16's resolution."""
+    trainer = make_trainer(
+        tiny_model,
+        one_task,
+        runtime,
+        tmp_path,
+        profile="gpu",
+        learning_rate=7e-7,
+        dtype=gpu_dtype(False) if storage == "gpu-profile" else torch.bfloat16,
+        settings={"use_cpu": True, "use_vllm": False},
+    )
+    assert trainer.args.bf16 and trainer.accelerator.mixed_precision == "bf16"
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    linear, norm = changed_share(before, trainer.model, "linear"), changed_share(before, trainer.model, "norm")
+    print(f"{storage}: {linear:.2%} of linear weights and {norm:.2%} of norm weights changed")
+    if storage == "gpu-profile":
+        assert linear > 0.9 and norm > 0.9
+    else:
+        assert linear < 0.1 and norm < 0.1
+
+
+def test_lora_at_the_papers_learning_rate_trains_fp32_adapters_only(tiny_model, one_task, runtime, tmp_path):
+    """The gpu profile's LoRA: a frozen bf16 base, fp32 adapters that one step at lr 7e-7 moves."""
+    trainer = make_trainer(
+        tiny_model,
+        one_task,
+        runtime,
+        tmp_path,
+        profile="gpu",
+        learning_rate=7e-7,
+        dtype=gpu_dtype(True),
+        settings={"use_cpu": True, "use_vllm": False},
+        **ADAPTERS,
+    )
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    changed = {n for n, p in trainer.model.named_parameters() if not torch.equal(before[n], p)}
+    assert changed and all("lora_" in n for n in changed)
+    assert all(trainer.model.get_parameter(n).dtype == torch.float32 for n in changed)
 
 
 def test_importance_ratio_modes():

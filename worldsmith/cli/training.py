@@ -137,6 +137,18 @@ def _check_device(*profiles: str) -> None:
         )
 
 
+def _check_fits(config: TrainingConfig) -> None:
+    """One line, before the flow starts, when a gpu-profile run cannot fit this machine's GPU (the memory
+    model of training/memory.py; the message names the setting to change)."""
+    if config.profile != "gpu":
+        return
+    from worldsmith.training.memory import check_fits, device_memory, model_shape
+
+    shape = model_shape(config.model)
+    if shape is not None:
+        check_fits(config, shape.params, device_memory(), shape)  # UserFixable: the root handler prints it
+
+
 def _check_set(name: str, split: str) -> None:
     """A one-line answer, before the flow (and Prefect) starts, when the set does not exist or has no
     members in `split`."""
@@ -156,6 +168,7 @@ def train_command(fields: dict[str, Any], as_json: JsonOption = False) -> None:
     # a bad value is answered in one line by the root handler (cli/console.AnsweringGroup)
     config = TrainingConfig(**fields)
     _check_device(config.profile)
+    _check_fits(config)
     _check_set(config.set_name, config.split)
     _report_training(config, _flow_result(lambda: train(config, progress=not as_json), as_json))
 
@@ -171,6 +184,8 @@ def resume_command(
 
     with refusals(ValueError):
         config = stored_config(run_id)
+    _check_device(config.profile)
+    _check_fits(config)
     _report_training(config, _flow_result(lambda: resume_training(run_id, progress=not as_json), as_json))
 
 
@@ -185,6 +200,7 @@ def cotrain_command(fields: dict[str, Any], as_json: JsonOption = False) -> None
     # a bad value is answered in one line by the root handler (cli/console.AnsweringGroup)
     config = CotrainConfig(**fields)
     _check_device(config.policy.profile, config.world_model.profile)
+    _check_fits(config.policy)
     _check_set(config.policy.set_name, config.policy.split)
     result = _flow_result(lambda: cotrain(config, progress=not as_json), as_json)
     if result is None:

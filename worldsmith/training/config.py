@@ -45,7 +45,9 @@ class TrainingConfig(BaseModel):
     set_name: str = Field(description="Environment set whose train split gives the (env, task) rows.")
     split: Literal["train", "validation", "all"] = Field("train", description="Split the training rows come from.")
     profile: Literal["cpu-test", "gpu"] = Field(
-        "cpu-test", description="cpu-test: fp32 on the CPU; gpu: bf16, gradient checkpointing, vLLM when installed."
+        "cpu-test",
+        description="cpu-test: fp32 on the CPU; gpu: bf16 compute over fp32 master weights (a frozen LoRA base in "
+        "bf16), gradient checkpointing, vLLM when installed.",
     )
     group_size: int = Field(
         16, ge=2, le=256, description="Rollouts per (env, task) row; advantages are normalised within the group."
@@ -67,6 +69,13 @@ class TrainingConfig(BaseModel):
     max_completion_length: int = Field(256, ge=8, le=32768, description="Tokens generated per turn at most.")
     temperature: float = Field(1.0, gt=0, le=2, description="Sampling temperature of rollouts.")
     steps: int = Field(100, ge=1, description="Optimizer steps.")
+    max_tokens_per_micro_batch: int = Field(
+        16384,
+        ge=64,
+        description="Memory bound of one forward/backward pass, in padded tokens (rows x (longest prompt + longest "
+        "completion)): a step's rows are length-sorted and packed into micro-batches under it, their gradients "
+        "accumulated to the same update; the log-probability passes are chunked the same way. A longer row runs alone.",
+    )
     rows_per_step: int = Field(1, ge=1, description="(env, task) rows per step; each gets `group_size` rollouts.")
     seed: int = Field(0, description="Seed of sampling, row order and initialisation.")
     warmup_steps: int = Field(
@@ -121,7 +130,8 @@ class WorldModelConfig(BaseModel):
 
     model: str = Field(TINY, description="Model directory to fine-tune, or `tiny` (built offline, cpu-test).")
     profile: Literal["cpu-test", "gpu"] = Field(
-        "cpu-test", description="cpu-test: fp32 on the CPU; gpu: bf16 with gradient checkpointing."
+        "cpu-test",
+        description="cpu-test: fp32 on the CPU; gpu: bf16 compute over fp32 master weights, gradient checkpointing.",
     )
     steps: int = Field(60, ge=1, description="Optimizer steps.")
     learning_rate: float = Field(3e-3, gt=0, description="AdamW learning rate.")

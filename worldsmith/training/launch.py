@@ -47,17 +47,22 @@ def bind_local_gpu() -> None:
 
 
 def run_training(request: TrainRequest, progress: bool = False) -> dict[str, Any]:
-    """Run GRPO (from `request.resume_from` when set); returns (on every process) the final model
-    directory and the number of processes and, on the main process, the per-step log and the
-    trainer checkpoints stored in the object store as (step, digest)."""
+    """Run GRPO (from `request.resume_from` when set), once `check_fits` passes on this process's
+    device; returns (on every process) the final model directory and the number of processes and,
+    on the main process, the per-step log and the trainer checkpoints stored in the object store as
+    (step, digest)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from worldsmith.training.callbacks import CatalogMetrics, CheckpointUpload
+    from worldsmith.training.memory import check_fits, device_memory, model_shape
     from worldsmith.training.progress import ProgressBar
     from worldsmith.training.trainer import WorldGRPOTrainer, grpo_args, model_dtype, peft_config, task_dataset
 
     bind_local_gpu()
     config, out = request.config, Path(request.output)
+    shape = model_shape(request.model)
+    if shape is not None:  # a configuration that cannot fit is refused before any weight loads
+        check_fits(config, shape.params, device_memory(), shape)
     bundles = {path: load_bundle(Path(path)) for path in request.bundles}
     tokenizer = AutoTokenizer.from_pretrained(request.model)
     policy = AutoModelForCausalLM.from_pretrained(request.model, dtype=model_dtype(config))

@@ -7,6 +7,9 @@
 - `full_row`: one row per rollout, the whole conversation after the first prompt as the
   completion; tool-result tokens (and the template tokens around them) carry mask 0.
 - `collate`: rows as the padded tensors GRPOTrainer's loss reads.
+- `micro_batches` / `take_rows`: a collated batch cut into length-sorted micro-batches under a token
+  budget, each trimmed to its own longest row (the memory bound of the trainer's passes);
+  `even_out` gives every process as many.
 
 Where the generation backend reported the sampler's log-probability of each generated token
 (vLLM), rows carry them (`sampling_logps`, NaN for tokens the policy did not generate) for the
@@ -159,3 +162,64 @@ def collate(rows: list[TrainingRow], pad_id: int, device: Any = None) -> dict[st
     if any(r.sampling_logps is not None for r in rows):
         out["sampling_per_token_logps"] = sampling
     return {k: v.to(device) if device is not None else v for k, v in out.items()}
+
+
+def micro_batches(lengths: Sequence[tuple[int, int]], budget: int) -> list[list[int]]:
+    """Row indices grouped into micro-batches for separate passes: rows sorted by length (prompt +
+    completion, longest first, ties in row order), each group filled while its padded size, rows x
+    (longest prompt + longest completion), stays within `budget` tokens. A row longer than `budget`
+    makes a group of its own. `lengths` holds each row's (prompt tokens, completion tokens)."""
+    order = sorted(range(len(lengths)), key=lambda i: (-sum(lengths[i]), i))
+    groups: list[list[int]] = []
+    current: list[int] = []
+    width_p = width_c = 0
+    for i in order:
+        p, c = lengths[i]
+        if current and (len(current) + 1) * (max(width_p, p) + max(width_c, c)) > budget:
+            groups.append(current)
+            current, width_p, width_c = [], 0, 0
+        current.append(i)
+        width_p, width_c = max(width_p, p), max(width_c, c)
+    return [*groups, current] if current else groups
+
+
+def even_out(groups: list[list[int]], count: int) -> list[list[int]]:
+    """`groups` made `count` long, for processes that must run as many passes (under DDP each pass
+    is a collective): the largest group halved while one has two rows or more, then empty groups
+    (passes over no row). Halves stay within their group's budget."""
+    groups = [list(g) for g in groups]
+    while len(groups) < count and any(len(g) > 1 for g in groups):
+        i = max(range(len(groups)), key=lambda k: len(groups[k]))
+        group = groups.pop(i)
+        groups[i:i] = [group[: len(group) // 2], group[len(group) // 2 :]]
+    return groups + [[] for _ in range(count - len(groups))]
+
+
+def row_lengths(batch: dict[str, Any]) -> list[tuple[int, int]]:
+    """Each row's (prompt tokens, completion tokens) in a collated batch (see `collate`)."""
+    prompt, completion = batch["prompt_mask"].sum(1).tolist(), batch["completion_mask"].sum(1).tolist()
+    return list(zip(prompt, completion, strict=True))
+
+
+def take_rows(batch: dict[str, Any], rows: list[int]) -> dict[str, Any]:
+    """The collated `batch` restricted to `rows`, its padding trimmed to their longest prompt and
+    completion (at least one completion column): prompts keep their last columns (left-padded),
+    per-token tensors (B, completion width) their first; (B,) and (B, 1) tensors are indexed,
+    scalars and other values kept."""
+    import torch
+
+    width_p, width_c = batch["prompt_ids"].size(1), batch["completion_ids"].size(1)
+    index = torch.tensor(rows, device=batch["prompt_ids"].device)
+    keep_p = int(batch["prompt_mask"][index].sum(1).max())
+    keep_c = max(1, int(batch["completion_mask"][index].sum(1).max()))
+    out: dict[str, Any] = {}
+    for key, value in batch.items():
+        if not isinstance(value, torch.Tensor) or value.ndim == 0:
+            out[key] = value
+        elif key in ("prompt_ids", "prompt_mask"):
+            out[key] = value[index, width_p - keep_p :]
+        elif value.ndim == 2 and value.size(1) == width_c and width_c > 1:
+            out[key] = value[index, :keep_c]
+        else:
+            out[key] = value[index]
+    return out

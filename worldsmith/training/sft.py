@@ -21,7 +21,8 @@ def supervised_fine_tune(
     callbacks: list[Any] = (),
 ) -> list[dict[str, Any]]:
     """SFT of `model_dir` on prompt/completion `rows` for `steps` steps, fp32 on the CPU or (`gpu`) bf16
-    with activation checkpointing; saves model and tokenizer to `out`; returns the logged losses."""
+    compute under autocast over fp32 master weights, with activation checkpointing; saves model and
+    tokenizer to `out`; returns the logged losses."""
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -29,7 +30,7 @@ def supervised_fine_tune(
     from trl import SFTConfig, SFTTrainer
 
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.bfloat16 if gpu else torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)  # fp32 masters (bf16 autocast)
     args = SFTConfig(
         output_dir=str(out / "sft"),
         max_steps=steps,

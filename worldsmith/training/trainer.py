@@ -16,6 +16,10 @@ a batch of prompts into scored token sequences. Here it
 5. with vLLM generating, applies TRL's importance-sampling correction from the sampler
    log-probabilities the rollouts recorded (training/importance.py), as TRL's method would.
 
+Memory is bounded by `max_tokens_per_micro_batch`: the loss (`compute_loss`) and the old/reference
+log-probability passes run over length-sorted micro-batches under that many padded tokens
+(rows.micro_batches), the loss's gradients accumulated to the update of the whole batch.
+
 Everything else (the clipped loss, KL against the reference, optimizer, checkpoints, logging,
 accelerate / DeepSpeed) is TRL's, unchanged.
 """
@@ -33,8 +37,19 @@ from worldsmith.bundle.contract import Bundle
 from worldsmith.runtime.episode import Runtime
 from worldsmith.training.config import TrainingConfig
 from worldsmith.training.importance import importance_ratio
+from worldsmith.training.memory import VLLM_SHARE, vllm_installed
 from worldsmith.training.rollouts import Batcher, Sampled, TrainingPolicy, run_rollouts
-from worldsmith.training.rows import TrainingRow, collate, full_row, group_advantages, windowed_rows
+from worldsmith.training.rows import (
+    TrainingRow,
+    collate,
+    even_out,
+    full_row,
+    group_advantages,
+    micro_batches,
+    row_lengths,
+    take_rows,
+    windowed_rows,
+)
 
 try:
     from trl import GRPOConfig, GRPOTrainer
@@ -86,7 +101,8 @@ def check_profile(config: TrainingConfig) -> None:
 def grpo_settings(config: TrainingConfig, output_dir: Path) -> dict[str, Any]:
     """GRPOConfig's keyword arguments for `config`: one optimizer step per generation batch of
     `rows_per_step` (env, task) rows x `group_size` rollouts (per device); the gpu profile adds bf16
-    and activation checkpointing (TRL turns checkpointing on by default: cpu-test turns it off)."""
+    autocast (over the fp32 weights `model_dtype` loads) and activation checkpointing (TRL turns
+    checkpointing on by default: cpu-test turns it off)."""
     gpu = config.profile == "gpu"
     return {
         "output_dir": str(output_dir),
@@ -112,8 +128,9 @@ def grpo_settings(config: TrainingConfig, output_dir: Path) -> dict[str, Any]:
         "disable_tqdm": True,
         "use_cpu": not gpu,
         "bf16": gpu,
-        "use_vllm": gpu and _vllm_installed(),
+        "use_vllm": gpu and vllm_installed(),
         "vllm_mode": "colocate",
+        "vllm_gpu_memory_utilization": VLLM_SHARE,
         "shuffle_dataset": True,
         "activation_checkpointing": gpu,
     }
@@ -126,8 +143,12 @@ def grpo_args(config: TrainingConfig, output_dir: Path) -> GRPOConfig:
 
 
 def model_dtype(config: TrainingConfig) -> str:
-    """The dtype the policy's weights load in: bf16 for the gpu profile, fp32 on the CPU."""
-    return "bfloat16" if config.profile == "gpu" else "float32"
+    """The dtype the policy's weights load in. Trained weights are fp32 on every profile: the gpu
+    profile computes in bf16 under autocast (`bf16` in `grpo_settings`) while the optimizer updates
+    fp32 master weights (a bf16 weight would drop any update below its resolution, as most of an
+    AdamW step at lr 7e-7 is). A LoRA run's base is frozen, so the gpu profile loads it in bf16;
+    its adapters are fp32 (PEFT's default)."""
+    return "bfloat16" if config.profile == "gpu" and config.lora.enabled else "float32"
 
 
 def peft_config(config: TrainingConfig) -> Any:
@@ -143,12 +164,6 @@ def peft_config(config: TrainingConfig) -> Any:
         target_modules=config.lora.target_modules,
         task_type="CAUSAL_LM",
     )
-
-
-def _vllm_installed() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("vllm") is not None
 
 
 def real_group(index: int, share: float) -> bool:
@@ -233,7 +248,8 @@ class WorldGRPOTrainer(GRPOTrainer):
         """Completions for a batch of prompt token ids, by TRL's generation backend (transformers,
         or vLLM when enabled, which also reports each token's log-probability), with the trainer's
         sampling settings."""
-        completions, logprobs = self._generate_single_turn(prompts, None, {}, num_generations=1)
+        with self.accelerator.autocast():  # bf16 compute over fp32 weights on the gpu profile, as in the loss
+            completions, logprobs = self._generate_single_turn(prompts, None, {}, num_generations=1)
         if logprobs is None:  # transformers generation reports none
             return [Sampled(list(ids)) for ids in completions]
         return [Sampled(list(ids), list(lp)) for ids, lp in zip(completions, logprobs, strict=True)]
@@ -267,14 +283,81 @@ class WorldGRPOTrainer(GRPOTrainer):
         self._log_rollouts(mode, trajectories, rewards_all, rows)
         return batch
 
-    def _completion_logps(self, model: Any, batch: dict[str, Any]) -> Any:
-        """Per-token log-probabilities of the batch's completions under `model`, without gradients."""
+    def micro_batches(self, batch: dict[str, Any]) -> list[list[int]]:
+        """The batch's rows grouped into passes of at most `max_tokens_per_micro_batch` padded tokens."""
+        return micro_batches(row_lengths(batch), self.config.max_tokens_per_micro_batch)
+
+    def compute_loss(
+        self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None
+    ) -> Any:
+        """TRL's loss of the whole batch, computed over its micro-batches: each micro-batch's loss,
+        weighted by its share of the batch's normalisation (`_share`), is backpropagated as it is
+        computed (without gradient synchronisation across processes) except the last one's, which
+        the Trainer backpropagates; the value returned is the whole batch's loss. The gradients add
+        up to those of one pass over the batch. Metrics that TRL logs per pass (entropy, clip
+        ratios, kl) become the mean over the micro-batches. With several processes each runs as many
+        passes as the busiest (`rows.even_out`: a pass holds collectives), an empty one over a row
+        whose tokens are all masked."""
         import torch
 
-        ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
-        mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
-        with torch.no_grad():
-            return self._get_per_token_logps_and_entropies(model, ids, mask, batch["completion_ids"].size(1))[0]
+        groups = self.micro_batches(inputs)
+        if self.accelerator.num_processes > 1:
+            most = self.accelerator.gather(torch.tensor([len(groups)], device=self.accelerator.device)).max()
+            groups = even_out(groups, int(most))
+        if self.model.training:
+            self._metrics["train"]["micro_batches"].append(float(len(groups)))
+        if len(groups) == 1:
+            return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
+        if not torch.is_grad_enabled():  # evaluation: nothing to backpropagate
+            return sum(self._micro_batch_loss(model, inputs, group) for group in groups)
+        done = 0.0
+        for group in groups[:-1]:
+            with self.accelerator.no_sync(model):
+                loss = self._micro_batch_loss(model, inputs, group)
+                self.accelerator.backward(loss)
+            done += loss.detach()
+        return self._micro_batch_loss(model, inputs, groups[-1]) + done
+
+    def _micro_batch_loss(self, model: Any, inputs: dict[str, Any], group: list[int]) -> Any:
+        """TRL's loss of the rows `group` of `inputs`, weighted by their share (an empty group: a
+        pass over row 0 with every token masked, loss 0)."""
+        part = take_rows(inputs, group or [0])
+        if not group:
+            part["completion_mask"] = part["completion_mask"].zero_()
+        return super().compute_loss(model, part) * self._share(part, inputs)
+
+    def _share(self, part: dict[str, Any], whole: dict[str, Any]) -> float:
+        """What a micro-batch's loss counts for in the whole batch's: 1 for the loss types normalised
+        by the batch's token count (`num_items_in_batch`: dapo, the default, cispo, vespo); its
+        share of the rows for those averaged over rows (grpo, sapo, luspo, dr_grpo), of the loss
+        tokens for bnpo."""
+        if self.loss_type in ("dapo", "cispo", "vespo"):
+            return 1.0
+        if self.loss_type == "bnpo":
+
+            def tokens(batch: dict[str, Any]) -> float:
+                return float((batch["completion_mask"] * batch.get("tool_mask", 1)).sum())
+
+            return tokens(part) / max(tokens(whole), 1.0)
+        return part["prompt_ids"].size(0) / whole["prompt_ids"].size(0)
+
+    def _completion_logps(self, model: Any, batch: dict[str, Any]) -> Any:
+        """Per-token log-probabilities of the batch's completions under `model`, without gradients,
+        computed micro-batch by micro-batch (0 at padding)."""
+        import torch
+
+        out = None
+        for group in self.micro_batches(batch):
+            part = take_rows(batch, group)
+            ids = torch.cat([part["prompt_ids"], part["completion_ids"]], dim=1)
+            mask = torch.cat([part["prompt_mask"], part["completion_mask"]], dim=1)
+            width = part["completion_ids"].size(1)
+            with torch.no_grad():
+                logps = self._get_per_token_logps_and_entropies(model, ids, mask, width)[0]
+            if out is None:
+                out = logps.new_zeros(batch["completion_ids"].shape)
+            out[torch.tensor(group, device=out.device), :width] = logps
+        return out
 
     def _reference_logps(self, batch: dict[str, Any]) -> Any:
         """Per-token log-probabilities of the completions under the reference model (KL term)."""

@@ -4,7 +4,7 @@ used as a world model by `HFWorldModel` (`worldsmith/worldmodel/world_models.py`
 
 Profiles as for the policy: `cpu-test` trains a tiny Qwen3-architecture model built offline (its
 tokenizer trained on the transitions' text), fp32 on the CPU; `gpu` trains a given model directory
-in bf16 with gradient checkpointing. Needs no catalog (the GPU smoke runs it without the
+in bf16 compute over fp32 master weights, with gradient checkpointing. Needs no catalog (the GPU smoke runs it without the
 orchestration stack); a recorded run is `training/world_model_runs.py`.
 """
 
