@@ -18,6 +18,7 @@ import typer
 
 from worldsmith.cli import (
     catalog,
+    config,
     curation,
     data,
     env,
@@ -64,7 +65,7 @@ def _defaults(
 ) -> None:
     """Keep Prefect's local state under WORLDSMITH_HOME and its analytics off unless configured; use the
     local stack's Prefect server when `worldsmith up` started one and no PREFECT_API_URL is set."""
-    home = get_settings().home
+    home = get_settings().ensure_home()  # a new home at the default place is announced on stderr
     if "PREFECT_HOME" not in os.environ:
         (home / "prefect").mkdir(parents=True, exist_ok=True)
         os.environ["PREFECT_HOME"] = str((home / "prefect").resolve())
@@ -84,6 +85,7 @@ for name, group in (
     ("sets", sets.app),
     ("tasks", tasks.app),
     ("runs", runs.app),
+    ("config", config.app),
     ("models", models.app),
     ("data", data.app),
     ("import", interop.import_app),

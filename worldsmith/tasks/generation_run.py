@@ -50,6 +50,11 @@ class GenerateParameters(BaseModel):
     fault_rate: float = Field(
         0.0, ge=0.0, le=1.0, description="Procedural backend: share of first attempts that fail like LLM output."
     )
+    review: bool = Field(
+        False,
+        description="After validation, the model reviews each world for suspected bugs; each finding is probed and a "
+        "confirmed one sent back for repair (costs one more model call per world; never for the procedural backend).",
+    )
     min_good_share: float = Field(
         0.5,
         ge=0.0,
@@ -125,9 +130,9 @@ _LOCK = threading.Lock()
 
 
 def configured_backend(settings: Settings) -> str:
-    """`openai` when a model endpoint is configured (WORLDSMITH_LLM_BASE_URL, or WORLDSMITH_LLM_API_KEY
-    for the OpenAI API), `procedural` otherwise."""
-    return "openai" if settings.llm_base_url or settings.llm_api_key else "procedural"
+    """`openai` when a model endpoint is configured (WORLDSMITH_LLM_BASE_URL, or a key for the OpenAI API:
+    WORLDSMITH_LLM_API_KEY or _API_KEY_BLOCK), `procedural` otherwise."""
+    return "openai" if settings.llm_configured() else "procedural"
 
 
 def make_generator(params: GenerateParameters) -> Generator:
