@@ -5,9 +5,12 @@
 For every task: the reference solution (must be complete) and five adversaries (do nothing, claim
 success without acting, act on the wrong entity, the task plus a destructive side effect, half the
 task); none may be complete, and `half` must be partial where the solution has two or more state
-changes. Each world is judged twice in the same run: with the side-effect guard (the default verdict
-path) and with the task verifiers alone (the baseline). Prints false-positive and false-negative
-rates per verdict path and per adversary kind; the last line is a JSON object.
+changes. And the verifiers' false negatives hunted: the reference's end state with its final answer
+worded otherwise (reworded, extra context, other formatting, lists reordered, excluded items named;
+`answer_variant`) must be complete. Each world is judged twice in the same run: with the side-effect
+guard (the default verdict path) and with the task verifiers alone (the baseline). Prints false-positive
+and false-negative rates (and the answer variants' own false-negative rate) per verdict path and per
+probe kind; the last line is a JSON object.
 """
 
 from __future__ import annotations
@@ -48,12 +51,12 @@ def main() -> None:
             for group, members in bundles.items():
                 probes = [p for bundle in members for p in run_probes(runtime, bundle, guard=guard)]
                 report[f"{group}{'' if guard else '_verifier_only'}"] = rates(probes)
-    kinds = ("nothing", "claim", "wrong_entity", "side_effect", "half")
+    kinds = ("nothing", "claim", "wrong_entity", "side_effect", "half", "answer_variant")
     table = Table(
         title=f"Adversarial verdicts ({sum(len(b) for b in bundles.values())} worlds, {time.perf_counter() - started:.1f} s): "
         "judged complete / probes"
     )
-    for column in ("verdict path", "probes", "FP rate", "FN rate", *kinds):
+    for column in ("verdict path", "probes", "FP rate", "FN rate", "variant FN rate", *kinds):
         table.add_column(column)
     for name, r in report.items():
         by_kind = r["by_kind"]
@@ -66,14 +69,19 @@ def main() -> None:
             str(r["probes"]),
             f"{r['false_positive_rate']:.3f}",
             f"{r['false_negative_rate']:.3f}",
+            f"{r['answer_variant_false_negative_rate']:.3f}",
             *(cell(k) for k in kinds),
         )
-    Console(width=140).print(table)
+    Console(width=160).print(table)
     for name, r in report.items():
         for line in r["false_positives"][:5] + r["false_negatives"][:5]:
             print(f"  {name}: {line}")
     summary = {
-        name: {k: r[k] for k in ("probes", "false_positive_rate", "false_negative_rate")} for name, r in report.items()
+        name: {
+            k: r[k]
+            for k in ("probes", "false_positive_rate", "false_negative_rate", "answer_variant_false_negative_rate")
+        }
+        for name, r in report.items()
     }
     summary["worlds"] = {group: len(members) for group, members in bundles.items()}
     print(json.dumps(summary))

@@ -1,30 +1,39 @@
 """Operations against a real local Prefect server started by the suite: `worldsmith up` / `down`,
 the deployments of deployments/prefect.yaml, runs through `prefect worker start --run-once`, and
-the Prefect UI in headless Chromium.
+the Prefect UI in headless Chromium. First, what needs no server: the deployments' forms, the gpu
+pool's job templates, and the deployment file inside a built wheel.
 
-The tests of this module share one stack and run in file order; the last one stops it.
+The tests of this module that use the stack share it and run in file order; the last one stops it.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import httpx
 import psutil
 import pytest
+import yaml
 from conftest import killed_after
+from prefect.utilities.callables import parameter_schema
+from prefect.utilities.templating import apply_values
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 from sqlmodel import select
 
 from worldsmith.localserver import free_port
 from worldsmith.models.catalog import Checkpoint, EnvironmentVersion, TrainingRun, TrainingStep
-from worldsmith.ops.stack import DEPLOYMENTS_FILE, Stack
+from worldsmith.ops.orchestration import stalled_deployments
+from worldsmith.ops.stack import DEPLOYMENTS_DIR, DEPLOYMENTS_FILE, WORKER_SETTINGS, Stack
+from worldsmith.stages.attempts import pipeline_position
 from worldsmith.storage.catalog import Catalog
 
 REPO = Path(__file__).resolve().parent.parent
@@ -37,6 +46,120 @@ DEPLOYMENTS = {
     "resume-training": ("resume-training", "gpu"),
     "cotrain": ("cotrain", "gpu"),
 }
+#: Flow parameters for callers (the CLI, other flows), never on a deployment's form.
+INTERNAL_PARAMETERS = {"progress", "resume"}
+GPU_JOB_TEMPLATES = ("gpu-docker-job-template.json", "gpu-kubernetes-job-template.json")
+
+
+def _deployment_specs() -> dict[str, dict]:
+    return {d["name"]: d for d in yaml.safe_load(DEPLOYMENTS_FILE.read_text())["deployments"]}
+
+
+def _undescribed(schema: dict) -> list[str]:
+    """The form fields of a parameter schema without a description: parameters and nested model fields."""
+    missing = [name for name, field in schema["properties"].items() if not field.get("description")]
+    for model, definition in schema.get("definitions", {}).items():
+        missing += [
+            f"{model}.{name}"
+            for name, field in definition.get("properties", {}).items()
+            if not field.get("description")
+        ]
+    return missing
+
+
+def test_every_deployment_form_field_has_a_description_and_internal_parameters_are_hidden():
+    """The schemas `prefect deploy` sends for the deployments' run forms (what the Prefect UI renders)."""
+    for name, spec in _deployment_specs().items():
+        module, function = spec["entrypoint"].rsplit(".", 1)
+        schema = parameter_schema(getattr(importlib.import_module(module), function).fn).model_dump()
+        assert not INTERNAL_PARAMETERS & set(schema["properties"]), name
+        assert _undescribed(schema) == [], name
+
+
+def test_deployments_carry_the_worker_settings_and_the_gpu_forms_default_to_the_gpu_profile():
+    specs = _deployment_specs()
+    for name, spec in specs.items():
+        env = spec["work_pool"]["job_variables"]["env"]
+        assert env == {key: f"{{{{ ${key} }}}}" for key in WORKER_SETTINGS}, name
+    assert not any("KEY" in key or "SECRET" in key for key in WORKER_SETTINGS)
+    assert specs["train"]["parameters"]["config"]["profile"] == "gpu"
+    cotrain = specs["cotrain"]["parameters"]["config"]
+    assert cotrain["policy"]["profile"] == cotrain["world_model"]["profile"] == "gpu"
+
+
+@pytest.mark.parametrize("template", GPU_JOB_TEMPLATES)
+def test_gpu_job_templates_request_a_gpu_and_pass_the_deployments_env(template: str):
+    """A job template rendered as a worker renders it: variable defaults, the deployment's job
+    variables merged into `env` (prefect.workers.base), placeholders filled."""
+    base = json.loads((DEPLOYMENTS_DIR / template).read_text())
+    properties = base["variables"]["properties"]
+    variables = {name: field["default"] for name, field in properties.items() if "default" in field}
+    deployment_env = {key: f"value of {key}" for key in WORKER_SETTINGS}
+    variables["env"] = {**variables["env"], **deployment_env}
+    variables.setdefault("command", "python -m prefect.engine")
+    job = apply_values(base["job_configuration"], variables)
+    assert all(field.get("description") for field in properties.values())
+    assert job["env"]["HF_HUB_OFFLINE"] == "1" and deployment_env.items() <= job["env"].items()
+    if "job_manifest" in job:  # kubernetes
+        (container,) = job["job_manifest"]["spec"]["template"]["spec"]["containers"]
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+        assert container["resources"]["requests"]["nvidia.com/gpu"] == 1
+        assert container["image"] == variables["image"] and container["env"] == job["env"]
+    else:  # docker
+        (request,) = job["container_create_kwargs"]["device_requests"]
+        assert request["count"] == 1 and request["capabilities"] == [["gpu"]] and job["image"] == variables["image"]
+
+
+@pytest.mark.slow
+def test_a_built_wheel_holds_the_deployments_and_up_finds_them_there(tmp_path: Path):
+    """`pip wheel` of the project's files (a copy: the build writes into its tree), then the module
+    `up` uses, imported from the unpacked wheel (no checkout around it), names the wheel's prefect.yaml."""
+    source = tmp_path / "source"
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        origin, target = REPO / name, source / name
+        if origin.is_symlink() or origin.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(origin, target, follow_symlinks=False)
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            str(source),
+            "-w",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    (wheel,) = tmp_path.glob("worldsmith-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {f"worldsmith/deployments/{n}" for n in ("prefect.yaml", *GPU_JOB_TEMPLATES)} <= names
+    unpacked = tmp_path / "unpacked"
+    zipfile.ZipFile(wheel).extractall(unpacked)
+    found = subprocess.run(
+        [sys.executable, "-c", "from worldsmith.ops.stack import Stack; print(Stack.from_settings().deployments_file)"],
+        env={**os.environ, "PYTHONPATH": str(unpacked)},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert found.returncode == 0, found.stderr
+    path = Path(found.stdout.strip())
+    assert path.is_relative_to(unpacked) and path.read_text() == DEPLOYMENTS_FILE.read_text()
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +244,10 @@ def test_up_creates_the_pools_and_deploys_every_deployment(stack):
     )
     assert config["properties"]["lora"]["$ref"] == "#/definitions/LoraConfig"
     assert config["properties"]["simulate"]["anyOf"][0]["$ref"] == "#/definitions/SimulationConfig"
-    assert schema["properties"]["resume"]["anyOf"][0]["type"] == "integer"
+    assert all(not INTERNAL_PARAMETERS & set(d["parameter_openapi_schema"]["properties"]) for d in deployments.values())
+    # the gpu pool's forms default to the gpu profile
+    assert deployments["train"]["parameters"] == {"config": {"profile": "gpu"}}
+    assert deployments["cotrain"]["parameters"]["config"]["policy"] == {"profile": "gpu"}
     # resuming a stopped run from the UI takes the run's id alone
     resume = deployments["resume-training"]["parameter_openapi_schema"]
     assert resume["required"] == ["run_id"] and resume["properties"]["run_id"]["type"] == "integer"
@@ -133,6 +259,26 @@ def test_up_creates_the_pools_and_deploys_every_deployment(stack):
         and knobs["world_model"]["$ref"] == "#/definitions/WorldModelConfig"
     )
     assert knobs["real_share"]["default"] == 0.2 and "uncertainty" in knobs["uncertainty_threshold"]["description"]
+    # the settings a worker's flow runs need travel with the pools and the deployments, resolved at deploy time
+    settings = stack.worker_env()
+    assert settings["WORLDSMITH_HOME"] == str(stack.home) and set(settings) == set(WORKER_SETTINGS)
+    assert all(pools[p]["base_job_template"]["variables"]["properties"]["env"]["default"] == settings for p in pools)
+    assert all(d["job_variables"] == {"env": settings} for d in deployments.values())
+    # with no worker running, every deployment says its runs would wait, and how to start a worker
+    stalled = {d.name: d.problem for d in stalled_deployments(stack.api_url)}
+    assert set(stalled) == {f"{flow}/{name}" for name, (flow, _) in DEPLOYMENTS.items()}
+    assert "no live worker" in stalled["train/train"] and "worldsmith up --worker gpu" in stalled["train/train"]
+    assert stalled_deployments(f"http://127.0.0.1:{free_port()}/api") is None
+    # the gpu pool's Docker and Kubernetes job templates are valid work pool templates for Prefect
+    for kind, template in zip(("docker", "kubernetes"), GPU_JOB_TEMPLATES):
+        body = json.loads((DEPLOYMENTS_DIR / template).read_text())
+        created = httpx.post(
+            f"{stack.api_url}/work_pools/",
+            json={"name": f"gpu-{kind}", "type": kind, "base_job_template": body},
+            timeout=30,
+        )
+        assert created.status_code == 201, created.text
+        assert httpx.delete(f"{stack.api_url}/work_pools/gpu-{kind}", timeout=30).status_code == 204
 
 
 def test_prefect_deploy_again_updates_in_place(stack):
@@ -154,19 +300,35 @@ def test_generation_deployment_runs_through_a_worker(stack):
     with _catalog(stack).session() as session:
         versions = session.exec(select(EnvironmentVersion)).all()
     assert len(versions) == 2 and {v.status for v in versions} == {"good"}
+    # runs and task runs named after what they do; each repair logged with its world, stage and error class
+    assert flow_run["name"] == "generate-2x-procedural"
+    task_runs = {
+        t["name"] for t in _api(stack, "POST", "/task_runs/filter", flow_runs={"id": {"any_": [flow_run["id"]]}})
+    }
+    assert {f"tools-{v.env_id}" for v in versions} | {"scenario-2x"} <= task_runs
+    logs = [
+        entry["message"]
+        for entry in _api(stack, "POST", "/logs/filter", logs={"flow_run_id": {"any_": [flow_run["id"]]}})
+    ]
+    repairs = [m for m in logs if re.fullmatch(r"world \S+: \S+ attempt \d+ failure \(\w+\)", m)]
+    assert repairs and {m.split()[1].rstrip(":") for m in repairs} <= {v.env_id for v in versions} | {"-"}
     artifacts = _api(stack, "POST", "/artifacts/filter", artifacts={"flow_run_id": {"any_": [flow_run["id"]]}})
     summary = next(a for a in artifacts if a["key"] == "generation-summary")
     assert (
-        "2 of 2 environments published as good" in summary["data"]
+        "2 of 2 environments good: 2 published as good" in summary["data"]
         and f"{stack.env()['WORLDSMITH_DASHBOARD_URL']}/#generation" in summary["data"]
     )
     assert {"generation-stages", "generation-environments"} <= {a["key"] for a in artifacts if a["type"] == "table"}
+    stages_table = next(a for a in artifacts if a["key"] == "generation-stages")["data"]
+    stages = [row["stage"] for row in (json.loads(stages_table) if isinstance(stages_table, str) else stages_table)]
+    assert stages == sorted(stages, key=pipeline_position) and stages[0] == "scenario"
 
 
 def test_curation_and_training_deployments_run_through_workers(stack):
-    _run_through_worker(
+    curated = _run_through_worker(
         stack, "curate/curate", "local", {"params": {"name": "ops", "query": {"validation_fraction": 0.5}}}
     )
+    assert curated["name"] == "curate-ops"
     config = {
         "model": "tiny",
         "set_name": "ops",
@@ -183,6 +345,9 @@ def test_curation_and_training_deployments_run_through_workers(stack):
         steps = session.exec(select(TrainingStep).where(TrainingStep.training_run_id == run.id)).all()
         checkpoints = session.exec(select(Checkpoint).where(Checkpoint.training_run_id == run.id)).all()
     assert run.status == "completed" and run.flow_run_id == flow_run["id"] and run.config["set_name"] == "ops"
+    assert (
+        flow_run["name"] == "train-ops" and run.config["profile"] == "cpu-test"
+    )  # the run's config replaces the form's
     assert [s.step for s in steps] == [1] and len(checkpoints) == 1
     artifacts = _api(stack, "POST", "/artifacts/filter", artifacts={"flow_run_id": {"any_": [flow_run["id"]]}})
     assert {"training-summary", "training-steps"} <= {a["key"] for a in artifacts}
@@ -293,22 +458,41 @@ def _worker_processes(home: Path) -> int:
     return count
 
 
-def test_up_twice_duplicates_nothing_and_down_stops_everything(stack):
-    full = Stack(stack.home, stack.prefect_port, stack.dashboard_host, stack.dashboard_port, workers=("local",))
-    first = full.up()
-    assert (
-        first["prefect-server"] == "running" and first["worker-local"] == "started" and first["dashboard"] == "started"
+def test_up_twice_duplicates_nothing_and_down_stops_everything(stack, tmp_path: Path):
+    """`worldsmith up --worker gpu` (the CLI, configured by environment variables) adds a gpu worker
+    to the local one; `up` again with the same workers starts and deploys nothing twice."""
+    full = Stack(stack.home, stack.prefect_port, stack.dashboard_host, stack.dashboard_port, workers=("local", "gpu"))
+    env = {
+        **os.environ,
+        "PREFECT_HOME": stack.env()["PREFECT_HOME"],
+        "WORLDSMITH_HOME": str(stack.home),
+        "WORLDSMITH_PREFECT_PORT": str(stack.prefect_port),
+        "WORLDSMITH_DASHBOARD_HOST": stack.dashboard_host,
+        "WORLDSMITH_DASHBOARD_PORT": str(stack.dashboard_port),
+    }
+    first = subprocess.run(
+        [sys.executable, "-m", "worldsmith.cli", "up", "--worker", "gpu", "--worker", "local"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
+    assert first.returncode == 0, first.stdout + first.stderr
+    for line in ("prefect-server: running", "worker-local: started", "worker-gpu: started", "dashboard: started"):
+        assert line in first.stdout, first.stdout
+    assert f"export PREFECT_API_URL={full.api_url}" in first.stdout
+    assert stalled_deployments(full.api_url) == []  # a live worker on each pool
     pids, deployments = full.running(), {n: d["id"] for n, d in _deployments(full).items()}
     second = full.up()
-    assert {second[k] for k in ("prefect-server", "worker-local", "dashboard")} == {"running"}
+    assert {second[k] for k in ("prefect-server", "worker-local", "worker-gpu", "dashboard")} == {"running"}
     assert second["pool local"] == second["pool gpu"] == "exists"
     assert full.running() == pids and {n: d["id"] for n, d in _deployments(full).items()} == deployments
     assert len(_deployments(full)["nightly-generation"]["schedules"]) == 1
-    assert len(_api(full, "POST", "/work_pools/filter")) == 2 and _worker_processes(full.home) == 1
+    assert len(_api(full, "POST", "/work_pools/filter")) == 2 and _worker_processes(full.home) == 2
     assert httpx.get(f"{full.dashboard_url}/healthz").text == "ok"
 
-    assert set(full.down()) == {"worker-local", "dashboard", "prefect-server"}
+    assert set(full.down()) == {"worker-local", "worker-gpu", "dashboard", "prefect-server"}
     assert full.running() == {} and _worker_processes(full.home) == 0
     with pytest.raises(httpx.HTTPError):
         httpx.get(f"{full.api_url}/health", timeout=2)

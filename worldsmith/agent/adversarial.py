@@ -5,7 +5,9 @@ For each task with a reference solution, five scripted agents that must not be j
 solution played on another row of the same column), `side_effect` (the solution plus one change
 outside the task's footprint), and `half` (the first half of the solution's state changes; it must
 be judged partial when the solution has two or more). The reference itself must be judged
-complete; anything else is a false negative.
+complete; anything else is a false negative. So must every `answer_variant`: the reference's end state
+with its final answer worded otherwise (answer_variants.py), all judged against one episode of the
+reference solution (`judge_answer_variants`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from worldsmith.agent.answer_variants import answer_variants
 from worldsmith.agent.footprint import reference_run
 from worldsmith.agent.loop import EpisodeConfig, run_episode
 from worldsmith.agent.policies import ReferencePolicy, ScriptPolicy
@@ -37,10 +40,17 @@ class Probe:
     expect: str  # "complete", "partial" or "not_complete"
     verdict: str = ""
     evidence: dict[str, Any] | None = None
+    variant: str = ""  # an answer_variant's name (answer_variants.py)
+    answer: str | None = None  # an answer_variant's final answer
+
+    @property
+    def name(self) -> str:
+        """env/task/kind, with the variant's name: how reports list the probe."""
+        return f"{self.env_id}/{self.task_id}/{self.kind}" + (f"[{self.variant}]" if self.variant else "")
 
     @property
     def false_positive(self) -> bool:
-        return self.kind != "reference" and self.verdict == "complete"
+        return self.expect != "complete" and self.verdict == "complete"
 
     @property
     def false_negative(self) -> bool:
@@ -119,7 +129,45 @@ def probes_for(runtime: Runtime, bundle: Bundle, task: TaskSpec) -> list[tuple[P
     if len(mutations) >= 2:
         cut = mutations[len(mutations) // 2]  # keep the lookups and the first half of the state changes
         probes.append((make("half", "partial"), ScriptPolicy("half", _calls(task)[:cut], "Done.")))
+    for probe in variant_probes(bundle, task):
+        probes.append((probe, ScriptPolicy(f"answer_variant:{probe.variant}", _calls(task), probe.answer)))
     return probes
+
+
+def variant_probes(bundle: Bundle, task: TaskSpec) -> list[Probe]:
+    """The `answer_variant` probes of `task` (not judged yet): its expected answer worded otherwise."""
+    return [
+        Probe(bundle.env_id, task.id, "answer_variant", "complete", variant=name, answer=text)
+        for name, text in answer_variants(task.answer)
+    ]
+
+
+def judge_answer_variants(runtime: Runtime, bundle: Bundle, task: TaskSpec, probes: list[Probe]) -> list[Probe]:
+    """`probes` (answer variants of `task`) judged against one episode: the reference solution played once,
+    then each variant's answer verified on that end state. The verifier's verdict is the verdict: the end
+    state is the reference's own, so the side-effect guard has nothing to add."""
+    with runtime.open_episode(bundle, task) as episode:
+        for tool, arguments in _calls(task):
+            episode.call_tool(tool, arguments)
+        for probe in probes:
+            judged = episode.verify(probe.answer or "")
+            probe.verdict = getattr(judged.status, "value", judged.status)
+            probe.evidence = {**judged.evidence, **({"error": judged.error} if judged.error else {})}
+    return probes
+
+
+def answer_variant_failures(runtime: Runtime, bundle: Bundle) -> list[Probe]:
+    """The answer variants of `bundle`'s tasks with a reference solution that their verifier does not judge
+    complete (one episode per task): the verifier's false negatives."""
+    failed = []
+    for task in bundle.tasks:
+        if task.solution:
+            failed += [
+                p
+                for p in judge_answer_variants(runtime, bundle, task, variant_probes(bundle, task))
+                if p.false_negative
+            ]
+    return failed
 
 
 def run_probes(runtime: Runtime, bundle: Bundle, *, guard: bool = True) -> list[Probe]:
@@ -130,25 +178,32 @@ def run_probes(runtime: Runtime, bundle: Bundle, *, guard: bool = True) -> list[
     for task in bundle.tasks:
         if not task.solution and not task.answer:
             continue
-        for probe, policy in probes_for(runtime, bundle, task):
-            trajectory = run_episode(runtime, bundle, task, policy, config)
-            probe.verdict, probe.evidence = trajectory.verdict, trajectory.evidence
-            done.append(probe)
+        probes = probes_for(runtime, bundle, task)
+        for probe, policy in probes:
+            if probe.kind != "answer_variant":
+                trajectory = run_episode(runtime, bundle, task, policy, config)
+                probe.verdict, probe.evidence = trajectory.verdict, trajectory.evidence
+                done.append(probe)
+        done += judge_answer_variants(runtime, bundle, task, [p for p, _ in probes if p.kind == "answer_variant"])
     return done
 
 
+def _share(hits: list[bool]) -> float:
+    return sum(hits) / len(hits) if hits else 0.0
+
+
 def rates(probes: list[Probe]) -> dict[str, Any]:
-    """False-positive rate (adversaries judged complete) and false-negative rate (reference not
-    complete, or half not partial), overall and per kind."""
-    adversarial = [p for p in probes if p.kind != "reference"]
+    """False-positive rate (adversaries judged complete), false-negative rate (reference or an answer
+    variant not complete, or half not partial) and the answer variants' own false-negative rate,
+    overall and per kind."""
+    adversarial = [p for p in probes if p.expect != "complete"]
     expected_right = [p for p in probes if p.expect in ("complete", "partial")]
     kinds = sorted({p.kind for p in probes})
     return {
         "probes": len(probes),
-        "false_positive_rate": sum(p.false_positive for p in adversarial) / len(adversarial) if adversarial else 0.0,
-        "false_negative_rate": sum(p.false_negative for p in expected_right) / len(expected_right)
-        if expected_right
-        else 0.0,
+        "false_positive_rate": _share([p.false_positive for p in adversarial]),
+        "false_negative_rate": _share([p.false_negative for p in expected_right]),
+        "answer_variant_false_negative_rate": _share([p.false_negative for p in probes if p.kind == "answer_variant"]),
         "by_kind": {
             k: {
                 "n": sum(p.kind == k for p in probes),
@@ -156,8 +211,6 @@ def rates(probes: list[Probe]) -> dict[str, Any]:
             }
             for k in kinds
         },
-        "false_positives": [f"{p.env_id}/{p.task_id}/{p.kind}" for p in adversarial if p.false_positive],
-        "false_negatives": [
-            f"{p.env_id}/{p.task_id}/{p.kind}: {p.verdict}" for p in expected_right if p.false_negative
-        ],
+        "false_positives": [p.name for p in adversarial if p.false_positive],
+        "false_negatives": [f"{p.name}: {p.verdict}" for p in expected_right if p.false_negative],
     }

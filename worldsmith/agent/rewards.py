@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from worldsmith.models.verdict import Verdict
 
@@ -10,11 +10,11 @@ from worldsmith.models.verdict import Verdict
 class RewardMap(BaseModel):
     """Reward of each `Verdict`; env_error episodes get no reward (excluded from scores and losses)."""
 
-    complete: float = 1.0
-    partial: float = 0.1
-    incomplete: float = 0.0
-    agent_error: float = 0.0
-    format_error: float = -1.0
+    complete: float = Field(1.0, description="Reward of a complete episode (the task's verifier passed).")
+    partial: float = Field(0.1, description="Reward of a partial episode.")
+    incomplete: float = Field(0.0, description="Reward of an incomplete episode.")
+    agent_error: float = Field(0.0, description="Reward of an episode the agent failed (or a judge overruled).")
+    format_error: float = Field(-1.0, description="Reward of an episode ended by a malformed tool call.")
 
     def reward(self, verdict: Verdict | str) -> float | None:
         if verdict == Verdict.env_error:

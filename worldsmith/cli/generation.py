@@ -41,6 +41,13 @@ def generate_command(
         float,
         typer.Option(help="Exit 1 with one line (the flow run ends Failed) when under this share of worlds is good."),
     ] = 0.5,
+    review: Annotated[
+        bool,
+        typer.Option(
+            help="Have the model review each world; each suspected bug is probed, confirmed ones repaired "
+            "(not for the procedural backend)."
+        ),
+    ] = False,
 ) -> None:
     """Generate environments with the `generate` flow (configured Prefect API, or an ephemeral local one)."""
     from worldsmith.tasks.generation_run import GenerateParameters
@@ -56,6 +63,7 @@ def generate_command(
         max_attempts=max_attempts,
         fault_rate=fault_rate,
         min_good_share=min_good_share,
+        review=review,
     )
     from worldsmith.flows.generate import GOOD_OUTCOMES, TooFewGoodWorlds, run_generate
 

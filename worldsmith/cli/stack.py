@@ -10,7 +10,7 @@ import typer
 from worldsmith.cli.console import console, failure, say
 from worldsmith.demo import DemoOptions, run_demo
 from worldsmith.ops.services import ServiceError
-from worldsmith.ops.stack import Stack
+from worldsmith.ops.stack import Stack, WorkPool, requested_workers
 from worldsmith.settings import get_settings
 
 app = typer.Typer()
@@ -19,13 +19,15 @@ app = typer.Typer()
 @app.command("up")
 def up(
     worker: Annotated[
-        list[str] | None, typer.Option(help="Start a worker on this work pool (repeatable): local, gpu.")
+        list[WorkPool] | None,
+        typer.Option(help="Also start a worker on this work pool, besides the local one (repeatable)."),
     ] = None,
     dashboard: Annotated[bool, typer.Option(help="Also serve the dashboard.")] = True,
 ) -> None:
     """Start the local Prefect server, create the work pools, deploy deployments/prefect.yaml, start a
-    worker and the dashboard. Idempotent: what runs keeps running, nothing is duplicated."""
-    stack = Stack.from_settings(tuple(worker or ["local"]))
+    worker on the local pool (and on each --worker pool) and the dashboard. Idempotent: what runs keeps
+    running, nothing is duplicated."""
+    stack = Stack.from_settings(requested_workers(worker or ()))
     try:
         with console.status("bringing the local stack up (Prefect server, pools, deployments, worker, dashboard)"):
             state = stack.up(dashboard=dashboard)
@@ -40,6 +42,8 @@ def up(
         f"flows and workers use PREFECT_API_URL={stack.api_url}; stop everything with `worldsmith down`",
         highlight=False,
     )
+    say("for the prefect CLI (`prefect deployment run ...`) in another shell:", highlight=False)
+    say(f"  export PREFECT_API_URL={stack.api_url}", highlight=False)
 
 
 @app.command("down")

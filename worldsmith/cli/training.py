@@ -20,8 +20,9 @@ import typer
 from rich.table import Table
 
 from worldsmith.cli.config_options import UNSET, config_command, option_for, options_for
-from worldsmith.cli.console import console, failure, refusals, say
+from worldsmith.cli.console import console, refusals, say
 from worldsmith.training.config import TINY, CotrainConfig, TrainingConfig
+from worldsmith.training.memory import check_cuda, check_machine
 
 app = typer.Typer()
 
@@ -123,32 +124,6 @@ def _report_training(config: TrainingConfig, result: dict[str, Any] | None) -> N
     say(f"final model: {result['final']} (object {result['checkpoint']})")
 
 
-def _check_device(*profiles: str) -> None:
-    """A one-line answer, before the flow (and Prefect) starts, when a `gpu` profile meets a machine whose
-    torch sees no CUDA device."""
-    if "gpu" not in profiles:
-        return
-    import torch
-
-    if not torch.cuda.is_available():
-        raise failure(
-            "profile 'gpu' needs a CUDA device and torch sees none on this machine; use --profile cpu-test "
-            "here, or run on a GPU worker (the train deployment on the gpu pool)"
-        )
-
-
-def _check_fits(config: TrainingConfig) -> None:
-    """One line, before the flow starts, when a gpu-profile run cannot fit this machine's GPU (the memory
-    model of training/memory.py; the message names the setting to change)."""
-    if config.profile != "gpu":
-        return
-    from worldsmith.training.memory import check_fits, device_memory, model_shape
-
-    shape = model_shape(config.model)
-    if shape is not None:
-        check_fits(config, shape.params, device_memory(), shape)  # UserFixable: the root handler prints it
-
-
 def _check_set(name: str, split: str) -> None:
     """A one-line answer, before the flow (and Prefect) starts, when the set does not exist or has no
     members in `split`."""
@@ -167,8 +142,7 @@ def train_command(fields: dict[str, Any], as_json: JsonOption = False) -> None:
 
     # a bad value is answered in one line by the root handler (cli/console.AnsweringGroup)
     config = TrainingConfig(**fields)
-    _check_device(config.profile)
-    _check_fits(config)
+    check_machine(config)  # one line before the flow starts (MachineUnfit, UserFixable: the root handler)
     _check_set(config.set_name, config.split)
     _report_training(config, _flow_result(lambda: train(config, progress=not as_json), as_json))
 
@@ -184,8 +158,7 @@ def resume_command(
 
     with refusals(ValueError):
         config = stored_config(run_id)
-    _check_device(config.profile)
-    _check_fits(config)
+    check_machine(config)
     _report_training(config, _flow_result(lambda: resume_training(run_id, progress=not as_json), as_json))
 
 
@@ -199,8 +172,8 @@ def cotrain_command(fields: dict[str, Any], as_json: JsonOption = False) -> None
 
     # a bad value is answered in one line by the root handler (cli/console.AnsweringGroup)
     config = CotrainConfig(**fields)
-    _check_device(config.policy.profile, config.world_model.profile)
-    _check_fits(config.policy)
+    check_machine(config.policy)
+    check_cuda(config.world_model.profile)
     _check_set(config.policy.set_name, config.policy.split)
     result = _flow_result(lambda: cotrain(config, progress=not as_json), as_json)
     if result is None:

@@ -1,51 +1,209 @@
-"""The dashboard web app (Starlette): one page of charts and tables over the catalog.
+"""The dashboard web app (Starlette): a front page of charts and tables over the catalog, and drill-down
+pages from a night to its runs and stages, a stage's worlds, a world's versions and attempts, one attempt.
 
-Routes: `/` the page (rendered from the catalog on every request), `/api/summary` the same numbers
-as JSON, `/healthz`, and `/static/plotly.min.js` (served from the installed plotly package, so
-the page needs no network).
+Routes: `/` the front page, `/nights/{night}`, `/nights/{night}/stages/{stage}`, `/worlds` (`?status=`),
+`/failed-worlds`, `/worlds/{env_id}`, `/attempts/{id}`; every page takes the filters `date_from`,
+`date_to`, `run`, `backend`, `category` (and lists `limit`, `offset`), `refresh=SECONDS` reloads it.
+The front page also names the deployments whose runs would not start (no live worker on their pool).
+`/api/summary` the front page's numbers as JSON, `/healthz`, and `/static/plotly.min.js` (served from the
+installed plotly package, so the pages need no network). Every page is read from the catalog per request.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
 
 import plotly
 from jinja2 import Environment, PackageLoader, select_autoescape
+from sqlmodel import Session
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
+from worldsmith.dashboard import drilldown
 from worldsmith.dashboard.charts import all_charts
 from worldsmith.dashboard.data import summary
+from worldsmith.dashboard.filters import Filters, backend_choices, parse_night
+from worldsmith.dashboard.paging import PageRequest
 from worldsmith.storage.catalog import Catalog, open_catalog
 
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 _TEMPLATES = Environment(
     loader=PackageLoader("worldsmith.dashboard", "templates"), autoescape=select_autoescape(["html", "j2"])
 )
+_TEMPLATES.filters["path"] = lambda text: quote(str(text), safe="")
 
 
-def dashboard_app(catalog: Catalog | None = None, prefect_ui_url: str | None = None) -> Starlette:
-    """The dashboard over `catalog` (default: the configured one); links to `prefect_ui_url` when given."""
+def flow_run_url(prefect_ui_url: str | None, flow_run_id: str | None) -> str | None:
+    """The Prefect UI page of a flow run, when both the UI address and the flow run id are known."""
+    if not prefect_ui_url or not flow_run_id:
+        return None
+    return f"{prefect_ui_url.rstrip('/')}/runs/flow-run/{flow_run_id}"
 
-    def current() -> dict:
-        with (catalog or open_catalog()).session() as session:
-            return summary(session)
 
-    async def page(request: Request) -> HTMLResponse:
-        data = current()
-        html = _TEMPLATES.get_template("dashboard.html.j2").render(
-            data=data,
-            charts=all_charts(data),
+def _filters(request: Request) -> Filters:
+    try:
+        return Filters.from_query(request.query_params)
+    except ValueError as exc:
+        raise HTTPException(400, str(exc)) from None
+
+
+def _page_request(request: Request) -> PageRequest:
+    try:
+        return PageRequest.from_query(request.query_params)
+    except ValueError as exc:
+        raise HTTPException(400, str(exc)) from None
+
+
+def _night(text: str) -> Any:
+    try:
+        return parse_night(text)
+    except ValueError as exc:
+        raise HTTPException(404, str(exc)) from None
+
+
+def _links(request: Request, filters: Filters) -> dict[str, Callable[..., str]]:
+    """Template helpers: `here(**changes)` this page with query parameters changed (None drops one);
+    `to(path, **extra)` another page keeping the filters."""
+
+    def here(**changes: Any) -> str:
+        params = dict(request.query_params)
+        for key, value in changes.items():
+            if value is None:
+                params.pop(key, None)
+            else:
+                params[key] = str(value)
+        return request.url.path + (f"?{urlencode(params)}" if params else "")
+
+    def to(path: str, **extra: Any) -> str:
+        return path + filters.query(**extra)
+
+    return {"here": here, "to": to}
+
+
+def stalled(prefect_api_url: str | None) -> list[dict[str, Any]] | None:
+    """The deployments whose runs would not start (name, pool, problem with its fix), read from the Prefect API
+    at `prefect_api_url`; None when there is no API to ask or it does not answer within a second."""
+    if not prefect_api_url:
+        return None
+    from worldsmith.ops.orchestration import stalled_deployments
+
+    found = stalled_deployments(prefect_api_url, timeout_s=1.0)
+    return None if found is None else [{"name": d.name, "pool": d.pool, "problem": d.problem} for d in found]
+
+
+def dashboard_app(
+    catalog: Catalog | None = None, prefect_ui_url: str | None = None, prefect_api_url: str | None = None
+) -> Starlette:
+    """The dashboard over `catalog` (default: the configured one); links to `prefect_ui_url` when given. The front
+    page names the deployments whose runs would not start, from `prefect_api_url` (default: `prefect_ui_url`/api)."""
+    prefect_api_url = prefect_api_url or (f"{prefect_ui_url.rstrip('/')}/api" if prefect_ui_url else None)
+
+    def session() -> Session:
+        return (catalog or open_catalog()).session()
+
+    def render(template: str, request: Request, filters: Filters, db: Session, **context: Any) -> HTMLResponse:
+        refresh = request.query_params.get("refresh", "")
+        html = _TEMPLATES.get_template(template).render(
+            **context,
+            **_links(request, filters),
+            filters=filters,
+            request_path=request.url.path,
+            backends=backend_choices(db),
+            refresh=int(refresh) if refresh.isdigit() and int(refresh) > 0 else None,
             prefect_ui_url=prefect_ui_url,
+            flow_run_url=lambda flow_run_id: flow_run_url(prefect_ui_url, flow_run_id),
             generated_at=datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S UTC"),
         )
         return HTMLResponse(html)
 
+    async def page(request: Request) -> HTMLResponse:
+        filters = _filters(request)
+        with session() as db:
+            data = summary(db, filters)
+            return render(
+                "dashboard.html.j2",
+                request,
+                filters,
+                db,
+                data=data,
+                charts=all_charts(data),
+                stalled=stalled(prefect_api_url),
+            )
+
+    async def night_page(request: Request) -> HTMLResponse:
+        filters, night = _filters(request), _night(request.path_params["night"])
+        with session() as db:
+            return render(
+                "night.html.j2",
+                request,
+                filters,
+                db,
+                night=night.isoformat(),
+                runs=drilldown.night_runs(db, night, filters, _page_request(request)),
+                stages=drilldown.night_stages(db, night, filters),
+            )
+
+    async def stage_page(request: Request) -> HTMLResponse:
+        filters, night = _filters(request), _night(request.path_params["night"])
+        stage, error_class = request.path_params["stage"], request.query_params.get("error_class") or None
+        with session() as db:
+            worlds = drilldown.stage_worlds(db, night, stage, filters, _page_request(request), error_class)
+            return render(
+                "stage.html.j2",
+                request,
+                filters,
+                db,
+                night=night.isoformat(),
+                stage=stage,
+                error_class=error_class,
+                worlds=worlds,
+            )
+
+    async def worlds_page(request: Request) -> HTMLResponse:
+        filters, status = _filters(request), request.query_params.get("status") or None
+        if status is not None and status not in drilldown.WORLD_STATUSES:
+            raise HTTPException(400, f"status is one of: {', '.join(drilldown.WORLD_STATUSES)}")
+        with session() as db:
+            worlds = drilldown.worlds_page(db, filters, _page_request(request), status)
+            return render("worlds.html.j2", request, filters, db, worlds=worlds, status=status)
+
+    async def failed_worlds_page(request: Request) -> HTMLResponse:
+        filters = _filters(request)
+        with session() as db:
+            failed = drilldown.failed_worlds(db, filters, _page_request(request))
+            return render("failed_worlds.html.j2", request, filters, db, failed=failed)
+
+    async def world_page(request: Request) -> HTMLResponse:
+        filters, env_id = _filters(request), request.path_params["env_id"]
+        stage = request.query_params.get("stage") or None
+        with session() as db:
+            versions = drilldown.world_versions(db, env_id)
+            attempts = drilldown.world_attempts(db, env_id, _page_request(request), stage)
+            if not versions and not attempts.total:
+                raise HTTPException(404, f"no world {env_id!r} in the catalog")
+            return render(
+                "world.html.j2", request, filters, db, env_id=env_id, stage=stage, versions=versions, attempts=attempts
+            )
+
+    async def attempt_page(request: Request) -> HTMLResponse:
+        filters = _filters(request)
+        with session() as db:
+            attempt = drilldown.attempt(db, request.path_params["attempt_id"])
+            if attempt is None:
+                raise HTTPException(404, "no such stage attempt")
+            return render("attempt.html.j2", request, filters, db, attempt=attempt)
+
     async def api_summary(request: Request) -> JSONResponse:
-        return JSONResponse(current())
+        filters = _filters(request)
+        with session() as db:
+            return JSONResponse(summary(db, filters))
 
     async def healthz(request: Request) -> PlainTextResponse:
         return PlainTextResponse("ok")
@@ -56,6 +214,12 @@ def dashboard_app(catalog: Catalog | None = None, prefect_ui_url: str | None = N
     return Starlette(
         routes=[
             Route("/", page),
+            Route("/nights/{night}", night_page),
+            Route("/nights/{night}/stages/{stage}", stage_page),
+            Route("/worlds", worlds_page),
+            Route("/failed-worlds", failed_worlds_page),
+            Route("/worlds/{env_id}", world_page),
+            Route("/attempts/{attempt_id:int}", attempt_page),
             Route("/api/summary", api_summary),
             Route("/healthz", healthz),
             Route("/static/plotly.min.js", plotly_js),

@@ -1,4 +1,5 @@
-"""The dashboard's charts: plotly figures drawn from `data.summary()`, rendered as HTML fragments.
+"""The dashboard's charts: plotly figures drawn from `data.summary()`, rendered as HTML fragments. Per-night
+series are bars (readable with one night), value axes start at zero, long category labels are shortened.
 
 Each chart is a `<div id="chart-NAME">` whose traces hold exactly the numbers of the summary, so
 what a browser shows can be checked against the catalog (the browser tests do).
@@ -18,7 +19,14 @@ _LAYOUT = {
     "margin": {"l": 50, "r": 20, "t": 40, "b": 60},
     "template": "plotly_white",
     "legend": {"orientation": "h", "y": -0.25},
+    "modebar": {"orientation": "v"},  # down the right edge, off the title
 }
+
+
+#: Up to this many nights, per-night series are bars (one night reads as one bar, not one dot); beyond, lines.
+BAR_NIGHTS = 31
+#: Category labels (world ids, run labels) longer than this are cut on the axis; the hover shows them whole.
+LABEL_CHARS = 18
 
 
 def _html(name: str, figure: go.Figure) -> str:
@@ -31,22 +39,53 @@ def _html(name: str, figure: go.Figure) -> str:
     )
 
 
+def short(label: str, chars: int = LABEL_CHARS) -> str:
+    """`label` cut to `chars` characters in the middle (an ellipsis marks the cut): generated ids share
+    their beginnings and differ at their ends, so both stay."""
+    if len(label) <= chars:
+        return label
+    head = chars // 3
+    return f"{label[:head]}…{label[len(label) - (chars - head - 1) :]}"
+
+
+def value_axis(values: list[Any], title: str | None = None, **extra: Any) -> dict[str, Any]:
+    """A y axis from zero that stays 0..1 when there is nothing above zero to show (not -1..1)."""
+    axis: dict[str, Any] = {"rangemode": "tozero", "title": title, **extra}
+    if not any(isinstance(v, int | float) and v > 0 for v in values):
+        axis["range"] = [0, 1]
+    return axis
+
+
+def category_axis(labels: list[str], title: str | None = None) -> dict[str, Any]:
+    """An x axis of categories whose long labels are shortened and slanted so they never overlap."""
+    axis: dict[str, Any] = {"type": "category", "title": title, "automargin": True}
+    if any(len(label) > 10 for label in labels) or len(labels) > 12:
+        axis.update(tickangle=-35, tickvals=labels, ticktext=[short(label) for label in labels])
+    return axis
+
+
+def _nightly(nights: list[str], values: list[Any], name: str) -> go.Bar | go.Scatter:
+    """A per-night series: bars for up to BAR_NIGHTS nights, a line beyond."""
+    if len(nights) <= BAR_NIGHTS:
+        return go.Bar(x=nights, y=values, name=name)
+    return go.Scatter(x=nights, y=values, name=name, mode="lines+markers", connectgaps=False)
+
+
 def generation_charts(generation: dict[str, Any]) -> dict[str, str]:
-    """One line chart per rate (first-attempt success, repair, failure) over the nights, a line per stage."""
+    """One chart per rate (first-attempt success, repair, failure) over the nights, a series per stage."""
     charts = {}
     for rate in RATES:
         figure = go.Figure(
             layout={
                 **_LAYOUT,
                 "title": rate.replace("_", " "),
+                "barmode": "group",
                 "yaxis": {"range": [0, 1.05], "tickformat": ".0%"},
-                "xaxis": {"type": "category", "title": "night (UTC)"},
+                "xaxis": category_axis(generation["nights"], "night (UTC)"),
             }
         )
         for stage, series in generation["stages"].items():
-            figure.add_trace(
-                go.Scatter(x=generation["nights"], y=series[rate], name=stage, mode="lines+markers", connectgaps=False)
-            )
+            figure.add_trace(_nightly(generation["nights"], series[rate], stage))
         charts[f"generation-{rate}"] = _html(f"generation-{rate}", figure)
     return charts
 
@@ -59,26 +98,69 @@ def _tokens(series: dict[str, list]) -> list[int | None]:
 def usage_charts(generation: dict[str, Any]) -> dict[str, str]:
     """LLM cost and tokens (in plus out) per night, stacked by stage."""
     charts = {}
-    for name, title, values in (
-        ("generation-cost", "LLM cost per night (USD)", lambda series: series["cost_usd"]),
-        ("generation-tokens", "tokens per night (in + out)", _tokens),
+    for name, title, values, unit in (
+        ("generation-cost", "LLM cost per night (USD)", lambda series: series["cost_usd"], "USD"),
+        ("generation-tokens", "tokens per night (in + out)", _tokens, "tokens"),
     ):
-        layout = {**_LAYOUT, "title": title, "barmode": "stack", "xaxis": {"type": "category", "title": "night (UTC)"}}
+        traces = {stage: values(series) for stage, series in generation["stages"].items()}
+        layout = {
+            **_LAYOUT,
+            "title": title,
+            "barmode": "stack",
+            "xaxis": category_axis(generation["nights"], "night (UTC)"),
+            "yaxis": value_axis([v for ys in traces.values() for v in ys], unit),
+        }
         figure = go.Figure(layout=layout)
-        for stage, series in generation["stages"].items():
-            figure.add_trace(go.Bar(x=generation["nights"], y=values(series), name=stage))
+        for stage, ys in traces.items():
+            figure.add_trace(go.Bar(x=generation["nights"], y=ys, name=stage))
         charts[name] = _html(name, figure)
     return charts
 
 
-def environment_charts(environments: list[dict[str, Any]]) -> dict[str, str]:
-    """Cost per environment, and tokens in and out per environment (stacked)."""
-    envs = [e["env_id"] for e in environments]
-    cost = go.Figure(
-        go.Bar(x=envs, y=[e["cost_usd"] for e in environments], name="cost (USD)"),
-        layout={**_LAYOUT, "title": "LLM cost per environment (USD)"},
+def failure_class_chart(failure_classes: dict[str, Any]) -> dict[str, str]:
+    """Failed attempts per night, stacked by `stage: error class` (the most frequent; the rest as `other`)."""
+    nights, series = failure_classes["nights"], failure_classes["series"]
+    figure = go.Figure(
+        layout={
+            **_LAYOUT,
+            "height": 360,
+            "title": "failed attempts per night by stage and error class",
+            "barmode": "stack",
+            "xaxis": category_axis(nights, "night (UTC)"),
+            "yaxis": value_axis([v for ys in series.values() for v in ys], "failed attempts"),
+        }
     )
-    tokens = go.Figure(layout={**_LAYOUT, "title": "tokens per environment", "barmode": "stack"})
+    for key, counts in series.items():
+        figure.add_trace(go.Bar(x=nights, y=counts, name=key))
+    if not series:
+        figure.add_annotation(text="no failed attempts", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
+    return {"failure-classes": _html("failure-classes", figure)}
+
+
+def environment_charts(environments: list[dict[str, Any]]) -> dict[str, str]:
+    """Cost per environment, and tokens in and out per environment (stacked): the rows given (the front
+    page gives the most expensive few), ids shortened on the axis."""
+    envs = [e["env_id"] for e in environments]
+    costs = [e["cost_usd"] for e in environments]
+    cost = go.Figure(
+        go.Bar(x=envs, y=costs, name="cost (USD)"),
+        layout={
+            **_LAYOUT,
+            "title": "LLM cost per environment (USD, most expensive)",
+            "xaxis": category_axis(envs),
+            "yaxis": value_axis(costs, "USD"),
+        },
+    )
+    tokens = go.Figure(
+        layout={
+            **_LAYOUT,
+            "legend": {"orientation": "h", "x": 1, "xanchor": "right", "y": 1, "yanchor": "bottom"},
+            "title": "tokens per environment",
+            "barmode": "stack",
+            "xaxis": category_axis(envs),
+            "yaxis": value_axis([e["tokens_in"] + e["tokens_out"] for e in environments], "tokens"),
+        }
+    )
     tokens.add_trace(go.Bar(x=envs, y=[e["tokens_in"] for e in environments], name="tokens in"))
     tokens.add_trace(go.Bar(x=envs, y=[e["tokens_out"] for e in environments], name="tokens out"))
     return {"env-cost": _html("env-cost", cost), "env-tokens": _html("env-tokens", tokens)}
@@ -97,12 +179,29 @@ def quality_chart(quality: dict[str, Any]) -> dict[str, str]:
     return {"quality": _html("quality", figure)}
 
 
+#: The rates of an evaluation run the chart shows, with their legend names.
+EVALUATION_RATES = {
+    "pass@1": "pass@1",
+    "env_error_rate": "env_error rate",
+    "format_error_rate": "format_error rate",
+    "agent_error_rate": "agent_error rate",
+}
+
+
 def evaluation_chart(evaluations: list[dict[str, Any]]) -> dict[str, str]:
-    """pass@1 and env_error rate of each evaluation run."""
+    """pass@1 and the env_error, format_error and agent_error rates of each evaluation run."""
     labels = [f"#{e['id']} {e['policy']} on {e['set']}" for e in evaluations]
-    figure = go.Figure(layout={**_LAYOUT, "title": "evaluations", "barmode": "group", "yaxis": {"range": [0, 1.05]}})
-    figure.add_trace(go.Bar(x=labels, y=[e["pass@1"] for e in evaluations], name="pass@1"))
-    figure.add_trace(go.Bar(x=labels, y=[e["env_error_rate"] for e in evaluations], name="env_error rate"))
+    figure = go.Figure(
+        layout={
+            **_LAYOUT,
+            "title": "evaluations",
+            "barmode": "group",
+            "yaxis": {"range": [0, 1.05]},
+            "xaxis": category_axis(labels),
+        }
+    )
+    for key, name in EVALUATION_RATES.items():
+        figure.add_trace(go.Bar(x=labels, y=[e[key] for e in evaluations], name=name))
     return {"evaluations": _html("evaluations", figure)}
 
 
@@ -117,7 +216,8 @@ def training_chart(training: list[dict[str, Any]]) -> dict[str, str]:
 
 
 def cotraining_chart(cotraining: list[dict[str, Any]]) -> dict[str, str]:
-    """Per co-training run and round: real success rate, evaluation pass@1 and the world model's accuracy on fresh real data."""
+    """Per co-training run and round: real success rate, evaluation pass@1 and the world model's accuracy on
+    fresh real data."""
     figure = go.Figure(
         layout={
             **_LAYOUT,
@@ -143,6 +243,7 @@ def all_charts(summary: dict[str, Any]) -> dict[str, str]:
     return {
         **generation_charts(summary["generation"]),
         **usage_charts(summary["generation"]),
+        **failure_class_chart(summary["failure_classes"]),
         **environment_charts(summary["environments"]),
         **quality_chart(summary["quality"]),
         **evaluation_chart(summary["evaluations"]),

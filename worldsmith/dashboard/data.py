@@ -12,6 +12,17 @@ from typing import Any
 from sqlalchemy import case, func
 from sqlmodel import Session, select
 
+from worldsmith.dashboard.drilldown import (
+    PSEUDO_STAGES,
+    failed_worlds,
+    failure_classes_by_night,
+    pipeline_order,
+    real_stages,
+    usage_columns,
+    worlds_page,
+)
+from worldsmith.dashboard.filters import Filters, backend_choices, night_of
+from worldsmith.dashboard.paging import TOP_N, PageRequest
 from worldsmith.models.catalog import (
     EnvironmentSet,
     EnvironmentSetMember,
@@ -22,44 +33,25 @@ from worldsmith.models.catalog import (
     TrainingRun,
     TrainingStep,
 )
-from worldsmith.storage.run_owner import process_alive
+from worldsmith.storage.run_listing import run_status
 
 RATES = ("first_attempt_success", "repair_rate", "failure_rate")
 USAGE = ("tokens_in", "tokens_out", "cost_usd")
-
-#: Not a stage: older catalogs recorded a world's failure as an attempt of this stage (failed worlds are
-#: now published as failed versions); stage tables and usage leave it out.
-PSEUDO_STAGES = ("environment",)
-
-
-def _night(session: Session, column: Any) -> Any:
-    """SQL: the UTC date of a timestamp column (SQLite stores UTC; PostgreSQL's timestamptz is converted
-    to UTC first, whatever the session's time zone)."""
-    if session.get_bind().dialect.name == "postgresql":
-        return func.date(func.timezone("UTC", column))
-    return func.date(column)
+NO_FILTERS = Filters()
 
 
 def _usage_columns() -> tuple[Any, ...]:
-    return (
-        func.count(),
-        func.coalesce(func.sum(StageAttempt.tokens_in), 0),
-        func.coalesce(func.sum(StageAttempt.tokens_out), 0),
-        func.coalesce(func.sum(StageAttempt.cost_usd), 0.0),
-    )
+    """SQL: attempts, tokens in, tokens out and cost of the grouped attempts."""
+    return usage_columns()[:4]
 
 
-def _real_stages() -> Any:
-    return StageAttempt.stage.not_in(PSEUDO_STAGES)
-
-
-def generation_by_night(session: Session) -> dict[str, Any]:
+def generation_by_night(session: Session, filters: Filters = NO_FILTERS) -> dict[str, Any]:
     """Per night (UTC date of the attempts) and stage: first-attempt success, repair and failure rates,
     invocations (runs of the stage's repair loop: its attempts 1), attempts, tokens in and out and cost,
     as series aligned with `nights` (None where a stage did not run that night). Aggregated in SQL."""
     first = StageAttempt.attempt == 1
     success = StageAttempt.outcome == "success"
-    night = _night(session, StageAttempt.created_at)
+    night = night_of(session, StageAttempt.created_at)
     rows = session.exec(
         select(
             night,
@@ -69,7 +61,7 @@ def generation_by_night(session: Session) -> dict[str, Any]:
             func.sum(case(((StageAttempt.attempt > 1) & success, 1), else_=0)),
             *_usage_columns(),
         )
-        .where(_real_stages())
+        .where(real_stages(), *filters.attempts(session))
         .group_by(night, StageAttempt.stage)
     ).all()
     cells: dict[tuple[str, str], dict[str, Any]] = {}
@@ -84,7 +76,7 @@ def generation_by_night(session: Session) -> dict[str, Any]:
             "cost_usd": round(float(cost), 6),
         }
     nights = sorted({n for n, _ in cells})
-    stages = sorted({s for _, s in cells})
+    stages = sorted({s for _, s in cells}, key=pipeline_order)
     keys = (*RATES, "invocations", "attempts", *USAGE)
     series = {
         stage: {key: [cells[(n, stage)][key] if (n, stage) in cells else None for n in nights] for key in keys}
@@ -93,13 +85,14 @@ def generation_by_night(session: Session) -> dict[str, Any]:
     return {"nights": nights, "stages": series}
 
 
-def night_backends(session: Session) -> dict[str, list[str]]:
+def night_backends(session: Session, filters: Filters = NO_FILTERS) -> dict[str, list[str]]:
     """Per night, the generator backends (and models) that made its worlds, as `backend` or
     `backend:model`. Hook: read from the generator recorded on the versions published that night, until
     generation runs record the backend they resolved."""
-    night = _night(session, EnvironmentVersion.created_at)
+    night = night_of(session, EnvironmentVersion.created_at)
     rows = session.exec(
         select(night, EnvironmentVersion.generator_backend, EnvironmentVersion.generator_model)
+        .where(*filters.versions(session))
         .group_by(night, EnvironmentVersion.generator_backend, EnvironmentVersion.generator_model)
         .order_by(night, EnvironmentVersion.generator_backend, EnvironmentVersion.generator_model)
     ).all()
@@ -110,11 +103,11 @@ def night_backends(session: Session) -> dict[str, list[str]]:
     return dict(backends)
 
 
-def generation_nights(session: Session) -> list[dict[str, Any]]:
+def generation_nights(session: Session, filters: Filters = NO_FILTERS) -> list[dict[str, Any]]:
     """Per night (oldest first): its backend(s), generation runs, worlds attempted, worlds published good
     and failed (failed versions, plus worlds an older catalog recorded as failing the pseudo-stage
     `environment`), stage attempts, tokens in and out and cost. Aggregated in SQL."""
-    night = _night(session, StageAttempt.created_at)
+    night = night_of(session, StageAttempt.created_at)
     usage = session.exec(
         select(
             night,
@@ -122,23 +115,25 @@ def generation_nights(session: Session) -> list[dict[str, Any]]:
             func.count(func.distinct(StageAttempt.env_id)),
             *_usage_columns(),
         )
-        .where(_real_stages())
+        .where(real_stages(), *filters.attempts(session))
         .group_by(night)
     ).all()
     worlds: dict[str, dict[str, int]] = defaultdict(lambda: {"good": 0, "failed": 0})
-    published = _night(session, EnvironmentVersion.created_at)
+    published = night_of(session, EnvironmentVersion.created_at)
     for day, status, count in session.exec(
-        select(published, EnvironmentVersion.status, func.count()).group_by(published, EnvironmentVersion.status)
+        select(published, EnvironmentVersion.status, func.count())
+        .where(*filters.versions(session))
+        .group_by(published, EnvironmentVersion.status)
     ).all():
         worlds[str(day)]["good" if status == "good" else "failed"] += count
     legacy = session.exec(
         select(night, func.count(func.distinct(StageAttempt.env_id)))
-        .where(StageAttempt.stage.in_(PSEUDO_STAGES), StageAttempt.outcome == "failure")
+        .where(StageAttempt.stage.in_(PSEUDO_STAGES), StageAttempt.outcome == "failure", *filters.attempts(session))
         .group_by(night)
     ).all()
     for day, count in legacy:
         worlds[str(day)]["failed"] += count
-    backends = night_backends(session)
+    backends = night_backends(session, filters)
     rows = {
         str(day): {
             "runs": runs,
@@ -163,62 +158,29 @@ def generation_nights(session: Session) -> list[dict[str, Any]]:
     ]
 
 
-def environment_costs(session: Session) -> list[dict[str, Any]]:
-    """Per environment: LLM tokens and cost over all its stage attempts, attempts made, and the status of
-    its latest version ('unpublished' when no version was published). Aggregated in SQL."""
-    usage = session.exec(
-        select(StageAttempt.env_id, *_usage_columns())
-        .where(StageAttempt.env_id.is_not(None), _real_stages())
-        .group_by(StageAttempt.env_id)
-        .order_by(StageAttempt.env_id)
-    ).all()
-    latest = (
-        select(EnvironmentVersion.env_id, func.max(EnvironmentVersion.version).label("version"))
-        .group_by(EnvironmentVersion.env_id)
-        .subquery()
-    )
-    status = dict(
-        session.exec(
-            select(EnvironmentVersion.env_id, EnvironmentVersion.status).join(
-                latest,
-                (EnvironmentVersion.env_id == latest.c.env_id) & (EnvironmentVersion.version == latest.c.version),
-            )
-        ).all()
-    )
-    return [
-        {
-            "env_id": env,
-            "attempts": attempts,
-            "tokens_in": int(tokens_in),
-            "tokens_out": int(tokens_out),
-            "cost_usd": round(float(cost), 6),
-            "status": status.get(env, "unpublished"),
-        }
-        for env, attempts, tokens_in, tokens_out, cost in usage
-    ]
-
-
-def quality(session: Session) -> dict[str, Any]:
+def quality(session: Session, filters: Filters = NO_FILTERS) -> dict[str, Any]:
     """Published versions by status (failed worlds included), per quality check kind how many versions
     passed and failed, and the failed versions' reasons (their first words). Aggregated in SQL."""
     by_status = dict(
         session.exec(
             select(EnvironmentVersion.status, func.count())
+            .where(*filters.versions(session))
             .group_by(EnvironmentVersion.status)
             .order_by(EnvironmentVersion.status)
         ).all()
     )
     checks: dict[str, dict[str, int]] = {}
     for kind, passed, count in session.exec(
-        select(QualityReport.kind, QualityReport.passed, func.count()).group_by(
-            QualityReport.kind, QualityReport.passed
-        )
+        select(QualityReport.kind, QualityReport.passed, func.count())
+        .join(EnvironmentVersion, EnvironmentVersion.id == QualityReport.version_id)
+        .where(*filters.versions(session))
+        .group_by(QualityReport.kind, QualityReport.passed)
     ).all():
         checks.setdefault(kind, {"passed": 0, "failed": 0})["passed" if passed else "failed"] += count
     reasons: dict[str, int] = defaultdict(int)
     for reason, count in session.exec(
         select(EnvironmentVersion.failure_reason, func.count())
-        .where(EnvironmentVersion.status != "good")
+        .where(EnvironmentVersion.status != "good", *filters.versions(session))
         .group_by(EnvironmentVersion.failure_reason)
     ).all():
         reasons[(reason or "unknown").split(":")[0][:80]] += count
@@ -249,17 +211,9 @@ def _set_names(session: Session) -> dict[int, str]:
     return {s.id: s.name for s in session.exec(select(EnvironmentSet)).all()}
 
 
-def _status(run: EvaluationRun | TrainingRun) -> str:
-    """The run's status, or `running (process gone)` for a run that reads `running` although the
-    process that ran it on this host has died (killed outside a worker, so no hook failed it)."""
-    if run.status == "running" and process_alive(run.metrics.get("process")) is False:
-        return "running (process gone)"
-    return run.status
-
-
 def evaluations(session: Session) -> list[dict[str, Any]]:
     """Each evaluation run (oldest first): policy, set, status (and error when it failed), pass@1, pass@k (k = samples),
-    env_error and format_error rates."""
+    env_error, format_error and agent_error rates."""
     names = _set_names(session)
     rows = []
     for run in session.exec(select(EvaluationRun).order_by(EvaluationRun.id)).all():
@@ -271,11 +225,12 @@ def evaluations(session: Session) -> list[dict[str, Any]]:
                 "world": run.metrics.get("world", "real"),
                 "set": names.get(run.set_id, "?"),
                 "samples": run.samples,
-                "status": _status(run),
+                "status": run_status(run),
                 "pass@1": overall.get("pass@1"),
                 "pass@k": overall.get(f"pass@{run.samples}"),
                 "env_error_rate": overall.get("env_error_rate"),
                 "format_error_rate": overall.get("format_error_rate"),
+                "agent_error_rate": overall.get("agent_error_rate"),
                 "episodes": overall.get("episodes"),
                 "error": run.metrics.get("error"),
                 "started_at": run.started_at.isoformat(timespec="seconds"),
@@ -305,7 +260,7 @@ def _runs(session: Session, keys: tuple[str, ...], cotrain: bool) -> list[dict[s
                 "kind": kind,
                 "model": model,
                 "set": names.get(run.set_id, "?"),
-                "status": _status(run),
+                "status": run_status(run),
                 "error": run.metrics.get("error"),
                 "steps": [s.step for s in steps],
                 **{key: [s.metrics.get(key) for s in steps] for key in keys},
@@ -327,13 +282,23 @@ def cotraining(session: Session) -> list[dict[str, Any]]:
     return _runs(session, COTRAIN_SERIES, cotrain=True)
 
 
-def summary(session: Session) -> dict[str, Any]:
-    """Everything the dashboard shows."""
+def summary(session: Session, filters: Filters = NO_FILTERS, top: int = TOP_N) -> dict[str, Any]:
+    """Everything the front page shows, its generation numbers narrowed by `filters`; long lists (`environments`:
+    the most expensive worlds, `failed_worlds`: the newest) are their first `top` rows, with their totals
+    (`..._total`; the drill-down pages list the rest)."""
+    first = PageRequest(limit=top)
+    environments, failed = worlds_page(session, filters, first), failed_worlds(session, filters, first)
     return {
-        "generation": generation_by_night(session),
-        "nights": generation_nights(session),
-        "environments": environment_costs(session),
-        "quality": quality(session),
+        "filters": filters.params(),
+        "backends": backend_choices(session),
+        "generation": generation_by_night(session, filters),
+        "nights": generation_nights(session, filters),
+        "failure_classes": failure_classes_by_night(session, filters),
+        "environments": environments.rows,
+        "environments_total": environments.total,
+        "failed_worlds": failed.rows,
+        "failed_worlds_total": failed.total,
+        "quality": quality(session, filters),
         "sets": sets(session),
         "evaluations": evaluations(session),
         "training": training(session),

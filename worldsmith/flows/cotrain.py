@@ -29,6 +29,7 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
+from pydantic.json_schema import SkipJsonSchema
 
 from worldsmith.agent.loop import run_episode
 from worldsmith.agent.policies import ReferencePolicy
@@ -37,6 +38,7 @@ from worldsmith.bundle.loader import load_bundle
 from worldsmith.flows.evaluate import EvaluateParameters, evaluate
 from worldsmith.flows.links import dashboard_link
 from worldsmith.flows.records import current_flow_run_id, mark_crashed
+from worldsmith.flows.run_names import named_after
 from worldsmith.flows.train import evaluate_split, plan, prepare_model, train
 from worldsmith.models.catalog import TrainingRun
 from worldsmith.runtime.episode import Runtime
@@ -182,8 +184,13 @@ def _round_table(rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{c: round(r[c], 4) if isinstance(r.get(c), float) else r.get(c) for c in columns} for r in rounds]
 
 
-@flow(name="cotrain", log_prints=True, on_crashed=[mark_crashed])
-def cotrain(config: CotrainConfig, progress: bool = False) -> dict[str, Any]:
+@flow(
+    name="cotrain",
+    log_prints=True,
+    on_crashed=[mark_crashed],
+    flow_run_name=named_after("cotrain", "config", CotrainConfig, lambda c: c.policy.set_name),
+)
+def cotrain(config: CotrainConfig, progress: SkipJsonSchema[bool] = False) -> dict[str, Any]:
     """Co-train `config.policy.model` and a world model on set `config.policy.set_name` for `config.rounds` rounds.
 
     Args:

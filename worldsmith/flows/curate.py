@@ -16,6 +16,7 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from pydantic import BaseModel, Field
 
 from worldsmith.flows.links import dashboard_link
+from worldsmith.flows.run_names import named_after
 from worldsmith.storage.catalog import open_catalog
 from worldsmith.storage.publish import CatalogError
 from worldsmith.storage.sets import SetQuery, create_set, get_set, members_of
@@ -34,7 +35,7 @@ class CurateParameters(BaseModel):
         return self.name or f"curated-{datetime.now(UTC):%Y-%m-%d}"
 
 
-@task(name="create-set", retries=2, retry_delay_seconds=2)
+@task(name="create-set", retries=2, retry_delay_seconds=2, task_run_name="create-set-{name}")
 def make_set(name: str, query: SetQuery) -> dict[str, Any]:
     """Create set `name` from `query`, or return it when it already exists from the same query."""
     catalog = open_catalog()
@@ -58,9 +59,17 @@ def make_set(name: str, query: SetQuery) -> dict[str, Any]:
     return {"name": name, "created": created, "members": members}
 
 
-@flow(name="curate", log_prints=True)
+@flow(
+    name="curate",
+    log_prints=True,
+    flow_run_name=named_after("curate", "params", CurateParameters, lambda p: p.set_name()),
+)
 def curate(params: CurateParameters = CurateParameters()) -> dict[str, Any]:
-    """Build an environment set from the catalog's good versions; returns its name and members."""
+    """Build an environment set from the catalog's good versions; returns its name and members.
+
+    Args:
+        params: The set: its name, and the query choosing and splitting the catalog's good versions.
+    """
     result = make_set(params.set_name(), params.query)
     members = result["members"]
     splits = {s: sum(1 for m in members if m["split"] == s) for s in ("train", "validation")}

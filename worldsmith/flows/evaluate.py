@@ -32,6 +32,7 @@ from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.loader import load_bundle
 from worldsmith.flows.links import dashboard_link
 from worldsmith.flows.records import current_flow_run_id, mark_crashed
+from worldsmith.flows.run_names import named_after, short_policy
 from worldsmith.models.catalog import EvaluationRun
 from worldsmith.runtime.episode import Runtime
 from worldsmith.settings import get_settings
@@ -51,25 +52,30 @@ class EvaluateParameters(BaseModel):
     set_name: str = Field(description="Environment set to evaluate on.")
     policy: str = Field("reference", description=SPEC_HELP)
     samples: int = Field(1, ge=1, le=64, description="Episodes per task (k of pass@k).")
-    split: Literal["all", "train", "validation"] = "all"
-    max_turns: int = Field(20, ge=1, le=200)
+    split: Literal["all", "train", "validation"] = Field(
+        "all", description="Which of the set's splits to evaluate on: all, train or validation."
+    )
+    max_turns: int = Field(20, ge=1, le=200, description="Turns (model replies) per episode at most.")
     window: int | None = Field(None, ge=1, description="History window in turns; unset: full history.")
     temperature: float | None = Field(
         None, ge=0, le=2, description="Sampling temperature of model policies; unset: 0 for one sample, 0.7 for more."
     )
-    tool_format: Literal["native", "text"] = "native"
+    tool_format: Literal["native", "text"] = Field(
+        "native",
+        description="How model policies call tools: native (the endpoint's tool calls) or text (a JSON block in the reply).",
+    )
     meta_tools: bool = Field(False, description="Route tool calls through list_tools / call_tool.")
     judge_model: str | None = Field(
         None, description="LLM judge model on the configured endpoint; unset: the code verifier alone."
     )
-    judge_votes: int = Field(1, ge=1, le=15)
+    judge_votes: int = Field(1, ge=1, le=15, description="Votes of the LLM judge per episode (majority wins).")
     side_effects: bool = Field(
         True,
         description="Side-effect guard: a complete episode whose end state reaches outside the task's "
         "reference solution's footprint counts as partial (tasks without a solution are not checked).",
     )
     concurrency: int = Field(4, ge=1, le=256, description="Tasks evaluated at once.")
-    seed: int = 0
+    seed: int = Field(0, description="Seed of the first sample of each task (sample i uses seed + i).")
     simulate: SimulationConfig | None = Field(
         None,
         description="Answer the tool calls with a world model instead of the environments' "
@@ -135,7 +141,7 @@ def _release(run_key: str) -> dict[str, float] | None:
     return found.world.stats.as_dict() if isinstance(found.world, SimulatedRuntime) else None
 
 
-@task(name="plan-episodes", retries=2, retry_delay_seconds=2)
+@task(name="plan-episodes", retries=2, retry_delay_seconds=2, task_run_name="plan-{params.set_name}-{params.split}")
 def plan(params: EvaluateParameters) -> list[Job]:
     """One job per (member env, task) of the set's chosen split."""
     with open_catalog().session() as session:
@@ -228,9 +234,20 @@ def _store_trajectories(run_id: int, trajectories: list[Trajectory]) -> dict[str
     return {"jsonl": str(jsonl), "parquet": str(parquet), "digest": digest}
 
 
-@flow(name="evaluate", log_prints=True, on_crashed=[mark_crashed])
+@flow(
+    name="evaluate",
+    log_prints=True,
+    on_crashed=[mark_crashed],
+    flow_run_name=named_after(
+        "evaluate", "params", EvaluateParameters, lambda p: f"{p.set_name}-{short_policy(p.policy)}"
+    ),
+)
 def evaluate(params: EvaluateParameters) -> dict[str, Any]:
-    """Evaluate `params.policy` on set `params.set_name`; returns the report with the run id."""
+    """Evaluate `params.policy` on set `params.set_name`; returns the report with the run id.
+
+    Args:
+        params: The evaluation: environment set and split, policy, samples per task, turns, judge.
+    """
     logger = get_run_logger()
     run_id = _start(params)
     run_key = f"evaluation-{run_id}"

@@ -19,6 +19,7 @@ below `min_good_share` ends Failed (raising `TooFewGoodWorlds` in the caller), s
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import socket
@@ -44,6 +45,7 @@ from sqlmodel import select
 
 from worldsmith.flows.links import dashboard_link
 from worldsmith.flows.records import current_flow_run_id
+from worldsmith.flows.run_names import named_after
 from worldsmith.llm.backend import Generator
 from worldsmith.llm.errors import TransientFault
 from worldsmith.llm.prompts import prompt_version
@@ -54,6 +56,7 @@ from worldsmith.settings import get_settings
 from worldsmith.stages.attempts import AttemptLog, stage_summary
 from worldsmith.stages.order import Stage
 from worldsmith.stages.pipeline import BuildResult, StageRunner, Validator, run_stages
+from worldsmith.stages.review import review_enabled, with_review
 from worldsmith.stages.scenario import load_scenarios
 from worldsmith.stages.validate import Validation
 from worldsmith.stages.work import EnvWork
@@ -63,6 +66,7 @@ from worldsmith.storage.publish import Published, publish, publish_failed
 from worldsmith.tasks.generation import (
     new_scenarios,
     resumable,
+    review_world,
     transient_only,
     validate_environment,
     write_database,
@@ -97,17 +101,42 @@ class TooFewGoodWorlds(Exception):
         return type(self), (str(self), self.results)  # the results survive a trip through a result store
 
 
+def log_repairs(logger: logging.Logger | logging.LoggerAdapter, attempts: list[StageAttempt]) -> None:
+    """One line per attempt of `attempts` that did not succeed (a repair follows, or the world fails):
+    world, stage, attempt, outcome and error class."""
+    for a in attempts:
+        if a.outcome != "success":
+            logger.info(
+                "world %s: %s attempt %d %s (%s)", a.env_id or "-", a.stage, a.attempt, a.outcome, a.error_class or "?"
+            )
+
+
 @dataclass
 class WorldProgress:
-    """How far one world got: the work its last finished stage returned, and the stage running now."""
+    """How far one world got: the work its last finished stage returned, and the stage running now.
+    With `log` and `logger`, each stage's failed attempts are logged as the stage returns."""
 
     work: EnvWork
     stage: str = Stage.TASKS.value
+    log: AttemptLog | None = None
+    logger: logging.Logger | logging.LoggerAdapter | None = None
+    _reported: int = 0
+
+    def report_repairs(self) -> None:
+        """Log this world's attempts recorded since the last report that did not succeed."""
+        if self.log is None or self.logger is None:
+            return
+        mine = [a for a in list(self.log.attempts) if a.env_id == self.work.env_id]
+        log_repairs(self.logger, mine[self._reported :])
+        self._reported = len(mine)
 
     def stage_runner(self, stage: Stage, run: StageRunner) -> StageRunner:
         def tracked(work: EnvWork, feedback: str | None) -> EnvWork:
             self.stage = stage.value
-            self.work = run(work, feedback)
+            try:
+                self.work = run(work, feedback)
+            finally:
+                self.report_repairs()
             return self.work
 
         return tracked
@@ -115,7 +144,10 @@ class WorldProgress:
     def validator(self, run: Validator) -> Validator:
         def tracked(work: EnvWork, round_number: int) -> Validation:
             self.stage = Stage.VALIDATE.value
-            return run(work, round_number)
+            try:
+                return run(work, round_number)
+            finally:
+                self.report_repairs()
 
         return tracked
 
@@ -170,7 +202,7 @@ def publish_world(result: BuildResult, work: EnvWork, generator: Generator) -> P
     )
 
 
-@task(name="build-environment", retries=2, retry_condition_fn=transient_only)
+@task(name="build-environment", retries=2, retry_condition_fn=transient_only, task_run_name="build-{scenario.name}")
 def build_and_publish(params: GenerateParameters, run_id: str, scenario: Scenario) -> dict[str, Any]:
     """One environment: tasks -> database -> tools -> verifiers -> validate, each stage a task; a
     failed validation sends its error back to the stage that made the faulty artifact, and the stages
@@ -181,7 +213,7 @@ def build_and_publish(params: GenerateParameters, run_id: str, scenario: Scenari
     of its stage and the world published as failed. Raises a fatal fault, and a transient one while
     Prefect has retries left."""
     r = resources(params, run_id)
-    progress = WorldProgress(EnvWork.start(scenario, params.seed))
+    progress = WorldProgress(EnvWork.start(scenario, params.seed), log=r.log, logger=get_run_logger())
     stages = {
         Stage.TASKS: write_tasks,
         Stage.DATABASE: write_database,
@@ -192,6 +224,8 @@ def build_and_publish(params: GenerateParameters, run_id: str, scenario: Scenari
         stage: progress.stage_runner(stage, partial(resumable(t), params, run_id)) for stage, t in stages.items()
     }
     validate = progress.validator(partial(resumable(validate_environment), params, run_id))
+    if review_enabled(params.review, r.generator):  # the model's review once validation passes (stages/review.py)
+        validate = with_review(validate, partial(resumable(review_world), params, run_id), r.runtime)
     summary: dict[str, Any] = {
         "env_id": progress.work.env_id,
         "scenario": scenario.name,
@@ -207,6 +241,7 @@ def build_and_publish(params: GenerateParameters, run_id: str, scenario: Scenari
         if not fails_world_only(exc):
             raise
         reason = record_crash(r.log, progress.work.env_id, progress.stage, exc)
+        progress.report_repairs()
         result = BuildResult(progress.work.env_id, None, [], progress.stage, reason)
     summary.update(failed_stage=result.failed_stage, reason=result.reason)
     try:
@@ -227,11 +262,25 @@ def build_and_publish(params: GenerateParameters, run_id: str, scenario: Scenari
 _FINISHED: dict[str, list[dict[str, Any]]] = {}
 
 
-@flow(name="generate", log_prints=True)
+@flow(
+    name="generate",
+    log_prints=True,
+    flow_run_name=named_after(
+        "generate",
+        "params",
+        GenerateParameters,
+        lambda p: f"{p.count}x-{p.resolved_backend().partition(':')[0]}",
+    ),
+)
 def generate(params: GenerateParameters = GenerateParameters()) -> list[dict[str, Any]] | State:
     """Generate `params.count` environments and publish them. Ends Failed (raising the fault, or
     `TooFewGoodWorlds`, in the caller, with no traceback logged) on a fatal fault, or after writing
-    the summary when the share of good worlds is below `params.min_good_share`."""
+    the summary when the share of good worlds is below `params.min_good_share`. Logs a line per
+    stage attempt that failed (world, stage, error class) as its world goes on.
+
+    Args:
+        params: The run: how many environments, the backend and model, seeds, attempts, the share of good worlds required.
+    """
     params = params.dated()
     finished = _FINISHED.get(params.key())
     logger = get_run_logger()
@@ -242,6 +291,17 @@ def generate(params: GenerateParameters = GenerateParameters()) -> list[dict[str
     _warm_imports()
     try:
         scenarios = resumable(new_scenarios)(params, run_id, seeds)
+        with open_catalog().session() as session:
+            log_repairs(
+                logger,
+                list(
+                    session.exec(
+                        select(StageAttempt)
+                        .where(StageAttempt.run_id == run_id, StageAttempt.stage == Stage.SCENARIO.value)
+                        .order_by(StageAttempt.id)
+                    )
+                ),
+            )
         progress = create_progress_artifact(
             0.0, key="generation-progress", description=f"{len(scenarios)} environments"
         )

@@ -24,12 +24,14 @@ from typing import Any
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
+from pydantic.json_schema import SkipJsonSchema
 from sqlmodel import select
 
 from worldsmith.bundle.loader import load_bundle
 from worldsmith.flows.evaluate import EvaluateParameters, evaluate
 from worldsmith.flows.links import dashboard_link
 from worldsmith.flows.records import current_flow_run_id, mark_crashed
+from worldsmith.flows.run_names import named_after
 from worldsmith.models.catalog import TrainingRun, TrainingStep
 from worldsmith.runtime.episode import Runtime
 from worldsmith.settings import get_settings
@@ -43,7 +45,7 @@ from worldsmith.training.checkpoints import fetch_checkpoint, latest_trainer_che
 from worldsmith.training.config import TINY, TrainingConfig
 
 
-@task(name="plan-training", retries=2, retry_delay_seconds=2)
+@task(name="plan-training", retries=2, retry_delay_seconds=2, task_run_name="plan-{config.set_name}-{config.split}")
 def plan(config: TrainingConfig) -> dict[str, list[str]]:
     """Bundle directories of the set's members, by split (fetched into the local cache once)."""
     with open_catalog().session() as session:
@@ -57,7 +59,9 @@ def plan(config: TrainingConfig) -> dict[str, list[str]]:
     return {"train": chosen, "validation": paths["validation"]}
 
 
-@task(name="prepare-model", cache_policy=NO_CACHE, log_prints=False)  # libraries print bytecode while hashing datasets
+@task(
+    name="prepare-model", cache_policy=NO_CACHE, log_prints=False, task_run_name="prepare-{config.model}"
+)  # libraries print bytecode while hashing datasets
 def prepare_model(config: TrainingConfig, bundle_paths: list[str], progress: bool = False) -> str:
     """The model directory to train: `config.model` itself, or for `tiny` a tiny Qwen3 model built
     offline from the bundles and warmed up on their reference solutions (cached by content)."""
@@ -133,7 +137,7 @@ def stored_config(run_id: int) -> TrainingConfig:
     return TrainingConfig.model_validate(_grpo_run(run_id).config)
 
 
-@task(name="reopen-training-run", cache_policy=NO_CACHE)
+@task(name="reopen-training-run", cache_policy=NO_CACHE, task_run_name="reopen-run-{run_id}")
 def reopen_run(run_id: int, config: TrainingConfig, output: Path) -> dict[str, Any]:
     """Make training run `run_id` (stopped before finishing, with `config` as its configuration)
     running again from its latest trainer checkpoint: the checkpoint is unpacked under `output`
@@ -177,7 +181,7 @@ def reopen_run(run_id: int, config: TrainingConfig, output: Path) -> dict[str, A
     return {"step": checkpoint.step, "directory": str(directory), "metrics": metrics}
 
 
-@task(name="train-policy", cache_policy=NO_CACHE)
+@task(name="train-policy", cache_policy=NO_CACHE, task_run_name="grpo-run-{run_id}")
 def train_policy(
     config: TrainingConfig,
     model: str,
@@ -198,7 +202,7 @@ def train_policy(
     return run_training(request, progress) if config.processes == 1 else launch(request, config.processes)
 
 
-@task(name="store-checkpoint", retries=2, retry_delay_seconds=2)
+@task(name="store-checkpoint", retries=2, retry_delay_seconds=2, task_run_name="checkpoint-run-{run_id}-step-{step}")
 def store_checkpoint(run_id: int, directory: str, step: int, metrics: dict[str, Any]) -> str:
     """`directory` as a tar.gz in the object store and a checkpoint row of run `run_id`; returns the digest."""
     return save_checkpoint(run_id, Path(directory), step, metrics)
@@ -244,22 +248,31 @@ def _step_table(log: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{c: round(e[c], 4) if isinstance(e.get(c), float) else e.get(c) for c in _STEP_COLUMNS} for e in log]
 
 
-@flow(name="train", log_prints=True, on_crashed=[mark_crashed])
+@flow(
+    name="train",
+    log_prints=True,
+    on_crashed=[mark_crashed],
+    flow_run_name=named_after("train", "config", TrainingConfig, lambda c: c.set_name),
+)
 def train(
-    config: TrainingConfig, progress: bool = False, with_validation: bool = True, resume: int | None = None
+    config: TrainingConfig,
+    progress: SkipJsonSchema[bool] = False,
+    with_validation: bool = True,
+    resume: SkipJsonSchema[int | None] = None,
 ) -> dict[str, Any]:
     """GRPO of `config.model` on set `config.set_name`; returns the run's record (ids, evaluations, checkpoint).
+    `progress` and `resume` are for callers (the CLI, `resume_training`), hidden from the deployment's form.
 
     Args:
         config: The training run: model, environment set, GRPO and rollout settings.
-        progress: Draw a progress bar on the terminal (for runs started from the command line; leave off in deployments).
+        progress: Draw a progress bar on the terminal (for runs started from the command line).
         with_validation: Evaluate the validation split before and after training (in the real worlds, also for simulated training).
         resume: Continue this training run, stopped before finishing, from its latest trainer checkpoint (`config` must be the run's own).
     """
     logger = get_run_logger()
-    from worldsmith.training.trainer import check_profile
+    from worldsmith.training.memory import check_machine
 
-    check_profile(config)  # before any work: a gpu run on a machine without one
+    check_machine(config)  # before any work: a gpu run on a machine without one, or one that cannot fit
     if resume is None:
         with open_catalog().session() as session:
             set_id = get_set(session, config.set_name).id
@@ -310,8 +323,8 @@ def train(
     return result
 
 
-@flow(name="resume-training", log_prints=True, on_crashed=[mark_crashed])
-def resume_training(run_id: int, progress: bool = False) -> dict[str, Any]:
+@flow(name="resume-training", log_prints=True, on_crashed=[mark_crashed], flow_run_name="resume-training-{run_id}")
+def resume_training(run_id: int, progress: SkipJsonSchema[bool] = False) -> dict[str, Any]:
     """Continue GRPO training run `run_id`, stopped before finishing (a killed worker, a preempted
     machine), from its latest trainer checkpoint, with the run's own configuration.
 

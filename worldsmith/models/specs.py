@@ -3,7 +3,7 @@ structured-output schemas of LLM calls and the shape the procedural backend answ
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field
 
@@ -102,3 +102,45 @@ class VerifierCode(BaseModel):
 
     verifiers_py: str = Field(min_length=10)
     solutions: list[TaskSolution] = Field(min_length=1)
+
+
+#: The audit categories of the review stage (the paper's audit of generated worlds).
+ReviewCategory = Literal[
+    "tool_crash",
+    "clock_or_randomness",
+    "missing_tool",
+    "schema_task_mismatch",
+    "task_unsolvable",
+    "verifier_too_strict",
+    "verifier_too_lenient",
+]
+REVIEW_CATEGORIES: tuple[str, ...] = get_args(ReviewCategory)
+
+
+class ReviewCall(BaseModel):
+    tool: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class ReviewFinding(BaseModel):
+    """One suspected bug, with what it takes to check it."""
+
+    category: ReviewCategory
+    target: str = Field(
+        description="The tool name (tool_crash, clock_or_randomness) or the task id (every other category)."
+    )
+    problem: str = Field(min_length=5, description="What is wrong, in one or two sentences.")
+    call: ReviewCall | None = Field(
+        None,
+        description="tool_crash and clock_or_randomness: one call of the target tool with valid arguments "
+        "(values from the seed data) that crashes it or gives another result at another time.",
+    )
+    answer: str | None = Field(
+        None, description="verifier_too_strict: a correct final answer to the task that its verifier would reject."
+    )
+
+
+class Review(BaseModel):
+    """Stage `review`: the bugs suspected in a finished environment; an empty list when none."""
+
+    findings: list[ReviewFinding] = Field(default_factory=list, max_length=20)

@@ -1,6 +1,7 @@
-"""What the Prefect API says about the operations of an installation (`worldsmith status`): its work
-pools with their workers (online or not, last heartbeat), the deployments whose pool has no live
-worker (their runs would wait, Late, forever) with how to start one, and the latest flow runs.
+"""What the Prefect API says about the operations of an installation (`worldsmith status`, and the
+dashboard through `stalled_deployments`): its work pools with their workers (online or not, last
+heartbeat), the deployments whose pool has no live worker (their runs would wait, Late, forever)
+with how to start one, and the latest flow runs.
 
 Every call is short: an unreachable API answers within a few seconds and never starts a server
 (an unset PREFECT_API_URL would make the Prefect client start a temporary one)."""
@@ -154,10 +155,14 @@ def read_orchestration(api_url: str, flow_runs: int = 10, timeout_s: float = TIM
             status = str(pool.status.value) if pool.status is not None else "unknown"
             pools.append(PoolState(pool.name, pool.type, status, pool.is_paused, workers))
         deployments = client.read_deployments()
-        runs = client.read_flow_runs(
-            flow_run_filter=FlowRunFilter(expected_start_time=FlowRunFilterExpectedStartTime(before_=now)),
-            sort=FlowRunSort.EXPECTED_START_TIME_DESC,
-            limit=flow_runs,
+        runs = (
+            client.read_flow_runs(
+                flow_run_filter=FlowRunFilter(expected_start_time=FlowRunFilterExpectedStartTime(before_=now)),
+                sort=FlowRunSort.EXPECTED_START_TIME_DESC,
+                limit=flow_runs,
+            )
+            if flow_runs
+            else []
         )
         flow_ids = list({d.flow_id for d in deployments} | {r.flow_id for r in runs})
         flows = {f.id: f.name for f in client.read_flows(flow_filter=FlowFilter(id=FlowFilterId(any_=flow_ids)))}
@@ -192,3 +197,18 @@ def read_orchestration(api_url: str, flow_runs: int = 10, timeout_s: float = TIM
             )
         )
     return Orchestration(api_url, pools, states, latest)
+
+
+def stalled_deployments(api_url: str | None = None, timeout_s: float = TIMEOUT_S) -> list[DeploymentState] | None:
+    """The deployments whose runs would not start (no live worker on their pool, no pool, paused), each
+    with its `problem` (what is wrong and the fix), from the Prefect API at `api_url` (default: the
+    configured one). [] when every deployment would run; None when no API is configured or it does not
+    answer in time (nothing to report on). What the dashboard shows; `worldsmith status` reads the same."""
+    api_url = api_url or configured_api_url()
+    if not api_url or not api_reachable(api_url, timeout_s):
+        return None
+    try:
+        orchestration = read_orchestration(api_url, flow_runs=0, timeout_s=timeout_s)
+    except Exception:  # noqa: BLE001 - an API failing mid-read is as good as none for a page that refreshes
+        return None
+    return [d for d in orchestration.deployments if d.problem is not None]

@@ -1,30 +1,58 @@
 """`worldsmith up` / `worldsmith down`: the local operations stack of one installation.
 
 up: a Prefect server on 127.0.0.1 (analytics off; scheduler on, so the nightly schedule fires)
--> the work pools `local` and `gpu` -> the deployments of `deployments/prefect.yaml` -> a worker
-per requested pool -> the dashboard. Every step is idempotent: what runs keeps running, pools are
-created once, deploying again updates the deployments in place. down stops the services in the
-reverse order. State (the server's database, pid and log files) lives under WORLDSMITH_HOME.
+-> the work pools `local` and `gpu` (their job templates carrying the WORLDSMITH_* settings workers
+need) -> the deployments of `deployments/prefect.yaml` (package data, so an installed wheel has it)
+-> a worker on `local` and on each other requested pool -> the dashboard. Every step is idempotent:
+what runs keeps running, pools are created once (their settings updated), deploying again updates
+the deployments in place. down stops the services in the reverse order. State (the server's
+database, pid and log files) lives under WORLDSMITH_HOME.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from enum import StrEnum
+from importlib.resources import files
 from pathlib import Path
 
 import httpx
 
 from worldsmith.ops.services import Service, ServiceError, log_tail
-from worldsmith.settings import get_settings
+from worldsmith.settings import ConfigFile, get_settings
 
-#: The repository's deployment file (deployments/prefect.yaml next to the package).
-DEPLOYMENTS_FILE = Path(__file__).resolve().parents[2] / "deployments" / "prefect.yaml"
+#: The deployment file and the gpu pool's job templates: the repository's `deployments/`, package
+#: data `worldsmith/deployments/` (a link to it in a checkout, its copy in a wheel).
+DEPLOYMENTS_DIR = Path(str(files("worldsmith") / "deployments"))
+DEPLOYMENTS_FILE = DEPLOYMENTS_DIR / "prefect.yaml"
 
-#: Work pools of a worldsmith installation, with what runs on each.
-POOLS = {"local": "Generation, curation and evaluation on this machine.", "gpu": "Training on GPU hosts."}
+
+class WorkPool(StrEnum):
+    """The work pools of a worldsmith installation."""
+
+    LOCAL = "local"
+    GPU = "gpu"
+
+
+#: What runs on each work pool.
+POOLS = {
+    WorkPool.LOCAL: "Generation, curation and evaluation on this machine.",
+    WorkPool.GPU: "Training on GPU hosts.",
+}
+#: The pool every `up` starts a worker on; `--worker POOL` adds others.
+DEFAULT_WORKER = WorkPool.LOCAL
+#: The settings a flow run needs wherever its worker runs, carried by the pools' job templates and the
+#: deployments' job variables (`env`). Never the model's API key: that is a Prefect Secret block.
+WORKER_SETTINGS = ("WORLDSMITH_HOME", "WORLDSMITH_STORE_URL", "WORLDSMITH_CATALOG_URL", "WORLDSMITH_DASHBOARD_URL")
+
+
+def requested_workers(extra: list[str] | tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The pools to start workers on: the default `local` one, then each of `extra` once, in order."""
+    return tuple(dict.fromkeys(str(pool) for pool in (DEFAULT_WORKER, *extra)))
 
 
 def _healthy(url: str) -> bool:
@@ -42,12 +70,12 @@ class Stack:
     prefect_port: int
     dashboard_host: str
     dashboard_port: int
-    workers: tuple[str, ...] = ("local",)
+    workers: tuple[str, ...] = (DEFAULT_WORKER,)
     deployments_file: Path = DEPLOYMENTS_FILE
     log: list[str] = field(default_factory=list)
 
     @classmethod
-    def from_settings(cls, workers: tuple[str, ...] = ("local",)) -> Stack:
+    def from_settings(cls, workers: tuple[str, ...] = (DEFAULT_WORKER,)) -> Stack:
         settings = get_settings()
         return cls(
             settings.home.resolve(), settings.prefect_port, settings.dashboard_host, settings.dashboard_port, workers
@@ -67,16 +95,30 @@ class Stack:
     def dashboard_url(self) -> str:
         return f"http://{self.dashboard_host}:{self.dashboard_port}"
 
-    def env(self) -> dict[str, str]:
-        """Environment of every service and of the flow runs workers start (absolute paths only)."""
+    def worker_env(self) -> dict[str, str]:
+        """The WORKER_SETTINGS of this installation, resolved (absolute home, store and catalog URLs):
+        what a flow run needs on any worker host, so the job templates and job variables carry it."""
+        settings = get_settings().model_copy(
+            update={"home": self.home, "dashboard_host": self.dashboard_host, "dashboard_port": self.dashboard_port}
+        )
         return {
             "WORLDSMITH_HOME": str(self.home),
+            "WORLDSMITH_STORE_URL": settings.resolved_store_url(),
+            "WORLDSMITH_CATALOG_URL": settings.resolved_catalog_url(),
+            "WORLDSMITH_DASHBOARD_URL": settings.resolved_dashboard_url(),
+        }
+
+    def env(self) -> dict[str, str]:
+        """Environment of every service and of the flow runs workers start (absolute paths only; the
+        worldsmith.toml and profile `up` read, which the services' other working directories would miss)."""
+        return {
+            **ConfigFile.find().environment(),
+            **self.worker_env(),
             "PREFECT_HOME": os.environ.get("PREFECT_HOME", str(self.home / "prefect")),
             "PREFECT_API_URL": self.api_url,
             "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
             "GX_ANALYTICS_ENABLED": "false",
             "HF_HUB_OFFLINE": "1",
-            "WORLDSMITH_DASHBOARD_URL": get_settings().resolved_dashboard_url(),
         }
 
     # -- services -----------------------------------------------------------------------------
@@ -157,18 +199,27 @@ class Stack:
 
     # -- pools and deployments ------------------------------------------------------------------
 
-    def ensure_pools(self) -> list[str]:
-        """Create the missing work pools (process type, Prefect's default job template); returns the created ones."""
+    def job_template(self, template: dict | None = None) -> dict:
+        """A process pool's base job template (`template`, default Prefect's) whose `env` defaults to `worker_env()`."""
         from prefect.workers.process import ProcessWorker
 
+        template = copy.deepcopy(template or ProcessWorker.get_default_base_job_template())
+        template["variables"]["properties"]["env"]["default"] = self.worker_env()
+        return template
+
+    def ensure_pools(self) -> list[str]:
+        """Create the missing work pools (process type, `job_template()`); in an existing process pool's
+        job template, bring the `env` default up to date (pools of another type, e.g. a docker gpu pool,
+        are left as they are). Returns the created pools."""
         created = []
         for pool, description in POOLS.items():
-            if httpx.get(f"{self.api_url}/work_pools/{pool}", timeout=10.0).status_code == 404:
+            found = httpx.get(f"{self.api_url}/work_pools/{pool}", timeout=10.0)
+            if found.status_code == 404:
                 body = {
                     "name": pool,
                     "type": "process",
                     "description": description,
-                    "base_job_template": ProcessWorker.get_default_base_job_template(),
+                    "base_job_template": self.job_template(),
                 }
                 response = httpx.post(f"{self.api_url}/work_pools/", json=body, timeout=10.0)
                 if response.status_code not in (201, 409):  # 409: created meanwhile by another `up`
@@ -176,13 +227,27 @@ class Stack:
                         f"creating work pool {pool!r} failed: HTTP {response.status_code} {response.text[:300]}"
                     )
                 created.append(pool)
+                continue
+            found.raise_for_status()
+            existing = found.json()
+            if existing["type"] != "process":
+                continue
+            template = self.job_template(existing["base_job_template"])
+            if template != existing["base_job_template"]:
+                response = httpx.patch(
+                    f"{self.api_url}/work_pools/{pool}", json={"base_job_template": template}, timeout=10.0
+                )
+                if response.status_code != 204:
+                    raise ServiceError(
+                        f"updating work pool {pool!r} failed: HTTP {response.status_code} {response.text[:300]}"
+                    )
         return created
 
     def deploy(self) -> None:
         """`prefect deploy --all` of the deployment file against this server (updates existing deployments)."""
         if not self.deployments_file.is_file():
             raise ServiceError(
-                f"deployment file {self.deployments_file} not found (run `worldsmith up` from a worldsmith checkout)"
+                f"deployment file {self.deployments_file} not found; reinstall worldsmith (it is package data)"
             )
         log = self.home / "run" / "deploy.log"
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -199,7 +264,7 @@ class Stack:
                     "--all",
                 ],
                 cwd=self.deployments_file.parent,
-                env={**os.environ, **self.env()},
+                env={**os.environ, **self.env()},  # fills the deployments' `{{ $WORLDSMITH_* }}` job variables
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from worldsmith.llm.backend import Usage
 from worldsmith.models.catalog import StageAttempt
+from worldsmith.stages.order import STEPS, Stage
 from worldsmith.storage.catalog import Catalog
 
 
@@ -53,9 +54,20 @@ class AttemptLog:
         return row
 
 
+def pipeline_position(stage: str) -> tuple[int, int, str]:
+    """Sort key of a recorded stage name in pipeline order (stages/order.py): `database:schema` before
+    `database:seed` before `tools`; names of no stage (e.g. `publish`) last, alphabetically."""
+    name, _, step = stage.partition(":")
+    stages = list(Stage)
+    if name not in stages:
+        return (len(stages), 0, stage)
+    steps = STEPS.get(Stage(name), ())
+    return (stages.index(Stage(name)), steps.index(step) + 1 if step in steps else len(steps) + 1, stage)
+
+
 def stage_summary(attempts: list[StageAttempt]) -> list[dict[str, object]]:
-    """Per stage: invocations, first-attempt success, repair and failure rates, mean attempts,
-    tokens and cost. An invocation is one run of a stage's repair loop (attempts 1, 2, ...)."""
+    """Per stage, in pipeline order: invocations, first-attempt success, repair and failure rates, mean
+    attempts, tokens and cost. An invocation is one run of a stage's repair loop (attempts 1, 2, ...)."""
     runs: dict[str, list[list[StageAttempt]]] = {}
     for row in sorted(attempts, key=lambda a: (a.env_id or "", a.stage, a.id or 0)):
         per_stage = runs.setdefault(row.stage, [])
@@ -63,7 +75,7 @@ def stage_summary(attempts: list[StageAttempt]) -> list[dict[str, object]]:
             per_stage.append([])
         per_stage[-1].append(row)
     summary = []
-    for stage, invocations in sorted(runs.items()):
+    for stage, invocations in sorted(runs.items(), key=lambda item: pipeline_position(item[0])):
         n = len(invocations)
         first = sum(1 for inv in invocations if inv[0].outcome == "success")
         repaired = sum(1 for inv in invocations if inv[0].outcome != "success" and inv[-1].outcome == "success")

@@ -16,6 +16,7 @@ class Stage(StrEnum):
     TOOLS = "tools"
     VERIFIERS = "verifiers"
     VALIDATE = "validate"
+    REVIEW = "review"  # optional, after a validation that passed (stages/review.py)
 
     def step(self, name: str) -> str:
         """The record name of one step of this stage (`database:schema`)."""

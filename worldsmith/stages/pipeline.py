@@ -16,6 +16,7 @@ from worldsmith.stages.attempts import AttemptLog
 from worldsmith.stages.database import run_database_stage
 from worldsmith.stages.order import ENVIRONMENT_STAGES, STEPS, Stage
 from worldsmith.stages.repair import StageFailed, feedback_text
+from worldsmith.stages.review import review_enabled, run_review_stage, with_review
 from worldsmith.stages.task_list import run_tasks_stage
 from worldsmith.stages.tools import run_tools_stage
 from worldsmith.stages.validate import Validation, run_validate_stage
@@ -71,10 +72,17 @@ def run_stages(work: EnvWork, stages: Mapping[Stage, StageRunner], validate: Val
 
 
 def build_environment(
-    scenario: Scenario, seed: int, generator: Generator, runtime: Runtime, log: AttemptLog, max_attempts: int = 5
+    scenario: Scenario,
+    seed: int,
+    generator: Generator,
+    runtime: Runtime,
+    log: AttemptLog,
+    max_attempts: int = 5,
+    review: bool = False,
 ) -> BuildResult:
     """Generate and validate one environment in this process, each stage a plain function call
-    (the generate flow runs the same stages as Prefect tasks through `run_stages`)."""
+    (the generate flow runs the same stages as Prefect tasks through `run_stages`); with `review`, the
+    model's review of the validated world (stages/review.py; not for the procedural backend)."""
     stages: dict[Stage, StageRunner] = {
         Stage.TASKS: lambda w, fb: run_tasks_stage(w, generator, log, max_attempts, fb),
         Stage.DATABASE: lambda w, fb: run_database_stage(w, generator, log, max_attempts, fb),
@@ -85,4 +93,6 @@ def build_environment(
     def validate(work: EnvWork, round_number: int) -> Validation:
         return run_validate_stage(work, generator, runtime, log, round_number)
 
+    if review_enabled(review, generator):
+        validate = with_review(validate, lambda w: run_review_stage(w, generator, log, max_attempts), runtime)
     return run_stages(EnvWork.start(scenario, seed), stages, validate, rounds=max_attempts)

@@ -1,9 +1,11 @@
 """Stage `verifiers`: one verifier per task plus reference solutions, written from the schema, the
 tools, the tasks and a view of the seed rows the tasks touch. The assembled bundle must load,
-every reference solution must run and be judged complete, and the untouched database must not be."""
+every reference solution must run and be judged complete, and the untouched database must not be; the
+reference's end state with its final answer worded otherwise (agent/answer_variants.py) must stay complete."""
 
 from __future__ import annotations
 
+from worldsmith.agent.adversarial import answer_variant_failures
 from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.errors import BundleError
 from worldsmith.bundle.loader import build_bundle
@@ -59,10 +61,9 @@ def run_verifiers_stage(
     def check(code: VerifierCode) -> VerifierCode:
         candidate = work.model_copy(update={"verifiers": code})
         bundle = assemble(candidate, generator)
+        probed = check_environment(runtime, bundle, reuse=True)
         failures = [  # the tool code's failures are validation's to send back to the tools stage
-            r
-            for r in check_environment(runtime, bundle, reuse=True)
-            if not r.passed and owning_step(r.probe, r.detail)[0] == Stage.VERIFIERS
+            r for r in probed if not r.passed and owning_step(r.probe, r.detail)[0] == Stage.VERIFIERS
         ]
         if failures:
             kind = (
@@ -71,6 +72,17 @@ def run_verifiers_stage(
                 else "reference_rejected"
             )
             raise CheckFailed(kind, "\n".join(f"{r.probe} failed for task {r.target}: {r.detail}" for r in failures))
+        rejected = [] if any(not r.passed for r in probed) else answer_variant_failures(runtime, bundle)
+        if rejected:  # only once every reference is accepted: a variant then fails on its wording alone
+            raise CheckFailed(
+                "verifier_false_negative",
+                "these correct final answers (the reference solution's end state, its answer worded otherwise) were "
+                "not judged complete; judge the answer by its content, not its wording or format:\n"
+                + "\n".join(
+                    f"task {p.task_id}, {p.variant} answer {p.answer!r}: {p.verdict} {str(p.evidence)[:300]}"
+                    for p in rejected[:8]
+                ),
+            )
         return code
 
     code = run_with_repair(

@@ -54,7 +54,7 @@ def _iso(moment: datetime | None) -> str | None:
     return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).astimezone(UTC).isoformat(timespec="seconds")
 
 
-def _flow_run_id(run_id: str) -> str | None:
+def flow_run_id(run_id: str) -> str | None:
     """A generation run's id is its Prefect flow run's id (a UUID) when it ran in one."""
     try:
         return str(uuid.UUID(run_id))
@@ -120,7 +120,7 @@ def generation_runs(session: Session, limit: int | None = None) -> list[dict[str
                     "cost_usd": round(float(cost), 6),
                 },
                 "error": None,
-                "flow_run_id": _flow_run_id(run_id),
+                "flow_run_id": flow_run_id(run_id),
                 "started_at": _iso(first),
                 "finished_at": _iso(last),
             }

@@ -19,9 +19,11 @@ from prefect.cache_policies import INPUTS, CacheKeyFnPolicy
 from worldsmith.llm.errors import TransientFault
 from worldsmith.llm.prompts import prompt_version
 from worldsmith.models.bundle import Scenario
+from worldsmith.models.specs import Review
 from worldsmith.settings import get_settings
 from worldsmith.stages.database import run_database_stage
 from worldsmith.stages.order import Stage
+from worldsmith.stages.review import run_review_stage
 from worldsmith.stages.scenario import expand_scenarios
 from worldsmith.stages.task_list import run_tasks_stage
 from worldsmith.stages.tools import run_tools_stage
@@ -66,11 +68,13 @@ def resumable(stage_task: Task[P, R]) -> Task[P, R]:
     return stage_task.with_options(result_storage=results_storage())
 
 
-def llm_stage(stage: Stage) -> Callable[[Callable[P, R]], Task[P, R]]:
+def llm_stage(stage: Stage, task_run_name: str | None = None) -> Callable[[Callable[P, R]], Task[P, R]]:
     """The policy of a stage that asks the generator: up to 3 retries of transient faults (after 2, 10
-    and 30 seconds), cached by its inputs less the run id, its result persisted."""
+    and 30 seconds), cached by its inputs less the run id, its result persisted. Its task runs are
+    named `task_run_name` (default `<stage>-<env_id>`, from its `work` argument)."""
     return task(
         name=stage.value,
+        task_run_name=task_run_name or f"{stage.value}-{{work.env_id}}",
         retries=3,
         retry_delay_seconds=[2, 10, 30],
         retry_condition_fn=transient_only,
@@ -79,7 +83,7 @@ def llm_stage(stage: Stage) -> Callable[[Callable[P, R]], Task[P, R]]:
     )
 
 
-@llm_stage(Stage.SCENARIO)
+@llm_stage(Stage.SCENARIO, task_run_name="scenario-{params.count}x")
 def new_scenarios(params: GenerateParameters, run_id: str, seeds: list[Scenario]) -> list[Scenario]:
     r = resources(params, run_id)
     return expand_scenarios(
@@ -111,8 +115,20 @@ def write_verifiers(params: GenerateParameters, run_id: str, work: EnvWork, feed
     return run_verifiers_stage(work, r.generator, r.runtime, r.log, r.max_attempts, feedback)
 
 
+@llm_stage(Stage.REVIEW)
+def review_world(params: GenerateParameters, run_id: str, work: EnvWork) -> Review:
+    """The model's review of a validated world (GenerateParameters.review); its findings are probed by the caller."""
+    r = resources(params, run_id)
+    return run_review_stage(work, r.generator, r.log, r.max_attempts)
+
+
 # Validation sends no request to the generator, so nothing transient to retry: a failure goes back to a stage.
-@task(name=Stage.VALIDATE.value, cache_policy=CACHED, persist_result=True)
+@task(
+    name=Stage.VALIDATE.value,
+    task_run_name="validate-{work.env_id}-round-{round_number}",
+    cache_policy=CACHED,
+    persist_result=True,
+)
 def validate_environment(params: GenerateParameters, run_id: str, work: EnvWork, round_number: int) -> Validation:
     r = resources(params, run_id)
     return run_validate_stage(work, r.generator, r.runtime, r.log, round_number)

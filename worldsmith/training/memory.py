@@ -197,3 +197,30 @@ def check_fits(
     raise UserFixable(
         f"this run needs {estimate.describe()}, more than {HEADROOM:.0%} of the device's {gib(device_memory)}: {fix}"
     )
+
+
+class MachineUnfit(UserFixable, ValueError):
+    """A configuration this machine cannot run: the gpu profile without a CUDA device."""
+
+
+def check_cuda(profile: str) -> None:
+    """MachineUnfit when `profile` is `gpu` and torch sees no CUDA device here."""
+    if profile != "gpu":
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise MachineUnfit(
+            "profile 'gpu' needs a CUDA device and torch sees none on this machine; use --profile cpu-test "
+            "here, or run on a GPU worker (the train deployment on the gpu pool)"
+        )
+
+
+def check_machine(config: TrainingConfig) -> None:
+    """Before any work: the profile suits this machine (`check_cuda`) and a gpu run fits its device
+    (`check_fits` on the model's config.json, when there is one to read); each refusal one line."""
+    check_cuda(config.profile)
+    if config.profile == "gpu":
+        shape = model_shape(config.model)
+        if shape is not None:
+            check_fits(config, shape.params, device_memory(), shape)

@@ -37,7 +37,7 @@ from worldsmith.bundle.contract import Bundle
 from worldsmith.runtime.episode import Runtime
 from worldsmith.training.config import TrainingConfig
 from worldsmith.training.importance import importance_ratio
-from worldsmith.training.memory import VLLM_SHARE, vllm_installed
+from worldsmith.training.memory import VLLM_SHARE, check_cuda, vllm_installed
 from worldsmith.training.rollouts import Batcher, Sampled, TrainingPolicy, run_rollouts
 from worldsmith.training.rows import (
     TrainingRow,
@@ -88,16 +88,6 @@ def task_dataset(bundles: dict[str, Bundle]) -> Any:
     return Dataset.from_list(rows)
 
 
-def check_profile(config: TrainingConfig) -> None:
-    """ValueError naming the problem when the profile cannot run on this machine."""
-    import torch
-
-    if config.profile == "gpu" and not torch.cuda.is_available():
-        raise ValueError(
-            "profile 'gpu' needs a CUDA device and torch sees none on this machine; use profile 'cpu-test'"
-        )
-
-
 def grpo_settings(config: TrainingConfig, output_dir: Path) -> dict[str, Any]:
     """GRPOConfig's keyword arguments for `config`: one optimizer step per generation batch of
     `rows_per_step` (env, task) rows x `group_size` rollouts (per device); the gpu profile adds bf16
@@ -138,7 +128,7 @@ def grpo_settings(config: TrainingConfig, output_dir: Path) -> dict[str, Any]:
 
 def grpo_args(config: TrainingConfig, output_dir: Path) -> GRPOConfig:
     """TRL's GRPOConfig for `config` (see `grpo_settings`), once the profile suits this machine."""
-    check_profile(config)
+    check_cuda(config.profile)
     return GRPOConfig(**grpo_settings(config, output_dir))
 
 

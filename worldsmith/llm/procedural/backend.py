@@ -138,6 +138,8 @@ class ProceduralGenerator:
                 "verifiers_py": world.verifiers_py,
                 "solutions": [{"task_id": t.id, "solution": t.solution, "answer": t.answer} for t in world.tasks],
             }
+        if prompt.stage == "review":  # a composed world has no bug to report
+            return {"findings": []}
         raise ValueError(f"the procedural backend has no answer for stage {prompt.stage!r}")
 
     # -- faults ---------------------------------------------------------------------------

@@ -13,7 +13,7 @@ from functools import cache
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-STAGES = ("scenario", "tasks", "schema", "seed", "tool_plan", "tool_code", "verifiers")
+STAGES = ("scenario", "tasks", "schema", "seed", "tool_plan", "tool_code", "verifiers", "review")
 
 
 @cache

@@ -1,0 +1,329 @@
+"""What the dashboard's drill-down pages show: a night's runs and stages (failure classes per stage), a
+stage's worlds that night, the worlds by status, failed worlds with their reasons, a world's versions and
+attempts, one attempt in full. Every list is one page of a SQL query (LIMIT/OFFSET) plus its total."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime
+from typing import Any
+
+from sqlalchemy import case, func
+from sqlmodel import Session, select
+
+from worldsmith.dashboard.filters import Filters, night_of
+from worldsmith.dashboard.paging import Page, PageRequest, count_rows
+from worldsmith.models.catalog import EnvironmentVersion, StageAttempt
+from worldsmith.stages.order import Stage
+from worldsmith.storage.run_listing import flow_run_id
+
+#: Not a stage: older catalogs recorded a world's failure as an attempt of this stage (failed worlds are
+#: now published as failed versions); stage tables and usage leave it out.
+PSEUDO_STAGES = ("environment",)
+#: What an attempt's failure is called when it recorded no error class.
+UNCLASSIFIED = "unclassified"
+#: A world's status when it has no published version (a duplicate of another world, or not finished).
+UNPUBLISHED = "unpublished"
+WORLD_STATUSES = ("good", "failed", UNPUBLISHED)
+
+
+def real_stages() -> Any:
+    return StageAttempt.stage.not_in(PSEUDO_STAGES)
+
+
+def failed() -> Any:
+    """SQL: the attempt did not succeed (a failure or a transient error)."""
+    return StageAttempt.outcome != "success"
+
+
+def pipeline_order(stage: str) -> tuple[int, str]:
+    """Sort key: stages in the order the pipeline runs them (`database:schema` with `database`), unknown ones last."""
+    order = [s.value for s in Stage]
+    head = stage.split(":")[0]
+    return (order.index(head) if head in order else len(order), stage)
+
+
+def iso(moment: datetime | None) -> str | None:
+    """ISO 8601 in UTC, seconds (SQLite gives naive UTC times)."""
+    if moment is None:
+        return None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).astimezone(UTC).isoformat(timespec="seconds")
+
+
+def usage_columns() -> tuple[Any, ...]:
+    """SQL: attempts, tokens in, tokens out, cost (USD) and seconds of the grouped attempts."""
+    return (
+        func.count(),
+        func.coalesce(func.sum(StageAttempt.tokens_in), 0),
+        func.coalesce(func.sum(StageAttempt.tokens_out), 0),
+        func.coalesce(func.sum(StageAttempt.cost_usd), 0.0),
+        func.coalesce(func.sum(StageAttempt.seconds), 0.0),
+    )
+
+
+def usage(attempts: int, tokens_in: Any, tokens_out: Any, cost: Any, seconds: Any) -> dict[str, Any]:
+    return {
+        "attempts": attempts,
+        "tokens_in": int(tokens_in),
+        "tokens_out": int(tokens_out),
+        "cost_usd": round(float(cost), 6),
+        "seconds": round(float(seconds), 3),
+    }
+
+
+def _on_night(session: Session, night: date) -> Any:
+    return night_of(session, StageAttempt.created_at) == night
+
+
+def night_runs(session: Session, night: date, filters: Filters, request: PageRequest) -> Page:
+    """The generation runs with attempts on `night`, newest first: first and last attempt that night,
+    worlds, attempts, failed attempts, tokens, cost, seconds and the Prefect flow run id (when the run id is one)."""
+    query = (
+        select(
+            StageAttempt.run_id,
+            func.min(StageAttempt.created_at),
+            func.max(StageAttempt.created_at),
+            func.count(func.distinct(StageAttempt.env_id)),
+            func.sum(case((failed(), 1), else_=0)),
+            *usage_columns(),
+        )
+        .where(_on_night(session, night), real_stages(), *filters.attempts(session))
+        .group_by(StageAttempt.run_id)
+        .order_by(func.min(StageAttempt.created_at).desc(), StageAttempt.run_id)
+    )
+    rows = [
+        {
+            "run_id": run_id,
+            "flow_run_id": flow_run_id(run_id),
+            "first": iso(first),
+            "last": iso(last),
+            "worlds": worlds,
+            "failed_attempts": int(failures or 0),
+            **usage(*used),
+        }
+        for run_id, first, last, worlds, failures, *used in session.exec(request.apply(query)).all()
+    ]
+    return Page(rows, count_rows(session, query), request)
+
+
+def night_stages(session: Session, night: date, filters: Filters) -> list[dict[str, Any]]:
+    """Per stage that ran on `night` (pipeline order): worlds, invocations (attempts 1), first-attempt
+    successes, repairs, failed attempts, usage, and its failure classes (error class -> failed attempts,
+    most frequent first)."""
+    first, success = StageAttempt.attempt == 1, StageAttempt.outcome == "success"
+    where = (_on_night(session, night), real_stages(), *filters.attempts(session))
+    stages = {
+        stage: {
+            "stage": stage,
+            "worlds": worlds,
+            "invocations": int(n or 0),
+            "first_attempt_success": int(first_ok or 0),
+            "repaired": int(repaired or 0),
+            "failed_attempts": int(failures or 0),
+            **usage(*used),
+            "failure_classes": {},
+        }
+        for stage, worlds, n, first_ok, repaired, failures, *used in session.exec(
+            select(
+                StageAttempt.stage,
+                func.count(func.distinct(StageAttempt.env_id)),
+                func.sum(case((first, 1), else_=0)),
+                func.sum(case((first & success, 1), else_=0)),
+                func.sum(case(((StageAttempt.attempt > 1) & success, 1), else_=0)),
+                func.sum(case((failed(), 1), else_=0)),
+                *usage_columns(),
+            )
+            .where(*where)
+            .group_by(StageAttempt.stage)
+        ).all()
+    }
+    for stage, error_class, count in session.exec(
+        select(StageAttempt.stage, StageAttempt.error_class, func.count())
+        .where(*where, failed())
+        .group_by(StageAttempt.stage, StageAttempt.error_class)
+        .order_by(func.count().desc(), StageAttempt.error_class)
+    ).all():
+        stages[stage]["failure_classes"][error_class or UNCLASSIFIED] = count
+    return [stages[s] for s in sorted(stages, key=pipeline_order)]
+
+
+def _error_class_is(error_class: str) -> Any:
+    return (
+        StageAttempt.error_class.is_(None) if error_class == UNCLASSIFIED else StageAttempt.error_class == error_class
+    )
+
+
+def stage_worlds(
+    session: Session,
+    night: date,
+    stage: str,
+    filters: Filters,
+    request: PageRequest,
+    error_class: str | None = None,
+) -> Page:
+    """The worlds that ran `stage` on `night` (those that never succeeded first, then by env_id): attempts,
+    failed attempts, whether it ended in a success, usage, the failure classes of its failed attempts, and
+    its latest version's status. `error_class`: only worlds with a failed attempt of that class."""
+    where = [_on_night(session, night), StageAttempt.stage == stage, *filters.attempts(session)]
+    if error_class is not None:
+        classed = select(StageAttempt.env_id).where(*where, failed(), _error_class_is(error_class))
+        where.append(StageAttempt.env_id.in_(classed))
+    succeeded = func.max(case((StageAttempt.outcome == "success", 1), else_=0))
+    query = (
+        select(StageAttempt.env_id, succeeded, func.sum(case((failed(), 1), else_=0)), *usage_columns())
+        .where(*where)
+        .group_by(StageAttempt.env_id)
+        .order_by(succeeded, StageAttempt.env_id)
+    )
+    rows = {
+        env: {"env_id": env, "succeeded": bool(ok), "failed_attempts": int(failures or 0), **usage(*used)}
+        for env, ok, failures, *used in session.exec(request.apply(query)).all()
+    }
+    envs = [env for env in rows if env is not None]
+    for row in rows.values():
+        row.update(failure_classes={}, status=UNPUBLISHED)
+    if envs:
+        for env, error, count in session.exec(
+            select(StageAttempt.env_id, StageAttempt.error_class, func.count())
+            .where(*where, failed(), StageAttempt.env_id.in_(envs))
+            .group_by(StageAttempt.env_id, StageAttempt.error_class)
+        ).all():
+            rows[env]["failure_classes"][error or UNCLASSIFIED] = count
+        versions = select(EnvironmentVersion.env_id, EnvironmentVersion.status).where(
+            EnvironmentVersion.env_id.in_(envs)
+        )
+        for env, status in session.exec(versions.order_by(EnvironmentVersion.version)).all():
+            rows[env]["status"] = status  # the latest version's, read last
+    return Page(list(rows.values()), count_rows(session, query), request)
+
+
+def latest_version_column(env_id: Any, column: Any) -> Any:
+    """SQL: `column` of the latest published version of the world `env_id` (a correlated lookup on the indexed
+    env_id; NULL when it has none)."""
+    return (
+        select(column)
+        .where(EnvironmentVersion.env_id == env_id)
+        .order_by(EnvironmentVersion.version.desc())
+        .limit(1)
+        .scalar_subquery()
+    )
+
+
+def worlds_page(session: Session, filters: Filters, request: PageRequest, status: str | None = None) -> Page:
+    """Worlds with stage attempts, most expensive first: usage over all their stage attempts and their latest
+    version's status (`unpublished` when none), failed stage and failure reason. `status`: only worlds in it."""
+    used = (
+        select(StageAttempt.env_id, *(column.label(f"u{i}") for i, column in enumerate(usage_columns())))
+        .where(StageAttempt.env_id.is_not(None), real_stages(), *filters.attempts(session))
+        .group_by(StageAttempt.env_id)
+        .subquery()
+    )
+    latest_status = latest_version_column(used.c.env_id, EnvironmentVersion.status)
+    query = select(
+        used.c.env_id,
+        latest_status,
+        latest_version_column(used.c.env_id, EnvironmentVersion.failed_stage),
+        latest_version_column(used.c.env_id, EnvironmentVersion.failure_reason),
+        *(used.c[f"u{i}"] for i in range(len(usage_columns()))),
+    ).order_by(used.c.u3.desc(), used.c.env_id)  # u3: cost
+    if status == UNPUBLISHED:
+        query = query.where(latest_status.is_(None))
+    elif status is not None:
+        query = query.where(latest_status == status)
+    rows = [
+        {
+            "env_id": env,
+            "status": state or UNPUBLISHED,
+            "failed_stage": failed_stage,
+            "failure_reason": reason,
+            **usage(*totals),
+        }
+        for env, state, failed_stage, reason, *totals in session.exec(request.apply(query)).all()
+    ]
+    return Page(rows, count_rows(session, query), request)
+
+
+def _version_row(version: EnvironmentVersion) -> dict[str, Any]:
+    return {
+        "env_id": version.env_id,
+        "version": version.version,
+        "status": version.status,
+        "failed_stage": version.failed_stage,
+        "failure_reason": version.failure_reason,
+        "backend": version.generator_backend,
+        "model": version.generator_model,
+        "created_at": iso(version.created_at),
+    }
+
+
+def failed_worlds(session: Session, filters: Filters, request: PageRequest) -> Page:
+    """Versions published as failed, newest first, with the stage they stopped at and the reason."""
+    query = (
+        select(EnvironmentVersion)
+        .where(EnvironmentVersion.status != "good", *filters.versions(session))
+        .order_by(EnvironmentVersion.created_at.desc(), EnvironmentVersion.id.desc())
+    )
+    rows = [_version_row(v) for v in session.exec(request.apply(query)).all()]
+    return Page(rows, count_rows(session, query), request)
+
+
+def world_versions(session: Session, env_id: str) -> list[dict[str, Any]]:
+    """Every published version of `env_id` (newest first): status, failed stage, reason, generator."""
+    query = select(EnvironmentVersion).where(EnvironmentVersion.env_id == env_id)
+    return [_version_row(v) for v in session.exec(query.order_by(EnvironmentVersion.version.desc())).all()]
+
+
+def _attempt_row(attempt: StageAttempt) -> dict[str, Any]:
+    return {
+        "id": attempt.id,
+        "run_id": attempt.run_id,
+        "flow_run_id": flow_run_id(attempt.run_id),
+        "env_id": attempt.env_id,
+        "stage": attempt.stage,
+        "attempt": attempt.attempt,
+        "outcome": attempt.outcome,
+        "error_class": attempt.error_class,
+        "error_text": attempt.error_text,
+        "tokens_in": attempt.tokens_in,
+        "tokens_out": attempt.tokens_out,
+        "cost_usd": round(attempt.cost_usd, 6),
+        "seconds": round(attempt.seconds, 3),
+        "created_at": iso(attempt.created_at),
+    }
+
+
+def world_attempts(session: Session, env_id: str, request: PageRequest, stage: str | None = None) -> Page:
+    """The stage attempts of `env_id` (of `stage` when given), in the order they were made, each in full."""
+    query = select(StageAttempt).where(StageAttempt.env_id == env_id)
+    if stage is not None:
+        query = query.where(StageAttempt.stage == stage)
+    query = query.order_by(StageAttempt.created_at, StageAttempt.id)
+    rows = [_attempt_row(a) for a in session.exec(request.apply(query)).all()]
+    return Page(rows, count_rows(session, query), request)
+
+
+def attempt(session: Session, attempt_id: int) -> dict[str, Any] | None:
+    """One stage attempt in full, or None."""
+    row = session.get(StageAttempt, attempt_id)
+    return _attempt_row(row) if row is not None else None
+
+
+def failure_classes_by_night(session: Session, filters: Filters, top: int = 8) -> dict[str, Any]:
+    """Failed attempts per night by `stage: error class`, as series aligned with `nights` (every night with
+    attempts): the `top` most frequent pairs, the rest summed as `other`. Aggregated in SQL."""
+    night = night_of(session, StageAttempt.created_at)
+    rows = session.exec(
+        select(night, StageAttempt.stage, StageAttempt.error_class, func.count())
+        .where(real_stages(), failed(), *filters.attempts(session))
+        .group_by(night, StageAttempt.stage, StageAttempt.error_class)
+    ).all()
+    ran = select(night).where(real_stages(), *filters.attempts(session)).distinct()
+    nights = sorted(str(day) for day in session.exec(ran).all())  # nights without failures read as zeros
+    counts: dict[str, dict[str, int]] = {}
+    for day, stage, error_class, count in rows:
+        key = f"{stage}: {error_class or UNCLASSIFIED}"
+        counts.setdefault(key, {})[str(day)] = counts.get(key, {}).get(str(day), 0) + count
+    ranked = sorted(counts, key=lambda key: (-sum(counts[key].values()), key))
+    series = {key: [counts[key].get(n, 0) for n in nights] for key in sorted(ranked[:top], key=pipeline_order)}
+    if len(ranked) > top:
+        series["other"] = [sum(counts[key].get(n, 0) for key in ranked[top:]) for n in nights]
+    return {"nights": nights, "series": series}

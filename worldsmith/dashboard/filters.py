@@ -1,0 +1,124 @@
+"""The dashboard's filters (date range, generation run, backend, category), read from query parameters and
+applied in SQL: each gives WHERE clauses for stage attempts and for published versions."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, replace
+from datetime import date
+from typing import Any
+from urllib.parse import urlencode
+
+from sqlalchemy import String, cast, func
+from sqlmodel import Session, select
+
+from worldsmith.models.catalog import Environment, EnvironmentVersion, StageAttempt
+
+PARAMETERS = ("date_from", "date_to", "run", "backend", "category")
+
+
+def night_of(session: Session, column: Any) -> Any:
+    """SQL: the UTC date of a timestamp column (SQLite stores UTC; PostgreSQL's timestamptz is converted
+    to UTC first, whatever the session's time zone)."""
+    if session.get_bind().dialect.name == "postgresql":
+        return func.date(func.timezone("UTC", column))
+    return func.date(column)
+
+
+def parse_night(text: str) -> date:
+    """A night as `YYYY-MM-DD`; ValueError naming the expected form otherwise."""
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a date: use YYYY-MM-DD") from None
+
+
+@dataclass(frozen=True)
+class Filters:
+    """What the operator narrowed the dashboard to; None is no restriction. Dates are inclusive UTC nights;
+    `backend` is a version's generator backend; `category` one of its environment's categories. Worlds
+    never published (no version) have neither, so they drop out when either is set."""
+
+    date_from: date | None = None
+    date_to: date | None = None
+    run: str | None = None
+    backend: str | None = None
+    category: str | None = None
+
+    @classmethod
+    def from_query(cls, params: Mapping[str, str]) -> Filters:
+        """The filters in query parameters (empty values ignored); ValueError for a malformed date."""
+        values = {key: (params.get(key) or "").strip() or None for key in PARAMETERS}
+        return cls(
+            date_from=parse_night(values["date_from"]) if values["date_from"] else None,
+            date_to=parse_night(values["date_to"]) if values["date_to"] else None,
+            run=values["run"],
+            backend=values["backend"],
+            category=values["category"],
+        )
+
+    @property
+    def active(self) -> bool:
+        return any(value is not None for value in asdict(self).values())
+
+    def params(self) -> dict[str, str]:
+        """The set filters as query parameters."""
+        return {key: str(value) for key, value in asdict(self).items() if value is not None}
+
+    def query(self, **extra: Any) -> str:
+        """`?…` carrying these filters and `extra` (None values left out), or '' when there is nothing."""
+        params = {**self.params(), **{key: str(value) for key, value in extra.items() if value is not None}}
+        return f"?{urlencode(params)}" if params else ""
+
+    def without_dates(self) -> Filters:
+        return replace(self, date_from=None, date_to=None)
+
+    def _dates(self, night: Any) -> list[Any]:
+        clauses = []
+        if self.date_from is not None:
+            clauses.append(night >= self.date_from)
+        if self.date_to is not None:
+            clauses.append(night <= self.date_to)
+        return clauses
+
+    def _category_envs(self) -> Any:
+        # JSON lists are stored as text on SQLite and cast to text on PostgreSQL: match the quoted name
+        needle = json.dumps(self.category)
+        return select(Environment.env_id).where(cast(Environment.categories, String).contains(needle, autoescape=True))
+
+    def attempts(self, session: Session) -> list[Any]:
+        """WHERE clauses selecting the stage attempts these filters keep."""
+        clauses = self._dates(night_of(session, StageAttempt.created_at))
+        if self.run is not None:
+            clauses.append(StageAttempt.run_id == self.run)
+        if self.backend is not None:
+            backend_envs = select(EnvironmentVersion.env_id).where(EnvironmentVersion.generator_backend == self.backend)
+            clauses.append(StageAttempt.env_id.in_(backend_envs))
+        if self.category is not None:
+            clauses.append(StageAttempt.env_id.in_(self._category_envs()))
+        return clauses
+
+    def versions(self, session: Session) -> list[Any]:
+        """WHERE clauses selecting the published versions these filters keep (`run`: worlds the run attempted)."""
+        clauses = self._dates(night_of(session, EnvironmentVersion.created_at))
+        if self.run is not None:
+            clauses.append(
+                EnvironmentVersion.env_id.in_(select(StageAttempt.env_id).where(StageAttempt.run_id == self.run))
+            )
+        if self.backend is not None:
+            clauses.append(EnvironmentVersion.generator_backend == self.backend)
+        if self.category is not None:
+            clauses.append(EnvironmentVersion.env_id.in_(self._category_envs()))
+        return clauses
+
+
+def backend_choices(session: Session) -> list[str]:
+    """The generator backends of published versions (the backend filter's choices)."""
+    return [
+        b
+        for b in session.exec(
+            select(EnvironmentVersion.generator_backend).distinct().order_by(EnvironmentVersion.generator_backend)
+        ).all()
+        if b
+    ]
