@@ -38,7 +38,7 @@ import decimal
 import json
 import os
 import sqlite3
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 from fastapi import FastAPI, HTTPException
 from pydantic import BaseModel, Field
@@ -144,6 +144,11 @@ def _without_runtime_import(source: str) -> str:
 
 
 def _annotation(schema: dict[str, Any]) -> str:
+    """The app's type of a parameter: a Literal of its enum (so FastAPI refuses other values with 422,
+    before the table's CHECK constraint would answer 500), else the JSON type's."""
+    values = [v for v in schema.get("enum") or [] if v is not None]
+    if values and all(isinstance(v, str | int) and not isinstance(v, bool) for v in values):
+        return f"Literal[{', '.join(repr(v) for v in values)}]"
     kinds = schema.get("type", "string")
     kinds = kinds if isinstance(kinds, list) else [kinds]
     names = [_TYPES.get(k, "Any") for k in kinds if k != "null"] or ["Any"]

@@ -30,6 +30,7 @@ _LIMIT = re.compile(r"sandbox limit (\w+):")
 _BY_LIMIT = {"secrets": "secret_attempt", "network": "network_attempt"}
 _BY_PROBE = {
     "tool runs": "route_crashes",
+    "tool runs on valid inputs": "route_crashes",
     "reference accepted": "reference_rejected",
     "replay deterministic": "replay_differs",
 }

@@ -11,7 +11,8 @@ from worldsmith.runtime.episode import Runtime
 
 
 def probe_check(runtime: Runtime, bundle: Bundle, *, reuse: bool = False) -> QualityCheck:
-    """The execution probes as one check: tools run, references accepted, untouched rejected, replay deterministic."""
+    """The execution probes as one check: tools run (on many valid and invalid inputs, writing only where they
+    may), tasks not blocked, references accepted, untouched rejected, replay deterministic."""
     results = check_environment(runtime, bundle, reuse=reuse)
     failed = [r for r in results if not r.passed]
     summary = {"probes": len(results), "failed": len(failed)}

@@ -1,4 +1,5 @@
-"""Execution probes of an environment: its tools run, its reference solutions are accepted,
+"""Execution probes of an environment: its tools run (once here, then on many valid and invalid
+inputs: quality/deep_probes.py), its tasks are not blocked, its reference solutions are accepted,
 its untouched state is rejected, its replay is deterministic (under another real clock and other
 random seeds). `worldsmith env check` prints them."""
 
@@ -150,13 +151,14 @@ def _status(verdict: VerifierResult) -> str:
     return str(getattr(verdict.status, "value", verdict.status))
 
 
-def _excerpt(value: Any) -> str:
+def excerpt(value: Any) -> str:
+    """`value` as text (JSON unless a string), cut to about `_EXCERPT` characters: how probes quote it."""
     text = value if isinstance(value, str) else json.dumps(value, default=str, sort_keys=True)
     return text if len(text) <= _EXCERPT else text[: _EXCERPT - 3] + "..."
 
 
 def _shown(outcome: ToolResult) -> str:
-    return _excerpt(outcome.value) if outcome.ok else f"{outcome.status}: {_excerpt(outcome.error or '')}"
+    return excerpt(outcome.value) if outcome.ok else f"{outcome.status}: {excerpt(outcome.error or '')}"
 
 
 def _changes(changes: DbDiff) -> str:
@@ -166,11 +168,11 @@ def _changes(changes: DbDiff) -> str:
         update = rows.updated[0]
         before, after = update.get("before") or {}, update.get("after") or {}
         columns = [c for c in after if before.get(c) != after.get(c)]
-        shown = ", ".join(f"{c} {_excerpt(before.get(c))} vs {_excerpt(after.get(c))}" for c in columns[:3])
-        return f"{table} row {_excerpt(update.get('key'))}: {shown}"
+        shown = ", ".join(f"{c} {excerpt(before.get(c))} vs {excerpt(after.get(c))}" for c in columns[:3])
+        return f"{table} row {excerpt(update.get('key'))}: {shown}"
     if rows.inserted:
-        return f"{table}: a row only in the second replay: {_excerpt(rows.inserted[0])}"
-    return f"{table}: a row only in the first replay: {_excerpt(rows.deleted[0])}"
+        return f"{table}: a row only in the second replay: {excerpt(rows.inserted[0])}"
+    return f"{table}: a row only in the first replay: {excerpt(rows.deleted[0])}"
 
 
 def _first_difference(episode: Episode, task: TaskSpec, first: _Replay, second: _Replay) -> str | None:
@@ -239,7 +241,8 @@ _MEMO_LOCK = threading.Lock()
 
 
 def check_environment(runtime: Runtime, bundle: Bundle, *, reuse: bool = False) -> list[ProbeResult]:
-    """All execution probes of `bundle`. With `reuse`, results for the same content (bundle key)
+    """All execution probes of `bundle` (the deep tool probes skip a tool whose one call crashed:
+    reported once). With `reuse`, results for the same content (bundle key)
     computed earlier in this process are returned instead of running again: the probes are
     deterministic, and generation runs them in the verifiers stage and again in validate."""
     if reuse:
@@ -249,6 +252,10 @@ def check_environment(runtime: Runtime, bundle: Bundle, *, reuse: bool = False) 
                 return list(_MEMO[bundle.runtime_key])
     results = probe_tools(runtime, bundle)
     if not any(r.probe == "tools load" for r in results):
+        from worldsmith.quality.deep_probes import deep_probes  # it builds on this module
+
+        crashed = frozenset(r.target for r in results if r.probe == "tool runs" and not r.passed)
+        results += deep_probes(runtime, bundle, skip=crashed)
         results += probe_tasks(runtime, bundle)
     with _MEMO_LOCK:
         _MEMO[bundle.runtime_key] = results

@@ -153,12 +153,23 @@ def make_generator(params: GenerateParameters) -> Generator:
     return RecordingGenerator(generator, Path(params.record)) if params.record else generator
 
 
+#: The most sandbox workers a run sizes its pool to (about 25 MB each, idle).
+MAX_RUN_WORKERS = 64
+
+
+def sandbox_workers(params: GenerateParameters) -> int:
+    """Sandbox workers for a run: one per environment in flight (workers are bound to one environment,
+    so fewer would make the worlds of one run retire and restart each other's workers at every probe),
+    and never fewer than configured."""
+    return max(get_settings().worker_count(), min(params.concurrency, MAX_RUN_WORKERS))
+
+
 def resources(params: GenerateParameters, run_id: str) -> RunResources:
     """This process's resources for the run, built on first use by whichever task needs them."""
     key = (params.key(), run_id)
     with _LOCK:
         if key not in _RESOURCES:
-            runtime = Runtime()
+            runtime = Runtime(workers=sandbox_workers(params))
             atexit.register(runtime.close)
             _RESOURCES[key] = RunResources(
                 make_generator(params), runtime, AttemptLog(run_id, open_catalog()), params.max_attempts
