@@ -19,6 +19,7 @@ below `min_good_share` ends Failed (raising `TooFewGoodWorlds` in the caller), s
 
 from __future__ import annotations
 
+import importlib
 import logging
 import math
 import os
@@ -76,10 +77,13 @@ from worldsmith.tasks.generation import (
 )
 from worldsmith.tasks.generation_run import GenerateParameters, release, resources
 
+#: The heavy libraries the stages import, the scenario stage's first.
+WARM_IMPORTS = ("sklearn.feature_extraction.text", "great_expectations")
+
 
 def _warm_imports() -> None:
-    import great_expectations  # noqa: F401
-    import sklearn.feature_extraction.text  # noqa: F401
+    for module in WARM_IMPORTS:
+        importlib.import_module(module)
 
 
 #: The outcomes of a world that count as good: published good, or not published again because a good
@@ -286,11 +290,17 @@ def generate(params: GenerateParameters = GenerateParameters()) -> list[dict[str
     logger = get_run_logger()
     run_id = current_flow_run_id() or params.key()
     seeds = load_scenarios(params.scenario_file)
-    # Import the heavy libraries the stages use before any stage runs: threads that import one
-    # cycle of modules at once can deadlock (importlib raises _DeadlockError in one of them).
-    _warm_imports()
+    # Import the heavy libraries the stages use before the stage threads start: threads that import one
+    # cycle of modules at once can deadlock (importlib raises _DeadlockError in one of them). Against a
+    # model endpoint the imports overlap the scenario call (its stage imports inside a function, holding
+    # no module lock); a backend that answers at once waits for them first.
+    warming = threading.Thread(target=_warm_imports, name="warm-imports", daemon=True)
+    warming.start()
+    if params.backend != "openai":
+        warming.join()
     try:
         scenarios = resumable(new_scenarios)(params, run_id, seeds)
+        warming.join()
         with open_catalog().session() as session:
             log_repairs(
                 logger,
