@@ -38,11 +38,12 @@ def main() -> None:
     from worldsmith.llm.procedural.backend import procedural_bundle
     from worldsmith.runtime.episode import Runtime
     from worldsmith.training.config import TrainingConfig
+    from worldsmith.training.memory import check_cuda
     from worldsmith.training.tiny import build_tiny_model
-    from worldsmith.training.trainer import WorldGRPOTrainer, check_profile, grpo_args, model_dtype, task_dataset
+    from worldsmith.training.trainer import WorldGRPOTrainer, grpo_args, model_dtype, task_dataset
     from worldsmith.training.warmup import reference_rows, warm_up
 
-    check_profile(TrainingConfig(model="tiny", set_name="smoke", profile=args.profile))  # before building anything
+    check_cuda(args.profile)  # before building anything
     cuda = torch.cuda.is_available()
     bundles = {f"retail_{s}": procedural_bundle("retail", s) for s in (0, 1)}
     runtime = Runtime()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -41,7 +42,7 @@ def test_publish_fetch_and_check_the_copy(installation):
     assert "already published as retail_store@1" in run("catalog", "publish", str(GOLDEN), "--no-probes")
     run("catalog", "fetch", "retail_store@1", str(installation / "copy"))
     check = run("env", "check", str(installation / "copy"))
-    assert "46 passed, 0 failed" in check
+    assert re.search(r"\b\d{2,} passed, 0 failed", check), check
     listing = json.loads(run("catalog", "ls", "--json"))
     assert listing[0]["ref"] == "retail_store@1" and listing[0]["checks"] == {"expectations": True, "probes": True}
     record = json.loads(run("catalog", "show", "retail_store"))
@@ -64,10 +65,11 @@ def test_a_version_that_fails_its_checks_is_published_as_failed(installation):
     (bundle / "verifiers.py").write_text(verifiers)
     rebuild_bundle_dir(bundle)
     out = run("catalog", "publish", str(bundle), code=1)
-    assert (
-        "published retail_store@1: failed (probes: 1 of 46 probes failed (first: untouched rejected t07_cheapest_audio"
-        in out
-    )
+    assert re.search(
+        r"published retail_store@1: failed \(probes: 1 of \d{2,} probes failed \(first: untouched rejected "
+        r"t07_cheapest_audio",
+        out,
+    ), out
 
 
 def test_ls_by_status_and_the_partial_artifacts_of_a_failed_world(installation):

@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "worldsmith"
 #: Packages (and top-level modules) of worldsmith by layer, lowest first; a module may import its
 #: own layer and the ones below.
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"", "settings", "failures", "localserver", "data", "models", "bundle"}),
+    frozenset({"", "settings", "failures", "localserver", "secret_block", "data", "models", "bundle"}),
     frozenset({"storage", "llm", "runtime"}),
     frozenset({"quality", "agent"}),
     frozenset({"stages", "training", "worldmodel", "interop", "serving"}),
@@ -25,8 +25,9 @@ LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"flows"}),
     frozenset({"cli", "demo", "dashboard", "ops"}),
 )
-#: Where Prefect may be imported: its tasks, its flows and the entry points (the top layer).
-PREFECT_USERS = frozenset({"tasks", "flows"}) | LAYERS[-1]
+#: Where Prefect may be imported: its tasks, its flows, the entry points (the top layer), and the model key's
+#: Secret block (secret_block.py, imported by settings only inside llm_key).
+PREFECT_USERS = frozenset({"tasks", "flows", "secret_block"}) | LAYERS[-1]
 
 Imports = dict[str, dict[str, bool]]  # module -> {imported name: at module level (not only inside a function)}
 

@@ -19,12 +19,12 @@ from worldsmith.llm.backend import Generation, Prompt, Spec, Usage, decode
 from worldsmith.llm.procedural.backend import ProceduralGenerator, world_for
 from worldsmith.models.quality import QualityCheck
 from worldsmith.quality.probes import SeedValues, sample_arguments
+from worldsmith.quality.seedview import seed_view
 from worldsmith.stages.attempts import AttemptLog
 from worldsmith.stages.database import run_database_stage
 from worldsmith.stages.order import Stage
 from worldsmith.stages.pipeline import build_environment
 from worldsmith.stages.scenario import load_scenarios
-from worldsmith.stages.seedview import seed_view
 from worldsmith.stages.task_list import run_tasks_stage
 from worldsmith.stages.validate import _route
 from worldsmith.stages.work import EnvWork

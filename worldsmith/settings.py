@@ -155,6 +155,8 @@ class Settings(BaseSettings):
         if self.llm_api_key:
             return self.llm_api_key.get_secret_value()
         if self.llm_api_key_block and self._block_key is None:
+            from worldsmith.secret_block import read_secret_block  # Prefect, only when a block is named
+
             self._block_key = read_secret_block(self.llm_api_key_block)
         return self._block_key
 
@@ -374,41 +376,3 @@ def load_settings() -> Settings:
 def get_settings() -> Settings:
     """The settings of this process (read once)."""
     return load_settings()
-
-
-# -- the model key in a Prefect Secret block -----------------------------------------------------
-
-
-def prefect_api_url() -> str:
-    """The Prefect API that Secret blocks live on (Prefect imported here); UserFixable (exit 1) when none is
-    configured: a temporary server's blocks would be out of reach of every worker."""
-    from prefect.settings import get_current_settings
-
-    url = get_current_settings().api.url
-    if not url:
-        raise UserFixable(
-            "Prefect Secret blocks need a Prefect server: start one with `worldsmith up` or set PREFECT_API_URL",
-            exit_code=1,
-        )
-    return url
-
-
-def read_secret_block(name: str) -> str:
-    """The value of the Prefect Secret block `name` on the configured Prefect API (Prefect imported here).
-    A missing block is refused (exit 2), no API or an unreachable one is a failure (exit 1), in one line."""
-    from prefect.blocks.system import Secret
-
-    prefect_api_url()
-    try:
-        value = Secret.load(name, _sync=True).get()
-    except ValueError:
-        raise UserFixable(
-            f"there is no Prefect Secret block {name!r} (llm_api_key_block): create it with "
-            f"`worldsmith config set-secret {name}` or name another"
-        ) from None
-    except Exception as exc:  # the API unreachable, refusing...: what Prefect says, on one line
-        reason = " ".join(str(exc).split()) or type(exc).__name__
-        raise UserFixable(
-            f"cannot read the Prefect Secret block {name!r}: {reason}; check PREFECT_API_URL", exit_code=1
-        ) from None
-    return str(value)

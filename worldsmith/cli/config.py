@@ -15,13 +15,13 @@ from rich.table import Table
 from rich.text import Text
 
 from worldsmith.cli.console import console, failure, say
+from worldsmith.secret_block import prefect_api_url
 from worldsmith.settings import (
     CONFIG_FILE_NAME,
     ConfigFile,
     Settings,
     env_name,
     get_settings,
-    prefect_api_url,
     setting_sources,
 )
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import json
 import threading
+import uuid
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any, Literal, NamedTuple
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
+from prefect.futures import wait
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, Field, field_validator
 
@@ -250,12 +252,15 @@ def evaluate(params: EvaluateParameters) -> dict[str, Any]:
     """
     logger = get_run_logger()
     run_id = _start(params)
-    run_key = f"evaluation-{run_id}"
+    # this process's resources of the run (run ids repeat across catalogs, so the key is unique)
+    run_key = f"evaluation-{run_id}-{uuid.uuid4().hex[:12]}"
+    futures: list[Any] = []
     try:
         jobs = plan(params)
         futures = [evaluate_task.submit(params, run_key, job) for job in jobs]
         trajectories = [Trajectory.model_validate(t) for future in futures for t in future.result()]
     except BaseException as exc:
+        wait(futures)  # the tasks still running finish before their resources are released
         finish_run(EvaluationRun, run_id, "failed", {"error": f"{type(exc).__name__}: {exc}"})
         raise
     finally:

@@ -56,10 +56,10 @@ from worldsmith.runtime.answers import one_line
 from worldsmith.settings import get_settings
 from worldsmith.stages.attempts import AttemptLog, stage_summary
 from worldsmith.stages.order import Stage
-from worldsmith.stages.pipeline import BuildResult, StageRunner, Validator, run_stages
+from worldsmith.stages.pipeline import BuildResult, StageRunner, run_stages
 from worldsmith.stages.review import review_enabled, with_review
 from worldsmith.stages.scenario import load_scenarios
-from worldsmith.stages.validate import Validation
+from worldsmith.stages.validate import Validation, Validator
 from worldsmith.stages.work import EnvWork
 from worldsmith.storage.catalog import open_catalog
 from worldsmith.storage.objectstore import configured_store

@@ -33,9 +33,9 @@ from worldsmith.models.bundle import TaskSpec, ToolSchema
 from worldsmith.models.specs import ActingUser, TaskDraftSpec, TaskList
 from worldsmith.quality.probes import ProbeResult, SeedValues, excerpt
 from worldsmith.quality.schema import Range, TableSchema, read_schema
+from worldsmith.quality.seedview import instruction_literals, literal_keys, missing_entities
 from worldsmith.runtime.episode import Runtime, SandboxEpisode
 from worldsmith.runtime.errors import RuntimeFault
-from worldsmith.stages.seedview import instruction_literals, literal_keys, missing_entities
 
 VALID_INPUTS_PROBE = "tool runs on valid inputs"
 INVALID_INPUTS_PROBE = "tool refuses invalid inputs"
@@ -513,7 +513,7 @@ def _replay_references(prober: _Prober, bundle: Bundle) -> _References:
 
 def blocked_tasks(bundle: Bundle, refused: dict[str, str]) -> list[ProbeResult]:
     """`BLOCKED_PROBE` per task: its reference solution has no refused call (`refused`, by task id),
-    and every record its instruction names is in the seed (stages/seedview.py): its quoted names,
+    and every record its instruction names is in the seed (quality/seedview.py): its quoted names,
     emails, `#ids` and codes but the values its reference solution writes; without a reference
     solution (imported tasks) only its `#ids` and codes, as a new name or comment cannot be told
     from an existing one."""

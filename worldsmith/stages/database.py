@@ -9,10 +9,10 @@ from worldsmith.bundle.loader import sql_issues
 from worldsmith.bundle.sqlscript import build_world, check_schema
 from worldsmith.llm.backend import Generator, Prompt
 from worldsmith.models.specs import SchemaSpec, SeedSpec, TaskList
+from worldsmith.quality.seedview import missing_entities
 from worldsmith.stages.attempts import AttemptLog
 from worldsmith.stages.order import Stage
 from worldsmith.stages.repair import CheckFailed, run_with_repair
-from worldsmith.stages.seedview import missing_entities
 from worldsmith.stages.work import EnvWork
 
 

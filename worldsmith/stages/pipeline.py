@@ -19,14 +19,12 @@ from worldsmith.stages.repair import StageFailed, feedback_text
 from worldsmith.stages.review import review_enabled, run_review_stage, with_review
 from worldsmith.stages.task_list import run_tasks_stage
 from worldsmith.stages.tools import run_tools_stage
-from worldsmith.stages.validate import Validation, run_validate_stage
+from worldsmith.stages.validate import Validation, Validator, run_validate_stage
 from worldsmith.stages.verifiers import run_verifiers_stage
 from worldsmith.stages.work import EnvWork
 
 #: Runs one stage on the work so far, with the error of a failed validation fed back (or None).
 StageRunner = Callable[[EnvWork, str | None], EnvWork]
-#: Validates the work of every stage, in rounds numbered 1, 2, ...
-Validator = Callable[[EnvWork, int], Validation]
 
 
 @dataclass

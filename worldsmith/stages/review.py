@@ -25,7 +25,6 @@ import json
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from worldsmith.agent.adversarial import Probe, judge_answer_variants, run_probes
 from worldsmith.bundle.contract import Bundle
@@ -37,12 +36,9 @@ from worldsmith.runtime.episode import Runtime
 from worldsmith.stages.attempts import AttemptLog
 from worldsmith.stages.order import ENVIRONMENT_STAGES, Stage
 from worldsmith.stages.repair import CheckFailed, StageFailed, run_with_repair
-from worldsmith.stages.validate import Validation
+from worldsmith.stages.validate import Validation, Validator
 from worldsmith.stages.verifiers import seed_rows
 from worldsmith.stages.work import EnvWork
-
-if TYPE_CHECKING:
-    from worldsmith.stages.pipeline import Validator
 
 #: The step that repairs a confirmed finding of each category (order.STEPS; None: the stage's first).
 OWNER: dict[str, tuple[Stage, str | None]] = {

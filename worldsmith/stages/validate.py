@@ -5,6 +5,7 @@ error fed back."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from worldsmith.bundle.contract import Bundle
@@ -31,6 +32,10 @@ class Validation:
     back_to: Stage | None = None  # the stage to run again, None when everything passed
     error: str = ""
     step: str | None = None
+
+
+#: Validates the work of every stage, in rounds numbered 1, 2, ...
+Validator = Callable[[EnvWork, int], Validation]
 
 
 def _route(checks: list[QualityCheck]) -> tuple[Stage, str | None, str] | None:

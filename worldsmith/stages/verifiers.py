@@ -13,12 +13,12 @@ from worldsmith.bundle.sqlscript import build_world
 from worldsmith.llm.backend import Generator, Prompt
 from worldsmith.models.specs import VerifierCode
 from worldsmith.quality.probes import check_environment
+from worldsmith.quality.seedview import named_by_tasks, seed_view
 from worldsmith.runtime.episode import Runtime
 from worldsmith.stages.attempts import AttemptLog
 from worldsmith.stages.order import Stage
 from worldsmith.stages.repair import CheckFailed, run_with_repair
 from worldsmith.stages.routing import owning_step
-from worldsmith.stages.seedview import named_by_tasks, seed_view
 from worldsmith.stages.work import EnvWork
 
 
