@@ -36,6 +36,17 @@ FOUND_BY = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _full_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests hold the deep probes' default (full) budget to what it finds and costs."""
+    from worldsmith.settings import get_settings
+
+    monkeypatch.setenv("WORLDSMITH_DEEP_PROBE_BUDGET", "full")
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
+
+
 def test_every_fault_class_has_a_probe_that_finds_it():
     assert set(FOUND_BY) == set(FAULTS)
 

@@ -100,6 +100,11 @@ class Settings(BaseSettings):
 
     # Sandbox (see docs/security.md)
     sandbox_workers: int = Field(0, ge=0, description="Worker processes; 0 means one per CPU core (at least 2).")
+    deep_probe_budget: Literal["full", "quick"] = Field(
+        "full",
+        description="Deep tool probes: full, or quick (each value of each parameter still, fewer combinations "
+        "and invalid calls per tool: for test suites and quick checks).",
+    )
     sandbox_call_timeout_s: float = Field(5.0, gt=0, description="Wall-clock limit of one tool or verifier call.")
     sandbox_cpu_s: float = Field(5.0, gt=0, description="CPU seconds one call may use.")
     sandbox_memory_mb: int = Field(2048, ge=256, description="Address-space limit of one worker process.")

@@ -69,6 +69,16 @@ class DeepProbeBudget:
     #: A tool's calls stop after this many crashed (one names the defect; each may cost a time limit).
     crashes: int = 2
 
+    @classmethod
+    def configured(cls) -> DeepProbeBudget:
+        """The budget `WORLDSMITH_DEEP_PROBE_BUDGET` names: full, or quick (every value of every parameter
+        is still called once; fewer drawn combinations and invalid calls)."""
+        from worldsmith.settings import get_settings
+
+        if get_settings().deep_probe_budget == "quick":
+            return cls(combinations=4, valid_calls=12, invalid_calls=6)
+        return cls()
+
 
 # -- values from the seeded database -------------------------------------------------------------
 
@@ -665,7 +675,7 @@ def deep_probes(
 ) -> list[ProbeResult]:
     """The deep tool probes of every tool (but those in `skip`: already found crashing) and
     `BLOCKED_PROBE` of every task; see the module docstring."""
-    budget = budget or DeepProbeBudget()
+    budget = budget or DeepProbeBudget.configured()
     values = WorldValues(bundle.world, budget.values_per_parameter)
     named = {tool.name: named_tables(tool, values.tables) for tool in bundle.tools}
     with runtime.open_episode(bundle) as episode:
