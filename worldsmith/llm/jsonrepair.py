@@ -6,29 +6,41 @@ from __future__ import annotations
 import ast
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 _FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
 _TRAILING_COMMA = re.compile(r",\s*([}\]])")
 
 
+def _structure(text: str, start: int) -> Iterator[tuple[int, str]]:
+    """(index, char) of every bracket or brace of `text` from `start` that is outside a JSON string; then,
+    when the text ends inside a string, one last (len(text), '"')."""
+    in_string = escaped = False
+    for index in range(start, len(text)):
+        char = text[index]
+        if in_string:
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "{}[]":
+            yield index, char
+    if in_string:
+        yield len(text), '"'
+
+
 def _outermost_object(text: str) -> str | None:
     """The first balanced {...} in `text`, respecting strings."""
     start = text.find("{")
     while start != -1:
-        depth, in_string, escaped = 0, False, False
-        for index in range(start, len(text)):
-            char = text[index]
-            if in_string:
-                if escaped:
-                    escaped = False
-                elif char == "\\":
-                    escaped = True
-                elif char == '"':
-                    in_string = False
-            elif char == '"':
-                in_string = True
-            elif char == "{":
+        depth = 0
+        for index, char in _structure(text, start):
+            if char == "{":
                 depth += 1
             elif char == "}":
                 depth -= 1
@@ -73,24 +85,14 @@ def unterminated_json(text: str) -> str | None:
     if start == -1:
         return None
     open_brackets: list[str] = []
-    in_string = escaped = False
-    for char in text[start:]:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif char == "\\":
-                escaped = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "{[":
+    for _, char in _structure(text, start):
+        if char == '"':
+            return "string"
+        if char in "{[":
             open_brackets.append(char)
-        elif char in "}]":
+        else:
             if open_brackets:
                 open_brackets.pop()
             if not open_brackets:
                 return None
-    if in_string:
-        return "string"
     return {"{": "object", "[": "array"}[open_brackets[-1]] if open_brackets else None
