@@ -6,7 +6,9 @@ clean worlds, and the probes' time per world.
 Clean worlds: the golden bundle, procedural worlds (every domain, `--seeds` each) and the AWM-format
 sample imported. Each must pass every probe (a failed probe on a clean world is a false positive).
 Planted: each procedural world once per fault class of worldsmith/llm/procedural/faults.py; a fault is
-found when a failed probe names the tool or task it was planted in. Time: all probes of a world
+found when a failed probe names the tool or task it was planted in. The probes are those the verifiers
+stage runs: `check_environment` and the answer variants of every task (`answer_variant_failures`,
+which find an over-strict answer check). Time: all probes of a world
 (`check_environment`), the deep tool probes alone, and as the baseline the one-call-per-tool probe
 (`probe_tools`) of the same world in the same run. The last line is a JSON object.
 """
@@ -27,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 from rich.console import Console
 from rich.table import Table
 
+from worldsmith.agent.adversarial import answer_variant_failures
 from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.loader import load_bundle
 from worldsmith.interop.awm import import_scenario, read_release
@@ -66,7 +69,9 @@ def main() -> None:
             results, total = timed(check_environment, runtime, bundle)
             _, single = timed(probe_tools, runtime, bundle)
             deep, deep_s = timed(deep_probes, runtime, bundle)
-            failed = [r for r in results if not r.passed]
+            variants, variants_s = timed(answer_variant_failures, runtime, bundle)
+            failed = [f"{r.probe} {r.target}: {r.detail[:140]}" for r in results if not r.passed]
+            failed += [f"answer variant {v.name}: judged {v.verdict}" for v in variants]
             clean_rows.append((bundle.env_id, len(bundle.tools), len(results), failed))
             timing.append(
                 {
@@ -74,6 +79,7 @@ def main() -> None:
                     "tools": len(bundle.tools),
                     "all_probes_s": round(total, 2),
                     "deep_s": round(deep_s, 2),
+                    "answer_variants_s": round(variants_s, 2),
                     "one_call_per_tool_s": round(single, 3),
                     "deep_over_one_call": round(deep_s / single, 1),
                 }
@@ -83,6 +89,7 @@ def main() -> None:
                 planted = plant(bundle, fault)
                 results = check_environment(runtime, planted.bundle)
                 hit = [r for r in results if not r.passed and r.target in planted.targets]
+                hit += [v for v in answer_variant_failures(runtime, planted.bundle) if v.task_id in planted.targets]
                 found[fault].append(bool(hit))
                 if not hit:
                     missed.append(f"{bundle.env_id}/{fault}")
@@ -104,9 +111,10 @@ def main() -> None:
     )
     for env_id, _, _, failed in false_positive_worlds:
         for r in failed[:3]:
-            console.print(f"  FP {env_id}: {r.probe} {r.target}: {r.detail[:140]}", highlight=False)
+            console.print(f"  FP {env_id}: {r}", highlight=False)
     times = Table(title="Probe time per clean world")
-    for column in ("world", "tools", "all probes s", "deep probes s", "one call per tool s", "deep / one call"):
+    columns = ("world", "tools", "all probes s", "deep probes s", "answer variants s", "one call per tool s")
+    for column in (*columns, "deep / one call"):
         times.add_column(column)
     for row in timing:
         times.add_row(*(str(v) for v in row.values()))

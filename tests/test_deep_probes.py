@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from worldsmith.agent.adversarial import answer_variant_failures
 from worldsmith.llm.procedural.backend import procedural_bundle
 from worldsmith.llm.procedural.faults import FAULTS, plant
 from worldsmith.quality.deep_probes import (
@@ -33,6 +34,7 @@ FOUND_BY = {
     "blocked_task_missing_entity": (BLOCKED_PROBE, "library"),
     "blocked_task_refused_step": (BLOCKED_PROBE, "hr"),
     "wall_clock_read": (DETERMINISM_PROBE, "retail"),
+    "over_strict_answer_check": ("answer_variant", "hr"),  # the verifiers stage's answer-variant probes
 }
 
 
@@ -55,6 +57,11 @@ def test_every_fault_class_has_a_probe_that_finds_it():
 def test_a_planted_fault_is_found_and_named(runtime, fault):
     probe, domain = FOUND_BY[fault]
     planted = plant(procedural_bundle(domain, 2), fault)
+    if probe == "answer_variant":  # a verifier's false negatives: the reference's end state, reworded answers
+        rejected = answer_variant_failures(runtime, planted.bundle)
+        assert rejected and {p.task_id for p in rejected} == planted.targets, rejected
+        assert not answer_variant_failures(runtime, procedural_bundle(domain, 2))  # the clean world's check
+        return
     failed = [r for r in check_environment(runtime, planted.bundle) if not r.passed]
     named = [r for r in failed if r.probe == probe and r.target in planted.targets]
     assert named, failed

@@ -92,3 +92,33 @@ def test_open_store_urls(tmp_path, s3_endpoint, s3_bucket):
     assert keys == [f"p/{object_key(digest)}"]
     with pytest.raises(ValueError, match="unsupported store URL"):
         open_store("ftp://x/y")
+
+
+def test_a_store_that_cannot_be_used_is_one_line_naming_the_fix(s3_endpoint, s3_bucket, tmp_path, monkeypatch):
+    """A missing bucket, an endpoint that does not answer and absent credentials are StoreUnavailable
+    (a one-line UserFixable, exit 1), while a missing object stays ObjectMissing."""
+    from worldsmith.failures import UserFixable
+    from worldsmith.localserver import free_port
+    from worldsmith.storage.objectstore import StoreUnavailable
+
+    with pytest.raises(StoreUnavailable, match="check the bucket") as missing_bucket:
+        S3Store("no-such-bucket", endpoint_url=s3_endpoint).put_bytes(b"x")
+    assert isinstance(missing_bucket.value, UserFixable) and missing_bucket.value.exit_code == 1
+    with pytest.raises(ObjectMissing):
+        S3Store(s3_bucket, endpoint_url=s3_endpoint).get_bytes(digest_of(b"never stored"))
+    from botocore.config import Config
+
+    client = boto3.client(
+        "s3", endpoint_url=f"http://127.0.0.1:{free_port()}", config=Config(retries={"max_attempts": 1})
+    )
+    with pytest.raises(StoreUnavailable, match="WORLDSMITH_S3_ENDPOINT_URL") as down:
+        S3Store(s3_bucket, client=client).exists(digest_of(b"x"))
+    assert "\n" not in str(down.value)
+    for variable in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    fresh = boto3.session.Session()  # boto3's default session keeps the credentials it found earlier
+    with pytest.raises(StoreUnavailable, match="AWS_ACCESS_KEY_ID"):
+        S3Store(s3_bucket, client=fresh.client("s3", endpoint_url=s3_endpoint)).put_bytes(b"x")

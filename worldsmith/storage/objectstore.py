@@ -13,9 +13,13 @@ import os
 import shutil
 import tempfile
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlparse
+
+from worldsmith.failures import UserFixable
 
 CHUNK = 1 << 20
 DIGEST_PREFIX = "sha256:"
@@ -23,6 +27,16 @@ DIGEST_PREFIX = "sha256:"
 
 class ObjectMissing(KeyError):
     """No object with that digest in the store."""
+
+
+class StoreUnavailable(UserFixable):
+    """The configured object store cannot be used (no credentials, an endpoint that does not answer, a
+    missing bucket, access denied); the message is one line naming the setting to fix. `exit_code` 1."""
+
+    exit_code = 1
+
+
+_MISSING_CODES = ("404", "NoSuchKey", "NotFound")
 
 
 class ObjectCorrupted(ValueError):
@@ -178,19 +192,49 @@ class S3Store(ObjectStore):
     def _key(self, digest: str) -> str:
         return f"{self.prefix}/{object_key(digest)}" if self.prefix else object_key(digest)
 
+    @contextmanager
+    def _answering(self) -> Iterator[None]:
+        """Failures of the store itself (not of one object) as StoreUnavailable naming the fix."""
+        from boto3.exceptions import S3UploadFailedError
+        from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
+
+        endpoint = self.client.meta.endpoint_url
+        try:
+            yield
+        except NoCredentialsError:
+            raise StoreUnavailable(
+                f"no credentials for the object store {self.url}: set AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE)"
+            ) from None
+        except EndpointConnectionError:
+            raise StoreUnavailable(
+                f"the object store endpoint {endpoint} does not answer: check that it runs and "
+                "WORLDSMITH_S3_ENDPOINT_URL"
+            ) from None
+        except (ClientError, S3UploadFailedError) as exc:
+            code = exc.response.get("Error", {}).get("Code", "") if isinstance(exc, ClientError) else ""
+            if code in _MISSING_CODES:
+                raise
+            reason = str(exc).strip().splitlines()[0]
+            raise StoreUnavailable(
+                f"the object store {self.url} ({endpoint}) refused: {reason}; check the bucket, the "
+                "credentials and WORLDSMITH_STORE_URL"
+            ) from None
+
     def exists(self, digest: str) -> bool:
         from botocore.exceptions import ClientError
 
         try:
-            self.client.head_object(Bucket=self.bucket, Key=self._key(digest))
+            with self._answering():
+                self.client.head_object(Bucket=self.bucket, Key=self._key(digest))
             return True
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            if exc.response.get("Error", {}).get("Code") in _MISSING_CODES:
                 return False
             raise
 
     def _write(self, digest: str, source: Path, size: int) -> None:
-        with source.open("rb") as f:
+        with source.open("rb") as f, self._answering():
             self.client.upload_fileobj(
                 f,
                 self.bucket,
@@ -203,9 +247,10 @@ class S3Store(ObjectStore):
         from botocore.exceptions import ClientError
 
         try:
-            return self.client.get_object(Bucket=self.bucket, Key=self._key(digest))["Body"]
+            with self._answering():
+                return self.client.get_object(Bucket=self.bucket, Key=self._key(digest))["Body"]
         except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            if exc.response.get("Error", {}).get("Code") in _MISSING_CODES:
                 raise ObjectMissing(f"no object {digest} in {self.url}") from None
             raise
 

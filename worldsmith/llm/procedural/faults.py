@@ -9,7 +9,9 @@ wrong, and names what the probes must name (`PlantedFault.targets`: a tool or ta
 - `writes_outside_tables`: an update tool also writes the world's settings;
 - `blocked_task_missing_entity`: a task's instruction names a record the seed lacks;
 - `blocked_task_refused_step`: a task's reference solution has a call the tool refuses;
-- `wall_clock_read`: every write logs the real time (the determinism probe's to find).
+- `wall_clock_read`: every write logs the real time (the determinism probe's to find);
+- `over_strict_answer_check`: a counting task's verifier accepts only the bare number as the answer,
+  character for character (the answer-variant probes' to find: a reworded answer is a false negative).
 """
 
 from __future__ import annotations
@@ -97,6 +99,19 @@ def _wall_clock_read(sources: dict[str, str], tasks: list[dict]) -> frozenset[st
     return frozenset(task["id"] for task in tasks if task["solution"])
 
 
+def _over_strict_answer_check(sources: dict[str, str], tasks: list[dict]) -> frozenset[str]:
+    verifiers = sources["verifiers.py"]
+    match = re.search(
+        r"def verify_(\w+)\(initial, final, answer\):\n    said = _states_count\(answer, .*, (-?\d+)\)\n", verifiers
+    )
+    if match is None:
+        raise ValueError("no counting task whose answer check to make over-strict")
+    strict = f"    said = (answer or '').strip() == '{match.group(2)}'\n"
+    line_start = match.start() + match.group(0).index("    said")
+    sources["verifiers.py"] = verifiers[:line_start] + strict + verifiers[match.end() :]
+    return frozenset({match.group(1)})
+
+
 PLANTERS: dict[str, Callable[[dict[str, str], list[dict]], frozenset[str]]] = {
     "crash_on_some_inputs": _crash_on_some_inputs,
     "read_tool_writes": _read_tool_writes,
@@ -104,6 +119,7 @@ PLANTERS: dict[str, Callable[[dict[str, str], list[dict]], frozenset[str]]] = {
     "blocked_task_missing_entity": _blocked_task_missing_entity,
     "blocked_task_refused_step": _blocked_task_refused_step,
     "wall_clock_read": _wall_clock_read,
+    "over_strict_answer_check": _over_strict_answer_check,
 }
 #: Every planted fault class, in the order the benchmark reports them.
 FAULTS = tuple(PLANTERS)
