@@ -306,42 +306,6 @@ def test_kernel_layers_hold_without_the_python_guard():
     assert not Path("/tmp/worldsmith-kernel-escape").exists()
 
 
-#: A parent holding 1,100 descriptors (as `env serve` with many open connections does): its pipes to
-#: the workers it starts then have numbers past 1024, where `select()` fails.
-HIGH_DESCRIPTORS = textwrap.dedent("""
-    import os, resource, sys
-    from worldsmith.bundle.loader import load_bundle
-    from worldsmith.runtime.episode import Runtime
-
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
-    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
-    bundle = load_bundle(sys.argv[1])
-    with Runtime(workers=1) as runtime, runtime.open_episode(bundle, bundle.tasks[0].id) as episode:
-        pipe = runtime.pool.workers()[0].process.stdout.fileno()
-        results = [episode.call_tool("get_customer", {"customer_id": 1}).status, episode.verify("").status]
-        print(pipe, *results)
-""")
-
-
-@pytest.mark.timeout(300)
-def test_workers_serve_a_parent_holding_thousands_of_descriptors():
-    import resource
-
-    if resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 1200:
-        pytest.skip("the hard descriptor limit is below 1,200 here")
-    done = subprocess.run(
-        [sys.executable, "-c", HIGH_DESCRIPTORS, str(REPO / "examples" / "bundles" / "retail_store")],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        cwd=REPO,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    pipe, call, verdict = done.stdout.split()
-    assert int(pipe) >= 1024 and call == "ok" and verdict in {"complete", "partial", "incomplete"}, done.stdout
-
-
 # -- the world's clock ------------------------------------------------------------------------------
 
 WORLD_CLOCK = "2024-05-06T10:11:12"

@@ -25,9 +25,13 @@ from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.kinds import APP_TOOLS, ToolsKind
 from worldsmith.models.bundle import TaskSpec
 from worldsmith.models.results import DbDiff, ToolResult, VerifierResult
+from worldsmith.runtime.arguments import accepts
 from worldsmith.runtime.errors import RuntimeFault, WorkerLost
 from worldsmith.runtime.pool import SandboxLimits, SandboxWorker, WorkerPool
 from worldsmith.settings import get_settings
+
+#: The fields of a worker's reply that make a `ToolResult` (the rest is the channel's own).
+_RESULT_FIELDS = frozenset(ToolResult.model_fields)
 
 
 class Episode(Protocol):
@@ -71,6 +75,9 @@ def checked_call(
     """A call's arguments ({} for None) and, when the call is refused before any code runs (an
     unknown tool, arguments that break its schema), the `tool_error` that answers it."""
     arguments = {} if arguments is None else arguments
+    validator = bundle.validators.get(name)
+    if validator is not None and accepts(validator, arguments):  # surely valid, told in microseconds
+        return arguments, None
     refused = bundle.argument_error(name, arguments)
     return arguments, (ToolResult(status="tool_error", error=refused) if refused else None)
 
@@ -309,7 +316,7 @@ class SandboxEpisode:
             except WorkerLost as lost:
                 return ToolResult(status="env_error", error=lost.reason, limit=lost.limit)
             try:
-                result = ToolResult.model_validate({k: v for k, v in reply.items() if k in ToolResult.model_fields})
+                result = ToolResult.model_validate({k: v for k, v in reply.items() if k in _RESULT_FIELDS})
             except ValidationError as exc:
                 return ToolResult(status="env_error", error=self._invalid_reply(exc), limit="protocol")
             if result.ok and result.changed:

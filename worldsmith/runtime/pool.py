@@ -136,6 +136,7 @@ class SandboxWorker:
         self.loaded_envs: set[str] = set()
         self.env: str | None = None  # the one environment (runtime key) this worker may run; see WorkerPool
         self.episodes = 0
+        self.handed_out = 0  # when the pool last handed it out (a count): the least recent goes first
         self.layers: dict[str, str] = {}
         self.dead_reason: str | None = None
         self._lock = threading.Lock()
@@ -207,7 +208,8 @@ class SandboxWorker:
     ) -> tuple[dict[str, Any], list[bytes]]:
         """Send one request and wait for its reply; raises `WorkerLost` if the worker is or goes away."""
         with self._lock:
-            if not self.alive:
+            # no wait(2) per request: a worker that died unnoticed fails the write below (EPIPE) the same way
+            if self.dead_reason is not None or self.process.returncode is not None:
                 raise WorkerLost(self.dead_reason or "sandbox worker is gone", in_flight=False)
             number = next(self._requests)
             try:
@@ -267,12 +269,15 @@ class WorkerPool:
     one environment's code never runs another's, so nothing one world's code does to its worker's
     interpreter (module state, caches, the guard's tables) can reach another world's episodes.
 
-    `acquire(env)` hands out an idle worker of `env` or, while every worker of `env` hosts episodes,
-    a new one in a free slot: an empty or dead one, else the slot of a worker idle for another
-    environment (that worker is retired). With no free slot it shares the least busy worker of
-    `env`; where `env` has none (every slot's worker hosts episodes of other environments) an
-    overflow worker is started beyond `size`, stopped as soon as its last episode closes.
-    Dead or retired workers are replaced when next needed."""
+    `acquire(env)` spreads the episodes of `env` over workers: the least busy worker of `env` (ties:
+    the one handed out least recently, so even sessions opened one after another take turns), or
+    a worker in a slot no environment holds (empty, dead, or a worker that never ran code) while
+    that is less busy; while every worker of `env` hosts episodes, also the slot of a worker idle
+    for another environment (that worker is retired). A worker of another environment that is
+    idle is not retired just to spread: its environment stays loaded for its next episode. With
+    no free slot it shares the least busy worker of `env`; where `env` has none (every slot's
+    worker hosts episodes of other environments) an overflow worker is started beyond `size`,
+    stopped as soon as its last episode closes. Dead or retired workers are replaced when next needed."""
 
     def __init__(self, limits: SandboxLimits, size: int, scratch_root: Path, *, frameworks: bool = False):
         if size < 1:
@@ -285,6 +290,7 @@ class WorkerPool:
         self._lock = threading.Lock()
         self._slots: list[SandboxWorker | None] = [None] * size
         self._overflow: list[SandboxWorker] = []
+        self._handouts = itertools.count(1)
         self._closed = False
 
     @property
@@ -311,21 +317,26 @@ class WorkerPool:
                 gone.kill(gone.dead_reason or "gone")
                 self._overflow.remove(gone)
             live = [w for w in self.workers() if w.alive and env is not None and w.env == env]
-            best = min(live, key=lambda w: w.episodes, default=None)
-            if best is None or best.episodes > 0:
-                fresh = self._free_slot(env)
+            best = min(live, key=lambda w: (w.episodes, w.handed_out), default=None)
+            if best is None or best.episodes > 0 or self._unclaimed_slot(env):
+                fresh = self._free_slot(env, retire_idle=best is None or best.episodes > 0)
                 if fresh is not None:
                     best = fresh
             if best is None:  # every worker hosts episodes of other environments
                 best = self._start(env)
                 self._overflow.append(best)
             best.episodes += 1
+            best.handed_out = next(self._handouts)
             return best
 
-    def _free_slot(self, env: str | None) -> SandboxWorker | None:
+    def _unclaimed_slot(self, env: str | None) -> bool:
+        """Whether a slot holds no worker of any environment: empty, dead, or a worker that never ran code."""
+        return any(w is None or not w.alive or (w.env is None and env is not None) for w in self._slots)
+
+    def _free_slot(self, env: str | None, *, retire_idle: bool = True) -> SandboxWorker | None:
         """A worker for `env` in a slot that is empty, dead, or holds a worker bound to no environment,
-        else in the slot of a worker idle for another environment (retired); None if every slot's
-        worker hosts episodes."""
+        else (`retire_idle`) in the slot of a worker idle for another environment (retired); None if
+        there is none."""
         for worker in self._slots:
             if worker is not None and worker.alive and worker.env is None and env is not None:
                 worker.env = env  # it never ran generated code: claim it
@@ -336,7 +347,7 @@ class WorkerPool:
                     worker.kill(worker.dead_reason or "replaced")
                 self._slots[index] = self._start(env)
                 return self._slots[index]
-        for index, worker in enumerate(self._slots):
+        for index, worker in enumerate(self._slots if retire_idle else ()):
             if worker is not None and worker.episodes == 0 and worker.env != env:
                 worker.kill("retired: idle, bound to another environment")
                 self._slots[index] = self._start(env)

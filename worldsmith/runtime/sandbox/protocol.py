@@ -94,7 +94,7 @@ class FrameReader:
         if length > self.max_header:
             raise ProtocolViolation(f"frame header of {length} bytes exceeds the limit of {self.max_header}")
         try:
-            header = json.loads(self._take(length, deadline))
+            header = json.loads(self._take(length, deadline).decode())  # UTF-8 (ASCII, as written)
         except (ValueError, RecursionError) as exc:
             raise ProtocolViolation(f"frame header is not valid JSON: {type(exc).__name__}") from None
         sizes = header.pop("blobs", []) if isinstance(header, dict) else None

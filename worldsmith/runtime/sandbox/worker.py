@@ -490,6 +490,8 @@ class Worker:
             episode.db_path, isolation_level=None, check_same_thread=False, factory=self._connection_class(episode.env)
         )
         sqlite3.Connection.execute(conn, "PRAGMA synchronous = OFF")  # the file lives as long as the episode
+        # one process at a time has the file open (`_forked`): it keeps its lock, no re-check per statement
+        sqlite3.Connection.execute(conn, "PRAGMA locking_mode = EXCLUSIVE")
         harden(conn, transactions=_refuse_transaction_control)
         conn.row_factory = sqlite3.Row
         GUARD.watch(conn)
@@ -645,8 +647,10 @@ class Worker:
         code itself and stays clean) and return its checked reply. Tool calls, snapshots and diffs go to
         their episode's own process, forked at its first request and kept (at most `episode_processes`,
         the least recently used stopped first); every other request (verification above all) gets a
-        process of its own, gone with its answer. A process past the request's deadline, dead, or answering outside the reply contract
-        is stopped and the request is an env_error; its episode's next call forks a fresh one."""
+        process of its own, gone with its answer (the episode's own process is stopped first: one process
+        at a time has an episode's database open, and keeps it locked). A process past the request's
+        deadline, dead, or answering outside the reply contract is stopped and the request is an
+        env_error; its episode's next call forks a fresh one."""
         episode_id = header.get("episode")
         if header.get("op") in EPISODE_OPS and episode_id in self.episodes:
             process = self.live.pop(episode_id, None)
@@ -667,6 +671,8 @@ class Worker:
             else:
                 self.live[episode_id] = process
             return reply, reply_blobs
+        if episode_id in self.live:  # it holds the episode's database (locked): it goes, its next call forks anew
+            self._stop_episode_process(episode_id)
         process = self._spawn(header, blobs, persistent=False)
         try:
             reply, reply_blobs = self._answer(process, header)
@@ -723,6 +729,7 @@ class Worker:
         os.close(replies_w)
         if persistent:
             os.close(requests_r)
+            os.set_blocking(requests_w, False)  # `_send` waits for room itself, up to the request's deadline
         reader = FrameReader(replies_r, max_blobs=self.config["memory_mb"] * 1024 * 1024)
         return RunProcess(pid=pid, replies=reader, requests=requests_w if persistent else None)
 
@@ -748,10 +755,14 @@ class Worker:
         assert process.requests is not None
         try:
             while data:
+                try:  # the pipe does not block: a request that fits takes one write, no wait
+                    data = data[os.write(process.requests, data[: 1 << 16]) :]
+                    continue
+                except BlockingIOError:
+                    pass
                 wait = deadline - time.monotonic()
                 if wait <= 0 or not ready(process.requests, wait, select.POLLOUT):
                     return False
-                data = data[os.write(process.requests, data[: 1 << 16]) :]
         except OSError:  # EPIPE: it died since its last call
             return False
         return True
