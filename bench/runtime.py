@@ -8,7 +8,8 @@ Prints one line per figure and, last, a JSON object with all of them:
   under strict isolation also an episode's first call (which forks the episode's process) and a
   verification (a process of its own), against the same calls under fast isolation;
 - gateway_vs_sdk: MCP tool-call latency through the worldsmith gateway (sandboxed echo tool) vs
-  the plain `mcp` SDK (MCPServer) serving an equivalent echo tool, both over streamable HTTP;
+  the plain `mcp` SDK (MCPServer) serving an equivalent echo tool, both over streamable HTTP, one
+  session (bench/echo_world.py; throughput at 1-128 sessions: bench/gateway.py);
 - reset: restoring a ~1 MB world.db by deserialize (what episodes do) vs copying the file and
   opening a new connection;
 - open_1024_<world>_<isolation>: opening 1,024 episodes at once from 32 threads (wall time, peak RSS
@@ -21,7 +22,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import logging
 import shutil
 import sqlite3
 import statistics
@@ -36,38 +36,19 @@ import anyio
 import psutil
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from mcp.server import MCPServer
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from echo_world import GOLDEN, echo_world, sdk_echo_app, variant
+
 from worldsmith.bundle.contract import Bundle
-from worldsmith.bundle.loader import build_bundle, load_bundle
+from worldsmith.bundle.loader import load_bundle
 from worldsmith.bundle.sqlscript import deserialize, harden
 from worldsmith.localserver import BackgroundServer
 from worldsmith.runtime.episode import Runtime
 from worldsmith.runtime.pool import SandboxLimits
 from worldsmith.serving.gateway import Gateway
-
-GOLDEN = ROOT / "examples" / "bundles" / "retail_store"
-SOURCES = ("schema.sql", "seed.sql", "tools.py", "tasks.jsonl", "verifiers.py")
-ECHO_TOOL = '''
-
-def echo(conn, text: str) -> str:
-    """Return the text unchanged.
-
-    Args:
-        text: Any text.
-    """
-    return text
-'''
-
-
-def variant(golden: Bundle, env_id: str, *, extra_seed: str = "", extra_tools: str = "") -> Bundle:
-    sources = {name: golden.files[name] for name in SOURCES}
-    sources["seed.sql"] += extra_seed.encode()
-    sources["tools.py"] += extra_tools.encode()
-    return build_bundle(sources, golden.manifest.model_copy(update={"env_id": env_id}))
 
 
 def megabyte_world(golden: Bundle) -> Bundle:
@@ -142,17 +123,9 @@ async def _mcp_latency(url: str, tool: str, calls: int) -> float:
 
 
 def bench_gateway(runtime: Runtime, golden: Bundle, calls: int) -> dict[str, float]:
-    echo_env = variant(golden, "echo_env", extra_tools=ECHO_TOOL)
-    baseline = MCPServer("echo-baseline")
-
-    @baseline.tool(name="echo")
-    def echo(text: str) -> str:
-        return text
-
-    logging.getLogger().setLevel(logging.WARNING)  # MCPServer turns on INFO logging of every request
-    with BackgroundServer(baseline.streamable_http_app(streamable_http_path="/mcp")) as sdk_server:
+    with BackgroundServer(sdk_echo_app()) as sdk_server:
         sdk = anyio.run(_mcp_latency, f"{sdk_server.url}/mcp", "echo", calls)
-    with BackgroundServer(Gateway(runtime, [echo_env]).app()) as gateway_server:
+    with BackgroundServer(Gateway(runtime, [echo_world(golden)]).app()) as gateway_server:
         ours = anyio.run(_mcp_latency, f"{gateway_server.url}/envs/echo_env/mcp", "echo", calls)
     return {"sdk_ms": sdk * 1e3, "gateway_ms": ours * 1e3, "ratio": ours / sdk}
 

@@ -68,6 +68,11 @@ def served() -> str:
     proc.wait(timeout=30)
 
 
+def renamed(golden: Bundle, env_id: str) -> Bundle:
+    """The golden bundle as `env_id` (same files, its own content key)."""
+    return dataclasses.replace(golden, manifest=golden.manifest.model_copy(update={"env_id": env_id}), root=None)
+
+
 def eventually(condition: Callable[[], bool], within_s: float = 60.0) -> bool:
     """Whether `condition` holds within `within_s` (polled; as soon as it holds, however busy the machine)."""
     deadline = time.monotonic() + within_s
@@ -407,11 +412,13 @@ def test_verdicts_refuse_a_world_with_its_own_submit_tool(golden):
         Gateway(Runtime(limits=PATIENT_LIMITS, workers=1), [clashing], verdicts=True)
 
 
-# -- env serve: sets, catalog refs, a short idle limit --------------------------------------------
+# -- env serve: bundle directories, sets, catalog refs, a short idle limit, lazy loading ------------
 
 
-def test_env_serve_hosts_a_set_and_catalog_refs_and_expires_idle_sessions(home, golden, tmp_path):
-    from worldsmith.bundle.loader import build_bundle
+def test_env_serve_hosts_bundles_a_set_and_catalog_refs_loads_each_at_first_use_and_expires_idle_sessions(
+    home, golden, tmp_path
+):
+    from worldsmith.bundle.loader import build_bundle, write_bundle
     from worldsmith.storage.catalog import open_catalog
     from worldsmith.storage.objectstore import configured_store
     from worldsmith.storage.publish import publish
@@ -422,20 +429,28 @@ def test_env_serve_hosts_a_set_and_catalog_refs_and_expires_idle_sessions(home, 
         golden.manifest.model_copy(update={"env_id": "retail_store_copy"}),
     )
     publish(copy_of, configured_store(), open_catalog())
+    directory = write_bundle(renamed(golden, "dir_world"), tmp_path / "dir_world")
+    broken = write_bundle(renamed(golden, "dir_broken"), tmp_path / "dir_broken")
+    (broken / "tools.py").write_text("def get_customer(conn, customer_id: int) -> dict:\n    return {}\n")
 
     proc, url = serve_process(
+        str(directory),
+        str(broken),  # its manifest names it; what is wrong inside shows when it is first served
         "--set",
         "served",
         "retail_store_copy@1",
         "--verdicts",
         "--session-idle",
         "2",
+        "--max-loaded",
+        "1",
         env={"WORLDSMITH_HOME": str(home)},
     )
     try:
         index = httpx.get(f"{url}/envs").json()
-        assert set(index["envs"]) == {"retail_store", "retail_store_copy"}
+        assert set(index["envs"]) == {"retail_store", "retail_store_copy", "dir_world", "dir_broken"}
         assert index["session_idle_s"] == 2 and index["verdicts"] is True
+        assert index["loaded"] == [] and index["max_loaded"] == 1  # nothing loaded before its first session
 
         async def vanishing():  # leaves without ending its session
             async with httpx2.AsyncClient() as http:
@@ -448,6 +463,23 @@ def test_env_serve_hosts_a_set_and_catalog_refs_and_expires_idle_sessions(home, 
         assert "submit" in anyio.run(vanishing)
         assert httpx.get(f"{url}/envs").json()["sessions"] == 1
         assert eventually(lambda: httpx.get(f"{url}/envs").json()["sessions"] == 0, within_s=30)
+        assert httpx.get(f"{url}/envs").json()["loaded"] == ["retail_store_copy"]
+
+        async def polite():
+            async with streamable_http_client(f"{url}/envs/dir_world/mcp") as (read, write):
+                async with ClientSession(read, write) as session:
+                    await session.initialize()
+                    return await session.call_tool("get_customer", {"customer_id": 1})
+
+        assert not anyio.run(polite).is_error
+        assert eventually(lambda: httpx.get(f"{url}/envs").json()["loaded"] == ["dir_world"])  # the bound: 1
+        refused = httpx.post(
+            f"{url}/envs/dir_broken/mcp",
+            json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}},
+            headers={"accept": "application/json, text/event-stream"},
+        )
+        message = refused.json()["error"]["message"]
+        assert refused.status_code == 503 and "dir_broken" in message and "tools.py" in message and "\n" not in message
     finally:
         proc.terminate()
         proc.wait(timeout=30)

@@ -10,13 +10,13 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.errors import BundleError
 from worldsmith.bundle.loader import rebuild_bundle_dir
 from worldsmith.cli.bundles import BundleArg, load_bundle_arg
 from worldsmith.cli.console import bundle_failure, console, exit_on_termination, failure, refusals, say
 from worldsmith.quality.probes import check_environment
 from worldsmith.runtime.episode import Runtime
+from worldsmith.serving.worlds import WorldSource, catalog_sources, directory_source
 from worldsmith.settings import get_settings
 
 app = typer.Typer(help="Inspect, check, call and serve environment bundles.", no_args_is_help=True)
@@ -94,33 +94,23 @@ def env_check(path: BundleArg) -> None:
     raise typer.Exit(1 if failed else 0)
 
 
-def _served_bundle(source: str) -> Bundle:
-    """The bundle `source` names: a bundle directory, else a catalog ref (ENV or ENV@VERSION), fetched
-    into the local bundle cache."""
-    path = Path(source)
-    if path.exists() or os.sep in source or source.startswith("."):
-        return load_bundle_arg(path)
-    from worldsmith.storage.bundle_cache import cached_bundle
-    from worldsmith.storage.catalog import open_catalog
-    from worldsmith.storage.publish import resolve
-
-    with refusals(), open_catalog().session() as session:
-        version = resolve(session, source)
-        ref, content_key = version.ref, version.content_key
-    with refusals():
-        return load_bundle_arg(cached_bundle(ref, content_key))
-
-
-def _set_bundles(name: str) -> list[Bundle]:
-    """Every member of environment set `name`, fetched into the local bundle cache."""
-    from worldsmith.storage.bundle_cache import cached_bundle
-    from worldsmith.storage.catalog import open_catalog
-    from worldsmith.storage.sets import get_set, members_of
-
-    with refusals(), open_catalog().session() as session:
-        members = [(v.ref, v.content_key) for v, _ in members_of(session, get_set(session, name))]
-    with refusals():
-        return [load_bundle_arg(cached_bundle(ref, key)) for ref, key in members]
+def _served_sources(sources: list[str], set_name: str | None) -> list[WorldSource]:
+    """What `env serve` names, as world sources of serving/worlds.py: bundle directories (named by their
+    manifest, validated when first served), then catalog refs (ENV or ENV@VERSION) and the members of set
+    `set_name`, resolved in one catalog query and fetched into the local bundle cache when first served."""
+    worlds: list[WorldSource] = []
+    refs: list[str] = []
+    for source in sources:
+        path = Path(source)
+        if path.exists() or os.sep in source or source.startswith("."):
+            # no readable manifest: loaded now, so that the loader says what is wrong
+            worlds.append(directory_source(path) or WorldSource.of(load_bundle_arg(path)))
+        else:
+            refs.append(source)
+    if refs or set_name is not None:
+        with refusals():
+            worlds += catalog_sources(refs, set_name)
+    return worlds
 
 
 @app.command("serve")
@@ -149,15 +139,22 @@ def env_serve(
             "(default WORLDSMITH_GATEWAY_SESSION_IDLE_S).",
         ),
     ] = None,
+    max_loaded: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Worlds kept loaded at once: a world loads at its first session; past this many, the least "
+            "recently used world with no open session is unloaded.",
+        ),
+    ] = 64,
 ) -> None:
-    """Serve bundles over MCP (streamable HTTP) at http://HOST:PORT/envs/<env_id>/mcp?task=<id>."""
+    """Serve bundles over MCP (streamable HTTP) at http://HOST:PORT/envs/<env_id>/mcp?task=<id>; each
+    world is loaded at its first session."""
     if not sources and set_name is None:
         raise failure("name what to serve: bundle directories, catalog refs (ENV or ENV@VERSION) or --set NAME")
     settings = get_settings()
-    bundles = [_served_bundle(s) for s in sources or []]
-    if set_name is not None:
-        bundles += _set_bundles(set_name)
-    if not bundles:
+    worlds = _served_sources(sources or [], set_name)
+    if not worlds:
         raise failure(f"set {set_name!r} has no members: add environments to it or serve others")
     from worldsmith.serving.gateway import Gateway, serve
 
@@ -167,11 +164,15 @@ def env_serve(
     with exit_on_termination(), Runtime() as runtime:
         gateway = Gateway(
             runtime,
-            bundles,
+            worlds,
             session_idle_s=session_idle or settings.gateway_session_idle_s,
             max_sessions=settings.gateway_max_sessions,
             verdicts=verdicts,
+            max_loaded=max_loaded,
         )
-        for bundle in bundles:
-            say(f"serving {bundle.env_id} at http://{host}:{port}/envs/{bundle.env_id}/mcp", highlight=False)
+        shown = worlds if len(worlds) <= 10 else worlds[:5]
+        for world in shown:
+            say(f"serving {world.env_id} at http://{host}:{port}/envs/{world.env_id}/mcp", highlight=False)
+        if len(shown) < len(worlds):
+            say(f"... and {len(worlds) - len(shown)} more: http://{host}:{port}/envs lists them all", highlight=False)
         serve(gateway, host, port)

@@ -1,2 +1,4 @@
-"""Serving worlds to agents outside worldsmith: the MCP gateway (gateway.py) and what it tells clients
-about each tool (mcp_tools.py: schemas, output shapes, behaviour hints observed in the sandbox)."""
+"""Serving worlds to agents outside worldsmith: the MCP gateway (gateway.py), the worlds it serves, named
+up front and loaded at first use (worlds.py), its answer to `tools/call` without the SDK's round trip
+(hotpath.py), and what it tells clients about each tool (mcp_tools.py: schemas, output shapes,
+behaviour hints observed in the sandbox)."""

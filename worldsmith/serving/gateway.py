@@ -1,9 +1,15 @@
 """MCP gateway: one streamable-HTTP MCP server hosting many environments.
 
-Each environment is served at `/envs/<env_id>/mcp`; each MCP session is one isolated episode
-(its task chosen with `?task=<id>` when connecting), opened at `initialize` and closed when the
-client ends the session or it stays idle past the limit. Agents see the tools (described as
-`serving/mcp_tools.py` says: schemas and observed behaviour hints), the bound task's instruction
+Each environment is served at `/envs/<env_id>/mcp` (routed by a dict lookup on env_id). The worlds are
+named up front (`serving/worlds.py`: bundles, directories, catalog refs, set members) and loaded at
+their first session or task listing; past `max_loaded` loaded worlds, the least recently used world
+with no open episode and no request in flight is unloaded (its MCP server stopped, its bundle dropped).
+Answers are JSON bodies (the SDK's JSON-response mode), not SSE streams; a `tools/call` in an established
+session is answered by the gateway itself (`serving/hotpath.py`), every other request by the MCP SDK.
+Each MCP session is one isolated episode (its task chosen with `?task=<id>` when connecting), opened at
+`initialize` and closed when the client ends the session or it has no request in flight for the idle
+limit (the gateway expires idle sessions itself, counting hot-path calls as activity). Agents see the
+tools (described as `serving/mcp_tools.py` says: schemas and observed behaviour hints), the bound task's instruction
 (the `instructions` of `initialize` and prompt `task`) and the task list (resource
 `worldsmith://<env_id>/tasks`, and `GET /envs/<env_id>/tasks` for harnesses choosing a task before
 they connect); verifiers, rewards and other sessions are not reachable through it. A gateway made
@@ -21,14 +27,20 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+import logging
+import time
+from collections import Counter, OrderedDict
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import anyio.abc
 import mcp_types as types
 import uvicorn
 from mcp.server import Server, ServerRequestContext
-from mcp.server.streamable_http_manager import StreamableHTTPASGIApp, StreamableHTTPSessionManager
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, UNSUPPORTED_PROTOCOL_VERSION
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
@@ -36,6 +48,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
+from starlette.types import Message, Receive, Scope, Send
 
 import worldsmith
 from worldsmith.agent.loop import judged_verdict, system_prompt
@@ -48,11 +61,17 @@ from worldsmith.models.results import ToolResult
 from worldsmith.models.verdict import Verdict
 from worldsmith.runtime.answers import answer, one_line
 from worldsmith.runtime.episode import Episode, Runtime
+from worldsmith.serving import hotpath
 from worldsmith.serving.mcp_tools import OutputShape, mcp_tools, observe, output_shapes
+from worldsmith.serving.worlds import WorldSource
 
+logger = logging.getLogger(__name__)
 EPISODE_KEY = "worldsmith.episode"
 #: Set on a session once its episode was submitted: the verdict it got.
 SUBMITTED_KEY = "worldsmith.submitted"
+#: Set on a session with an episode: closes it (once), at submit or when the session ends.
+CLOSE_KEY = "worldsmith.close"
+_SESSION_HEADER = MCP_SESSION_ID_HEADER.encode()
 #: The JSON-RPC code of an unknown resource (MCP specification, resources).
 RESOURCE_NOT_FOUND = -32002
 #: The prompt holding the bound task's instruction.
@@ -189,59 +208,193 @@ def instructions(bundle: Bundle, task: TaskSpec | None, verdicts: bool) -> str:
     return text
 
 
+@dataclass
+class LiveSession:
+    """A session with an open episode: its world, its episode, the SDK connection's state, and its
+    activity (requests in flight, when the last one ended), from which the gateway expires it."""
+
+    world: ServedWorld
+    episode: Episode
+    state: dict[str, Any]
+    in_flight: int = 0
+    last_active: float = field(default_factory=time.monotonic)
+    ending: bool = False  # its DELETE came, or it was expired: nothing more is answered on the hot path
+
+
+class WorldUnavailable(Exception):
+    """A world named to the gateway that cannot be served now; the message is one line saying why."""
+
+
+class ServedWorld:
+    """A loaded world: its bundle, its MCP server and session manager (running while loaded), and what
+    its tools look like. `active` counts its open episodes and its requests in flight: a world is
+    unloaded only at 0."""
+
+    def __init__(self, gateway: Gateway, bundle: Bundle):
+        self.env_id = bundle.env_id
+        self.bundle = bundle
+        self.outputs = output_shapes(bundle)
+        self.tasks = {t.id: t for t in bundle.tasks}
+        self.active = 0
+        self._tools: list[types.Tool] | None = None
+        self._describing = anyio.Lock()
+        self._unloaded = anyio.Event()
+        self.manager = StreamableHTTPSessionManager(
+            app=gateway._server(self),
+            json_response=True,  # one JSON body per call: no SSE stream, no task per request (docs/benchmarks.md)
+            stateless=False,
+            session_idle_timeout=None,  # the gateway expires idle sessions itself (hot-path calls are activity)
+            max_sessions=gateway.max_sessions,
+        )
+
+    async def tools(self, runtime: Runtime) -> list[types.Tool]:
+        """The tools as MCP lists them; their hints are observed once, at the first listing."""
+        async with self._describing:
+            if self._tools is None:
+                evidence = await anyio.to_thread.run_sync(observe, runtime, self.bundle)
+                self._tools = mcp_tools(self.bundle, self.outputs, evidence)
+        return self._tools
+
+    async def run(self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Run the session manager until `unload`."""
+        async with self.manager.run():
+            task_status.started()
+            await self._unloaded.wait()
+
+    def unload(self) -> None:
+        self._unloaded.set()
+
+
 class Gateway:
-    """The gateway's state: hosted bundles, one MCP server and session manager per env, live sessions.
-    `verdicts`: task-bound sessions get the `submit` tool. Refuses (GatewayRefused) two bundles of one
-    env_id, and with `verdicts` a bundle with a tool of its own named `submit`."""
+    """The gateway's state: the worlds it serves, by env_id, those loaded (at most `max_loaded` while
+    idle ones can be unloaded), and the live sessions. `worlds`: bundles in memory, or `WorldSource`s
+    loaded at their first session or task listing. `verdicts`: task-bound sessions get the `submit` tool.
+    Refuses (GatewayRefused) two worlds of one env_id, and with `verdicts` a bundle given in memory with a
+    tool of its own named `submit` (a world loaded later with one answers its sessions with an error)."""
 
     def __init__(
         self,
         runtime: Runtime,
-        bundles: list[Bundle],
+        worlds: Sequence[Bundle | WorldSource],
         *,
         session_idle_s: float = 900.0,
         max_sessions: int = 4096,
         verdicts: bool = False,
+        max_loaded: int = 64,
     ):
-        ids = [b.env_id for b in bundles]
-        duplicates = sorted({i for i in ids if ids.count(i) > 1})
+        sources = [w if isinstance(w, WorldSource) else WorldSource.of(w) for w in worlds]
+        ids = Counter(s.env_id for s in sources)
+        duplicates = sorted(env_id for env_id, count in ids.items() if count > 1)
         if duplicates:
             raise GatewayRefused(
                 f"two bundles with the same env_id: {', '.join(duplicates)}; serve one version of each environment"
             )
-        clashing = sorted(b.env_id for b in bundles if any(t.name == SUBMIT_TOOL.name for t in b.tools))
+        clashing = sorted(b.env_id for b in worlds if isinstance(b, Bundle) and _submit_clash(b))
         if verdicts and clashing:
             raise GatewayRefused(
                 f"{', '.join(clashing)} has a tool named {SUBMIT_TOOL.name!r}: serve it without verdicts"
             )
+        if max_loaded < 1:
+            raise GatewayRefused("a gateway needs room for at least one loaded world (max_loaded >= 1)")
         self.runtime = runtime
-        self.bundles = {b.env_id: b for b in bundles}
+        self.sources = {s.env_id: s for s in sources}
         self.session_idle_s = session_idle_s
+        self.max_sessions = max_sessions
         self.verdicts = verdicts
+        self.max_loaded = max_loaded
         self.rewards = RewardMap()
         self.sessions: dict[str, Episode] = {}  # the open episode of each live session, by session id
-        self.outputs = {env_id: output_shapes(bundle) for env_id, bundle in self.bundles.items()}
-        self._tools: dict[str, list[types.Tool]] = {}
-        self._describing: dict[str, anyio.Lock] = {}
-        self.managers = {
-            env_id: StreamableHTTPSessionManager(
-                app=self._server(bundle),
-                stateless=False,
-                session_idle_timeout=session_idle_s,
-                max_sessions=max_sessions,
+        self._live: dict[str, LiveSession] = {}  # the same sessions with what the gateway keeps of them
+        self.loaded: OrderedDict[str, ServedWorld] = OrderedDict()  # least recently used first
+        self._loading: dict[str, anyio.Lock] = {}
+        self._task_group: anyio.abc.TaskGroup | None = None
+
+    # -- loading and unloading worlds ------------------------------------------------------------
+    async def world(self, env_id: str) -> ServedWorld:
+        """The loaded world `env_id`, loading it (and unloading idle ones past `max_loaded`) if needed.
+        KeyError for an env_id not served here; WorldUnavailable for a world that cannot load."""
+        world = self.loaded.get(env_id)
+        if world is None:
+            source = self.sources[env_id]
+            async with self._loading.setdefault(env_id, anyio.Lock()):
+                world = self.loaded.get(env_id)
+                if world is None:
+                    world = await self._load(source)
+        self.loaded.move_to_end(env_id)
+        return world
+
+    async def _load(self, source: WorldSource) -> ServedWorld:
+        if self._task_group is None:
+            raise RuntimeError("the gateway is not running: serve its app()")
+        try:
+            bundle = await anyio.to_thread.run_sync(source.load)
+        except Exception as exc:  # whatever keeps a world from loading is that world's answer, not the server's
+            line = answer(exc) or f"{type(exc).__name__}: {exc}"
+            raise WorldUnavailable(one_line(f"{source.env_id} ({source.origin}) cannot be loaded: {line}")) from exc
+        if bundle.env_id != source.env_id:
+            raise WorldUnavailable(f"{source.origin} now holds {bundle.env_id}, not {source.env_id}")
+        if self.verdicts and _submit_clash(bundle):
+            raise WorldUnavailable(
+                f"{bundle.env_id} has a tool named {SUBMIT_TOOL.name!r}: it is served without verdicts"
             )
-            for env_id, bundle in self.bundles.items()
-        }
+        world = ServedWorld(self, bundle)
+        await self._task_group.start(world.run)
+        self.loaded[source.env_id] = world
+        logger.info("loaded %s (%s); %d worlds loaded", source.env_id, source.origin, len(self.loaded))
+        self._unload_idle(keep=source.env_id)
+        return world
 
-    async def tools(self, bundle: Bundle) -> list[types.Tool]:
-        """`bundle`'s tools as MCP lists them; their hints are observed once, at the first listing."""
-        lock = self._describing.setdefault(bundle.env_id, anyio.Lock())
-        async with lock:
-            if bundle.env_id not in self._tools:
-                evidence = await anyio.to_thread.run_sync(observe, self.runtime, bundle)
-                self._tools[bundle.env_id] = mcp_tools(bundle, self.outputs[bundle.env_id], evidence)
-        return self._tools[bundle.env_id]
+    def _unload_idle(self, keep: str | None = None) -> None:
+        """Unload the least recently used idle worlds (but `keep`, just loaded for a request) while more
+        than `max_loaded` are loaded; worlds with open episodes or requests in flight stay, over the
+        bound if they must."""
+        excess = len(self.loaded) - self.max_loaded
+        for env_id, world in list(self.loaded.items()):
+            if excess <= 0:
+                return
+            if world.active == 0 and env_id != keep:
+                del self.loaded[env_id]
+                world.unload()
+                logger.info("unloaded %s (idle); %d worlds loaded", env_id, len(self.loaded))
+                excess -= 1
 
+    def _done_with(self, world: ServedWorld) -> None:
+        world.active -= 1
+        if world.active == 0 and len(self.loaded) > self.max_loaded:
+            self._unload_idle()
+
+    # -- sessions ---------------------------------------------------------------------------------
+    async def _expire_idle_sessions(self) -> None:
+        """End every session with no request in flight for `session_idle_s` (as its client's DELETE
+        would), checking a few times per idle period."""
+        period = min(max(self.session_idle_s / 4, 0.05), 5.0)
+        while True:
+            await anyio.sleep(period)
+            now = time.monotonic()
+            for session_id, live in list(self._live.items()):
+                if not live.ending and not live.in_flight and now - live.last_active > self.session_idle_s:
+                    live.ending = True
+                    try:
+                        await _end_session(live.world, session_id)
+                    except Exception:  # a bug ending one session: said in the log, the others still expire
+                        logger.exception("ending idle session %s of %s failed", session_id, live.world.env_id)
+
+    async def _hot_call(self, live: LiveSession, session_id: str, body: bytes, send: Send) -> bool:
+        """Answer a POST of session `session_id` with `body` if it is a plain `tools/call`
+        (serving/hotpath.py); False, with nothing sent, otherwise: the SDK answers it."""
+        found = hotpath.tool_call(body)
+        if found is None or live.ending or live.state.get(SUBMITTED_KEY):
+            return False
+        request_id, name, arguments = found
+        if name == SUBMIT_TOOL.name and self.verdicts and live.episode.task is not None:
+            return False
+        result = await call(live.world, live.episode, name, arguments)
+        await hotpath.send_result(
+            send, session_id, request_id, result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        )
+        return True
+
+    # -- the MCP server of one world ------------------------------------------------------------
     def _judge(self, bundle: Bundle, episode: Episode, final_answer: str) -> dict[str, Any]:
         """The verdict of `episode` with `final_answer`, as an evaluation reaches it (agent/loop.py)."""
         task = episode.task
@@ -278,12 +431,11 @@ class Gateway:
             outcome = {"task": episode.task.id, "status": "env_error", "reward": None, "evidence": {}}
             outcome["error"] = one_line(answer(exc) or str(exc))
         finally:
-            await anyio.to_thread.run_sync(episode.close)
-            self.sessions.pop(connection.session_id, None)
+            await connection.state[CLOSE_KEY]()
         return _text_result(outcome, outcome)
 
-    def _server(self, bundle: Bundle) -> Server:
-        tasks = {t.id: t for t in bundle.tasks}
+    def _server(self, world: ServedWorld) -> Server:
+        bundle, tasks = world.bundle, world.tasks
 
         async def open_episode(
             ctx: ServerRequestContext, call_next: Callable[[ServerRequestContext], Awaitable[Any]]
@@ -304,13 +456,24 @@ class Gateway:
             connection.state[EPISODE_KEY] = episode
             session_id = connection.session_id
             self.sessions[session_id] = episode
+            self._live[session_id] = LiveSession(world, episode, connection.state)
+            world.active += 1
 
-            async def close_episode() -> None:
+            closing: list[bool] = []
+
+            async def close_episode() -> None:  # once: at submit, when the session ends, or both
+                if closing:
+                    return
+                closing.append(True)
                 try:
-                    await anyio.to_thread.run_sync(episode.close)
+                    with anyio.CancelScope(shield=True):
+                        await anyio.to_thread.run_sync(episode.close)
                 finally:
                     self.sessions.pop(session_id, None)
+                    self._live.pop(session_id, None)
+                    self._done_with(world)
 
+            connection.state[CLOSE_KEY] = close_episode
             connection.exit_stack.push_async_callback(close_episode)
             result = await call_next(ctx)
             if isinstance(result, dict):  # the wire form of the InitializeResult
@@ -324,7 +487,7 @@ class Gateway:
         async def list_tools(
             ctx: ServerRequestContext, params: types.PaginatedRequestParams | None
         ) -> types.ListToolsResult:
-            tools = await self.tools(bundle)
+            tools = await world.tools(self.runtime)
             if self.verdicts and bound_task(ctx) is not None:
                 tools = [*tools, SUBMIT_TOOL]
             return types.ListToolsResult(tools=tools)
@@ -338,13 +501,7 @@ class Gateway:
                 return _error_result("error: this episode was submitted and has ended; open a new session to try again")
             if params.name == SUBMIT_TOOL.name and self.verdicts and episode.task is not None:
                 return await self._submit(connection, bundle, params.arguments or {})
-            try:
-                result = await anyio.to_thread.run_sync(episode.call_tool, params.name, params.arguments or {})
-            except Exception as exc:  # the runtime's refusals, answered like a failed call
-                if answer(exc) is None:
-                    raise
-                return runtime_error_to_mcp(exc)
-            return tool_result_to_mcp(result, self.outputs[bundle.env_id].get(params.name))
+            return await call(world, episode, params.name, params.arguments or {})
 
         async def list_prompts(
             ctx: ServerRequestContext, params: types.PaginatedRequestParams | None
@@ -405,40 +562,143 @@ class Gateway:
             on_list_resources=list_resources,
             on_read_resource=read_resource,
         )
-        server.middleware.append(_sessions_only)
-        server.middleware.append(open_episode)
+        # no OpenTelemetry span per message (the SDK's default middleware): nothing here exports them
+        server.middleware[:] = [_sessions_only, open_episode]
         return server
 
+    # -- HTTP -----------------------------------------------------------------------------------
     async def _index(self, request: Request) -> JSONResponse:
         return JSONResponse(
             {
-                "envs": {env_id: f"/envs/{env_id}/mcp" for env_id in self.bundles},
+                "envs": {env_id: f"/envs/{env_id}/mcp" for env_id in self.sources},
+                "loaded": list(self.loaded),
+                "max_loaded": self.max_loaded,
                 "sessions": len(self.sessions),
                 "session_idle_s": self.session_idle_s,
                 "verdicts": self.verdicts,
             }
         )
 
+    async def _tasks(self, request: Request) -> JSONResponse:
+        try:
+            world = await self.world(request.path_params["env_id"])
+        except KeyError:
+            return _no_env(request.path_params["env_id"])
+        except WorldUnavailable as exc:
+            return JSONResponse({"error": str(exc)}, status_code=503)
+        return JSONResponse(task_listing(world.bundle))
+
     def app(self) -> Starlette:
+        """The gateway as an ASGI app: `/envs/<env_id>/mcp` (MCP), `/envs/<env_id>/tasks`, `/envs` (the
+        index), `/healthz`. Worlds load at their first request and run while the app's lifespan runs."""
+
         @contextlib.asynccontextmanager
         async def lifespan(app: Starlette) -> AsyncIterator[None]:
-            async with contextlib.AsyncExitStack() as stack:
-                for manager in self.managers.values():
-                    await stack.enter_async_context(manager.run())
-                yield
+            async with anyio.create_task_group() as group:
+                self._task_group = group
+                group.start_soon(self._expire_idle_sessions)
+                try:
+                    yield
+                finally:
+                    self._task_group = None
+                    group.cancel_scope.cancel()
+                    for world in self.loaded.values():
+                        world.unload()
+                    self.loaded.clear()
 
         routes = [
-            Route(f"/envs/{env_id}/mcp", endpoint=StreamableHTTPASGIApp(m)) for env_id, m in self.managers.items()
+            Route("/envs/{env_id}/mcp", endpoint=_WorldEndpoint(self)),
+            Route("/envs/{env_id}/tasks", endpoint=self._tasks),
+            Route("/envs", endpoint=self._index),
+            Route("/healthz", endpoint=lambda request: JSONResponse({"ok": True})),
         ]
-        routes += [
-            Route(f"/envs/{env_id}/tasks", endpoint=lambda request, b=bundle: JSONResponse(task_listing(b)))
-            for env_id, bundle in self.bundles.items()
-        ]
-        routes.append(Route("/envs", endpoint=self._index))
-        routes.append(Route("/healthz", endpoint=lambda request: JSONResponse({"ok": True})))
         return Starlette(routes=routes, lifespan=lifespan)
 
 
-def serve(gateway: Gateway, host: str, port: int) -> None:
-    """Serve `gateway` until interrupted."""
-    uvicorn.run(gateway.app(), host=host, port=port, log_level="info")
+async def call(world: ServedWorld, episode: Episode, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+    """Tool `name` called in `episode` (in a thread), as the agent sees the result."""
+    try:
+        result = await anyio.to_thread.run_sync(episode.call_tool, name, arguments)
+    except Exception as exc:  # the runtime's refusals, answered like a failed call
+        if answer(exc) is None:
+            raise
+        return runtime_error_to_mcp(exc)
+    return tool_result_to_mcp(result, world.outputs.get(name))
+
+
+async def _end_session(world: ServedWorld, session_id: str) -> None:
+    """End session `session_id` of `world` as its client's DELETE does (through the SDK's front door)."""
+    scope: Scope = {
+        "type": "http",
+        "method": "DELETE",
+        "path": f"/envs/{world.env_id}/mcp",
+        "raw_path": f"/envs/{world.env_id}/mcp".encode(),
+        "root_path": "",
+        "scheme": "http",
+        "query_string": b"",
+        "headers": [(_SESSION_HEADER, session_id.encode())],
+        "http_version": "1.1",
+        "server": None,
+        "client": None,
+    }
+
+    async def receive() -> Message:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def discard(message: Message) -> None:
+        pass
+
+    await world.manager.handle_request(scope, receive, discard)
+
+
+def _submit_clash(bundle: Bundle) -> bool:
+    return any(t.name == SUBMIT_TOOL.name for t in bundle.tools)
+
+
+def _no_env(env_id: str) -> JSONResponse:
+    return JSONResponse({"error": f"no environment {env_id!r} is served here; see /envs"}, status_code=404)
+
+
+class _WorldEndpoint:
+    """`/envs/<env_id>/mcp`: the request handed to its world's session manager (the world loaded first)."""
+
+    def __init__(self, gateway: Gateway):
+        self.gateway = gateway
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        env_id = scope["path_params"]["env_id"]
+        try:
+            world = await self.gateway.world(env_id)
+        except KeyError:
+            await _no_env(env_id)(scope, receive, send)
+            return
+        except WorldUnavailable as exc:
+            error = {"jsonrpc": "2.0", "id": None, "error": {"code": INTERNAL_ERROR, "message": str(exc)}}
+            await JSONResponse(error, status_code=503)(scope, receive, send)
+            return
+        session_id = hotpath.header(scope, _SESSION_HEADER)
+        live = self.gateway._live.get(session_id) if session_id is not None else None
+        if live is not None and live.world is not world:
+            live = None  # another world's session: the SDK answers 404, as for any unknown session
+        world.active += 1
+        if live is not None:
+            live.in_flight += 1
+        try:
+            if live is not None and scope["method"] == "DELETE":
+                live.ending = True
+            elif live is not None and scope["method"] == "POST" and hotpath.answerable_headers(scope):
+                body = await hotpath.read_body(receive)
+                if await self.gateway._hot_call(live, session_id, body, send):
+                    return
+                receive = hotpath.replaying(body, receive)
+            await world.manager.handle_request(scope, receive, send)
+        finally:
+            self.gateway._done_with(world)
+            if live is not None:
+                live.in_flight -= 1
+                live.last_active = time.monotonic()
+
+
+def serve(gateway: Gateway, host: str, port: int, *, log_level: str = "info") -> None:
+    """Serve `gateway` until interrupted: no access log (a line per call costs as much as the call)."""
+    uvicorn.run(gateway.app(), host=host, port=port, log_level=log_level, access_log=False, backlog=4096)
