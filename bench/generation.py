@@ -6,7 +6,10 @@ A local OpenAI-compatible server answers each stage with procedural content afte
 seconds. The `generate` flow (openai backend, Prefect test server) builds `count` environments
 with `concurrency` in parallel. The ideal wall time is the LLM time alone: one scenario call,
 then six stage calls per environment, `concurrency` environments at a time. Prints environments
-per hour (measured and ideal), pipeline overhead (target <= 10%), and per environment: LLM calls,
+per hour (measured and ideal), pipeline overhead (target <= 10%), the CPU seconds the run used (this
+process and every process it started: sandbox workers, episode processes, the Prefect server; the model
+server only sleeps), which load inflates less than wall time, the seconds each stage took beyond its
+model calls (mean over environments: the checks on the critical path), and per environment: LLM calls,
 tokens and cost. The last line is a JSON object.
 """
 
@@ -27,6 +30,23 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
 
 STAGE_CALLS = 6  # tasks, schema, seed, tool plan, tool code, verifiers
+
+
+def tree_cpu_s() -> float:
+    """CPU seconds used so far by this process and the processes it started, ended ones included (those
+    a live descendant reaped count in its children's times, those this process reaped in its own)."""
+    import psutil
+
+    me = psutil.Process()
+    own, total = os.times(), 0.0
+    total += own.user + own.system + own.children_user + own.children_system
+    for process in me.children(recursive=True):
+        try:
+            times = process.cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system + times.children_user + times.children_system
+    return total
 
 
 def main() -> None:
@@ -58,14 +78,17 @@ def main() -> None:
         params = GenerateParameters(
             count=args.count, backend="openai", model="bench-model", concurrency=args.concurrency, seed=1
         )
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), tree_cpu_s()
         results = run_generate(params)
-        wall = time.perf_counter() - started
+        wall, cpu = time.perf_counter() - started, tree_cpu_s() - cpu_started
     good = sum(r["status"] == "good" for r in results)
     ideal = args.latency * (1 + math.ceil(args.count / args.concurrency) * STAGE_CALLS)
     with open_catalog().session() as session:
         attempts = session.exec(select(StageAttempt)).all()
     calls = len(server.served)
+    beyond: dict[str, list[float]] = {}
+    for a in attempts:  # every attempt of these runs makes one model call (validate makes none)
+        beyond.setdefault(a.stage, []).append(a.seconds - (0.0 if a.stage == "validate" else args.latency))
     figures = {
         "environments": args.count,
         "good": good,
@@ -76,16 +99,25 @@ def main() -> None:
         "envs_per_hour": round(args.count / wall * 3600, 1),
         "ideal_envs_per_hour": round(args.count / ideal * 3600, 1),
         "overhead": round(wall / ideal - 1, 4),
+        "cpu_s": round(cpu, 1),
+        "stage_seconds_beyond_calls": {stage: round(sum(v) / len(v), 2) for stage, v in beyond.items()},
         "llm_calls_per_env": round(calls / args.count, 2),
         "tokens_per_env": round(sum(a.tokens_in + a.tokens_out for a in attempts) / args.count, 1),
         "cost_usd_per_env": round(sum(a.cost_usd for a in attempts) / args.count, 6),
     }
     print(
         f"{good}/{args.count} environments good in {wall:.1f} s; ideal {ideal:.1f} s "
-        f"({figures['envs_per_hour']} vs {figures['ideal_envs_per_hour']} envs/hour; overhead {figures['overhead']:.1%}, target <= 10%)"
+        f"({figures['envs_per_hour']} vs {figures['ideal_envs_per_hour']} envs/hour; "
+        f"overhead {figures['overhead']:.1%}, target <= 10%)"
+    )
+    print(f"CPU: {figures['cpu_s']} s in all processes of the run ({cpu / args.count:.1f} s per environment)")
+    print(
+        "seconds beyond the model call, per stage: "
+        + ", ".join(f"{stage} {value}" for stage, value in figures["stage_seconds_beyond_calls"].items())
     )
     print(
-        f"per environment: {figures['llm_calls_per_env']} LLM calls, {figures['tokens_per_env']} tokens, ${figures['cost_usd_per_env']}"
+        f"per environment: {figures['llm_calls_per_env']} LLM calls, {figures['tokens_per_env']} tokens, "
+        f"${figures['cost_usd_per_env']}"
     )
     print(json.dumps(figures))
 

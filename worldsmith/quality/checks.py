@@ -18,14 +18,17 @@ def probe_check(runtime: Runtime, bundle: Bundle, *, reuse: bool = False) -> Qua
     summary = {"probes": len(results), "failed": len(failed)}
     if failed:
         summary["reason"] = (
-            f"{len(failed)} of {len(results)} probes failed (first: {failed[0].probe} {failed[0].target}: {failed[0].detail})"
+            f"{len(failed)} of {len(results)} probes failed "
+            f"(first: {failed[0].probe} {failed[0].target}: {failed[0].detail})"
         )
     return QualityCheck("probes", not failed, summary, [vars(r) for r in failed])
 
 
-def quality_checks(bundle: Bundle, runtime: Runtime | None = None, *, reuse_probes: bool = False) -> list[QualityCheck]:
-    """Expectations on the seed data, then (given a runtime) the execution probes."""
-    checks = [validate_seed_data(bundle)]
+def quality_checks(bundle: Bundle, runtime: Runtime | None = None, *, reuse: bool = False) -> list[QualityCheck]:
+    """Expectations on the seed data, then (given a runtime) the execution probes; with `reuse`, either
+    outcome this process has for the same content (expectations.validate_world,
+    probes.check_environment)."""
+    checks = [validate_seed_data(bundle, reuse=reuse)]
     if runtime is not None:
-        checks.append(probe_check(runtime, bundle, reuse=reuse_probes))
+        checks.append(probe_check(runtime, bundle, reuse=reuse))
     return checks

@@ -5,8 +5,10 @@ id parameters name, values of CHECK-constrained enums, range boundaries, the ref
 values, optional arguments present and absent; Hypothesis combines them, derandomized, so two runs
 make the same calls) and with invalid ones (unknown ids, values outside an enum, out of range).
 Each call runs on the pristine database (the episode is restored after any call that wrote), so no
-call's writes feed the next. Defects, each a failed `ProbeResult` naming the tool, the arguments
-and the error:
+call's writes feed the next, and its outcome is the call's alone: generation makes each call once per
+tool behaviour (`deep_probes(reuse=True)`; `prepare_tool_calls` makes those that need no reference
+solution while the model writes them: quality/ahead.py). Defects, each a failed `ProbeResult` naming
+the tool, the arguments and the error:
 
 - `VALID_INPUTS_PROBE`: a valid input crashes the tool (env_error);
 - `INVALID_INPUTS_PROBE`: an invalid input crashes it or is written instead of refused;
@@ -23,14 +25,15 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections import Counter
-from dataclasses import dataclass, field
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.sqlscript import deserialize
 from worldsmith.models.bundle import TaskSpec, ToolSchema
 from worldsmith.models.specs import ActingUser, TaskDraftSpec, TaskList
+from worldsmith.quality.memo import content_digest
 from worldsmith.quality.probes import ProbeResult, SeedValues, excerpt
 from worldsmith.quality.schema import Range, TableSchema, read_schema
 from worldsmith.quality.seedview import instruction_literals, literal_keys, missing_entities
@@ -457,14 +460,57 @@ class _Outcome:
     error: str | None
     changed: bool
     written: set[str]  # the tables it changed, where looked at (else empty)
+    looked: bool = True  # whether `written` is known (the tables were looked at, or nothing changed)
+
+
+def tool_behaviour_key(bundle: Bundle) -> str:
+    """The digest of what a tool call's outcome on the pristine database depends on: the tools' code as
+    the worker loads it, the world, its clock, the tools kind and the tool schemas (arguments are checked
+    against them first). Not the tasks or the verifiers: the probes' calls are the same before they exist."""
+    kind = bundle.tools_kind
+    return content_digest(
+        kind.name, kind.code_fields(bundle.files), bundle.world, bundle.clock, [t.model_dump() for t in bundle.tools]
+    )
+
+
+#: Outcomes of the deep probes' calls per `tool_behaviour_key`, by (tool, arguments as JSON), kept for
+#: `deep_probes(reuse=True)`: every call is made on the pristine database, so the same code, world,
+#: clock and schemas give the same arguments the same outcome. A crash (env_error) is never kept: a
+#: time limit hit under load, a worker lost, are made again.
+_CALLS: OrderedDict[str, dict[tuple[str, str], _Outcome]] = OrderedDict()
+_CALLS_WORLDS = 64
+_CALLS_LOCK = threading.Lock()
+
+
+def _known_calls(bundle: Bundle) -> dict[tuple[str, str], _Outcome]:
+    key = tool_behaviour_key(bundle)
+    with _CALLS_LOCK:
+        known = _CALLS.setdefault(key, {})
+        _CALLS.move_to_end(key)
+        while len(_CALLS) > _CALLS_WORLDS:
+            _CALLS.popitem(last=False)
+        return known
+
+
+class _Stopped(Exception):
+    """The probes' `stop` event was set: no further call is made."""
 
 
 class _Prober:
     """Calls on one episode, each on the pristine database: after a call that wrote, the database is
-    restored before the next call (lazily: a restore can cost a fresh process, and an app's start)."""
+    restored before the next call (lazily: a restore can cost a fresh process, and an app's start).
+    With `known` (outcomes kept by call), a call kept there is not made again; a call made is kept."""
 
-    def __init__(self, episode: SandboxEpisode, world: bytes):
+    def __init__(
+        self,
+        episode: SandboxEpisode,
+        world: bytes,
+        known: dict[tuple[str, str], _Outcome] | None = None,
+        stop: threading.Event | None = None,
+    ):
         self.episode, self.world, self.dirty = episode, world, False
+        self.known, self.stop = known, stop
+        self.made = 0  # calls made in the sandbox (not answered from `known`)
 
     def fresh(self) -> None:
         if self.dirty:
@@ -474,6 +520,13 @@ class _Prober:
     def call(self, tool: str, arguments: dict[str, Any], *, look: bool = True) -> _Outcome:
         """Call `tool` on the pristine database; with `look`, the tables a writing call changed. A
         runtime fault around the call (its episode could not be restored or diffed) is its env_error."""
+        key = (tool, json.dumps(arguments, sort_keys=True, default=str))
+        kept = self.known.get(key) if self.known is not None else None
+        if kept is not None and (kept.looked or not look):
+            return replace(kept, arguments=arguments, written=set(kept.written) if look else set())
+        if self.stop is not None and self.stop.is_set():
+            raise _Stopped
+        self.made += 1
         try:
             self.fresh()
             result = self.episode.call_tool(tool, arguments)
@@ -482,7 +535,10 @@ class _Prober:
         except RuntimeFault as fault:
             self.dirty = True
             return _Outcome(arguments, "env_error", f"runtime fault: {fault}", False, set())
-        return _Outcome(arguments, result.status, result.error, result.changed, written)
+        outcome = _Outcome(arguments, result.status, result.error, result.changed, written, look or not result.changed)
+        if self.known is not None and outcome.status != "env_error":
+            self.known[key] = replace(outcome, arguments=dict(arguments), written=set(written))
+        return outcome
 
 
 @dataclass
@@ -671,32 +727,66 @@ def _judged(tool: ToolSchema, probed: _Probed, own: set[str] | None) -> list[Pro
 
 
 def deep_probes(
-    runtime: Runtime, bundle: Bundle, *, skip: frozenset[str] = frozenset(), budget: DeepProbeBudget | None = None
+    runtime: Runtime,
+    bundle: Bundle,
+    *,
+    skip: frozenset[str] = frozenset(),
+    budget: DeepProbeBudget | None = None,
+    reuse: bool = False,
 ) -> list[ProbeResult]:
     """The deep tool probes of every tool (but those in `skip`: already found crashing) and
-    `BLOCKED_PROBE` of every task; see the module docstring."""
-    budget = budget or DeepProbeBudget.configured()
+    `BLOCKED_PROBE` of every task; see the module docstring. With `reuse`, a call whose outcome this
+    process keeps for the same tool behaviour (`tool_behaviour_key`: an earlier round, or
+    `prepare_tool_calls` while the model wrote the tasks' solutions) is not made again."""
+    known = _known_calls(bundle) if reuse else None
+    results, _ = _deep_probes(runtime, bundle, skip, budget or DeepProbeBudget.configured(), known)
+    return results
+
+
+def prepare_tool_calls(runtime: Runtime, bundle: Bundle, stop: threading.Event | None = None) -> int:
+    """Make the deep probes' calls of `bundle`'s tools that need no reference solution (those of the
+    bundle without its tasks), keeping their outcomes for `deep_probes(reuse=True)` of every bundle of the
+    same tool behaviour; no call is made once `stop` is set. Returns how many calls were made."""
+    tools_only = replace(bundle, tasks=())
+    _, made = _deep_probes(runtime, tools_only, frozenset(), DeepProbeBudget.configured(), _known_calls(bundle), stop)
+    return made
+
+
+def _deep_probes(
+    runtime: Runtime,
+    bundle: Bundle,
+    skip: frozenset[str],
+    budget: DeepProbeBudget,
+    known: dict[tuple[str, str], _Outcome] | None,
+    stop: threading.Event | None = None,
+) -> tuple[list[ProbeResult], int]:
+    """The deep probes' results and the calls made for them ([] once `stop` was set)."""
     values = WorldValues(bundle.world, budget.values_per_parameter)
     named = {tool.name: named_tables(tool, values.tables) for tool in bundle.tools}
     with runtime.open_episode(bundle) as episode:
-        prober = _Prober(episode, bundle.world)
-        references = _replay_references(prober, bundle)
-        inputs = {
-            tool.name: tool_inputs(tool, values, named[tool.name], references.arguments.get(tool.name, []))
-            for tool in bundle.tools
-            if tool.name not in skip
-        }
-        drawn = combinations(inputs, budget.combinations)
-        probed = {
-            name: _probe_tool(
-                prober,
-                name,
-                _distinct(found.valid + drawn.get(name, []), budget.valid_calls),
-                found.invalid[: budget.invalid_calls],
-                budget,
-            )
-            for name, found in inputs.items()
-        }
+        prober = _Prober(episode, bundle.world, known, stop)
+        try:
+            references = _replay_references(prober, bundle)
+            inputs = {
+                tool.name: tool_inputs(tool, values, named[tool.name], references.arguments.get(tool.name, []))
+                for tool in bundle.tools
+                if tool.name not in skip
+            }
+            if stop is not None and stop.is_set():
+                raise _Stopped
+            drawn = combinations(inputs, budget.combinations)
+            probed = {
+                name: _probe_tool(
+                    prober,
+                    name,
+                    _distinct(found.valid + drawn.get(name, []), budget.valid_calls),
+                    found.invalid[: budget.invalid_calls],
+                    budget,
+                )
+                for name, found in inputs.items()
+            }
+        except _Stopped:
+            return [], prober.made
     writing = [name for name, p in probed.items() if p.written and not is_read_tool(name)]
     counts = Counter(table for name in writing for table in probed[name].written)
     shared = {t for t in values.tables if _SHARED_NAME.search(t)}
@@ -708,4 +798,4 @@ def deep_probes(
         mine = named[tool.name] | references.footprints.get(tool.name, set())
         own = own_tables(named[tool.name], references.footprints.get(tool.name, set()), shared, values.tables)
         results += _judged(tool, probed[tool.name], own if mine else None)
-    return results + blocked_tasks(bundle, references.refused)
+    return results + blocked_tasks(bundle, references.refused), prober.made

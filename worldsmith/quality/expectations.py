@@ -13,6 +13,7 @@ from typing import Any
 
 from worldsmith.bundle.contract import Bundle
 from worldsmith.models.quality import QualityCheck
+from worldsmith.quality.memo import SharedMemo, content_digest
 from worldsmith.quality.schema import TableSchema, read_schema
 
 ROWID = "_rowid_"
@@ -146,8 +147,20 @@ def _failure(result: Any) -> dict[str, Any]:
     return detail
 
 
-def validate_world(world: bytes) -> QualityCheck:
-    """Run the seed-data expectations on a serialized world database."""
+#: The expectations' outcome per world (digest of its bytes): `validate_world(reuse=True)`.
+_OUTCOMES: SharedMemo[QualityCheck] = SharedMemo(64)
+
+
+def validate_world(world: bytes, *, reuse: bool = False) -> QualityCheck:
+    """Run the seed-data expectations on a serialized world database. With `reuse`, the outcome for the
+    same bytes computed earlier in this process, or being computed now (the verifiers stage starts it
+    while the model answers: stages/verifiers.py), is returned instead."""
+    if reuse:
+        return _OUTCOMES.get(content_digest(world), lambda: _validated(world))
+    return _validated(world)
+
+
+def _validated(world: bytes) -> QualityCheck:
     import pandas as pd
 
     conn = sqlite3.connect(":memory:")
@@ -184,6 +197,6 @@ def validate_world(world: bytes) -> QualityCheck:
     return QualityCheck("expectations", not failures, summary, failures)
 
 
-def validate_seed_data(bundle: Bundle) -> QualityCheck:
-    """The expectations of `bundle`'s schema run on its seed tables."""
-    return validate_world(bundle.world)
+def validate_seed_data(bundle: Bundle, *, reuse: bool = False) -> QualityCheck:
+    """The expectations of `bundle`'s schema run on its seed tables (`reuse`: see validate_world)."""
+    return validate_world(bundle.world, reuse=reuse)

@@ -8,14 +8,13 @@ from __future__ import annotations
 import json
 import random
 import sqlite3
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 from worldsmith.bundle.contract import Bundle
 from worldsmith.models.bundle import TaskSpec
 from worldsmith.models.results import DbDiff, ToolResult, VerifierResult
+from worldsmith.quality.memo import SharedMemo
 from worldsmith.runtime.episode import Episode, Runtime
 from worldsmith.runtime.errors import RuntimeFault
 
@@ -235,30 +234,30 @@ def probe_tasks(runtime: Runtime, bundle: Bundle) -> list[ProbeResult]:
     return results
 
 
-_MEMO: OrderedDict[str, list[ProbeResult]] = OrderedDict()
-_MEMO_SIZE = 256
-_MEMO_LOCK = threading.Lock()
+#: Every probe's results per bundle (runtime key): `check_environment(reuse=True)` of the same content.
+_RESULTS: SharedMemo[list[ProbeResult]] = SharedMemo(256)
 
 
 def check_environment(runtime: Runtime, bundle: Bundle, *, reuse: bool = False) -> list[ProbeResult]:
     """All execution probes of `bundle` (the deep tool probes skip a tool whose one call crashed:
-    reported once). With `reuse`, results for the same content (bundle key)
-    computed earlier in this process are returned instead of running again: the probes are
-    deterministic, and generation runs them in the verifiers stage and again in validate."""
+    reported once). With `reuse`, results for the same content (bundle key) computed earlier in this
+    process, or being computed now, are returned instead of running again, and the deep probes reuse
+    the outcomes of calls made for the same tool behaviour (deep_probes.tool_behaviour_key): the probes
+    are deterministic, and generation runs them in the verifiers stage (each of its attempts) and
+    again in validate."""
     if reuse:
-        with _MEMO_LOCK:
-            if bundle.runtime_key in _MEMO:
-                _MEMO.move_to_end(bundle.runtime_key)
-                return list(_MEMO[bundle.runtime_key])
+        return _RESULTS.get(bundle.runtime_key, lambda: _probed(runtime, bundle, reuse=True))
+    results = _probed(runtime, bundle, reuse=False)
+    _RESULTS.put(bundle.runtime_key, results)
+    return list(results)
+
+
+def _probed(runtime: Runtime, bundle: Bundle, *, reuse: bool) -> list[ProbeResult]:
     results = probe_tools(runtime, bundle)
     if not any(r.probe == "tools load" for r in results):
         from worldsmith.quality.deep_probes import deep_probes  # it builds on this module
 
         crashed = frozenset(r.target for r in results if r.probe == "tool runs" and not r.passed)
-        results += deep_probes(runtime, bundle, skip=crashed)
+        results += deep_probes(runtime, bundle, skip=crashed, reuse=reuse)
         results += probe_tasks(runtime, bundle)
-    with _MEMO_LOCK:
-        _MEMO[bundle.runtime_key] = results
-        while len(_MEMO) > _MEMO_SIZE:
-            _MEMO.popitem(last=False)
-    return list(results)
+    return results

@@ -78,7 +78,7 @@ def run_validate_stage(
             usage=Usage(seconds=time.perf_counter() - started),
         )
         return Validation(None, [], Stage.VERIFIERS, str(failed))
-    checks = quality_checks(bundle, runtime, reuse_probes=True)  # the verifiers stage probed this very bundle
+    checks = quality_checks(bundle, runtime, reuse=True)  # the verifiers stage probed this very bundle
     route = _route(checks)
     usage = Usage(seconds=time.perf_counter() - started)
     if route is None:

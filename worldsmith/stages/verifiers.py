@@ -6,12 +6,15 @@ reference's end state with its final answer worded otherwise (agent/answer_varia
 from __future__ import annotations
 
 from worldsmith.agent.adversarial import answer_variant_failures
-from worldsmith.bundle.contract import Bundle
+from worldsmith.bundle.contract import Bundle, artifact_digest
 from worldsmith.bundle.errors import BundleError
 from worldsmith.bundle.loader import build_bundle
 from worldsmith.bundle.sqlscript import build_world
+from worldsmith.bundle.toolspec import derive_tool_schemas
 from worldsmith.llm.backend import Generator, Prompt
+from worldsmith.models.bundle import ToolSchema
 from worldsmith.models.specs import VerifierCode
+from worldsmith.quality.ahead import ChecksAhead
 from worldsmith.quality.probes import check_environment
 from worldsmith.quality.seedview import named_by_tasks, seed_view
 from worldsmith.runtime.episode import Runtime
@@ -30,12 +33,28 @@ def assemble(work: EnvWork, generator: Generator) -> Bundle:
         raise CheckFailed("bundle", str(exc)) from None
 
 
-def seed_rows(work: EnvWork) -> str:
-    """The bounded view of the seeded database the verifiers prompt shows: the rows the tasks name and
-    their neighbours, a few rows of every table, each table's next id (seedview.seed_view)."""
+def seeded_world(work: EnvWork) -> bytes:
+    """The seeded database of `work` (the database stage built it)."""
     world, faults = build_world(work.schema_sql or "", work.seed_sql or "")
     assert world is not None, f"the database stage built this seed: {faults[:1]}"
-    return seed_view(world, named_by_tasks(work.tasks) if work.tasks else [])
+    return world
+
+
+def seed_rows(work: EnvWork, world: bytes | None = None) -> str:
+    """The bounded view of the seeded database the verifiers prompt shows: the rows the tasks name and
+    their neighbours, a few rows of every table, each table's next id (seedview.seed_view)."""
+    return seed_view(world or seeded_world(work), named_by_tasks(work.tasks) if work.tasks else [])
+
+
+def bundle_before_verifiers(work: EnvWork, generator: Generator, world: bytes | None = None) -> Bundle:
+    """The world before the verifiers exist: the tools, seeded database, clock and manifest of the bundle
+    `assemble` makes once they do, no tasks (the same deep_probes.tool_behaviour_key)."""
+    assert work.tools_py is not None, "the tools stage ran"
+    files = {"tools.py": work.tools_py.encode(), "verifiers.py": b"", "world.db": world or seeded_world(work)}
+    tools, issues = derive_tool_schemas(work.tools_py)
+    assert not issues, f"the tools stage checked this code: {issues[:1]}"
+    manifest = work.manifest(generator, artifacts={name: artifact_digest(data) for name, data in files.items()})
+    return Bundle(manifest=manifest, files=files, tasks=(), tools=tuple(ToolSchema.model_validate(t) for t in tools))
 
 
 def run_verifiers_stage(
@@ -46,7 +65,11 @@ def run_verifiers_stage(
     max_attempts: int,
     feedback: str | None = None,
 ) -> EnvWork:
-    rows = seed_rows(work)
+    world = seeded_world(work)
+    rows = seed_rows(work, world)
+    # while the model answers: the seed-data expectations (validation's) and the deep probes' tool calls
+    # that need no reference solution; the checks below reuse what they computed (quality/ahead.py)
+    ahead = ChecksAhead(runtime, bundle_before_verifiers(work, generator, world))
 
     def prompt(extra: str | None) -> Prompt:
         return work.prompt(
@@ -59,9 +82,10 @@ def run_verifiers_stage(
         )
 
     def check(code: VerifierCode) -> VerifierCode:
+        ahead.stop()
         candidate = work.model_copy(update={"verifiers": code})
         bundle = assemble(candidate, generator)
-        probed = check_environment(runtime, bundle, reuse=True)
+        probed = check_environment(runtime, bundle, reuse=True)  # tool calls made ahead are reused
         failures = [  # the tool code's failures are validation's to send back to the tools stage
             r for r in probed if not r.passed and owning_step(r.probe, r.detail)[0] == Stage.VERIFIERS
         ]
@@ -85,15 +109,16 @@ def run_verifiers_stage(
             )
         return code
 
-    code = run_with_repair(
-        stage=Stage.VERIFIERS.value,
-        env_id=work.env_id,
-        generator=generator,
-        prompt=prompt,
-        spec=VerifierCode,
-        check=check,
-        log=log,
-        max_attempts=max_attempts,
-        first_feedback=feedback,
-    )
+    with ahead:
+        code = run_with_repair(
+            stage=Stage.VERIFIERS.value,
+            env_id=work.env_id,
+            generator=generator,
+            prompt=prompt,
+            spec=VerifierCode,
+            check=check,
+            log=log,
+            max_attempts=max_attempts,
+            first_feedback=feedback,
+        )
     return work.model_copy(update={"verifiers": code})

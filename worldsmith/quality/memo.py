@@ -1,0 +1,74 @@
+"""Results of deterministic checks kept by the content digest of exactly what they read, so a check
+run again on the same content (a repair round, validation after the verifiers stage, a check started
+ahead while the model answers) is not computed twice. A computation in flight is shared: a second
+caller of the same key waits for it instead of starting its own."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any, Generic, TypeVar
+
+V = TypeVar("V")
+
+
+def content_digest(*parts: Any) -> str:
+    """sha256 over `parts`: bytes as they are, anything else as sorted-key JSON (str for the rest)."""
+    digest = hashlib.sha256()
+    for part in parts:
+        data = part if isinstance(part, bytes) else json.dumps(part, sort_keys=True, default=str).encode()
+        digest.update(len(data).to_bytes(8, "big"))
+        digest.update(data)
+    return digest.hexdigest()
+
+
+class SharedMemo(Generic[V]):
+    """The latest `size` results by key, each computed once in this process (a failed computation is
+    not kept: the next caller computes it again). Callers get a deep copy: what they change is theirs."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self._entries: OrderedDict[str, Future[V]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str, compute: Callable[[], V]) -> V:
+        """The result kept under `key`, else (or once the caller computing it is done) `compute()`'s."""
+        with self._lock:
+            future = self._entries.get(key)
+            owner = future is None
+            if owner:
+                future = self._entries[key] = Future()
+                while len(self._entries) > self.size:
+                    self._entries.popitem(last=False)
+            else:
+                self._entries.move_to_end(key)
+        assert future is not None
+        if owner:
+            try:
+                future.set_result(compute())
+            except BaseException as exc:
+                with self._lock:
+                    if self._entries.get(key) is future:
+                        del self._entries[key]
+                future.set_exception(exc)
+                raise
+        return copy.deepcopy(future.result())
+
+    def put(self, key: str, value: V) -> None:
+        """Keep `value` under `key` (computed by the caller)."""
+        future: Future[V] = Future()
+        future.set_result(value)
+        with self._lock:
+            self._entries[key] = future
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+
+    def __contains__(self, key: str) -> bool:
+        with self._lock:
+            return key in self._entries
