@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -33,16 +34,64 @@ def catalog_at(home: Path) -> Catalog:
     return Catalog(f"sqlite:///{home / 'catalog.db'}")
 
 
-def test_generate_flow_publishes_environments_that_pass_env_check(prefect_api, home, monkeypatch):
-    params = GenerateParameters(count=3, seed=3, fault_rate=0.5, concurrency=2)
-    seen: list[dict] = []
-    results = run_generate(params, on_progress=seen.append)
-    assert [r["status"] for r in results] == ["good"] * 3 and len(seen) == 3
+def _content(home: Path) -> set[tuple[str, int, str]]:
+    with catalog_at(home).session() as session:
+        return {(v.env_id, v.version, v.content_key) for v in session.exec(select(EnvironmentVersion)).all()}
+
+
+#: The run of `generated`, which the killed run of `worldsmith generate` repeats.
+REFERENCE = GenerateParameters(count=2, seed=3, fault_rate=0.5, concurrency=2)
+
+
+@dataclass
+class Generated:
+    """One uninterrupted run of REFERENCE: its home, results, progress reports and catalog content."""
+
+    home: Path
+    results: list[dict]
+    seen: list[dict]
+    content: set[tuple[str, int, str]]
+
+
+@pytest.fixture(scope="module")
+def generated(prefect_api, tmp_path_factory: pytest.TempPathFactory) -> Generated:
+    """REFERENCE run once, its worlds built on a local Dask cluster of one worker process, in a home
+    of its own, for the tests that check what it made (the catalog's content as it was right after
+    the run, whatever those tests do in that home later)."""
+    home = tmp_path_factory.mktemp("generated") / "home"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("WORLDSMITH_HOME", str(home))
+        patch.setenv("WORLDSMITH_SANDBOX_WORKERS", "2")
+        patch.setenv("WORLDSMITH_TASK_RUNNER", "dask")
+        patch.setenv("WORLDSMITH_DASK_WORKERS", "1")
+        get_settings.cache_clear()
+        seen: list[dict] = []
+        results = run_generate(REFERENCE, on_progress=seen.append)
+    get_settings.cache_clear()
+    return Generated(home, results, seen, _content(home))
+
+
+@pytest.fixture()
+def generated_home(generated: Generated, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """`generated`'s home as WORLDSMITH_HOME for one test."""
+    monkeypatch.setenv("WORLDSMITH_HOME", str(generated.home))
+    monkeypatch.setenv("WORLDSMITH_SANDBOX_WORKERS", "2")
+    get_settings.cache_clear()
+    yield generated.home
+    get_settings.cache_clear()
+
+
+@pytest.mark.timeout(900)  # the first to use `generated` waits for its run: about 25 s on 2 idle cores
+def test_generate_flow_publishes_environments_that_pass_env_check(generated, generated_home, monkeypatch):
+    home, params, results, seen = generated_home, REFERENCE, generated.results, generated.seen
+    assert [r["status"] for r in results] == ["good"] * params.count and len(seen) == params.count
     catalog = catalog_at(home)
     with catalog.session() as session:
         versions = session.exec(select(EnvironmentVersion)).all()
         attempts = session.exec(select(StageAttempt)).all()
-    assert len(versions) == 3 and all(v.status == "good" and v.generator_backend == "procedural" for v in versions)
+    assert len(versions) == params.count and all(
+        v.status == "good" and v.generator_backend == "procedural" for v in versions
+    )
     assert {a.stage for a in attempts} >= {
         "scenario",
         "tasks",
@@ -86,7 +135,7 @@ def test_generate_flow_publishes_environments_that_pass_env_check(prefect_api, h
     again = run_generate(params)  # everything cached: same environments, nothing new
     assert [r["ref"] for r in again] == [r["ref"] for r in results]
     with catalog.session() as session:
-        assert len(session.exec(select(EnvironmentVersion)).all()) == 3
+        assert len(session.exec(select(EnvironmentVersion)).all()) == params.count
         assert len(session.exec(select(StageAttempt)).all()) == len(attempts)
 
     # A catalog that already holds the first world's very artifacts under another env_id: the (cached)
@@ -102,33 +151,29 @@ def test_generate_flow_publishes_environments_that_pass_env_check(prefect_api, h
     third = run_generate(params)
     outcome = {r["env_id"]: (r["status"], r["ref"]) for r in third}
     assert outcome.pop(fetched.env_id) == ("duplicate", "twin_world@1")
-    assert [status for status, _ in outcome.values()] == ["good", "good"]
+    assert [status for status, _ in outcome.values()] == ["good"] * (params.count - 1)
     with open_catalog().session() as session:
         published = sorted(v.env_id for v in session.exec(select(EnvironmentVersion)).all())
     assert published == sorted([*outcome, "twin_world"])
 
 
-def _generate_process(home: Path, count: int, extra_env: dict[str, str] | None = None) -> subprocess.Popen:
-    """`worldsmith generate` in its own session (`extra_env` added to its environment); its output
-    goes to HOME.log (see `_log`)."""
-    env = dict(os.environ, WORLDSMITH_HOME=str(home), WORLDSMITH_SANDBOX_WORKERS="1", **(extra_env or {}))
+def _generate_process(home: Path, extra_env: dict[str, str]) -> subprocess.Popen:
+    """`worldsmith generate` of REFERENCE's worlds, one at a time, in its own session against the
+    session's Prefect server (`extra_env` added to its environment); its output goes to HOME.log (see `_log`)."""
+    from prefect.settings import PREFECT_API_URL  # the session's test server (a settings context, not os.environ)
+
+    env = dict(
+        os.environ,
+        WORLDSMITH_HOME=str(home),
+        WORLDSMITH_SANDBOX_WORKERS="1",
+        PREFECT_API_URL=PREFECT_API_URL.value(),
+        **extra_env,
+    )
     home.parent.mkdir(parents=True, exist_ok=True)
+    args = ["--count", str(REFERENCE.count), "--seed", str(REFERENCE.seed), "--fault-rate", str(REFERENCE.fault_rate)]
     with open(f"{home}.log", "ab") as log:
         return subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "worldsmith.cli",
-                "generate",
-                "--count",
-                str(count),
-                "--seed",
-                "8",
-                "--fault-rate",
-                "0.5",
-                "--concurrency",
-                "1",
-            ],
+            [sys.executable, "-m", "worldsmith.cli", "generate", *args, "--concurrency", "1"],
             cwd=REPO,
             env=env,
             stdout=log,
@@ -142,25 +187,21 @@ def _log(home: Path) -> str:
     return "\n".join(Path(f"{home}.log").read_text(errors="replace").splitlines()[-40:])
 
 
-def _content(home: Path) -> set[tuple[str, int, str]]:
-    with catalog_at(home).session() as session:
-        return {(v.env_id, v.version, v.content_key) for v in session.exec(select(EnvironmentVersion)).all()}
-
-
 @pytest.mark.slow
-@pytest.mark.timeout(900)  # three runs of `worldsmith generate`: about 50 s on 2 idle cores
-def test_killed_run_resumes_to_the_same_catalog(prefect_api, tmp_path):
-    interrupted, clean = tmp_path / "interrupted", tmp_path / "clean"
-    killed = _generate_process(interrupted, 6, killed_after("worldsmith.storage.publish:publish")).wait(timeout=300)
+@pytest.mark.timeout(900)  # two runs of `worldsmith generate`: about 25 s on 2 idle cores
+def test_killed_run_resumes_to_the_same_catalog(generated, tmp_path):
+    """SIGKILLed once its first world is published, then run again: the catalog an uninterrupted run
+    of the same parameters made (`generated`), each world once."""
+    interrupted = tmp_path / "interrupted"
+    killed = _generate_process(interrupted, killed_after("worldsmith.storage.publish:publish")).wait(timeout=300)
     assert killed == -signal.SIGKILL, _log(interrupted)  # SIGKILLed as soon as its first environment was published
     partial = _content(interrupted)
     assert len(partial) == 1, partial
 
-    assert _generate_process(interrupted, 6).wait(timeout=300) == 0, _log(interrupted)
-    assert _generate_process(clean, 6).wait(timeout=300) == 0, _log(clean)
+    assert _generate_process(interrupted, {}).wait(timeout=300) == 0, _log(interrupted)
     resumed = _content(interrupted)
-    assert resumed == _content(clean) and len(resumed) == 6, (
-        resumed ^ _content(clean),
+    assert resumed == generated.content and len(resumed) == REFERENCE.count, (
+        resumed ^ generated.content,
         _log(interrupted),
     )  # same environments, none twice
     assert partial <= resumed
@@ -209,10 +250,10 @@ def test_failed_worlds_are_published_as_failed_and_the_run_below_its_good_share_
     monkeypatch.setattr(generation, "run_database_stage", exhausting)
     monkeypatch.setattr(generation, "run_tools_stage", crashing)
     runner = CliRunner()
-    args = ["--count", "4", "--seed", "4", "--concurrency", "2", "--max-attempts", "2", "--backend", "procedural"]
+    args = ["--count", "3", "--seed", "4", "--concurrency", "2", "--max-attempts", "2", "--backend", "procedural"]
     result = runner.invoke(app, ["generate", *args, "--min-good-share", "0.75"])
     assert result.exit_code == 1, result.output
-    assert result.output.strip().splitlines()[-1] == "2 of 4 worlds good (50%), below min_good_share 75%"
+    assert result.output.strip().splitlines()[-1] == "1 of 3 worlds good (33%), below min_good_share 75%"
     assert "Traceback" not in result.output
     exhausted, crashed = exhausting.chosen[0], crashing.chosen[0]
     for env, stage in ((exhausted, "database"), (crashed, "tools")):  # the run's table: each failed world, its stage
@@ -226,7 +267,7 @@ def test_failed_worlds_are_published_as_failed_and_the_run_below_its_good_share_
     assert failed[crashed]["failed_stage"] == "tools"
     assert "IndexError: list index out of range" in failed[crashed]["failure_reason"]
     good = json.loads(runner.invoke(app, ["catalog", "ls", "--status", "good", "--json"]).output)
-    assert len(good) == 2 and not {row["ref"].split("@")[0] for row in good} & {exhausted, crashed}
+    assert len(good) == 1 and not {row["ref"].split("@")[0] for row in good} & {exhausted, crashed}
 
     with catalog_at(home).session() as session:
         versions = {v.env_id: v for v in session.exec(select(EnvironmentVersion)).all()}
@@ -235,7 +276,7 @@ def test_failed_worlds_are_published_as_failed_and_the_run_below_its_good_share_
         by_status = quality(session)["versions"]
     assert artifacts[crashed] >= {"schema.sql", "seed.sql", "work.json", "manifest.json"}  # what it got to
     assert "tools.py" not in artifacts[crashed] and artifacts[exhausted] == {"work.json", "manifest.json"}
-    assert by_status == {"failed": 2, "good": 2}  # what the dashboard counts
+    assert by_status == {"failed": 2, "good": 1}  # what the dashboard counts
     crash_rows = [a for a in attempts if a.error_class == "IndexError"]
     assert [(a.env_id, a.stage, a.outcome) for a in crash_rows] == [(crashed, "tools", "failure")]
     assert "list index out of range" in crash_rows[0].error_text
@@ -257,17 +298,11 @@ def test_failed_worlds_are_published_as_failed_and_the_run_below_its_good_share_
     assert run.state.type.value == "FAILED" and run.state.message == result.output.strip().splitlines()[-1]
 
 
-@pytest.mark.slow
-def test_generate_fans_out_on_a_dask_cluster(prefect_api, home, monkeypatch):
-    monkeypatch.setenv("WORLDSMITH_TASK_RUNNER", "dask")
-    monkeypatch.setenv("WORLDSMITH_DASK_WORKERS", "1")
-    monkeypatch.setenv("WORLDSMITH_SANDBOX_WORKERS", "1")
-    get_settings.cache_clear()
-    results = run_generate(GenerateParameters(count=2, seed=6, concurrency=2))
-    assert [r["status"] for r in results] == ["good", "good"]
-    assert all(not r["built_by"].endswith(f":{os.getpid()}") for r in results)  # built in a Dask worker process
-    with catalog_at(home).session() as session:
-        assert len(session.exec(select(EnvironmentVersion)).all()) == 2
+@pytest.mark.timeout(900)  # as the first test
+def test_generate_fans_out_on_a_dask_cluster(generated):
+    assert [r["status"] for r in generated.results] == ["good"] * REFERENCE.count
+    assert all(not r["built_by"].endswith(f":{os.getpid()}") for r in generated.results)  # built in a Dask worker
+    assert len(generated.content) == REFERENCE.count
 
 
 class RunWide(Exception):

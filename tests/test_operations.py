@@ -324,7 +324,11 @@ def test_generation_deployment_runs_through_a_worker(stack):
     assert stages == sorted(stages, key=pipeline_position) and stages[0] == "scenario"
 
 
-def test_curation_and_training_deployments_run_through_workers(stack):
+def test_curation_and_training_deployments_run_through_workers_and_a_killed_run_resumes(stack):
+    """The `curate` deployment makes set `ops` of the worlds generated above; a `train` flow run of it
+    through a gpu worker, whose process is SIGKILLed once it has written step 2's metrics row (after
+    its step-1 checkpoint), is marked crashed by the worker and its hook fails the catalog row; the
+    `resume-training` deployment then finishes the run from that checkpoint."""
     curated = _run_through_worker(
         stack, "curate/curate", "local", {"params": {"name": "ops", "query": {"validation_fraction": 0.5}}}
     )
@@ -332,38 +336,10 @@ def test_curation_and_training_deployments_run_through_workers(stack):
     config = {
         "model": "tiny",
         "set_name": "ops",
-        "steps": 1,
-        "group_size": 2,
-        "warmup_steps": 4,
-        "max_turns": 2,
-        "max_completion_length": 16,
-        "learning_rate": 1e-4,
-    }
-    flow_run = _run_through_worker(stack, "train/train", "gpu", {"config": config})
-    with _catalog(stack).session() as session:
-        (run,) = session.exec(select(TrainingRun)).all()
-        steps = session.exec(select(TrainingStep).where(TrainingStep.training_run_id == run.id)).all()
-        checkpoints = session.exec(select(Checkpoint).where(Checkpoint.training_run_id == run.id)).all()
-    assert run.status == "completed" and run.flow_run_id == flow_run["id"] and run.config["set_name"] == "ops"
-    assert (
-        flow_run["name"] == "train-ops" and run.config["profile"] == "cpu-test"
-    )  # the run's config replaces the form's
-    assert [s.step for s in steps] == [1] and len(checkpoints) == 1
-    artifacts = _api(stack, "POST", "/artifacts/filter", artifacts={"flow_run_id": {"any_": [flow_run["id"]]}})
-    assert {"training-summary", "training-steps"} <= {a["key"] for a in artifacts}
-
-
-def test_a_killed_training_flow_run_is_failed_by_its_worker_and_resumes_through_a_deployment(stack):
-    """SIGKILL the process of a `train` flow run (set `ops` from the test above) once it has written
-    step 2's metrics row, after its step-1 checkpoint: the worker marks the flow run crashed and its
-    hook fails the catalog row, then the `resume-training` deployment finishes the run from that checkpoint."""
-    config = {
-        "model": "tiny",
-        "set_name": "ops",
         "steps": 3,
         "save_every": 1,
         "group_size": 2,
-        "warmup_steps": 4,
+        "warmup_steps": 1,
         "max_turns": 2,
         "max_completion_length": 16,
         "learning_rate": 1e-4,
@@ -394,12 +370,18 @@ def test_a_killed_training_flow_run_is_failed_by_its_worker_and_resumes_through_
         timeout=600,
     )
     output = worked.stdout.decode(errors="replace")
-    assert _api(stack, "GET", f"/flow_runs/{flow_run_id}")["state"]["type"] == "CRASHED", output[-3000:]
+    killed_run = _api(stack, "GET", f"/flow_runs/{flow_run_id}")
+    assert killed_run["state"]["type"] == "CRASHED", output[-3000:]
     with _catalog(stack).session() as session:
-        run = session.exec(select(TrainingRun).where(TrainingRun.flow_run_id == flow_run_id)).one()
+        (run,) = session.exec(select(TrainingRun)).all()
+        steps = session.exec(select(TrainingStep).where(TrainingStep.training_run_id == run.id)).all()
         checkpoints = session.exec(select(Checkpoint).where(Checkpoint.training_run_id == run.id)).all()
     killed = run.id
-    assert [c.step for c in checkpoints] == [1], output[-3000:]
+    assert run.flow_run_id == flow_run_id and run.config["set_name"] == "ops"
+    assert (
+        killed_run["name"] == "train-ops" and run.config["profile"] == "cpu-test"
+    )  # the run's config replaces the form's
+    assert sorted(s.step for s in steps) == [1, 2] and [c.step for c in checkpoints] == [1], output[-3000:]
     assert run.status == "failed" and run.metrics["error"].startswith("crashed:"), (
         run.status,
         run.metrics,
@@ -412,10 +394,16 @@ def test_a_killed_training_flow_run_is_failed_by_its_worker_and_resumes_through_
         steps = session.exec(
             select(TrainingStep).where(TrainingStep.training_run_id == killed).order_by(TrainingStep.step)
         ).all()
+        checkpoints = session.exec(
+            select(Checkpoint).where(Checkpoint.training_run_id == killed).order_by(Checkpoint.id)
+        ).all()
     assert (
         run.status == "completed" and [s.step for s in steps] == [1, 2, 3] and run.metrics["resumed_from_steps"] == [1]
     )
     assert run.flow_run_id != flow_run_id and resumed["state"]["type"] == "COMPLETED"
+    assert [c.step for c in checkpoints] == [1, 2, 3, 3]  # the trainer's, then the final model
+    artifacts = _api(stack, "POST", "/artifacts/filter", artifacts={"flow_run_id": {"any_": [run.flow_run_id]}})
+    assert {"training-summary", "training-steps"} <= {a["key"] for a in artifacts}
 
 
 def test_prefect_ui_lists_the_deployments_and_renders_the_training_form(stack, browser):

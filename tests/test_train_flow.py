@@ -17,7 +17,6 @@ from typer.testing import CliRunner
 
 from worldsmith.bundle.loader import write_bundle
 from worldsmith.cli import app
-from worldsmith.flows.train import train
 from worldsmith.llm.procedural.backend import procedural_bundle
 from worldsmith.models.catalog import Checkpoint, EvaluationRun, TrainingRun, TrainingStep
 from worldsmith.settings import get_settings
@@ -28,16 +27,6 @@ from worldsmith.training.config import TrainingConfig
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-QUICK = {
-    "model": "tiny",
-    "group_size": 2,
-    "steps": 2,
-    "max_turns": 1,
-    "max_completion_length": 16,
-    "warmup_steps": 2,
-    "learning_rate": 1e-4,
-}
-
 
 @pytest.fixture()
 def train_set(home):
@@ -45,9 +34,41 @@ def train_set(home):
     return published_set("trainset", [procedural_bundle("retail", 3), procedural_bundle("clinic", 3)], 0.5)
 
 
-def test_train_flow_records_steps_checkpoint_and_evaluations(prefect_api, train_set):
-    result = train(TrainingConfig(set_name=train_set, **QUICK))
+def test_train_records_steps_checkpoint_and_evaluations_and_the_cli_answers_in_json(prefect_api, train_set, tmp_path):
+    """`worldsmith train --json` (full history, TensorBoard, an output directory): the run, its steps,
+    the final model in the object store and the validation evaluated before and after, in the catalog;
+    then the CLI's refusals of what cannot run."""
+    runner = CliRunner()
+    out = tmp_path / "run"
+    args = [
+        "train",
+        "--set",
+        train_set,
+        "--steps",
+        "2",
+        "--group-size",
+        "2",
+        "--max-turns",
+        "1",
+        "--max-completion-length",
+        "16",
+        "--learning-rate",
+        "1e-4",
+        "--history",
+        "full",
+        "--warmup-steps",
+        "1",
+        "--tensorboard",
+        "--output",
+        str(out),
+        "--json",
+    ]
+    done = runner.invoke(app, args)
+    assert done.exit_code == 0, done.output
+    result = json.loads(done.output[done.output.index("{") :])
     assert result["steps"] == 2 and len(result["log"]) == 2
+    assert result["final"] == str(out / "final") and (out / "final" / "config.json").is_file()
+    assert list(out.rglob("events.out.tfevents.*"))  # TensorBoard event files under the run's output
     with open_catalog().session() as session:
         run = session.get(TrainingRun, result["run_id"])
         steps = session.exec(
@@ -55,7 +76,8 @@ def test_train_flow_records_steps_checkpoint_and_evaluations(prefect_api, train_
         ).all()
         checkpoints = session.exec(select(Checkpoint).where(Checkpoint.training_run_id == run.id)).all()
         evaluations = session.exec(select(EvaluationRun).order_by(EvaluationRun.id)).all()
-    assert run.status == "completed" and run.finished_at is not None and run.config["model"] == "tiny"
+    assert run.status == "completed" and run.finished_at is not None
+    assert run.config["model"] == "tiny" and run.config["history"] == "full"
     assert [s.step for s in steps] == [1, 2]
     for step in steps:
         assert {"loss", "reward", "reward_std", "success_rate", "env_error_rate", "turns", "tokens"} <= set(
@@ -77,40 +99,6 @@ def test_train_flow_records_steps_checkpoint_and_evaluations(prefect_api, train_
     assert result["before"]["run_id"] == evaluations[0].id and result["after"]["run_id"] == evaluations[1].id
     assert result["before"]["episodes"] == result["after"]["episodes"] == 10
 
-
-def test_cli_train_json_and_refusals(prefect_api, train_set, tmp_path):
-    runner = CliRunner()
-    out = tmp_path / "run"
-    args = [
-        "train",
-        "--set",
-        train_set,
-        "--steps",
-        "1",
-        "--group-size",
-        "2",
-        "--max-turns",
-        "1",
-        "--max-completion-length",
-        "8",
-        "--learning-rate",
-        "1e-4",
-        "--history",
-        "full",
-        "--warmup-steps",
-        "1",
-        "--tensorboard",
-        "--output",
-        str(out),
-        "--json",
-    ]
-    result = runner.invoke(app, args)
-    assert result.exit_code == 0, result.output
-    record = json.loads(result.output[result.output.index("{") :])
-    assert record["steps"] == 1 and record["final"] == str(out / "final") and (out / "final" / "config.json").is_file()
-    assert list(out.rglob("events.out.tfevents.*"))  # TensorBoard event files under the run's output
-    with open_catalog().session() as session:
-        assert session.get(TrainingRun, record["run_id"]).config["history"] == "full"
     refused = runner.invoke(app, ["train", "--set", train_set, "--history", "full", "--window", "2"])
     assert refused.exit_code == 2 and "window applies to history='windowed' only" in refused.output
     no_model = runner.invoke(app, ["train", "--set", train_set, "--model", str(tmp_path / "nowhere"), "--steps", "1"])

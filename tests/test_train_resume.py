@@ -32,18 +32,18 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 ARGS = {
     "model": "tiny",
     "group_size": 2,
-    "steps": 4,
+    "steps": 3,
     "save_every": 1,
     "max_turns": 2,
     "max_completion_length": 16,
-    "warmup_steps": 2,
+    "warmup_steps": 1,
     "learning_rate": 1e-4,
 }
 CLI_ARGS = [
     "--group-size",
     "2",
     "--steps",
-    "4",
+    "3",
     "--save-every",
     "1",
     "--max-turns",
@@ -51,16 +51,31 @@ CLI_ARGS = [
     "--max-completion-length",
     "16",
     "--warmup-steps",
-    "2",
+    "1",
     "--learning-rate",
     "1e-4",
 ]
 COMPARED = ("loss", "reward", "success_rate", "tokens", "grad_norm")
 
 
-@pytest.fixture()
-def resume_set(home):
-    return published_set("resumeset", [procedural_bundle("retail", 4), procedural_bundle("clinic", 4)], 0.5)
+@pytest.fixture(scope="module")
+def resume_set(prefect_api, tmp_path_factory: pytest.TempPathFactory):
+    """A home of this module's own (WORLDSMITH_HOME while its tests run) holding set `resumeset`."""
+    from worldsmith.settings import get_settings
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("WORLDSMITH_HOME", str(tmp_path_factory.mktemp("resume") / "home"))
+        patch.setenv("WORLDSMITH_SANDBOX_WORKERS", "2")
+        get_settings.cache_clear()
+        yield published_set("resumeset", [procedural_bundle("retail", 4), procedural_bundle("clinic", 4)], 0.5)
+    get_settings.cache_clear()
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(resume_set) -> dict:
+    """The record of a run of ARGS never interrupted, without validation (the steps are what the
+    others compare with); it also builds the tiny model the others reuse."""
+    return train(TrainingConfig(set_name=resume_set, **ARGS), with_validation=False)
 
 
 def rows_of(run_id: int) -> tuple[TrainingRun, list[TrainingStep], list[Checkpoint]]:
@@ -100,18 +115,19 @@ def start_and_kill_after_step_2(set_name: str, api_url: str) -> int:
             process.wait()
     assert process.returncode == -signal.SIGKILL, f"exit {process.returncode}: {stderr.decode()[-2000:]}"
     with open_catalog().session() as session:
-        return session.exec(select(TrainingRun).where(TrainingRun.status == "running")).one().id
+        newest = session.exec(select(TrainingRun).order_by(TrainingRun.id.desc())).first()
+    assert newest.status == "running", (newest.id, newest.status)
+    return newest.id
 
 
 @pytest.mark.timeout(900)  # three training runs: about 45 s on 2 idle cores
 def test_a_killed_run_resumes_from_its_stored_checkpoint_and_matches_an_uninterrupted_run(
-    prefect_api, resume_set, tmp_path
+    resume_set, uninterrupted, tmp_path
 ):
     from prefect.settings import PREFECT_API_URL
 
-    whole = train(TrainingConfig(set_name=resume_set, **ARGS))  # also builds the tiny model the killed run reuses
-    _, whole_steps, whole_checkpoints = rows_of(whole["run_id"])
-    assert [c.step for c in whole_checkpoints] == [1, 2, 3, 4, 4] and whole_checkpoints[-1].metrics["final"] is True
+    _, whole_steps, whole_checkpoints = rows_of(uninterrupted["run_id"])
+    assert [c.step for c in whole_checkpoints] == [1, 2, 3, 3] and whole_checkpoints[-1].metrics["final"] is True
     trainer_state = fetch_checkpoint(whole_checkpoints[1].digest, tmp_path / "step-2")  # everything a resume needs
     assert {"optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json", "model.safetensors"} <= {
         p.name for p in trainer_state.iterdir()
@@ -136,16 +152,12 @@ def test_a_killed_run_resumes_from_its_stored_checkpoint_and_matches_an_uninterr
     result = CliRunner().invoke(app, ["resume", str(run_id), "--json"])
     assert result.exit_code == 0, result.output
     record = json.loads(result.stdout[result.stdout.index("{") :])
-    assert record["run_id"] == run_id and record["resumed_from"] == resumable and record["steps"] == 4
+    assert record["run_id"] == run_id and record["resumed_from"] == resumable and record["steps"] == 3
     run, steps, checkpoints = rows_of(run_id)
     assert run.status == "completed" and run.metrics["resumed_from_steps"] == [resumable]
-    assert [s.step for s in steps] == [
-        1,
-        2,
-        3,
-        4,
-    ]  # each step once: the stopped attempt's rows after the checkpoint were replaced
-    assert [c.step for c in checkpoints] == [*range(1, 5), 4] and checkpoints[-1].digest == record["checkpoint"]
+    # each step once: the stopped attempt's rows after the checkpoint were replaced
+    assert [s.step for s in steps] == [1, 2, 3]
+    assert [c.step for c in checkpoints] == [1, 2, 3, 3] and checkpoints[-1].digest == record["checkpoint"]
     # the same steps as the run that was never interrupted: optimizer, scheduler, data order and sampling all continued
     for resumed, reference in zip(steps, whole_steps, strict=True):
         for key in COMPARED:
@@ -175,11 +187,9 @@ def stopped_run(config: dict) -> int:
     return run_id
 
 
-def test_resume_refusals_name_the_problem(prefect_api, resume_set):
+def test_resume_refusals_name_the_problem(resume_set, uninterrupted):
     runner = CliRunner()
-    finished = train(
-        TrainingConfig(set_name=resume_set, **{**ARGS, "steps": 1, "save_every": 0}), with_validation=False
-    )
+    finished = uninterrupted
     config = TrainingConfig(set_name=resume_set, **ARGS).model_dump()
     alive = add_run(TrainingRun(config=config))  # its process, this one, still runs
     gone = stopped_run(config)
