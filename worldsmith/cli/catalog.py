@@ -55,20 +55,32 @@ def catalog_publish(
     raise typer.Exit(0 if version.status == "good" else 1)
 
 
+#: Rows `catalog ls` prints as a table unless `--limit` says otherwise (a fleet's catalog holds thousands).
+LS_TABLE_ROWS = 100
+
+
 @app.command("ls")
 def catalog_ls(
     status: Annotated[VersionStatus | None, typer.Option(help="List only the versions of this status.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    limit: Annotated[
+        int | None,
+        typer.Option(min=0, help=f"Rows to list (default: {LS_TABLE_ROWS} as a table, every one with --json; 0: all)."),
+    ] = None,
+    offset: Annotated[int, typer.Option(min=0, help="Skip this many rows first (the next page).")] = 0,
 ) -> None:
-    """List every environment version (or those of one status), failed ones with the stage and reason."""
+    """List the environment versions (or those of one status), failed ones with the stage and reason; a table
+    shows one page (`--limit`, `--offset`) and says how to get the next."""
     from worldsmith.storage.catalog import open_catalog
-    from worldsmith.storage.versions import all_versions
+    from worldsmith.storage.versions import count_versions, listed_versions
 
+    rows_wanted = (None if as_json else LS_TABLE_ROWS) if limit is None else (limit or None)
     with open_catalog().session() as session:
-        versions = [v for v in all_versions(session) if status is None or v.status == status]
+        versions = listed_versions(session, status, rows_wanted, offset)
+        total = count_versions(session, status) if rows_wanted is not None or offset else len(versions)
     rows = [
         {
-            "ref": v.ref,
+            "ref": f"{v.env_id}@{v.version}",
             "status": v.status,
             "failed_stage": v.failed_stage,
             "failure_reason": v.failure_reason,
@@ -83,7 +95,8 @@ def catalog_ls(
     if as_json:
         print(json.dumps(rows, indent=2))
         return
-    table = Table(title=f"{len(rows)} environment versions" + (f" ({status})" if status else ""))
+    shown = f", {offset + 1}-{offset + len(rows)} shown" if len(rows) < total else ""
+    table = Table(title=f"{total} environment versions" + (f" ({status})" if status else "") + shown)
     for column in ("ref", "status", "tables", "tools", "tasks", "checks", "created", "reason"):
         table.add_column(column)
     for r in rows:
@@ -100,6 +113,8 @@ def catalog_ls(
             reason[:120],
         )
     console.print(table)
+    if offset + len(rows) < total:
+        say(f"{total - offset - len(rows)} more: --offset {offset + len(rows)} (or --limit 0 for every row)")
 
 
 @app.command("show")

@@ -32,7 +32,7 @@ def sets_create(
 ) -> None:
     """Create an environment set from a query over the catalog."""
     from worldsmith.storage.catalog import open_catalog
-    from worldsmith.storage.sets import SetQuery, create_set, get_set, members_of
+    from worldsmith.storage.sets import SetQuery, create_set, split_counts
 
     catalog = open_catalog()
     query = SetQuery(
@@ -47,13 +47,12 @@ def sets_create(
         status=status,
     )
     with refusals():
-        create_set(catalog, name, query)
+        made = create_set(catalog, name, query)
     with catalog.session() as session:
-        members = members_of(session, get_set(session, name))
-    splits = {s: sum(1 for _, x in members if x == s) for s in ("train", "validation")}
+        splits = split_counts(session, made.id)
     say(
-        f"created set {name}: {len(members)} environment versions "
-        f"({splits['train']} train, {splits['validation']} validation)"
+        f"created set {name}: {sum(splits.values())} environment versions "
+        f"({splits.get('train', 0)} train, {splits.get('validation', 0)} validation)"
     )
 
 

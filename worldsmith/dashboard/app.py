@@ -7,6 +7,9 @@ Routes: `/` the front page, `/nights/{night}`, `/nights/{night}/stages/{stage}`,
 The front page also names the deployments whose runs would not start (no live worker on their pool).
 `/api/summary` the front page's numbers as JSON, `/healthz`, and `/static/plotly.min.js` (served from the
 installed plotly package, so the pages need no network). Every page is read from the catalog per request.
+
+The handlers that read the catalog are plain functions: Starlette runs them in its thread pool, so a slow
+page never holds the event loop (`/healthz` answers while one renders); the async ones do no blocking work.
 """
 
 from __future__ import annotations
@@ -123,7 +126,7 @@ def dashboard_app(
         )
         return HTMLResponse(html)
 
-    async def page(request: Request) -> HTMLResponse:
+    def page(request: Request) -> HTMLResponse:
         filters = _filters(request)
         with session() as db:
             data = summary(db, filters)
@@ -137,7 +140,7 @@ def dashboard_app(
                 stalled=stalled(prefect_api_url),
             )
 
-    async def night_page(request: Request) -> HTMLResponse:
+    def night_page(request: Request) -> HTMLResponse:
         filters, night = _filters(request), _night(request.path_params["night"])
         with session() as db:
             return render(
@@ -150,7 +153,7 @@ def dashboard_app(
                 stages=drilldown.night_stages(db, night, filters),
             )
 
-    async def stage_page(request: Request) -> HTMLResponse:
+    def stage_page(request: Request) -> HTMLResponse:
         filters, night = _filters(request), _night(request.path_params["night"])
         stage, error_class = request.path_params["stage"], request.query_params.get("error_class") or None
         with session() as db:
@@ -166,7 +169,7 @@ def dashboard_app(
                 worlds=worlds,
             )
 
-    async def worlds_page(request: Request) -> HTMLResponse:
+    def worlds_page(request: Request) -> HTMLResponse:
         filters, status = _filters(request), request.query_params.get("status") or None
         if status is not None and status not in drilldown.WORLD_STATUSES:
             raise HTTPException(400, f"status is one of: {', '.join(drilldown.WORLD_STATUSES)}")
@@ -174,13 +177,13 @@ def dashboard_app(
             worlds = drilldown.worlds_page(db, filters, _page_request(request), status)
             return render("worlds.html.j2", request, filters, db, worlds=worlds, status=status)
 
-    async def failed_worlds_page(request: Request) -> HTMLResponse:
+    def failed_worlds_page(request: Request) -> HTMLResponse:
         filters = _filters(request)
         with session() as db:
             failed = drilldown.failed_worlds(db, filters, _page_request(request))
             return render("failed_worlds.html.j2", request, filters, db, failed=failed)
 
-    async def world_page(request: Request) -> HTMLResponse:
+    def world_page(request: Request) -> HTMLResponse:
         filters, env_id = _filters(request), request.path_params["env_id"]
         stage = request.query_params.get("stage") or None
         with session() as db:
@@ -192,7 +195,7 @@ def dashboard_app(
                 "world.html.j2", request, filters, db, env_id=env_id, stage=stage, versions=versions, attempts=attempts
             )
 
-    async def attempt_page(request: Request) -> HTMLResponse:
+    def attempt_page(request: Request) -> HTMLResponse:
         filters = _filters(request)
         with session() as db:
             attempt = drilldown.attempt(db, request.path_params["attempt_id"])
@@ -200,7 +203,7 @@ def dashboard_app(
                 raise HTTPException(404, "no such stage attempt")
             return render("attempt.html.j2", request, filters, db, attempt=attempt)
 
-    async def api_summary(request: Request) -> JSONResponse:
+    def api_summary(request: Request) -> JSONResponse:
         filters = _filters(request)
         with session() as db:
             return JSONResponse(summary(db, filters))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from sqlalchemy import case, func
+from sqlalchemy import func
 from sqlmodel import Session, select
 
 from worldsmith.dashboard.drilldown import (
@@ -18,59 +18,61 @@ from worldsmith.dashboard.drilldown import (
     failure_classes_by_night,
     pipeline_order,
     real_stages,
+    sums_by_night,
     usage_columns,
+    worlds_in,
     worlds_page,
 )
 from worldsmith.dashboard.filters import Filters, backend_choices, night_of
 from worldsmith.dashboard.paging import TOP_N, PageRequest
 from worldsmith.models.catalog import (
+    AttemptSums,
     EnvironmentSet,
-    EnvironmentSetMember,
     EnvironmentVersion,
     EvaluationRun,
     QualityReport,
-    StageAttempt,
+    StageRollup,
     TrainingRun,
     TrainingStep,
 )
 from worldsmith.storage.run_listing import run_status
+from worldsmith.storage.sets import split_counts
 
 RATES = ("first_attempt_success", "repair_rate", "failure_rate")
 USAGE = ("tokens_in", "tokens_out", "cost_usd")
 NO_FILTERS = Filters()
 
 
-def _usage_columns() -> tuple[Any, ...]:
-    """SQL: attempts, tokens in, tokens out and cost of the grouped attempts."""
-    return usage_columns()[:4]
+def _usage_columns(table: type[AttemptSums]) -> tuple[Any, ...]:
+    """SQL: attempts, tokens in, tokens out and cost of the grouped rows of a sums rollup."""
+    return usage_columns(table)[:4]
 
 
 def generation_by_night(session: Session, filters: Filters = NO_FILTERS) -> dict[str, Any]:
     """Per night (UTC date of the attempts) and stage: first-attempt success, repair and failure rates,
     invocations (runs of the stage's repair loop: its attempts 1), attempts, tokens in and out and cost,
-    as series aligned with `nights` (None where a stage did not run that night). Aggregated in SQL."""
-    first = StageAttempt.attempt == 1
-    success = StageAttempt.outcome == "success"
-    night = night_of(session, StageAttempt.created_at)
+    as series aligned with `nights` (None where a stage did not run that night). Aggregated in SQL over the
+    stage rollups."""
+    sums = sums_by_night(filters)
     rows = session.exec(
         select(
-            night,
-            StageAttempt.stage,
-            func.sum(case((first, 1), else_=0)),
-            func.sum(case((first & success, 1), else_=0)),
-            func.sum(case(((StageAttempt.attempt > 1) & success, 1), else_=0)),
-            *_usage_columns(),
+            sums.night,
+            sums.stage,
+            func.sum(sums.invocations),
+            func.sum(sums.first_ok),
+            func.sum(sums.repaired),
+            *_usage_columns(sums),
         )
-        .where(real_stages(), *filters.attempts(session))
-        .group_by(night, StageAttempt.stage)
+        .where(real_stages(sums), *filters.rollups(sums))
+        .group_by(sums.night, sums.stage)
     ).all()
     cells: dict[tuple[str, str], dict[str, Any]] = {}
     for day, stage, n, first_ok, repaired, attempts, tokens_in, tokens_out, cost in rows:
         rates = (first_ok / n, repaired / n, (n - first_ok - repaired) / n) if n else (None, None, None)
         cells[(str(day), stage)] = {
             **{key: None if r is None else round(r, 3) for key, r in zip(RATES, rates, strict=True)},
-            "invocations": n,
-            "attempts": attempts,
+            "invocations": int(n),
+            "attempts": int(attempts),
             "tokens_in": int(tokens_in),
             "tokens_out": int(tokens_out),
             "cost_usd": round(float(cost), 6),
@@ -107,17 +109,19 @@ def generation_nights(session: Session, filters: Filters = NO_FILTERS) -> list[d
     """Per night (oldest first): its backend(s), generation runs, worlds attempted, worlds published good
     and failed (failed versions, plus worlds an older catalog recorded as failing the pseudo-stage
     `environment`), stage attempts, tokens in and out and cost. Aggregated in SQL."""
-    night = night_of(session, StageAttempt.created_at)
+    sums = sums_by_night(filters)
     usage = session.exec(
-        select(
-            night,
-            func.count(func.distinct(StageAttempt.run_id)),
-            func.count(func.distinct(StageAttempt.env_id)),
-            *_usage_columns(),
-        )
-        .where(real_stages(), *filters.attempts(session))
-        .group_by(night)
+        select(sums.night, func.count(func.distinct(sums.run_id)), *_usage_columns(sums))
+        .where(real_stages(sums), *filters.rollups(sums))
+        .group_by(sums.night)
     ).all()
+    attempted = dict(
+        session.exec(
+            select(StageRollup.night, worlds_in())
+            .where(real_stages(), *filters.rollups(StageRollup))
+            .group_by(StageRollup.night)
+        ).all()
+    )
     worlds: dict[str, dict[str, int]] = defaultdict(lambda: {"good": 0, "failed": 0})
     published = night_of(session, EnvironmentVersion.created_at)
     for day, status, count in session.exec(
@@ -127,9 +131,9 @@ def generation_nights(session: Session, filters: Filters = NO_FILTERS) -> list[d
     ).all():
         worlds[str(day)]["good" if status == "good" else "failed"] += count
     legacy = session.exec(
-        select(night, func.count(func.distinct(StageAttempt.env_id)))
-        .where(StageAttempt.stage.in_(PSEUDO_STAGES), StageAttempt.outcome == "failure", *filters.attempts(session))
-        .group_by(night)
+        select(StageRollup.night, worlds_in())
+        .where(StageRollup.stage.in_(PSEUDO_STAGES), StageRollup.failures > 0, *filters.rollups(StageRollup))
+        .group_by(StageRollup.night)
     ).all()
     for day, count in legacy:
         worlds[str(day)]["failed"] += count
@@ -137,13 +141,13 @@ def generation_nights(session: Session, filters: Filters = NO_FILTERS) -> list[d
     rows = {
         str(day): {
             "runs": runs,
-            "worlds": envs,
-            "attempts": attempts,
+            "worlds": attempted.get(day, 0),
+            "attempts": int(attempts),
             "tokens_in": int(tokens_in),
             "tokens_out": int(tokens_out),
             "cost_usd": round(float(cost), 6),
         }
-        for day, runs, envs, attempts, tokens_in, tokens_out, cost in usage
+        for day, runs, attempts, tokens_in, tokens_out, cost in usage
     }
     empty = {"runs": 0, "worlds": 0, "attempts": 0, "tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0}
     return [
@@ -192,15 +196,14 @@ def quality(session: Session, filters: Filters = NO_FILTERS) -> dict[str, Any]:
 
 
 def sets(session: Session) -> list[dict[str, Any]]:
-    """Each environment set (newest first) with its member counts per split."""
-    counts: dict[int, dict[str, int]] = defaultdict(lambda: {"train": 0, "validation": 0})
-    for member in session.exec(select(EnvironmentSetMember)).all():
-        counts[member.set_id][member.split] += 1
+    """Each environment set (newest first) with its member counts per split (counted in SQL)."""
+    counts = split_counts(session)
     return [
         {
             "name": s.name,
-            "members": sum(counts[s.id].values()),
-            **counts[s.id],
+            "members": sum(counts.get(s.id, {}).values()),
+            "train": counts.get(s.id, {}).get("train", 0),
+            "validation": counts.get(s.id, {}).get("validation", 0),
             "created_at": s.created_at.isoformat(timespec="seconds"),
         }
         for s in session.exec(select(EnvironmentSet).order_by(EnvironmentSet.id.desc())).all()
@@ -239,6 +242,15 @@ def evaluations(session: Session) -> list[dict[str, Any]]:
     return rows
 
 
+TRAINING_SERIES = (
+    "reward",
+    "success_rate",
+    "loss",
+    "reward_real",
+    "reward_imagined",
+    "judge_cost_usd",
+    "judge_latency_s",
+)
 COTRAIN_SERIES = ("real_success_rate", "eval_pass@1", "wm_accuracy_fresh", "imagined_rate", "stopped_rate", "wm_loss")
 
 
@@ -271,8 +283,10 @@ def _runs(session: Session, keys: tuple[str, ...], cotrain: bool) -> list[dict[s
 
 
 def training(session: Session) -> list[dict[str, Any]]:
-    """Each training run (GRPO, world model; oldest first) with its per-step reward, success rate and loss curves."""
-    return _runs(session, ("reward", "success_rate", "loss"), cotrain=False)
+    """Each training run (GRPO, world model; oldest first) with its per-step reward, success rate and loss curves;
+    in simulated training the real and imagined rollouts' rewards apart; with a judged reward the judge's cost
+    and mean request latency per step (None where a step has none)."""
+    return _runs(session, TRAINING_SERIES, cotrain=False)
 
 
 def cotraining(session: Session) -> list[dict[str, Any]]:

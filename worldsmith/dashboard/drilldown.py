@@ -1,6 +1,8 @@
 """What the dashboard's drill-down pages show: a night's runs and stages (failure classes per stage), a
 stage's worlds that night, the worlds by status, failed worlds with their reasons, a world's versions and
-attempts, one attempt in full. Every list is one page of a SQL query (LIMIT/OFFSET) plus its total."""
+attempts, one attempt in full. Every list is one page of a SQL query (LIMIT/OFFSET) plus its total; the sums
+over attempts are read from the coarsest of their rollups (models/catalog.py: per night, run, world and stage;
+per night, run and stage; per world) that can apply the filters, never from every attempt."""
 
 from __future__ import annotations
 
@@ -10,9 +12,19 @@ from typing import Any
 from sqlalchemy import case, func
 from sqlmodel import Session, select
 
-from worldsmith.dashboard.filters import Filters, night_of
+from worldsmith.dashboard.filters import Filters
 from worldsmith.dashboard.paging import Page, PageRequest, count_rows
-from worldsmith.models.catalog import EnvironmentVersion, StageAttempt
+from worldsmith.models.catalog import (
+    NO_KEY,
+    AttemptSums,
+    EnvironmentVersion,
+    FailureRollup,
+    NightFailureRollup,
+    NightRollup,
+    StageAttempt,
+    StageRollup,
+    WorldRollup,
+)
 from worldsmith.stages.order import Stage
 from worldsmith.storage.run_listing import flow_run_id
 
@@ -26,13 +38,19 @@ UNPUBLISHED = "unpublished"
 WORLD_STATUSES = ("good", "failed", UNPUBLISHED)
 
 
-def real_stages() -> Any:
-    return StageAttempt.stage.not_in(PSEUDO_STAGES)
+def real_stages(table: Any = StageRollup) -> Any:
+    return table.stage.not_in(PSEUDO_STAGES)
 
 
-def failed() -> Any:
-    """SQL: the attempt did not succeed (a failure or a transient error)."""
-    return StageAttempt.outcome != "success"
+def sums_by_night(filters: Filters) -> type[AttemptSums]:
+    """The coarsest rollup of attempt sums per night and stage that can apply `filters`: per night, run and
+    stage unless they narrow by world."""
+    return StageRollup if filters.by_world else NightRollup
+
+
+def failures_by_night(filters: Filters) -> type[FailureRollup] | type[NightFailureRollup]:
+    """The coarsest rollup of failed attempts per night, stage and error class that can apply `filters`."""
+    return FailureRollup if filters.by_world else NightFailureRollup
 
 
 def pipeline_order(stage: str) -> tuple[int, str]:
@@ -49,20 +67,29 @@ def iso(moment: datetime | None) -> str | None:
     return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).astimezone(UTC).isoformat(timespec="seconds")
 
 
-def usage_columns() -> tuple[Any, ...]:
-    """SQL: attempts, tokens in, tokens out, cost (USD) and seconds of the grouped attempts."""
+def worlds_in(table: Any = StageRollup) -> Any:
+    """SQL: how many distinct worlds the grouped rollup rows are of (rows of no world left out)."""
+    return func.count(func.distinct(func.nullif(table.env_id, NO_KEY)))
+
+
+def error_class_of(key: str) -> str:
+    return key or UNCLASSIFIED
+
+
+def usage_columns(table: type[AttemptSums] = StageRollup) -> tuple[Any, ...]:
+    """SQL: attempts, tokens in, tokens out, cost (USD) and seconds of the grouped rows of a sums rollup."""
     return (
-        func.count(),
-        func.coalesce(func.sum(StageAttempt.tokens_in), 0),
-        func.coalesce(func.sum(StageAttempt.tokens_out), 0),
-        func.coalesce(func.sum(StageAttempt.cost_usd), 0.0),
-        func.coalesce(func.sum(StageAttempt.seconds), 0.0),
+        func.coalesce(func.sum(table.attempts), 0),
+        func.coalesce(func.sum(table.tokens_in), 0),
+        func.coalesce(func.sum(table.tokens_out), 0),
+        func.coalesce(func.sum(table.cost_usd), 0.0),
+        func.coalesce(func.sum(table.seconds), 0.0),
     )
 
 
 def usage(attempts: int, tokens_in: Any, tokens_out: Any, cost: Any, seconds: Any) -> dict[str, Any]:
     return {
-        "attempts": attempts,
+        "attempts": int(attempts),
         "tokens_in": int(tokens_in),
         "tokens_out": int(tokens_out),
         "cost_usd": round(float(cost), 6),
@@ -70,25 +97,21 @@ def usage(attempts: int, tokens_in: Any, tokens_out: Any, cost: Any, seconds: An
     }
 
 
-def _on_night(session: Session, night: date) -> Any:
-    return night_of(session, StageAttempt.created_at) == night
-
-
 def night_runs(session: Session, night: date, filters: Filters, request: PageRequest) -> Page:
     """The generation runs with attempts on `night`, newest first: first and last attempt that night,
     worlds, attempts, failed attempts, tokens, cost, seconds and the Prefect flow run id (when the run id is one)."""
     query = (
         select(
-            StageAttempt.run_id,
-            func.min(StageAttempt.created_at),
-            func.max(StageAttempt.created_at),
-            func.count(func.distinct(StageAttempt.env_id)),
-            func.sum(case((failed(), 1), else_=0)),
+            StageRollup.run_id,
+            func.min(StageRollup.first_at),
+            func.max(StageRollup.last_at),
+            worlds_in(),
+            func.sum(StageRollup.failures),
             *usage_columns(),
         )
-        .where(_on_night(session, night), real_stages(), *filters.attempts(session))
-        .group_by(StageAttempt.run_id)
-        .order_by(func.min(StageAttempt.created_at).desc(), StageAttempt.run_id)
+        .where(StageRollup.night == night, real_stages(), *filters.rollups(StageRollup))
+        .group_by(StageRollup.run_id)
+        .order_by(func.min(StageRollup.first_at).desc(), StageRollup.run_id)
     )
     rows = [
         {
@@ -109,8 +132,6 @@ def night_stages(session: Session, night: date, filters: Filters) -> list[dict[s
     """Per stage that ran on `night` (pipeline order): worlds, invocations (attempts 1), first-attempt
     successes, repairs, failed attempts, usage, and its failure classes (error class -> failed attempts,
     most frequent first)."""
-    first, success = StageAttempt.attempt == 1, StageAttempt.outcome == "success"
-    where = (_on_night(session, night), real_stages(), *filters.attempts(session))
     stages = {
         stage: {
             "stage": stage,
@@ -124,32 +145,29 @@ def night_stages(session: Session, night: date, filters: Filters) -> list[dict[s
         }
         for stage, worlds, n, first_ok, repaired, failures, *used in session.exec(
             select(
-                StageAttempt.stage,
-                func.count(func.distinct(StageAttempt.env_id)),
-                func.sum(case((first, 1), else_=0)),
-                func.sum(case((first & success, 1), else_=0)),
-                func.sum(case(((StageAttempt.attempt > 1) & success, 1), else_=0)),
-                func.sum(case((failed(), 1), else_=0)),
+                StageRollup.stage,
+                worlds_in(),
+                func.sum(StageRollup.invocations),
+                func.sum(StageRollup.first_ok),
+                func.sum(StageRollup.repaired),
+                func.sum(StageRollup.failures),
                 *usage_columns(),
             )
-            .where(*where)
-            .group_by(StageAttempt.stage)
+            .where(StageRollup.night == night, real_stages(), *filters.rollups(StageRollup))
+            .group_by(StageRollup.stage)
         ).all()
     }
+    failed = failures_by_night(filters)
+    failures = func.sum(failed.failures)
     for stage, error_class, count in session.exec(
-        select(StageAttempt.stage, StageAttempt.error_class, func.count())
-        .where(*where, failed())
-        .group_by(StageAttempt.stage, StageAttempt.error_class)
-        .order_by(func.count().desc(), StageAttempt.error_class)
+        select(failed.stage, failed.error_class, failures)
+        .where(failed.night == night, real_stages(failed), *filters.rollups(failed))
+        .group_by(failed.stage, failed.error_class)
+        .order_by(failures.desc(), failed.error_class)
     ).all():
-        stages[stage]["failure_classes"][error_class or UNCLASSIFIED] = count
+        if stage in stages:
+            stages[stage]["failure_classes"][error_class_of(error_class)] = int(count)
     return [stages[s] for s in sorted(stages, key=pipeline_order)]
-
-
-def _error_class_is(error_class: str) -> Any:
-    return (
-        StageAttempt.error_class.is_(None) if error_class == UNCLASSIFIED else StageAttempt.error_class == error_class
-    )
 
 
 def stage_worlds(
@@ -163,31 +181,33 @@ def stage_worlds(
     """The worlds that ran `stage` on `night` (those that never succeeded first, then by env_id): attempts,
     failed attempts, whether it ended in a success, usage, the failure classes of its failed attempts, and
     its latest version's status. `error_class`: only worlds with a failed attempt of that class."""
-    where = [_on_night(session, night), StageAttempt.stage == stage, *filters.attempts(session)]
+    failed_here = [FailureRollup.night == night, FailureRollup.stage == stage, *filters.rollups(FailureRollup)]
+    where = [StageRollup.night == night, StageRollup.stage == stage, *filters.rollups(StageRollup)]
     if error_class is not None:
-        classed = select(StageAttempt.env_id).where(*where, failed(), _error_class_is(error_class))
-        where.append(StageAttempt.env_id.in_(classed))
-    succeeded = func.max(case((StageAttempt.outcome == "success", 1), else_=0))
+        key = NO_KEY if error_class == UNCLASSIFIED else error_class
+        classed = select(FailureRollup.env_id).where(*failed_here, FailureRollup.error_class == key)
+        where.append(StageRollup.env_id.in_(classed))
+    succeeded = func.max(case((StageRollup.first_ok + StageRollup.repaired > 0, 1), else_=0))
     query = (
-        select(StageAttempt.env_id, succeeded, func.sum(case((failed(), 1), else_=0)), *usage_columns())
+        select(StageRollup.env_id, succeeded, func.sum(StageRollup.failures), *usage_columns())
         .where(*where)
-        .group_by(StageAttempt.env_id)
-        .order_by(succeeded, StageAttempt.env_id)
+        .group_by(StageRollup.env_id)
+        .order_by(succeeded, StageRollup.env_id)
     )
     rows = {
-        env: {"env_id": env, "succeeded": bool(ok), "failed_attempts": int(failures or 0), **usage(*used)}
+        env: {"env_id": env or None, "succeeded": bool(ok), "failed_attempts": int(failures or 0), **usage(*used)}
         for env, ok, failures, *used in session.exec(request.apply(query)).all()
     }
-    envs = [env for env in rows if env is not None]
+    envs = [env for env in rows if env != NO_KEY]
     for row in rows.values():
         row.update(failure_classes={}, status=UNPUBLISHED)
     if envs:
         for env, error, count in session.exec(
-            select(StageAttempt.env_id, StageAttempt.error_class, func.count())
-            .where(*where, failed(), StageAttempt.env_id.in_(envs))
-            .group_by(StageAttempt.env_id, StageAttempt.error_class)
+            select(FailureRollup.env_id, FailureRollup.error_class, func.sum(FailureRollup.failures))
+            .where(*failed_here, FailureRollup.env_id.in_(envs))
+            .group_by(FailureRollup.env_id, FailureRollup.error_class)
         ).all():
-            rows[env]["failure_classes"][error or UNCLASSIFIED] = count
+            rows[env]["failure_classes"][error_class_of(error)] = int(count)
         versions = select(EnvironmentVersion.env_id, EnvironmentVersion.status).where(
             EnvironmentVersion.env_id.in_(envs)
         )
@@ -211,10 +231,15 @@ def latest_version_column(env_id: Any, column: Any) -> Any:
 def worlds_page(session: Session, filters: Filters, request: PageRequest, status: str | None = None) -> Page:
     """Worlds with stage attempts, most expensive first: usage over all their stage attempts and their latest
     version's status (`unpublished` when none), failed stage and failure reason. `status`: only worlds in it."""
+    if filters.by_night_or_run:
+        sums = StageRollup
+        where = [StageRollup.env_id != NO_KEY, real_stages(), *filters.rollups(StageRollup)]
+    else:  # a world's totals over every night and run (real stages)
+        sums, where = WorldRollup, [WorldRollup.env_id != NO_KEY, *filters.rollups(WorldRollup)]
     used = (
-        select(StageAttempt.env_id, *(column.label(f"u{i}") for i, column in enumerate(usage_columns())))
-        .where(StageAttempt.env_id.is_not(None), real_stages(), *filters.attempts(session))
-        .group_by(StageAttempt.env_id)
+        select(sums.env_id, *(column.label(f"u{i}") for i, column in enumerate(usage_columns(sums))))
+        .where(*where)
+        .group_by(sums.env_id)
         .subquery()
     )
     latest_status = latest_version_column(used.c.env_id, EnvironmentVersion.status)
@@ -309,19 +334,19 @@ def attempt(session: Session, attempt_id: int) -> dict[str, Any] | None:
 
 def failure_classes_by_night(session: Session, filters: Filters, top: int = 8) -> dict[str, Any]:
     """Failed attempts per night by `stage: error class`, as series aligned with `nights` (every night with
-    attempts): the `top` most frequent pairs, the rest summed as `other`. Aggregated in SQL."""
-    night = night_of(session, StageAttempt.created_at)
+    attempts): the `top` most frequent pairs, the rest summed as `other`. Aggregated in SQL over the rollups."""
+    failed, sums = failures_by_night(filters), sums_by_night(filters)
     rows = session.exec(
-        select(night, StageAttempt.stage, StageAttempt.error_class, func.count())
-        .where(real_stages(), failed(), *filters.attempts(session))
-        .group_by(night, StageAttempt.stage, StageAttempt.error_class)
+        select(failed.night, failed.stage, failed.error_class, func.sum(failed.failures))
+        .where(real_stages(failed), *filters.rollups(failed))
+        .group_by(failed.night, failed.stage, failed.error_class)
     ).all()
-    ran = select(night).where(real_stages(), *filters.attempts(session)).distinct()
+    ran = select(sums.night).where(real_stages(sums), *filters.rollups(sums)).distinct()
     nights = sorted(str(day) for day in session.exec(ran).all())  # nights without failures read as zeros
     counts: dict[str, dict[str, int]] = {}
     for day, stage, error_class, count in rows:
-        key = f"{stage}: {error_class or UNCLASSIFIED}"
-        counts.setdefault(key, {})[str(day)] = counts.get(key, {}).get(str(day), 0) + count
+        key = f"{stage}: {error_class_of(error_class)}"
+        counts.setdefault(key, {})[str(day)] = counts.get(key, {}).get(str(day), 0) + int(count)
     ranked = sorted(counts, key=lambda key: (-sum(counts[key].values()), key))
     series = {key: [counts[key].get(n, 0) for n in nights] for key in sorted(ranked[:top], key=pipeline_order)}
     if len(ranked) > top:

@@ -1,5 +1,5 @@
 """The dashboard's filters (date range, generation run, backend, category), read from query parameters and
-applied in SQL: each gives WHERE clauses for stage attempts and for published versions."""
+applied in SQL: each gives WHERE clauses for the stage-attempt rollups and for published versions."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 from sqlalchemy import String, cast, func
 from sqlmodel import Session, select
 
-from worldsmith.models.catalog import Environment, EnvironmentVersion, StageAttempt
+from worldsmith.models.catalog import Environment, EnvironmentVersion, StageRollup
 
 PARAMETERS = ("date_from", "date_to", "run", "backend", "category")
 
@@ -87,16 +87,28 @@ class Filters:
         needle = json.dumps(self.category)
         return select(Environment.env_id).where(cast(Environment.categories, String).contains(needle, autoescape=True))
 
-    def attempts(self, session: Session) -> list[Any]:
-        """WHERE clauses selecting the stage attempts these filters keep."""
-        clauses = self._dates(night_of(session, StageAttempt.created_at))
+    @property
+    def by_world(self) -> bool:
+        """Whether these filters narrow by world (backend, category): only rollups keyed by world apply them."""
+        return self.backend is not None or self.category is not None
+
+    @property
+    def by_night_or_run(self) -> bool:
+        """Whether these filters narrow by night or run: only rollups keyed by night and run apply them."""
+        return self.date_from is not None or self.date_to is not None or self.run is not None
+
+    def rollups(self, table: Any) -> list[Any]:
+        """WHERE clauses selecting the rows of a stage-attempt rollup (models/catalog.py) these filters keep: its
+        night, run and world are the attempts' own. The table must have the keys the set filters need
+        (`by_world`, `by_night_or_run`)."""
+        clauses = self._dates(table.night) if self.date_from is not None or self.date_to is not None else []
         if self.run is not None:
-            clauses.append(StageAttempt.run_id == self.run)
+            clauses.append(table.run_id == self.run)
         if self.backend is not None:
             backend_envs = select(EnvironmentVersion.env_id).where(EnvironmentVersion.generator_backend == self.backend)
-            clauses.append(StageAttempt.env_id.in_(backend_envs))
+            clauses.append(table.env_id.in_(backend_envs))
         if self.category is not None:
-            clauses.append(StageAttempt.env_id.in_(self._category_envs()))
+            clauses.append(table.env_id.in_(self._category_envs()))
         return clauses
 
     def versions(self, session: Session) -> list[Any]:
@@ -104,7 +116,7 @@ class Filters:
         clauses = self._dates(night_of(session, EnvironmentVersion.created_at))
         if self.run is not None:
             clauses.append(
-                EnvironmentVersion.env_id.in_(select(StageAttempt.env_id).where(StageAttempt.run_id == self.run))
+                EnvironmentVersion.env_id.in_(select(StageRollup.env_id).where(StageRollup.run_id == self.run))
             )
         if self.backend is not None:
             clauses.append(EnvironmentVersion.generator_backend == self.backend)

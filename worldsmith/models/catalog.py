@@ -3,10 +3,10 @@ migrations in `worldsmith/storage/migrations/`."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any
 
-from sqlalchemy import JSON, Column, Index, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Column, Index, UniqueConstraint
 from sqlmodel import Field, SQLModel
 
 
@@ -30,7 +30,12 @@ class EnvironmentVersion(SQLModel, table=True):
     """One immutable published version of an environment."""
 
     __tablename__ = "environment_versions"
-    __table_args__ = (UniqueConstraint("env_id", "version"),)
+    __table_args__ = (
+        UniqueConstraint("env_id", "version"),
+        Index("ix_environment_versions_status_created_at", "status", "created_at"),
+        Index("ix_environment_versions_created_at", "created_at"),
+        Index("ix_environment_versions_generator_backend", "generator_backend"),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     env_id: str = Field(foreign_key="environments.env_id", index=True, max_length=64)
@@ -83,7 +88,10 @@ class StageAttempt(SQLModel, table=True):
     """One attempt of one generation stage (an LLM call plus its execution check)."""
 
     __tablename__ = "stage_attempts"
-    __table_args__ = (Index("ix_stage_attempts_stage_created_at", "stage", "created_at"),)
+    __table_args__ = (
+        Index("ix_stage_attempts_stage_created_at", "stage", "created_at"),
+        Index("ix_stage_attempts_env_id_created_at", "env_id", "created_at"),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     run_id: str = Field(index=True, max_length=64)
@@ -99,6 +107,91 @@ class StageAttempt(SQLModel, table=True):
     cost_usd: float = 0.0
     seconds: float = 0.0
     created_at: datetime = Field(default_factory=utcnow, index=True)
+
+
+#: A rollup's `env_id` of attempts that name no world (a run's scenario stage), and `error_class` of failed
+#: attempts that recorded no class: the rollups' keys are never NULL.
+NO_KEY = ""
+
+
+class AttemptSums(SQLModel):
+    """What a rollup row sums over the stage attempts it stands for."""
+
+    attempts: int = 0
+    invocations: int = Field(0, description="attempts 1: runs of the stage's repair loop")
+    first_ok: int = Field(0, description="attempts 1 that succeeded")
+    repaired: int = Field(0, description="later attempts that succeeded")
+    failures: int = Field(0, description="attempts that did not succeed (failures and transient errors)")
+    tokens_in: int = Field(0, sa_type=BigInteger)
+    tokens_out: int = Field(0, sa_type=BigInteger)
+    cost_usd: float = 0.0
+    seconds: float = 0.0
+    first_at: datetime
+    last_at: datetime
+
+
+class StageRollup(AttemptSums, table=True):
+    """Stage attempts summed per UTC night, run, world and stage. Like every rollup it is kept by the database
+    itself (a trigger on `stage_attempts`, migration 0005) as attempts are recorded, so the dashboard reads
+    a row where it would read every attempt; its sums are those of the attempts it stands for."""
+
+    __tablename__ = "stage_rollups"
+    __table_args__ = (
+        Index("ix_stage_rollups_env_id", "env_id"),
+        Index("ix_stage_rollups_run_id", "run_id"),
+        Index("ix_stage_rollups_stage_night", "stage", "night"),
+    )
+
+    night: date = Field(primary_key=True)
+    run_id: str = Field(primary_key=True, max_length=64)
+    env_id: str = Field(primary_key=True, max_length=64, description="NO_KEY: attempts of no world")
+    stage: str = Field(primary_key=True, max_length=32)
+
+
+class NightRollup(AttemptSums, table=True):
+    """Stage attempts summed per UTC night, run and stage (StageRollup without the world: what the front page's
+    per-night series read when no filter narrows by world)."""
+
+    __tablename__ = "night_rollups"
+
+    night: date = Field(primary_key=True)
+    run_id: str = Field(primary_key=True, max_length=64)
+    stage: str = Field(primary_key=True, max_length=32)
+
+
+class WorldRollup(AttemptSums, table=True):
+    """Stage attempts summed per world over every night, run and stage (the worlds list when no filter narrows
+    by night or run), the legacy pseudo-stage `environment` left out."""
+
+    __tablename__ = "world_rollups"
+
+    env_id: str = Field(primary_key=True, max_length=64)
+
+
+class FailureRollup(SQLModel, table=True):
+    """Failed stage attempts counted per UTC night, run, world, stage and error class (NO_KEY: none recorded)."""
+
+    __tablename__ = "failure_rollups"
+    __table_args__ = (Index("ix_failure_rollups_env_id", "env_id"),)
+
+    night: date = Field(primary_key=True)
+    run_id: str = Field(primary_key=True, max_length=64)
+    env_id: str = Field(primary_key=True, max_length=64)
+    stage: str = Field(primary_key=True, max_length=32)
+    error_class: str = Field(primary_key=True, max_length=128)
+    failures: int = 0
+
+
+class NightFailureRollup(SQLModel, table=True):
+    """Failed stage attempts counted per UTC night, run, stage and error class (FailureRollup without the world)."""
+
+    __tablename__ = "night_failure_rollups"
+
+    night: date = Field(primary_key=True)
+    run_id: str = Field(primary_key=True, max_length=64)
+    stage: str = Field(primary_key=True, max_length=32)
+    error_class: str = Field(primary_key=True, max_length=128)
+    failures: int = 0
 
 
 class QualityReport(SQLModel, table=True):

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, Field
+from sqlalchemy import func, insert
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, select
 
@@ -42,17 +43,18 @@ class SetQuery(BaseModel):
 def candidates(session: Session, query: SetQuery) -> list[EnvironmentVersion]:
     """The versions `query` may choose from (before sampling): loadable bundles of its status that match its
     filters, the latest per environment unless `latest_only` is off."""
+    where = [EnvironmentVersion.status == query.status, EnvironmentVersion.failed_stage.is_(None)]
+    if query.env_ids:
+        where.append(EnvironmentVersion.env_id.in_(query.env_ids))
     rows = session.exec(
         select(EnvironmentVersion, Environment)
         .join(Environment)
-        .where(EnvironmentVersion.status == query.status, EnvironmentVersion.failed_stage.is_(None))
+        .where(*where)
         .order_by(EnvironmentVersion.env_id, EnvironmentVersion.version)
     ).all()
     chosen: dict[str, EnvironmentVersion] = {}
     keep: list[EnvironmentVersion] = []
     for version, env in rows:
-        if query.env_ids and version.env_id not in query.env_ids:
-            continue
         if query.categories and not set(query.categories) & set(env.categories):
             continue
         if version.stats.get("tasks", 0) < query.min_tasks or version.stats.get("tools", 0) < query.min_tools:
@@ -101,8 +103,8 @@ def create_set(catalog: Catalog, name: str, query: SetQuery) -> EnvironmentSet:
             env_set = EnvironmentSet(name=name, query=query.model_dump())
             session.add(env_set)
             session.flush()
-            for version, split in members:
-                session.add(EnvironmentSetMember(set_id=env_set.id, version_id=version.id, split=split))
+            rows = [{"set_id": env_set.id, "version_id": version.id, "split": split} for version, split in members]
+            session.execute(insert(EnvironmentSetMember), rows)  # one bulk insert, not an object per member
         return env_set
     except IntegrityError:
         raise CatalogError(f"environment set {name!r} already exists") from None
@@ -119,8 +121,8 @@ def members_in_split(catalog: Catalog, name: str, split: str) -> int:
     """How many members set `name` has in `split` ("all": in any); a CatalogError naming the problem
     if the set does not exist or has none there. What a run checks before it starts anything."""
     with catalog.session() as session:
-        splits = [member_split for _, member_split in members_of(session, get_set(session, name))]
-    count = len(splits) if split == "all" else splits.count(split)
+        splits = split_counts(session, get_set(session, name).id)
+    count = sum(splits.values()) if split == "all" else splits.get(split, 0)
     if not count:
         raise CatalogError(f"set {name!r} has no members in split {split!r}")
     return count
@@ -136,12 +138,27 @@ class SetSummary:
     created_at: datetime
 
 
+def split_counts(session: Session, set_id: int | None = None) -> dict[str, int] | dict[int, dict[str, int]]:
+    """Members per split of set `set_id` ({split: count}), or of every set ({set id: {split: count}}) when None;
+    counted in SQL."""
+    query = select(EnvironmentSetMember.set_id, EnvironmentSetMember.split, func.count()).group_by(
+        EnvironmentSetMember.set_id, EnvironmentSetMember.split
+    )
+    if set_id is not None:
+        query = query.where(EnvironmentSetMember.set_id == set_id)
+    counts: dict[int, dict[str, int]] = {}
+    for member_set, split, count in session.exec(query).all():
+        counts.setdefault(member_set, {})[split] = count
+    return counts.get(set_id, {}) if set_id is not None else counts
+
+
 def set_summaries(session: Session) -> list[SetSummary]:
     """Every environment set, by name, with its member counts."""
+    counts = split_counts(session)
     summaries = []
     for env_set in session.exec(select(EnvironmentSet).order_by(EnvironmentSet.name)).all():
-        splits = [split for _, split in members_of(session, env_set)]
-        summaries.append(SetSummary(env_set.name, len(splits), splits.count("train"), env_set.created_at))
+        splits = counts.get(env_set.id, {})
+        summaries.append(SetSummary(env_set.name, sum(splits.values()), splits.get("train", 0), env_set.created_at))
     return summaries
 
 
