@@ -10,7 +10,7 @@ import typer
 from worldsmith.cli.console import console, failure, say
 from worldsmith.demo import DemoOptions, run_demo
 from worldsmith.ops.services import ServiceError
-from worldsmith.ops.stack import Stack, WorkPool, requested_workers
+from worldsmith.ops.stack import Stack, WorkPool, parse_pool_types, requested_workers
 from worldsmith.settings import get_settings
 
 app = typer.Typer()
@@ -23,11 +23,22 @@ def up(
         typer.Option(help="Also start a worker on this work pool, besides the local one (repeatable)."),
     ] = None,
     dashboard: Annotated[bool, typer.Option(help="Also serve the dashboard.")] = True,
+    pool_type: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Create this pool as a docker or kubernetes pool, with its job template from deployments/ "
+            "(POOL=TYPE, e.g. gpu=kubernetes; repeatable; default process)."
+        ),
+    ] = None,
 ) -> None:
     """Start the local Prefect server, create the work pools, deploy deployments/prefect.yaml, start a
     worker on the local pool (and on each --worker pool) and the dashboard. Idempotent: what runs keeps
     running, nothing is duplicated."""
-    stack = Stack.from_settings(requested_workers(worker or ()))
+    try:
+        types = parse_pool_types(pool_type or ())
+    except ServiceError as exc:
+        raise failure(str(exc), code=2) from None
+    stack = Stack.from_settings(requested_workers(worker or ()), types)
     try:
         with console.status("bringing the local stack up (Prefect server, pools, deployments, worker, dashboard)"):
             state = stack.up(dashboard=dashboard)
@@ -74,8 +85,12 @@ def demo(
     fault_rate: Annotated[
         float, typer.Option(help="Share of first attempts that fail like LLM output (repairs happen).")
     ] = 0.3,
-    train_steps: Annotated[int, typer.Option(help="GRPO steps of the tiny model.")] = 8,
-    warmup_steps: Annotated[int, typer.Option(help="Supervised warm-up steps of the tiny model.")] = 60,
+    train_steps: Annotated[int, typer.Option(help="GRPO steps of the tiny model.")] = DemoOptions.model_fields[
+        "train_steps"
+    ].default,
+    warmup_steps: Annotated[
+        int, typer.Option(help="Supervised warm-up steps of the tiny model.")
+    ] = DemoOptions.model_fields["warmup_steps"].default,
     seed: Annotated[int, typer.Option(help="Seed of generation, curation, evaluation and training.")] = 0,
 ) -> None:
     """The main job on the embedded defaults: start the local stack, generate environments (faults on),

@@ -1,8 +1,9 @@
 """`worldsmith up` / `worldsmith down`: the local operations stack of one installation.
 
 up: a Prefect server on 127.0.0.1 (analytics off; scheduler on, so the nightly schedule fires)
--> the work pools `local` and `gpu` (their job templates carrying the WORLDSMITH_* settings workers
-need) -> the deployments of `deployments/prefect.yaml` (package data, so an installed wheel has it)
+-> the work pools `local` and `gpu`, each of the type asked (process by default; docker or kubernetes
+with the job templates of `deployments/`), their job templates carrying the WORLDSMITH_* settings
+workers need -> the deployments of `deployments/prefect.yaml` (package data, so an installed wheel has it)
 -> a worker on `local` and on each other requested pool -> the dashboard. Every step is idempotent:
 what runs keeps running, pools are created once (their settings updated), deploying again updates
 the deployments in place. down stops the services in the reverse order. State (the server's
@@ -12,6 +13,8 @@ database, pid and log files) lives under WORLDSMITH_HOME.
 from __future__ import annotations
 
 import copy
+import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -25,7 +28,7 @@ import httpx
 from worldsmith.ops.services import Service, ServiceError, log_tail
 from worldsmith.settings import ConfigFile, get_settings
 
-#: The deployment file and the gpu pool's job templates: the repository's `deployments/`, package
+#: The deployment file and the pools' Docker and Kubernetes job templates: the repository's `deployments/`, package
 #: data `worldsmith/deployments/` (a link to it in a checkout, its copy in a wheel).
 DEPLOYMENTS_DIR = Path(str(files("worldsmith") / "deployments"))
 DEPLOYMENTS_FILE = DEPLOYMENTS_DIR / "prefect.yaml"
@@ -43,6 +46,19 @@ POOLS = {
     WorkPool.LOCAL: "Generation, curation and evaluation on this machine.",
     WorkPool.GPU: "Training on GPU hosts.",
 }
+
+
+class PoolType(StrEnum):
+    """The Prefect worker types a pool may have: a process on the worker's host, or a container per
+    flow run (Docker, Kubernetes) from the job template `deployments/<pool>-<type>-job-template.json`."""
+
+    PROCESS = "process"
+    DOCKER = "docker"
+    KUBERNETES = "kubernetes"
+
+
+#: The package a worker of each container type needs where it runs (Prefect's integrations).
+WORKER_PACKAGES = {PoolType.DOCKER: "prefect-docker", PoolType.KUBERNETES: "prefect-kubernetes"}
 #: The pool every `up` starts a worker on; `--worker POOL` adds others.
 DEFAULT_WORKER = WorkPool.LOCAL
 #: The settings a flow run needs wherever its worker runs, carried by the pools' job templates and the
@@ -53,6 +69,26 @@ WORKER_SETTINGS = ("WORLDSMITH_HOME", "WORLDSMITH_STORE_URL", "WORLDSMITH_CATALO
 def requested_workers(extra: list[str] | tuple[str, ...] = ()) -> tuple[str, ...]:
     """The pools to start workers on: the default `local` one, then each of `extra` once, in order."""
     return tuple(dict.fromkeys(str(pool) for pool in (DEFAULT_WORKER, *extra)))
+
+
+def job_template_file(pool: str, kind: str) -> Path:
+    """The job template of `pool` on workers of type `kind` (docker, kubernetes)."""
+    return DEPLOYMENTS_DIR / f"{pool}-{kind}-job-template.json"
+
+
+def parse_pool_types(specs: list[str] | tuple[str, ...] = ()) -> dict[str, str]:
+    """`POOL=TYPE` pairs (e.g. `gpu=kubernetes`) -> {pool: type}; ServiceError naming the fix for an
+    unknown pool or type, or a malformed pair."""
+    types: dict[str, str] = {}
+    for spec in specs:
+        pool, sep, kind = spec.partition("=")
+        if not sep or pool not in set(WorkPool) or kind not in set(PoolType):
+            raise ServiceError(
+                f"bad pool type {spec!r}: expected POOL=TYPE, POOL one of {', '.join(WorkPool)} and TYPE one of "
+                f"{', '.join(PoolType)} (e.g. gpu=kubernetes)"
+            )
+        types[pool] = kind
+    return types
 
 
 def _healthy(url: str) -> bool:
@@ -72,13 +108,22 @@ class Stack:
     dashboard_port: int
     workers: tuple[str, ...] = (DEFAULT_WORKER,)
     deployments_file: Path = DEPLOYMENTS_FILE
+    #: {pool: type} for pools `up` creates as docker or kubernetes pools (the others: process).
+    pool_types: dict[str, str] = field(default_factory=dict)
     log: list[str] = field(default_factory=list)
 
     @classmethod
-    def from_settings(cls, workers: tuple[str, ...] = (DEFAULT_WORKER,)) -> Stack:
+    def from_settings(
+        cls, workers: tuple[str, ...] = (DEFAULT_WORKER,), pool_types: dict[str, str] | None = None
+    ) -> Stack:
         settings = get_settings()
         return cls(
-            settings.home.resolve(), settings.prefect_port, settings.dashboard_host, settings.dashboard_port, workers
+            settings.home.resolve(),
+            settings.prefect_port,
+            settings.dashboard_host,
+            settings.dashboard_port,
+            workers,
+            pool_types=dict(pool_types or {}),
         )
 
     # -- addresses and environment ------------------------------------------------------------
@@ -145,7 +190,9 @@ class Stack:
             signature=command[1:5],
         )
 
-    def worker(self, pool: str) -> Service:
+    def worker(self, pool: str, kind: str = PoolType.PROCESS) -> Service:
+        """The worker of `pool`, of the pool's type `kind` (a docker or kubernetes worker starts a
+        container per flow run; it needs the Prefect integration of WORKER_PACKAGES)."""
         name = f"worldsmith-{pool}"
         command = [
             sys.executable,
@@ -156,7 +203,7 @@ class Stack:
             "--pool",
             pool,
             "--type",
-            "process",
+            str(kind),
             "--name",
             name,
         ]
@@ -199,27 +246,42 @@ class Stack:
 
     # -- pools and deployments ------------------------------------------------------------------
 
-    def job_template(self, template: dict | None = None) -> dict:
-        """A process pool's base job template (`template`, default Prefect's) whose `env` defaults to `worker_env()`."""
-        from prefect.workers.process import ProcessWorker
+    def job_template(
+        self, template: dict | None = None, pool: str = WorkPool.LOCAL, kind: str = PoolType.PROCESS
+    ) -> dict:
+        """A base job template whose `env` default carries `worker_env()` (over the template's own
+        defaults): `template` when given, else the one of `pool` on `kind` workers (Prefect's process
+        template; `job_template_file` for docker and kubernetes)."""
+        if template is None and kind == PoolType.PROCESS:
+            from prefect.workers.process import ProcessWorker
 
-        template = copy.deepcopy(template or ProcessWorker.get_default_base_job_template())
-        template["variables"]["properties"]["env"]["default"] = self.worker_env()
+            template = ProcessWorker.get_default_base_job_template()
+        elif template is None:
+            template = json.loads(job_template_file(pool, kind).read_text())
+        template = copy.deepcopy(template)
+        env = template["variables"]["properties"]["env"]
+        env["default"] = {**env.get("default", {}), **self.worker_env()}
         return template
 
+    def pool_type(self, pool: str) -> str:
+        """The type `pool` is created with: the one asked in `pool_types`, else process."""
+        return self.pool_types.get(pool, PoolType.PROCESS)
+
     def ensure_pools(self) -> list[str]:
-        """Create the missing work pools (process type, `job_template()`); in an existing process pool's
-        job template, bring the `env` default up to date (pools of another type, e.g. a docker gpu pool,
-        are left as they are). Returns the created pools."""
+        """Create the missing work pools, each of its `pool_type` with its `job_template`; in an existing
+        pool's job template, bring the `env` default up to date. A pool asked for as another type than
+        it has is refused (ServiceError naming the fix); one not asked for keeps its type (a docker gpu
+        pool made by hand stays one). Returns the created pools."""
         created = []
         for pool, description in POOLS.items():
+            kind = self.pool_type(pool)
             found = httpx.get(f"{self.api_url}/work_pools/{pool}", timeout=10.0)
             if found.status_code == 404:
                 body = {
                     "name": pool,
-                    "type": "process",
+                    "type": str(kind),
                     "description": description,
-                    "base_job_template": self.job_template(),
+                    "base_job_template": self.job_template(pool=pool, kind=kind),
                 }
                 response = httpx.post(f"{self.api_url}/work_pools/", json=body, timeout=10.0)
                 if response.status_code not in (201, 409):  # 409: created meanwhile by another `up`
@@ -230,8 +292,15 @@ class Stack:
                 continue
             found.raise_for_status()
             existing = found.json()
-            if existing["type"] != "process":
-                continue
+            if pool in self.pool_types and existing["type"] != kind:
+                raise ServiceError(
+                    f"work pool {pool!r} exists as a {existing['type']} pool, not {kind}: delete it "
+                    f"(`prefect work-pool delete {pool}`) and run `worldsmith up` again to create it as {kind}"
+                )
+            if existing["type"] not in set(PoolType) or "env" not in existing["base_job_template"]["variables"].get(
+                "properties", {}
+            ):
+                continue  # a type or template of the operator's own making: left as it is
             template = self.job_template(existing["base_job_template"])
             if template != existing["base_job_template"]:
                 response = httpx.patch(
@@ -282,16 +351,38 @@ class Stack:
             raise ServiceError(f"unknown work pool(s) {sorted(unknown)}; known: {sorted(POOLS)}")
         state = {"prefect-server": "started" if self.server().start() else "running"}
         created = self.ensure_pools()
+        kinds = self.pool_kinds()
         for pool in POOLS:
-            state[f"pool {pool}"] = "created" if pool in created else "exists"
+            kind = "" if kinds[pool] == PoolType.PROCESS else f" ({kinds[pool]})"  # the default type goes unsaid
+            state[f"pool {pool}"] = ("created" if pool in created else "exists") + kind
         if deploy:
             self.deploy()
             state["deployments"] = f"deployed from {self.deployments_file}"
         for pool in self.workers:
-            state[f"worker-{pool}"] = "started" if self.worker(pool).start() else "running"
+            worker = self.worker(pool, self.worker_type(kinds[pool]))
+            state[f"worker-{pool}"] = "started" if worker.start() else "running"
         if dashboard:
             state["dashboard"] = "started" if self.dashboard().start() else "running"
         return state
+
+    def pool_kinds(self) -> dict[str, str]:
+        """The type of each pool on the server."""
+        return {
+            pool: httpx.get(f"{self.api_url}/work_pools/{pool}", timeout=10.0).raise_for_status().json()["type"]
+            for pool in POOLS
+        }
+
+    @staticmethod
+    def worker_type(kind: str) -> str:
+        """`kind`, once its worker can start here: ServiceError naming the package a docker or kubernetes
+        worker needs when it is not installed."""
+        package = WORKER_PACKAGES.get(kind)
+        if package and importlib.util.find_spec(package.replace("-", "_")) is None:
+            raise ServiceError(
+                f"a {kind} worker needs {package}: `pip install {package}` here, or start the worker where it is "
+                f"installed (`prefect worker start --pool POOL --type {kind}`)"
+            )
+        return kind
 
     def down(self) -> list[str]:
         """Stop every running service of the stack (workers and dashboard first); returns the stopped ones."""

@@ -6,6 +6,10 @@ GPU) started by `torch.distributed.run`, which is what `accelerate launch` runs 
 Each process builds the same trainer; accelerate reads the distributed environment (NCCL on GPUs,
 gloo on CPUs), TRL gathers rewards across processes before the group advantages, and only the
 main process writes the catalog's step rows, the final model and `OUTPUT/result.json`.
+
+Several machines: the same command on each (`torchrun_command` with `nodes` and `node_rank`), one
+REQUEST.json whose model, bundle and output paths hold on every node, the first node's address as
+the rendezvous (docs/training.md, "Several machines").
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from pydantic import BaseModel
 from worldsmith.bundle.loader import load_bundle
 from worldsmith.runtime.episode import Runtime
 from worldsmith.training.config import TrainingConfig
+from worldsmith.training.curriculum import curriculum_bundles
 from worldsmith.worldmodel.simulated import SimulatedRuntime
 
 
@@ -56,6 +61,7 @@ def run_training(request: TrainRequest, progress: bool = False) -> dict[str, Any
     from worldsmith.training.callbacks import CatalogMetrics, CheckpointUpload
     from worldsmith.training.memory import check_fits, device_memory, model_shape
     from worldsmith.training.progress import ProgressBar
+    from worldsmith.training.success import success_rate
     from worldsmith.training.trainer import WorldGRPOTrainer, grpo_args, model_dtype, peft_config, task_dataset
 
     bind_local_gpu()
@@ -63,7 +69,7 @@ def run_training(request: TrainRequest, progress: bool = False) -> dict[str, Any
     shape = model_shape(request.model)
     if shape is not None:  # a configuration that cannot fit is refused before any weight loads
         check_fits(config, shape.params, device_memory(), shape)
-    bundles = {path: load_bundle(Path(path)) for path in request.bundles}
+    bundles = curriculum_bundles({path: load_bundle(Path(path)) for path in request.bundles}, config.curriculum)
     tokenizer = AutoTokenizer.from_pretrained(request.model)
     policy = AutoModelForCausalLM.from_pretrained(request.model, dtype=model_dtype(config))
     metrics, uploads = CatalogMetrics(request.run_id), CheckpointUpload(request.run_id)
@@ -83,7 +89,9 @@ def run_training(request: TrainRequest, progress: bool = False) -> dict[str, Any
             bundles=bundles,
             simulation=simulation,
         )
+        before = success_rate(trainer, config.success_samples) if config.success_samples else None
         trainer.train(resume_from_checkpoint=request.resume_from)
+        after = success_rate(trainer, config.success_samples) if config.success_samples else None
         final = out / "final"
         trainer.accelerator.wait_for_everyone()
         if trainer.accelerator.is_main_process:
@@ -101,7 +109,40 @@ def run_training(request: TrainRequest, progress: bool = False) -> dict[str, Any
         "processes": trainer.accelerator.num_processes,
         "main": trainer.accelerator.is_main_process,
         "simulation": simulation.stats.as_dict() if simulation else None,
+        "success": {"before": before, "after": after} if config.success_samples else None,
     }
+
+
+def torchrun_command(
+    request_file: Path,
+    processes: int,
+    master_port: int,
+    *,
+    nodes: int = 1,
+    node_rank: int = 0,
+    master_addr: str = "127.0.0.1",
+) -> list[str]:
+    """The `torch.distributed.run` command of one node: `processes` training processes (one per GPU)
+    of `nodes` in all, rank `node_rank`; the node of rank 0 listens at `master_addr:master_port`,
+    which every other node must reach (static rendezvous: ranks are fixed, no elastic restarts)."""
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        str(nodes),
+        "--node_rank",
+        str(node_rank),
+        "--nproc_per_node",
+        str(processes),
+        "--master_addr",
+        master_addr,
+        "--master_port",
+        str(master_port),
+        "-m",
+        "worldsmith.training.launch",
+        str(request_file),
+    ]
 
 
 def launch(request: TrainRequest, processes: int) -> dict[str, Any]:
@@ -113,20 +154,7 @@ def launch(request: TrainRequest, processes: int) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     (out / "request.json").write_text(request.model_dump_json())
     (out / "result.json").unlink(missing_ok=True)
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        str(processes),
-        "--master_addr",
-        "127.0.0.1",
-        "--master_port",
-        str(free_port()),
-        "-m",
-        "worldsmith.training.launch",
-        str(out / "request.json"),
-    ]
+    command = torchrun_command(out / "request.json", processes, free_port())
     with (out / "launch.log").open("w") as log:
         code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
     if code != 0 or not (out / "result.json").is_file():
