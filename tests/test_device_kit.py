@@ -12,6 +12,8 @@ import sys
 import sysconfig
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 ABSENT = (
     "prefect",
@@ -81,6 +83,21 @@ def test_grpo_smoke_needs_no_orchestration_stack(tmp_path):
         tmp_path, "gpu_train_smoke.py", "--steps", "1", "--group-size", "2", "--hidden", "64", "--warmup-steps", "2"
     )
     assert summary["logged"] == 1 and summary["device"] == "cpu" and summary["bf16"] is False
+
+
+@pytest.mark.timeout(600)
+def test_grpo_smoke_trains_a_local_checkpoint(tmp_path, tiny_model):
+    """--model with a checkpoint directory (no tiny model built, no warm-up), full history (the
+    windowed one runs above): a step's times, tokens per second and share of weights changed."""
+    summary = run_smoke(
+        tmp_path,
+        "gpu_train_smoke.py",
+        *("--model", str(tiny_model), "--history", "full", "--steps", "1", "--group-size", "2"),
+        *("--max-turns", "1", "--max-completion-length", "8"),
+    )
+    assert summary["model"] == str(tiny_model) and summary["history"] == "full" and summary["logged"] == 1
+    assert summary["sampled_tokens_per_s"] > 0 and summary["trained_tokens_per_s"] > 0
+    assert 0.0 <= summary["weights_changed"] <= 1.0 and summary["peak_gib"] == 0.0
 
 
 def test_world_model_smoke_needs_no_orchestration_stack(tmp_path):

@@ -64,15 +64,22 @@ def plan(config: TrainingConfig) -> dict[str, list[str]]:
 )  # libraries print bytecode while hashing datasets
 def prepare_model(config: TrainingConfig, bundle_paths: list[str], progress: bool = False) -> str:
     """The model directory to train: `config.model` itself, or for `tiny` a tiny Qwen3 model built
-    offline from the bundles and warmed up on their reference solutions (cached by content)."""
+    offline from the curriculum's bundles and warmed up on their reference solutions (and, with
+    `curriculum.lazy_habit`, a lazy habit: two reference rows for each lazy one); cached by content
+    in WORLDSMITH_HOME/models."""
     if config.model != TINY:
         return _local_model(config.model)
+    from worldsmith.training.curriculum import curriculum_bundles
     from worldsmith.training.tiny import build_tiny_model
-    from worldsmith.training.warmup import reference_rows, warm_up
+    from worldsmith.training.warmup import lazy_rows, reference_rows, warm_up
 
-    bundles = [load_bundle(Path(p)) for p in sorted(bundle_paths)]
+    loaded = {p: load_bundle(Path(p)) for p in sorted(bundle_paths)}
+    bundles = list(curriculum_bundles(loaded, config.curriculum).values())
+    window = config.window if config.history == "windowed" else None
     key = hashlib.sha256(
-        json.dumps([[b.key for b in bundles], config.seed, config.window, config.warmup_steps]).encode()
+        json.dumps(
+            [[b.key for b in loaded.values()], config.seed, window, config.warmup_steps, config.curriculum.model_dump()]
+        ).encode()
     ).hexdigest()[:16]
     target = get_settings().home / "models" / f"tiny-{key}"
     if (target / "config.json").is_file():
@@ -81,7 +88,9 @@ def prepare_model(config: TrainingConfig, bundle_paths: list[str], progress: boo
     try:
         with tempfile.TemporaryDirectory() as scratch:
             base = build_tiny_model(Path(scratch) / "base", bundles, seed=config.seed)
-            rows = reference_rows(runtime, bundles, config.window if config.history == "windowed" else None)
+            rows = reference_rows(runtime, bundles, window)
+            if config.curriculum.lazy_habit:
+                rows = rows * 2 + lazy_rows(runtime, bundles, window)
             warm_up(base, rows, Path(scratch) / "warm", steps=config.warmup_steps, seed=config.seed, progress=progress)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(str(Path(scratch) / "warm"), target)  # scratch and home may be on different file systems
@@ -231,6 +240,15 @@ def _summary(run_id: int, config: TrainingConfig, result: dict[str, Any]) -> str
             "",
             line("before", result["before"]),
             line("after", result["after"]),
+            *(
+                [
+                    f"- success rate on its own tasks (sampled as in training): "
+                    f"{result['success']['before']['rate']:.3f} -> {result['success']['after']['rate']:.3f} "
+                    f"({result['success']['after']['rollouts']} rollouts each)"
+                ]
+                if result.get("success")
+                else []
+            ),
             "",
             f"Last step: reward {last.get('reward', float('nan')):.3f}, success rate {last.get('success_rate', float('nan')):.3f}.",
             f"Final model: object {result['checkpoint']}.",
@@ -241,11 +259,19 @@ def _summary(run_id: int, config: TrainingConfig, result: dict[str, Any]) -> str
 
 
 _STEP_COLUMNS = ("step", "loss", "reward", "reward_std", "success_rate", "env_error_rate", "turns", "tokens", "kl")
+_JUDGE_COLUMNS = ("judge_requests", "judge_cache_hits", "judge_cost_usd", "judge_latency_s", "judge_error_rate")
+_WORLD_COLUMNS = ("reward_real", "reward_imagined", "reward_gap", "real_start_rate")
 
 
-def _step_table(log: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per logged step with the metrics people watch (rounded for display)."""
-    return [{c: round(e[c], 4) if isinstance(e.get(c), float) else e.get(c) for c in _STEP_COLUMNS} for e in log]
+def _step_table(log: list[dict[str, Any]], config: TrainingConfig | None = None) -> list[dict[str, Any]]:
+    """One row per logged step with the metrics people watch (rounded for display): with a judged reward
+    also the judge's requests, cost and latency; in simulated training the real and imagined rewards apart."""
+    columns = _STEP_COLUMNS
+    if config is not None and config.reward != "verifier":
+        columns += _JUDGE_COLUMNS
+    if config is not None and config.simulate is not None:
+        columns += _WORLD_COLUMNS
+    return [{c: round(e[c], 4) if isinstance(e.get(c), float) else e.get(c) for c in columns} for e in log]
 
 
 @flow(
@@ -273,6 +299,10 @@ def train(
     from worldsmith.training.memory import check_machine
 
     check_machine(config)  # before any work: a gpu run on a machine without one, or one that cannot fit
+    if config.reward != "verifier":  # the judge's endpoint and key, before any work
+        from worldsmith.training.judged_reward import judge_endpoint
+
+        judge_endpoint(config.judge)
     if resume is None:
         with open_catalog().session() as session:
             set_id = get_set(session, config.set_name).id
@@ -311,12 +341,15 @@ def train(
         "before": before,
         "after": after,
         "simulation": trained.get("simulation"),
+        "success": trained.get("success"),
         "log": trained["log"],
         "resumed_from": reopened["step"] if reopened else None,
     }
     finish_run(TrainingRun, run_id, "completed", {k: v for k, v in result.items() if k != "log"})
     create_table_artifact(
-        _step_table(trained["log"]), key="training-steps", description=f"Training run {run_id}: metrics per step"
+        _step_table(trained["log"], config),
+        key="training-steps",
+        description=f"Training run {run_id}: metrics per step",
     )
     create_markdown_artifact(_summary(run_id, config, result), key="training-summary")
     logger.info("training run %s finished: %s steps, checkpoint %s", run_id, trained["steps"], digest)

@@ -35,6 +35,60 @@ class LoraConfig(BaseModel):
     )
 
 
+class Curriculum(BaseModel):
+    """What the policy is shown and trained on, so that a small model learns from its first steps: a few
+    tasks chosen by a rule, only the tools their reference solutions call, and (tiny model) a warm-up with
+    a wrong habit beside the right one for GRPO to unlearn. The defaults leave every task and tool as is."""
+
+    tasks: int | None = Field(
+        None,
+        ge=1,
+        description="Train on this many (env, task) rows only: the tasks with the shortest reference solutions "
+        "(fewest calls, then fewest characters of calls and answer; ties by environment and task id); tasks "
+        "without a reference solution are not chosen. Unset: every task.",
+    )
+    tools: Literal["all", "solution"] = Field(
+        "all",
+        description="Tools an episode shows the policy: all of its environment's, or only those its task's "
+        "reference solution calls (shorter prompts, fewer choices; a task without a solution shows all).",
+    )
+    lazy_habit: bool = Field(
+        False,
+        description="model=tiny: also warm up on a lazy habit of each task (its reference solution without the "
+        "last call, then the answer 'Done.'; rated incomplete), one row for every two of the reference's.",
+    )
+
+
+RewardSource = Literal["verifier", "judge", "verifier+judge"]
+"""Where a rollout's reward comes from: the task's code verifier; an LLM judge reading the task and the
+trajectory; or the code-augmented judge of the reference paper, which also reads the verifier's verdict
+and evidence (worldsmith/training/judged_reward.py)."""
+
+
+class JudgeConfig(BaseModel):
+    """The LLM judge of `reward` judge or verifier+judge: its own model and endpoint. The configuration
+    names where the key is (a Prefect Secret block, or a variable of the training process's environment),
+    never the key: it is stored in the catalog with the run."""
+
+    model: str | None = Field(None, description="Judge model; unset: the configured llm_model.")
+    base_url: str | None = Field(
+        None,
+        description="The judge's OpenAI-compatible endpoint; unset: the configured endpoint (llm_base_url) and its key.",
+    )
+    api_key_block: str | None = Field(
+        None, description="Name of a Prefect Secret block holding the judge endpoint's key."
+    )
+    api_key_variable: str | None = Field(
+        None, description="Name of an environment variable of the training process holding the judge endpoint's key."
+    )
+    votes: int = Field(1, ge=1, le=15, description="Judge samples per rollout; the majority rules.")
+    retries: int = Field(
+        2, ge=0, le=10, description="Re-asks of a vote whose answer is not a ruling, before the vote counts as failed."
+    )
+    timeout_s: float = Field(60.0, gt=0, description="Timeout of one judge call.")
+    concurrency: int = Field(8, ge=1, le=256, description="Judge calls in flight at once.")
+
+
 class TrainingConfig(BaseModel):
     """A multi-turn GRPO run over an environment set."""
 
@@ -81,6 +135,16 @@ class TrainingConfig(BaseModel):
     warmup_steps: int = Field(
         120, ge=0, description="model=tiny only: supervised steps on the reference solutions before GRPO."
     )
+    curriculum: Curriculum = Field(
+        default_factory=Curriculum, description="Tasks, tools and warm-up habits the policy trains on."
+    )
+    success_samples: int = Field(
+        0,
+        ge=0,
+        le=1024,
+        description="Rollouts per training task, sampled as in training, before and after GRPO: the run's success "
+        "rate on its own tasks, before -> after (0: not measured).",
+    )
     processes: int = Field(
         1,
         ge=1,
@@ -100,8 +164,24 @@ class TrainingConfig(BaseModel):
         description="With simulate: the share of rollout groups still run in the real worlds "
         "(the first group of a run is real whenever this is above 0).",
     )
+    real_starts: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="With simulate: the share of imagined rollouts that start from a real mid-episode state (a real "
+        "rollout of the task so far, else its reference solution, replayed in the real world up to a random turn); "
+        "the policy continues in imagination.",
+    )
     lora: LoraConfig = Field(default_factory=LoraConfig, description="Low-rank adapters instead of full fine-tuning.")
     rewards: RewardMap = Field(default_factory=RewardMap, description="Reward of each verdict.")
+    reward: RewardSource = Field(
+        "verifier",
+        description="verifier: the task's code verifier rules; judge: an LLM judge reads the task and the "
+        "trajectory; verifier+judge: the judge also reads the verifier's verdict and evidence (the paper's "
+        "code-augmented judge). A judge that fails (endpoint down, no ruling after its retries) leaves the rollout "
+        "out of the loss, like an env_error.",
+    )
+    judge: JudgeConfig = Field(default_factory=JudgeConfig, description="The LLM judge of reward judge/verifier+judge.")
     side_effects: bool = Field(
         True,
         description="Side-effect guard: a rollout whose end state reaches outside the task's reference "
@@ -122,6 +202,10 @@ class TrainingConfig(BaseModel):
             raise ValueError("window applies to history='windowed' only; remove it or choose windowed")
         if self.simulate is None and self.real_share > 0:
             raise ValueError("real_share applies to simulated training only; set simulate or remove real_share")
+        if self.simulate is None and self.real_starts > 0:
+            raise ValueError("real_starts applies to simulated training only; set simulate or remove real_starts")
+        if self.simulate is not None and self.success_samples:
+            raise ValueError("success_samples measures training in the real worlds; remove it or simulate")
         return self
 
 

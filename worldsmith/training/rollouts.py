@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from worldsmith.agent.hf_policy import HFPolicy, render_prompt
-from worldsmith.agent.loop import EpisodeConfig, EpisodeSource, Trajectory, run_episode
+from worldsmith.agent.loop import EpisodeConfig, EpisodeSource, Trajectory, run_episode, visible
 from worldsmith.agent.messages import Message, PolicyTurn
 from worldsmith.bundle.contract import Bundle
 from worldsmith.models.bundle import TaskSpec
@@ -127,7 +127,10 @@ class Batcher:
 
 class TrainingPolicy(HFPolicy):
     """The model being trained, as an episode policy: generation goes through the shared batcher;
-    with `suffix` set (full history) prompts are spliced token by token instead of re-rendered."""
+    with `suffix` set (full history) prompts are spliced token by token instead of re-rendered.
+
+    An episode that starts mid-way (a real start, worldmodel/real_starts.py) has `prefix`: the turns
+    before it, which the policy sees as its own earlier ones, within its `window` (None: all)."""
 
     def __init__(
         self,
@@ -140,17 +143,20 @@ class TrainingPolicy(HFPolicy):
         chat_template: str | None = None,
         max_new_tokens: int = 256,
         temperature: float = 1.0,
+        prefix: list[Message] | None = None,
+        window: int | None = None,
     ):
         super().__init__(
             model=model, tokenizer=tokenizer, max_new_tokens=max_new_tokens, temperature=temperature, timeout_s=None
         )
         self.name = "training"
         self.batcher, self.index, self.suffix, self.chat_template = batcher, index, suffix, chat_template
+        self.prefix, self.window = prefix or [], window
         self._last: list[int] | None = None
         self._logprobs: list[float] | None = None
 
     def start(self, bundle: Bundle, task: TaskSpec, seed: int) -> None:
-        self.turn, self._last = 0, None
+        self.turn, self._last = sum(m.role == "assistant" for m in self.prefix), None  # tool-call ids stay unique
 
     def prompt_ids(self, view: list[Message], tools: list[dict[str, Any]]) -> list[int]:
         if self.suffix is None or self._last is None:
@@ -171,6 +177,8 @@ class TrainingPolicy(HFPolicy):
         return completion.ids
 
     def act(self, view: list[Message], tools: list[dict[str, Any]]) -> PolicyTurn:
+        if self.prefix:  # the task, the prefix, then the episode's own turns: the last `window` of them all
+            view = visible([*view[:2], *self.prefix, *view[2:]], self.window)
         turn = super().act(view, tools)
         turn.completion_logprobs = self._logprobs
         return turn

@@ -8,6 +8,8 @@ a batch of prompts into scored token sequences. Here it
    TRL's own generation backend (`_generate_single_turn`: transformers, or vLLM when enabled);
 2. scores each rollout with the verdict's reward through TRL's reward machinery (a reward
    function reading the verdict; env_error is None, which TRL gathers across processes as NaN);
+   with `reward` judge or verifier+judge an LLM judge rules first (training/judged_reward.py), a
+   judge that fails making the rollout an env_error;
 3. computes group-relative advantages (rows.group_advantages; env_error rollouts leave the
    baseline and get no row at all, so they contribute nothing to the loss);
 4. builds rows by history mode: `windowed`, one row per turn holding exactly the window the
@@ -27,6 +29,7 @@ accelerate / DeepSpeed) is TRL's, unchanged.
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -162,6 +165,22 @@ def real_group(index: int, share: float) -> bool:
     return math.ceil((index + 1) * share - 1e-9) > math.ceil(index * share - 1e-9)
 
 
+def world_rewards(trajectories: list[Trajectory]) -> dict[str, float]:
+    """Rewards and success rates of a step's real and imagined rollouts apart (`reward_real`,
+    `reward_imagined`, `success_rate_real`, `success_rate_imagined`; each only when the step has such
+    rollouts scored), and `reward_gap` (imagined - real) when it has both: a gap that widens over a run
+    is the sign that the policy exploits the world model. env_error rollouts have no reward."""
+    out: dict[str, float] = {}
+    for name, imagined in (("real", False), ("imagined", True)):
+        scored = [t for t in trajectories if (t.world != "real") == imagined and t.reward is not None]
+        if scored:
+            out[f"reward_{name}"] = sum(t.reward for t in scored) / len(scored)
+            out[f"success_rate_{name}"] = sum(t.verdict == "complete" for t in scored) / len(scored)
+    if "reward_real" in out and "reward_imagined" in out:
+        out["reward_gap"] = out["reward_imagined"] - out["reward_real"]
+    return out
+
+
 class WorldGRPOTrainer(GRPOTrainer):
     """GRPOTrainer whose rollouts are episodes in worldsmith worlds (see the module docstring).
 
@@ -180,6 +199,16 @@ class WorldGRPOTrainer(GRPOTrainer):
         self.config, self.runtime, self.bundles, self.simulation = config, runtime, bundles, simulation
         self.last_rollouts: list[Trajectory] = []
         self.last_rows: list[TrainingRow] = []
+        self.judge: Any = None
+        if config.reward != "verifier":
+            from worldsmith.training.judged_reward import RewardJudge
+
+            self.judge = RewardJudge.for_training(config)
+        self.real_starts: Any = None
+        if simulation is not None and config.real_starts > 0:
+            from worldsmith.worldmodel.real_starts import RealStarts
+
+            self.real_starts = RealStarts(runtime)
         super().__init__(*args, reward_funcs=[verdict_reward(config.rewards)], **kwargs)
         if config.history == "full" and not is_chat_template_prefix_preserving(self.processing_class):
             self.chat_template = get_training_chat_template(self.processing_class)  # what TRL's own tool loop does
@@ -198,8 +227,11 @@ class WorldGRPOTrainer(GRPOTrainer):
             side_effects=self.config.side_effects,
         )
         suffix = self._get_tool_suffix_ids if self.config.history == "full" else None
+        worlds = self.worlds(step, len(inputs))
+        starts = self.starts(step, jobs, worlds)
 
         def policy(batcher: Batcher, index: int) -> TrainingPolicy:
+            start = starts[index]
             return TrainingPolicy(
                 self.model,
                 self.processing_class,
@@ -209,17 +241,45 @@ class WorldGRPOTrainer(GRPOTrainer):
                 chat_template=self.chat_template,
                 max_new_tokens=self.config.max_completion_length,
                 temperature=self.config.temperature,
+                prefix=start.messages if start else None,
+                window=episode.window,
             )
 
         torch.manual_seed(self.config.seed * 100_003 + step + self.accelerator.process_index)
         with disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
-            trajectories = run_rollouts(
-                self.runtime, jobs, policy, self.generate_batch, episode, self.worlds(step, len(inputs))
-            )
+            trajectories = run_rollouts(self.runtime, jobs, policy, self.generate_batch, episode, worlds)
+        for trajectory, start in zip(trajectories, starts, strict=True):
+            if start is not None:  # the whole episode: the real turns it started after, then its own
+                trajectory.messages = [*trajectory.messages[:2], *start.messages, *trajectory.messages[2:]]
+                trajectory.steps = [*start.steps, *trajectory.steps]
+        if self.real_starts is not None:
+            self.real_starts.add(trajectories)
+            self._metrics["train"]["real_start_rate"].append(sum(s is not None for s in starts) / len(starts))
         failed = [t for t in trajectories if t.verdict == "agent_error"]
         if failed:  # the model itself failed (out of memory, say): not the agent's fault, not a reward
             raise RuntimeError(f"generation failed during rollouts: {failed[0].error}")
         return trajectories
+
+    def starts(self, step: int, jobs: list[tuple[Bundle, Any]], worlds: list[Any] | None) -> list[Any]:
+        """The real mid-episode state each rollout starts from (worldmodel/real_starts.py), or None for
+        the task's start: with `real_starts`, an imagined group starts from one drawn state (all its
+        rollouts from the same, so that their advantages compare like with like) with that probability,
+        seeded by (config seed, step, process, group). `worlds` change to match."""
+        if self.real_starts is None or worlds is None:
+            return [None] * len(jobs)
+        from worldsmith.worldmodel.real_starts import StartedSimulation
+
+        starts: list[Any] = []
+        for first in range(0, len(jobs), self.num_generations):
+            rng = random.Random(f"{self.config.seed}:{step}:{self.accelerator.process_index}:{first}")
+            bundle, task = jobs[first]
+            imagined = worlds[first] is self.simulation and rng.random() < self.config.real_starts
+            start = self.real_starts.draw(bundle, task, rng) if imagined else None
+            starts += [start] * self.num_generations
+        for index, start in enumerate(starts):
+            if start is not None:
+                worlds[index] = StartedSimulation(self.simulation, start)
+        return starts
 
     def worlds(self, step: int, entries: int) -> list[EpisodeSource] | None:
         """Where each of this process's `entries` rollouts runs: None (all real) without simulation;
@@ -248,6 +308,7 @@ class WorldGRPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"
         device = self.accelerator.device
         trajectories = self.rollouts(inputs)
+        judged = self.judge.judge_rollouts([self._task(x) for x in inputs], trajectories) if self.judge else {}
         scored = [{**x, "verdict": t.verdict} for x, t in zip(inputs, trajectories, strict=True)]
         rewards_all = self._calculate_rewards(
             scored, [x["prompt"] for x in inputs], [t.answer for t in trajectories], [[] for _ in inputs]
@@ -271,7 +332,13 @@ class WorldGRPOTrainer(GRPOTrainer):
         if self.use_vllm and self.vllm_importance_sampling_correction:
             self._correct_for_sampler(mode, batch, loss_mask)
         self._log_rollouts(mode, trajectories, rewards_all, rows)
+        for key, value in judged.items():
+            self._metrics[mode][key].append(value)
         return batch
+
+    def _task(self, entry: dict[str, Any]) -> Any:
+        """The task of a dataset entry."""
+        return self.bundles[entry["bundle"]].task(entry["task_id"])
 
     def micro_batches(self, batch: dict[str, Any]) -> list[list[int]]:
         """The batch's rows grouped into passes of at most `max_tokens_per_micro_batch` padded tokens."""
@@ -407,3 +474,5 @@ class WorldGRPOTrainer(GRPOTrainer):
         metrics["rows"].append(float(len(rows)))
         if self.simulation is not None:
             metrics["imagined_rate"].append(sum(t.world != "real" for t in trajectories) / len(trajectories))
+            for key, value in world_rewards(trajectories).items():
+                metrics[key].append(value)

@@ -4,7 +4,8 @@ the tool-call format (the tiny offline model) emits tool calls before GRPO start
 The reference solution of every task is replayed in the runtime; each of its turns becomes a
 prompt/completion row holding exactly the window the policy will see during GRPO (the same
 `turn_rows` the `data sft --per-turn` command writes), and TRL's SFTTrainer trains on the
-completions only.
+completions only. `lazy_rows` adds a wrong habit (TrainingConfig.curriculum.lazy_habit) that GRPO
+then has to unlearn.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from worldsmith.agent.datasets import turn_rows
 from worldsmith.agent.loop import EpisodeConfig, run_episode
-from worldsmith.agent.policies import ReferencePolicy
+from worldsmith.agent.policies import ReferencePolicy, ScriptPolicy
 from worldsmith.bundle.contract import Bundle
 from worldsmith.runtime.episode import Runtime
 
@@ -24,6 +25,15 @@ class TemplateReference(ReferencePolicy):
     the template, not listed in the system prompt (so the rows match `HFPolicy`'s prompts)."""
 
     shows_tools = True
+
+
+class LazyHabit(ScriptPolicy):
+    """Fixed calls, then "Done.", as a chat-template policy sees its episode (see `TemplateReference`)."""
+
+    shows_tools = True
+
+    def __init__(self, calls: list[tuple[str, dict[str, Any]]]):
+        super().__init__("lazy", calls)
 
 
 def reference_rows(runtime: Runtime, bundles: list[Bundle], window: int | None) -> list[dict[str, Any]]:
@@ -38,6 +48,20 @@ def reference_rows(runtime: Runtime, bundles: list[Bundle], window: int | None) 
     return rows
 
 
+def lazy_rows(runtime: Runtime, bundles: list[Bundle], window: int | None) -> list[dict[str, Any]]:
+    """Per-turn SFT rows of a lazy habit of every task with a reference solution: its calls but the
+    last, then the answer "Done.", kept where the verifier rates the episode incomplete (a wrong habit
+    beside the reference's, for GRPO to unlearn)."""
+    config = EpisodeConfig(max_turns=100, window=window)
+    trajectories = [
+        run_episode(runtime, bundle, task, LazyHabit([(s.tool, s.arguments) for s in task.solution[:-1]]), config)
+        for bundle in bundles
+        for task in bundle.tasks
+        if task.solution
+    ]
+    return turn_rows(trajectories, window, verdicts=("incomplete",))
+
+
 def warm_up(
     model_dir: Path,
     rows: list[dict[str, Any]],
@@ -48,9 +72,10 @@ def warm_up(
     batch_size: int = 8,
     seed: int = 0,
     progress: bool = False,
+    gpu: bool = False,
 ) -> Path:
-    """SFT `model_dir` for `steps` steps on per-turn `rows` (`reference_rows`, or any `turn_rows`);
-    the result (model and tokenizer) is saved to `out`, which is returned."""
+    """SFT `model_dir` for `steps` steps on per-turn `rows` (`reference_rows`, or any `turn_rows`), on the
+    CPU or (`gpu`) a CUDA device; the result (model and tokenizer) is saved to `out`, which is returned."""
     from worldsmith.training.progress import ProgressBar
     from worldsmith.training.sft import supervised_fine_tune
 
@@ -63,6 +88,7 @@ def warm_up(
         learning_rate=learning_rate,
         batch_size=batch_size,
         seed=seed,
+        gpu=gpu,
         logging_steps=max(1, steps // 5),
         callbacks=[ProgressBar("supervised warm-up")] if progress else [],
     )

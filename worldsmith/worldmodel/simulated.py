@@ -2,7 +2,8 @@
 environment's code (the "simulator" that code-driven worlds are compared with).
 
 The state is the predicted diff history, kept as an imagined copy of the environment's database
-in this process: it starts as the seeded `world.db` and takes every predicted diff in turn (rows
+in this process: it starts as the seeded `world.db` (or a real mid-episode state,
+worldmodel/real_starts.py) and takes every predicted diff in turn (rows
 inserted, updated, deleted; parts naming unknown tables, columns or rows are skipped and counted
 as inconsistent). The world model sees what it sees in `wm eval`: the task, the rows the call's
 arguments point at (read from the imagined database) and the recent calls with its own answers.
@@ -177,20 +178,33 @@ class SimulatedRuntime:
         self.name = f"simulated:{self.model.name}"
         self.stats = SimulationStats()
 
-    def open_episode(self, bundle: Bundle, task: str | TaskSpec | None = None) -> SimulatedEpisode:
+    def open_episode(
+        self,
+        bundle: Bundle,
+        task: str | TaskSpec | None = None,
+        start: tuple[bytes, list[dict[str, Any]]] | None = None,
+    ) -> SimulatedEpisode:
+        """A simulated episode from the seeded world, or from `start`: a database and the calls that led
+        there, as the world model's history (a real mid-episode state, worldmodel/real_starts.py)."""
         self.bundles.setdefault(bundle.key, bundle)
-        return SimulatedEpisode(self, bundle, bundle.task(task) if isinstance(task, str) else task)
+        return SimulatedEpisode(self, bundle, bundle.task(task) if isinstance(task, str) else task, start)
 
 
 class SimulatedEpisode:
     """An `Episode` (worldsmith/runtime/episode.py) on an imagined database."""
 
-    def __init__(self, simulation: SimulatedRuntime, bundle: Bundle, task: TaskSpec | None):
+    def __init__(
+        self,
+        simulation: SimulatedRuntime,
+        bundle: Bundle,
+        task: TaskSpec | None,
+        start: tuple[bytes, list[dict[str, Any]]] | None = None,
+    ):
         self.id = uuid.uuid4().hex
         self.simulation, self.bundle, self.task = simulation, bundle, task
         self.conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
-        self.conn.deserialize(bundle.world)
-        self.history: list[dict[str, Any]] = []
+        self.conn.deserialize(start[0] if start else bundle.world)
+        self.history: list[dict[str, Any]] = list(start[1]) if start else []
 
     def tools(self) -> list[dict[str, Any]]:
         return [t.model_dump() for t in self.bundle.tools]

@@ -1,0 +1,71 @@
+"""The curriculum of a training run (TrainingConfig.curriculum): which tasks the policy trains on and
+which tools its episodes show. The same bundles feed the tiny model's warm-up (flows/train.py) and the
+GRPO rollouts (training/launch.py), so both see exactly the same prompts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from functools import cached_property
+
+from worldsmith.bundle.contract import Bundle
+from worldsmith.models.bundle import TaskSpec
+from worldsmith.training.config import Curriculum
+
+
+def solution_size(task: TaskSpec) -> tuple[int, int]:
+    """How long `task`'s reference solution is: (calls, characters of the calls and the answer)."""
+    calls = [[step.tool, step.arguments] for step in task.solution]
+    return len(calls), len(json.dumps(calls)) + len(task.answer or "")
+
+
+def chosen_tasks(bundles: dict[str, Bundle], count: int | None) -> set[tuple[str, str]]:
+    """(bundle key, task id) of the `count` tasks with the shortest reference solutions (`solution_size`,
+    ties by environment and task id); None: every task."""
+    every = [(key, task) for key, bundle in bundles.items() for task in bundle.tasks]
+    if count is None:
+        return {(key, task.id) for key, task in every}
+    solved = [(solution_size(task), bundles[key].env_id, task.id, key) for key, task in every if task.solution]
+    return {(key, task_id) for _, _, task_id, key in sorted(solved)[:count]}
+
+
+@dataclass(frozen=True)
+class SubsetBundle(Bundle):
+    """A bundle showing a subset of its environment's tools. Sandbox workers load an environment with
+    the tools it shows and serve only those, so it loads under a key of its own (`runtime_key`)."""
+
+    subset: str = ""
+
+    @cached_property
+    def runtime_key(self) -> str:
+        return f"{super().runtime_key}#{self.subset}"
+
+
+def shown_tools(bundle: Bundle, task: TaskSpec) -> Bundle:
+    """`bundle` holding only `task`, with only the tools its reference solution calls (all of them
+    when it has no solution)."""
+    used = {step.tool for step in task.solution}
+    if not used:
+        return dataclasses.replace(bundle, tasks=(task,))
+    tools = tuple(t for t in bundle.tools if t.name in used)
+    fields = {f.name: getattr(bundle, f.name) for f in dataclasses.fields(Bundle)}
+    return SubsetBundle(**{**fields, "tasks": (task,), "tools": tools}, subset=",".join(t.name for t in tools))
+
+
+def curriculum_bundles(bundles: dict[str, Bundle], curriculum: Curriculum) -> dict[str, Bundle]:
+    """The bundles a run trains on, by key: each bundle with only its chosen tasks (bundles left with
+    none are dropped) or, with tools='solution', one bundle per chosen task keyed 'KEY#TASK' showing
+    only its solution's tools. ValueError when no task is left."""
+    chosen = chosen_tasks(bundles, curriculum.tasks)
+    out: dict[str, Bundle] = {}
+    for key, bundle in sorted(bundles.items()):
+        tasks = tuple(t for t in bundle.tasks if (key, t.id) in chosen)
+        if curriculum.tools == "solution":
+            out.update({f"{key}#{t.id}": shown_tools(bundle, t) for t in tasks})
+        elif tasks:
+            out[key] = dataclasses.replace(bundle, tasks=tasks)
+    if not out:
+        raise ValueError("the curriculum leaves no task to train on (curriculum.tasks needs tasks with a solution)")
+    return out

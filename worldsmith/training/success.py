@@ -1,0 +1,17 @@
+"""A training run's success rate on its own tasks: rollouts sampled exactly as GRPO samples them (the
+trainer's policy, temperature and seeding), before and after training (TrainingConfig.success_samples).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def success_rate(trainer: Any, samples: int) -> dict[str, Any]:
+    """{"rate", "rollouts"}: the share of `samples` rollouts of every (env, task) row of `trainer`'s
+    dataset, run by `trainer.rollouts` (a WorldGRPOTrainer) at its current step, that end complete."""
+    inputs = [
+        {"bundle": row["bundle"], "task_id": row["task_id"]} for row in trainer.train_dataset for _ in range(samples)
+    ]
+    trajectories = trainer.rollouts(inputs)
+    return {"rate": sum(t.verdict == "complete" for t in trajectories) / len(trajectories), "rollouts": len(inputs)}
