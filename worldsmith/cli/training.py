@@ -121,6 +121,12 @@ def _report_training(config: TrainingConfig, result: dict[str, Any] | None) -> N
                 str(report["run_id"]),
             )
     console.print(table)
+    success = result.get("success")
+    if success:  # TrainingConfig.success_samples: the trained tasks, sampled as in training
+        say(
+            f"success rate on the trained tasks: {success['before']['rate']:.3f} -> {success['after']['rate']:.3f} "
+            f"({success['after']['rollouts']} rollouts each)"
+        )
     say(f"final model: {result['final']} (object {result['checkpoint']})")
 
 

@@ -4,6 +4,7 @@ gateway (`serving/gateway.py`) answer with it instead of a traceback."""
 
 from __future__ import annotations
 
+import errno
 import subprocess
 
 from pydantic import ValidationError
@@ -11,6 +12,9 @@ from pydantic_core import PydanticSerializationError
 
 from worldsmith.failures import UserFixable
 from worldsmith.runtime.errors import RuntimeFault, WorkerLost
+
+#: Errors of a place that cannot be written: a read-only file system or home, no permission, a full disk.
+_UNWRITABLE = frozenset({errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT})
 
 #: The longest line an answered error prints (a validation error can quote a whole document).
 MAX_ANSWER = 2000
@@ -44,6 +48,11 @@ def answer(exc: BaseException) -> str | None:
         return f"sandbox worker lost: {exc.reason}"
     if isinstance(exc, RuntimeFault):
         return f"runtime refused: {exc}"
-    if isinstance(exc, (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)) and exc.filename:
+    if isinstance(exc, (FileNotFoundError, IsADirectoryError, NotADirectoryError)) and exc.filename:
         return f"cannot use {exc.filename}: {exc.strerror}; check the path"
+    if isinstance(exc, OSError) and exc.errno in _UNWRITABLE and exc.filename:
+        return (
+            f"cannot use {exc.filename}: {exc.strerror}; check the path and its permissions (a writable "
+            "WORLDSMITH_HOME for the home)"
+        )
     return None

@@ -7,6 +7,7 @@ catalog upgrades in place without losing rows.
 from __future__ import annotations
 
 import fcntl
+import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -73,13 +74,29 @@ def check_url(url: str) -> None:
         )
 
 
+def read_only_sqlite(url: str) -> Path | None:
+    """The database file of a SQLite `url` that exists in a directory this process cannot write (a
+    read-only WORLDSMITH_HOME), else None."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
+        return None
+    path = Path(parsed.database)
+    return path if path.is_file() and not os.access(path.parent, os.W_OK) else None
+
+
 def make_engine(url: str) -> Engine:
-    """An engine for `url`; SQLite connections enforce foreign keys and wait on locks."""
+    """An engine for `url`; SQLite connections enforce foreign keys and wait on locks. A SQLite catalog
+    in a directory that cannot be written is opened read-only and immutable (its WAL files cannot be
+    created there): reading works, a write is CatalogUnavailable naming the fix (`Catalog.session`)."""
     if url.startswith("postgresql://"):
         url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
     if url.startswith("sqlite"):
+        read_only = read_only_sqlite(url)
+        if read_only is not None:
+            url = f"sqlite:///file:{read_only}?mode=ro&immutable=1&uri=true"
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
-        event.listen(engine, "connect", _sqlite_pragmas)
+        if read_only is None:
+            event.listen(engine, "connect", _sqlite_pragmas)
         return engine
     return create_engine(url, pool_pre_ping=True)
 
@@ -111,7 +128,16 @@ class Catalog:
                 ) from None
 
     def upgrade(self, revision: str = "head") -> None:
-        """Apply pending migrations (idempotent)."""
+        """Apply pending migrations (idempotent). A catalog already at the newest revision is left
+        alone: no lock file, no write (so a read-only catalog opens)."""
+        if revision == "head" and self.revision() == self.head():
+            return
+        if read_only_sqlite(self.url) is not None:
+            raise CatalogUnavailable(
+                f"the catalog {_shown(self.url)} needs its schema upgraded but its directory is read-only; "
+                "open it once where it can be written, or set WORLDSMITH_HOME to a writable directory",
+                2,
+            )
         config = alembic_config(self.url)
         with _MIGRATING, self._migration_lock(), self.engine.begin() as connection:
             if connection.dialect.name == "postgresql":  # other processes wait here until we are done
@@ -148,6 +174,15 @@ class Catalog:
             try:
                 yield session
                 session.commit()
+            except DBAPIError as exc:
+                session.rollback()
+                if "readonly database" in str(exc.orig):
+                    raise CatalogUnavailable(
+                        f"the catalog {_shown(self.url)} is read-only (its directory cannot be written); set "
+                        "WORLDSMITH_HOME (or WORLDSMITH_CATALOG_URL) to a writable place to change it",
+                        2,
+                    ) from None
+                raise
             except BaseException:
                 session.rollback()
                 raise
