@@ -110,6 +110,14 @@ class Settings(BaseSettings):
     sandbox_memory_mb: int = Field(2048, ge=256, description="Address-space limit of one worker process.")
     sandbox_file_size_mb: int = Field(16, ge=1, description="Largest file a worker may write.")
     sandbox_uid: int = Field(65534, description="Unprivileged uid (and gid) workers drop to when started as root.")
+    sandbox_episode_processes: int = Field(
+        128,
+        ge=1,
+        description=(
+            "strict isolation: episode processes a worker keeps between calls (a few MB each); past it the least "
+            "recently used goes and its next call forks again. Keep it at or above the sessions a worker serves."
+        ),
+    )
     sandbox_isolation: Literal["strict", "fast"] = Field(
         "strict",
         description=(

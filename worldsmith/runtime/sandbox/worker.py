@@ -658,7 +658,7 @@ class Worker:
                 _stop(process)  # gone since its last call: its next one starts afresh
                 process = None
             if process is None:
-                while len(self.live) >= max(int(self.config.get("episode_processes", 32)), 1):
+                while len(self.live) >= max(int(self.config.get("episode_processes", 128)), 1):
                     self._stop_least_recent()
                 process = self._spawn(header, blobs, persistent=True)
             try:
@@ -1004,7 +1004,7 @@ def main() -> None:
         read_paths=list(GUARD.read_roots),
         write_paths=[scratch],
         zygote=strict,
-        open_files=kernel.OPEN_FILES + (2 * int(config.get("episode_processes", 32)) + 32 if strict else 0),
+        open_files=kernel.OPEN_FILES + (2 * int(config.get("episode_processes", 128)) + 32 if strict else 0),
     )
     layers["isolation"] = (
         "strict (episodes and requests in processes forked from this worker)"
