@@ -343,6 +343,9 @@ def test_cotraining_rounds_run_and_record_their_metrics(prefect_api, home):
         and first["eval_pass@1"] is not None
     )
     assert first["wm_accuracy_fresh"] is None  # no world model before round 1
+    for r in result["rounds"]:  # the policy's real and imagined rewards apart (a widening gap: exploitation)
+        rewards = [r["policy_reward_real"], r["policy_reward_imagined"]]
+        assert any(isinstance(v, float) for v in rewards) and all(v is None or -1 <= v <= 1 for v in rewards), r
     assert (second["wm_accuracy_fresh"] is None) == (
         second["transitions_new"] == 0
     )  # scored on fresh data when there is some

@@ -158,6 +158,8 @@ def _round_metrics(
         "wm_loss": wm["log"][-1].get("loss") if wm and wm["log"] else None,
         "policy_run": trained["run_id"],
         "policy_reward": _mean(trained["log"], "reward"),
+        "policy_reward_real": _mean(trained["log"], "reward_real"),  # a widening gap to the imagined:
+        "policy_reward_imagined": _mean(trained["log"], "reward_imagined"),  # the policy exploits the model
         "imagined_rate": _mean(trained["log"], "imagined_rate"),
         "imagined_calls": simulation.get("calls", 0),
         "stopped_rate": simulation.get("uncertain_rate"),
@@ -179,6 +181,8 @@ def _round_table(rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
         "imagined_rate",
         "stopped_rate",
         "policy_reward",
+        "policy_reward_real",
+        "policy_reward_imagined",
         "eval_pass@1",
     )
     return [{c: round(r[c], 4) if isinstance(r.get(c), float) else r.get(c) for c in columns} for r in rounds]
