@@ -33,7 +33,7 @@ from worldsmith.settings import get_settings
 
 
 class DemoOptions(BaseModel):
-    """Knobs of the demonstration (the defaults take about 4 minutes on 2 idle cores)."""
+    """Knobs of the demonstration (the defaults take about 3 minutes on 2 idle cores)."""
 
     envs: int = Field(10, ge=2, le=100, description="Environments to generate.")
     fault_rate: float = Field(
