@@ -189,11 +189,15 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     import torch
 
+    from worldsmith.failures import UserFixable
     from worldsmith.llm.procedural.backend import procedural_bundle
     from worldsmith.runtime.episode import Runtime
     from worldsmith.training.memory import check_cuda
 
-    check_cuda(args.profile)  # before building anything
+    try:
+        check_cuda(args.profile)  # before building anything
+    except UserFixable as exc:
+        raise SystemExit(str(exc)) from None
     cuda = torch.cuda.is_available()
     model = args.model if args.model == TINY else resolve_model(args.model)
     bundles = {f"retail_{s}": procedural_bundle("retail", s) for s in (0, 1)}
