@@ -34,13 +34,14 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from echo_world import GOLDEN  # noqa: E402  (bench/ is on the path when a bench runs)
+
 from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.loader import load_bundle
 from worldsmith.runtime import pool
 from worldsmith.runtime.episode import Runtime
 from worldsmith.runtime.pool import SandboxLimits
 
-GOLDEN = ROOT / "examples" / "bundles" / "retail_store"
 #: The call every session repeats: a read tool of the golden bundle.
 CALL = ("get_product", {"sku": "KB-101"})
 

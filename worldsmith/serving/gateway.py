@@ -39,7 +39,6 @@ import anyio.abc
 import mcp_types as types
 import uvicorn
 from mcp.server import Server, ServerRequestContext
-from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS, UNSUPPORTED_PROTOCOL_VERSION
@@ -71,7 +70,6 @@ EPISODE_KEY = "worldsmith.episode"
 SUBMITTED_KEY = "worldsmith.submitted"
 #: Set on a session with an episode: closes it (once), at submit or when the session ends.
 CLOSE_KEY = "worldsmith.close"
-_SESSION_HEADER = MCP_SESSION_ID_HEADER.encode()
 #: The JSON-RPC code of an unknown resource (MCP specification, resources).
 RESOURCE_NOT_FOUND = -32002
 #: The prompt holding the bound task's instruction.
@@ -386,7 +384,7 @@ class Gateway:
         if found is None or live.ending or live.state.get(SUBMITTED_KEY):
             return False
         request_id, name, arguments = found
-        if name == SUBMIT_TOOL.name and self.verdicts and live.episode.task is not None:
+        if self._is_submit(live.episode, name):
             return False
         result = await call(live.world, live.episode, name, arguments)
         await hotpath.send_result(
@@ -414,6 +412,10 @@ class Gateway:
             "evidence": evidence,
             "error": error,
         }
+
+    def _is_submit(self, episode: Episode, name: str) -> bool:
+        """Whether a call of `name` in `episode` is the opt-in `submit` (the verdict), not a world's tool."""
+        return name == SUBMIT_TOOL.name and self.verdicts and episode.task is not None
 
     async def _submit(self, connection: Any, bundle: Bundle, arguments: dict[str, Any]) -> types.CallToolResult:
         """`submit` in a task-bound session: judge its episode with the final answer, then close it."""
@@ -499,7 +501,7 @@ class Gateway:
                 raise MCPError(code=INVALID_PARAMS, message="no episode for this session; reconnect")
             if connection.state.get(SUBMITTED_KEY):
                 return _error_result("error: this episode was submitted and has ended; open a new session to try again")
-            if params.name == SUBMIT_TOOL.name and self.verdicts and episode.task is not None:
+            if self._is_submit(episode, params.name):
                 return await self._submit(connection, bundle, params.arguments or {})
             return await call(world, episode, params.name, params.arguments or {})
 
@@ -636,7 +638,7 @@ async def _end_session(world: ServedWorld, session_id: str) -> None:
         "root_path": "",
         "scheme": "http",
         "query_string": b"",
-        "headers": [(_SESSION_HEADER, session_id.encode())],
+        "headers": [(hotpath.SESSION_HEADER, session_id.encode())],
         "http_version": "1.1",
         "server": None,
         "client": None,
@@ -676,7 +678,7 @@ class _WorldEndpoint:
             error = {"jsonrpc": "2.0", "id": None, "error": {"code": INTERNAL_ERROR, "message": str(exc)}}
             await JSONResponse(error, status_code=503)(scope, receive, send)
             return
-        session_id = hotpath.header(scope, _SESSION_HEADER)
+        session_id = hotpath.header(scope, hotpath.SESSION_HEADER)
         live = self.gateway._live.get(session_id) if session_id is not None else None
         if live is not None and live.world is not world:
             live = None  # another world's session: the SDK answers 404, as for any unknown session

@@ -23,6 +23,8 @@ from starlette.types import Message, Receive, Scope, Send
 
 from worldsmith.bundle.jsonvalues import TooDeep, check_nesting
 
+#: The header naming a session (bytes, as ASGI carries headers).
+SESSION_HEADER = MCP_SESSION_ID_HEADER.encode()
 _PROTOCOL_HEADER = b"mcp-protocol-version"
 _CONTENT_TYPE = b"content-type"
 _CONTENT_LENGTH = b"content-length"
@@ -105,7 +107,7 @@ async def send_result(send: Send, session_id: str, request_id: int | str, result
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
-        (MCP_SESSION_ID_HEADER.encode(), session_id.encode()),
+        (SESSION_HEADER, session_id.encode()),
     ]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": body})
