@@ -68,7 +68,3 @@ class SharedMemo(Generic[V]):
             self._entries.move_to_end(key)
             while len(self._entries) > self.size:
                 self._entries.popitem(last=False)
-
-    def __contains__(self, key: str) -> bool:
-        with self._lock:
-            return key in self._entries

@@ -320,20 +320,17 @@ class WorkerPool:
                 self._overflow.remove(gone)
             live = [w for w in self.workers() if w.alive and env is not None and w.env == env]
             best = min(live, key=lambda w: (w.episodes, w.handed_out), default=None)
-            if best is None or best.episodes > 0 or self._unclaimed_slot(env):
-                fresh = self._free_slot(env, retire_idle=best is None or best.episodes > 0)
-                if fresh is not None:
-                    best = fresh
+            # an unclaimed slot always spreads the load; an idle worker of another world is retired
+            # only when this world has no idle worker of its own
+            fresh = self._free_slot(env, retire_idle=best is None or best.episodes > 0)
+            if fresh is not None:
+                best = fresh
             if best is None:  # every worker hosts episodes of other environments
                 best = self._start(env)
                 self._overflow.append(best)
             best.episodes += 1
             best.handed_out = next(self._handouts)
             return best
-
-    def _unclaimed_slot(self, env: str | None) -> bool:
-        """Whether a slot holds no worker of any environment: empty, dead, or a worker that never ran code."""
-        return any(w is None or not w.alive or (w.env is None and env is not None) for w in self._slots)
 
     def _free_slot(self, env: str | None, *, retire_idle: bool = True) -> SandboxWorker | None:
         """A worker for `env` in a slot that is empty, dead, or holds a worker bound to no environment,

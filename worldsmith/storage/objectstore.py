@@ -193,8 +193,8 @@ class S3Store(ObjectStore):
         return f"{self.prefix}/{object_key(digest)}" if self.prefix else object_key(digest)
 
     @contextmanager
-    def _answering(self) -> Iterator[None]:
-        """Failures of the store itself (not of one object) as StoreUnavailable naming the fix."""
+    def _answering(self, digest: str) -> Iterator[None]:
+        """An absent object as ObjectMissing; failures of the store itself as StoreUnavailable naming the fix."""
         from boto3.exceptions import S3UploadFailedError
         from botocore.exceptions import ClientError, EndpointConnectionError, NoCredentialsError
 
@@ -214,7 +214,7 @@ class S3Store(ObjectStore):
         except (ClientError, S3UploadFailedError) as exc:
             code = exc.response.get("Error", {}).get("Code", "") if isinstance(exc, ClientError) else ""
             if code in _MISSING_CODES:
-                raise
+                raise ObjectMissing(f"no object {digest} in {self.url}") from None
             reason = str(exc).strip().splitlines()[0]
             raise StoreUnavailable(
                 f"the object store {self.url} ({endpoint}) refused: {reason}; check the bucket, the "
@@ -222,19 +222,15 @@ class S3Store(ObjectStore):
             ) from None
 
     def exists(self, digest: str) -> bool:
-        from botocore.exceptions import ClientError
-
         try:
-            with self._answering():
+            with self._answering(digest):
                 self.client.head_object(Bucket=self.bucket, Key=self._key(digest))
             return True
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in _MISSING_CODES:
-                return False
-            raise
+        except ObjectMissing:
+            return False
 
     def _write(self, digest: str, source: Path, size: int) -> None:
-        with source.open("rb") as f, self._answering():
+        with source.open("rb") as f, self._answering(digest):
             self.client.upload_fileobj(
                 f,
                 self.bucket,
@@ -244,15 +240,8 @@ class S3Store(ObjectStore):
             )
 
     def _open(self, digest: str) -> IO[bytes]:
-        from botocore.exceptions import ClientError
-
-        try:
-            with self._answering():
-                return self.client.get_object(Bucket=self.bucket, Key=self._key(digest))["Body"]
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in _MISSING_CODES:
-                raise ObjectMissing(f"no object {digest} in {self.url}") from None
-            raise
+        with self._answering(digest):
+            return self.client.get_object(Bucket=self.bucket, Key=self._key(digest))["Body"]
 
 
 def open_store(url: str, *, endpoint_url: str | None = None) -> ObjectStore:

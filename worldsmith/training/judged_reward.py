@@ -119,10 +119,8 @@ class RewardJudge:
         self._lock = threading.Lock()
 
     @classmethod
-    def for_training(cls, config: TrainingConfig) -> RewardJudge | None:
-        """The judge of `config.reward` (None for `verifier`)."""
-        if config.reward == "verifier":
-            return None
+    def for_training(cls, config: TrainingConfig) -> RewardJudge:
+        """The judge of `config.reward` (`judge` or `verifier+judge`)."""
         return cls(
             config.judge,
             judge_endpoint(config.judge),

@@ -38,9 +38,6 @@ class RealStart:
     history: list[dict[str, Any]]
     source: str
 
-    def describe(self) -> dict[str, Any]:
-        return {"turns": self.turns, "source": self.source, "calls": len(self.steps)}
-
 
 def tool_turns(trajectory: Trajectory) -> list[Message]:
     """The assistant messages of `trajectory` that call tools, in order."""
