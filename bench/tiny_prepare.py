@@ -32,16 +32,8 @@ def main() -> None:
     from worldsmith.demo import DemoOptions
     from worldsmith.flows.train import plan, prepare_model
     from worldsmith.settings import get_settings
-    from worldsmith.training.config import TINY, Curriculum, TrainingConfig
 
-    config = TrainingConfig(
-        model=TINY,
-        set_name=args.set,
-        curriculum=Curriculum(tasks=DemoOptions().train_tasks, tools="solution", lazy_habit=True),
-        warmup_steps=args.warmup_steps,
-        max_turns=4,
-        max_completion_length=48,
-    )
+    config = DemoOptions(set_name=args.set, warmup_steps=args.warmup_steps).training_config()
     paths = plan.fn(config)["train"]
     models = get_settings().home / "models"
     cached = set(models.iterdir()) if models.is_dir() else set()

@@ -20,7 +20,7 @@ import os
 import time
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from pydantic import BaseModel, Field
@@ -30,6 +30,9 @@ from rich.table import Table
 
 from worldsmith.ops.stack import Stack
 from worldsmith.settings import get_settings
+
+if TYPE_CHECKING:
+    from worldsmith.training.config import TrainingConfig
 
 
 class DemoOptions(BaseModel):
@@ -51,6 +54,26 @@ class DemoOptions(BaseModel):
         64, ge=1, description="Rollouts per trained task that measure its success rate before and after GRPO."
     )
     set_name: str = "demo"
+
+    def training_config(self) -> TrainingConfig:
+        """The training stage's recipe (the tiny model's cache key derives from it: bench/tiny_prepare.py)."""
+        from worldsmith.training.config import TINY, Curriculum, TrainingConfig
+
+        return TrainingConfig(
+            model=TINY,
+            set_name=self.set_name,
+            curriculum=Curriculum(tasks=self.train_tasks, tools="solution", lazy_habit=True),
+            steps=self.train_steps,
+            group_size=self.group_size,
+            rows_per_step=min(2, self.train_tasks),
+            learning_rate=5e-4,
+            temperature=0.7,
+            warmup_steps=self.warmup_steps,
+            max_turns=4,
+            max_completion_length=48,
+            success_samples=self.success_samples,
+            seed=self.seed,
+        )
 
 
 def _solve_over_mcp(url: str, gateway: Any, env_id: str, task: Any) -> str:
@@ -232,27 +255,12 @@ class Demo:
 
     def train(self) -> None:
         from worldsmith.flows.train import train
-        from worldsmith.training.config import TINY, Curriculum, TrainingConfig
 
         o = self.options
         self._step(
             6, f"GRPO of the tiny model on the CPU: {o.train_tasks} tasks, {o.train_steps} steps, group {o.group_size}"
         )
-        config = TrainingConfig(
-            model=TINY,
-            set_name=o.set_name,
-            curriculum=Curriculum(tasks=o.train_tasks, tools="solution", lazy_habit=True),
-            steps=o.train_steps,
-            group_size=o.group_size,
-            rows_per_step=min(2, o.train_tasks),
-            learning_rate=5e-4,
-            temperature=0.7,
-            warmup_steps=o.warmup_steps,
-            max_turns=4,
-            max_completion_length=48,
-            success_samples=o.success_samples,
-            seed=o.seed,
-        )
+        config = o.training_config()
         self.console.print(
             f"curriculum: the {o.train_tasks} train tasks with the shortest reference solutions, only their tools "
             "shown; the tiny model is built offline and warmed up on their reference solutions and a lazy habit "
