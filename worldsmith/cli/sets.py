@@ -49,7 +49,7 @@ def sets_create(
     with refusals():
         made = create_set(catalog, name, query)
     with catalog.session() as session:
-        splits = split_counts(session, made.id)
+        splits = split_counts(session, made.id).get(made.id, {})
     say(
         f"created set {name}: {sum(splits.values())} environment versions "
         f"({splits.get('train', 0)} train, {splits.get('validation', 0)} validation)"

@@ -121,7 +121,8 @@ def members_in_split(catalog: Catalog, name: str, split: str) -> int:
     """How many members set `name` has in `split` ("all": in any); a CatalogError naming the problem
     if the set does not exist or has none there. What a run checks before it starts anything."""
     with catalog.session() as session:
-        splits = split_counts(session, get_set(session, name).id)
+        set_id = get_set(session, name).id
+        splits = split_counts(session, set_id).get(set_id, {})
     count = sum(splits.values()) if split == "all" else splits.get(split, 0)
     if not count:
         raise CatalogError(f"set {name!r} has no members in split {split!r}")
@@ -138,9 +139,8 @@ class SetSummary:
     created_at: datetime
 
 
-def split_counts(session: Session, set_id: int | None = None) -> dict[str, int] | dict[int, dict[str, int]]:
-    """Members per split of set `set_id` ({split: count}), or of every set ({set id: {split: count}}) when None;
-    counted in SQL."""
+def split_counts(session: Session, set_id: int | None = None) -> dict[int, dict[str, int]]:
+    """Members per split of every set, or of set `set_id` alone: {set id: {split: count}}, counted in SQL."""
     query = select(EnvironmentSetMember.set_id, EnvironmentSetMember.split, func.count()).group_by(
         EnvironmentSetMember.set_id, EnvironmentSetMember.split
     )
@@ -149,7 +149,7 @@ def split_counts(session: Session, set_id: int | None = None) -> dict[str, int] 
     counts: dict[int, dict[str, int]] = {}
     for member_set, split, count in session.exec(query).all():
         counts.setdefault(member_set, {})[split] = count
-    return counts.get(set_id, {}) if set_id is not None else counts
+    return counts
 
 
 def set_summaries(session: Session) -> list[SetSummary]:
