@@ -7,8 +7,9 @@ Each session is one episode of the golden bundle and one thread calling a read t
 the figure is completed calls per second over all sessions, with the latency p50/p99 of one call.
 `runtime_calls_per_second` is the measurement, importable by other benchmarks (bench/gateway.py):
 the load generator runs in the runtime's own process, as a caller of the in-process runtime does.
-`--profile` instead profiles one session's calls end to end with cProfile: in this process, in the
-worker and (strict isolation) in the episode's process, each printed by internal time.
+`--profile` instead profiles one session's calls end to end with cProfile: in this process and in
+the process running the code (strict isolation: the episode's own process; fast: the worker), each
+printed by internal time.
 Beside the wall-clock rate it reports the CPU time one call costs in all processes together (this one,
 the workers and their episode processes) and `cpu_bound_calls_per_second`, the rate two cores give
 at that cost: the figure to read on a machine shared with other work, where the wall rate is not ours.
@@ -167,30 +168,31 @@ W.main()
 
 
 def profile(calls: int, isolation: str, lines: int = 25) -> None:
-    """Print where one session's `calls` tool calls spend their time, in each process they cross."""
+    """Print where one session's `calls` tool calls spend their time: in this process, and in the
+    process that runs the code (strict: the episode's own process, the worker being off the call
+    path once the episode's channel is direct; fast: the worker)."""
     golden = load_bundle(GOLDEN)
     limits = dataclasses.replace(SandboxLimits.from_settings(), isolation=isolation)
     warm, plain = 100, pool._BOOTSTRAP
-    for role in ("worker", "episode") if isolation == "strict" else ("worker",):
-        with Runtime(limits=limits, workers=1) as runtime:
-            pool._BOOTSTRAP = _PROFILED_BOOTSTRAP.format(role=role, warm=warm, calls=calls)
-            try:
-                episode = runtime.open_episode(golden)  # starts the worker: the profiled bootstrap
-            finally:
-                pool._BOOTSTRAP = plain
-            for _ in range(warm):
-                assert episode.call_tool(*CALL).ok
-            profiler = cProfile.Profile()
-            profiler.enable()
-            for _ in range(calls):
-                assert episode.call_tool(*CALL).ok
-            profiler.disable()
-            if role == "worker":
-                print(f"== parent ({calls} calls, {isolation})", flush=True)
-                pstats.Stats(profiler).sort_stats("tottime").print_stats(lines)
-            stats = next(Path(runtime.pool.scratch_root).rglob("prof.out"))
-            print(f"== {role} process ({calls} calls, {isolation})", flush=True)
-            pstats.Stats(str(stats)).sort_stats("tottime").print_stats(lines)
+    role = "episode" if isolation == "strict" else "worker"
+    with Runtime(limits=limits, workers=1) as runtime:
+        pool._BOOTSTRAP = _PROFILED_BOOTSTRAP.format(role=role, warm=warm, calls=calls)
+        try:
+            episode = runtime.open_episode(golden)  # starts the worker: the profiled bootstrap
+        finally:
+            pool._BOOTSTRAP = plain
+        for _ in range(warm):
+            assert episode.call_tool(*CALL).ok
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for _ in range(calls):
+            assert episode.call_tool(*CALL).ok
+        profiler.disable()
+        print(f"== parent ({calls} calls, {isolation})", flush=True)
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(lines)
+        stats = next(Path(runtime.pool.scratch_root).rglob("prof.out"))
+        print(f"== {role} process ({calls} calls, {isolation})", flush=True)
+        pstats.Stats(str(stats)).sort_stats("tottime").print_stats(lines)
 
 
 def main() -> None:

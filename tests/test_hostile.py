@@ -294,6 +294,7 @@ def test_random_and_decimal_state_is_not_carried_between_calls(runtime, golden):
         assert episode.call_tool("save_draw").ok
         value = episode.call_tool("saved").value
         episode._worker.process.kill()
+        episode._worker.process.wait()  # gone, and its episode processes with it
         assert episode.call_tool("saved").value == value and episode.relocations == 1
 
 

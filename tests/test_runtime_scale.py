@@ -7,9 +7,11 @@ import contextlib
 import os
 import resource
 import signal
+import threading
+import time
 
 import pytest
-from conftest import PATIENT_LIMITS, with_tools
+from conftest import PATIENT_LIMITS, isolated, with_tools
 
 from worldsmith.runtime.episode import Runtime
 from worldsmith.runtime.sandbox import guard
@@ -17,6 +19,8 @@ from worldsmith.runtime.sandbox.guard import ModuleState
 
 HELD_DESCRIPTORS = 10_000
 CALL = ("get_customer", {"customer_id": 1})
+#: A call of about a second of CPU (more on a loaded machine).
+SLOW_TOOL = "def slow_sum(conn):\n    return sum(range(40_000_000))\n"
 
 
 @contextlib.contextmanager
@@ -118,3 +122,27 @@ def test_the_module_state_check_sees_every_kind_of_change():
     table["kept"] = marker  # changed and changed back: nothing to report
     table["kept"] = clean["kept"]
     assert state.changed() == []
+
+
+@pytest.mark.timeout(120)
+def test_a_long_call_does_not_hold_up_other_episodes_of_its_worker(golden):
+    """Strict isolation: once an episode has made a call, its calls go to its own process directly
+    (runtime/channel.py), not through the worker, so episodes sharing a worker call side by side."""
+    world = with_tools(golden, SLOW_TOOL, ["slow_sum"])
+    with Runtime(limits=isolated(PATIENT_LIMITS, "strict"), workers=1) as runtime:
+        slow, quick = runtime.open_episode(world), runtime.open_episode(world)
+        assert slow._worker is quick._worker
+        for episode in (slow, quick):
+            assert episode.call_tool(*CALL).ok
+        long_call: list = []
+        thread = threading.Thread(target=lambda: long_call.append(slow.call_tool("slow_sum")))
+        thread.start()
+        time.sleep(0.3)  # the long call is in its process
+        answered = [quick.call_tool("get_customer", {"customer_id": n}) for n in (1, 2, 3)]
+        still_running = thread.is_alive()
+        thread.join()
+        assert all(result.ok for result in answered)
+        assert still_running, "the quick episode's calls waited for the long call of its worker"
+        assert long_call[0].ok and long_call[0].value == sum(range(40_000_000))
+        slow.close()
+        quick.close()

@@ -227,7 +227,9 @@ def test_other_episodes_survive_a_killed_worker(hostile_runtime, hostile_bundle)
     try:
         for i, episode in enumerate(episodes):
             assert episode.call_tool("update_customer_email", {"customer_id": 3, "email": f"s{i}@example.com"}).ok
-        hostile_runtime.pool.workers()[0].process.kill()  # e.g. the OOM killer
+        killed = hostile_runtime.pool.workers()[0].process
+        killed.kill()  # e.g. the OOM killer
+        killed.wait()  # gone, and its episode processes with it (they could answer until then)
         for i, episode in enumerate(episodes):
             assert episode.call_tool("get_customer", {"customer_id": 3}).value["email"] == f"s{i}@example.com"
             assert episode.relocations == 1

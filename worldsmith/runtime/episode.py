@@ -258,8 +258,11 @@ class SandboxEpisode:
         crashes = 0
         for _ in range(4):
             try:
-                return self._worker.request(
-                    {**header, "episode": self.id, "skew_s": self.clock_skew_s}, blobs, timeout=self._timeout(calls)
+                return self._worker.episode_request(
+                    self.id,
+                    {**header, "episode": self.id, "skew_s": self.clock_skew_s},
+                    blobs,
+                    timeout=self._timeout(calls),
                 )
             except WorkerLost as lost:
                 self._relocate()
@@ -379,7 +382,7 @@ class SandboxEpisode:
             self._closed = True
             try:
                 if self._worker.alive:
-                    self._worker.request({"op": "close", "episode": self.id}, timeout=self._timeout())
+                    self._worker.episode_request(self.id, {"op": "close", "episode": self.id}, timeout=self._timeout())
             except WorkerLost:
                 pass
             finally:

@@ -1,7 +1,9 @@
 """Parent side of the sandbox: worker processes and the pool that hands them out.
 
 A `SandboxWorker` is one confined child process serving one request at a time; callers on
-many threads share it through a lock. A request that overruns its deadline gets the worker
+many threads share it through a lock. Under strict isolation an episode's calls, snapshots and diffs
+go to the episode's own process directly once the worker has handed its pipes over
+(runtime/channel.py), so they neither wait for the worker nor pass through it. A request that overruns its deadline gets the worker
 killed; a worker whose reply says it ran code that broke a limit is retired right after.
 Either way the pool starts a fresh worker in its place on the next `acquire`. Nothing a worker
 sends can grow the parent without bound: frames are checked against size limits before they are
@@ -16,6 +18,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -27,12 +30,16 @@ from typing import Any, Literal
 
 import worldsmith
 from worldsmith.bundle.contract import Bundle
+from worldsmith.runtime.channel import ChannelBroken, EpisodeChannel
 from worldsmith.runtime.errors import RuntimeFault, WorkerLost
 from worldsmith.runtime.sandbox.protocol import (
+    EPISODE_OPS,
     FrameReader,
     ProtocolClosed,
     ProtocolTimeout,
     ProtocolViolation,
+    process_failure,
+    process_wait,
     write_frame,
 )
 from worldsmith.settings import Settings, get_settings
@@ -144,6 +151,16 @@ class SandboxWorker:
         self._lock = threading.Lock()
         self._requests = itertools.count(1)
         self._stderr = StderrTail()
+        # strict isolation: the socket over which the worker hands episode processes' pipes over, and
+        # the direct channels held (episode id -> channel, least recently used first; at most
+        # `limits.episode_processes`, as the worker keeps processes)
+        self._handover: socket.socket | None = None
+        self._direct: collections.OrderedDict[str, EpisodeChannel] = collections.OrderedDict()
+        self._direct_lock = threading.Lock()
+        theirs: socket.socket | None = None
+        if limits.isolation == "strict":
+            self._handover, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            self._handover.settimeout(limits.grace_s)
         config = {
             "scratch": str(self.scratch),
             "uid": limits.uid,
@@ -156,6 +173,7 @@ class SandboxWorker:
             "isolation": limits.isolation,
             "episode_processes": limits.episode_processes,
             "frameworks": frameworks,
+            "channel_fd": theirs.fileno() if theirs is not None else None,
         }
         # Stdlib-only workers start without site-packages (-S); workers of ASGI environments need the
         # web stack installed there and import it before they confine themselves.
@@ -168,8 +186,11 @@ class SandboxWorker:
             env=WORKER_ENV,
             cwd="/",
             close_fds=True,
+            pass_fds=(theirs.fileno(),) if theirs is not None else (),
             start_new_session=True,
         )
+        if theirs is not None:
+            theirs.close()
         assert self.process.stderr is not None and self.process.stdout is not None
         threading.Thread(
             target=self._stderr.drain,
@@ -243,7 +264,121 @@ class SandboxWorker:
                 raise WorkerLost(reason, in_flight=True, limit="protocol")
             if reply.get("retire"):
                 self.kill("retired after running code that broke a sandbox limit")
+            elif reply.pop("channel", False):
+                self._adopt(header.get("episode"))
             return reply, reply_blobs
+
+    # -- direct channels (strict isolation) -------------------------------------------------------
+    def episode_request(
+        self, episode_id: str, header: dict[str, Any], blobs: list[bytes] | tuple[bytes, ...] = (), *, timeout: float
+    ) -> tuple[dict[str, Any], list[bytes]]:
+        """A request of episode `episode_id`: a call, snapshot or diff on the episode's direct channel
+        when it has one (else through the worker, which hands the channel over with its reply);
+        anything else through the worker once the channel is given up. Raises `WorkerLost` as
+        `request` does, also for a process that died with its worker."""
+        if self._handover is None:
+            return self.request(header, blobs, timeout=timeout)
+        if header.get("op") not in EPISODE_OPS:
+            self._give_up(episode_id)
+            return self.request(header, blobs, timeout=timeout)
+        with self._direct_lock:
+            channel = self._direct.get(episode_id)
+            if channel is not None:
+                self._direct.move_to_end(episode_id)
+        if channel is not None:
+            with channel.lock:
+                if not channel.closed:
+                    answered = self._on_channel(episode_id, channel, header, blobs, timeout)
+                    if answered is not None:
+                        return answered
+        return self.request({**header, "direct": True}, blobs, timeout=timeout)
+
+    def _on_channel(
+        self,
+        episode_id: str,
+        channel: EpisodeChannel,
+        header: dict[str, Any],
+        blobs: list[bytes] | tuple[bytes, ...],
+        timeout: float,
+    ) -> tuple[dict[str, Any], list[bytes]] | None:
+        """The reply on `channel` (held), or a failure reply worded as the worker words it; None when
+        the request is to go through the worker (the process was gone before it, or stopped by it)."""
+        limits = self.limits
+        wait = process_wait(timeout, limits.grace_s, limits.call_timeout_s)
+        try:
+            reply, reply_blobs = channel.request({**header, "timeout_s": timeout}, blobs, wait)
+        except ChannelBroken as broken:
+            self._drop(episode_id, channel)
+            ending = self._reap(episode_id, grace_s=1.0 if broken.limit == "crash" else 0.0, in_flight=broken.delivered)
+            if not broken.delivered or (broken.limit == "crash" and ending is None):
+                return None
+            detail = ending if broken.limit == "crash" else broken.detail
+            return {"status": "env_error", "error": process_failure(broken.limit, detail), "limit": broken.limit}, []
+        if reply.pop("retire", False):  # its code broke a limit: the episode's next call gets a fresh process
+            self._drop(episode_id, channel)
+            self._reap(episode_id)
+        return reply, reply_blobs
+
+    def _reap(self, episode_id: str, *, grace_s: float = 0.0, in_flight: bool = True) -> str | None:
+        """Have the worker stop and reap the process of `episode_id` whose channel was given up; how
+        it ended (None: the worker had stopped it already). A dead worker took its processes with it:
+        WorkerLost, a crash of the request if it was `in_flight`."""
+        try:
+            reply, _ = self.request(
+                {"op": "reap", "episode": episode_id, "grace_s": grace_s}, timeout=grace_s + self.limits.grace_s + 5
+            )
+        except WorkerLost as lost:
+            raise WorkerLost(lost.reason, in_flight=in_flight, limit="crash" if in_flight else None) from None
+        ending = reply.get("ending")
+        return ending if isinstance(ending, str) else None
+
+    def _adopt(self, episode_id: Any) -> None:
+        """Take the pipes the worker just handed over for `episode_id` (under the request lock); a
+        hand-over that is not exactly that is a protocol violation of the worker (killed)."""
+        assert self._handover is not None
+        fds: list[int] = []
+        try:
+            message, fds, _, _ = socket.recv_fds(self._handover, 256, 2)
+        except OSError as exc:
+            message, problem = b"", f"no pipes came with it ({exc})"
+        else:
+            problem = None if message == str(episode_id).encode() and len(fds) == 2 else "pipes of another episode"
+        if problem is not None:
+            for fd in fds:
+                os.close(fd)
+            reason = f"sandbox limit protocol: the worker handed over a channel badly ({problem}); worker killed"
+            self.kill(reason)
+            raise WorkerLost(reason, in_flight=True, limit="protocol")
+        channel = EpisodeChannel(fds[0], fds[1], max_blobs=self.limits.memory_mb * 1024 * 1024)
+        with self._direct_lock:
+            old = self._direct.pop(episode_id, None)
+            self._direct[episode_id] = channel
+            idle = [c for key, c in self._direct.items() if key != episode_id]
+            excess = len(self._direct) - max(self.limits.episode_processes, 1)
+        if old is not None:
+            old.close()
+        for other in idle[: max(excess, 0)]:  # the least recently used idle ones end (their processes exit)
+            if other.lock.acquire(blocking=False):
+                try:
+                    other.close()
+                finally:
+                    other.lock.release()
+
+    def _give_up(self, episode_id: str) -> None:
+        """Close `episode_id`'s direct channel, if it has one (the worker stops its process before
+        serving the episode's next request)."""
+        with self._direct_lock:
+            channel = self._direct.pop(episode_id, None)
+        if channel is not None:
+            with channel.lock:
+                channel.close()
+
+    def _drop(self, episode_id: str, channel: EpisodeChannel) -> None:
+        """Close `channel` (held by the caller) and forget it."""
+        channel.close()
+        with self._direct_lock:
+            if self._direct.get(episode_id) is channel:
+                del self._direct[episode_id]
 
     def _stop(self) -> None:
         if self.process.poll() is None:
@@ -258,6 +393,16 @@ class SandboxWorker:
         if self.dead_reason is None:
             self.dead_reason = reason
         self._stop()
+        with self._direct_lock:  # its episode processes died with it
+            channels, self._direct = list(self._direct.values()), collections.OrderedDict()
+        for channel in channels:  # one in use is closed by its holder (it reads the end of the pipe)
+            if channel.lock.acquire(blocking=False):
+                try:
+                    channel.close()
+                finally:
+                    channel.lock.release()
+        if self._handover is not None:
+            self._handover.close()
         for stream in (self.process.stdin, self.process.stdout):
             try:
                 stream.close()

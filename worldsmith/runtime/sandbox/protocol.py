@@ -1,9 +1,13 @@
-"""Framing between the parent and a sandbox worker. Stdlib only.
+"""Framing between the parent, a sandbox worker and the processes it forks. Stdlib only.
 
 A frame is a 4-byte big-endian length, a JSON header of that length, then the raw bytes of
 each blob whose length the header lists under "blobs". A reader checks every declared size against
 its limits before it reads (and reads in chunks, never allocating what was only declared), so a
 forged or oversized frame is a `ProtocolViolation`, not a memory error.
+
+Replies of a request's process (strict isolation) are read by whoever sent the request: the worker,
+or the parent on an episode's direct channel (runtime/channel.py). Both hold them to one contract
+(`reply_problem`) and word a failed request alike (`process_failure`).
 """
 
 from __future__ import annotations
@@ -16,7 +20,13 @@ import struct
 import time
 from typing import Any, BinaryIO
 
+from worldsmith.models.verdict import Verdict
+
 _LEN = struct.Struct(">I")
+#: Requests an episode's own process serves (strict isolation): they run its tools or read only its
+#: data, which its tools can change anyway. Every other request for an episode (verification above
+#: all: a verdict never meets memory the episode's tools ran in) gets a process of its own.
+EPISODE_OPS = frozenset({"call", "snapshot", "diff"})
 MAX_HEADER = 64 * 1024 * 1024
 #: The most bytes one frame's blobs may hold together, unless a reader is given another limit.
 MAX_BLOBS = 4 * 1024 * 1024 * 1024
@@ -71,6 +81,10 @@ class FrameReader:
         self.max_blobs = max_blobs
         self._buffer = bytearray()
 
+    def pending(self) -> bool:
+        """Whether bytes beyond the frames read so far are buffered."""
+        return bool(self._buffer)
+
     def _fill(self, size: int, deadline: float | None) -> None:
         while len(self._buffer) < size:
             if deadline is not None:
@@ -104,3 +118,69 @@ class FrameReader:
             raise ProtocolViolation(f"frame declares {sum(sizes)} bytes of blobs, over the limit of {self.max_blobs}")
         blobs = [self._take(n, deadline) for n in sizes]
         return header, blobs
+
+
+def send_within(fd: int, data: bytes, deadline: float) -> bool:
+    """Write all of `data` to the non-blocking descriptor `fd` by `deadline` (monotonic seconds);
+    False if its reader is gone (EPIPE) or does not take it in time. A request that fits the pipe
+    takes one write and no wait."""
+    view = memoryview(data)
+    try:
+        while view:
+            try:
+                view = view[os.write(fd, view[: 1 << 16]) :]
+                continue
+            except BlockingIOError:
+                pass
+            wait = deadline - time.monotonic()
+            if wait <= 0 or not ready(fd, wait, select.POLLOUT):
+                return False
+    except OSError:
+        return False
+    return True
+
+
+_REPLY_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "status": str,
+    "error": (str, type(None)),
+    "limit": (str, type(None)),
+    "stdout": str,
+    "changed": bool,
+    "verdict": str,
+    "evidence": dict,
+    "diff": dict,
+    "tools": list,
+    "retire": bool,
+}
+_STATUSES = frozenset({"ok", "tool_error", "env_error"})
+_VERDICTS = frozenset(verdict.value for verdict in Verdict)
+
+
+def reply_problem(reply: dict[str, Any]) -> str | None:
+    """What breaks the reply contract in a request process's reply (None: nothing): a forged reply
+    ends its own request and its process, never the worker or the parent."""
+    for key, expected in _REPLY_FIELDS.items():
+        if key in reply and not isinstance(reply[key], expected):
+            return f"{key} is a {type(reply[key]).__name__}"
+    if reply.get("status") not in _STATUSES:
+        return "no valid status"
+    if "verdict" in reply and reply["verdict"] not in _VERDICTS:
+        return f"unknown verdict {truncated(str(reply['verdict']), 40)!r}"
+    return None
+
+
+def process_wait(timeout_s: Any, grace_s: float, call_timeout_s: float) -> float:
+    """How long a request's process may take: the parent's deadline for the request (`timeout_s`)
+    less half the grace, so its requester answers before the parent gives up on it."""
+    wait = float(timeout_s) - grace_s / 2 if isinstance(timeout_s, (int, float)) else call_timeout_s * 2
+    return max(wait, 0.5)
+
+
+def process_failure(limit: str, detail: str) -> str:
+    """The error of a request whose process failed it: `timeout` (detail: how long it had), `crash`
+    (detail: how it ended) or `protocol` (detail: what broke the reply contract)."""
+    if limit == "timeout":
+        return f"sandbox limit timeout: the request's process did not answer within {detail}; killed and replaced"
+    if limit == "crash":
+        return f"sandbox limit crash: the request's process {detail}"
+    return f"sandbox limit protocol: the request's process sent an invalid reply ({detail}); killed and replaced"

@@ -18,9 +18,9 @@ import io
 import json
 import os
 import random
-import select
 import shutil
 import signal
+import socket
 import sqlite3
 import sys
 import time
@@ -37,17 +37,20 @@ from worldsmith.bundle.codepolicy import ALLOWED_MODULES
 from worldsmith.bundle.jsonvalues import json_text
 from worldsmith.bundle.kinds import TOOLS_KINDS, VERIFIERS_KINDS, EnvFault, Tool, ToolsKind, VerifiersKind
 from worldsmith.bundle.sqlscript import deserialize, harden, restore, snapshot
-from worldsmith.models.verdict import Verdict
 from worldsmith.runtime.errors import ToolError
 from worldsmith.runtime.sandbox import dbdiff, kernel, worldclock
 from worldsmith.runtime.sandbox.guard import Guard, SandboxViolation
 from worldsmith.runtime.sandbox.protocol import (
+    EPISODE_OPS,
     FrameReader,
     ProtocolClosed,
     ProtocolTimeout,
     ProtocolViolation,
     encode,
-    ready,
+    process_failure,
+    process_wait,
+    reply_problem,
+    send_within,
     truncated,
     write_frame,
 )
@@ -64,23 +67,6 @@ EXTRA_PRELOAD = ("_strptime", "encodings.idna", "encodings.ascii", "encodings.la
 #: Requests that run generated code or read an episode's database. Under strict isolation each runs
 #: in a process of its own, forked from the worker (which stays clean) and gone with its answer.
 RUN_OPS = frozenset({"call", "verify", "snapshot", "diff", "routes", "check_env"})
-#: Those of them an episode's own process serves: they run its tools or read only its data, which its
-#: tools can change anyway. A verification always gets a fresh process: a verdict never meets memory
-#: the episode's tools ran in.
-EPISODE_OPS = frozenset({"call", "snapshot", "diff"})
-_REPLY_FIELDS: dict[str, type | tuple[type, ...]] = {
-    "status": str,
-    "error": (str, type(None)),
-    "limit": (str, type(None)),
-    "stdout": str,
-    "changed": bool,
-    "verdict": str,
-    "evidence": dict,
-    "diff": dict,
-    "tools": list,
-    "retire": bool,
-}
-_STATUSES = frozenset({"ok", "tool_error", "env_error"})
 
 GUARD: Guard  # set in main()
 # What every run of generated code starts from (taken before any runs; C-level callables, which
@@ -283,6 +269,11 @@ class Worker:
         self.strict = config.get("isolation") == "strict"
         self.run_process = False  # True in a process forked for one request
         self.live: dict[str, RunProcess] = {}  # episode id -> its process (strict), least recently used first
+        # strict: the socket to the parent over which episode processes' pipes are handed to it, and the
+        # pids of those handed (the parent speaks to them directly; the worker still stops and reaps them)
+        channel_fd = config.get("channel_fd")
+        self.channel = socket.socket(fileno=channel_fd) if self.strict and isinstance(channel_fd, int) else None
+        self.handed: dict[str, int] = {}
 
     @staticmethod
     def _fresh_state(seed: int) -> None:
@@ -637,7 +628,10 @@ class Worker:
         return {}
 
     def op_ping(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
-        processes = {episode: process.pid for episode, process in self.live.items()}
+        for episode_id, pid in list(self.handed.items()):  # those handed that ended (their channel closed) go
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                del self.handed[episode_id]
+        processes = {episode: process.pid for episode, process in self.live.items()} | self.handed
         return {"episodes": len(self.episodes), "envs": len(self.envs), "processes": processes}
 
     # -- loop ----------------------------------------------------------------------------
@@ -652,6 +646,7 @@ class Worker:
         deadline, dead, or answering outside the reply contract is stopped and the request is an
         env_error; its episode's next call forks a fresh one."""
         episode_id = header.get("episode")
+        self._reap_handed(episode_id)  # the parent gave its channel up: the process goes before another opens
         if header.get("op") in EPISODE_OPS and episode_id in self.episodes:
             process = self.live.pop(episode_id, None)
             if process is not None and not self._send(process, header, blobs):
@@ -668,6 +663,8 @@ class Worker:
                 raise
             if reply.pop("retire", False):  # it ran code that broke a limit: its next call starts afresh
                 _stop(process)
+            elif header.get("direct") is True and self._hand_over(episode_id, process):
+                reply["channel"] = True
             else:
                 self.live[episode_id] = process
             return reply, reply_blobs
@@ -692,6 +689,36 @@ class Worker:
         process = self.live.pop(episode_id, None)
         if process is not None:
             _stop(process)
+        self._reap_handed(episode_id)
+
+    def _hand_over(self, episode_id: str, process: RunProcess) -> bool:
+        """Give the parent `process`'s pipes (SCM_RIGHTS over the channel socket, tagged with the
+        episode id): its next requests go to it directly. The worker keeps only its pid, to stop and
+        reap it when the parent gives the channel up. False (the worker keeps the process) when there
+        is no channel, or the process wrote more than its reply (the parent must not inherit that)."""
+        if self.channel is None or process.requests is None or process.replies.pending():
+            return False
+        try:
+            socket.send_fds(self.channel, [episode_id.encode()], [process.replies.fd, process.requests])
+        except OSError:
+            return False
+        for fd in (process.replies.fd, process.requests):
+            os.close(fd)
+        self.handed[episode_id] = process.pid
+        return True
+
+    def _reap_handed(self, episode_id: Any, grace_s: float = 0.0) -> str | None:
+        """Stop the process of `episode_id` handed to the parent (if any), given `grace_s` to end by
+        itself; returns how it ended."""
+        pid = self.handed.pop(episode_id, None) if isinstance(episode_id, str) else None
+        return None if pid is None else _ending(_end(pid, grace_s))
+
+    def op_reap(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
+        """The parent gave up an episode's direct channel (its process timed out, died, broke the reply
+        contract or ran code that broke a limit): stop the process and say how it ended."""
+        grace = header.get("grace_s")
+        ending = self._reap_handed(header.get("episode"), float(grace) if isinstance(grace, (int, float)) else 0.0)
+        return {"ending": ending}
 
     def _spawn(self, header: dict[str, Any], blobs: list[bytes], *, persistent: bool) -> RunProcess:
         """Fork a process that serves `header` (and, if `persistent`, the requests sent to it after).
@@ -750,29 +777,14 @@ class Worker:
 
     def _send(self, process: RunProcess, header: dict[str, Any], blobs: list[bytes]) -> bool:
         """Write a request to a live episode process; False if it is gone or does not take it in time."""
-        data = memoryview(encode(header, blobs))
-        deadline = time.monotonic() + self._wait(header)
         assert process.requests is not None
-        try:
-            while data:
-                try:  # the pipe does not block: a request that fits takes one write, no wait
-                    data = data[os.write(process.requests, data[: 1 << 16]) :]
-                    continue
-                except BlockingIOError:
-                    pass
-                wait = deadline - time.monotonic()
-                if wait <= 0 or not ready(process.requests, wait, select.POLLOUT):
-                    return False
-        except OSError:  # EPIPE: it died since its last call
-            return False
-        return True
+        return send_within(process.requests, encode(header, blobs), time.monotonic() + self._wait(header))
 
     def _wait(self, header: dict[str, Any]) -> float:
         """How long a request's process may take: the parent's deadline less half the grace."""
-        timeout = header.get("timeout_s")
-        grace = float(self.config.get("grace_s", 2.0))
-        wait = float(timeout) - grace / 2 if isinstance(timeout, (int, float)) else self.config["call_timeout_s"] * 2
-        return max(wait, 0.5)
+        return process_wait(
+            header.get("timeout_s"), float(self.config.get("grace_s", 2.0)), self.config["call_timeout_s"]
+        )
 
     def _answer(self, process: RunProcess, header: dict[str, Any]) -> tuple[dict[str, Any], list[bytes]]:
         """The reply `process` writes, checked; Failure past the deadline, on its death, or for a reply
@@ -781,26 +793,18 @@ class Worker:
         try:
             reply, blobs = process.replies.read(time.monotonic() + wait)
         except ProtocolTimeout:
-            raise Failure(
-                "env_error",
-                f"sandbox limit timeout: the request's process did not answer within {wait:g} s; killed and replaced",
-                "timeout",
-            ) from None
+            raise Failure("env_error", process_failure("timeout", f"{wait:g} s"), "timeout") from None
         except ProtocolClosed:
             ending = _ending(_stop(process, grace_s=1.0))
-            raise Failure("env_error", f"sandbox limit crash: the request's process {ending}", "crash") from None
+            raise Failure("env_error", process_failure("crash", ending), "crash") from None
         except ProtocolViolation as exc:
             problem: str | None = str(exc)
         else:
-            problem = _reply_problem(reply)
+            problem = reply_problem(reply)
             if problem is None and reply.get("id") != header.get("id"):  # written by the code, not the runtime
                 problem = f"an answer to request {truncated(str(reply.get('id')), 40)}, not {header.get('id')}"
         if problem is not None:
-            raise Failure(
-                "env_error",
-                f"sandbox limit protocol: the request's process sent an invalid reply ({problem}); killed and replaced",
-                "protocol",
-            )
+            raise Failure("env_error", process_failure("protocol", problem), "protocol")
         for key in ("seconds", "id"):  # the worker's own, not the process's
             reply.pop(key, None)
         return reply, blobs
@@ -813,6 +817,10 @@ class Worker:
         kernel.die_with_parent()
         os.dup2(1, 0)  # the request channel becomes /dev/null (as stdout is); SQLite never takes fds 0-2
         channels = [self.out.fileno()]  # the reply channel to the parent, and every other process's pipes
+        if self.channel is not None:  # generated code never reaches the socket the parent takes pipes from
+            channels.append(self.channel.detach())
+            self.channel = None
+        self.handed = {}
         for process in self.live.values():
             channels += [fd for fd in (process.requests, process.replies.fd) if fd is not None]
         for fd in channels:
@@ -941,30 +949,22 @@ def _stop(process: RunProcess, grace_s: float = 0.0) -> int:
                 os.close(fd)
             except OSError:
                 pass
+    return _end(process.pid, grace_s)
+
+
+def _end(pid: int, grace_s: float) -> int:
+    """Wait up to `grace_s` for child `pid` to exit by itself, then kill it; returns its wait status."""
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        done, status = os.waitpid(process.pid, os.WNOHANG)
+        done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             return status
         time.sleep(0.002)
     try:
-        os.kill(process.pid, signal.SIGKILL)
+        os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    return os.waitpid(process.pid, 0)[1]
-
-
-def _reply_problem(reply: dict[str, Any]) -> str | None:
-    """What breaks the reply contract in a request process's reply (None: nothing): the worker passes
-    on only replies the parent will accept, so a forged one ends its own request, never the worker."""
-    for key, expected in _REPLY_FIELDS.items():
-        if key in reply and not isinstance(reply[key], expected):
-            return f"{key} is a {type(reply[key]).__name__}"
-    if reply.get("status") not in _STATUSES:
-        return "no valid status"
-    if "verdict" in reply and reply["verdict"] not in {verdict.value for verdict in Verdict}:
-        return f"unknown verdict {truncated(str(reply['verdict']), 40)!r}"
-    return None
+    return os.waitpid(pid, 0)[1]
 
 
 def _preload(frameworks: bool) -> None:

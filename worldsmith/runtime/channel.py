@@ -1,0 +1,96 @@
+"""An episode's direct channel (strict isolation): the parent's own pipes to the episode's process.
+
+A worker serves one request at a time. Under strict isolation it forks each episode's process at the
+episode's first call and, when the parent asks (`direct`), hands the parent that process's pipes
+(SCM_RIGHTS over a socket pair made when the worker starts, runtime/pool.py): the episode's next
+calls, snapshots and diffs (`EPISODE_OPS`) go to the process directly, without the worker's read,
+re-encode and relay, and episodes of one worker run their calls side by side. The parent holds those
+replies to the same contract as the worker does (`protocol.reply_problem`, the request's id, the frame
+size limits, the same deadline). A process that times out, dies, breaks the contract or reports that
+its code broke a limit loses its channel, and its worker stops and reaps it (`reap`); a process
+that is gone before a request reached it costs nothing (the request goes through the worker, which
+forks a fresh one). Every other request of the episode (verification, restore, close) goes through
+the worker after the channel is given up: one process at a time has the episode's database open.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import threading
+import time
+from typing import Any
+
+from worldsmith.runtime.sandbox.protocol import (
+    FrameReader,
+    ProtocolClosed,
+    ProtocolTimeout,
+    ProtocolViolation,
+    encode,
+    reply_problem,
+    send_within,
+    truncated,
+)
+
+
+class ChannelBroken(Exception):
+    """A request on a direct channel that got no acceptable reply. `limit`: timeout, crash or protocol
+    (`detail` says what broke); `delivered` False when the request never reached the process."""
+
+    def __init__(self, limit: str, detail: str = "", *, delivered: bool = True):
+        super().__init__(detail)
+        self.limit, self.detail, self.delivered = limit, detail, delivered
+
+
+class EpisodeChannel:
+    """The pipes to one episode's process: requests written within the deadline, replies read and
+    checked. `lock` is held for each request (and by whoever gives the channel up)."""
+
+    def __init__(self, replies_fd: int, requests_fd: int, *, max_blobs: int):
+        for fd in (replies_fd, requests_fd):  # received without close-on-exec: no child of the parent inherits them
+            os.set_inheritable(fd, False)
+        self.reader = FrameReader(replies_fd, max_blobs=max_blobs)
+        self.requests = requests_fd
+        os.set_blocking(requests_fd, False)  # a process that stops reading cannot block the parent
+        self.lock = threading.Lock()
+        self.closed = False
+        self._ids = itertools.count(1)
+
+    def request(
+        self, header: dict[str, Any], blobs: list[bytes] | tuple[bytes, ...], wait: float
+    ) -> tuple[dict[str, Any], list[bytes]]:
+        """The process's checked reply to one request, within `wait` seconds; ChannelBroken otherwise."""
+        number = next(self._ids)
+        deadline = time.monotonic() + wait
+        if not send_within(self.requests, encode({**header, "id": number}, blobs), deadline):
+            raise ChannelBroken("crash", "gone before the request", delivered=False)
+        try:
+            reply, reply_blobs = self.reader.read(deadline)
+        except ProtocolTimeout:
+            raise ChannelBroken("timeout", f"{wait:g} s") from None
+        except ProtocolClosed:
+            raise ChannelBroken("crash") from None
+        except ProtocolViolation as exc:
+            raise ChannelBroken("protocol", str(exc)) from None
+        problem = reply_problem(reply)
+        if problem is None and reply.get("id") != number:  # written by the code, not the runtime
+            problem = f"an answer to request {truncated(str(reply.get('id')), 40)}, not {number}"
+        if problem is not None:
+            raise ChannelBroken("protocol", problem)
+        for key in ("seconds", "id"):
+            reply.pop(key, None)
+        return reply, reply_blobs
+
+    def __del__(self) -> None:  # a channel forgotten while in use (its worker killed meanwhile)
+        self.close()
+
+    def close(self) -> None:
+        """Give the pipes up (idempotent): an idle process reads the end of its requests and exits."""
+        if self.closed:
+            return
+        self.closed = True
+        for fd in (self.requests, self.reader.fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
