@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -147,11 +149,21 @@ def env_serve(
             "recently used world with no open session is unloaded.",
         ),
     ] = 64,
+    processes: Annotated[
+        int,
+        typer.Option(
+            help="Gateway processes sharing the port, each with its own sandbox workers, sessions and "
+            "--max-loaded worlds; a session stays with the process that opened it (docs/operations.md).",
+        ),
+    ] = 1,
+    member: Annotated[str | None, typer.Option(hidden=True, help="Set by --processes: INDEX/N:RUN_DIR.")] = None,
 ) -> None:
     """Serve bundles over MCP (streamable HTTP) at http://HOST:PORT/envs/<env_id>/mcp?task=<id>; each
     world is loaded at its first session."""
     if not sources and set_name is None:
         raise failure("name what to serve: bundle directories, catalog refs (ENV or ENV@VERSION) or --set NAME")
+    if processes < 1:
+        raise failure(f"--processes {processes}: serve with at least one gateway process")
     settings = get_settings()
     worlds = _served_sources(sources or [], set_name)
     if not worlds:
@@ -160,19 +172,61 @@ def env_serve(
 
     host = host or settings.gateway_host
     port = port or settings.gateway_port
-    # SIGTERM/SIGHUP leave like Ctrl-C: the runtime closes its workers and removes its scratch directory
-    with exit_on_termination(), Runtime() as runtime:
-        gateway = Gateway(
-            runtime,
-            worlds,
-            session_idle_s=session_idle or settings.gateway_session_idle_s,
-            max_sessions=settings.gateway_max_sessions,
-            verdicts=verdicts,
-            max_loaded=max_loaded,
-        )
+    session_idle = session_idle or settings.gateway_session_idle_s
+
+    def serving() -> None:
         shown = worlds if len(worlds) <= 10 else worlds[:5]
         for world in shown:
             say(f"serving {world.env_id} at http://{host}:{port}/envs/{world.env_id}/mcp", highlight=False)
         if len(shown) < len(worlds):
             say(f"... and {len(worlds) - len(shown)} more: http://{host}:{port}/envs lists them all", highlight=False)
-        serve(gateway, host, port)
+
+    if processes > 1 and member is None:
+        _supervise(worlds, sources or [], set_name, host, port, verdicts, session_idle, max_loaded, processes, serving)
+        return
+    from worldsmith.serving.affinity import Member
+    from worldsmith.serving.supervisor import serve_member
+
+    # SIGTERM/SIGHUP leave like Ctrl-C: the runtime closes its workers and removes its scratch directory
+    with exit_on_termination(), Runtime() as runtime:
+        gateway = Gateway(
+            runtime,
+            worlds,
+            session_idle_s=session_idle,
+            max_sessions=settings.gateway_max_sessions,
+            verdicts=verdicts,
+            max_loaded=max_loaded,
+            member=Member.parse(member) if member is not None else None,
+        )
+        if gateway.member is None:
+            serving()
+            serve(gateway, host, port)
+        else:
+            serve_member(gateway.app(), gateway.member, host, port)
+
+
+def _supervise(
+    worlds: list[WorldSource],
+    sources: list[str],
+    set_name: str | None,
+    host: str,
+    port: int,
+    verdicts: bool,
+    session_idle: float,
+    max_loaded: int,
+    processes: int,
+    serving: Callable[[], None],
+) -> None:
+    """`env serve --processes N`: what one process would refuse refused here, then N gateway processes
+    of the same options (serving/supervisor.py) until interrupted."""
+    from worldsmith.serving.gateway import Gateway
+    from worldsmith.serving.supervisor import check_port_free, supervise
+
+    Gateway.check(worlds, verdicts=verdicts, max_loaded=max_loaded)  # GatewayRefused: the root handler's line
+    check_port_free(host, port)
+    command = [sys.executable, "-m", "worldsmith.cli", "env", "serve", *sources]
+    command += ["--set", set_name] if set_name is not None else []
+    command += ["--host", host, "--port", str(port), "--session-idle", repr(session_idle)]
+    command += ["--max-loaded", str(max_loaded), "--processes", str(processes)]
+    command += ["--verdicts"] if verdicts else []
+    raise typer.Exit(supervise(command, processes, on_ready=serving))

@@ -1,4 +1,5 @@
 """Serving worlds to agents outside worldsmith: the MCP gateway (gateway.py), the worlds it serves, named
 up front and loaded at first use (worlds.py), its answer to `tools/call` without the SDK's round trip
-(hotpath.py), and what it tells clients about each tool (mcp_tools.py: schemas, output shapes,
-behaviour hints observed in the sandbox)."""
+(hotpath.py), what it tells clients about each tool (mcp_tools.py: schemas, output shapes, behaviour
+hints observed in the sandbox), and several gateway processes on one port (supervisor.py), each session
+kept by the process that opened it (affinity.py, relay.py)."""

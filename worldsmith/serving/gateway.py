@@ -61,6 +61,7 @@ from worldsmith.models.verdict import Verdict
 from worldsmith.runtime.answers import answer, one_line
 from worldsmith.runtime.episode import Episode, Runtime
 from worldsmith.serving import hotpath
+from worldsmith.serving.affinity import Member
 from worldsmith.serving.mcp_tools import OutputShape, mcp_tools, observe, output_shapes
 from worldsmith.serving.worlds import WorldSource
 
@@ -268,7 +269,10 @@ class Gateway:
     idle ones can be unloaded), and the live sessions. `worlds`: bundles in memory, or `WorldSource`s
     loaded at their first session or task listing. `verdicts`: task-bound sessions get the `submit` tool.
     Refuses (GatewayRefused) two worlds of one env_id, and with `verdicts` a bundle given in memory with a
-    tool of its own named `submit` (a world loaded later with one answers its sessions with an error)."""
+    tool of its own named `submit` (a world loaded later with one answers its sessions with an error).
+    `member`: this gateway is one of several processes serving one port (serving/affinity.py); its
+    sessions, loaded worlds and bounds (`max_sessions`, `max_loaded`, idle expiry) are its own, and `/envs`
+    reports its process index and this process's sessions."""
 
     def __init__(
         self,
@@ -279,7 +283,26 @@ class Gateway:
         max_sessions: int = 4096,
         verdicts: bool = False,
         max_loaded: int = 64,
+        member: Member | None = None,
     ):
+        self.runtime = runtime
+        self.sources = {s.env_id: s for s in self.check(worlds, verdicts=verdicts, max_loaded=max_loaded)}
+        self.member = member
+        self.session_idle_s = session_idle_s
+        self.max_sessions = max_sessions
+        self.verdicts = verdicts
+        self.max_loaded = max_loaded
+        self.rewards = RewardMap()
+        self.sessions: dict[str, Episode] = {}  # the open episode of each live session, by session id
+        self._live: dict[str, LiveSession] = {}  # the same sessions with what the gateway keeps of them
+        self.loaded: OrderedDict[str, ServedWorld] = OrderedDict()  # least recently used first
+        self._loading: dict[str, anyio.Lock] = {}
+        self._task_group: anyio.abc.TaskGroup | None = None
+
+    @staticmethod
+    def check(worlds: Sequence[Bundle | WorldSource], *, verdicts: bool, max_loaded: int) -> list[WorldSource]:
+        """The sources of `worlds`, or GatewayRefused for worlds a gateway cannot serve together (what the
+        constructor checks, for a supervisor checking before it starts gateway processes)."""
         sources = [w if isinstance(w, WorldSource) else WorldSource.of(w) for w in worlds]
         ids = Counter(s.env_id for s in sources)
         duplicates = sorted(env_id for env_id, count in ids.items() if count > 1)
@@ -294,18 +317,7 @@ class Gateway:
             )
         if max_loaded < 1:
             raise GatewayRefused("a gateway needs room for at least one loaded world (max_loaded >= 1)")
-        self.runtime = runtime
-        self.sources = {s.env_id: s for s in sources}
-        self.session_idle_s = session_idle_s
-        self.max_sessions = max_sessions
-        self.verdicts = verdicts
-        self.max_loaded = max_loaded
-        self.rewards = RewardMap()
-        self.sessions: dict[str, Episode] = {}  # the open episode of each live session, by session id
-        self._live: dict[str, LiveSession] = {}  # the same sessions with what the gateway keeps of them
-        self.loaded: OrderedDict[str, ServedWorld] = OrderedDict()  # least recently used first
-        self._loading: dict[str, anyio.Lock] = {}
-        self._task_group: anyio.abc.TaskGroup | None = None
+        return sources
 
     # -- loading and unloading worlds ------------------------------------------------------------
     async def world(self, env_id: str) -> ServedWorld:
@@ -578,6 +590,7 @@ class Gateway:
                 "sessions": len(self.sessions),
                 "session_idle_s": self.session_idle_s,
                 "verdicts": self.verdicts,
+                **(self.member.describe() if self.member is not None else {"process": 0, "processes": 1}),
             }
         )
 

@@ -1,0 +1,252 @@
+"""`env serve --processes N`: N gateway processes on one port, each with its own runtime.
+
+The supervisor (the `env serve` process itself) starts N member processes, each running the command it
+is given with `--member INDEX/N:RUN_DIR` appended (serving/affinity.py `Member`). Each member binds its
+own listening socket on HOST:PORT with SO_REUSEPORT (the kernel spreads connections over them) and its
+Unix socket `RUN_DIR/gateway-INDEX.sock` (where the others forward the requests of its sessions), and
+serves the gateway app behind `Affinity`. The supervisor relays the members' output, forwards
+SIGINT/SIGTERM/SIGHUP to them as SIGTERM, and stops them all when one exits; a member that exits before
+it answers is the supervisor's one-line failure. Members leave by themselves when their supervisor is
+gone (they watch their parent).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+import uvicorn
+from starlette.types import ASGIApp
+
+from worldsmith.failures import UserFixable
+from worldsmith.serving.affinity import Affinity, Member
+
+#: The option naming a member process, appended to the command the supervisor runs.
+MEMBER_OPTION = "--member"
+
+
+class PortUnavailable(UserFixable):
+    """The port cannot be bound (the message names it)."""
+
+
+def _address(host: str, port: int) -> tuple[socket.AddressFamily, tuple]:
+    try:
+        family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    except socket.gaierror as exc:
+        raise PortUnavailable(f"cannot bind {host}:{port}: {exc.strerror}; choose another --host") from None
+    return family, address
+
+
+def _tcp_socket(family: socket.AddressFamily) -> socket.socket:
+    # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets that say so (else Nagle's algorithm and
+    # delayed ACKs hold each answer, written as head then body, for 40 ms)
+    return socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+
+
+def check_port_free(host: str, port: int) -> None:
+    """PortUnavailable unless HOST:PORT can be bound now (by anyone: another server, or another
+    supervisor's members, which a SO_REUSEPORT socket would otherwise join)."""
+    family, address = _address(host, port)
+    with _tcp_socket(family) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise PortUnavailable(f"cannot bind {host}:{port}: {exc.strerror}; choose another --port") from None
+
+
+def shared_listener(host: str, port: int) -> socket.socket:
+    """A socket bound to HOST:PORT with SO_REUSEPORT (listened on by uvicorn)."""
+    family, address = _address(host, port)
+    sock = _tcp_socket(family)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise PortUnavailable(f"cannot bind {host}:{port}: {exc.strerror}; choose another --port") from None
+    return sock
+
+
+def _unix_listener(path: Path) -> socket.socket:
+    path.unlink(missing_ok=True)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(path))
+    path.chmod(0o600)
+    return sock
+
+
+def serve_member(app: ASGIApp, member: Member, host: str, port: int, *, log_level: str = "info") -> None:
+    """Serve `app` as gateway process `member` on HOST:PORT (shared) and on its Unix socket, until
+    SIGINT/SIGTERM (raised again once stopped, as `uvicorn.run` does) or until its parent is gone."""
+    sockets = [shared_listener(host, port), _unix_listener(member.socket_path())]
+    config = uvicorn.Config(
+        Affinity(app, member),
+        log_level=log_level,
+        access_log=False,
+        backlog=4096,
+        lifespan="on",
+        timeout_graceful_shutdown=5,  # open streams (forwarded ones too) do not hold a stopping member
+    )
+    server = uvicorn.Server(config)
+    parent = os.getppid()
+
+    def watch_parent() -> None:
+        while not server.should_exit:
+            if os.getppid() != parent:
+                server.should_exit = True
+            time.sleep(1.0)
+
+    threading.Thread(target=watch_parent, daemon=True, name="worldsmith-parent-watch").start()
+    try:
+        server.run(sockets=sockets)
+    finally:
+        for sock in sockets:
+            sock.close()
+        member.socket_path().unlink(missing_ok=True)
+
+
+def _answers(path: Path) -> bool:
+    """Whether a gateway answers `/healthz` on Unix socket `path` (its app started, its sockets listening)."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(5)
+            sock.connect(str(path))
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nhost: gateway\r\nconnection: close\r\n\r\n")
+            return sock.recv(64).startswith(b"HTTP/1.1 200")
+    except OSError:
+        return False
+
+
+class _Output:
+    """A member's output (its log: uvicorn's lines) copied line by line to this process's stderr, held back
+    until `release`."""
+
+    def __init__(self, stream: IO[bytes]):
+        self.held: list[bytes] | None = []
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._copy, args=(stream,), daemon=True, name="worldsmith-member-output")
+        self._thread.start()
+
+    def _copy(self, stream: IO[bytes]) -> None:
+        for line in stream:
+            with self._lock:
+                if self.held is not None:
+                    self.held.append(line)
+                    continue
+            sys.stderr.buffer.write(line)
+            sys.stderr.buffer.flush()
+
+    def release(self) -> None:
+        with self._lock:
+            held, self.held = self.held or [], None
+            sys.stderr.buffer.write(b"".join(held))
+            sys.stderr.buffer.flush()
+
+    def last_line(self) -> str | None:
+        """The last line the member wrote (its one-line failure), once its output ended."""
+        self._thread.join(timeout=5)
+        lines = [line.decode(errors="replace").strip() for line in self.held or []]
+        return next((line for line in reversed(lines) if line), None)
+
+
+def supervise(
+    command: list[str],
+    processes: int,
+    *,
+    run_dir: Path | None = None,
+    on_ready: Callable[[], None] | None = None,
+    start_s: float = 300.0,
+) -> int:
+    """Run `processes` members of `command` until SIGINT/SIGTERM/SIGHUP or until one exits; return the exit
+    status (128 + the signal when stopped by one). A member that exits (or does not answer within
+    `start_s`) before all answer stops the others and raises UserFixable with its last line.
+    `on_ready` runs once every member answers. `run_dir` (default: a temporary directory, removed at
+    the end) holds the members' Unix sockets."""
+    owned = run_dir is None
+    run_dir = Path(tempfile.mkdtemp(prefix="worldsmith-gateway-")) if run_dir is None else run_dir
+    members = [Member(i, processes, run_dir) for i in range(processes)]
+    stop: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: stop.append(signum)) for sig in _STOPPING}
+    procs: list[subprocess.Popen] = []
+    try:
+        for member in members:  # a session of their own: a terminal's Ctrl-C reaches them once, through here
+            procs.append(
+                subprocess.Popen(
+                    [*command, MEMBER_OPTION, member.argument()],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+        relays = [_Output(proc.stdout) for proc in procs]
+        _wait_until_ready(members, procs, relays, stop, time.monotonic() + start_s)
+        for relay in relays:
+            relay.release()
+        if stop:
+            return 128 + stop[0]
+        if on_ready is not None:
+            on_ready()
+        while not stop:
+            exited = [(m, p.returncode) for m, p in zip(members, procs, strict=True) if p.poll() is not None]
+            if exited:
+                member, code = exited[0]
+                print(f"gateway process {member.index} exited (status {code}): stopping the others", file=sys.stderr)
+                return code if code > 0 else 1
+            time.sleep(0.2)
+        return 128 + stop[0]
+    finally:
+        _stop(procs)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if owned:
+            shutil.rmtree(run_dir, ignore_errors=True)
+
+
+_STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _wait_until_ready(
+    members: list[Member], procs: list[subprocess.Popen], relays: list[_Output], stop: list[int], deadline: float
+) -> None:
+    waiting = set(range(len(members)))
+    while waiting and not stop:
+        for i in sorted(waiting):
+            if procs[i].poll() is not None:
+                line = relays[i].last_line() or f"it exited with status {procs[i].returncode}"
+                code = procs[i].returncode if procs[i].returncode in (1, 2) else 1
+                raise UserFixable(f"gateway process {i} of {len(members)} could not start: {line}", exit_code=code)
+            if _answers(members[i].socket_path()):
+                waiting.discard(i)
+        if time.monotonic() > deadline:
+            for relay in relays:
+                relay.release()
+            raise UserFixable(
+                f"gateway processes {sorted(waiting)} did not answer in time: see their output above", exit_code=1
+            )
+        time.sleep(0.05)
+
+
+def _stop(procs: list[subprocess.Popen], grace_s: float = 30.0) -> None:
+    """SIGTERM every member still running, then SIGKILL those still there after `grace_s`."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
