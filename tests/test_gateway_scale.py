@@ -4,6 +4,7 @@ bound, routing by env_id, sessions kept alive by their calls (`env serve` of bun
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 
 import anyio
 import httpx
@@ -14,6 +15,7 @@ from test_gateway import eventually, renamed
 from worldsmith.bundle.contract import Bundle
 from worldsmith.localserver import BackgroundServer
 from worldsmith.runtime.episode import Runtime
+from worldsmith.serving import mcp_tools
 from worldsmith.serving.gateway import Gateway
 from worldsmith.serving.worlds import WorldSource
 
@@ -146,3 +148,16 @@ def test_a_session_is_known_only_at_its_own_world(golden, runtime):
         assert httpx.post(f"{server.url}/envs/world_a/mcp", json=call, headers=session).status_code == 404
         assert eventually(lambda: runtime.open_episodes == 0)
         assert eventually(lambda: len(gateway.loaded) == 1)  # world_a idle: back under the bound
+
+
+def test_observed_tool_evidence_is_kept_for_a_bounded_number_of_worlds(golden, runtime, monkeypatch):
+    """A gateway of thousands of worlds unloads them past `--max-loaded`; the tool evidence it observed
+    is kept for the most recently used `OBSERVED_KEPT` worlds only."""
+    monkeypatch.setattr(mcp_tools, "OBSERVED_KEPT", 2)
+    monkeypatch.setattr(mcp_tools, "_OBSERVED", OrderedDict())
+    worlds = [renamed(golden, f"kept_{i}") for i in range(3)]
+    for world in worlds:
+        assert mcp_tools.observe(runtime, world)
+    assert list(mcp_tools._OBSERVED) == [w.runtime_key for w in worlds[1:]]
+    mcp_tools.observe(runtime, worlds[1])  # used again: the most recent
+    assert list(mcp_tools._OBSERVED) == [worlds[2].runtime_key, worlds[1].runtime_key]

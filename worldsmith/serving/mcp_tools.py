@@ -29,6 +29,7 @@ from __future__ import annotations
 import ast
 import re
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,7 +126,10 @@ class _Replay:
             self.episode.restore(self.state)
 
 
-_OBSERVED: dict[str, dict[str, ToolEvidence]] = {}
+#: Evidence kept per process by runtime key, the most recently used `OBSERVED_KEPT` worlds (a gateway
+#: of thousands of worlds unloads them past `--max-loaded`; their evidence goes too, past this bound).
+OBSERVED_KEPT = 256
+_OBSERVED: OrderedDict[str, dict[str, ToolEvidence]] = OrderedDict()
 _OBSERVED_LOCK = threading.Lock()
 
 
@@ -133,9 +137,10 @@ def observe(runtime: Runtime, bundle: Bundle) -> dict[str, ToolEvidence]:
     """Evidence of what each tool of `bundle` does: its reference solutions replayed, the other tools
     probed. What a hostile environment makes fail (an episode that does not open, a worker that keeps
     dying) leaves the tools it concerns without evidence; it is not an error here. Kept for the
-    process (by the bundle's runtime key) when nothing failed."""
+    process (by the bundle's runtime key, `OBSERVED_KEPT` worlds at most) when nothing failed."""
     with _OBSERVED_LOCK:
         if bundle.runtime_key in _OBSERVED:
+            _OBSERVED.move_to_end(bundle.runtime_key)
             return _OBSERVED[bundle.runtime_key]
     evidence = {tool.name: ToolEvidence() for tool in bundle.tools}
     runs: list[list[tuple[str, dict[str, Any]]]] = [
@@ -162,6 +167,8 @@ def observe(runtime: Runtime, bundle: Bundle) -> dict[str, ToolEvidence]:
     if complete:
         with _OBSERVED_LOCK:
             _OBSERVED[bundle.runtime_key] = evidence
+            while len(_OBSERVED) > OBSERVED_KEPT:
+                _OBSERVED.popitem(last=False)
     return evidence
 
 
