@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 from collections import Counter
 
 import pytest
@@ -143,3 +144,18 @@ def test_categories_are_kept_balanced_when_there_are_more_candidates():
         make("C1", "banking"),
     ]
     assert [s.name for s in balanced(candidates, [make("X", "retail")], 3)] == ["B1", "C1", "A1"]
+
+
+def test_the_tools_stage_calls_tools_under_the_worlds_clock(runtime):
+    """The tools stage's probes run the tools as the world's episodes will: under its clock."""
+    from worldsmith.stages.tools import tools_only_bundle
+    from worldsmith.stages.work import EnvWork
+
+    work = EnvWork.start(Scenario(name="clock shop", description="A shop that dates its orders."), 3)
+    work = work.model_copy(
+        update={"schema_sql": "CREATE TABLE t (id INTEGER PRIMARY KEY);", "seed_sql": "INSERT INTO t VALUES (1);"}
+    )
+    source = "import datetime\n\n\ndef today(conn):\n    return datetime.datetime.now().isoformat()\n"
+    schema = {"name": "today", "description": "today's date", "parameters": {"type": "object", "properties": {}}}
+    with runtime.open_episode(tools_only_bundle(work, source, [schema])) as episode:
+        assert episode.call_tool("today").value[:10] == work.now[:10] != datetime.date.today().isoformat()

@@ -40,13 +40,17 @@ def check_plan(plan: ToolPlan) -> ToolPlan:
 
 
 def tools_only_bundle(work: EnvWork, tools_py: str, tools: list[dict]) -> Bundle:
-    """A provisional bundle of the schema, seed and tools (no tasks yet), to run tools in the sandbox."""
+    """A provisional bundle of the schema, seed and tools (no tasks yet), to run tools in the sandbox
+    under the world's clock (as its episodes will run them)."""
     world, faults = build_world(work.schema_sql or "", work.seed_sql or "")
     if world is None:
         raise CheckFailed("seed_error", f"the database does not build: {faults[0].problem}")
     files = {"tools.py": tools_py.encode(), "verifiers.py": b"", "world.db": world}
     manifest = Manifest(
-        env_id=work.env_id, scenario=work.scenario, artifacts={n: artifact_digest(d) for n, d in files.items()}
+        env_id=work.env_id,
+        scenario=work.scenario,
+        clock=work.now,
+        artifacts={n: artifact_digest(d) for n, d in files.items()},
     )
     return Bundle(manifest=manifest, files=files, tasks=(), tools=tuple(ToolSchema.model_validate(t) for t in tools))
 
