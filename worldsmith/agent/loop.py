@@ -16,7 +16,7 @@ from worldsmith.agent.policy_checks import PolicyUnavailable
 from worldsmith.agent.rewards import RewardMap
 from worldsmith.bundle.contract import Bundle
 from worldsmith.models.bundle import TaskSpec
-from worldsmith.models.results import VerifierResult
+from worldsmith.models.results import ToolResult, VerifierResult
 from worldsmith.runtime.episode import Episode, Runtime
 
 SYSTEM_PROMPT = """You are an agent operating the {name} application through its tools.
@@ -139,6 +139,25 @@ def judged_verdict(
     return "partial", {**judged.evidence, "side_effects": overreach}
 
 
+def play_call(episode: Episode, tools: list[dict[str, Any]], turn: int, call: ToolCall) -> tuple[ToolResult, Step]:
+    """Tool call `call` of turn `turn` made in `episode` (a meta call, e.g. a tool listing, answered
+    from `tools`): its result, and its step with the database change it made and its seconds."""
+    before = episode.snapshot()
+    started = time.perf_counter()
+    result = meta_result(call, tools) or episode.call_tool(call.name, call.arguments)
+    diff = episode.diff(before).model_dump()["tables"] if result.changed else {}
+    step = Step(
+        turn=turn,
+        call=call,
+        status=result.status,
+        value=result.value,
+        error=result.error,
+        diff=diff,
+        seconds=time.perf_counter() - started,
+    )
+    return result, step
+
+
 def run_episode(
     runtime: Runtime,
     bundle: Bundle,
@@ -195,21 +214,8 @@ def run_episode(
                 answer = message.content
                 break
             for call in message.tool_calls:
-                before = episode.snapshot()
-                call_started = time.perf_counter()
-                result = meta_result(call, tools) or episode.call_tool(call.name, call.arguments)
-                diff = episode.diff(before).model_dump()["tables"] if result.changed else {}
-                steps.append(
-                    Step(
-                        turn=turn,
-                        call=call,
-                        status=result.status,
-                        value=result.value,
-                        error=result.error,
-                        diff=diff,
-                        seconds=time.perf_counter() - call_started,
-                    )
-                )
+                result, step = play_call(episode, tools, turn, call)
+                steps.append(step)
                 messages.append(tool_message(call, result.status, result.value, result.error))
                 if result.status == "env_error":
                     verdict, error = "env_error", result.error

@@ -16,9 +16,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from worldsmith.agent.loop import EpisodeConfig, Step, Trajectory, run_episode
+from worldsmith.agent.loop import EpisodeConfig, Step, Trajectory, play_call, run_episode
 from worldsmith.agent.messages import Message
-from worldsmith.agent.policies import ReferencePolicy, meta_result, tool_message
+from worldsmith.agent.policies import ReferencePolicy, tool_message
 from worldsmith.bundle.contract import Bundle
 from worldsmith.models.bundle import TaskSpec
 from worldsmith.runtime.episode import Runtime
@@ -57,14 +57,10 @@ def real_start(
         for turn, message in enumerate(tool_turns(trajectory)[:turns], start=1):
             messages.append(message)
             for call in message.tool_calls:
-                before = episode.snapshot()
-                result = meta_result(call, tools) or episode.call_tool(call.name, call.arguments)
+                result, step = play_call(episode, tools, turn, call)
                 if result.status == "env_error":
                     return None
-                diff = episode.diff(before).model_dump()["tables"] if result.changed else {}
-                steps.append(
-                    Step(turn=turn, call=call, status=result.status, value=result.value, error=result.error, diff=diff)
-                )
+                steps.append(step)
                 messages.append(tool_message(call, result.status, result.value, result.error))
                 history.append(
                     {
