@@ -43,6 +43,7 @@ DEPLOYMENTS = {
     "curate": ("curate", "local"),
     "evaluate": ("evaluate", "local"),
     "train": ("train", "gpu"),
+    "train-node": ("train-node", "gpu"),
     "resume-training": ("resume-training", "gpu"),
     "cotrain": ("cotrain", "gpu"),
 }

@@ -1,6 +1,6 @@
 """Work spread over machines (docs/operations.md, "Scaling out"): generation hosts that share nothing
-but PostgreSQL and S3, the work pools' Docker and Kubernetes job templates, multi-node training's
-launch on the loopback rendezvous, and the worker image's Dockerfile."""
+but PostgreSQL and S3, the work pools' Docker and Kubernetes job templates, the train flow's
+multi-node training step on the loopback rendezvous, and the worker image's Dockerfile."""
 
 from __future__ import annotations
 
@@ -11,8 +11,10 @@ import re
 import shlex
 import subprocess
 import sys
+import time
 import tomllib
 import uuid
+from dataclasses import dataclass
 from importlib.resources import files
 from itertools import product
 from pathlib import Path
@@ -20,6 +22,7 @@ from urllib.parse import urlparse
 
 import httpx
 import pytest
+from conftest import published_set
 from prefect.utilities.templating import apply_values, find_placeholders
 from sqlalchemy import create_engine, text
 from sqlmodel import select
@@ -27,6 +30,7 @@ from typer.testing import CliRunner
 
 from worldsmith.bundle.loader import write_bundle
 from worldsmith.cli import app
+from worldsmith.flows.train import train_policy
 from worldsmith.llm.procedural.backend import procedural_bundle
 from worldsmith.localserver import free_port
 from worldsmith.models.catalog import EnvironmentVersion, StageAttempt, TrainingRun, TrainingStep
@@ -45,7 +49,8 @@ from worldsmith.storage.objectstore import open_store
 from worldsmith.storage.publish import fetch
 from worldsmith.storage.run_records import add_run
 from worldsmith.training.config import TrainingConfig
-from worldsmith.training.launch import TrainRequest, torchrun_command
+from worldsmith.training.launch import LaunchFailed, Rendezvous, TrainRequest, launch, torchrun_command
+from worldsmith.training.nodes import LocalNodes, NodeOutcome, ProcessNode
 
 REPO = Path(__file__).resolve().parent.parent
 #: The container worker types, and every (pool, type) that needs a job template in deployments/.
@@ -253,10 +258,11 @@ def test_the_dockerfile_builds_from_the_checkout_and_starts_a_worker():
 
 
 @pytest.mark.timeout(400)
-def test_training_spans_two_nodes_on_the_loopback_rendezvous(home, tiny_model, tmp_path):
-    """The multi-node launch (docs/training.md): two `torch.distributed.run` agents, `--nnodes 2`, one
-    process each, node 1 joining node 0's rendezvous on loopback (gloo on the CPU), one training step
-    of the tiny model over both; the main process alone writes the step row and the result."""
+def test_the_train_flows_training_step_spans_two_nodes_on_the_loopback_rendezvous(home, tiny_model, tmp_path):
+    """The train flow's training step with nodes=2 (docs/training.md, "Several machines"): node 0 here,
+    node 1 started by the local node launcher as a process of the train-node flow's command, one
+    process each, joining node 0's rendezvous on loopback (gloo on the CPU); one training step of the
+    tiny model over both. The main process alone writes the step row and the result."""
     bundle = write_bundle(procedural_bundle("retail", 3), tmp_path / "retail_3")
     run_id = add_run(TrainingRun(config={}))
     config = TrainingConfig(
@@ -267,29 +273,85 @@ def test_training_spans_two_nodes_on_the_loopback_rendezvous(home, tiny_model, t
         max_turns=1,
         max_completion_length=8,
         learning_rate=1e-4,
+        nodes=2,
+        rendezvous_host="127.0.0.1",
+        rendezvous_timeout_s=300,
     )
     out = tmp_path / "out"
-    out.mkdir()
-    request = out / "request.json"
-    request.write_text(
-        TrainRequest(
-            config=config, model=str(tiny_model), bundles=[str(bundle)], run_id=run_id, output=str(out)
-        ).model_dump_json()
-    )
-    port = free_port()
-    nodes = [
-        subprocess.Popen(
-            torchrun_command(request, 1, port, nodes=2, node_rank=rank),
-            stdout=(tmp_path / f"node-{rank}.log").open("w"),
-            stderr=subprocess.STDOUT,
-        )
-        for rank in (0, 1)
-    ]
-    codes = [node.wait(timeout=380) for node in nodes]
-    logs = "".join((tmp_path / f"node-{rank}.log").read_text()[-2000:] for rank in (0, 1))
-    assert codes == [0, 0], logs
-    result = json.loads((out / "result.json").read_text())
+    result = train_policy.fn(config, str(tiny_model), [str(bundle)], run_id, str(out), False, launcher=LocalNodes())
     assert result["processes"] == 2 and result["steps"] == 1 and (out / "final" / "model.safetensors").is_file()
+    assert json.loads((out / "result.json").read_text())["processes"] == 2
+    assert TrainRequest.model_validate_json((out / "node-1-request.json").read_text()).config.nodes == 2
+    assert "--nnodes 2 --node_rank 1" in " ".join(torchrun_command(out / "r.json", 1, 1, nodes=2, node_rank=1))
     with open_catalog().session() as session:
         steps = session.exec(select(TrainingStep).where(TrainingStep.training_run_id == run_id)).all()
     assert [s.step for s in steps] == [1]
+
+
+@dataclass
+class UnstartedNode:
+    """A node no machine ever starts (a train-node flow run no gpu worker takes)."""
+
+    name: str = "node 1 of 2 (flow run waiting-fox)"
+    stopped: bool = False
+
+    def outcome(self) -> NodeOutcome | None:
+        return NodeOutcome(ok=False, detail="cancelled") if self.stopped else None
+
+    def started(self) -> bool:
+        return False
+
+    def waiting_reason(self) -> str:
+        return "its flow run is still Scheduled"
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+@dataclass
+class BrokenMachineNodes:
+    """Nodes on a machine where training cannot start: a process that fails at once, as a node's
+    agent does on a machine without the CUDA device its profile needs."""
+
+    log: Path
+
+    def start(self, request: TrainRequest, node_rank: int, rendezvous: Rendezvous) -> ProcessNode:
+        failing = "raise RuntimeError('CUDA error: no CUDA-capable device is detected')"
+        with self.log.open("w") as sink:
+            process = subprocess.Popen([sys.executable, "-c", failing], stdout=sink, stderr=subprocess.STDOUT)
+        return ProcessNode(f"node {node_rank} of {rendezvous.nodes}", process, self.log)
+
+
+@dataclass
+class UnstartedNodes:
+    def start(self, request: TrainRequest, node_rank: int, rendezvous: Rendezvous) -> UnstartedNode:
+        return UnstartedNode()
+
+
+@pytest.mark.timeout(120)
+def test_a_node_that_fails_or_never_joins_fails_the_run_in_one_line_naming_it(prefect_api, home, tmp_path):
+    """Node 0 waits at its rendezvous; node 1 fails at once, or never starts: the launch stops node 0
+    and raises one line naming node 1 (its last error; or that it never joined within the rendezvous
+    timeout), without waiting out that timeout for a failed node. Without the train-node deployment,
+    `train --nodes 2` is refused in one line before any work."""
+    published_set("two-nodes", [procedural_bundle("retail", 1)], 0.0)
+    refused = CliRunner().invoke(app, ["train", "--set", "two-nodes", "--nodes", "2", "--steps", "1"])
+    assert refused.exit_code == 2 and "train-node/train-node deployment" in refused.output, refused.output
+    assert len(refused.output.strip().splitlines()) == 1 and "Traceback" not in refused.output
+    request = TrainRequest(
+        config=TrainingConfig(model="never-loaded", set_name="none", nodes=2, rendezvous_timeout_s=2),
+        model="never-loaded",
+        bundles=[],
+        run_id=1,
+        output=str(tmp_path / "out"),
+    )
+    started = time.monotonic()
+    with pytest.raises(LaunchFailed) as failed:
+        launch(request, 1, BrokenMachineNodes(tmp_path / "node-1.log"))
+    message = str(failed.value)
+    assert "node 1 of 2" in message and "RuntimeError: CUDA error: no CUDA-capable device" in message
+    assert "\n" not in message and failed.value.exit_code == 1
+    with pytest.raises(LaunchFailed, match=r"node 1 of 2 \(flow run waiting-fox\) never joined .* within 2 s") as late:
+        launch(request, 1, UnstartedNodes())
+    assert "\n" not in str(late.value)
+    print(f"both failures answered in {time.monotonic() - started:.1f} s")

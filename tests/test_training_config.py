@@ -34,6 +34,13 @@ def test_bad_values_are_named():
         TrainingConfig(model="m", set_name="s", history="full", window=5)
 
 
+def test_a_full_history_configuration_survives_its_stored_form():
+    """A run's configuration is stored and sent (resume, the deployment form) with every field set."""
+    config = TrainingConfig(model="m", set_name="s", history="full")
+    assert TrainingConfig.model_validate(config.model_dump()) == config
+    assert TrainingConfig.model_validate_json(config.model_dump_json()) == config
+
+
 def test_json_schema_has_descriptions_enums_and_nested_fields():
     schema = TrainingConfig.model_json_schema()
     properties = schema["properties"]

@@ -19,7 +19,7 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -43,6 +43,9 @@ from worldsmith.storage.run_records import add_run, finish_run, update_run
 from worldsmith.storage.sets import get_set, members_of
 from worldsmith.training.checkpoints import fetch_checkpoint, latest_trainer_checkpoint, save_checkpoint
 from worldsmith.training.config import TINY, TrainingConfig
+
+if TYPE_CHECKING:
+    from worldsmith.training.nodes import NodeLauncher
 
 
 @task(name="plan-training", retries=2, retry_delay_seconds=2, task_run_name="plan-{config.set_name}-{config.split}")
@@ -199,16 +202,21 @@ def train_policy(
     output: str,
     progress: bool,
     resume_from: str | None = None,
+    launcher: NodeLauncher | None = None,
 ) -> dict[str, Any]:
     """Run GRPO (from the trainer checkpoint `resume_from` when set), here or in
-    `config.processes` launched processes; returns the final model directory, the trainer
-    checkpoints stored on the way and the per-step log."""
+    `config.processes` launched processes, on `config.nodes` machines (this one node 0, the others
+    started by `launcher`: default, runs of the `train-node` deployment); returns the final model
+    directory, the trainer checkpoints stored on the way and the per-step log. A multi-node run needs
+    the model, bundles and output on a file system every node shares (worldsmith/training/nodes.py)."""
     from worldsmith.training.launch import TrainRequest, launch, run_training
 
     request = TrainRequest(
         config=config, model=model, bundles=bundle_paths, run_id=run_id, output=output, resume_from=resume_from
     )
-    return run_training(request, progress) if config.processes == 1 else launch(request, config.processes)
+    if config.processes == 1 and config.nodes == 1:
+        return run_training(request, progress)
+    return launch(request, config.processes, launcher)
 
 
 @task(name="store-checkpoint", retries=2, retry_delay_seconds=2, task_run_name="checkpoint-run-{run_id}-step-{step}")
@@ -299,6 +307,10 @@ def train(
     from worldsmith.training.memory import check_machine
 
     check_machine(config)  # before any work: a gpu run on a machine without one, or one that cannot fit
+    if config.nodes > 1:  # the other nodes' deployment, before any work
+        from worldsmith.training.nodes import default_node_launcher
+
+        default_node_launcher()
     if config.reward != "verifier":  # the judge's endpoint and key, before any work
         from worldsmith.training.judged_reward import judge_endpoint
 

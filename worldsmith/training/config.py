@@ -152,6 +152,29 @@ class TrainingConfig(BaseModel):
         description="Training processes (one per GPU); more than 1 launches them with "
         "torch.distributed.run. rows_per_step is per process.",
     )
+    nodes: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="Machines the training step spans, `processes` each: the flow's own machine is node 0, the "
+        "others run the `train-node` deployment on the gpu pool (docs/training.md, 'Several machines'); the model, "
+        "bundles and output must be on a file system every node shares.",
+    )
+    rendezvous_host: str | None = Field(
+        None,
+        description="With nodes > 1: the address of node 0 (the flow's machine) that the other nodes reach; unset: "
+        "this machine's address on its default route.",
+    )
+    rendezvous_port: int | None = Field(
+        None, ge=1, le=65535, description="With nodes > 1: node 0's rendezvous port; unset: a free port."
+    )
+    rendezvous_timeout_s: int = Field(
+        600,
+        ge=1,
+        le=86400,
+        description="With nodes > 1: seconds node 0 waits for every node to join (a node whose flow run is not "
+        "started by then fails the run, named).",
+    )
     simulate: SimulationConfig | None = Field(
         None,
         description="Roll out in a world model's imagination (simulated mode) instead of "
@@ -198,7 +221,8 @@ class TrainingConfig(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> TrainingConfig:
-        if self.history == "full" and "window" in self.model_fields_set:
+        # by value, not by fields set: a stored or form-sent configuration carries every field
+        if self.history == "full" and self.window != type(self).model_fields["window"].default:
             raise ValueError("window applies to history='windowed' only; remove it or choose windowed")
         if self.simulate is None and self.real_share > 0:
             raise ValueError("real_share applies to simulated training only; set simulate or remove real_share")

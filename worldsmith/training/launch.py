@@ -7,38 +7,64 @@ Each process builds the same trainer; accelerate reads the distributed environme
 gloo on CPUs), TRL gathers rewards across processes before the group advantages, and only the
 main process writes the catalog's step rows, the final model and `OUTPUT/result.json`.
 
-Several machines: the same command on each (`torchrun_command` with `nodes` and `node_rank`), one
-REQUEST.json whose model, bundle and output paths hold on every node, the first node's address as
-the rendezvous (docs/training.md, "Several machines").
+Several machines (`config.nodes` > 1): the same command on each (`torchrun_command` with `nodes` and
+`node_rank`), one REQUEST.json whose model, bundle and output paths hold on every node (a shared file
+system), node 0's address as the rendezvous. `launch` runs node 0 here and starts the others with a
+node launcher (worldsmith/training/nodes.py): runs of the `train-node` deployment, or local processes
+(docs/training.md, "Several machines").
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from worldsmith.bundle.loader import load_bundle
+from worldsmith.failures import UserFixable
 from worldsmith.runtime.episode import Runtime
 from worldsmith.training.config import TrainingConfig
 from worldsmith.training.curriculum import curriculum_bundles
 from worldsmith.worldmodel.simulated import SimulatedRuntime
 
+if TYPE_CHECKING:
+    from worldsmith.training.nodes import NodeLauncher, NodeRun
+
 
 class TrainRequest(BaseModel):
-    """Everything the training step needs, as JSON for the launched processes."""
+    """Everything the training step needs, as JSON for the launched processes (and the nodes of a
+    multi-node run: its paths must hold on every node)."""
 
-    config: TrainingConfig
-    model: str
-    bundles: list[str]
-    run_id: int
-    output: str
-    resume_from: str | None = None  # a trainer checkpoint directory to continue from
+    config: TrainingConfig = Field(description="The training run's configuration.")
+    model: str = Field(description="The model directory to train (or an id in the local Hugging Face cache).")
+    bundles: list[str] = Field(description="The bundle directories of the training rows.")
+    run_id: int = Field(description="The catalog's training run the step rows and checkpoints belong to.")
+    output: str = Field(description="The output directory: trainer checkpoints, the final model, result.json.")
+    resume_from: str | None = Field(None, description="A trainer checkpoint directory to continue from.")
+
+
+class Rendezvous(BaseModel):
+    """Where the nodes of one run meet (static rendezvous: fixed ranks, no elastic restarts): node 0
+    listens at `host:port`, every other node must reach it within `timeout_s`."""
+
+    host: str = Field(description="Node 0's address, as the other nodes reach it.")
+    port: int = Field(description="Node 0's rendezvous port.")
+    nodes: int = Field(1, description="Nodes of the run, node 0 included.")
+    timeout_s: int = Field(600, description="Seconds a node waits for the others to join.")
+
+
+class LaunchFailed(UserFixable, RuntimeError):
+    """The launched training (a node of it) failed: one line naming the node and the last error of its log."""
+
+    exit_code = 1
 
 
 def bind_local_gpu() -> None:
@@ -121,10 +147,13 @@ def torchrun_command(
     nodes: int = 1,
     node_rank: int = 0,
     master_addr: str = "127.0.0.1",
+    rendezvous_timeout_s: int | None = None,
 ) -> list[str]:
     """The `torch.distributed.run` command of one node: `processes` training processes (one per GPU)
     of `nodes` in all, rank `node_rank`; the node of rank 0 listens at `master_addr:master_port`,
-    which every other node must reach (static rendezvous: ranks are fixed, no elastic restarts)."""
+    which every other node must reach (static rendezvous: ranks are fixed, no elastic restarts)
+    within `rendezvous_timeout_s` (unset: torch's 600 s)."""
+    timeout = ["--rdzv_conf", f"timeout={rendezvous_timeout_s}"] if rendezvous_timeout_s is not None else []
     return [
         sys.executable,
         "-m",
@@ -139,30 +168,162 @@ def torchrun_command(
         master_addr,
         "--master_port",
         str(master_port),
+        *timeout,
         "-m",
         "worldsmith.training.launch",
         str(request_file),
     ]
 
 
-def launch(request: TrainRequest, processes: int) -> dict[str, Any]:
-    """Run the training step in `processes` processes and return the main process's result; a
-    failed launch raises RuntimeError with the end of its log (OUTPUT/launch.log)."""
+def start_node(
+    request_file: Path, node_rank: int, processes: int, rendezvous: Rendezvous, log: Path
+) -> subprocess.Popen:
+    """Node `node_rank`'s `torch.distributed.run` agent with `processes` training processes, its output in `log`."""
+    command = torchrun_command(
+        request_file,
+        processes,
+        rendezvous.port,
+        nodes=rendezvous.nodes,
+        node_rank=node_rank,
+        master_addr=rendezvous.host,
+        rendezvous_timeout_s=rendezvous.timeout_s,
+    )
+    with log.open("w") as sink:
+        return subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
+
+
+def stop_process(process: subprocess.Popen, grace_s: float = 10.0) -> None:
+    """Stop a node's agent (which stops its training processes) if it still runs: SIGTERM, then SIGKILL."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+_ERROR_LINE = re.compile(  # an exception's last line, maybe prefixed by its process (`[rank1]: ValueError: ...`)
+    r"^\s*(?:\[[^\]]*\]:?\s*)?((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt)): (.+)$"
+)
+
+
+def last_error(log: Path) -> str:
+    """The end of a node's log that says what went wrong: its last exception line (not the agent's
+    ChildFailedError summary), else its last three non-empty lines; at most 600 characters."""
+    lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()] if log.is_file() else []
+    errors = [line.strip() for line in lines if _ERROR_LINE.match(line) and "ChildFailedError" not in line]
+    text = errors[-1] if errors else " | ".join(line.strip() for line in lines[-3:]) or "(empty log)"
+    return text if len(text) <= 600 else "..." + text[-600:]
+
+
+def host_address() -> str:
+    """This machine's address as other machines reach it: the source address of its default route
+    (found without sending a packet), else the address its host name resolves to; LaunchFailed when
+    neither is known."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # TEST-NET-1: picks the outgoing interface only
+            return probe.getsockname()[0]
+        except OSError:
+            pass
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        raise LaunchFailed(
+            "this machine's address for the other nodes is unknown (no default route, an unresolvable host "
+            "name): set rendezvous_host",
+            exit_code=2,
+        ) from None
+
+
+def launch(request: TrainRequest, processes: int, launcher: NodeLauncher | None = None) -> dict[str, Any]:
+    """Run the training step in `processes` processes here (node 0) and, with `config.nodes` > 1, as
+    many on each other node, started by `launcher` (default: runs of the `train-node` deployment,
+    `default_node_launcher`); returns the main process's result (OUTPUT/result.json, written once).
+
+    Contract of a multi-node run: the request's model, bundle and output paths hold on every node (a
+    shared file system), and node 0 is reachable at the rendezvous address from every node. A node
+    that fails, or has not started when node 0's rendezvous times out (`config.rendezvous_timeout_s`),
+    stops the others and raises LaunchFailed naming it with the last error of its log; so does a
+    failure here (node 0's log: OUTPUT/launch.log; node N's: OUTPUT/node-N.log)."""
     from worldsmith.localserver import free_port
 
-    out = Path(request.output)
+    config, out = request.config, Path(request.output)
     out.mkdir(parents=True, exist_ok=True)
     (out / "request.json").write_text(request.model_dump_json())
     (out / "result.json").unlink(missing_ok=True)
-    command = torchrun_command(out / "request.json", processes, free_port())
-    with (out / "launch.log").open("w") as log:
-        code = subprocess.run(command, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
-    if code != 0 or not (out / "result.json").is_file():
-        tail = (out / "launch.log").read_text(errors="replace")[-4000:]
-        raise RuntimeError(
-            f"training in {processes} processes failed (exit {code}); end of {out / 'launch.log'}:\n{tail}"
-        )
+    if config.nodes > 1 and launcher is None:
+        from worldsmith.training.nodes import default_node_launcher
+
+        launcher = default_node_launcher()  # refused before anything starts
+    host = (config.rendezvous_host or host_address()) if config.nodes > 1 else "127.0.0.1"
+    port = config.rendezvous_port or free_port("" if config.nodes > 1 else "127.0.0.1")
+    rendezvous = Rendezvous(host=host, port=port, nodes=config.nodes, timeout_s=config.rendezvous_timeout_s)
+    log = out / "launch.log"
+    main = start_node(out / "request.json", 0, processes, rendezvous, log)
+    others: list[NodeRun] = []
+    try:
+        if launcher is not None:
+            others = [launcher.start(request, rank, rendezvous) for rank in range(1, config.nodes)]
+        code = _supervise(main, others)
+        if code != 0 or not (out / "result.json").is_file():
+            if config.nodes == 1:
+                raise LaunchFailed(
+                    f"training in {processes} processes failed (exit {code}): {last_error(log)} (log: {log})"
+                )
+            error = last_error(log)
+            raise LaunchFailed(
+                f"training node 0 of {config.nodes} (this machine) failed (exit {code}): {error} (log: {log})"
+                + _after_node_0_failed(others, rendezvous, error)
+            )
+        _wait_for(others, rendezvous.timeout_s)
+    finally:
+        stop_process(main)
+        for node in others:
+            node.stop()
     return json.loads((out / "result.json").read_text())
+
+
+def _supervise(main: subprocess.Popen, others: list[NodeRun], poll_s: float = 1.0) -> int:
+    """Node 0's exit code once it ends; LaunchFailed as soon as another node fails."""
+    while True:
+        code = main.poll()
+        for node in others:
+            outcome = node.outcome()
+            if outcome is not None and not outcome.ok:
+                raise LaunchFailed(f"training {node.name} failed ({outcome.detail}): {outcome.error}")
+        if code is not None:
+            return code
+        time.sleep(poll_s)
+
+
+def _after_node_0_failed(others: list[NodeRun], rendezvous: Rendezvous, error: str, grace_s: float = 15.0) -> str:
+    """After node 0 failed (with `error`): LaunchFailed naming a node that never started (node 0 gave
+    up waiting for it); else, once the others ended (at most `grace_s`: a node's report may come a
+    little after node 0's exit), the failures of the others to add to node 0's line ("" when none)."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        outcomes = [(node, node.outcome()) for node in others]
+        running = [node for node, outcome in outcomes if outcome is None]
+        waiting = [node for node in running if not node.started()]
+        if waiting:
+            raise LaunchFailed(
+                f"training {waiting[0].name} never joined node 0's rendezvous at {rendezvous.host}:{rendezvous.port} "
+                f"within {rendezvous.timeout_s} s ({waiting[0].waiting_reason()}); node 0: {error}"
+            )
+        if not running or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    failed = [f"; {node.name} failed too ({o.detail}): {o.error}" for node, o in outcomes if o is not None and not o.ok]
+    return "".join(failed)
+
+
+def _wait_for(others: list[NodeRun], timeout_s: float) -> None:
+    """After node 0 succeeded: the other nodes' ends (their agents exit with node 0's), at most `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while any(node.outcome() is None for node in others) and time.monotonic() < deadline:
+        time.sleep(0.5)
 
 
 def main(argv: list[str] | None = None) -> None:
