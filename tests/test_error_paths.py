@@ -67,3 +67,35 @@ def test_bad_generate_input_is_refused_before_the_flow(home, args, words):
     result = CliRunner().invoke(app, ["generate", *args])
     lines = result.output.strip().splitlines()
     assert result.exit_code == 2 and len(lines) == 1 and words in lines[0], result.output
+
+
+def test_a_flow_runs_expected_failure_is_logged_without_its_traceback(prefect_api, caplog):
+    """The CLI's flows log an expected failure (one that states its fix) as its one line; a bug keeps
+    its traceback."""
+    import logging
+
+    from prefect import flow
+
+    from worldsmith.cli.console import ExpectedFailures, quiet_expected_failures
+    from worldsmith.failures import UserFixable
+
+    class NodeFailed(UserFixable, RuntimeError):
+        exit_code = 1
+
+    @flow(name="fails-as-expected")
+    def fails(bug: bool) -> None:
+        raise ValueError("a bug") if bug else NodeFailed("training node 1 failed: set rendezvous_host")
+
+    quiet_expected_failures()
+    try:
+        for bug in (False, True):
+            with caplog.at_level(logging.ERROR), pytest.raises(ValueError if bug else NodeFailed):
+                fails(bug)
+        logged = [r for r in caplog.records if r.name == "prefect.flow_runs" and r.levelno == logging.ERROR]
+        expected, bug = logged[0], logged[-1]
+        assert "training node 1 failed: set rendezvous_host" in expected.getMessage() and expected.exc_info is None
+        assert "a bug" in bug.getMessage() and bug.exc_info is not None
+    finally:
+        for name in ("prefect.flow_runs", "prefect.task_runs"):
+            for each in [f for f in logging.getLogger(name).filters if isinstance(f, ExpectedFailures)]:
+                logging.getLogger(name).removeFilter(each)

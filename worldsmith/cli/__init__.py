@@ -34,7 +34,7 @@ from worldsmith.cli import (
     training,
     wm,
 )
-from worldsmith.cli.console import AnsweringGroup
+from worldsmith.cli.console import AnsweringGroup, quiet_expected_failures
 from worldsmith.ops.stack import Stack
 from worldsmith.settings import get_settings
 
@@ -65,6 +65,7 @@ def _defaults(
 ) -> None:
     """Keep Prefect's local state under WORLDSMITH_HOME and its analytics off unless configured; use the
     local stack's Prefect server when `worldsmith up` started one and no PREFECT_API_URL is set."""
+    quiet_expected_failures()  # a flow run's expected failure: its one line, not Prefect's traceback
     home = get_settings().ensure_home()  # a new home at the default place is announced on stderr
     if "PREFECT_HOME" not in os.environ:
         (home / "prefect").mkdir(parents=True, exist_ok=True)

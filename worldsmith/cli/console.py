@@ -9,10 +9,13 @@ An error is its message on stderr and an exit status (2: the request was refused
 (too deep to handle, too big, data that does not validate, a step that timed out, the runtime
 refusing it) becomes one line on stderr and exit 2 instead of a traceback, whichever command ran; so
 does a fatal generation fault (the model endpoint refused the API key...), naming the setting, exit 1.
+The same failures raised inside a flow run the CLI started are logged by Prefect's engine with their
+traceback; `ExpectedFailures` keeps those records to their message, so the user reads the one line.
 """
 
 from __future__ import annotations
 
+import logging
 import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -92,6 +95,32 @@ def _usage_failure(exc: UsageError, default_path: str) -> typer.Exit:
     """A usage error as one line naming the `--help` to read, exit 2."""
     where = exc.ctx.command_path if exc.ctx is not None else default_path
     return failure(one_line(f"{exc.format_message()} (see '{where} --help')"))
+
+
+def expected(exc: BaseException) -> bool:
+    """Whether the CLI answers `exc` in one line (`AnsweringGroup`): bad input or a fatal fault, not a bug."""
+    return isinstance(exc, BundleError) or (isinstance(exc, GenerationFault) and exc.fatal) or answer(exc) is not None
+
+
+class ExpectedFailures(logging.Filter):
+    """On Prefect's flow- and task-run loggers (`quiet_expected_failures`): the record of an expected
+    failure (`expected`) keeps its message (the exception's one line) and loses its traceback, on the
+    console and in the run's logs alike; any other exception is logged as it is."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if exc is not None and expected(exc):
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+def quiet_expected_failures() -> None:
+    """Put `ExpectedFailures` on the loggers of the flow and task runs this process starts (once; it
+    outlives Prefect's own logging set-up, which keeps loggers' filters)."""
+    for name in ("prefect.flow_runs", "prefect.task_runs"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, ExpectedFailures) for f in logger.filters):
+            logger.addFilter(ExpectedFailures())
 
 
 class AnsweringGroup(TyperGroup):
