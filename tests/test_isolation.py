@@ -84,6 +84,21 @@ ESCAPED = textwrap.dedent("""
             return written
 
         return unguarded(attack)
+
+
+    def forge_channel(conn):
+        def attack(kit):
+            sys, os, json, struct = (kit["import"](name) for name in ("sys", "os", "json", "struct"))
+            frame = sys._getframe()
+            while frame is not None and frame.f_code.co_name != "_serve_requests":
+                frame = frame.f_back
+            header, out = frame.f_locals["header"], frame.f_locals["out"]
+            reply = {"status": "ok", "value": "forged", "id": header["id"], "channel": True, "blobs": []}
+            body = json.dumps(reply).encode()
+            os.write(out.fileno(), struct.pack(">I", len(body)) + body + b"\\0")
+            return "not sent"
+
+        return unguarded(attack)
 """)
 
 
@@ -170,3 +185,18 @@ def test_modules_reach_no_module_outside_the_allowlist_and_are_read_only(golden)
         refused = episode.call_tool("rebind")
         assert refused.status == "env_error" and refused.limit == "module_state", refused
         assert "json.dumps" in refused.error and "read-only" in refused.error
+
+
+def test_a_forged_hand_over_reaches_neither_the_worker_nor_the_parent(bypassing_workers, golden):
+    """A reply that claims its process's pipes were handed to the parent (strict isolation's direct
+    channels) is the process's own word, not the worker's: nothing is adopted, the worker goes on."""
+    env = with_tools(golden, ESCAPED, ["forge_channel"])
+    with Runtime(limits=isolated(FAST_LIMITS, "strict"), workers=1) as rt:
+        with rt.open_episode(env) as bystander, rt.open_episode(env) as culprit:
+            assert bystander.call_tool("get_customer", {"customer_id": 1}).ok
+            worker = bystander._worker
+            for _ in range(2):  # through the worker (its first call), then on its direct channel
+                forged = culprit.call_tool("forge_channel")
+                assert forged.status in {"ok", "env_error"}, forged
+            assert worker.alive and culprit._worker is worker and bystander._worker is worker
+            assert bystander.call_tool("get_customer", {"customer_id": 1}).ok and bystander.relocations == 0

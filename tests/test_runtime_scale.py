@@ -4,6 +4,7 @@ the workers, and the per-call module-state check that keeps calls cheap."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import resource
 import signal
@@ -146,3 +147,63 @@ def test_a_long_call_does_not_hold_up_other_episodes_of_its_worker(golden):
         assert long_call[0].ok and long_call[0].value == sum(range(40_000_000))
         slow.close()
         quick.close()
+
+
+@pytest.mark.timeout(120)
+def test_direct_channels_are_capped_per_worker_and_their_processes_reaped(golden):
+    """Past `episode_processes` channels on a worker the least recently used idle one is given up: its
+    process exits and is reaped; the episode's next call forks a fresh one on the same database."""
+    limits = dataclasses.replace(isolated(PATIENT_LIMITS, "strict"), episode_processes=2)
+    with Runtime(limits=limits, workers=1) as runtime:
+        episodes = [runtime.open_episode(golden) for _ in range(6)]
+        for round_ in range(2):
+            for n, episode in enumerate(episodes):
+                email = f"r{round_}e{n}@example.com"
+                assert episode.call_tool("update_customer_email", {"customer_id": 2, "email": email}).ok
+        worker, deadline = episodes[0]._worker, time.monotonic() + 10
+        while len(processes := worker.request({"op": "ping"}, timeout=30)[0]["processes"]) > 2:
+            assert time.monotonic() < deadline, processes  # a process given up exits at once: none left over
+            time.sleep(0.05)
+        for n, episode in enumerate(episodes):  # each episode kept its own state through it all
+            assert episode.call_tool("get_customer", {"customer_id": 2}).value["email"] == f"r1e{n}@example.com"
+            episode.close()
+
+
+SHORT_OF_DESCRIPTORS = """
+import json, os, sys
+from worldsmith.bundle.loader import load_bundle
+from worldsmith.runtime.episode import Runtime
+from worldsmith.runtime.pool import SandboxLimits
+golden = load_bundle(sys.argv[1])
+with Runtime(limits=SandboxLimits(call_timeout_s=60.0, cpu_s=30.0), workers=1) as runtime:
+    first, second = runtime.open_episode(golden), runtime.open_episode(golden)
+    assert first.call_tool("get_customer", {"customer_id": 1}).ok
+    held = []
+    try:
+        while True:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+    except OSError:
+        os.close(held.pop())  # one descriptor free: a hand-over brings two
+    short = second.call_tool("get_customer", {"customer_id": 1})
+    for fd in held:
+        os.close(fd)
+    after = [e.call_tool("get_customer", {"customer_id": 1}).ok for e in (first, second)]
+    print(json.dumps({"short": short.status, "after": after, "moved": first.relocations + second.relocations}))
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_parent_short_of_descriptors_answers_through_the_worker(golden):
+    """A hand-over the parent has no descriptors for is not the worker's fault: the call is answered,
+    the worker and its episodes go on."""
+    import json
+    import subprocess
+    import sys
+
+    from conftest import GOLDEN
+
+    done = subprocess.run(
+        [sys.executable, "-c", SHORT_OF_DESCRIPTORS, str(GOLDEN)], capture_output=True, text=True, timeout=100
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == {"short": "ok", "after": [True, True], "moved": 0}

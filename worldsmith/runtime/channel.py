@@ -15,13 +15,13 @@ the worker after the channel is given up: one process at a time has the episode'
 
 from __future__ import annotations
 
-import itertools
 import os
 import threading
 import time
 from typing import Any
 
 from worldsmith.runtime.sandbox.protocol import (
+    MAX_ERROR_CHARS,
     FrameReader,
     ProtocolClosed,
     ProtocolTimeout,
@@ -43,27 +43,28 @@ class ChannelBroken(Exception):
 
 
 class EpisodeChannel:
-    """The pipes to one episode's process: requests written within the deadline, replies read and
-    checked. `lock` is held for each request (and by whoever gives the channel up)."""
+    """The pipes to one episode's process (received close-on-exec): requests written within the
+    deadline, replies read and checked (`max_blobs`: the most bytes a reply's blobs may hold). `lock`
+    is held for each request (and by whoever gives the channel up)."""
 
     def __init__(self, replies_fd: int, requests_fd: int, *, max_blobs: int):
-        for fd in (replies_fd, requests_fd):  # received without close-on-exec: no child of the parent inherits them
-            os.set_inheritable(fd, False)
         self.reader = FrameReader(replies_fd, max_blobs=max_blobs)
         self.requests = requests_fd
         os.set_blocking(requests_fd, False)  # a process that stops reading cannot block the parent
         self.lock = threading.Lock()
         self.closed = False
-        self._ids = itertools.count(1)
 
     def request(
-        self, header: dict[str, Any], blobs: list[bytes] | tuple[bytes, ...], wait: float
+        self, header: dict[str, Any], blobs: list[bytes] | tuple[bytes, ...], wait: float, *, number: int
     ) -> tuple[dict[str, Any], list[bytes]]:
-        """The process's checked reply to one request, within `wait` seconds; ChannelBroken otherwise."""
-        number = next(self._ids)
+        """The process's checked reply to request `number` (unique in its worker: a frame the code wrote
+        for an earlier or another request does not pass), within `wait` seconds; ChannelBroken otherwise."""
         deadline = time.monotonic() + wait
-        if not send_within(self.requests, encode({**header, "id": number}, blobs), deadline):
+        unsent = send_within(self.requests, encode({**header, "id": number}, blobs), deadline)
+        if unsent == "gone":
             raise ChannelBroken("crash", "gone before the request", delivered=False)
+        if unsent == "late":  # it stopped reading its requests
+            raise ChannelBroken("timeout", f"{wait:g} s")
         try:
             reply, reply_blobs = self.reader.read(deadline)
         except ProtocolTimeout:
@@ -77,8 +78,10 @@ class EpisodeChannel:
             problem = f"an answer to request {truncated(str(reply.get('id')), 40)}, not {number}"
         if problem is not None:
             raise ChannelBroken("protocol", problem)
-        for key in ("seconds", "id"):
+        for key in ("seconds", "id", "channel"):
             reply.pop(key, None)
+        if isinstance(reply.get("error"), str):  # as the worker cut a relayed reply's
+            reply["error"] = truncated(reply["error"], MAX_ERROR_CHARS + 64)
         return reply, reply_blobs
 
     def __del__(self) -> None:  # a channel forgotten while in use (its worker killed meanwhile)

@@ -3,8 +3,10 @@
 A `SandboxWorker` is one confined child process serving one request at a time; callers on
 many threads share it through a lock. Under strict isolation an episode's calls, snapshots and diffs
 go to the episode's own process directly once the worker has handed its pipes over
-(runtime/channel.py), so they neither wait for the worker nor pass through it. A request that overruns its deadline gets the worker
-killed; a worker whose reply says it ran code that broke a limit is retired right after.
+(runtime/channel.py), so they neither wait for the worker nor pass through it; such a process that
+fails a request is stopped by the worker, which goes on. A request to the worker that overruns its
+deadline gets the worker killed; a worker whose reply says it ran code that broke a limit is retired
+right after.
 Either way the pool starts a fresh worker in its place on the next `acquire`. Nothing a worker
 sends can grow the parent without bound: frames are checked against size limits before they are
 read (a worker breaking them is killed), and its stderr is kept as a short tail of capped lines.
@@ -262,9 +264,10 @@ class SandboxWorker:
                 )
                 self.kill(reason)
                 raise WorkerLost(reason, in_flight=True, limit="protocol")
+            handed = reply.pop("channel", False) is True and header.get("direct") is True
             if reply.get("retire"):
                 self.kill("retired after running code that broke a sandbox limit")
-            elif reply.pop("channel", False):
+            elif handed:
                 self._adopt(header.get("episode"))
             return reply, reply_blobs
 
@@ -283,6 +286,9 @@ class SandboxWorker:
             return self.request(header, blobs, timeout=timeout)
         with self._direct_lock:
             channel = self._direct.get(episode_id)
+            if channel is not None and channel.closed:  # closed to keep the cap: its process exited
+                del self._direct[episode_id]
+                channel = None
             if channel is not None:
                 self._direct.move_to_end(episode_id)
         if channel is not None:
@@ -306,29 +312,36 @@ class SandboxWorker:
         limits = self.limits
         wait = process_wait(timeout, limits.grace_s, limits.call_timeout_s)
         try:
-            reply, reply_blobs = channel.request({**header, "timeout_s": timeout}, blobs, wait)
+            reply, reply_blobs = channel.request(
+                {**header, "timeout_s": timeout}, blobs, wait, number=next(self._requests)
+            )
         except ChannelBroken as broken:
             self._drop(episode_id, channel)
-            ending = self._reap(episode_id, grace_s=1.0 if broken.limit == "crash" else 0.0, in_flight=broken.delivered)
-            if not broken.delivered or (broken.limit == "crash" and ending is None):
+            if not broken.delivered:  # gone before it: the request goes through the worker (a fresh process)
+                self._reap(episode_id, limit=None)
                 return None
-            detail = ending if broken.limit == "crash" else broken.detail
+            ending = self._reap(episode_id, grace_s=1.0 if broken.limit == "crash" else 0.0, limit=broken.limit)
+            detail = (ending or "ended without an answer") if broken.limit == "crash" else broken.detail
             return {"status": "env_error", "error": process_failure(broken.limit, detail), "limit": broken.limit}, []
         if reply.pop("retire", False):  # its code broke a limit: the episode's next call gets a fresh process
             self._drop(episode_id, channel)
-            self._reap(episode_id)
+            try:
+                self._reap(episode_id, limit=None)
+            except WorkerLost:
+                pass  # this reply stands; the episode moves to a fresh worker at its next request
         return reply, reply_blobs
 
-    def _reap(self, episode_id: str, *, grace_s: float = 0.0, in_flight: bool = True) -> str | None:
+    def _reap(self, episode_id: str, *, grace_s: float = 0.0, limit: str | None) -> str | None:
         """Have the worker stop and reap the process of `episode_id` whose channel was given up; how
-        it ended (None: the worker had stopped it already). A dead worker took its processes with it:
-        WorkerLost, a crash of the request if it was `in_flight`."""
+        it ended (None: not known, the worker had reaped it before). A dead worker took its processes
+        with it: WorkerLost, in flight with `limit` (the request's failure; None: the request never
+        reached the process, or was answered)."""
         try:
             reply, _ = self.request(
                 {"op": "reap", "episode": episode_id, "grace_s": grace_s}, timeout=grace_s + self.limits.grace_s + 5
             )
         except WorkerLost as lost:
-            raise WorkerLost(lost.reason, in_flight=in_flight, limit="crash" if in_flight else None) from None
+            raise WorkerLost(lost.reason, in_flight=limit is not None, limit=limit) from None
         ending = reply.get("ending")
         return ending if isinstance(ending, str) else None
 
@@ -337,32 +350,46 @@ class SandboxWorker:
         hand-over that is not exactly that is a protocol violation of the worker (killed)."""
         assert self._handover is not None
         fds: list[int] = []
+        flags = 0
         try:
-            message, fds, _, _ = socket.recv_fds(self._handover, 256, 2)
+            message, fds, flags, _ = socket.recv_fds(self._handover, 256, 2, socket.MSG_CMSG_CLOEXEC)
         except OSError as exc:
             message, problem = b"", f"no pipes came with it ({exc})"
         else:
-            problem = None if message == str(episode_id).encode() and len(fds) == 2 else "pipes of another episode"
+            problem = None if message == str(episode_id).encode() else "pipes of another episode"
+        if problem is None and len(fds) != 2:
+            for fd in fds:
+                os.close(fd)
+            if flags & socket.MSG_CTRUNC:  # this process is out of descriptors: the episode goes on without
+                return  # (its process, cut off, exits; the worker reaps it at the episode's next request)
+            problem = f"{len(fds)} pipes"
         if problem is not None:
             for fd in fds:
                 os.close(fd)
             reason = f"sandbox limit protocol: the worker handed over a channel badly ({problem}); worker killed"
             self.kill(reason)
             raise WorkerLost(reason, in_flight=True, limit="protocol")
-        channel = EpisodeChannel(fds[0], fds[1], max_blobs=self.limits.memory_mb * 1024 * 1024)
+        # a reply's blobs are a snapshot of the episode's database at most: a file under the file size limit
+        channel = EpisodeChannel(fds[0], fds[1], max_blobs=(self.limits.file_size_mb + 1) * 1024 * 1024)
         with self._direct_lock:
             old = self._direct.pop(episode_id, None)
+            for key in [key for key, c in self._direct.items() if c.closed]:
+                del self._direct[key]
             self._direct[episode_id] = channel
-            idle = [c for key, c in self._direct.items() if key != episode_id]
             excess = len(self._direct) - max(self.limits.episode_processes, 1)
+            others = [(key, c) for key, c in self._direct.items() if key != episode_id]
         if old is not None:
             old.close()
-        for other in idle[: max(excess, 0)]:  # the least recently used idle ones end (their processes exit)
+        for key, other in others:  # the least recently used idle ones end (their processes exit)
+            if excess <= 0:
+                break
             if other.lock.acquire(blocking=False):
                 try:
                     other.close()
                 finally:
                     other.lock.release()
+                self._forget(key, other)
+                excess -= 1
 
     def _give_up(self, episode_id: str) -> None:
         """Close `episode_id`'s direct channel, if it has one (the worker stops its process before
@@ -376,6 +403,9 @@ class SandboxWorker:
     def _drop(self, episode_id: str, channel: EpisodeChannel) -> None:
         """Close `channel` (held by the caller) and forget it."""
         channel.close()
+        self._forget(episode_id, channel)
+
+    def _forget(self, episode_id: str, channel: EpisodeChannel) -> None:
         with self._direct_lock:
             if self._direct.get(episode_id) is channel:
                 del self._direct[episode_id]
@@ -395,7 +425,7 @@ class SandboxWorker:
         self._stop()
         with self._direct_lock:  # its episode processes died with it
             channels, self._direct = list(self._direct.values()), collections.OrderedDict()
-        for channel in channels:  # one in use is closed by its holder (it reads the end of the pipe)
+        for channel in channels:  # one in use: its holder closes it on failure, the collector on success
             if channel.lock.acquire(blocking=False):
                 try:
                     channel.close()

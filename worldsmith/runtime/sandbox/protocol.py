@@ -31,6 +31,8 @@ MAX_HEADER = 64 * 1024 * 1024
 #: The most bytes one frame's blobs may hold together, unless a reader is given another limit.
 MAX_BLOBS = 4 * 1024 * 1024 * 1024
 _CHUNK = 1 << 20
+#: The error text of a reply is cut (and marked) beyond this many characters.
+MAX_ERROR_CHARS = 64 * 1024
 
 
 class ProtocolClosed(EOFError):
@@ -120,10 +122,10 @@ class FrameReader:
         return header, blobs
 
 
-def send_within(fd: int, data: bytes, deadline: float) -> bool:
-    """Write all of `data` to the non-blocking descriptor `fd` by `deadline` (monotonic seconds);
-    False if its reader is gone (EPIPE) or does not take it in time. A request that fits the pipe
-    takes one write and no wait."""
+def send_within(fd: int, data: bytes, deadline: float) -> str | None:
+    """Write all of `data` to the non-blocking descriptor `fd` by `deadline` (monotonic seconds): None
+    when written, "gone" if its reader is (EPIPE: nothing was taken), "late" if the reader does not
+    take it all in time. A request that fits the pipe takes one write and no wait."""
     view = memoryview(data)
     try:
         while view:
@@ -134,10 +136,10 @@ def send_within(fd: int, data: bytes, deadline: float) -> bool:
                 pass
             wait = deadline - time.monotonic()
             if wait <= 0 or not ready(fd, wait, select.POLLOUT):
-                return False
+                return "late"
     except OSError:
-        return False
-    return True
+        return "gone" if len(view) == len(data) else "late"
+    return None
 
 
 _REPLY_FIELDS: dict[str, type | tuple[type, ...]] = {

@@ -42,6 +42,7 @@ from worldsmith.runtime.sandbox import dbdiff, kernel, worldclock
 from worldsmith.runtime.sandbox.guard import Guard, SandboxViolation
 from worldsmith.runtime.sandbox.protocol import (
     EPISODE_OPS,
+    MAX_ERROR_CHARS,
     FrameReader,
     ProtocolClosed,
     ProtocolTimeout,
@@ -57,7 +58,6 @@ from worldsmith.runtime.sandbox.protocol import (
 
 MAX_RESULT_BYTES = 4 * 1024 * 1024
 MAX_STDOUT = 64 * 1024
-MAX_ERROR_CHARS = 64 * 1024  # error text of a reply, cut and marked beyond this
 MAX_EVIDENCE_BYTES = 1024 * 1024  # a verifier's evidence as JSON, replaced by a marked excerpt beyond this
 SAVEPOINT = "ws_call"
 APP_SAVEPOINT = "ws_app"  # inside SAVEPOINT, for ASGI apps' own transactions
@@ -274,6 +274,7 @@ class Worker:
         channel_fd = config.get("channel_fd")
         self.channel = socket.socket(fileno=channel_fd) if self.strict and isinstance(channel_fd, int) else None
         self.handed: dict[str, int] = {}
+        self.ended: dict[str, str] = {}  # how handed processes found ended (`_sweep_handed`) ended, until reaped
 
     @staticmethod
     def _fresh_state(seed: int) -> None:
@@ -628,9 +629,7 @@ class Worker:
         return {}
 
     def op_ping(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
-        for episode_id, pid in list(self.handed.items()):  # those handed that ended (their channel closed) go
-            if os.waitpid(pid, os.WNOHANG)[0]:
-                del self.handed[episode_id]
+        self._sweep_handed()
         processes = {episode: process.pid for episode, process in self.live.items()} | self.handed
         return {"episodes": len(self.episodes), "envs": len(self.envs), "processes": processes}
 
@@ -646,6 +645,7 @@ class Worker:
         deadline, dead, or answering outside the reply contract is stopped and the request is an
         env_error; its episode's next call forks a fresh one."""
         episode_id = header.get("episode")
+        self._sweep_handed()
         self._reap_handed(episode_id)  # the parent gave its channel up: the process goes before another opens
         if header.get("op") in EPISODE_OPS and episode_id in self.episodes:
             process = self.live.pop(episode_id, None)
@@ -709,9 +709,21 @@ class Worker:
 
     def _reap_handed(self, episode_id: Any, grace_s: float = 0.0) -> str | None:
         """Stop the process of `episode_id` handed to the parent (if any), given `grace_s` to end by
-        itself; returns how it ended."""
-        pid = self.handed.pop(episode_id, None) if isinstance(episode_id, str) else None
-        return None if pid is None else _ending(_end(pid, grace_s))
+        itself; returns how it ended (also when `_sweep_handed` found it ended)."""
+        if not isinstance(episode_id, str):
+            return None
+        pid = self.handed.pop(episode_id, None)
+        ended = self.ended.pop(episode_id, None)
+        return ended if pid is None else _ending(_end(pid, grace_s))
+
+    def _sweep_handed(self) -> None:
+        """Reap the handed processes that ended (their channel given up, or dead): no zombie waits for
+        its episode's next request; how each ended is kept for `reap`."""
+        for episode_id, pid in list(self.handed.items()):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                del self.handed[episode_id]
+                self.ended[episode_id] = _ending(status)
 
     def op_reap(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
         """The parent gave up an episode's direct channel (its process timed out, died, broke the reply
@@ -778,7 +790,7 @@ class Worker:
     def _send(self, process: RunProcess, header: dict[str, Any], blobs: list[bytes]) -> bool:
         """Write a request to a live episode process; False if it is gone or does not take it in time."""
         assert process.requests is not None
-        return send_within(process.requests, encode(header, blobs), time.monotonic() + self._wait(header))
+        return send_within(process.requests, encode(header, blobs), time.monotonic() + self._wait(header)) is None
 
     def _wait(self, header: dict[str, Any]) -> float:
         """How long a request's process may take: the parent's deadline less half the grace."""
@@ -805,7 +817,7 @@ class Worker:
                 problem = f"an answer to request {truncated(str(reply.get('id')), 40)}, not {header.get('id')}"
         if problem is not None:
             raise Failure("env_error", process_failure("protocol", problem), "protocol")
-        for key in ("seconds", "id"):  # the worker's own, not the process's
+        for key in ("seconds", "id", "channel"):  # the worker's own, not the process's
             reply.pop(key, None)
         return reply, blobs
 
@@ -820,7 +832,7 @@ class Worker:
         if self.channel is not None:  # generated code never reaches the socket the parent takes pipes from
             channels.append(self.channel.detach())
             self.channel = None
-        self.handed = {}
+        self.handed, self.ended = {}, {}
         for process in self.live.values():
             channels += [fd for fd in (process.requests, process.replies.fd) if fd is not None]
         for fd in channels:
