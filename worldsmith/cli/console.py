@@ -9,8 +9,8 @@ An error is its message on stderr and an exit status (2: the request was refused
 (too deep to handle, too big, data that does not validate, a step that timed out, the runtime
 refusing it) becomes one line on stderr and exit 2 instead of a traceback, whichever command ran; so
 does a fatal generation fault (the model endpoint refused the API key...), naming the setting, exit 1.
-The same failures raised inside a flow run the CLI started are logged by Prefect's engine with their
-traceback; `ExpectedFailures` keeps those records to their message, so the user reads the one line.
+Those that state their own fix, raised inside a flow run the CLI started, are logged by Prefect's
+engine with their traceback; `ExpectedFailures` keeps those records to their message.
 """
 
 from __future__ import annotations
@@ -97,19 +97,20 @@ def _usage_failure(exc: UsageError, default_path: str) -> typer.Exit:
     return failure(one_line(f"{exc.format_message()} (see '{where} --help')"))
 
 
-def expected(exc: BaseException) -> bool:
-    """Whether the CLI answers `exc` in one line (`AnsweringGroup`): bad input or a fatal fault, not a bug."""
-    return isinstance(exc, BundleError) or (isinstance(exc, GenerationFault) and exc.fatal) or answer(exc) is not None
+def states_its_fix(exc: BaseException) -> bool:
+    """Whether `exc` is an expected failure whose message names the fix (UserFixable, a bundle's
+    issues, a fatal generation fault), so its traceback tells a user nothing more."""
+    return isinstance(exc, (UserFixable, BundleError)) or (isinstance(exc, GenerationFault) and exc.fatal)
 
 
 class ExpectedFailures(logging.Filter):
-    """On Prefect's flow- and task-run loggers (`quiet_expected_failures`): the record of an expected
-    failure (`expected`) keeps its message (the exception's one line) and loses its traceback, on the
-    console and in the run's logs alike; any other exception is logged as it is."""
+    """On Prefect's flow- and task-run loggers (`quiet_expected_failures`): the record of a failure that
+    states its fix (`states_its_fix`) keeps its message and loses its traceback, on the console and in
+    the run's logs alike; any other exception (a bug, or bad input the CLI words itself) keeps it."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        if exc is not None and expected(exc):
+        if exc is not None and states_its_fix(exc):
             record.exc_info, record.exc_text = None, None
         return True
 
