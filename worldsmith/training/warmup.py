@@ -10,13 +10,15 @@ then has to unlearn.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from worldsmith.agent.datasets import turn_rows
 from worldsmith.agent.loop import EpisodeConfig, run_episode
-from worldsmith.agent.policies import ReferencePolicy, ScriptPolicy
+from worldsmith.agent.policies import Policy, ReferencePolicy, ScriptPolicy
 from worldsmith.bundle.contract import Bundle
+from worldsmith.models.bundle import TaskSpec
 from worldsmith.runtime.episode import Runtime
 
 
@@ -38,11 +40,7 @@ class LazyHabit(ScriptPolicy):
 
 def reference_rows(runtime: Runtime, bundles: list[Bundle], window: int | None) -> list[dict[str, Any]]:
     """Per-turn SFT rows from the reference solution of every task that the verifier accepts."""
-    config = EpisodeConfig(max_turns=100, window=window)
-    trajectories = []
-    for bundle in bundles:
-        trajectories += [run_episode(runtime, bundle, task, TemplateReference(), config) for task in bundle.tasks]
-    rows = turn_rows(trajectories, window)
+    rows = _played_rows(runtime, bundles, window, lambda task: TemplateReference(), ("complete",))
     if not rows:
         raise ValueError("no reference solution passed its verifier: nothing to warm up on")
     return rows
@@ -52,14 +50,30 @@ def lazy_rows(runtime: Runtime, bundles: list[Bundle], window: int | None) -> li
     """Per-turn SFT rows of a lazy habit of every task with a reference solution: its calls but the
     last, then the answer "Done.", kept where the verifier rates the episode incomplete (a wrong habit
     beside the reference's, for GRPO to unlearn)."""
+
+    def habit(task: TaskSpec) -> Policy | None:
+        return LazyHabit([(s.tool, s.arguments) for s in task.solution[:-1]]) if task.solution else None
+
+    return _played_rows(runtime, bundles, window, habit, ("incomplete",))
+
+
+def _played_rows(
+    runtime: Runtime,
+    bundles: list[Bundle],
+    window: int | None,
+    policy: Callable[[TaskSpec], Policy | None],
+    verdicts: tuple[str, ...],
+) -> list[dict[str, Any]]:
+    """Per-turn rows of every task played by `policy(task)` (None: not played), kept where the episode's
+    verdict is one of `verdicts`."""
     config = EpisodeConfig(max_turns=100, window=window)
     trajectories = [
-        run_episode(runtime, bundle, task, LazyHabit([(s.tool, s.arguments) for s in task.solution[:-1]]), config)
+        run_episode(runtime, bundle, task, chosen, config)
         for bundle in bundles
         for task in bundle.tasks
-        if task.solution
+        if (chosen := policy(task)) is not None
     ]
-    return turn_rows(trajectories, window, verdicts=("incomplete",))
+    return turn_rows(trajectories, window, verdicts=verdicts)
 
 
 def warm_up(
