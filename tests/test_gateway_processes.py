@@ -3,8 +3,14 @@ opened it whatever connection its requests arrive on (serving/affinity.py, servi
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
 import signal
+import socket
 import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +22,16 @@ import pytest
 from conftest import GOLDEN
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
+from starlette.applications import Starlette
 from test_gateway import eventually, serve_process
 from typer.testing import CliRunner
 
 from worldsmith.cli import app
-from worldsmith.serving.affinity import Member
-from worldsmith.serving.supervisor import MEMBER_OPTION
+from worldsmith.failures import UserFixable
+from worldsmith.localserver import free_port
+from worldsmith.serving.affinity import Member, owner_of
+from worldsmith.serving.relay import OwnerGone, Relay
+from worldsmith.serving.supervisor import MEMBER_OPTION, serve_member, supervise
 
 PROTOCOL = "2025-11-25"
 HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
@@ -44,12 +54,25 @@ def _http(url: str, uds: Path | None) -> httpx.Client:
     return httpx.Client(base_url="http://gateway", transport=httpx.HTTPTransport(uds=str(uds)))
 
 
-def _get_order(url: str, session_id: str, order_id: int, uds: Path | None = None) -> httpx.Response:
+def _get_order(url: str, session_id: str | bytes, order_id: int, uds: Path | None = None) -> httpx.Response:
     call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call"}
     call["params"] = {"name": "get_order", "arguments": {"order_id": order_id}}
     headers = {**HEADERS, "mcp-session-id": session_id, "mcp-protocol-version": PROTOCOL}
     with _http(url, uds) as http:
         return http.post("/envs/retail_store/mcp", json=call, headers=headers)
+
+
+def _http_1_0_get_order(uds: Path, session_id: str) -> bytes:
+    """The answer to `get_order` sent as HTTP/1.0 (no Host header) to the gateway process at `uds`."""
+    call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call"}
+    call["params"] = {"name": "get_order", "arguments": {"order_id": 1}}
+    body = json.dumps(call).encode()
+    head = [f"{k}: {v}" for k, v in {**HEADERS, "mcp-session-id": session_id, "content-length": len(body)}.items()]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(30)
+        sock.connect(str(uds))
+        sock.sendall("\r\n".join(["POST /envs/retail_store/mcp HTTP/1.0", *head, "", ""]).encode() + body)
+        return b"".join(iter(lambda: sock.recv(65536), b""))  # HTTP/1.0: the answer ends with the connection
 
 
 def _index(url: str, uds: Path | None = None) -> dict[str, Any]:
@@ -71,6 +94,67 @@ def test_env_serve_refuses_fewer_than_one_process_in_one_line():
     assert result.exit_code == 2 and len(lines) == 1 and "--processes 0" in lines[0], result.output
 
 
+def test_a_session_id_names_its_owner_only_as_a_member_index_written():
+    assert [owner_of(f"{index}-abc", 12) for index in ("0", "1", "11")] == [0, 1, 11]
+    for forged in ("12-abc", "01-abc", "+1-abc", " 1-abc", "\u00b2-abc", "\u0661-abc", "9" * 5000 + "-abc", "1-", "1"):
+        assert owner_of(forged, 12) is None, forged
+
+
+def test_a_member_failing_at_start_is_one_line_after_its_traceback_and_a_signal_is_named(capfd, tmp_path):
+    """A member that crashes while starting: the supervisor's one line names its last line, its whole
+    output (the traceback) shown before; one killed by a signal: the signal named."""
+    crash = [sys.executable, "-c", "1 / 0"]
+    with pytest.raises(UserFixable) as crashed:
+        supervise(crash, 1, run_dir=tmp_path, start_s=30)
+    assert str(crashed.value) == "gateway process 0 of 1 could not start: ZeroDivisionError: division by zero"
+    assert "Traceback (most recent call last)" in capfd.readouterr().err
+    killed = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"]
+    with pytest.raises(UserFixable, match="could not start: it exited \\(killed by SIGKILL\\)"):
+        supervise(killed, 1, run_dir=tmp_path, start_s=30)
+
+
+def test_a_member_whose_supervisor_is_gone_leaves_at_once(tmp_path):
+    """A member whose parent is not the supervisor that started it (gone while the member was starting:
+    the member was handed to another parent) stops instead of serving forever."""
+    member = Member.parse(Member(0, 1, tmp_path, supervisor=os.getppid() + 10**6).argument())  # not our parent
+    started = time.monotonic()
+    serve_member(Starlette(), member, "127.0.0.1", free_port(), log_level="warning")
+    assert time.monotonic() - started < 10 and not member.socket_path().exists()
+
+
+def test_an_owner_leaving_mid_answer_is_an_owner_gone_with_nothing_sent(tmp_path):
+    """The owner's answer head came, its body (of known length) did not, whole: OwnerGone (the 404 of a
+    session gone with its process), nothing sent to the client yet."""
+
+    async def owner(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\n" + b"x" * 10)
+        await writer.drain()
+        writer.close()
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def relayed() -> list[dict[str, Any]]:
+        sent: list[dict[str, Any]] = []
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        server = await asyncio.start_unix_server(owner, str(tmp_path / "owner.sock"))
+        relay = Relay(tmp_path / "owner.sock")
+        scope = {"type": "http", "method": "GET", "path": "/envs", "headers": [], "query_string": b""}
+        try:
+            with pytest.raises(OwnerGone):
+                await relay(scope, receive, send)
+        finally:
+            await relay.close()
+            server.close()
+        return sent
+
+    assert asyncio.run(relayed()) == []
+
+
 @pytest.mark.timeout(240)
 def test_gateway_processes_share_a_port_and_each_session_stays_with_its_own_episode():
     proc, url = serve_process(str(GOLDEN), "--processes", "2")
@@ -90,7 +174,8 @@ def test_gateway_processes_share_a_port_and_each_session_stays_with_its_own_epis
                 assert answered.status_code == 200, answered.text
                 assert answered.json()["result"]["structuredContent"]["shipping_address"] == address
                 assert answered.headers["mcp-session-id"] == session_id
-            for forged in (f"{1 - int(owner)}-{sdk_id}", f"2-{sdk_id}", sdk_id, f"{owner}-nope"):
+            digits = ("\u00b2-x".encode("latin-1"), "9" * 5000 + "-x")  # a digit int() refuses; a huge index
+            for forged in (f"{1 - int(owner)}-{sdk_id}", f"2-{sdk_id}", sdk_id, f"{owner}-nope", *digits):
                 refused = _get_order(url, forged, order_id)
                 assert refused.status_code == 404 and refused.json()["error"]["message"] == "Session not found"
 
@@ -151,6 +236,7 @@ def test_gateway_processes_share_a_port_and_each_session_stays_with_its_own_epis
             assert sse.status_code == 200 and sse.headers["content-type"] == "text/event-stream"
             assert sse.headers["mcp-session-id"] == session_id and session_id.startswith("0-")
             assert _get_order(url, session_id, 1).status_code == 200  # the session answers meanwhile
+        assert _http_1_0_get_order(sockets[1], session_id).startswith(b"HTTP/1.1 200")  # no Host: forwarded too
         with _http(url, sockets[1]) as http:
             ended = http.delete("/envs/retail_store/mcp", headers={**stream_headers, "mcp-protocol-version": PROTOCOL})
         assert ended.status_code == 200 and eventually(lambda: _index(url, sockets[0])["sessions"] == 0)

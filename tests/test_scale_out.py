@@ -11,10 +11,12 @@ import re
 import shlex
 import subprocess
 import sys
+import threading
 import time
 import tomllib
 import uuid
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib.resources import files
 from itertools import product
 from pathlib import Path
@@ -23,6 +25,7 @@ from urllib.parse import urlparse
 import httpx
 import pytest
 from conftest import published_set
+from prefect.settings import PREFECT_API_URL, temporary_settings
 from prefect.utilities.templating import apply_values, find_placeholders
 from sqlalchemy import create_engine, text
 from sqlmodel import select
@@ -49,8 +52,15 @@ from worldsmith.storage.objectstore import open_store
 from worldsmith.storage.publish import fetch
 from worldsmith.storage.run_records import add_run
 from worldsmith.training.config import TrainingConfig
-from worldsmith.training.launch import LaunchFailed, Rendezvous, TrainRequest, launch, torchrun_command
-from worldsmith.training.nodes import LocalNodes, NodeOutcome, ProcessNode
+from worldsmith.training.launch import (
+    LaunchFailed,
+    Rendezvous,
+    TrainRequest,
+    _after_node_0_failed,
+    launch,
+    torchrun_command,
+)
+from worldsmith.training.nodes import FlowRunNode, LocalNodes, NodeOutcome, ProcessNode
 
 REPO = Path(__file__).resolve().parent.parent
 #: The container worker types, and every (pool, type) that needs a job template in deployments/.
@@ -355,3 +365,84 @@ def test_a_node_that_fails_or_never_joins_fails_the_run_in_one_line_naming_it(pr
         launch(request, 1, UnstartedNodes())
     assert "\n" not in str(late.value)
     print(f"both failures answered in {time.monotonic() - started:.1f} s")
+
+
+@dataclass
+class ThirdNodeRefused:
+    """Node 1 starts (a node that never runs), node 2's start is refused (its machine lacks the paths)."""
+
+    started: list[UnstartedNode]
+
+    def start(self, request: TrainRequest, node_rank: int, rendezvous: Rendezvous) -> UnstartedNode:
+        if node_rank == 2:
+            raise LaunchFailed(f"training node {node_rank}: /shared not on this machine")
+        self.started.append(UnstartedNode())
+        return self.started[-1]
+
+
+def test_nodes_started_before_a_refused_start_are_stopped(tmp_path):
+    request = TrainRequest(
+        config=TrainingConfig(model="never-loaded", set_name="none", nodes=3, rendezvous_timeout_s=2),
+        model="never-loaded",
+        bundles=[],
+        run_id=1,
+        output=str(tmp_path / "out"),
+    )
+    launcher = ThirdNodeRefused([])
+    with pytest.raises(LaunchFailed, match="training node 2: /shared not on this machine"):
+        launch(request, 1, launcher)
+    assert len(launcher.started) == 1 and launcher.started[0].stopped
+
+
+def test_a_node_not_started_is_blamed_only_when_node_0_waited_out_its_rendezvous():
+    """Node 0 failed early (before its rendezvous timeout): its own failure alone, nobody named as never
+    joined; node 0 failed after that timeout: the node that never started is named."""
+    rendezvous = Rendezvous(host="127.0.0.1", port=1, nodes=2, timeout_s=600)
+    assert _after_node_0_failed([UnstartedNode()], rendezvous, "ValueError: bad model", waited_out=False) == ""
+    with pytest.raises(LaunchFailed, match=r"never joined .* within 600 s .*; node 0: ValueError: bad model"):
+        _after_node_0_failed([UnstartedNode()], rendezvous, "ValueError: bad model", waited_out=True)
+
+
+class FailingPrefectApi(BaseHTTPRequestHandler):
+    """A Prefect API in trouble: every request answered 500."""
+
+    def do_GET(self) -> None:
+        self.send_error(500)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_flow_run_node_outlives_a_failing_prefect_api_for_a_while_then_fails_in_one_line():
+    """While the Prefect API fails, a node of a flow run counts as running (and started, so never
+    blamed for not joining); past its patience, one line naming the API."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FailingPrefectApi)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    api = f"http://127.0.0.1:{server.server_address[1]}/api"
+    node = FlowRunNode("node 1 of 2 (flow run quiet-owl)", uuid.uuid4(), patience_s=0.5)
+    try:
+        with temporary_settings({PREFECT_API_URL: api}):
+            assert node.outcome() is None and node.started()
+            time.sleep(0.6)
+            with pytest.raises(LaunchFailed) as failed:
+                node.outcome()
+    finally:
+        server.shutdown()
+    message = str(failed.value)
+    assert api in message and "node 1 of 2 (flow run quiet-owl)" in message and "\n" not in message
+
+
+def test_stopping_a_flow_run_node_not_yet_started_cancels_it(prefect_api):
+    """A node's flow run still Scheduled has no process to end: stopping it makes it Cancelled, not
+    Cancelling forever."""
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.states import Scheduled
+
+    @flow(name="never-run-node")
+    def never_run() -> None: ...
+
+    with get_client(sync_client=True) as client:
+        run = client.create_flow_run(never_run, state=Scheduled())
+        FlowRunNode("node 1 of 2", run.id).stop()
+        assert client.read_flow_run(run.id).state.is_cancelled()

@@ -156,7 +156,7 @@ def env_serve(
             "--max-loaded worlds; a session stays with the process that opened it (docs/operations.md).",
         ),
     ] = 1,
-    member: Annotated[str | None, typer.Option(hidden=True, help="Set by --processes: INDEX/N:RUN_DIR.")] = None,
+    member: Annotated[str | None, typer.Option(hidden=True, help="Set by --processes: INDEX/N@PID:RUN_DIR.")] = None,
 ) -> None:
     """Serve bundles over MCP (streamable HTTP) at http://HOST:PORT/envs/<env_id>/mcp?task=<id>; each
     world is loaded at its first session."""

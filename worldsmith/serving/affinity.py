@@ -14,6 +14,7 @@ without a session (`initialize`, the listings, `/healthz`) are answered where th
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,15 +25,20 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from worldsmith.serving import hotpath
 from worldsmith.serving.relay import OwnerGone, Relay
 
+#: A member index as `Member.argument` writes it: ASCII digits, no leading zero, short enough to convert.
+_INDEX = re.compile(r"0|[1-9][0-9]{0,8}")
+
 
 @dataclass
 class Member:
-    """Gateway process `index` of `count` serving one port; every member's Unix socket is in `run_dir`.
-    `forwarded` counts the requests this process forwarded to their session's owner."""
+    """Gateway process `index` of `count` serving one port; every member's Unix socket is in `run_dir`;
+    `supervisor` is the pid of the process that started it (None: started by hand), which it outlives
+    by about a second once started. `forwarded` counts the requests this process forwarded to their session's owner."""
 
     index: int
     count: int
     run_dir: Path
+    supervisor: int | None = None
     forwarded: int = 0
     answered: int = 0  # session requests this process answered itself (its own sessions)
 
@@ -41,15 +47,17 @@ class Member:
         return self.run_dir / f"gateway-{self.index if index is None else index}.sock"
 
     def argument(self) -> str:
-        """This member as the `--member` argument of a gateway process (`INDEX/COUNT:RUN_DIR`)."""
-        return f"{self.index}/{self.count}:{self.run_dir}"
+        """This member as the `--member` argument of a gateway process (`INDEX/COUNT[@SUPERVISOR]:RUN_DIR`)."""
+        supervisor = f"@{self.supervisor}" if self.supervisor is not None else ""
+        return f"{self.index}/{self.count}{supervisor}:{self.run_dir}"
 
     @classmethod
     def parse(cls, text: str) -> Member:
         """The member `argument()` wrote (ValueError for anything else)."""
         numbers, _, run_dir = text.partition(":")
+        numbers, _, supervisor = numbers.partition("@")
         index, _, count = numbers.partition("/")
-        member = cls(int(index), int(count), Path(run_dir))
+        member = cls(int(index), int(count), Path(run_dir), int(supervisor) if supervisor else None)
         if not run_dir or not 0 <= member.index < member.count:
             raise ValueError(f"not a gateway member: {text!r}")
         return member
@@ -135,7 +143,7 @@ class Affinity:
 def owner_of(session_id: str, count: int) -> int | None:
     """The index of the member owning `session_id` (`<index>-<sdk id>`), or None if it names none."""
     index, _, sdk_id = session_id.partition("-")
-    if not sdk_id or not index.isdigit() or str(int(index)) != index or int(index) >= count:
+    if not sdk_id or not _INDEX.fullmatch(index) or int(index) >= count:
         return None
     return int(index)
 

@@ -703,6 +703,8 @@ class _WorldEndpoint:
                 live.ending = True
             elif live is not None and scope["method"] == "POST" and hotpath.answerable_headers(scope):
                 body = await hotpath.read_body(receive)
+                if body is None:  # the client left: nobody to answer
+                    return
                 if await self.gateway._hot_call(live, session_id, body, send):
                     return
                 receive = hotpath.replaying(body, receive)

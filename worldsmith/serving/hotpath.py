@@ -53,17 +53,25 @@ def answerable_headers(scope: Scope) -> bool:
     return has_json
 
 
-async def read_body(receive: Receive) -> bytes:
-    """The whole request body (its size already bounded by the Content-Length checked)."""
-    chunks = []
+class BodyTooLarge(Exception):
+    """A request body past the size `read_body` was given."""
+
+
+async def read_body(receive: Receive, limit: int | None = None) -> bytes | None:
+    """The whole request body, or None when the client left before sending it all (`http.disconnect`);
+    BodyTooLarge once it passes `limit` bytes (unset: no bound; the caller checked the Content-Length)."""
+    chunks, size = [], 0
     while True:
         message = await receive()
         if message["type"] != "http.request":
-            break
-        chunks.append(message.get("body", b""))
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if limit is not None and size > limit:
+            raise BodyTooLarge(f"request body over {limit} bytes")
+        chunks.append(chunk)
         if not message.get("more_body", False):
-            break
-    return b"".join(chunks)
+            return b"".join(chunks)
 
 
 def replaying(body: bytes, receive: Receive) -> Receive:

@@ -5,7 +5,8 @@ are gateway processes of this package (uvicorn), so HTTP/1.1 is spoken directly 
 request head and its body (read whole: MCP messages are small, and bounded as the SDK bounds them), then
 the answer's head and its body passed on as it comes (by Content-Length, chunks or until the connection
 closes), so a GET's SSE stream goes through and ends when its client leaves. Connections are kept alive
-and reused, one request at a time; a reused one found closed before any answer came is replaced once.
+and reused, one request at a time; a reused one found closed before any answer came is replaced, once, by a
+new one.
 An HTTP client library does the same for about 2 ms of CPU a request, twice a whole tool call
 (docs/benchmarks.md).
 """
@@ -19,6 +20,8 @@ import anyio
 from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
+
+from worldsmith.serving import hotpath
 
 #: Headers of one hop (RFC 9110 7.6.1): not relayed either way.
 HOP_BY_HOP = frozenset(
@@ -53,14 +56,16 @@ class Relay:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Answer the request as the owner does; OwnerGone (nothing sent) if it cannot be reached."""
-        body = await _whole_body(receive)
-        if body is None:
+        try:
+            body = await hotpath.read_body(receive, DEFAULT_MAX_REQUEST_BODY_SIZE)
+        except hotpath.BodyTooLarge:
             await Response("Request body too large", status_code=413)(scope, receive, send)
             return
+        if body is None:  # the client left: nobody to answer
+            return
         request = _request_head(scope, len(body)) + body
-        while True:
-            reused = bool(self._idle)
-            stream = await self._connection()
+        for reuse in (True, False):  # a reused connection found closed: once more on a new one
+            stream, reused = await self._connection(reuse)
             try:
                 stream[1].write(request)
                 head = await stream[0].readuntil(b"\r\n\r\n")
@@ -69,6 +74,9 @@ class Relay:
                 stream[1].close()
                 if not reused:
                     raise OwnerGone(str(self.path)) from None
+            except BaseException:
+                stream[1].close()
+                raise
         try:
             keep = await self._answer(head, stream[0], scope, receive, send)
         except BaseException:
@@ -79,39 +87,46 @@ class Relay:
         else:
             stream[1].close()
 
-    async def _connection(self) -> Stream:
-        while self._idle:
+    async def _connection(self, reuse: bool) -> tuple[Stream, bool]:
+        """A connection to the owner and whether it was reused (an idle one still open, when `reuse`)."""
+        while reuse and self._idle:
             stream = self._idle.pop()
             if not stream[1].is_closing() and not stream[0].at_eof():
-                return stream
+                return stream, True
             stream[1].close()
         try:
-            return await asyncio.open_unix_connection(str(self.path), limit=_CHUNK)
+            return await asyncio.open_unix_connection(str(self.path), limit=_CHUNK), False
         except OSError:
             raise OwnerGone(str(self.path)) from None
 
     async def _answer(
         self, head: bytes, reader: asyncio.StreamReader, scope: Scope, receive: Receive, send: Send
     ) -> bool:
-        """Send the answer whose head is `head` on; whether the connection can serve another request."""
+        """Send the answer whose head is `head` on; whether the connection can serve another request.
+        OwnerGone (nothing sent) when the owner leaves before a body of known length is read whole."""
         status_line, *lines = head[:-4].split(b"\r\n")
         status = int(status_line.split(b" ", 2)[1])
         headers = [(name.strip().lower(), value.strip()) for name, _, value in (line.partition(b":") for line in lines)]
         fields = dict(headers)
         keep = fields.get(b"connection", b"").lower() != b"close"
-        await send(
-            {
-                "type": "http.response.start",
-                "status": status,
-                "headers": [h for h in headers if h[0] not in _NOT_RETURNED],
-            }
-        )
+        start = {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [h for h in headers if h[0] not in _NOT_RETURNED],
+        }
         if scope["method"] == "HEAD" or status in (204, 304) or 100 <= status < 200:
+            await send(start)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             return keep
         if b"content-length" in fields and b"chunked" not in fields.get(b"transfer-encoding", b""):
-            await send({"type": "http.response.body", "body": await reader.readexactly(int(fields[b"content-length"]))})
+            try:
+                body = await reader.readexactly(int(fields[b"content-length"]))
+            except (OSError, asyncio.IncompleteReadError):
+                raise OwnerGone(str(self.path)) from None
+            await send(start)
+            await send({"type": "http.response.body", "body": body})
             return keep
+        await send(start)
         chunked = b"chunked" in fields.get(b"transfer-encoding", b"")
         completed = False
         async with anyio.create_task_group() as group:  # a stream: it ends when either side does
@@ -133,26 +148,11 @@ def _request_head(scope: Scope, length: int) -> bytes:
         target += b"?" + scope["query_string"]
     lines = [scope["method"].encode() + b" " + target + b" HTTP/1.1"]
     lines += [k + b": " + v for k, v in scope["headers"] if k not in _NOT_RELAYED]
+    if not any(k == b"host" for k, _ in scope["headers"]):  # HTTP/1.0 asks none; HTTP/1.1 servers require one
+        lines.append(b"host: gateway")
     if length or scope["method"] not in ("GET", "HEAD", "DELETE", "OPTIONS"):
         lines.append(b"content-length: " + str(length).encode())
     return b"\r\n".join(lines) + b"\r\n\r\n"
-
-
-async def _whole_body(receive: Receive) -> bytes | None:
-    """The request body, or None past the SDK's bound on one."""
-    chunks, size = [], 0
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            break
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > DEFAULT_MAX_REQUEST_BODY_SIZE:
-            return None
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            break
-    return b"".join(chunks)
 
 
 async def _chunks(reader: asyncio.StreamReader):

@@ -1,13 +1,14 @@
 """`env serve --processes N`: N gateway processes on one port, each with its own runtime.
 
 The supervisor (the `env serve` process itself) starts N member processes, each running the command it
-is given with `--member INDEX/N:RUN_DIR` appended (serving/affinity.py `Member`). Each member binds its
-own listening socket on HOST:PORT with SO_REUSEPORT (the kernel spreads connections over them) and its
-Unix socket `RUN_DIR/gateway-INDEX.sock` (where the others forward the requests of its sessions), and
-serves the gateway app behind `Affinity`. The supervisor relays the members' output, forwards
-SIGINT/SIGTERM/SIGHUP to them as SIGTERM, and stops them all when one exits; a member that exits before
-it answers is the supervisor's one-line failure. Members leave by themselves when their supervisor is
-gone (they watch their parent).
+is given with `--member INDEX/N@PID:RUN_DIR` appended (PID: the supervisor's; serving/affinity.py
+`Member`). Each member binds its own listening socket on HOST:PORT with SO_REUSEPORT (the kernel
+spreads connections over them) and its Unix socket `RUN_DIR/gateway-INDEX.sock` (where the others
+forward the requests of its sessions), and serves the gateway app behind `Affinity`. The supervisor
+relays the members' output, forwards SIGINT/SIGTERM/SIGHUP to them as SIGTERM, and stops them all when
+one exits; a member that exits before it answers is the supervisor's one-line failure (its output shown
+first when it said more than a line). Members leave by themselves when their supervisor is gone, even
+before they serve (they watch that their parent is still the supervisor their `--member` names).
 """
 
 from __future__ import annotations
@@ -100,9 +101,9 @@ def serve_member(app: ASGIApp, member: Member, host: str, port: int, *, log_leve
         timeout_graceful_shutdown=5,  # open streams (forwarded ones too) do not hold a stopping member
     )
     server = uvicorn.Server(config)
-    parent = os.getppid()
+    parent = member.supervisor if member.supervisor is not None else os.getppid()
 
-    def watch_parent() -> None:
+    def watch_parent() -> None:  # from the start: a supervisor gone while this member was starting counts
         while not server.should_exit:
             if os.getppid() != parent:
                 server.should_exit = True
@@ -154,11 +155,14 @@ class _Output:
             sys.stderr.buffer.write(b"".join(held))
             sys.stderr.buffer.flush()
 
-    def last_line(self) -> str | None:
-        """The last line the member wrote (its one-line failure), once its output ended."""
+    def failure(self) -> str | None:
+        """The last line the member wrote (its one-line failure), once its output ended; the whole output
+        released first when it is more than that line (a traceback: a bug stays debuggable)."""
         self._thread.join(timeout=5)
-        lines = [line.decode(errors="replace").strip() for line in self.held or []]
-        return next((line for line in reversed(lines) if line), None)
+        lines = [line for line in (line.decode(errors="replace").strip() for line in self.held or []) if line]
+        if len(lines) > 1:
+            self.release()
+        return lines[-1] if lines else None
 
 
 def supervise(
@@ -176,7 +180,7 @@ def supervise(
     the end) holds the members' Unix sockets."""
     owned = run_dir is None
     run_dir = Path(tempfile.mkdtemp(prefix="worldsmith-gateway-")) if run_dir is None else run_dir
-    members = [Member(i, processes, run_dir) for i in range(processes)]
+    members = [Member(i, processes, run_dir, os.getpid()) for i in range(processes)]
     stop: list[int] = []
     previous = {sig: signal.signal(sig, lambda signum, frame: stop.append(signum)) for sig in _STOPPING}
     procs: list[subprocess.Popen] = []
@@ -202,7 +206,7 @@ def supervise(
             exited = [(m, p.returncode) for m, p in zip(members, procs, strict=True) if p.poll() is not None]
             if exited:
                 member, code = exited[0]
-                print(f"gateway process {member.index} exited (status {code}): stopping the others", file=sys.stderr)
+                print(f"gateway process {member.index} exited ({_status(code)}): stopping the others", file=sys.stderr)
                 return code if code > 0 else 1
             time.sleep(0.2)
         return 128 + stop[0]
@@ -224,7 +228,7 @@ def _wait_until_ready(
     while waiting and not stop:
         for i in sorted(waiting):
             if procs[i].poll() is not None:
-                line = relays[i].last_line() or f"it exited with status {procs[i].returncode}"
+                line = relays[i].failure() or f"it exited ({_status(procs[i].returncode)})"
                 code = procs[i].returncode if procs[i].returncode in (1, 2) else 1
                 raise UserFixable(f"gateway process {i} of {len(members)} could not start: {line}", exit_code=code)
             if _answers(members[i].socket_path()):
@@ -236,6 +240,16 @@ def _wait_until_ready(
                 f"gateway processes {sorted(waiting)} did not answer in time: see their output above", exit_code=1
             )
         time.sleep(0.05)
+
+
+def _status(code: int) -> str:
+    """A member's exit status in words: `status N`, or the signal that ended it (a negative return code)."""
+    if code >= 0:
+        return f"status {code}"
+    try:
+        return f"killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"killed by signal {-code}"
 
 
 def _stop(procs: list[subprocess.Popen], grace_s: float = 30.0) -> None:

@@ -17,6 +17,7 @@ node launcher (worldsmith/training/nodes.py): runs of the `train-node` deploymen
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import socket
@@ -37,6 +38,8 @@ from worldsmith.worldmodel.simulated import SimulatedRuntime
 
 if TYPE_CHECKING:
     from worldsmith.training.nodes import NodeLauncher, NodeRun
+
+logger = logging.getLogger(__name__)
 
 
 class TrainRequest(BaseModel):
@@ -192,8 +195,9 @@ def start_node(
         return subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
 
 
-def stop_process(process: subprocess.Popen, grace_s: float = 10.0) -> None:
-    """Stop a node's agent (which stops its training processes) if it still runs: SIGTERM, then SIGKILL."""
+def stop_process(process: subprocess.Popen, grace_s: float = 40.0) -> None:
+    """Stop a node's agent (which stops its training processes) if it still runs: SIGTERM, then SIGKILL
+    after `grace_s` (longer than the 30 s the agent gives its training processes)."""
     if process.poll() is None:
         process.terminate()
         try:
@@ -261,12 +265,15 @@ def launch(request: TrainRequest, processes: int, launcher: NodeLauncher | None 
     port = config.rendezvous_port or free_port("" if config.nodes > 1 else "127.0.0.1")
     rendezvous = Rendezvous(host=host, port=port, nodes=config.nodes, timeout_s=config.rendezvous_timeout_s)
     log = out / "launch.log"
+    started = time.monotonic()
     main = start_node(out / "request.json", 0, processes, rendezvous, log)
     others: list[NodeRun] = []
     try:
         if launcher is not None:
-            others = [launcher.start(request, rank, rendezvous) for rank in range(1, config.nodes)]
+            for rank in range(1, config.nodes):
+                others.append(launcher.start(request, rank, rendezvous))  # one by one: those started are stopped
         code = _supervise(main, others)
+        waited_out = time.monotonic() - started >= rendezvous.timeout_s  # node 0 may have given up on a node
         if code != 0 or not (out / "result.json").is_file():
             if config.nodes == 1:
                 raise LaunchFailed(
@@ -275,13 +282,16 @@ def launch(request: TrainRequest, processes: int, launcher: NodeLauncher | None 
             error = last_error(log)
             raise LaunchFailed(
                 f"training node 0 of {config.nodes} (this machine) failed (exit {code}): {error} (log: {log})"
-                + _after_node_0_failed(others, rendezvous, error)
+                + _after_node_0_failed(others, rendezvous, error, waited_out)
             )
         _wait_for(others, rendezvous.timeout_s)
     finally:
         stop_process(main)
         for node in others:
-            node.stop()
+            try:
+                node.stop()
+            except Exception as exc:  # noqa: BLE001 - each node is stopped whatever the others do
+                logger.warning("could not stop training %s: %s", node.name, exc)
     return json.loads((out / "result.json").read_text())
 
 
@@ -298,21 +308,24 @@ def _supervise(main: subprocess.Popen, others: list[NodeRun], poll_s: float = 1.
         time.sleep(poll_s)
 
 
-def _after_node_0_failed(others: list[NodeRun], rendezvous: Rendezvous, error: str, grace_s: float = 15.0) -> str:
-    """After node 0 failed (with `error`): LaunchFailed naming a node that never started (node 0 gave
-    up waiting for it); else, once the others ended (at most `grace_s`: a node's report may come a
-    little after node 0's exit), the failures of the others to add to node 0's line ("" when none)."""
+def _after_node_0_failed(
+    others: list[NodeRun], rendezvous: Rendezvous, error: str, waited_out: bool, grace_s: float = 15.0
+) -> str:
+    """After node 0 failed (with `error`): when it ran for the rendezvous timeout (`waited_out`: it may
+    have given up waiting), LaunchFailed naming a node that never started; else, once the others that
+    started ended (at most `grace_s`: a node's report may come a little after node 0's exit), the
+    failures of the others to add to node 0's line ("" when none)."""
     deadline = time.monotonic() + grace_s
     while True:
         outcomes = [(node, node.outcome()) for node in others]
         running = [node for node, outcome in outcomes if outcome is None]
         waiting = [node for node in running if not node.started()]
-        if waiting:
+        if waiting and waited_out:
             raise LaunchFailed(
                 f"training {waiting[0].name} never joined node 0's rendezvous at {rendezvous.host}:{rendezvous.port} "
                 f"within {rendezvous.timeout_s} s ({waiting[0].waiting_reason()}); node 0: {error}"
             )
-        if not running or time.monotonic() > deadline:
+        if len(waiting) == len(running) or time.monotonic() > deadline:  # nodes not started report nothing
             break
         time.sleep(0.5)
     failed = [f"; {node.name} failed too ({o.detail}): {o.error}" for node, o in outcomes if o is not None and not o.ok]
@@ -320,10 +333,14 @@ def _after_node_0_failed(others: list[NodeRun], rendezvous: Rendezvous, error: s
 
 
 def _wait_for(others: list[NodeRun], timeout_s: float) -> None:
-    """After node 0 succeeded: the other nodes' ends (their agents exit with node 0's), at most `timeout_s`."""
+    """After node 0 succeeded: the other nodes' ends (their agents exit with node 0's), at most `timeout_s`
+    (and not past the Prefect API's failing: the result is written)."""
     deadline = time.monotonic() + timeout_s
-    while any(node.outcome() is None for node in others) and time.monotonic() < deadline:
-        time.sleep(0.5)
+    try:
+        while any(node.outcome() is None for node in others) and time.monotonic() < deadline:
+            time.sleep(0.5)
+    except LaunchFailed as exc:
+        logger.warning("stopped waiting for the other nodes to end: %s", exc)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import socket
 import subprocess
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 from uuid import UUID
@@ -27,6 +28,8 @@ from worldsmith.training.launch import LaunchFailed, Rendezvous, TrainRequest, l
 
 TRAIN_NODE_DEPLOYMENT = "train-node/train-node"
 """The deployment (flow/deployment) that starts nodes 1.. of a multi-node run (deployments/prefect.yaml)."""
+API_PATIENCE_S = 60.0
+"""How long a flow run node's state may go unread (the Prefect API failing) before the run fails."""
 
 
 @dataclass(frozen=True)
@@ -125,16 +128,35 @@ class LocalNodes:
 
 @dataclass
 class FlowRunNode:
-    """A node running as a flow run of the train-node deployment."""
+    """A node running as a flow run of the train-node deployment. While the Prefect API fails to answer
+    (a transient HTTP error), the node counts as still running and started, for at most `patience_s`
+    of consecutive failures; then LaunchFailed naming the API."""
 
     name: str
     flow_run_id: UUID
+    patience_s: float = API_PATIENCE_S
+    _failing_since: float | None = field(default=None, init=False, repr=False)
 
-    def _state(self):  # noqa: ANN202 - a prefect State
+    def _state(self):  # noqa: ANN202 - a prefect State, or None while the API fails (within patience)
+        import httpx
         from prefect.client.orchestration import get_client
 
-        with get_client(sync_client=True) as client:
-            return client.read_flow_run(self.flow_run_id).state
+        try:
+            with get_client(sync_client=True) as client:
+                state = client.read_flow_run(self.flow_run_id).state
+        except httpx.HTTPError as exc:  # PrefectHTTPStatusError included
+            now = time.monotonic()
+            self._failing_since = self._failing_since if self._failing_since is not None else now
+            if now - self._failing_since < self.patience_s:
+                return None
+            from prefect.settings import PREFECT_API_URL
+
+            raise LaunchFailed(
+                f"the Prefect API ({PREFECT_API_URL.value() or 'not set'}) did not answer about training {self.name} "
+                f"for {self.patience_s:.0f} s: {type(exc).__name__}: {exc}"
+            ) from None
+        self._failing_since = None
+        return state
 
     def outcome(self) -> NodeOutcome | None:
         state = self._state()
@@ -144,8 +166,8 @@ class FlowRunNode:
         return NodeOutcome(ok=state.is_completed(), detail=f"flow run {state.name}", error=error)
 
     def started(self) -> bool:
-        state = self._state()
-        return state is not None and not (state.is_scheduled() or state.is_pending())
+        state = self._state()  # unknown (the API failing): not blamed for never starting
+        return state is None or not (state.is_scheduled() or state.is_pending())
 
     def waiting_reason(self) -> str:
         state = self._state()
@@ -156,10 +178,13 @@ class FlowRunNode:
 
     def stop(self) -> None:
         from prefect.client.orchestration import get_client
-        from prefect.states import Cancelling
+        from prefect.states import Cancelled, Cancelling
 
         with get_client(sync_client=True) as client:
-            if not client.read_flow_run(self.flow_run_id).state.is_final():
+            state = client.read_flow_run(self.flow_run_id).state
+            if state is None or state.is_scheduled() or state.is_pending():  # no process to end: ended here
+                client.set_flow_run_state(self.flow_run_id, Cancelled(), force=True)
+            elif not state.is_final():  # its worker ends the flow run's process
                 client.set_flow_run_state(self.flow_run_id, Cancelling(), force=True)
 
 
