@@ -34,6 +34,7 @@ from typer.testing import CliRunner
 from worldsmith.bundle.loader import write_bundle
 from worldsmith.cli import app
 from worldsmith.flows.train import train_policy
+from worldsmith.flows.train_node import FlowRunNode
 from worldsmith.llm.procedural.backend import procedural_bundle
 from worldsmith.localserver import free_port
 from worldsmith.models.catalog import EnvironmentVersion, StageAttempt, TrainingRun, TrainingStep
@@ -54,13 +55,14 @@ from worldsmith.storage.run_records import add_run
 from worldsmith.training.config import TrainingConfig
 from worldsmith.training.launch import (
     LaunchFailed,
+    NodeOutcome,
     Rendezvous,
     TrainRequest,
     _after_node_0_failed,
     launch,
     torchrun_command,
 )
-from worldsmith.training.nodes import FlowRunNode, LocalNodes, NodeOutcome, ProcessNode
+from worldsmith.training.nodes import LocalNodes, ProcessNode
 
 REPO = Path(__file__).resolve().parent.parent
 #: The container worker types, and every (pool, type) that needs a job template in deployments/.

@@ -151,7 +151,7 @@ def train_command(fields: dict[str, Any], as_json: JsonOption = False) -> None:
     check_machine(config)  # one line before the flow starts (MachineUnfit, UserFixable: the root handler)
     _check_set(config.set_name, config.split)
     if config.nodes > 1:  # the other nodes' deployment (LaunchFailed, UserFixable: the root handler)
-        from worldsmith.training.nodes import default_node_launcher
+        from worldsmith.flows.train_node import default_node_launcher
 
         default_node_launcher()
     _report_training(config, _flow_result(lambda: train(config, progress=not as_json), as_json))

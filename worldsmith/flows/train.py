@@ -45,7 +45,7 @@ from worldsmith.training.checkpoints import fetch_checkpoint, latest_trainer_che
 from worldsmith.training.config import TINY, TrainingConfig
 
 if TYPE_CHECKING:
-    from worldsmith.training.nodes import NodeLauncher
+    from worldsmith.training.launch import NodeLauncher
 
 
 @task(name="plan-training", retries=2, retry_delay_seconds=2, task_run_name="plan-{config.set_name}-{config.split}")
@@ -216,6 +216,10 @@ def train_policy(
     )
     if config.processes == 1 and config.nodes == 1:
         return run_training(request, progress)
+    if config.nodes > 1 and launcher is None:
+        from worldsmith.flows.train_node import default_node_launcher
+
+        launcher = default_node_launcher()
     return launch(request, config.processes, launcher)
 
 
@@ -308,7 +312,7 @@ def train(
 
     check_machine(config)  # before any work: a gpu run on a machine without one, or one that cannot fit
     if config.nodes > 1:  # the other nodes' deployment, before any work
-        from worldsmith.training.nodes import default_node_launcher
+        from worldsmith.flows.train_node import default_node_launcher
 
         default_node_launcher()
     if config.reward != "verifier":  # the judge's endpoint and key, before any work

@@ -1,21 +1,40 @@
 """The `train-node` flow: one of nodes 1..N-1 of a multi-node training run, started by the `train`
-flow's node 0 through the `train-node` deployment on the gpu pool (worldsmith/training/nodes.py).
+flow's node 0 through the `train-node` deployment on the gpu pool (`DeploymentNodes`, below).
 
 It runs the run's TrainRequest as node `node_rank` (`config.processes` training processes) and joins
 node 0 at `rendezvous`; it ends when its agent does: completed, or failed with one line naming the
 node and the last error of its log (OUTPUT/node-N.log), which node 0 reports. The request's model,
 bundle and output paths must hold on this machine (a shared file system); where one is missing the
-run fails at once, naming it.
+run fails at once, naming it. `DeploymentNodes` starts nodes as runs of this flow and `FlowRunNode`
+watches one through the Prefect API; `default_node_launcher` (the train flow's and the CLI's) checks
+that the deployment exists.
 """
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass, field
 from typing import Any
+from uuid import UUID
 
 from prefect import flow
 
-from worldsmith.training.launch import LaunchFailed, Rendezvous, TrainRequest, last_error, stop_process
+from worldsmith.training.launch import (
+    LaunchFailed,
+    NodeLauncher,
+    NodeOutcome,
+    NodeRun,
+    Rendezvous,
+    TrainRequest,
+    last_error,
+    stop_process,
+)
 from worldsmith.training.nodes import run_node_command
+
+TRAIN_NODE_DEPLOYMENT = "train-node/train-node"
+"""The deployment (flow/deployment) that starts nodes 1.. of a multi-node run (deployments/prefect.yaml)."""
+API_PATIENCE_S = 60.0
+"""How long a flow run node's state may go unread (the Prefect API failing) before the run fails."""
 
 
 @flow(name="train-node", log_prints=True, flow_run_name="train-node-{node_rank}-run-{request.run_id}")
@@ -35,3 +54,106 @@ def train_node(request: TrainRequest, node_rank: int, rendezvous: Rendezvous) ->
     if code != 0:
         raise LaunchFailed(f"training node {node_rank} failed (exit {code}): {last_error(log)} (log: {log})")
     return {"node_rank": node_rank, "log": str(log)}
+
+
+@dataclass
+class FlowRunNode:
+    """A node running as a flow run of the train-node deployment. While the Prefect API fails to answer
+    (a transient HTTP error), the node counts as still running and started, for at most `patience_s`
+    of consecutive failures; then LaunchFailed naming the API."""
+
+    name: str
+    flow_run_id: UUID
+    patience_s: float = API_PATIENCE_S
+    _failing_since: float | None = field(default=None, init=False, repr=False)
+
+    def _state(self):  # noqa: ANN202 - a prefect State, or None while the API fails (within patience)
+        import httpx
+        from prefect.client.orchestration import get_client
+
+        try:
+            with get_client(sync_client=True) as client:
+                state = client.read_flow_run(self.flow_run_id).state
+        except httpx.HTTPError as exc:  # PrefectHTTPStatusError included
+            now = time.monotonic()
+            self._failing_since = self._failing_since if self._failing_since is not None else now
+            if now - self._failing_since < self.patience_s:
+                return None
+            from prefect.settings import PREFECT_API_URL
+
+            raise LaunchFailed(
+                f"the Prefect API ({PREFECT_API_URL.value() or 'not set'}) did not answer about training {self.name} "
+                f"for {self.patience_s:.0f} s: {type(exc).__name__}: {exc}"
+            ) from None
+        self._failing_since = None
+        return state
+
+    def outcome(self) -> NodeOutcome | None:
+        state = self._state()
+        if state is None or not state.is_final():
+            return None
+        error = (state.message or "").removeprefix("Flow run encountered an exception: ")  # Prefect's wording
+        return NodeOutcome(ok=state.is_completed(), detail=f"flow run {state.name}", error=error)
+
+    def started(self) -> bool:
+        state = self._state()  # unknown (the API failing): not blamed for never starting
+        return state is None or not (state.is_scheduled() or state.is_pending())
+
+    def waiting_reason(self) -> str:
+        state = self._state()
+        return (
+            f"its flow run is still {state.name if state else 'unknown'}: is a worker of the gpu pool running, "
+            "with a free slot?"
+        )
+
+    def stop(self) -> None:
+        from prefect.client.orchestration import get_client
+        from prefect.states import Cancelled, Cancelling
+
+        with get_client(sync_client=True) as client:
+            state = client.read_flow_run(self.flow_run_id).state
+            if state is None or state.is_scheduled() or state.is_pending():  # no process to end: ended here
+                client.set_flow_run_state(self.flow_run_id, Cancelled(), force=True)
+            elif not state.is_final():  # its worker ends the flow run's process
+                client.set_flow_run_state(self.flow_run_id, Cancelling(), force=True)
+
+
+@dataclass(frozen=True)
+class DeploymentNodes:
+    """Nodes as runs of the train-node deployment, started on the gpu pool's workers."""
+
+    deployment: str = TRAIN_NODE_DEPLOYMENT
+
+    def start(self, request: TrainRequest, node_rank: int, rendezvous: Rendezvous) -> NodeRun:
+        from prefect.deployments import run_deployment
+
+        run = run_deployment(
+            self.deployment,
+            parameters={
+                "request": request.model_dump(mode="json"),
+                "node_rank": node_rank,
+                "rendezvous": rendezvous.model_dump(),
+            },
+            flow_run_name=f"train-node-{node_rank}-run-{request.run_id}",  # as the flow names itself
+            timeout=0,  # started, not awaited: node 0 watches it
+        )
+        return FlowRunNode(f"node {node_rank} of {rendezvous.nodes} (flow run {run.name})", run.id)
+
+
+def default_node_launcher() -> NodeLauncher:
+    """DeploymentNodes when the Prefect API has the train-node deployment; else LaunchFailed (exit 2)
+    naming how to deploy it."""
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    with get_client(sync_client=True) as client:
+        try:
+            client.read_deployment_by_name(TRAIN_NODE_DEPLOYMENT)
+        except ObjectNotFound:
+            raise LaunchFailed(
+                f"a multi-node run starts its other nodes as runs of the {TRAIN_NODE_DEPLOYMENT} deployment, which "
+                "this Prefect API lacks: run `worldsmith up`, or `prefect deploy --prefect-file "
+                "deployments/prefect.yaml --name train-node`",
+                exit_code=2,
+            ) from None
+    return DeploymentNodes()

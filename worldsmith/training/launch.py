@@ -10,7 +10,7 @@ main process writes the catalog's step rows, the final model and `OUTPUT/result.
 Several machines (`config.nodes` > 1): the same command on each (`torchrun_command` with `nodes` and
 `node_rank`), one REQUEST.json whose model, bundle and output paths hold on every node (a shared file
 system), node 0's address as the rendezvous. `launch` runs node 0 here and starts the others with a
-node launcher (worldsmith/training/nodes.py): runs of the `train-node` deployment, or local processes
+node launcher: runs of the `train-node` deployment (flows/train_node.py), or local processes (training/nodes.py)
 (docs/training.md, "Several machines").
 """
 
@@ -24,8 +24,9 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, Field
 
@@ -35,9 +36,6 @@ from worldsmith.runtime.episode import Runtime
 from worldsmith.training.config import TrainingConfig
 from worldsmith.training.curriculum import curriculum_bundles
 from worldsmith.worldmodel.simulated import SimulatedRuntime
-
-if TYPE_CHECKING:
-    from worldsmith.training.nodes import NodeLauncher, NodeRun
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +66,41 @@ class LaunchFailed(UserFixable, RuntimeError):
     """The launched training (a node of it) failed: one line naming the node and the last error of its log."""
 
     exit_code = 1
+
+
+@dataclass(frozen=True)
+class NodeOutcome:
+    """How a node ended: `ok`, what ended it (`detail`: an exit code, a flow run state) and, when not
+    ok, the last error of its log."""
+
+    ok: bool
+    detail: str
+    error: str = ""
+
+
+class NodeRun(Protocol):
+    """One started node, watched by node 0."""
+
+    name: str  # "node 1 of 2 (...)", as failures name it
+
+    def outcome(self) -> NodeOutcome | None:
+        """None while the node runs (or waits to start), else how it ended."""
+
+    def started(self) -> bool:
+        """Whether the node began running (a flow run still scheduled has not)."""
+
+    def waiting_reason(self) -> str:
+        """What a node that has not started waits for, for the one-line failure."""
+
+    def stop(self) -> None:
+        """Stop the node if it still runs (or still waits to start)."""
+
+
+class NodeLauncher(Protocol):
+    """Starts node `node_rank` of a multi-node run of `request` (its `config.processes` processes),
+    meeting the others at `rendezvous`."""
+
+    def start(self, request: TrainRequest, node_rank: int, rendezvous: Rendezvous) -> NodeRun: ...
 
 
 def bind_local_gpu() -> None:
@@ -243,8 +276,9 @@ def host_address() -> str:
 
 def launch(request: TrainRequest, processes: int, launcher: NodeLauncher | None = None) -> dict[str, Any]:
     """Run the training step in `processes` processes here (node 0) and, with `config.nodes` > 1, as
-    many on each other node, started by `launcher` (default: runs of the `train-node` deployment,
-    `default_node_launcher`); returns the main process's result (OUTPUT/result.json, written once).
+    many on each other node, started by `launcher` (required then: the train flow passes runs of the
+    `train-node` deployment, flows/train_node.default_node_launcher; tests, training/nodes.LocalNodes);
+    returns the main process's result (OUTPUT/result.json, written once).
 
     Contract of a multi-node run: the request's model, bundle and output paths hold on every node (a
     shared file system), and node 0 is reachable at the rendezvous address from every node. A node
@@ -256,11 +290,9 @@ def launch(request: TrainRequest, processes: int, launcher: NodeLauncher | None 
     config, out = request.config, Path(request.output)
     out.mkdir(parents=True, exist_ok=True)
     (out / "request.json").write_text(request.model_dump_json())
-    (out / "result.json").unlink(missing_ok=True)
     if config.nodes > 1 and launcher is None:
-        from worldsmith.training.nodes import default_node_launcher
-
-        launcher = default_node_launcher()  # refused before anything starts
+        raise ValueError("a multi-node run needs a node launcher (the train flow passes flows.train_node's)")
+    (out / "result.json").unlink(missing_ok=True)
     host = (config.rendezvous_host or host_address()) if config.nodes > 1 else "127.0.0.1"
     port = config.rendezvous_port or free_port("" if config.nodes > 1 else "127.0.0.1")
     rendezvous = Rendezvous(host=host, port=port, nodes=config.nodes, timeout_s=config.rendezvous_timeout_s)
