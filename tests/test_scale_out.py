@@ -34,7 +34,7 @@ from typer.testing import CliRunner
 from worldsmith.bundle.loader import write_bundle
 from worldsmith.cli import app
 from worldsmith.flows.train import train_policy
-from worldsmith.flows.train_node import FlowRunNode
+from worldsmith.flows.train_node import DeploymentNodes, FlowRunNode
 from worldsmith.llm.procedural.backend import procedural_bundle
 from worldsmith.localserver import free_port
 from worldsmith.models.catalog import EnvironmentVersion, StageAttempt, TrainingRun, TrainingStep
@@ -448,3 +448,16 @@ def test_stopping_a_flow_run_node_not_yet_started_cancels_it(prefect_api):
         run = client.create_flow_run(never_run, state=Scheduled())
         FlowRunNode("node 1 of 2", run.id).stop()
         assert client.read_flow_run(run.id).state.is_cancelled()
+
+
+def test_a_node_the_prefect_api_refuses_to_start_fails_in_one_line(prefect_api, tmp_path):
+    """The train-node deployment gone since the check (or the API down): one line naming the node."""
+    request = TrainRequest(
+        config=TrainingConfig(model="tiny", set_name="s", nodes=2),
+        model="tiny",
+        bundles=[],
+        run_id=7,
+        output=str(tmp_path),
+    )
+    with pytest.raises(LaunchFailed, match="training node 1 of 2 could not be started as a run of no-such/deployment"):
+        DeploymentNodes("no-such/deployment").start(request, 1, Rendezvous(host="127.0.0.1", port=1, nodes=2))

@@ -125,18 +125,27 @@ class DeploymentNodes:
     deployment: str = TRAIN_NODE_DEPLOYMENT
 
     def start(self, request: TrainRequest, node_rank: int, rendezvous: Rendezvous) -> NodeRun:
+        """The started flow run of node `node_rank`; LaunchFailed in one line when the API refuses it."""
+        import httpx
         from prefect.deployments import run_deployment
+        from prefect.exceptions import ObjectNotFound
 
-        run = run_deployment(
-            self.deployment,
-            parameters={
-                "request": request.model_dump(mode="json"),
-                "node_rank": node_rank,
-                "rendezvous": rendezvous.model_dump(),
-            },
-            flow_run_name=f"train-node-{node_rank}-run-{request.run_id}",  # as the flow names itself
-            timeout=0,  # started, not awaited: node 0 watches it
-        )
+        try:
+            run = run_deployment(
+                self.deployment,
+                parameters={
+                    "request": request.model_dump(mode="json"),
+                    "node_rank": node_rank,
+                    "rendezvous": rendezvous.model_dump(),
+                },
+                flow_run_name=f"train-node-{node_rank}-run-{request.run_id}",  # as the flow names itself
+                timeout=0,  # started, not awaited: node 0 watches it
+            )
+        except (httpx.HTTPError, ObjectNotFound) as exc:  # the API down, or the deployment gone since the check
+            raise LaunchFailed(
+                f"training node {node_rank} of {rendezvous.nodes} could not be started as a run of {self.deployment}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from None
         return FlowRunNode(f"node {node_rank} of {rendezvous.nodes} (flow run {run.name})", run.id)
 
 
