@@ -30,7 +30,7 @@ from worldsmith.runtime.episode import Runtime
 from worldsmith.runtime.errors import WorkerLost
 from worldsmith.runtime.pool import WORKER_ENV, StderrTail
 from worldsmith.runtime.sandbox import kernel
-from worldsmith.runtime.sandbox.protocol import FrameReader, ProtocolViolation, truncated
+from worldsmith.runtime.sandbox.protocol import FrameReader, ProtocolViolation, send_within, truncated
 
 ENDLESS = "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r)"
 #: rows of ~1 MB that UNION must all keep to deduplicate: memory grows as fast as SQLite can copy
@@ -1434,3 +1434,31 @@ def test_an_exception_text_and_connection_attributes_of_generated_code_run_under
         after = episode.call_tool("update_customer_email", {"customer_id": 2, "email": "b@example.com"})
         assert after.ok and after.changed, after  # the runtime's savepoints and change count, not the planted ones
         assert _email(episode, 2) == "b@example.com"
+
+
+def test_a_reader_that_goes_away_is_told_apart_from_one_too_slow():
+    """What `send_within` says of a request it could not deliver (the parent's direct channels word a
+    failed request by it): a process gone before it, gone while reading it, or not reading in time."""
+    import threading
+
+    def outcome(reader_action) -> str | None:
+        read_end, write_end = os.pipe()
+        os.set_blocking(write_end, False)
+        threading.Timer(0.1, reader_action, args=(read_end,)).start()
+        try:
+            return send_within(write_end, b"x" * (1 << 20), time.monotonic() + 2.0)
+        finally:
+            os.close(write_end)
+
+    def leaves_after_a_little(fd: int) -> None:
+        os.read(fd, 10)
+        os.close(fd)
+
+    gone_read, gone_write = os.pipe()
+    os.close(gone_read)
+    assert send_within(gone_write, b"x", time.monotonic() + 1) == "gone"
+    os.close(gone_write)
+    assert outcome(leaves_after_a_little) == "broken"
+    slow: list[int] = []
+    assert outcome(slow.append) == "late"  # it never reads
+    os.close(slow[0])

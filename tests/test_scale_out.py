@@ -461,3 +461,10 @@ def test_a_node_the_prefect_api_refuses_to_start_fails_in_one_line(prefect_api, 
     )
     with pytest.raises(LaunchFailed, match="training node 1 of 2 could not be started as a run of no-such/deployment"):
         DeploymentNodes("no-such/deployment").start(request, 1, Rendezvous(host="127.0.0.1", port=1, nodes=2))
+
+
+def test_a_node_whose_flow_run_was_deleted_fails_in_one_line(prefect_api):
+    import uuid
+
+    with pytest.raises(LaunchFailed, match="its flow run .* no longer exists"):
+        FlowRunNode("node 1 of 2", uuid.uuid4()).outcome()

@@ -70,10 +70,13 @@ class FlowRunNode:
     def _state(self):  # noqa: ANN202 - a prefect State, or None while the API fails (within patience)
         import httpx
         from prefect.client.orchestration import get_client
+        from prefect.exceptions import ObjectNotFound
 
         try:
             with get_client(sync_client=True) as client:
                 state = client.read_flow_run(self.flow_run_id).state
+        except ObjectNotFound:
+            raise LaunchFailed(f"training {self.name}: its flow run {self.flow_run_id} no longer exists") from None
         except httpx.HTTPError as exc:  # PrefectHTTPStatusError included
             now = time.monotonic()
             self._failing_since = self._failing_since if self._failing_since is not None else now

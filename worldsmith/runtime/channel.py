@@ -65,6 +65,8 @@ class EpisodeChannel:
             raise ChannelBroken("crash", "gone before the request", delivered=False)
         if unsent == "late":  # it stopped reading its requests
             raise ChannelBroken("timeout", f"{wait:g} s")
+        if unsent == "broken":  # it died while reading the request
+            raise ChannelBroken("crash")
         try:
             reply, reply_blobs = self.reader.read(deadline)
         except ProtocolTimeout:

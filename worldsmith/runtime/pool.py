@@ -362,7 +362,7 @@ class SandboxWorker:
                 os.close(fd)
             if flags & socket.MSG_CTRUNC:  # this process is out of descriptors: the episode goes on without
                 return  # (its process, cut off, exits; the worker reaps it at the episode's next request)
-            problem = f"{len(fds)} pipes"
+            problem, fds = f"{len(fds)} pipes", []
         if problem is not None:
             for fd in fds:
                 os.close(fd)

@@ -349,13 +349,17 @@ def _after_node_0_failed(
     failures of the others to add to node 0's line ("" when none)."""
     deadline = time.monotonic() + grace_s
     while True:
-        outcomes = [(node, node.outcome()) for node in others]
-        running = [node for node, outcome in outcomes if outcome is None]
-        waiting = [node for node in running if not node.started()]
-        if waiting and waited_out:
+        try:
+            outcomes = [(node, node.outcome()) for node in others]
+            running = [node for node, outcome in outcomes if outcome is None]
+            waiting = [node for node in running if not node.started()]
+            reason = waiting[0].waiting_reason() if waiting and waited_out else None
+        except LaunchFailed as exc:  # the Prefect API stopped answering about the nodes: node 0's failure stands
+            return f"; {exc}"
+        if reason is not None:
             raise LaunchFailed(
                 f"training {waiting[0].name} never joined node 0's rendezvous at {rendezvous.host}:{rendezvous.port} "
-                f"within {rendezvous.timeout_s} s ({waiting[0].waiting_reason()}); node 0: {error}"
+                f"within {rendezvous.timeout_s} s ({reason}); node 0: {error}"
             )
         if len(waiting) == len(running) or time.monotonic() > deadline:  # nodes not started report nothing
             break

@@ -124,8 +124,9 @@ class FrameReader:
 
 def send_within(fd: int, data: bytes, deadline: float) -> str | None:
     """Write all of `data` to the non-blocking descriptor `fd` by `deadline` (monotonic seconds): None
-    when written, "gone" if its reader is (EPIPE: nothing was taken), "late" if the reader does not
-    take it all in time. A request that fits the pipe takes one write and no wait."""
+    when written; "gone" if its reader is (EPIPE before any of it was taken), "broken" if the reader
+    went away after taking part of it, "late" if the reader does not take it all in time. A request
+    that fits the pipe takes one write and no wait."""
     view = memoryview(data)
     try:
         while view:
@@ -138,7 +139,7 @@ def send_within(fd: int, data: bytes, deadline: float) -> str | None:
             if wait <= 0 or not ready(fd, wait, select.POLLOUT):
                 return "late"
     except OSError:
-        return "gone" if len(view) == len(data) else "late"
+        return "gone" if len(view) == len(data) else "broken"
     return None
 
 
