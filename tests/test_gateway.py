@@ -492,6 +492,8 @@ def test_env_serve_hosts_bundles_a_set_and_catalog_refs_loads_each_at_first_use_
         (["nope@2"], "no environment version 'nope@2'"),
         (["--set", "nope"], "no environment set 'nope'"),
         ([str(GOLDEN), str(GOLDEN)], "two bundles with the same env_id: retail_store"),
+        ([str(GOLDEN), "--member", "garbage"], "sets it; leave it unset"),
+        ([str(GOLDEN), "--processes", "2", "--host", "203.0.113.9"], "choose another --host"),
     ],
 )
 def test_env_serve_refuses_what_it_cannot_serve_in_one_line(home, args, words):

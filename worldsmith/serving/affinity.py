@@ -22,11 +22,16 @@ from mcp_types import INVALID_REQUEST
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from worldsmith.failures import UserFixable
 from worldsmith.serving import hotpath
 from worldsmith.serving.relay import OwnerGone, Relay
 
 #: A member index as `Member.argument` writes it: ASCII digits, no leading zero, short enough to convert.
 _INDEX = re.compile(r"0|[1-9][0-9]{0,8}")
+
+
+class NotAMember(UserFixable, ValueError):
+    """A `--member` argument that `Member.argument` did not write."""
 
 
 @dataclass
@@ -53,13 +58,19 @@ class Member:
 
     @classmethod
     def parse(cls, text: str) -> Member:
-        """The member `argument()` wrote (ValueError for anything else)."""
+        """The member `argument()` wrote (NotAMember for anything else)."""
         numbers, _, run_dir = text.partition(":")
         numbers, _, supervisor = numbers.partition("@")
         index, _, count = numbers.partition("/")
-        member = cls(int(index), int(count), Path(run_dir), int(supervisor) if supervisor else None)
-        if not run_dir or not 0 <= member.index < member.count:
-            raise ValueError(f"not a gateway member: {text!r}")
+        try:
+            member = cls(int(index), int(count), Path(run_dir), int(supervisor) if supervisor else None)
+        except ValueError:
+            member = None
+        if member is None or not run_dir or not 0 <= member.index < member.count:
+            raise NotAMember(
+                f"--member {text!r} is not a gateway process's place (INDEX/N@PID:RUN_DIR): `env serve --processes N` "
+                "sets it; leave it unset"
+            )
         return member
 
     def describe(self) -> dict[str, int]:

@@ -13,6 +13,7 @@ before they serve (they watch that their parent is still the supervisor their `-
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import signal
@@ -54,6 +55,12 @@ def _tcp_socket(family: socket.AddressFamily) -> socket.socket:
     return socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
 
 
+def _unbindable(host: str, port: int, exc: OSError) -> PortUnavailable:
+    """Why HOST:PORT cannot be bound, naming the option to change."""
+    option = "--host (an address of this machine)" if exc.errno == errno.EADDRNOTAVAIL else "--port"
+    return PortUnavailable(f"cannot bind {host}:{port}: {exc.strerror}; choose another {option}")
+
+
 def check_port_free(host: str, port: int) -> None:
     """PortUnavailable unless HOST:PORT can be bound now (by anyone: another server, or another
     supervisor's members, which a SO_REUSEPORT socket would otherwise join)."""
@@ -63,7 +70,7 @@ def check_port_free(host: str, port: int) -> None:
         try:
             probe.bind(address)
         except OSError as exc:
-            raise PortUnavailable(f"cannot bind {host}:{port}: {exc.strerror}; choose another --port") from None
+            raise _unbindable(host, port, exc) from None
 
 
 def shared_listener(host: str, port: int) -> socket.socket:
@@ -76,7 +83,7 @@ def shared_listener(host: str, port: int) -> socket.socket:
         sock.bind(address)
     except OSError as exc:
         sock.close()
-        raise PortUnavailable(f"cannot bind {host}:{port}: {exc.strerror}; choose another --port") from None
+        raise _unbindable(host, port, exc) from None
     return sock
 
 
