@@ -57,3 +57,17 @@ def sdk_echo_app(*, json_response: bool = False) -> Starlette:
     app = baseline.streamable_http_app(streamable_http_path="/mcp", json_response=json_response)
     logging.getLogger().setLevel(logging.WARNING)  # MCPServer turns on INFO logging of every request
     return app
+
+
+def count(text: str) -> int:
+    """A command-line count: a whole number >= 1 (argparse's one-line error otherwise)."""
+    import argparse
+
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a whole number >= 1")
+    return int(text)
+
+
+def counts(text: str) -> list[int]:
+    """A command-line list of counts ("1,8,32"), each as `count` takes it."""
+    return [count(part) for part in text.split(",")]

@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from echo_world import ECHO_ENV, GOLDEN, echo_world, sdk_echo_app
+from echo_world import ECHO_ENV, GOLDEN, counts, echo_world, sdk_echo_app
 
 from worldsmith.bundle.loader import load_bundle
 from worldsmith.localserver import free_port
@@ -547,7 +547,7 @@ def serve(args: argparse.Namespace) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=4.0, help="Measured seconds per server and level.")
-    parser.add_argument("--sessions", default="1,8,32,128", help="Levels of concurrent sessions.")
+    parser.add_argument("--sessions", type=counts, default=[1, 8, 32, 128], help="Levels of concurrent sessions.")
     parser.add_argument("--workers", type=int, default=2, help="Sandbox workers of the gateway and of the runtime.")
     parser.add_argument("--servers", default="sdk,sdk-json,gateway,runtime", help="Which to measure (ratios: vs sdk).")
     parser.add_argument("--profile", help="Write a cProfile of the gateway process here.")
@@ -555,7 +555,10 @@ def main() -> None:
     parser.add_argument("--touch", type=int, default=50, help="With --worlds: worlds given a session each.")
     parser.add_argument("--max-loaded", type=int, default=16, help="With --worlds: the gateway's bound.")
     parser.add_argument(
-        "--processes", default="1", help="Gateway process counts to measure (2: gateway-2p, env serve --processes 2)."
+        "--processes",
+        type=counts,
+        default=[1],
+        help="Gateway process counts to measure (2: gateway-2p, env serve --processes 2).",
     )
     parser.add_argument(
         "--second-connection",
@@ -569,13 +572,13 @@ def main() -> None:
     parser.add_argument("--member", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        args.processes = int(args.processes)
+        args.processes = args.processes[0]
         serve(args)
         return
     if args.worlds:
         print(json.dumps(bench_many_worlds(args.worlds, args.touch, args.max_loaded, args.workers)))
         return
-    levels = [int(n) for n in args.sessions.split(",")]
+    levels = args.sessions
     servers = args.servers.split(",")
     print(f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}; {args.seconds:g} s per level", flush=True)
     results: dict[str, list[Level]] = {}
@@ -583,7 +586,7 @@ def main() -> None:
         if kind in servers:
             results[kind] = bench_http(kind, "/mcp", args, levels)
     if "gateway" in servers:
-        for processes in (int(n) for n in args.processes.split(",")):
+        for processes in args.processes:
             measured = bench_http("gateway", f"/envs/{ECHO_ENV}/mcp", args, levels, processes)
             results[measured[0].server] = measured
     if "runtime" in servers:

@@ -35,7 +35,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from echo_world import GOLDEN  # noqa: E402  (bench/ is on the path when a bench runs)
+from echo_world import GOLDEN, count  # noqa: E402  (bench/ is on the path when a bench runs)
 
 from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.loader import load_bundle
@@ -197,7 +197,7 @@ def profile(calls: int, isolation: str, lines: int = 25) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sessions", type=int, nargs="+", default=[1, 8, 32])
+    parser.add_argument("--sessions", type=count, nargs="+", default=[1, 8, 32])
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--isolation", choices=("strict", "fast"), default="strict")
