@@ -22,6 +22,7 @@ from typing import Any
 
 from worldsmith.runtime.sandbox.protocol import (
     MAX_ERROR_CHARS,
+    RUNTIME_FIELDS,
     FrameReader,
     ProtocolClosed,
     ProtocolTimeout,
@@ -75,12 +76,10 @@ class EpisodeChannel:
             raise ChannelBroken("crash") from None
         except ProtocolViolation as exc:
             raise ChannelBroken("protocol", str(exc)) from None
-        problem = reply_problem(reply)
-        if problem is None and reply.get("id") != number:  # written by the code, not the runtime
-            problem = f"an answer to request {truncated(str(reply.get('id')), 40)}, not {number}"
+        problem = reply_problem(reply, number)
         if problem is not None:
             raise ChannelBroken("protocol", problem)
-        for key in ("seconds", "id", "channel"):
+        for key in RUNTIME_FIELDS:
             reply.pop(key, None)
         if isinstance(reply.get("error"), str):  # as the worker cut a relayed reply's
             reply["error"] = truncated(reply["error"], MAX_ERROR_CHARS + 64)

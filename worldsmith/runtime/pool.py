@@ -385,10 +385,9 @@ class SandboxWorker:
                 break
             if other.lock.acquire(blocking=False):
                 try:
-                    other.close()
+                    self._drop(key, other)
                 finally:
                     other.lock.release()
-                self._forget(key, other)
                 excess -= 1
 
     def _give_up(self, episode_id: str) -> None:

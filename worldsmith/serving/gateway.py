@@ -293,7 +293,6 @@ class Gateway:
         self.verdicts = verdicts
         self.max_loaded = max_loaded
         self.rewards = RewardMap()
-        self.sessions: dict[str, Episode] = {}  # the open episode of each live session, by session id
         self._live: dict[str, LiveSession] = {}  # the same sessions with what the gateway keeps of them
         self.loaded: OrderedDict[str, ServedWorld] = OrderedDict()  # least recently used first
         self._loading: dict[str, anyio.Lock] = {}
@@ -318,6 +317,11 @@ class Gateway:
         if max_loaded < 1:
             raise GatewayRefused("a gateway needs room for at least one loaded world (max_loaded >= 1)")
         return sources
+
+    @property
+    def sessions(self) -> dict[str, Episode]:
+        """The open episode of each live session, by session id."""
+        return {session_id: live.episode for session_id, live in self._live.items()}
 
     # -- loading and unloading worlds ------------------------------------------------------------
     async def world(self, env_id: str) -> ServedWorld:
@@ -469,7 +473,6 @@ class Gateway:
                 raise refusal from None
             connection.state[EPISODE_KEY] = episode
             session_id = connection.session_id
-            self.sessions[session_id] = episode
             self._live[session_id] = LiveSession(world, episode, connection.state)
             world.active += 1
 
@@ -483,7 +486,6 @@ class Gateway:
                     with anyio.CancelScope(shield=True):
                         await anyio.to_thread.run_sync(episode.close)
                 finally:
-                    self.sessions.pop(session_id, None)
                     self._live.pop(session_id, None)
                     self._done_with(world)
 

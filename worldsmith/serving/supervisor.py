@@ -64,21 +64,21 @@ def _unbindable(host: str, port: int, exc: OSError) -> PortUnavailable:
 def check_port_free(host: str, port: int) -> None:
     """PortUnavailable unless HOST:PORT can be bound now (by anyone: another server, or another
     supervisor's members, which a SO_REUSEPORT socket would otherwise join)."""
-    family, address = _address(host, port)
-    with _tcp_socket(family) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(address)
-        except OSError as exc:
-            raise _unbindable(host, port, exc) from None
+    _bound(host, port, shared=False).close()
 
 
 def shared_listener(host: str, port: int) -> socket.socket:
     """A socket bound to HOST:PORT with SO_REUSEPORT (listened on by uvicorn)."""
+    return _bound(host, port, shared=True)
+
+
+def _bound(host: str, port: int, *, shared: bool) -> socket.socket:
+    """A TCP socket bound to HOST:PORT (`shared`: with SO_REUSEPORT); PortUnavailable naming the option to change."""
     family, address = _address(host, port)
     sock = _tcp_socket(family)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    if shared:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
     try:
         sock.bind(address)
     except OSError as exc:

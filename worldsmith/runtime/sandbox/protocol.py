@@ -159,9 +159,13 @@ _STATUSES = frozenset({"ok", "tool_error", "env_error"})
 _VERDICTS = frozenset(verdict.value for verdict in Verdict)
 
 
-def reply_problem(reply: dict[str, Any]) -> str | None:
-    """What breaks the reply contract in a request process's reply (None: nothing): a forged reply
-    ends its own request and its process, never the worker or the parent."""
+#: Reply fields of the runtime's own (the requester's), not the process's: dropped once a reply is accepted.
+RUNTIME_FIELDS = ("seconds", "id", "channel")
+
+
+def reply_problem(reply: dict[str, Any], request_id: Any) -> str | None:
+    """What breaks the reply contract in a request process's reply to request `request_id` (None:
+    nothing): a forged reply ends its own request and its process, never the worker or the parent."""
     for key, expected in _REPLY_FIELDS.items():
         if key in reply and not isinstance(reply[key], expected):
             return f"{key} is a {type(reply[key]).__name__}"
@@ -169,6 +173,8 @@ def reply_problem(reply: dict[str, Any]) -> str | None:
         return "no valid status"
     if "verdict" in reply and reply["verdict"] not in _VERDICTS:
         return f"unknown verdict {truncated(str(reply['verdict']), 40)!r}"
+    if reply.get("id") != request_id:  # a frame written by the code, not the runtime
+        return f"an answer to request {truncated(str(reply.get('id')), 40)}, not {request_id}"
     return None
 
 

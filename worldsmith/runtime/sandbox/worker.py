@@ -43,6 +43,7 @@ from worldsmith.runtime.sandbox.guard import Guard, SandboxViolation
 from worldsmith.runtime.sandbox.protocol import (
     EPISODE_OPS,
     MAX_ERROR_CHARS,
+    RUNTIME_FIELDS,
     FrameReader,
     ProtocolClosed,
     ProtocolTimeout,
@@ -812,12 +813,10 @@ class Worker:
         except ProtocolViolation as exc:
             problem: str | None = str(exc)
         else:
-            problem = reply_problem(reply)
-            if problem is None and reply.get("id") != header.get("id"):  # written by the code, not the runtime
-                problem = f"an answer to request {truncated(str(reply.get('id')), 40)}, not {header.get('id')}"
+            problem = reply_problem(reply, header.get("id"))
         if problem is not None:
             raise Failure("env_error", process_failure("protocol", problem), "protocol")
-        for key in ("seconds", "id", "channel"):  # the worker's own, not the process's
+        for key in RUNTIME_FIELDS:
             reply.pop(key, None)
         return reply, blobs
 
