@@ -20,7 +20,8 @@ from worldsmith.llm.prompts import render
 from worldsmith.models.bundle import TaskSpec
 
 RULINGS = ("agent_error", "partial", "complete", "env_error")  # strictest first
-_VERIFIER_TO_RULING = {"incomplete": "agent_error"}
+#: A verifier's verdict as the ruling that agrees with it.
+VERIFIER_TO_RULING = {"incomplete": "agent_error"}
 
 
 def _clip(value: Any, limit: int = 400) -> str:
@@ -43,9 +44,21 @@ def majority(votes: list[str], verifier: str) -> str:
     top = [ruling for ruling, n in counts if n == counts[0][1]]
     if len(top) == 1:
         return top[0]
-    if _VERIFIER_TO_RULING.get(verifier, verifier) in top:
-        return _VERIFIER_TO_RULING.get(verifier, verifier)
+    if VERIFIER_TO_RULING.get(verifier, verifier) in top:
+        return VERIFIER_TO_RULING.get(verifier, verifier)
     return min((r for r in top if r != "env_error"), key=RULINGS.index, default="agent_error")
+
+
+def parse_vote(text: str) -> tuple[str | None, str]:
+    """A judge's answer as (ruling, reason); (None, why) when it is not a JSON object with a known verdict."""
+    try:
+        data = parse_json_object(text)
+    except ValueError as exc:
+        return None, f"unparseable vote: {exc}"
+    ruling = data.get("verdict")
+    if ruling not in RULINGS:
+        return None, f"unknown verdict {ruling!r}"
+    return ruling, str(data.get("reason", ""))
 
 
 class LLMJudge:
@@ -76,15 +89,7 @@ class LLMJudge:
             max_tokens=300,
             messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
         )
-        text = response.choices[0].message.content or ""
-        try:
-            data = parse_json_object(text)
-        except ValueError as exc:
-            return None, f"unparseable vote: {exc}"
-        ruling = data.get("verdict")
-        if ruling not in RULINGS:
-            return None, f"unknown verdict {ruling!r}"
-        return ruling, str(data.get("reason", ""))
+        return parse_vote(response.choices[0].message.content or "")
 
     def review(self, task: TaskSpec, trajectory: Trajectory) -> tuple[str, dict[str, Any]]:
         """(ruling, record): the majority of `votes` judge samples, with each vote and reason."""

@@ -123,10 +123,9 @@ def _report_training(config: TrainingConfig, result: dict[str, Any] | None) -> N
     console.print(table)
     success = result.get("success")
     if success:  # TrainingConfig.success_samples: the trained tasks, sampled as in training
-        say(
-            f"success rate on the trained tasks: {success['before']['rate']:.3f} -> {success['after']['rate']:.3f} "
-            f"({success['after']['rollouts']} rollouts each)"
-        )
+        from worldsmith.training.success import success_line
+
+        say(f"success rate on the trained tasks: {success_line(success)}")
     say(f"final model: {result['final']} (object {result['checkpoint']})")
 
 

@@ -43,6 +43,7 @@ from worldsmith.storage.run_records import add_run, finish_run, update_run
 from worldsmith.storage.sets import get_set, members_of
 from worldsmith.training.checkpoints import fetch_checkpoint, latest_trainer_checkpoint, save_checkpoint
 from worldsmith.training.config import TINY, TrainingConfig
+from worldsmith.training.success import success_line
 
 if TYPE_CHECKING:
     from worldsmith.training.launch import NodeLauncher
@@ -253,11 +254,7 @@ def _summary(run_id: int, config: TrainingConfig, result: dict[str, Any]) -> str
             line("before", result["before"]),
             line("after", result["after"]),
             *(
-                [
-                    f"- success rate on its own tasks (sampled as in training): "
-                    f"{result['success']['before']['rate']:.3f} -> {result['success']['after']['rate']:.3f} "
-                    f"({result['success']['after']['rollouts']} rollouts each)"
-                ]
+                [f"- success rate on its own tasks (sampled as in training): {success_line(result['success'])}"]
                 if result.get("success")
                 else []
             ),
@@ -275,13 +272,13 @@ _JUDGE_COLUMNS = ("judge_requests", "judge_cache_hits", "judge_cost_usd", "judge
 _WORLD_COLUMNS = ("reward_real", "reward_imagined", "reward_gap", "real_start_rate")
 
 
-def _step_table(log: list[dict[str, Any]], config: TrainingConfig | None = None) -> list[dict[str, Any]]:
+def _step_table(log: list[dict[str, Any]], config: TrainingConfig) -> list[dict[str, Any]]:
     """One row per logged step with the metrics people watch (rounded for display): with a judged reward
     also the judge's requests, cost and latency; in simulated training the real and imagined rewards apart."""
     columns = _STEP_COLUMNS
-    if config is not None and config.reward != "verifier":
+    if config.reward != "verifier":
         columns += _JUDGE_COLUMNS
-    if config is not None and config.simulate is not None:
+    if config.simulate is not None:
         columns += _WORLD_COLUMNS
     return [{c: round(e[c], 4) if isinstance(e.get(c), float) else e.get(c) for c in columns} for e in log]
 

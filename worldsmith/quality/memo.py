@@ -42,11 +42,8 @@ class SharedMemo(Generic[V]):
             future = self._entries.get(key)
             owner = future is None
             if owner:
-                future = self._entries[key] = Future()
-                while len(self._entries) > self.size:
-                    self._entries.popitem(last=False)
-            else:
-                self._entries.move_to_end(key)
+                future = Future()
+            self._keep(key, future)
         assert future is not None
         if owner:
             try:
@@ -64,7 +61,11 @@ class SharedMemo(Generic[V]):
         future: Future[V] = Future()
         future.set_result(value)
         with self._lock:
-            self._entries[key] = future
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.size:
-                self._entries.popitem(last=False)
+            self._keep(key, future)
+
+    def _keep(self, key: str, future: Future[V]) -> None:
+        """`future` under `key`, the most recently used; the least recently used past `size` go (lock held)."""
+        self._entries[key] = future
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.size:
+            self._entries.popitem(last=False)

@@ -39,18 +39,22 @@ def check_plan(plan: ToolPlan) -> ToolPlan:
     return plan
 
 
-def tools_only_bundle(work: EnvWork, tools_py: str, tools: list[dict]) -> Bundle:
-    """A provisional bundle of the schema, seed and tools (no tasks yet), to run tools in the sandbox
-    under the world's clock (as its episodes will run them)."""
-    world, faults = build_world(work.schema_sql or "", work.seed_sql or "")
+def tools_only_bundle(
+    work: EnvWork, tools_py: str, tools: list[dict], *, world: bytes | None = None, generator: Generator | None = None
+) -> Bundle:
+    """A provisional bundle of the schema, seed (or `world`, built already) and tools (no tasks yet), to run
+    tools in the sandbox under the world's clock (as its episodes will run them); with `generator`, its
+    manifest is the one the finished bundle gets (provenance included)."""
     if world is None:
-        raise CheckFailed("seed_error", f"the database does not build: {faults[0].problem}")
+        world, faults = build_world(work.schema_sql or "", work.seed_sql or "")
+        if world is None:
+            raise CheckFailed("seed_error", f"the database does not build: {faults[0].problem}")
     files = {"tools.py": tools_py.encode(), "verifiers.py": b"", "world.db": world}
-    manifest = Manifest(
-        env_id=work.env_id,
-        scenario=work.scenario,
-        clock=work.now,
-        artifacts={n: artifact_digest(d) for n, d in files.items()},
+    artifacts = {n: artifact_digest(d) for n, d in files.items()}
+    manifest = (
+        work.manifest(generator, artifacts=artifacts)
+        if generator is not None
+        else Manifest(env_id=work.env_id, scenario=work.scenario, clock=work.now, artifacts=artifacts)
     )
     return Bundle(manifest=manifest, files=files, tasks=(), tools=tuple(ToolSchema.model_validate(t) for t in tools))
 

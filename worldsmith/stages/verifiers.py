@@ -6,13 +6,12 @@ reference's end state with its final answer worded otherwise (agent/answer_varia
 from __future__ import annotations
 
 from worldsmith.agent.adversarial import answer_variant_failures
-from worldsmith.bundle.contract import Bundle, artifact_digest
+from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.errors import BundleError
 from worldsmith.bundle.loader import build_bundle
 from worldsmith.bundle.sqlscript import build_world
 from worldsmith.bundle.toolspec import derive_tool_schemas
 from worldsmith.llm.backend import Generator, Prompt
-from worldsmith.models.bundle import ToolSchema
 from worldsmith.models.specs import VerifierCode
 from worldsmith.quality.ahead import ChecksAhead
 from worldsmith.quality.probes import check_environment
@@ -22,6 +21,7 @@ from worldsmith.stages.attempts import AttemptLog
 from worldsmith.stages.order import Stage
 from worldsmith.stages.repair import CheckFailed, run_with_repair
 from worldsmith.stages.routing import owning_step
+from worldsmith.stages.tools import tools_only_bundle
 from worldsmith.stages.work import EnvWork
 
 
@@ -50,11 +50,9 @@ def bundle_before_verifiers(work: EnvWork, generator: Generator, world: bytes | 
     """The world before the verifiers exist: the tools, seeded database, clock and manifest of the bundle
     `assemble` makes once they do, no tasks (the same deep_probes.tool_behaviour_key)."""
     assert work.tools_py is not None, "the tools stage ran"
-    files = {"tools.py": work.tools_py.encode(), "verifiers.py": b"", "world.db": world or seeded_world(work)}
     tools, issues = derive_tool_schemas(work.tools_py)
     assert not issues, f"the tools stage checked this code: {issues[:1]}"
-    manifest = work.manifest(generator, artifacts={name: artifact_digest(data) for name, data in files.items()})
-    return Bundle(manifest=manifest, files=files, tasks=(), tools=tuple(ToolSchema.model_validate(t) for t in tools))
+    return tools_only_bundle(work, work.tools_py, tools, world=world or seeded_world(work), generator=generator)
 
 
 def run_verifiers_stage(

@@ -36,16 +36,14 @@ from typing import Any
 
 import openai
 
-from worldsmith.agent.judge import RULINGS, _clip, majority, transcript
+from worldsmith.agent.judge import VERIFIER_TO_RULING, _clip, majority, parse_vote, transcript
 from worldsmith.agent.loop import Trajectory
 from worldsmith.agent.rewards import RewardMap
-from worldsmith.llm.jsonrepair import parse_json_object
 from worldsmith.llm.prompts import render
 from worldsmith.models.bundle import TaskSpec
 from worldsmith.training.config import JudgeConfig, TrainingConfig
 
 UNJUDGED = ("format_error", "env_error", "agent_error")  # settled before any judge: the format, the world, the model
-_AS_RULING = {"incomplete": "agent_error"}
 _FATAL_STATUS = (401, 403, 404)
 
 
@@ -175,15 +173,9 @@ class RewardJudge:
                 ruling.cost_usd += (
                     usage.prompt_tokens * prices.get("input", 0.0) + usage.completion_tokens * prices.get("output", 0.0)
                 ) / 1e6
-            text = (response.choices[0].message.content if response.choices else None) or ""
-            try:
-                answer = parse_json_object(text)
-            except ValueError as exc:
-                why = f"unparseable vote: {exc}"
-                continue
-            if answer.get("verdict") in RULINGS:
-                return answer["verdict"], str(answer.get("reason", ""))
-            why = f"unknown verdict {answer.get('verdict')!r}"
+            verdict, why = parse_vote((response.choices[0].message.content if response.choices else None) or "")
+            if verdict is not None:
+                return verdict, why
         return None, why
 
     def _judge(self, prompt: tuple[str, str], verifier: str) -> Ruling:
@@ -222,7 +214,7 @@ class RewardJudge:
                 failed += 1
                 trajectory.verdict, trajectory.error = "env_error", f"the judge failed: {ruling.record['error']}"
             else:
-                agreed += ruling.verdict == _AS_RULING.get(verifier, verifier)
+                agreed += ruling.verdict == VERIFIER_TO_RULING.get(verifier, verifier)
                 trajectory.verdict = ruling.verdict
             trajectory.reward = self.rewards.reward(trajectory.verdict)
         requests = sum(r.requests for r in fresh.values())

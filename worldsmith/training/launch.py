@@ -307,13 +307,14 @@ def launch(request: TrainRequest, processes: int, launcher: NodeLauncher | None 
         code = _supervise(main, others)
         waited_out = time.monotonic() - started >= rendezvous.timeout_s  # node 0 may have given up on a node
         if code != 0 or not (out / "result.json").is_file():
-            if config.nodes == 1:
-                raise LaunchFailed(
-                    f"training in {processes} processes failed (exit {code}): {last_error(log)} (log: {log})"
-                )
             error = last_error(log)
+            who = (
+                f"training in {processes} processes"
+                if config.nodes == 1
+                else f"training node 0 of {config.nodes} (this machine)"
+            )
             raise LaunchFailed(
-                f"training node 0 of {config.nodes} (this machine) failed (exit {code}): {error} (log: {log})"
+                f"{who} failed (exit {code}): {error} (log: {log})"
                 + _after_node_0_failed(others, rendezvous, error, waited_out)
             )
         _wait_for(others, rendezvous.timeout_s)

@@ -7,6 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 
+def success_line(success: dict[str, Any]) -> str:
+    """`{"before", "after"}` success rates as people read them: "0.062 -> 0.398 (128 rollouts each)"."""
+    return f"{success['before']['rate']:.3f} -> {success['after']['rate']:.3f} ({success['after']['rollouts']} rollouts each)"
+
+
 def success_rate(trainer: Any, samples: int) -> dict[str, Any]:
     """{"rate", "rollouts"}: the share of `samples` rollouts of every (env, task) row of `trainer`'s
     dataset, run by `trainer.rollouts` (a WorldGRPOTrainer) at its current step, that end complete."""

@@ -219,7 +219,7 @@ class WorldGRPOTrainer(GRPOTrainer):
         from trl.models.utils import disable_gradient_checkpointing
 
         step = self.state.global_step
-        jobs = [(self.bundles[x["bundle"]], self.bundles[x["bundle"]].task(x["task_id"])) for x in inputs]
+        jobs = [(self.bundles[x["bundle"]], self._task(x)) for x in inputs]
         episode = EpisodeConfig(
             max_turns=self.config.max_turns,
             window=self.config.window if self.config.history == "windowed" else None,

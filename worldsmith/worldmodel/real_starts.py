@@ -23,6 +23,7 @@ from worldsmith.bundle.contract import Bundle
 from worldsmith.models.bundle import TaskSpec
 from worldsmith.runtime.episode import Runtime
 from worldsmith.worldmodel.simulated import SimulatedEpisode, SimulatedRuntime
+from worldsmith.worldmodel.transitions import observation_of
 
 KEPT_PER_TASK = 8
 
@@ -65,7 +66,7 @@ def real_start(
                 history.append(
                     {
                         "action": {"name": call.name, "arguments": call.arguments},
-                        "observation": {"status": result.status, "value": result.value, "error": result.error},
+                        "observation": observation_of(result).model_dump(),
                     }
                 )
         database = episode.snapshot()

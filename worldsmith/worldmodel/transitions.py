@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 from worldsmith.agent.trajectories import Trajectory
 from worldsmith.bundle.contract import Bundle
 from worldsmith.models.jsonlines import read_models, write_models
+from worldsmith.models.results import ToolResult
 from worldsmith.runtime.episode import Episode, Runtime
 
 Split = Literal["train", "validation", "test"]
@@ -130,9 +131,14 @@ def observe(
     """Call a tool in `episode` (whose database was `before`): what it answered and what it changed."""
     result = episode.call_tool(name, arguments)
     diff = episode.diff(before).model_dump()["tables"] if result.ok and result.changed else {}
+    return observation_of(result), diff
+
+
+def observation_of(result: ToolResult) -> Observation:
+    """What a world model is shown of a call's result: its value when ok, else its error."""
     return Observation(
         status=result.status, value=result.value if result.ok else None, error=None if result.ok else result.error
-    ), diff
+    )
 
 
 def replay(runtime: Runtime, bundle: Bundle, trajectory: Trajectory, episode_id: str) -> list[Transition]:
