@@ -47,7 +47,7 @@ from worldsmith.bundle.loader import load_bundle
 from worldsmith.bundle.sqlscript import deserialize, harden
 from worldsmith.localserver import BackgroundServer
 from worldsmith.runtime.episode import Runtime
-from worldsmith.runtime.pool import SandboxLimits
+from worldsmith.runtime.limits import SandboxLimits
 from worldsmith.serving.gateway import Gateway
 
 

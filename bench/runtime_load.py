@@ -39,9 +39,9 @@ from echo_world import GOLDEN, count  # noqa: E402  (bench/ is on the path when 
 
 from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.loader import load_bundle
-from worldsmith.runtime import pool
+from worldsmith.runtime import worker_launch
 from worldsmith.runtime.episode import Runtime
-from worldsmith.runtime.pool import SandboxLimits
+from worldsmith.runtime.limits import SandboxLimits
 
 #: The call every session repeats: a read tool of the golden bundle.
 CALL = ("get_product", {"sku": "KB-101"})
@@ -173,14 +173,14 @@ def profile(calls: int, isolation: str, lines: int = 25) -> None:
     path once the episode's channel is direct; fast: the worker)."""
     golden = load_bundle(GOLDEN)
     limits = dataclasses.replace(SandboxLimits.from_settings(), isolation=isolation)
-    warm, plain = 100, pool._BOOTSTRAP
+    warm, plain = 100, worker_launch._BOOTSTRAP
     role = "episode" if isolation == "strict" else "worker"
     with Runtime(limits=limits, workers=1) as runtime:
-        pool._BOOTSTRAP = _PROFILED_BOOTSTRAP.format(role=role, warm=warm, calls=calls)
+        worker_launch._BOOTSTRAP = _PROFILED_BOOTSTRAP.format(role=role, warm=warm, calls=calls)
         try:
             episode = runtime.open_episode(golden)  # starts the worker: the profiled bootstrap
         finally:
-            pool._BOOTSTRAP = plain
+            worker_launch._BOOTSTRAP = plain
         for _ in range(warm):
             assert episode.call_tool(*CALL).ok
         profiler = cProfile.Profile()

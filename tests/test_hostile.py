@@ -28,9 +28,9 @@ from worldsmith.bundle.loader import build_bundle
 from worldsmith.quality.probes import check_environment
 from worldsmith.runtime.episode import Runtime
 from worldsmith.runtime.errors import WorkerLost
-from worldsmith.runtime.pool import WORKER_ENV, StderrTail
 from worldsmith.runtime.sandbox import kernel
 from worldsmith.runtime.sandbox.protocol import FrameReader, ProtocolViolation, send_within, truncated
+from worldsmith.runtime.worker_launch import WORKER_ENV, StderrTail
 
 ENDLESS = "WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r)"
 #: rows of ~1 MB that UNION must all keep to deduplicate: memory grows as fast as SQLite can copy

@@ -15,7 +15,7 @@ import textwrap
 import pytest
 from conftest import FAST_LIMITS, REPO, code_process, isolated, with_tools
 
-from worldsmith.runtime import pool
+from worldsmith.runtime import worker_launch
 from worldsmith.runtime.episode import Runtime
 
 BYPASS_BOOTSTRAP = (
@@ -104,7 +104,7 @@ ESCAPED = textwrap.dedent("""
 
 @pytest.fixture()
 def bypassing_workers(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pool, "_BOOTSTRAP", BYPASS_BOOTSTRAP)
+    monkeypatch.setattr(worker_launch, "_BOOTSTRAP", BYPASS_BOOTSTRAP)
 
 
 def test_an_escaped_tool_meets_only_its_own_episode_under_strict_isolation(bypassing_workers, golden):

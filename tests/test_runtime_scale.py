@@ -173,7 +173,7 @@ SHORT_OF_DESCRIPTORS = """
 import json, os, sys
 from worldsmith.bundle.loader import load_bundle
 from worldsmith.runtime.episode import Runtime
-from worldsmith.runtime.pool import SandboxLimits
+from worldsmith.runtime.limits import SandboxLimits
 golden = load_bundle(sys.argv[1])
 with Runtime(limits=SandboxLimits(call_timeout_s=60.0, cpu_s=30.0), workers=1) as runtime:
     first, second = runtime.open_episode(golden), runtime.open_episode(golden)

@@ -17,7 +17,7 @@ from conftest import FAST_LIMITS, ISOLATIONS, REPO, code_process, isolated, with
 
 from worldsmith.bundle.contract import artifact_digest
 from worldsmith.runtime.episode import Runtime
-from worldsmith.runtime.pool import WORKER_ENV
+from worldsmith.runtime.worker_launch import WORKER_ENV
 
 SECRET = "sk-planted-secret-0123456789"
 

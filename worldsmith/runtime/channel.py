@@ -2,7 +2,7 @@
 
 A worker serves one request at a time. Under strict isolation it forks each episode's process at the
 episode's first call and, when the parent asks (`direct`), hands the parent that process's pipes
-(SCM_RIGHTS over a socket pair made when the worker starts, runtime/pool.py): the episode's next
+(SCM_RIGHTS over a socket pair made when the worker starts, runtime/worker_handle.py): the episode's next
 calls, snapshots and diffs (`EPISODE_OPS`) go to the process directly, without the worker's read,
 re-encode and relay, and episodes of one worker run their calls side by side. The parent holds those
 replies to the same contract as the worker does (`protocol.reply_problem`, the request's id, the frame

@@ -27,7 +27,9 @@ from worldsmith.models.bundle import TaskSpec
 from worldsmith.models.results import DbDiff, ToolResult, VerifierResult
 from worldsmith.runtime.arguments import accepts
 from worldsmith.runtime.errors import RuntimeFault, WorkerLost
-from worldsmith.runtime.pool import SandboxLimits, SandboxWorker, WorkerPool
+from worldsmith.runtime.limits import SandboxLimits
+from worldsmith.runtime.pool import WorkerPool
+from worldsmith.runtime.worker_handle import SandboxWorker
 from worldsmith.settings import get_settings
 
 #: The fields of a worker's reply that make a `ToolResult` (the rest is the channel's own).
