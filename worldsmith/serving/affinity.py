@@ -3,7 +3,7 @@
 A session lives in the process that answered its `initialize` (its episode, its sandbox worker, the SDK's
 transport). The session id a client sees names that owner: `<process index>-<the SDK's id>`, written
 into every `mcp-session-id` response header and stripped from the request header on the way in, so the
-SDK, the hot path and idle expiry (serving/gateway.py) only ever see the SDK's own id. The kernel spreads
+SDK, the hot path and idle expiry (serving/gateway.py, sessions.py) only ever see the SDK's own id. The kernel spreads
 connections, not sessions, over the processes (serving/supervisor.py), and a client may spread one
 session over several connections (the official client's POST and GET streams, a pool): a request of a
 session owned by another process is forwarded to its owner over the owner's Unix socket (serving/relay.py:
