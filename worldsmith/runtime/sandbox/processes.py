@@ -11,7 +11,7 @@ outside the reply contract is stopped and the request is a `Failure` (env_error,
 
 The worker lends the table two things: what a freshly forked process does to become the request's
 process (`become`: drop what is not its own, confine itself) and how it answers a request (`handle`);
-the forked process then serves over its pipes (`serve_requests`) until the worker closes them.
+the forked process then serves over its pipes (`_serve_requests`) until the worker closes them.
 """
 
 from __future__ import annotations
@@ -197,7 +197,7 @@ class ForkedProcesses:
                 if persistent:
                     os.close(requests_w)
                 self._become(header, (replies_w, requests_r))
-                serve_requests(self._handle, header, blobs, replies_w, requests_r if persistent else None)
+                _serve_requests(self._handle, header, blobs, replies_w, requests_r if persistent else None)
             except BaseException:  # noqa: BLE001 - the worker reports the missing reply
                 code = 70
             finally:
@@ -259,7 +259,9 @@ class ForkedProcesses:
         return {episode: process.pid for episode, process in self.live.items()} | self.handed
 
 
-def serve_requests(handle: Handler, header: dict[str, Any], blobs: list[bytes], out_fd: int, in_fd: int | None) -> None:
+def _serve_requests(
+    handle: Handler, header: dict[str, Any], blobs: list[bytes], out_fd: int, in_fd: int | None
+) -> None:
     """In a forked process: answer the request it was forked for, then (persistent) each request
     the worker sends, until the worker closes the pipe."""
     out = os.fdopen(out_fd, "wb")
