@@ -20,7 +20,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Callable, Container
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,7 +78,7 @@ class ForkedProcesses:
         self.ended: dict[str, str] = {}  # how handed processes found ended (`sweep_handed`) ended, until reaped
 
     def serve(
-        self, header: dict[str, Any], blobs: list[bytes], open_episodes: Container[str]
+        self, header: dict[str, Any], blobs: list[bytes], open_episodes: dict[str, Any]
     ) -> tuple[dict[str, Any], list[bytes]]:
         """Serve a request of `worker.RUN_OPS` in a process forked from this worker (which runs no generated
         code itself and stays clean) and return its checked reply. Tool calls, snapshots and diffs go to
@@ -87,7 +87,7 @@ class ForkedProcesses:
         process of its own, gone with its answer (the episode's own process is stopped first: one process
         at a time has an episode's database open, and keeps it locked). A process past the request's
         deadline, dead, or answering outside the reply contract is stopped and the request is an
-        env_error; its episode's next call forks a fresh one."""
+        env_error; its episode's next call forks a fresh one. `open_episodes`: the worker's, by id."""
         episode_id = header.get("episode")
         self.sweep_handed()
         self.reap_handed(episode_id)  # the parent gave its channel up: the process goes before another opens

@@ -5,7 +5,8 @@ ASGI environments without `-S`: they import the web stack from site-packages bef
 `main` loads the modules generated code may use, confines itself (kernel layers, then the Python
 guard), says hello, and then `Worker.serve` answers one request at a time over stdin/stdout frames.
 Every module of the worker is imported here, at the top, before the process confines itself: after
-that it reads nothing outside the standard library (and, in ASGI workers, site-packages).
+that it reads nothing outside the standard library (and, in ASGI workers, site-packages); tests/test_layers.py
+checks that none of them is imported later.
 
 The parts: `operations` (what each request op does, on the loaded environments and open episodes),
 `host` (how generated code runs: the environments' kinds' Host), `episodedb` (episode databases and
