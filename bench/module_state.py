@@ -5,7 +5,7 @@
 Loads the modules generated code may use as a worker does, builds the guard (audit hook
 installed, as in a worker) and times, per run of generated code: the fingerprint check of the
 allowed modules' attribute tables and the guard's builtins (`ModuleState.changed`), and the reset of
-`random` and `decimal` (`Worker._fresh_state`), each as a ratio to a baseline timed in the same run:
+`random` and `decimal` (`host.fresh_state`), each as a ratio to a baseline timed in the same run:
 the smallest tool call's own work (a savepoint, one indexed SELECT, release) on an in-memory
 database. Run with `-I -S` like a worker.
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from worldsmith.runtime.sandbox import worker  # noqa: E402
+from worldsmith.runtime.sandbox import host, worker  # noqa: E402
 from worldsmith.runtime.sandbox.guard import Guard  # noqa: E402
 
 
@@ -34,7 +34,7 @@ def main() -> None:
     tables = guard.state._tables
     entries = sum(len(keys) for _, _, keys, _ in tables)
     check = timeit.timeit(guard.state.changed, number=args.repeat) / args.repeat
-    reset = timeit.timeit(lambda: worker.Worker._fresh_state(2**63 + 12345), number=args.repeat) / args.repeat
+    reset = timeit.timeit(lambda: host.fresh_state(2**63 + 12345), number=args.repeat) / args.repeat
     base = _baseline(args.repeat)
     print(
         f"baseline (savepoint + one indexed SELECT + release): {base * 1e6:.1f} us per call\n"

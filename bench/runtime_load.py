@@ -159,7 +159,7 @@ def handle(self, header, blobs):
     finally:
         _profile.disable()
         if _seen[0] == {warm} + {calls}:
-            where = self.episodes[header["episode"]].directory if {role!r} == "episode" else self.scratch
+            where = self.operations.episodes[header["episode"]].directory if {role!r} == "episode" else self.operations.scratch
             os.makedirs(where, exist_ok=True)
             _profile.dump_stats(os.path.join(where, "prof.out"))
 W.Worker.handle = handle

@@ -46,8 +46,8 @@ ESCAPED = textwrap.dedent("""
                     workers.append(frame.f_locals["self"])
                 frame = frame.f_back
             if workers:
-                seen["episodes"] = len(workers[0].episodes)
-                scratch = workers[0].scratch
+                seen["episodes"] = len(workers[0].operations.episodes)
+                scratch = workers[0].operations.scratch
                 try:
                     seen["listing"] = sorted(os.listdir(scratch))
                 except OSError as exc:

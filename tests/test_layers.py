@@ -7,6 +7,7 @@ Prefect only in tasks/, flows/ and the entry points, and runtime/ reaching neith
 from __future__ import annotations
 
 import ast
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -176,6 +177,40 @@ def test_runtime_reaches_neither_prefect_nor_storage(imports: Imports) -> None:
         frontier += [t for t, top in imports[module].items() if t in imports and (top or own)]
     assert {package_of(m) for m in seen} <= {"", "settings", "failures", "data", "models", "bundle", "runtime"}
     assert not [m for m in seen if any(t.split(".")[0] == "prefect" for t in imports[m])]
+
+
+#: The sandbox worker's entry point (runtime/pool.py's bootstrap imports it, then calls its `main`).
+SANDBOX_WORKER = "worldsmith.runtime.sandbox.worker"
+#: The one module of the package the worker imports later than at module level: ASGI workers' web stack
+#: (`worker._preload` imports it before the worker confines itself; stdlib workers never do).
+SANDBOX_LATE = frozenset({"worldsmith.runtime.sandbox.asgi"})
+
+
+def sandbox_worker_modules(imports: Imports) -> set[str]:
+    """The package's modules a sandbox worker loads when it starts: what worker.py imports at module
+    level, and what those import at module level in turn, with the packages that hold them."""
+    seen: set[str] = set()
+    frontier = [SANDBOX_WORKER]
+    while frontier:
+        module = frontier.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        parents = [module.rsplit(".", depth)[0] for depth in range(1, module.count(".") + 1)]
+        frontier += [t for t, top in imports[module].items() if top and t in imports] + parents
+    return seen
+
+
+def test_the_sandbox_worker_loads_its_modules_before_it_confines_itself(imports: Imports) -> None:
+    """A worker starts without site-packages (`python -I -S`) and, once confined, reads no file outside
+    the standard library: every module of the package it runs is loaded at its start (asgi aside), and
+    those import nothing but the standard library at module level."""
+    loaded = sandbox_worker_modules(imports)
+    assert {"worldsmith.runtime.sandbox.guard", "worldsmith.runtime.sandbox.operations"} <= loaded
+    later = {t for m in loaded for t, top in imports[m].items() if t in imports and not top and t not in loaded}
+    assert later <= SANDBOX_LATE
+    outside = {t for m in loaded for t, top in imports[m].items() if top and t not in imports}
+    assert {name.split(".")[0] for name in outside} <= set(sys.stdlib_module_names)
 
 
 def test_the_checks_find_what_they_look_for(tmp_path: Path) -> None:

@@ -15,8 +15,8 @@ import pytest
 from conftest import PATIENT_LIMITS, isolated, with_tools
 
 from worldsmith.runtime.episode import Runtime
-from worldsmith.runtime.sandbox import guard
-from worldsmith.runtime.sandbox.guard import ModuleState
+from worldsmith.runtime.sandbox import modulestate
+from worldsmith.runtime.sandbox.modulestate import ModuleState
 
 HELD_DESCRIPTORS = 10_000
 CALL = ("get_customer", {"customer_id": 1})
@@ -101,7 +101,7 @@ def test_spreading_keeps_each_worlds_workers_loaded(golden):
 def test_the_module_state_check_sees_every_kind_of_change():
     """The per-call check skips tables whose version tag is unchanged: every way of changing a table
     still gets it compared, reported and restored."""
-    assert guard._VERSION_TAGS, "this interpreter's dict version tags are not read: every call walks every table"
+    assert modulestate._VERSION_TAGS, "this interpreter's dict version tags are not read: every call walks every table"
     marker, table = object(), {"kept": 1, "other": 2}
     state = ModuleState(frozenset(), {"fake": table})
     clean = dict(table)

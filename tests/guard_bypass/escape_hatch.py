@@ -13,13 +13,13 @@ from __future__ import annotations
 import builtins
 from typing import Any
 
-from worldsmith.runtime.sandbox import guard, worker
+from worldsmith.runtime.sandbox import guard
 
 _namespace = guard.Guard.namespace
 
 
 def unguarded(attack: Any) -> Any:
-    sandbox = worker.GUARD
+    sandbox = guard.GUARD
     was = sandbox.active
     sandbox.active = False
     try:

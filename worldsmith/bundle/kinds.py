@@ -40,8 +40,9 @@ class EnvFault(Exception):
 
 
 class Host(Protocol):
-    """What a sandbox worker lends the kinds (`Worker` in worldsmith/runtime/sandbox/worker.py).
-    `env` and `episode` are the worker's records of a loaded environment and an open episode."""
+    """What a sandbox worker lends the kinds (`SandboxHost` in worldsmith/runtime/sandbox/host.py).
+    `env` and `episode` are the worker's records of a loaded environment and an open episode
+    (`LoadedEnv`, `OpenEpisode` in worldsmith/runtime/sandbox/records.py)."""
 
     def run(self, fn: Callable[[], Any], *, episode: Any, files: tuple[str, ...]) -> tuple[Any, str]:
         """`fn()` run as generated code, confined: (its result, what it printed). A refusal or

@@ -2,33 +2,36 @@
 
 Generated code runs only inside `Guard.untrusted(...)`: an audit hook refuses files outside the
 episode, sockets, subprocesses, native loading, introspection of frames and code, and new
-database connections; metadata of paths outside the episode and the standard library is blind
-(`blindpaths`); restricted builtins and a guarded `__import__` enforce the import
-allowlist; interval timers bound wall-clock and CPU time. Every refusal is recorded, so code
-that swallows the exception is still caught after the call.
+database connections (which events and imports: `auditpolicy`); metadata of paths outside the
+episode and the standard library is blind (`blindpaths`, gated by `Guard.visible`); restricted
+builtins and a guarded `__import__` enforce the import allowlist (`namespace`); interval timers
+bound wall-clock and CPU time. Every refusal is recorded, so code that swallows the exception is
+still caught after the call; what the code changed in shared module state is caught by
+`Guard.state` (`modulestate`).
+
+A worker process has one guard, `GUARD`, built by `worker.main` after the allowed modules are
+loaded and installed before its first request; the worker's code reads it from here.
 """
 
 from __future__ import annotations
 
-import builtins
-import ctypes
 import os
 import signal
 import sqlite3
 import sys
 import sysconfig
 import time
-import types
 import urllib.parse
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from operator import is_
 from typing import Any
 
-from worldsmith.bundle.codepolicy import ALLOWED_MODULES, APP_MODULES, FORBIDDEN_BUILTINS, RUNTIME_MODULE
+from worldsmith.bundle.codepolicy import ALLOWED_MODULES, APP_MODULES
 from worldsmith.runtime.errors import ToolError
-from worldsmith.runtime.sandbox import blindpaths, worldclock
+from worldsmith.runtime.sandbox import auditpolicy, blindpaths, worldclock
+from worldsmith.runtime.sandbox.modulestate import TRUSTED_MODULES, ModuleState
 from worldsmith.runtime.sandbox.moduleview import Views
+from worldsmith.runtime.sandbox.namespace import restricted_builtins, stub_modules
 
 
 class SandboxViolation(BaseException):
@@ -40,342 +43,11 @@ class SandboxViolation(BaseException):
         self.detail = detail
 
 
-# Audit events refused while generated code runs, by prefix.
-_DENIED_EVENT_PREFIXES = (
-    "os.",
-    "subprocess.",
-    "socket.",
-    "ctypes.",
-    "sys.",
-    "cpython.",
-    "gc.",
-    "marshal.",
-    "pickle.",
-    "shutil.",
-    "tempfile.",
-    "glob.",
-    "mmap.",
-    "fcntl.",
-    "resource.",
-    "signal.",
-    "syslog.",
-    "urllib.",
-    "http.",
-    "ftplib.",
-    "smtplib.",
-    "imaplib.",
-    "poplib.",
-    "nntplib.",
-    "telnetlib.",
-    "webbrowser.",
-    "pty.",
-    "sqlite3.",
-    "builtins.input",
-    "builtins.breakpoint",
-    "code.__new__",
-    "function.__new__",
-    "setopencodehook",
-)
-_EVENT_LIMITS = {
-    "socket.": "network",
-    "subprocess.": "subprocess",
-    "os.system": "subprocess",
-    "os.exec": "subprocess",
-    "os.posix_spawn": "subprocess",
-    "os.spawn": "subprocess",
-    "os.fork": "process",
-    "os.forkpty": "process",
-    "ctypes.": "native_code",
-    "sqlite3.": "database",
-}
-_DENIED_IMPORTS = frozenset(
-    {
-        "ctypes",
-        "_ctypes",
-        "subprocess",
-        "_posixsubprocess",
-        "socket",
-        "_socket",
-        "ssl",
-        "_ssl",
-        "select",
-        "selectors",
-        "multiprocessing",
-        "_multiprocessing",
-        "mmap",
-        "pty",
-        "fcntl",
-        "resource",
-        "signal",
-        "_signal",
-        "gc",
-        "importlib",
-        "_imp",
-        "builtins",
-        "inspect",
-        "code",
-        "codeop",
-        "marshal",
-        "pickle",
-        "_pickle",
-        "shutil",
-        "tempfile",
-        "threading",
-        "_thread",
-        "asyncio",
-        "urllib",
-        "http",
-        "posix",
-        "os",
-        "pwd",  # the host's users (e.g. `os.path.expanduser('~root')`), read by libc without an audit event
-        "grp",
-    }
-)
-# In workers of ASGI environments the web stack runs inside the same window as the app's code and
-# needs introspection, os and sys; there the hook refuses only what reaches out of the worker or
-# changes files (the kernel layers stay the boundary either way).
-_FRAMEWORK_DENIED_PREFIXES = (
-    "socket.",
-    "subprocess.",
-    "os.system",
-    "os.exec",
-    "os.posix_spawn",
-    "os.spawn",
-    "os.fork",
-    "os.forkpty",
-    "os.kill",
-    "os.killpg",
-    "os.remove",
-    "os.unlink",
-    "os.rename",
-    "os.rmdir",
-    "os.mkdir",
-    "os.chmod",
-    "os.chown",
-    "os.truncate",
-    "os.link",
-    "os.symlink",
-    "os.putenv",
-    "os.unsetenv",
-    "ctypes.",
-    "pty.",
-    "webbrowser.",
-    "urllib.Request",
-    "http.client.",
-    "ftplib.",
-    "smtplib.",
-    "imaplib.",
-    "poplib.",
-    "nntplib.",
-    "telnetlib.",
-    "shutil.",
-    "sqlite3.connect",
-    "sys.addaudithook",
-    "sys.settrace",
-    "sys.setprofile",
-    "setopencodehook",
-    "builtins.input",
-    "builtins.breakpoint",
-)
-_SENSITIVE_SETATTR = frozenset(
-    {
-        "__code__",
-        "__globals__",
-        "__closure__",
-        "__defaults__",
-        "__kwdefaults__",
-        "__builtins__",
-        "__class__",
-        "__bases__",
-        "__dict__",
-        "__getattribute__",
-    }
-)
-_SQLITE_EXPORTS = (
-    "Row",
-    "Error",
-    "DatabaseError",
-    "IntegrityError",
-    "OperationalError",
-    "ProgrammingError",
-    "InterfaceError",
-    "DataError",
-    "NotSupportedError",
-    "Warning",
-    "complete_statement",
-    "sqlite_version",
-    "sqlite_version_info",
-    "PARSE_DECLTYPES",
-    "PARSE_COLNAMES",
-)
-
-
-#: Module globals the standard library rebinds itself as it runs (uuid1's node and clock): not tampering.
-_STDLIB_REBOUND = frozenset({("uuid", "_node"), ("uuid", "_last_timestamp")})
-
-
-#: Modules the worker's own code calls after generated code ran (paths and files: episode
-#: directories, snapshot files), fingerprinted with the allowed ones: a rebinding (say
-#: `pathlib.os.path.exists`) is caught before trusted code meets it.
-TRUSTED_MODULES = frozenset({"os", "posixpath", "genericpath", "stat"})
-
-
-#: Where CPython 3.11 keeps a dict's entry count and its version tag (PEP 509: a value no other dict
-#: had, given anew by every change of the dict), read through ctypes: a table whose tag is still the
-#: one recorded is unchanged, so only changed tables are compared entry by entry.
-_DICT_USED_OFFSET, _DICT_VERSION_OFFSET = 16, 24
-
-
-def _version_tags_work() -> bool:
-    """Whether this interpreter's dicts have version tags where `_DICT_VERSION_OFFSET` says (checked on
-    a probe dict: its count where expected, its tag new after each change); else tables are compared whole."""
-    if sys.implementation.name != "cpython" or sys.version_info[:2] != (3, 11):
-        return False
-    probe: dict[str, int] = {}
-    used = ctypes.c_ssize_t.from_address(id(probe) + _DICT_USED_OFFSET)
-    tag = ctypes.c_uint64.from_address(id(probe) + _DICT_VERSION_OFFSET)
-    seen = {tag.value}
-    for change in (lambda: probe.__setitem__("a", 1), lambda: probe.__setitem__("a", 2), probe.clear):
-        change()
-        if tag.value in seen or used.value != len(probe):
-            return False
-        seen.add(tag.value)
-    return True
-
-
-_VERSION_TAGS = _version_tags_work()
-
-
-def _version_tag(table: dict[str, Any]) -> ctypes.c_uint64 | None:
-    """A live view of `table`'s version tag (the table must outlive it), or None where tags are not read."""
-    return ctypes.c_uint64.from_address(id(table) + _DICT_VERSION_OFFSET) if _VERSION_TAGS else None
-
-
-class ModuleState:
-    """A fingerprint of the attribute tables generated code shares with every later call in its
-    worker: the `__dict__` of each loaded module of `modules` (allowed modules and their submodules),
-    of the sandbox's stub modules and of the restricted builtins table, plus the fields of
-    `decimal`'s template contexts. `changed()` after a call names what was rebound, added or
-    removed, and puts the recorded values back (the worker's own code, e.g. its reply's `json.dumps`,
-    meets clean modules until it is retired). Entries are compared by identity with the recorded
-    keys and values, which are kept alive. A table whose version tag (`_version_tag`) is unchanged
-    is skipped: the check costs a few microseconds, not a walk over every entry of every table."""
-
-    def __init__(self, modules: frozenset[str], extra: dict[str, dict[str, Any]]):
-        self.modules = modules
-        self.extra = extra
-        self._tables: list[tuple[str, dict[str, Any], tuple[str, ...], tuple[Any, ...]]] = []
-        self._tags: list[tuple[ctypes.c_uint64 | None, int]] = []  # per table: its live tag, the tag recorded
-        self._contexts: tuple[str, ...] = ()
-        self._module_count = 0
-        self.record()
-
-    def _decimal_contexts(self) -> tuple[str, ...]:
-        import decimal
-
-        return tuple(repr(c) for c in (decimal.DefaultContext, decimal.BasicContext, decimal.ExtendedContext))
-
-    def record(self) -> None:
-        """Take the current tables as the clean state."""
-        tables = {}
-        for name, module in list(sys.modules.items()):
-            if module is not None and name.split(".")[0] in self.modules:
-                tables[name] = module.__dict__
-        tables.update(self.extra)  # the stub `sqlite3` generated code imports, not the real one
-        self._tables = [(name, table, tuple(table), tuple(table.values())) for name, table in sorted(tables.items())]
-        self._tags = [self._tag(table) for _, table, _, _ in self._tables]
-        self._contexts = self._decimal_contexts()
-        self._module_count = len(sys.modules)
-
-    @staticmethod
-    def _tag(table: dict[str, Any]) -> tuple[ctypes.c_uint64 | None, int]:
-        tag = _version_tag(table)
-        return tag, tag.value if tag is not None else 0
-
-    def changed(self) -> list[str]:
-        """What was rebound since the clean state (`json.dumps`, `builtins.len`...), restored; [] if nothing."""
-        tags = self._tags
-        if _VERSION_TAGS and [tag.value for tag, _ in tags] == [then for _, then in tags]:
-            changed: list[str] = []  # no table changed (the common case), told without a walk over any table
-        else:
-            changed = self._changed_tables()
-        contexts = self._decimal_contexts()
-        if contexts != self._contexts:  # reported, not restored: the worker runs no decimal code of its own
-            labels = ("DefaultContext", "BasicContext", "ExtendedContext")
-            changed += [f"decimal.{label}" for label, now, then in zip(labels, contexts, self._contexts) if now != then]
-        if not changed and len(sys.modules) != self._module_count:
-            self.record()  # allowed modules imported during the call: clean, watched from now on
-        return changed
-
-    def _changed_tables(self) -> list[str]:
-        """The entries of tables that differ from the clean state, restored (see `changed`)."""
-        changed: list[str] = []
-        for index, (name, table, keys, values) in enumerate(self._tables):
-            tag, recorded_tag = self._tags[index]
-            if tag is not None and tag.value == recorded_tag:  # not changed since recorded (nor restored)
-                continue
-            # identity only (`operator.is_`, in C): no `__eq__` of generated code runs here, and not
-            # `id()`, whose audit event would call the guard's hook for every entry
-            if len(table) == len(keys) and all(map(is_, table, keys)) and all(map(is_, table.values(), values)):
-                self._tags[index] = self._tag(table)  # changed and changed back: the same entries
-                continue
-            recorded = dict(zip(keys, values, strict=True))
-            names = [k for k in keys if k not in table or table[k] is not recorded[k]]
-            names += [k for k in table if k not in recorded]
-            tampered = [
-                k
-                for k in names
-                if (name, k) not in _STDLIB_REBOUND
-                # a submodule of `name` imported during the call becomes its attribute
-                and not (k not in recorded and table.get(k) is not None and sys.modules.get(f"{name}.{k}") is table[k])
-            ]
-            if tampered:
-                changed += [f"{name}.{k}" for k in tampered]
-                table.clear()
-                table.update(recorded)
-            else:  # only the standard library's own rebinding: the new values are the clean state
-                self._tables[index] = (name, table, tuple(table), tuple(table.values()))
-            self._tags[index] = self._tag(table)
-        return changed
-
-
-def _limit_for(event: str) -> str:
-    for prefix, limit in _EVENT_LIMITS.items():
-        if event.startswith(prefix):
-            return limit
-    return "forbidden_operation"
-
-
-def _stand_in(real: type, refuse: Callable[[str], BaseException]) -> type:
-    """A class named like `real` (sqlite3.Connection, sqlite3.Cursor) for generated code: annotations,
-    `isinstance` and `issubclass` answer as for `real`, but making one (which would open a database or
-    reach the real class) is refused. The real class stays out of reach: it lives only in this closure."""
-
-    class StandInType(type):
-        def __instancecheck__(cls, obj: Any) -> bool:
-            return isinstance(obj, real)
-
-        def __subclasscheck__(cls, subclass: type) -> bool:
-            return isinstance(subclass, type) and issubclass(subclass, real)
-
-        def __call__(cls, *args: Any, **kwargs: Any) -> Any:
-            raise refuse(f"sqlite3.{real.__name__}(...) refused: tools get the episode's connection as an argument")
-
-    namespace = {"__module__": "sqlite3", "__qualname__": real.__name__, "__doc__": real.__doc__}
-    return StandInType(real.__name__, (), namespace)
-
-
 def _exact_path(path: Any) -> str | bytes:
     """`os.fspath(path)` as an exact `str` or `bytes`: a copy of a subclass's data, so that nothing
     generated code overrides (`startswith`, slicing, `__fspath__`) runs again on it."""
     value = os.fspath(path)
     return "".join([value]) if isinstance(value, str) else b"".join([value])
-
-
-def _stub_module(name: str, values: dict[str, Any]) -> types.ModuleType:
-    module = types.ModuleType(name)
-    module.__dict__.update(values)
-    return module
 
 
 class Guard:
@@ -389,31 +61,12 @@ class Guard:
         paths = ["stdlib", "platstdlib"] + (["purelib", "platlib"] if frameworks else [])
         self.read_roots = tuple(sorted({os.path.realpath(p) for p in (sysconfig.get_path(n) for n in paths) if p}))
         self._trusted = False  # set while the guard itself does what it refuses to generated code
-        self._stubs = {
-            RUNTIME_MODULE: _stub_module(RUNTIME_MODULE, {"ToolError": ToolError, "now": worldclock.now}),
-            "sqlite3": _stub_module(
-                "sqlite3",
-                {n: getattr(sqlite3, n) for n in _SQLITE_EXPORTS}
-                | {"connect": self._connect}
-                | {c.__name__: _stand_in(c, self._refuse_database) for c in (sqlite3.Connection, sqlite3.Cursor)},
-            ),
-        }
-        if frameworks:  # an app's `os`: path helpers and an empty environment that reports secret lookups
-            from worldsmith.runtime.sandbox.asgi import MonitoredEnviron
-
-            environ = MonitoredEnviron(self._refuse_secret)
-            self._stubs["os"] = _stub_module(
-                "os",
-                {
-                    "environ": environ,
-                    "getenv": environ.get,
-                    "path": os.path,
-                    "sep": os.sep,
-                    "linesep": os.linesep,
-                    "PathLike": os.PathLike,
-                    "fspath": os.fspath,
-                },
-            )
+        self._stubs = stub_modules(
+            connect=self._connect,
+            refuse_database=self._refuse_database,
+            refuse_secret=self._refuse_secret,
+            frameworks=frameworks,
+        )
         self.allowed_modules = APP_MODULES if frameworks else ALLOWED_MODULES
         # stdlib workers hand generated code read-only views of modules (`moduleview`), whose `datetime`
         # and `time` read the world's clock (`worldclock`); the web stack of ASGI workers needs the
@@ -427,7 +80,13 @@ class Guard:
                 worldclock.VIEW_OVERRIDES,
             )
         )
-        self.builtins = self._restricted_builtins()
+        self.builtins = restricted_builtins(
+            refusal=self.refuse,
+            stubs=self._stubs,
+            allowed_modules=self.allowed_modules,
+            views=self.views,
+            check_open=self._check_open,
+        )
         # what every call of generated code shares, recorded clean (made after the allowed modules
         # are imported, before any generated code runs) and checked after each call
         shared = {name: stub.__dict__ for name, stub in self._stubs.items()} | {"builtins": self.builtins}
@@ -542,24 +201,24 @@ class Guard:
         if self.frameworks:
             if event == "open":
                 self._check_open(args)
-            elif event.startswith(_FRAMEWORK_DENIED_PREFIXES):
-                raise self.refuse(_limit_for(event), f"{event}{self._describe(args)} refused")
+            elif event.startswith(auditpolicy.FRAMEWORK_DENIED_PREFIXES):
+                raise self.refuse(auditpolicy.limit_for(event), f"{event}{self._describe(args)} refused")
             return
         if event == "open":
             self._check_open(args)
         elif event == "import":
             top = str(args[0]).split(".")[0]
-            if top in _DENIED_IMPORTS:
+            if top in auditpolicy.DENIED_IMPORTS:
                 raise self.refuse("import", f"import of {args[0]!r} refused")
         elif event == "object.__getattr__":
             raise self.refuse("introspection", f"access to {args[1]!r} refused")
         elif event in ("object.__setattr__", "object.__delattr__"):
-            if str(args[1]) in _SENSITIVE_SETATTR:
+            if str(args[1]) in auditpolicy.SENSITIVE_SETATTR:
                 raise self.refuse("introspection", f"changing {args[1]!r} refused")
         elif event == "sys._getframe":
             return  # used internally by namedtuple/enum; generated code cannot import sys itself
-        elif event.startswith(_DENIED_EVENT_PREFIXES):
-            raise self.refuse(_limit_for(event), f"{event}{self._describe(args)} refused")
+        elif event.startswith(auditpolicy.DENIED_EVENT_PREFIXES):
+            raise self.refuse(auditpolicy.limit_for(event), f"{event}{self._describe(args)} refused")
 
     @staticmethod
     def _describe(args: tuple[Any, ...]) -> str:
@@ -587,62 +246,6 @@ class Guard:
         raise self.refuse(
             "filesystem", f"open({os.fsdecode(path)!r}, {'write' if writing else 'read'}) outside the episode refused"
         )
-
-    # -- restricted builtins -------------------------------------------------------------
-    def _restricted_builtins(self) -> dict[str, Any]:
-        allowed = {name: value for name, value in vars(builtins).items() if name not in FORBIDDEN_BUILTINS}
-        guard = self
-
-        def guarded_import(
-            name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0
-        ) -> Any:
-            if level:
-                raise guard.refuse("import", "relative imports refused")
-            if name in guard._stubs:
-                return guard._stubs[name]
-            if not fromlist and name.split(".")[0] in guard._stubs:  # `import os.path` binds the stand-in `os`
-                return guard._stubs[name.split(".")[0]]
-            if name == "worldsmith" and fromlist:
-                raise guard.refuse("import", f"import from {name!r} refused")
-            if name != RUNTIME_MODULE and name.split(".")[0] not in guard.allowed_modules:
-                raise guard.refuse("import", f"import of {name!r} refused (not on the allowlist)")
-            module = builtins.__import__(name, globals, locals, fromlist, level)
-            if guard.views is None or name == RUNTIME_MODULE:
-                return module
-            return guard.views.imported(module, name, fromlist)
-
-        def safe_getattr(obj: Any, name: str, *default: Any) -> Any:
-            if isinstance(name, str) and name.startswith("_"):
-                raise guard.refuse("introspection", f"getattr of private attribute {name!r} refused")
-            return getattr(obj, name, *default)
-
-        def safe_hasattr(obj: Any, name: str) -> bool:
-            return hasattr(obj, name) if not (isinstance(name, str) and name.startswith("_")) else False
-
-        def safe_setattr(obj: Any, name: str, value: Any) -> None:
-            if isinstance(name, str) and name.startswith("_"):
-                raise guard.refuse("introspection", f"setattr of private attribute {name!r} refused")
-            setattr(obj, name, value)
-
-        def episode_open(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
-            guard._check_open((file, mode, 0))  # refuses anything outside the episode's directory
-            return builtins.open(file, mode, *args, **kwargs)
-
-        def refusing(name: str) -> Any:
-            def refuse(*args: Any, **kwargs: Any) -> Any:
-                raise guard.refuse("forbidden_builtin", f"{name}() is not available to generated code")
-
-            return refuse
-
-        allowed.update({name: refusing(name) for name in FORBIDDEN_BUILTINS | {"super"}})
-        allowed.update(
-            __import__=guarded_import,
-            getattr=safe_getattr,
-            hasattr=safe_hasattr,
-            setattr=safe_setattr,
-            open=episode_open,
-        )
-        return allowed
 
     def namespace(self, name: str) -> dict[str, Any]:
         """A fresh module namespace for generated code."""
@@ -685,3 +288,9 @@ class Guard:
             signal.setitimer(signal.ITIMER_PROF, 0)
             self.active = False
             self.episode_dir = None
+
+
+#: The guard of this worker process: built by `worker.main` before it confines itself, installed before
+#: the first request, and read (as `guard.GUARD`, when it is needed) by the code that runs generated
+#: code and by the episode connections' transaction gate.
+GUARD: Guard

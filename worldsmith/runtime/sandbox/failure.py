@@ -1,0 +1,15 @@
+"""`Failure`: how the worker's code says an operation did not succeed. Stdlib only.
+
+Raised anywhere below a request (running generated code, an operation, a forked process's reply);
+the request loop (`worker.Worker.handle`) turns it into the reply's `status`, `error` and `limit`.
+"""
+
+from __future__ import annotations
+
+
+class Failure(Exception):
+    """An operation's outcome that is not a success: becomes the reply's status/error/limit."""
+
+    def __init__(self, status: str, error: str, limit: str | None = None):
+        super().__init__(error)
+        self.status, self.error, self.limit = status, error, limit
