@@ -54,6 +54,7 @@ from worldsmith.agent.loop import judged_verdict, system_prompt
 from worldsmith.agent.rewards import RewardMap
 from worldsmith.bundle.contract import Bundle, jsonschema_error
 from worldsmith.bundle.jsonvalues import TooDeep, check_nesting
+from worldsmith.errors import WorldsmithError
 from worldsmith.failures import UserFixable
 from worldsmith.models.bundle import TaskSpec
 from worldsmith.models.results import ToolResult
@@ -220,7 +221,7 @@ class LiveSession:
     ending: bool = False  # its DELETE came, or it was expired: nothing more is answered on the hot path
 
 
-class WorldUnavailable(Exception):
+class WorldUnavailable(WorldsmithError):
     """A world named to the gateway that cannot be served now; the message is one line saying why."""
 
 
