@@ -266,4 +266,3 @@ def test_the_checks_find_what_they_look_for(tmp_path: Path) -> None:
         "pkg.b.BError: its other bases are ['pkg.a.AError'], drawn as []",
         "Ghost is drawn in pkg.c, which defines no such class",
     ]
-
