@@ -138,3 +138,21 @@ def test_the_readme_example_runs_as_written(monkeypatch: pytest.MonkeyPatch, cap
     printed = capsys.readouterr().out.splitlines()
     assert printed[0].startswith("ok {'id': 2, 'order_item_id': 2, 'quantity': 1, ")
     assert printed[-1] == "complete"
+
+
+def test_open_bundle_takes_a_directory_or_a_catalog_reference(home: Path) -> None:
+    from worldsmith.storage.catalog import open_catalog
+    from worldsmith.storage.objectstore import configured_store
+    from worldsmith.storage.publish import publish
+
+    example = REPO / "examples" / "bundles" / "retail_store"
+    direct = worldsmith.open_bundle(example)
+    assert worldsmith.open_bundle(str(example)).key == direct.key
+    publish(direct, configured_store(), open_catalog())
+    for ref in ("retail_store", "retail_store@1"):
+        published = worldsmith.open_bundle(ref)
+        assert published.key == direct.key and published.root.is_relative_to(home / "cache" / "bundles")
+    with pytest.raises(worldsmith.CatalogError, match="retail_store@2"):
+        worldsmith.open_bundle("retail_store@2")
+    with pytest.raises(worldsmith.BundleError):  # a path is never looked up in the catalog
+        worldsmith.open_bundle("examples/bundles/no_such_world")
