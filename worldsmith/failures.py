@@ -4,8 +4,10 @@ CLI's one handler (cli/console.AnsweringGroup through runtime/answers.answer) wi
 
 from __future__ import annotations
 
+from worldsmith.errors import WorldsmithError
 
-class UserFixable(Exception):
+
+class UserFixable(WorldsmithError):
     """An expected failure whose message states its own fix; `exit_code` 2 (bad input) or 1 (a failure)."""
 
     exit_code: int = 2

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from worldsmith.errors import WorldsmithError
+
 
 @dataclass(frozen=True)
 class BundleIssue:
@@ -22,7 +24,7 @@ class BundleIssue:
         return text
 
 
-class BundleError(ValueError):
+class BundleError(WorldsmithError, ValueError):
     """A bundle that cannot be used; `issues` lists every defect found."""
 
     def __init__(self, issues: list[BundleIssue]):

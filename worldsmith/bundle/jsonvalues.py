@@ -12,6 +12,8 @@ import json
 import sqlite3
 from typing import Any
 
+from worldsmith.errors import WorldsmithError
+
 
 def json_default(value: Any) -> Any:
     """`json.dumps`'s `default`: a sqlite3.Row as a dict, a set as a list sorted by repr, bytes as
@@ -38,7 +40,7 @@ MAX_NESTING = 100
 _CONTAINERS = (list, tuple, dict, set, frozenset)
 
 
-class TooDeep(ValueError):
+class TooDeep(WorldsmithError, ValueError):
     """A value nested deeper than `MAX_NESTING`."""
 
 

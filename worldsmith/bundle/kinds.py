@@ -28,13 +28,14 @@ from typing import Any, ClassVar, Protocol
 from worldsmith.bundle.asgiapp import check_app_source, compile_app
 from worldsmith.bundle.codepolicy import check_source
 from worldsmith.bundle.jsonvalues import json_text
+from worldsmith.errors import WorldsmithError
 from worldsmith.models.verdict import VERIFIER_VERDICTS, Verdict
 
 #: A tool as the worker calls it: with the call's arguments, on the episode it was opened for.
 Tool = Callable[[dict[str, Any]], Any]
 
 
-class EnvFault(Exception):
+class EnvFault(WorldsmithError):
     """The environment's code breaks its kind's contract (a tool or verifier missing, a verifier's
     answer of the wrong shape): the operation fails as an env_error saying why."""
 

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from worldsmith.errors import WorldsmithError
+
 _FIRST_WORD = re.compile(r"^\s*(?:(?:--[^\n]*\n)|(?:/\*.*?\*/)|\s)*([A-Za-z]+)", re.DOTALL)
 
 #: PRAGMAs tools and verifiers may run (read-only introspection).
@@ -53,7 +55,9 @@ class Statement:
         return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-class IncompleteStatement(ValueError):
+class IncompleteStatement(WorldsmithError, ValueError):
+    """A script that ends inside a statement; `line` is where that statement starts."""
+
     def __init__(self, line: int):
         self.line = line
         super().__init__(f"unterminated statement starting at line {line} (missing ';'?)")

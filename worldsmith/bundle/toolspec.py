@@ -12,6 +12,7 @@ from typing import Any
 
 from worldsmith.bundle.codepolicy import parse_source
 from worldsmith.bundle.errors import BundleIssue
+from worldsmith.errors import WorldsmithError
 
 FILE = "tools.py"
 _SECTION = re.compile(r"^\s*(Args|Arguments|Parameters|Returns|Return|Raises|Yields|Examples?|Notes?):\s*$")
@@ -28,12 +29,12 @@ _SCALARS = {
 }
 
 
-class _Unsupported(ValueError):
-    pass
+class UnsupportedAnnotation(WorldsmithError, ValueError):
+    """A type annotation no JSON Schema is written for; the message is the annotation's source."""
 
 
 def annotation_schema(node: ast.expr) -> dict[str, Any]:
-    """JSON Schema of a type annotation written as an AST."""
+    """JSON Schema of a type annotation written as an AST; UnsupportedAnnotation for one it cannot express."""
     if isinstance(node, ast.Constant) and node.value is None:
         return {"type": "null"}
     if isinstance(node, ast.Constant) and isinstance(node.value, str):  # string annotation
@@ -65,7 +66,7 @@ def annotation_schema(node: ast.expr) -> dict[str, Any]:
                     kinds.pop(), "string"
                 )
             return schema
-    raise _Unsupported(ast.unparse(node))
+    raise UnsupportedAnnotation(ast.unparse(node))
 
 
 def _union(members: list[ast.expr]) -> dict[str, Any]:
@@ -161,7 +162,7 @@ def derive_tool_schemas(source: str) -> tuple[list[dict[str, Any]], list[BundleI
                 continue
             try:
                 schema = annotation_schema(arg.annotation)
-            except (_Unsupported, ValueError, SyntaxError) as exc:
+            except (UnsupportedAnnotation, ValueError, SyntaxError) as exc:
                 issues.append(
                     BundleIssue(
                         FILE, f"tool {name!r}: argument {arg.arg!r} has an unsupported type annotation {exc}", line

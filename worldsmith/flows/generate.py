@@ -44,6 +44,7 @@ from prefect.states import Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 from sqlmodel import select
 
+from worldsmith.errors import WorldsmithError
 from worldsmith.flows.links import dashboard_link
 from worldsmith.flows.records import current_flow_run_id
 from worldsmith.flows.run_names import named_after
@@ -93,7 +94,7 @@ GOOD_OUTCOMES = ("good", "duplicate")
 PUBLISH_STAGE = "publish"
 
 
-class TooFewGoodWorlds(Exception):
+class TooFewGoodWorlds(WorldsmithError):
     """A run whose share of good worlds is below its `min_good_share`: the flow ends Failed with this
     one-line message; `results` are the run's world summaries."""
 

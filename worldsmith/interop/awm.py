@@ -31,6 +31,7 @@ from worldsmith.bundle.errors import BundleError
 from worldsmith.bundle.kinds import APP_TOOLS, RELEASE_CODE_VERIFIERS, RELEASE_SQL_VERIFIERS, VerifiersKind
 from worldsmith.bundle.loader import build_bundle, tools_json_bytes
 from worldsmith.bundle.sqlscript import SqlBudget, Statement, bounded_connection, snapshot, split_statements
+from worldsmith.errors import WorldsmithError
 from worldsmith.models.bundle import ENV_ID_PATTERN
 from worldsmith.runtime.episode import Runtime
 from worldsmith.runtime.errors import RuntimeFault
@@ -54,7 +55,7 @@ VERIFIERS_KIND_BY_MODE: dict[str, VerifiersKind] = {"sql": RELEASE_SQL_VERIFIERS
 SOLUTIONS_FILE = "solutions.json"
 
 
-class AwmFormatError(ValueError):
+class AwmFormatError(WorldsmithError, ValueError):
     """A release directory that cannot be read: the message names the file, the line and the problem."""
 
 

@@ -13,8 +13,10 @@ same way) and stops the whole run instead of failing one world.
 
 from __future__ import annotations
 
+from worldsmith.errors import WorldsmithError
 
-class GenerationFault(Exception):
+
+class GenerationFault(WorldsmithError):
     """A generator call that produced nothing usable. `kind` names why; `text` is the raw output
     (if any), fed back to the model in the next attempt of the stage's repair loop."""
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from worldsmith.errors import WorldsmithError
 from worldsmith.llm.backend import Generation, Generator, Prompt, Spec, Usage, decode
 from worldsmith.llm.errors import GenerationFault, OutputFault, TransientFault
 
@@ -39,7 +40,7 @@ GENERATION_PARAMETERS = ("temperature", "max_tokens", "seed", "fault_rate")
 REPLAY_PREFIX = "replay:"
 
 
-class RecordingNotFound(ValueError):
+class RecordingNotFound(WorldsmithError, ValueError):
     """A `replay:DIR` whose directory does not exist or holds no recording."""
 
 

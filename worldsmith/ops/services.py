@@ -18,8 +18,10 @@ from pathlib import Path
 
 import psutil
 
+from worldsmith.errors import WorldsmithError
 
-class ServiceError(RuntimeError):
+
+class ServiceError(WorldsmithError, RuntimeError):
     """A service did not start or stop."""
 
 

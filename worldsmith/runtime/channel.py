@@ -20,6 +20,7 @@ import threading
 import time
 from typing import Any
 
+from worldsmith.errors import WorldsmithError
 from worldsmith.runtime.sandbox.protocol import (
     MAX_ERROR_CHARS,
     RUNTIME_FIELDS,
@@ -34,7 +35,7 @@ from worldsmith.runtime.sandbox.protocol import (
 )
 
 
-class ChannelBroken(Exception):
+class ChannelBroken(WorldsmithError):
     """A request on a direct channel that got no acceptable reply. `limit`: timeout, crash or protocol
     (`detail` says what broke); `delivered` False when the request never reached the process."""
 

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+from worldsmith.errors import WorldsmithError
 
-class ToolError(Exception):
+
+class ToolError(WorldsmithError):
     """A business-rule refusal raised by a tool ("order 7 is already shipped").
 
     It reaches the agent as a tool error; any other exception from a tool is an env_error.
     """
 
 
-class RuntimeFault(RuntimeError):
+class RuntimeFault(WorldsmithError, RuntimeError):
     """The runtime could not do what was asked (episode closed, unknown task, ...)."""
 
 
-class WorkerLost(RuntimeError):
+class WorkerLost(WorldsmithError, RuntimeError):
     """A sandbox worker died or was retired. `in_flight` is True when the lost request was
     executing (it may have had effects); False when it never started."""
 

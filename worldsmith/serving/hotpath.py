@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
 from worldsmith.bundle.jsonvalues import TooDeep, check_nesting
+from worldsmith.errors import WorldsmithError
 
 #: The header naming a session (bytes, as ASGI carries headers).
 SESSION_HEADER = MCP_SESSION_ID_HEADER.encode()
@@ -53,7 +54,7 @@ def answerable_headers(scope: Scope) -> bool:
     return has_json
 
 
-class BodyTooLarge(Exception):
+class BodyTooLarge(WorldsmithError):
     """A request body past the size `read_body` was given."""
 
 

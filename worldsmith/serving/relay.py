@@ -21,6 +21,7 @@ from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
+from worldsmith.errors import WorldsmithError
 from worldsmith.serving import hotpath
 
 #: Headers of one hop (RFC 9110 7.6.1): not relayed either way.
@@ -35,7 +36,7 @@ _CHUNK = 65536
 _KEPT = 64  # idle connections kept per owner
 
 
-class OwnerGone(Exception):
+class OwnerGone(WorldsmithError):
     """The owner's socket cannot be reached (the process is gone, or was never there)."""
 
 

@@ -17,11 +17,12 @@ from mcp.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
 from worldsmith.bundle.contract import Bundle
+from worldsmith.errors import WorldsmithError
 from worldsmith.runtime.episode import Runtime
 from worldsmith.serving.mcp_tools import mcp_tools, observe, output_shapes
 
 
-class WorldUnavailable(Exception):
+class WorldUnavailable(WorldsmithError):
     """A world named to the gateway that cannot be served now; the message is one line saying why."""
 
 

@@ -13,6 +13,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel
 
+from worldsmith.errors import WorldsmithError
 from worldsmith.llm.backend import Generator, Prompt, Usage
 from worldsmith.llm.errors import GenerationFault, OutputFault, TransientFault
 from worldsmith.stages.attempts import AttemptLog
@@ -22,7 +23,7 @@ Result = TypeVar("Result")
 FEEDBACK_CHARS = 4000
 
 
-class CheckFailed(Exception):
+class CheckFailed(WorldsmithError):
     """What the stage wrote did not survive execution; `kind` classifies it (sql_error, tool_crash...)."""
 
     def __init__(self, kind: str, message: str):
@@ -30,7 +31,7 @@ class CheckFailed(Exception):
         self.kind = kind
 
 
-class StageFailed(Exception):
+class StageFailed(WorldsmithError):
     """A stage ran out of attempts (or met a fault no attempt can repair); the environment is failed with
     this reason. `error_class` is the last attempt's class."""
 

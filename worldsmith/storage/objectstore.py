@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urlparse
 
+from worldsmith.errors import WorldsmithError
 from worldsmith.failures import UserFixable
 
 CHUNK = 1 << 20
 DIGEST_PREFIX = "sha256:"
 
 
-class ObjectMissing(KeyError):
+class ObjectMissing(WorldsmithError, KeyError):
     """No object with that digest in the store."""
 
 
@@ -39,7 +40,7 @@ class StoreUnavailable(UserFixable):
 _MISSING_CODES = ("404", "NoSuchKey", "NotFound")
 
 
-class ObjectCorrupted(ValueError):
+class ObjectCorrupted(WorldsmithError, ValueError):
     """An object's content does not match its digest."""
 
 

@@ -23,6 +23,7 @@ from sqlmodel import Session, func, select
 
 from worldsmith.bundle.contract import MANIFEST, Bundle, artifact_digest, sha256_hex
 from worldsmith.bundle.loader import load_bundle, manifest_bytes
+from worldsmith.errors import WorldsmithError
 from worldsmith.models.bundle import Manifest
 from worldsmith.models.catalog import Artifact, Environment, EnvironmentVersion, QualityReport
 from worldsmith.models.quality import QualityCheck
@@ -30,7 +31,7 @@ from worldsmith.storage.catalog import Catalog
 from worldsmith.storage.objectstore import ObjectStore
 
 
-class CatalogError(LookupError):
+class CatalogError(WorldsmithError, LookupError):
     """A reference that names nothing in the catalog, or a request the catalog refuses."""
 
 

@@ -39,6 +39,7 @@ import openai
 from worldsmith.agent.judge import VERIFIER_TO_RULING, _clip, majority, parse_vote, transcript
 from worldsmith.agent.loop import Trajectory
 from worldsmith.agent.rewards import RewardMap
+from worldsmith.errors import WorldsmithError
 from worldsmith.llm.prompts import render
 from worldsmith.models.bundle import TaskSpec
 from worldsmith.training.config import JudgeConfig, TrainingConfig
@@ -47,7 +48,7 @@ UNJUDGED = ("format_error", "env_error", "agent_error")  # settled before any ju
 _FATAL_STATUS = (401, 403, 404)
 
 
-class JudgeUnavailable(RuntimeError):
+class JudgeUnavailable(WorldsmithError, RuntimeError):
     """The judge's endpoint refuses this configuration (key, model): the run cannot get a judged reward."""
 
 

@@ -20,6 +20,7 @@ import struct
 import time
 from typing import Any, BinaryIO
 
+from worldsmith.errors import WorldsmithError
 from worldsmith.models.verdict import Verdict
 
 _LEN = struct.Struct(">I")
@@ -35,15 +36,15 @@ _CHUNK = 1 << 20
 MAX_ERROR_CHARS = 64 * 1024
 
 
-class ProtocolClosed(EOFError):
+class ProtocolClosed(WorldsmithError, EOFError):
     """The other side closed the pipe."""
 
 
-class ProtocolTimeout(TimeoutError):
+class ProtocolTimeout(WorldsmithError, TimeoutError):
     """No complete frame arrived before the deadline."""
 
 
-class ProtocolViolation(ValueError):
+class ProtocolViolation(WorldsmithError, ValueError):
     """The other side sent a frame that breaks the framing or its size limits; the stream cannot be
     trusted any more (the sender is to be stopped)."""
 
