@@ -22,7 +22,7 @@ ROOT = "worldsmith.errors.WorldsmithError"
 OUTSIDE: dict[str, str] = {
     "worldsmith.runtime.sandbox.guard.SandboxViolation": "a BaseException, so that generated code's "
     "`except Exception` cannot swallow it; it never leaves the sandbox worker",
-    "worldsmith.runtime.sandbox.worker.Failure": "the worker's outcome of an operation, sent as its reply; "
+    "worldsmith.runtime.sandbox.failure.Failure": "the worker's outcome of an operation, sent as its reply; "
     "it never leaves the worker process",
     "worldsmith.quality.deep_probes._Stopped": "private control flow, raised and caught in its module",
 }
