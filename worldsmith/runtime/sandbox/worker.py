@@ -1,6 +1,6 @@
 """The sandbox worker process: its entry point and its request loop. Stdlib only.
 
-Started by `worldsmith.runtime.pool` as `python -I -S -B -c ...` with a scrubbed environment (workers of
+Started by `worldsmith.runtime.worker_launch` as `python -I -S -B -c ...` with a scrubbed environment (workers of
 ASGI environments without `-S`: they import the web stack from site-packages before confining themselves).
 `main` loads the modules generated code may use, confines itself (kernel layers, then the Python
 guard), says hello, and then `Worker.serve` answers one request at a time over stdin/stdout frames.
