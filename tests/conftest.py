@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from pathlib import Path
 
@@ -14,38 +13,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # imported; import it now, so that moment is not inside a CliRunner whose stream later flows find closed.
 import prefect.main  # noqa: F401
 import pytest
+from support.limits import PATIENT_LIMITS
+from support.paths import GOLDEN, REPO
 
-from worldsmith.bundle.contract import Bundle, artifact_digest
-from worldsmith.bundle.loader import build_bundle, load_bundle
-from worldsmith.models.bundle import ToolSchema
+from worldsmith.bundle.contract import Bundle
+from worldsmith.bundle.loader import load_bundle
 from worldsmith.runtime.episode import Runtime
-from worldsmith.runtime.pool import SandboxLimits
 
-REPO = Path(__file__).resolve().parent.parent
-GOLDEN = REPO / "examples" / "bundles" / "retail_store"
-
-#: Tight limits so hostile tests finish quickly.
-FAST_LIMITS = SandboxLimits(call_timeout_s=2.0, cpu_s=1.0, memory_mb=512, file_size_mb=1, grace_s=2.0)
-#: FAST_LIMITS with time limits that no well-behaved tool or verifier call comes near however busy
-#: the machine is: a call of milliseconds is never turned into a timeout by load.
-PATIENT_LIMITS = dataclasses.replace(FAST_LIMITS, call_timeout_s=60.0, cpu_s=30.0)
-#: The sandbox's isolation modes (docs/security.md): hostile tests run in each.
-ISOLATIONS = ("strict", "fast")
-
-
-def isolated(limits: SandboxLimits, mode: str) -> SandboxLimits:
-    return dataclasses.replace(limits, isolation=mode)
-
-
-def code_process(episode) -> int | None:
-    """The pid of the process that runs `episode`'s tool code now: under strict isolation its own
-    process (None until its next call when it has none), under fast isolation its worker (None once
-    the worker is gone)."""
-    worker = episode._worker
-    if worker.limits.isolation == "fast":
-        return worker.pid if worker.alive else None
-    reply, _ = worker.request({"op": "ping"}, timeout=30)
-    return reply["processes"].get(episode.id)
+pytest_plugins = ["support.tiers"]
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -117,69 +92,6 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory, golden: Bundle) -> Path
     )
 
 
-def killed_after(call: str, times: int = 1) -> dict[str, str]:
-    """Environment variables for a child process that SIGKILLs itself (with its process group, when
-    it leads one) right after the `times`-th call of `call` ("module:function") has returned: a
-    kill at the same point of the work however fast or busy the machine (tests/kill_after_call)."""
-    path = [str(REPO / "tests" / "kill_after_call"), *filter(None, [os.environ.get("PYTHONPATH")])]
-    return {"PYTHONPATH": os.pathsep.join(path), "WORLDSMITH_TEST_KILL_AFTER": f"{call}:{times}"}
-
-
-def with_tools(bundle: Bundle, source: str, names: list[str]) -> Bundle:
-    """`bundle` with `source` appended to tools.py and `names` exposed as argument-less tools.
-
-    Built directly, without the loader's static checks, so the run-time layers are what is tested.
-    """
-    files = dict(bundle.files)
-    files["tools.py"] = bundle.files["tools.py"] + b"\n\n" + source.encode()
-    artifacts = dict(bundle.manifest.artifacts, **{"tools.py": artifact_digest(files["tools.py"])})
-    extra = [
-        ToolSchema(name=n, description=f"test tool {n}", parameters={"type": "object", "properties": {}}) for n in names
-    ]
-    return Bundle(
-        manifest=bundle.manifest.model_copy(update={"artifacts": artifacts}),
-        files=files,
-        tasks=bundle.tasks,
-        tools=bundle.tools + tuple(extra),
-    )
-
-
-def narrowed(bundle: Bundle, task_ids: tuple[str, ...]) -> Bundle:
-    """`bundle` with only the tasks `task_ids` and the tools their reference solutions call (the
-    other public functions of tools.py cut from its syntax tree), rebuilt by the loader, so it
-    passes every check and publishes as it is."""
-    import ast
-    import json
-
-    tasks = [bundle.task(t) for t in task_ids]
-    used = {s.tool for t in tasks for s in t.solution}
-    source = bundle.text("tools.py")
-    kept = [
-        ast.get_source_segment(source, node)
-        for node in ast.parse(source).body
-        if not isinstance(node, ast.FunctionDef) or node.name in used or node.name.startswith("_")
-    ]
-    sources = {name: bundle.files[name] for name in ("schema.sql", "seed.sql", "verifiers.py")}
-    sources["tools.py"] = "\n\n\n".join(kept) + "\n"
-    sources["tasks.jsonl"] = "".join(json.dumps(t.model_dump(mode="json")) + "\n" for t in tasks)
-    return build_bundle(sources, {"env_id": bundle.env_id, "scenario": bundle.manifest.scenario.model_dump()})
-
-
-def published_set(name: str, bundles: list[Bundle], validation_fraction: float) -> str:
-    """Publish `bundles` to the current WORLDSMITH_HOME's store and catalog and make set `name` of them."""
-    from worldsmith.settings import get_settings
-    from worldsmith.storage.catalog import open_catalog
-    from worldsmith.storage.objectstore import open_store
-    from worldsmith.storage.publish import publish
-    from worldsmith.storage.sets import SetQuery, create_set
-
-    store, catalog = open_store(get_settings().resolved_store_url()), open_catalog()
-    for bundle in bundles:
-        publish(bundle, store, catalog)
-    create_set(catalog, name, SetQuery(validation_fraction=validation_fraction))
-    return name
-
-
 # -- storage backends ---------------------------------------------------------------------------
 
 
@@ -231,7 +143,7 @@ def postgres_url() -> str:
         subprocess.run([str(REPO / "scripts" / "test-postgres.sh"), "stop", started], check=False)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.sandbox)])
 def catalog(request: pytest.FixtureRequest, tmp_path: Path):
     """An empty catalog on each database the catalog supports."""
     from sqlalchemy import text

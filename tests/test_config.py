@@ -14,13 +14,14 @@ import uuid
 from pathlib import Path
 
 import pytest
+from support.paths import REPO as REPO
 from typer.testing import CliRunner
 
 from worldsmith.cli import app
 from worldsmith.failures import UserFixable
 from worldsmith.settings import NOT_SETTINGS, NOT_SETTINGS_PREFIXES, ConfigFile, Settings, env_name, get_settings
 
-REPO = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.unit
 #: The misspelling the docs show being refused.
 MISSPELT = "WORLDSMITH_LLM_MODLE"
 
@@ -212,6 +213,7 @@ def test_the_key_from_the_higher_source_wins_over_a_block(place, monkeypatch):
     assert "llm_api_key (env WORLDSMITH_LLM_API_KEY) and llm_api_key_block" in line and "keep one" in line
 
 
+@pytest.mark.flow
 def test_the_model_key_from_a_prefect_secret_block(place, monkeypatch, prefect_api):
     name = f"ws-key-{uuid.uuid4().hex[:8]}"
     assert "is not a block name" in _one_line(invoke("config", "set-secret", "Bad_Name", input="sk-x\n"))
@@ -248,6 +250,7 @@ def test_a_new_default_home_is_announced_once(place, monkeypatch):
     assert named.exit_code == 0 and "created a new" not in named.output and (place / "named").is_dir()
 
 
+@pytest.mark.sandbox
 def test_a_child_process_elsewhere_reads_the_same_file_and_profile(place, monkeypatch):
     """What a worker started from here needs (ConfigFile.environment) to use this directory's worldsmith.toml."""
     (place / "worldsmith.toml").write_text(CONFIG)
@@ -267,6 +270,7 @@ def test_a_child_process_elsewhere_reads_the_same_file_and_profile(place, monkey
     assert child.stdout.split() == ["gpu-model", str(place / "state")]
 
 
+@pytest.mark.sandbox
 def test_a_secret_block_without_a_prefect_server_is_one_line(place):
     """Without PREFECT_API_URL (nor a running stack) there is nowhere to keep a block that workers can read."""
     env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}

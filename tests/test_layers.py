@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.unit
+
 PACKAGE = Path(__file__).resolve().parent.parent / "worldsmith"
 
 #: Packages (and top-level modules) of worldsmith by layer, lowest first; a module may import its

@@ -1,0 +1,273 @@
+"""Adversarial trajectories against the golden bundle and procedural worlds; the side-effect guard."""
+
+from __future__ import annotations
+
+import pytest
+
+from worldsmith.agent.adversarial import probes_for, rates, run_probes
+from worldsmith.agent.footprint import Footprint
+from worldsmith.agent.loop import EpisodeConfig, run_episode
+from worldsmith.agent.policies import ScriptPolicy
+from worldsmith.llm.procedural.backend import procedural_bundle
+from worldsmith.models.results import DbDiff
+
+pytestmark = pytest.mark.sandbox
+
+
+def test_golden_bundle_has_no_false_positive_or_negative(runtime, golden):
+    probes = run_probes(runtime, golden)
+    report = rates(probes)
+    assert report["false_positives"] == [] and report["false_negatives"] == []
+    kinds = {p.kind for p in probes}
+    assert kinds == {"reference", "nothing", "claim", "wrong_entity", "side_effect", "half", "answer_variant"}
+    halves = {p.task_id: p.verdict for p in probes if p.kind == "half"}
+    assert halves["t03_cancel_and_readdress"] == "partial" and len(halves) >= 5  # every multi-change task has a half
+
+
+@pytest.mark.parametrize("domain", ["retail", "clinic", "banking"])
+def test_procedural_worlds_have_no_false_positive_or_negative(runtime, domain):
+    report = rates(run_probes(runtime, procedural_bundle(domain, 5)))
+    assert report["false_positive_rate"] == 0.0 and report["false_negative_rate"] == 0.0, report
+    assert report["by_kind"]["side_effect"]["n"] == 10 and report["by_kind"]["half"]["verdicts"] == {
+        "partial": report["by_kind"]["half"]["n"]
+    }
+
+
+def test_without_the_guard_side_effects_pass_the_verifiers(runtime, golden):
+    """The baseline the guard improves on: task verifiers check the asked-for change, not the rest."""
+    report = rates(run_probes(runtime, golden, guard=False))
+    assert report["false_positives"] and all(fp.endswith("/side_effect") for fp in report["false_positives"])
+
+
+def test_side_effect_is_named_in_the_evidence(runtime, golden):
+    task = golden.task("t04_return_headphones")
+    _probe, policy = next((p, pol) for p, pol in probes_for(runtime, golden, task) if p.kind == "side_effect")
+    trajectory = run_episode(runtime, golden, task, policy)
+    assert trajectory.verdict == "partial" and trajectory.reward == 0.1
+    assert trajectory.evidence["side_effects"] and all(isinstance(s, str) for s in trajectory.evidence["side_effects"])
+    unguarded = run_episode(runtime, golden, task, policy, EpisodeConfig(side_effects=False))
+    assert unguarded.verdict == "complete" and "side_effects" not in unguarded.evidence
+
+
+def test_a_read_only_task_with_a_write_is_not_complete(runtime, golden):
+    task = golden.task("t07_cheapest_audio")
+    policy = ScriptPolicy(
+        "writer",
+        [("search_products", {"category": "audio"}), ("update_customer_email", {"customer_id": 3, "email": "x@y.z"})],
+        task.answer,
+    )
+    trajectory = run_episode(runtime, golden, task, policy)
+    assert trajectory.verdict == "partial"  # the task's verifier notices the changed table itself here
+
+
+@pytest.mark.unit
+def test_footprint_compares_cells_rows_and_insert_counts():
+    reference = DbDiff.model_validate(
+        {
+            "tables": {
+                "orders": {
+                    "updated": [
+                        {
+                            "key": {"id": 1},
+                            "before": {"id": 1, "status": "paid", "note": ""},
+                            "after": {"id": 1, "status": "shipped", "note": ""},
+                        }
+                    ],
+                    "inserted": [{"id": 9}],
+                }
+            }
+        }
+    )
+    footprint = Footprint.of(reference)
+    assert footprint.overreach(reference) == []
+    other_column = DbDiff.model_validate(
+        {
+            "tables": {
+                "orders": {
+                    "updated": [
+                        {
+                            "key": {"id": 1},
+                            "before": {"id": 1, "status": "paid", "note": ""},
+                            "after": {"id": 1, "status": "shipped", "note": "x"},
+                        }
+                    ]
+                }
+            }
+        }
+    )
+    assert footprint.overreach(other_column) == ["orders row {\"id\": 1} column 'note' changed"]
+    more_rows = DbDiff.model_validate(
+        {"tables": {"orders": {"inserted": [{"id": 9}, {"id": 10}]}, "audit": {"deleted": [{"id": 3}]}}}
+    )
+    assert footprint.overreach(more_rows) == [
+        'audit row {"id": 3} deleted',
+        "2 row(s) inserted into orders (the task needs 1)",
+    ]
+
+
+def test_a_task_without_a_reference_solution_gets_the_verifiers_verdict(runtime, golden):
+    """No footprint to compare with: the guard stays out, and the evidence says so."""
+    task = golden.task("t04_return_headphones")
+    _probe, policy = next((p, pol) for p, pol in probes_for(runtime, golden, task) if p.kind == "side_effect")
+    bare = task.model_copy(update={"solution": []})
+    trajectory = run_episode(runtime, golden, bare, ScriptPolicy("extra", policy.calls, policy.answer))
+    assert trajectory.verdict == "complete" and trajectory.reward == 1.0
+    assert "no reference solution" in trajectory.evidence["side_effect_guard"]
+    assert "side_effects" not in trajectory.evidence
+
+
+def test_imported_tasks_without_solutions_are_judged_by_their_verifiers(runtime, tmp_path):
+    """The AWM release ships no solutions.json: a correct write must not be turned into partial."""
+    import json
+    import shutil
+
+    from support.paths import REPO
+
+    from worldsmith.interop.awm import SOLUTIONS_FILE, import_scenario, read_release
+
+    sample = REPO / "tests" / "data" / "awm_format_sample"
+    release = tmp_path / "release"
+    shutil.copytree(sample, release, ignore=shutil.ignore_patterns(SOLUTIONS_FILE))
+    (scenario,) = read_release(release)
+    bundle = import_scenario(scenario, runtime, "code").bundle
+    assert bundle is not None and all(not t.solution for t in bundle.tasks)
+    solved = {s["task_idx"]: s for s in json.loads((sample / SOLUTIONS_FILE).read_text())["solutions"]}
+    checked = 0
+    for index, task in enumerate(bundle.tasks):
+        known = solved.get(index)
+        if known is None or not any(c["operation_id"] in {"cancel_hold", "place_hold"} for c in known["calls"]):
+            continue
+        calls = [(c["operation_id"], c["arguments"]) for c in known["calls"]]
+        trajectory = run_episode(
+            runtime, bundle, task, ScriptPolicy("correct", calls, known["final_answer"] or "Done.")
+        )
+        assert trajectory.verdict == "complete" and trajectory.reward == 1.0, (task.id, trajectory.evidence)
+        assert "no reference solution" in trajectory.evidence["side_effect_guard"]
+        checked += 1
+    assert checked >= 2  # writes among the imported tasks, each judged by its verifier alone
+
+
+@pytest.mark.unit
+def test_the_guard_is_switchable_in_evaluate_and_train_parameters():
+    from worldsmith.flows.evaluate import EvaluateParameters
+    from worldsmith.training.config import TrainingConfig
+
+    assert EvaluateParameters(set_name="s").side_effects is True
+    assert EvaluateParameters(set_name="s", side_effects=False).side_effects is False
+    assert TrainingConfig(model="tiny", set_name="s", side_effects=False).side_effects is False
+    for model in (EvaluateParameters, TrainingConfig):
+        assert model.model_json_schema()["properties"]["side_effects"]["description"]  # the Prefect form explains it
+
+
+# -- verifier false negatives: correct answers worded otherwise (issue 21) --------------------------------------
+
+
+@pytest.mark.unit
+def test_answer_variants_say_the_same_thing_otherwise():
+    from worldsmith.agent.answer_variants import answer_variants, formatted, list_items
+
+    assert formatted("1250") == "1,250" and formatted("$1250.00") == "1,250.00 USD" and formatted("12.50") == "$12.50"
+    assert formatted("due 2026-03-05") == "due March 5, 2026" and formatted("account 39603062") == "account 39603062"
+    assert formatted("SP-4100") == "SP-4100"  # a code, not a quantity
+    for answer in ("1250", "SP-410", "KB-101, MS-220, WC-900", "2026-03-05", None):
+        variants = dict(answer_variants(answer))
+        assert {"reworded", "extra_context", "excluded"} <= set(variants)
+        assert answer not in variants.values() and len(set(variants.values())) == len(variants)
+        assert "left out" in variants["excluded"]
+    listed = dict(answer_variants("KB-101, MS-220, WC-900"))
+    assert listed["list_bulleted"].splitlines()[1:] == ["* WC-900", "* MS-220", "* KB-101"]
+    assert listed["list_reordered"] == "WC-900, MS-220 and KB-101"
+    assert list_items("Order 1004 was shipped. It arrives soon.") == []
+
+
+def _with_verifiers(bundle, verifiers_py: str):
+    from worldsmith.bundle.loader import build_bundle
+
+    sources = {name: bundle.files[name] for name in ("schema.sql", "seed.sql", "tools.py", "tasks.jsonl")}
+    sources["verifiers.py"] = verifiers_py
+    return build_bundle(sources, {"env_id": bundle.env_id, "scenario": bundle.manifest.scenario.model_dump()})
+
+
+def test_an_over_strict_answer_check_is_a_false_negative(runtime, golden):
+    """The issue's miss: an agent's correct answer judged partial by a verifier that compares text exactly."""
+    from worldsmith.agent.adversarial import answer_variant_failures
+
+    assert answer_variant_failures(runtime, golden) == []
+    loose = 'said = str(balance) in (answer or "").replace(",", "")'
+    source = golden.text("verifiers.py")
+    assert loose in source
+    strict = _with_verifiers(golden, source.replace(loose, 'said = (answer or "").strip() == str(balance)'))
+    failed = answer_variant_failures(runtime, strict)
+    assert failed and {p.task_id for p in failed} == {"t01_points_balance"}
+    assert {"reworded", "formatted", "excluded"} <= {p.variant for p in failed}
+    from support.bundles import narrowed
+
+    report = rates(run_probes(runtime, narrowed(strict, ("t01_points_balance",))))
+    assert report["answer_variant_false_negative_rate"] > 0 and report["false_positive_rate"] == 0.0
+    assert any(line.startswith("retail_store/t01_points_balance/answer_variant[") for line in report["false_negatives"])
+
+
+_WORK: dict[tuple[str, int], tuple] = {}
+
+
+def procedural_work(runtime, scenario_name: str = "Amazon", seed: int = 2):
+    """An environment's work after the tasks, database and tools stages (procedural backend, offline),
+    and its world's verifiers as the procedural backend writes them (made once per test session)."""
+    if (scenario_name, seed) not in _WORK:
+        _WORK[(scenario_name, seed)] = _procedural_work(runtime, scenario_name, seed)
+    return _WORK[(scenario_name, seed)]
+
+
+def _procedural_work(runtime, scenario_name: str, seed: int):
+    from worldsmith.llm.procedural.backend import ProceduralGenerator, world_for
+    from worldsmith.models.bundle import Scenario
+    from worldsmith.stages.attempts import AttemptLog
+    from worldsmith.stages.database import run_database_stage
+    from worldsmith.stages.task_list import run_tasks_stage
+    from worldsmith.stages.tools import run_tools_stage
+    from worldsmith.stages.work import EnvWork
+
+    scenario = Scenario(name=scenario_name, description="An online store: customers order, pay and return products.")
+    generator, log = ProceduralGenerator(seed=seed), AttemptLog("offline")
+    work = EnvWork.start(scenario, seed)
+    work = run_tasks_stage(work, generator, log, 1)
+    work = run_database_stage(work, generator, log, 1)
+    work = run_tools_stage(work, generator, runtime, log, 1)
+    world = world_for(scenario, seed)
+    solutions = [{"task_id": t.id, "solution": t.solution, "answer": t.answer} for t in world.tasks]
+    return work, {"verifiers_py": world.verifiers_py, "solutions": solutions}
+
+
+def over_strict(verifiers: dict) -> dict:
+    """`verifiers` with every counting task's answer compared as exact text."""
+    import re
+
+    source, count = re.subn(
+        r"said = _states_count\(answer, .*, (\d+)\)\n",
+        r'said = (answer or "").strip() == "\1"\n',
+        verifiers["verifiers_py"],
+    )
+    assert count >= 1
+    return {**verifiers, "verifiers_py": source}
+
+
+def test_the_verifiers_stage_has_an_over_strict_verifier_rewritten(runtime):
+    """The model's first verifiers compare a count's text exactly: the stage's check runs the answer
+    variants, names the task, variant and verdict, and the model's second answer is accepted."""
+    from support.llm_server import ScriptedLLM, json_reply
+
+    from worldsmith.llm.openai_backend import OpenAIGenerator
+    from worldsmith.stages.attempts import AttemptLog
+    from worldsmith.stages.verifiers import run_verifiers_stage
+
+    work, verifiers = procedural_work(runtime)
+    server = ScriptedLLM([json_reply(over_strict(verifiers)), json_reply(verifiers)])
+    with server.serve() as background:
+        generator = OpenAIGenerator(model="m", base_url=f"{background.url}/v1", timeout_s=10.0, retries=1)
+        log = AttemptLog("strict")
+        done = run_verifiers_stage(work, generator, runtime, log, max_attempts=3)
+    first, second = log.attempts
+    assert (first.outcome, first.error_class) == ("failure", "verifier_false_negative")
+    assert "_list" in first.error_text and "reworded answer" in first.error_text and "incomplete" in first.error_text
+    assert second.outcome == "success" and done.verifiers.verifiers_py == verifiers["verifiers_py"]
+    assert "judge the answer by its content" in server.requests[1]["messages"][1]["content"]  # fed back

@@ -1,0 +1,2 @@
+"""What the tests share besides fixtures: paths, sandbox limits, bundle variants, catalog helpers, a
+scripted OpenAI-compatible server, and the test-tier plugin. Fixtures live in tests/conftest.py."""

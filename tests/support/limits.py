@@ -1,0 +1,31 @@
+"""Sandbox limits for tests: tight ones so hostile code ends fast, patient ones so load never turns a
+well-behaved call into a timeout, and the isolation modes hostile tests run in."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from worldsmith.runtime.pool import SandboxLimits
+
+#: Tight limits so hostile tests finish quickly.
+FAST_LIMITS = SandboxLimits(call_timeout_s=2.0, cpu_s=1.0, memory_mb=512, file_size_mb=1, grace_s=2.0)
+#: FAST_LIMITS with time limits that no well-behaved tool or verifier call comes near however busy
+#: the machine is: a call of milliseconds is never turned into a timeout by load.
+PATIENT_LIMITS = dataclasses.replace(FAST_LIMITS, call_timeout_s=60.0, cpu_s=30.0)
+#: The sandbox's isolation modes (docs/security.md): hostile tests run in each.
+ISOLATIONS = ("strict", "fast")
+
+
+def isolated(limits: SandboxLimits, mode: str) -> SandboxLimits:
+    return dataclasses.replace(limits, isolation=mode)
+
+
+def code_process(episode) -> int | None:
+    """The pid of the process that runs `episode`'s tool code now: under strict isolation its own
+    process (None until its next call when it has none), under fast isolation its worker (None once
+    the worker is gone)."""
+    worker = episode._worker
+    if worker.limits.isolation == "fast":
+        return worker.pid if worker.alive else None
+    reply, _ = worker.request({"op": "ping"}, timeout=30)
+    return reply["processes"].get(episode.id)

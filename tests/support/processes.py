@@ -1,0 +1,15 @@
+"""Child processes killed at a fixed point of their work (tests/kill_after_call/sitecustomize.py)."""
+
+from __future__ import annotations
+
+import os
+
+from support.paths import TESTS
+
+
+def killed_after(call: str, times: int = 1) -> dict[str, str]:
+    """Environment variables for a child process that SIGKILLs itself (with its process group, when
+    it leads one) right after the `times`-th call of `call` ("module:function") has returned: a
+    kill at the same point of the work however fast or busy the machine (tests/kill_after_call)."""
+    path = [str(TESTS / "kill_after_call"), *filter(None, [os.environ.get("PYTHONPATH")])]
+    return {"PYTHONPATH": os.pathsep.join(path), "WORLDSMITH_TEST_KILL_AFTER": f"{call}:{times}"}

@@ -1,0 +1,59 @@
+"""The training curriculum (TrainingConfig.curriculum): tasks chosen by the length of their reference
+solutions, episodes that show only a solution's tools, and the lazy-habit warm-up rows."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from pydantic import ValidationError
+
+from worldsmith.llm.procedural.backend import procedural_bundle
+from worldsmith.training.config import Curriculum, TrainingConfig
+from worldsmith.training.curriculum import curriculum_bundles, solution_size
+from worldsmith.training.warmup import lazy_rows, reference_rows
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.fixture(scope="module")
+def worlds():
+    return {"retail": procedural_bundle("retail", 0), "clinic": procedural_bundle("clinic", 0)}
+
+
+def test_the_default_curriculum_leaves_every_task_and_tool(worlds):
+    assert curriculum_bundles(worlds, Curriculum()) == worlds
+
+
+def test_the_shortest_solutions_are_chosen_and_show_only_their_tools(worlds):
+    chosen = curriculum_bundles(worlds, Curriculum(tasks=3, tools="solution"))
+    tasks = {key: bundle.tasks[0] for key, bundle in chosen.items()}
+    assert len(chosen) == 3 and all(len(b.tasks) == 1 for b in chosen.values())
+    others = [solution_size(t) for w in worlds.values() for t in w.tasks if t not in tasks.values() and t.solution]
+    assert max(solution_size(t) for t in tasks.values()) <= min(others)
+    for key, bundle in chosen.items():
+        assert key == f"{key.split('#')[0]}#{tasks[key].id}"
+        assert {t.name for t in bundle.tools} == {s.tool for s in tasks[key].solution}
+
+
+def test_a_task_count_alone_keeps_each_bundles_tools(worlds):
+    chosen = curriculum_bundles(worlds, Curriculum(tasks=4))
+    assert sum(len(b.tasks) for b in chosen.values()) == 4
+    assert all(b.tools == worlds[key].tools for key, b in chosen.items())
+
+
+@pytest.mark.sandbox
+def test_lazy_rows_stop_one_call_short_and_answer_done(worlds, runtime):
+    bundles = list(curriculum_bundles(worlds, Curriculum(tasks=2, tools="solution")).values())
+    lazy, right = lazy_rows(runtime, bundles, 3), reference_rows(runtime, bundles, 3)
+    solutions = [b.tasks[0].solution for b in bundles]
+    assert len(lazy) == sum(len(s) for s in solutions) and len(right) == sum(len(s) + 1 for s in solutions)
+    answers = [row["completion"][0] for row in lazy if not row["completion"][0].get("tool_calls")]
+    assert [a["content"] for a in answers] == ["Done.", "Done."]
+    shown = {t["function"]["name"] for row in lazy + right for t in json.loads(row["tools"])}
+    assert shown == {s.tool for solution in solutions for s in solution}
+
+
+def test_success_is_measured_in_the_real_worlds_only():
+    with pytest.raises(ValidationError, match="success_samples"):
+        TrainingConfig(model="tiny", set_name="s", success_samples=4, simulate={"world_model": "hf:/nowhere"})
