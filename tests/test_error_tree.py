@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.unit
+
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "worldsmith"
 ARCHITECTURE = REPO / "docs" / "architecture.md"

@@ -17,6 +17,8 @@ import pytest
 
 import worldsmith
 
+pytestmark = pytest.mark.unit
+
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "worldsmith"
 
@@ -89,6 +91,7 @@ def _newly_loaded(then: str = "") -> set[str]:
     return set(done.stdout.split())
 
 
+@pytest.mark.sandbox  # a fresh interpreter per case
 @pytest.mark.parametrize(
     "then",
     ["", "worldsmith.WorldsmithError, worldsmith.Verdict, worldsmith.ToolError"],
@@ -128,6 +131,7 @@ def readme_example() -> str:
     return match[1]
 
 
+@pytest.mark.sandbox  # opens an episode in a sandbox worker
 def test_the_readme_example_runs_as_written(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
     """It opens the example bundle, calls a tool in an episode of one task and verifies: what it prints
     is what its comments say."""
@@ -140,6 +144,7 @@ def test_the_readme_example_runs_as_written(monkeypatch: pytest.MonkeyPatch, cap
     assert printed[-1] == "complete"
 
 
+@pytest.mark.sandbox
 def test_open_bundle_takes_a_directory_or_a_catalog_reference(home: Path) -> None:
     from worldsmith.storage.catalog import open_catalog
     from worldsmith.storage.objectstore import configured_store

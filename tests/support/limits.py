@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from worldsmith.runtime.pool import SandboxLimits
+from worldsmith.runtime.limits import SandboxLimits
 
 #: Tight limits so hostile tests finish quickly.
 FAST_LIMITS = SandboxLimits(call_timeout_s=2.0, cpu_s=1.0, memory_mb=512, file_size_mb=1, grace_s=2.0)
