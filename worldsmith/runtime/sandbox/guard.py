@@ -34,10 +34,11 @@ from worldsmith.runtime.sandbox.moduleview import Views
 class SandboxViolation(BaseException):
     """Generated code tried something the sandbox forbids. BaseException: `except Exception` cannot swallow it."""
 
-    def __init__(self, limit: str, detail: str):
+    def __init__(self, limit: str, detail: str, module: str | None = None):
         super().__init__(f"{limit}: {detail}")
         self.limit = limit
         self.detail = detail
+        self.module = module  # the module of a refused import
 
 
 # Audit events refused while generated code runs, by prefix.
@@ -522,8 +523,8 @@ class Guard:
         return passed if self._in_episode(real) or self._in_read_roots(real) else None
 
     # -- refusal bookkeeping -------------------------------------------------------------
-    def refuse(self, limit: str, detail: str) -> SandboxViolation:
-        violation = SandboxViolation(limit, detail)
+    def refuse(self, limit: str, detail: str, module: str | None = None) -> SandboxViolation:
+        violation = SandboxViolation(limit, detail, module)
         self.violations.append(violation)
         return violation
 
@@ -550,7 +551,7 @@ class Guard:
         elif event == "import":
             top = str(args[0]).split(".")[0]
             if top in _DENIED_IMPORTS:
-                raise self.refuse("import", f"import of {args[0]!r} refused")
+                raise self.refuse("import", f"import of {args[0]!r} refused", str(args[0]))
         elif event == "object.__getattr__":
             raise self.refuse("introspection", f"access to {args[1]!r} refused")
         elif event in ("object.__setattr__", "object.__delattr__"):
@@ -603,9 +604,9 @@ class Guard:
             if not fromlist and name.split(".")[0] in guard._stubs:  # `import os.path` binds the stand-in `os`
                 return guard._stubs[name.split(".")[0]]
             if name == "worldsmith" and fromlist:
-                raise guard.refuse("import", f"import from {name!r} refused")
+                raise guard.refuse("import", f"import from {name!r} refused", name)
             if name != RUNTIME_MODULE and name.split(".")[0] not in guard.allowed_modules:
-                raise guard.refuse("import", f"import of {name!r} refused (not on the allowlist)")
+                raise guard.refuse("import", f"import of {name!r} refused (not on the allowlist)", name)
             module = builtins.__import__(name, globals, locals, fromlist, level)
             if guard.views is None or name == RUNTIME_MODULE:
                 return module

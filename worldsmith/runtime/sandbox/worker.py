@@ -200,9 +200,9 @@ class RunProcess:
 class Failure(Exception):
     """An operation's outcome that is not a success: becomes the reply's status/error/limit."""
 
-    def __init__(self, status: str, error: str, limit: str | None = None):
+    def __init__(self, status: str, error: str, limit: str | None = None, refused_module: str | None = None):
         super().__init__(error)
-        self.status, self.error, self.limit = status, error, limit
+        self.status, self.error, self.limit, self.refused_module = status, error, limit, refused_module
 
 
 def _app_module_name(key: str) -> str:
@@ -332,7 +332,8 @@ class Worker:
             GUARD.refuse("module_state", f"modified module state: {', '.join(tampered[:10])}")
         if len(GUARD.violations) > before:
             violation = GUARD.violations[before]
-            raise Failure("env_error", f"sandbox limit {violation.limit}: {violation.detail}", violation.limit)
+            text = f"sandbox limit {violation.limit}: {violation.detail}"
+            raise Failure("env_error", text, violation.limit, violation.module)
         return result, truncated(capture.getvalue(), MAX_STDOUT)
 
     def module(self, code: CodeType, name: str, episode: Episode | None) -> dict[str, Any]:
@@ -882,7 +883,12 @@ class Worker:
                 result, reply_blobs = result
             reply = {"status": "ok", **result}
         except Failure as failure:
-            reply = {"status": failure.status, "error": failure.error, "limit": failure.limit}
+            reply = {
+                "status": failure.status,
+                "error": failure.error,
+                "limit": failure.limit,
+                "refused_module": failure.refused_module,
+            }
         except EnvFault as fault:
             reply = {"status": "env_error", "error": str(fault), "limit": None}
         except MemoryError:
@@ -893,7 +899,12 @@ class Worker:
             }
             GUARD.refuse("memory", "worker out of memory")
         except SandboxViolation as violation:
-            reply = {"status": "env_error", "error": f"sandbox limit {violation}", "limit": violation.limit}
+            reply = {
+                "status": "env_error",
+                "error": f"sandbox limit {violation}",
+                "limit": violation.limit,
+                "refused_module": violation.module,
+            }
         except Exception as exc:  # noqa: BLE001 - a fault of the worker itself: report it, keep serving
             reply = {
                 "status": "env_error",
