@@ -1,7 +1,8 @@
 """Execution probes of an environment: its tools run (once here, then on many valid and invalid
 inputs: quality/deep_probes.py), its tasks are not blocked, its reference solutions are accepted,
 its untouched state is rejected, its replay is deterministic (under another real clock and other
-random seeds). `worldsmith env check` prints them."""
+random seeds). `worldsmith env check` prints them; what a failure is, and whose, is typed
+(quality/probe_results.py)."""
 
 from __future__ import annotations
 
@@ -180,7 +181,8 @@ def _first_difference(episode: Episode, task: TaskSpec, first: _Replay, second: 
         where = f"tool {step.tool} (step {number})"
         if (a.status, a.value, a.error, a.changed) != (b.status, b.value, b.error, b.changed):
             detail = f"{where}: its result {_DIFFERS}: {_shown(a)} vs {_shown(b)}"
-            return ProbeResult.quoting(ProbeFailure.REPLAY_DIFFERS_IN_TOOL, task.id, detail, a if a.limit else b, where)
+            quoted = a if a.limit else b  # the result that broke a sandbox limit, if either did
+            return ProbeResult.quoting(ProbeFailure.REPLAY_DIFFERS_IN_TOOL, task.id, detail, quoted, where)
         if a_state != b_state and a_state is not None and b_state is not None:
             changes = episode.diff(a_state, b_state)
             if not changes.empty:
