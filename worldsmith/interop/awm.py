@@ -404,7 +404,7 @@ def import_scenario(
     }
     try:
         routes = runtime.describe_app(scenario.app, seed.world)
-    except RuntimeFault as exc:
+    except RuntimeFault as exc:  # no worker could run it
         result.defects.append(ImportProblem(APP, f"{exc}"))
         return result
     if routes.error is not None:
