@@ -15,14 +15,9 @@ from support.paths import TESTS
 from worldsmith.agent.adversarial import answer_variant_failures
 from worldsmith.llm.procedural.backend import procedural_bundle
 from worldsmith.llm.procedural.faults import FAULTS, plant
-from worldsmith.quality.deep_probes import (
-    BLOCKED_PROBE,
-    OWN_TABLES_PROBE,
-    READ_ONLY_PROBE,
-    VALID_INPUTS_PROBE,
-    deep_probes,
-)
-from worldsmith.quality.probes import DETERMINISM_PROBE, check_environment, probe_tools
+from worldsmith.quality.deep_probes import deep_probes
+from worldsmith.quality.probe_results import Probe
+from worldsmith.quality.probes import check_environment, probe_tools
 from worldsmith.stages.order import Stage
 from worldsmith.stages.routing import owning_step
 
@@ -31,12 +26,12 @@ pytestmark = pytest.mark.sandbox
 SAMPLE = TESTS / "data" / "awm_format_sample"
 #: The probe that must name each planted fault (the domain varies: the planting is generic).
 FOUND_BY = {
-    "crash_on_some_inputs": (VALID_INPUTS_PROBE, "clinic"),
-    "read_tool_writes": (READ_ONLY_PROBE, "banking"),
-    "writes_outside_tables": (OWN_TABLES_PROBE, "events"),
-    "blocked_task_missing_entity": (BLOCKED_PROBE, "library"),
-    "blocked_task_refused_step": (BLOCKED_PROBE, "hr"),
-    "wall_clock_read": (DETERMINISM_PROBE, "retail"),
+    "crash_on_some_inputs": (Probe.VALID_INPUTS, "clinic"),
+    "read_tool_writes": (Probe.READ_ONLY, "banking"),
+    "writes_outside_tables": (Probe.OWN_TABLES, "events"),
+    "blocked_task_missing_entity": (Probe.TASK_NOT_BLOCKED, "library"),
+    "blocked_task_refused_step": (Probe.TASK_NOT_BLOCKED, "hr"),
+    "wall_clock_read": (Probe.REPLAY_DETERMINISTIC, "retail"),
     "over_strict_answer_check": ("answer_variant", "hr"),  # the verifiers stage's answer-variant probes
 }
 
@@ -69,11 +64,11 @@ def test_a_planted_fault_is_found_and_named(runtime, fault):
     failed = [r for r in check_environment(runtime, planted.bundle) if not r.passed]
     named = [r for r in failed if r.probe == probe and r.target in planted.targets]
     assert named, failed
-    if probe in (VALID_INPUTS_PROBE, READ_ONLY_PROBE, OWN_TABLES_PROBE):  # the tool code's to fix
-        assert owning_step(probe, named[0].detail) == (Stage.TOOLS, "code")
+    if probe in (Probe.VALID_INPUTS, Probe.READ_ONLY, Probe.OWN_TABLES):  # the tool code's to fix
+        assert owning_step(named[0]) == (Stage.TOOLS, "code")
         assert "first {" in named[0].detail  # the arguments that showed it
     if fault == "crash_on_some_inputs":  # one call per tool did not find it: it runs for most ids
-        assert not any(r.probe == "tool runs" for r in failed), failed
+        assert not any(r.probe == Probe.TOOL_RUNS for r in failed), failed
         assert "no_such_column" in named[0].detail
 
 
@@ -81,8 +76,8 @@ def test_clean_worlds_pass_and_the_same_calls_give_the_same_defects_twice(runtim
     for bundle in (golden, procedural_bundle("banking", 3), procedural_bundle("support_desk", 3)):
         results = deep_probes(runtime, bundle)
         assert [r for r in results if not r.passed] == [], bundle.env_id
-        assert {r.target for r in results if r.probe == VALID_INPUTS_PROBE} == {t.name for t in bundle.tools}
-        assert {r.target for r in results if r.probe == BLOCKED_PROBE} == {t.id for t in bundle.tasks}
+        assert {r.target for r in results if r.probe == Probe.VALID_INPUTS} == {t.name for t in bundle.tools}
+        assert {r.target for r in results if r.probe == Probe.TASK_NOT_BLOCKED} == {t.id for t in bundle.tasks}
     planted = plant(procedural_bundle("clinic", 3), "crash_on_some_inputs").bundle
     first, second = deep_probes(runtime, planted), deep_probes(runtime, planted)
     assert [r for r in first if not r.passed] and first == second

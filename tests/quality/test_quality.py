@@ -191,11 +191,12 @@ def runtimes():
 
 
 def _determinism(runtime, bundle: Bundle):
-    from worldsmith.quality.probes import DETERMINISM_PROBE, probe_tasks
+    from worldsmith.quality.probe_results import Probe
+    from worldsmith.quality.probes import probe_tasks
 
     results = probe_tasks(runtime, bundle)
-    assert all(r.passed for r in results if r.probe != DETERMINISM_PROBE), results
-    (probe,) = [r for r in results if r.probe == DETERMINISM_PROBE]
+    assert all(r.passed for r in results if r.probe != Probe.REPLAY_DETERMINISTIC), results
+    (probe,) = [r for r in results if r.probe == Probe.REPLAY_DETERMINISTIC]
     return probe
 
 

@@ -13,8 +13,10 @@ from worldsmith.llm.procedural.backend import ProceduralGenerator, procedural_bu
 from worldsmith.llm.procedural.faults import plant
 from worldsmith.models.specs import VerifierCode
 from worldsmith.quality.ahead import ChecksAhead
-from worldsmith.quality.deep_probes import VALID_INPUTS_PROBE, deep_probes, prepare_tool_calls, tool_behaviour_key
+from worldsmith.quality.deep_probes import deep_probes, prepare_tool_calls
 from worldsmith.quality.expectations import validate_world
+from worldsmith.quality.probe_results import Probe
+from worldsmith.quality.tool_calls import tool_behaviour_key
 from worldsmith.stages.verifiers import assemble, bundle_before_verifiers
 
 pytestmark = pytest.mark.sandbox
@@ -51,7 +53,7 @@ def test_a_crash_is_never_kept_and_is_found_again(runtime):
     cold = deep_probes(runtime, bundle)
     assert prepare_tool_calls(runtime, bundle) > 0
     assert prepare_tool_calls(runtime, bundle) > 0  # the crashing calls, made again
-    crashed = [r for r in deep_probes(runtime, bundle, reuse=True) if r.probe == VALID_INPUTS_PROBE and not r.passed]
+    crashed = [r for r in deep_probes(runtime, bundle, reuse=True) if r.probe == Probe.VALID_INPUTS and not r.passed]
     assert {r.target for r in crashed} == planted.targets and "no_such_column" in crashed[0].detail
     assert deep_probes(runtime, bundle, reuse=True) == cold
 

@@ -20,6 +20,7 @@ from worldsmith.bundle.toolspec import derive_tool_schemas
 from worldsmith.llm.backend import Generation, Prompt, Spec, Usage, decode
 from worldsmith.llm.procedural.backend import ProceduralGenerator, world_for
 from worldsmith.models.quality import QualityCheck
+from worldsmith.quality.probe_results import ProbeFailure, ProbeResult
 from worldsmith.quality.probes import SeedValues, sample_arguments
 from worldsmith.quality.seedview import seed_view
 from worldsmith.stages.attempts import AttemptLog
@@ -223,20 +224,17 @@ def test_a_tool_crash_found_by_validation_goes_to_the_code_step_with_the_plan_ke
 
 @pytest.mark.unit
 def test_validation_routes_each_failure_to_the_step_that_owns_it():
-    def probes(*failed: tuple[str, str]) -> QualityCheck:
-        return QualityCheck(
-            "probes", False, {}, [{"probe": p, "target": "x", "passed": False, "detail": d} for p, d in failed]
-        )
+    def probes(*failed: tuple[ProbeFailure, str]) -> QualityCheck:
+        return QualityCheck("probes", False, {}, [ProbeResult.failing(f, "x", d).record() for f, d in failed])
 
     expectations = QualityCheck("expectations", False, {"reason": "table notes is empty"}, [{"table": "notes"}])
-    assert _route([expectations, probes(("tool runs", "boom"))])[:2] == (Stage.DATABASE, "seed")
-    assert _route([probes(("untouched rejected", "complete"), ("tool runs", "boom"))])[:2] == (Stage.TOOLS, "code")
-    crashed = ("reference accepted", "step 2 (cancel_order) gave env_error: RuntimeError")
+    crash = (ProbeFailure.TOOL_CRASHED, "boom")
+    assert _route([expectations, probes(crash)])[:2] == (Stage.DATABASE, "seed")
+    assert _route([probes((ProbeFailure.UNTOUCHED_ACCEPTED, "complete"), crash)])[:2] == (Stage.TOOLS, "code")
+    crashed = (ProbeFailure.REFERENCE_STEP_CRASHED, "step 2 (cancel_order) gave env_error: RuntimeError")
     assert _route([probes(crashed)])[:2] == (Stage.TOOLS, "code")
     replay = "tool create_order (step 2): result differs between two replays"
-    assert _route([probes(("replay deterministic", replay))])[:2] == (Stage.TOOLS, "code")
-    assert _route([probes(("replay deterministic", "verifier verify_t01: verdict differs"))])[:2] == (
-        Stage.VERIFIERS,
-        None,
-    )
-    assert _route([probes(("untouched rejected", "complete"))])[:2] == (Stage.VERIFIERS, None)
+    assert _route([probes((ProbeFailure.REPLAY_DIFFERS_IN_TOOL, replay))])[:2] == (Stage.TOOLS, "code")
+    verdict = (ProbeFailure.REPLAY_DIFFERS_IN_VERIFIER, "verifier verify_t01: verdict differs")
+    assert _route([probes(verdict)])[:2] == (Stage.VERIFIERS, None)
+    assert _route([probes((ProbeFailure.UNTOUCHED_ACCEPTED, "complete"))])[:2] == (Stage.VERIFIERS, None)

@@ -316,6 +316,25 @@ def tasks_jsonl(scenario: AwmScenario) -> str:
     return "\n".join(lines) + "\n"
 
 
+#: The parts of a scenario an import problem can name besides a bundle file (ImportProblem.part).
+SCHEMA, SQL_BUDGET, SEED, VERIFIERS, APP = "schema", "sql budget", "seed", "verifiers", "app"
+
+
+@dataclass(frozen=True)
+class ImportProblem:
+    """A defect found importing a scenario: the `part` at fault (`SCHEMA`, `SQL_BUDGET`, `SEED`,
+    `VERIFIERS`, `APP`, or a bundle file by name) and what is wrong with it; for an app that does not load,
+    the sandbox `limit` it broke, with the `refused_module` of a refused import."""
+
+    part: str
+    problem: str
+    limit: str | None = None
+    refused_module: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.part}: {self.problem}"
+
+
 @dataclass
 class Imported:
     """One imported scenario: its bundle (None when none could be made) and every defect found."""
@@ -323,7 +342,7 @@ class Imported:
     scenario: str
     env_id: str
     bundle: Bundle | None
-    defects: list[str] = field(default_factory=list)
+    defects: list[ImportProblem] = field(default_factory=list)
     failed_inserts: list[tuple[str, str]] = field(default_factory=list)
     inserts: int = 0
 
@@ -340,24 +359,26 @@ def import_scenario(
     schema = schema_sql(scenario)
     seed = load_seed(schema, scenario.inserts)
     if seed.schema_error:
-        result.defects.append(f"schema: {seed.schema_error}")
+        result.defects.append(ImportProblem(SCHEMA, f"{seed.schema_error}"))
         return result
     if seed.stopped:
-        result.defects.append(f"sql budget: {seed.stopped}")
+        result.defects.append(ImportProblem(SQL_BUDGET, f"{seed.stopped}"))
         return result
     result.failed_inserts = seed.failed
     if seed.failed:
         first, error = seed.failed[0]
         result.defects.append(
-            f"seed: {len(seed.failed)} of {len(scenario.inserts)} inserts fail (first: {error}: {first[:120]})"
+            ImportProblem(
+                SEED, f"{len(seed.failed)} of {len(scenario.inserts)} inserts fail (first: {error}: {first[:120]})"
+            )
         )
     if not seed.loaded:
-        result.defects.append("seed: no insert loads")
+        result.defects.append(ImportProblem(SEED, "no insert loads"))
         return result
     try:
         verifiers = verifiers_py(scenario, mode)
     except AwmFormatError as exc:
-        result.defects.append(f"verifiers: {exc}")
+        result.defects.append(ImportProblem(VERIFIERS, f"{exc}"))
         return result
     sources: dict[str, str | bytes] = {
         "schema.sql": schema,
@@ -383,15 +404,18 @@ def import_scenario(
         },
     }
     try:
-        tools = runtime.describe_app(scenario.app, seed.world)
-    except RuntimeFault as exc:
-        result.defects.append(f"app: {exc}")
+        routes = runtime.describe_app(scenario.app, seed.world)
+    except RuntimeFault as exc:  # no worker could run it
+        result.defects.append(ImportProblem(APP, f"{exc}"))
+        return result
+    if routes.error is not None:
+        result.defects.append(ImportProblem(APP, routes.error, routes.limit, routes.refused_module))
         return result
     try:
-        result.bundle = build_bundle({**sources, "tools.json": tools_json_bytes(tools)}, manifest)
+        result.bundle = build_bundle({**sources, "tools.json": tools_json_bytes(routes.tools)}, manifest)
     except BundleError as exc:
         result.defects.extend(
-            f"{issue.file}: {issue.problem}" + (f" (line {issue.line})" if issue.line else "")
+            ImportProblem(issue.file, issue.problem + (f" (line {issue.line})" if issue.line else ""))
             for issue in exc.issues[:10]
         )
     return result

@@ -11,49 +11,69 @@ Kinds (design of issue 8; each names the thing at fault):
 - `reference_rejected` / `replay_differs`: a given reference solution is not accepted, or two
   replays end in different databases;
 - `secret_attempt` / `network_attempt` / `sandbox_violation`: the code tried to read a secret, to
-  reach the network, or anything else the sandbox refuses (refused either way).
+  reach the network, or anything else the sandbox refuses (refused either way);
+- any other failed probe: its probe's name (`tool_refuses_invalid_inputs`, `task_not_blocked` ...);
+  any other problem of the release: `malformed`.
+
+Each is read from typed fields (the sandbox limit a failure names, its `ProbeFailure`, the part of the
+scenario at fault), never from the wording of a message.
 """
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from typing import Any
 
 from worldsmith.bundle.asgiapp import app_imports
 from worldsmith.bundle.codepolicy import APP_MODULES
-from worldsmith.interop.awm import Imported
+from worldsmith.interop.awm import APP, SEED, Imported
 from worldsmith.models.quality import QualityCheck
-from worldsmith.quality.probes import ProbeResult
+from worldsmith.quality.probe_results import ProbeFailure, ProbeResult
 
-_LIMIT = re.compile(r"sandbox limit (\w+):")
-_BY_LIMIT = {"secrets": "secret_attempt", "network": "network_attempt"}
-_BY_PROBE = {
-    "tool runs": "route_crashes",
-    "tool runs on valid inputs": "route_crashes",
-    "reference accepted": "reference_rejected",
-    "replay deterministic": "replay_differs",
-}
-
-
-_IMPORT = re.compile(r"import of '([\w.]+)' refused")
 #: Modules whose import is an attempt to reach the network.
 NETWORK_MODULES = frozenset(
     {"socket", "ssl", "urllib", "http", "httpx", "requests", "aiohttp", "urllib3", "ftplib", "smtplib", "websockets"}
 )
+#: Sandbox limits of resources: hitting one is the route's crash, not an attempt at anything.
+RESOURCE_LIMITS = frozenset({"timeout", "cpu", "memory", "recursion"})
+_BY_LIMIT = {"secrets": "secret_attempt", "network": "network_attempt"}
+#: The defect kind of each failed probe that broke no sandbox limit.
+BY_FAILURE: dict[ProbeFailure, str] = {
+    ProbeFailure.TOOLS_DO_NOT_LOAD: "tools_load",
+    ProbeFailure.TOOL_CRASHED: "route_crashes",
+    ProbeFailure.VALID_INPUT_CRASHED: "route_crashes",
+    ProbeFailure.INVALID_INPUT_CRASHED: "tool_refuses_invalid_inputs",
+    ProbeFailure.INVALID_INPUT_WRITTEN: "tool_refuses_invalid_inputs",
+    ProbeFailure.READ_TOOL_WROTE: "read_tool_writes_nothing",
+    ProbeFailure.WROTE_OTHER_TABLES: "tool_writes_only_its_tables",
+    ProbeFailure.BLOCKED_BY_REFUSED_STEP: "task_not_blocked",
+    ProbeFailure.BLOCKED_BY_MISSING_RECORD: "task_not_blocked",
+    ProbeFailure.REFERENCE_STEP_CRASHED: "reference_rejected",
+    ProbeFailure.REFERENCE_STEP_REFUSED: "reference_rejected",
+    ProbeFailure.REFERENCE_REJECTED: "reference_rejected",
+    ProbeFailure.UNTOUCHED_ACCEPTED: "task_already_satisfied",
+    ProbeFailure.UNTOUCHED_VERIFIER_CRASHED: "verifier_raises",
+    ProbeFailure.REPLAY_DIFFERS_IN_TOOL: "replay_differs",
+    ProbeFailure.REPLAY_DIFFERS_IN_VERIFIER: "replay_differs",
+    ProbeFailure.REPLAY_DIFFERS_IN_END_STATE: "replay_differs",
+}
 
 
-def _violation(detail: str) -> str | None:
-    """The defect kind of a sandbox refusal named in `detail`; None when there is none (or it is a
-    resource limit: a timeout is the route's crash, not an attempt)."""
-    match = _LIMIT.search(detail or "")
-    if match is None:
+def _violation(limit: str | None, refused_module: str | None) -> str | None:
+    """The defect kind of breaking sandbox limit `limit` (an import's: of `refused_module`); None when no
+    limit was broken, or a resource limit (a timeout is the route's crash, not an attempt)."""
+    if limit is None or limit in RESOURCE_LIMITS:
         return None
-    limit = match.group(1)
     if limit == "import":
-        module = _IMPORT.search(detail)
-        return "network_attempt" if module and module.group(1).split(".")[0] in NETWORK_MODULES else "sandbox_violation"
-    return _BY_LIMIT.get(limit, "sandbox_violation" if limit not in ("timeout", "cpu", "memory", "recursion") else None)
+        network = refused_module is not None and refused_module.split(".")[0] in NETWORK_MODULES
+        return "network_attempt" if network else "sandbox_violation"
+    return _BY_LIMIT.get(limit, "sandbox_violation")
+
+
+def probe_defect(probe: ProbeResult) -> str:
+    """The defect kind of a failed probe: the sandbox limit its code broke, else what failed."""
+    assert probe.failure is not None, f"{probe.probe} {probe.target} passed"
+    return _violation(probe.limit, probe.refused_module) or BY_FAILURE[probe.failure]
 
 
 def static_defects(app_source: str) -> list[dict[str, str]]:
@@ -77,28 +97,17 @@ def defects(imported: Imported, probes: list[ProbeResult], app_source: str = "")
     ]
     found += static_defects(app_source)
     for problem in imported.defects:
-        if problem.startswith("seed:"):
+        if problem.part == SEED:
             continue  # each failed insert is listed above
-        found.append(
-            {
-                "kind": _violation(problem) or "app_fails" if problem.startswith("app:") else "malformed",
-                "target": problem.split(":")[0],
-                "detail": problem,
-            }
+        kind = (
+            (_violation(problem.limit, problem.refused_module) or "app_fails") if problem.part == APP else "malformed"
         )
-    for probe in probes:
-        if probe.passed:
-            continue
-        kind = _violation(probe.detail)
-        if kind is None and probe.probe == "untouched rejected":
-            kind = "task_already_satisfied" if probe.detail.startswith("complete") else "verifier_raises"
-        found.append(
-            {
-                "kind": kind or _BY_PROBE.get(probe.probe, probe.probe.replace(" ", "_")),
-                "target": probe.target,
-                "detail": probe.detail,
-            }
-        )
+        found.append({"kind": kind, "target": problem.part, "detail": str(problem)})
+    found += [
+        {"kind": probe_defect(probe), "target": probe.target, "detail": probe.detail}
+        for probe in probes
+        if not probe.passed
+    ]
     return found
 
 

@@ -14,13 +14,15 @@ class ToolResult(BaseModel):
 
     `ok`: the tool returned `value`. `tool_error`: an agent-facing refusal or bad arguments
     (`error` says why). `env_error`: the environment failed (an exception in tool code, or a
-    sandbox limit named by `limit`); counted against the env, not the agent.
+    sandbox limit named by `limit`, with `refused_module` when it refused an import); counted
+    against the env, not the agent.
     """
 
     status: Literal["ok", "tool_error", "env_error"]
     value: Any = None
     error: str | None = None
     limit: str | None = None
+    refused_module: str | None = None
     stdout: str = ""
     changed: bool = False
     seconds: float = 0.0
@@ -31,12 +33,24 @@ class ToolResult(BaseModel):
 
 
 class VerifierResult(BaseModel):
-    """What a task's verifier said (one of `VERIFIER_VERDICTS`), or env_error when the verifier itself failed."""
+    """What a task's verifier said (one of `VERIFIER_VERDICTS`), or env_error when the verifier itself failed
+    (`limit` and `refused_module` as a ToolResult's)."""
 
     status: Literal[Verdict.complete, Verdict.partial, Verdict.incomplete, Verdict.env_error]
     evidence: dict[str, Any] = Field(default_factory=dict)
     error: str | None = None
     limit: str | None = None
+    refused_module: str | None = None
+
+
+class AppRoutes(BaseModel):
+    """An ASGI app's tools (one JSON schema per route), or why the app does not load: `error`, with the
+    sandbox `limit` it broke and the `refused_module` of a refused import (as a ToolResult's)."""
+
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    error: str | None = None
+    limit: str | None = None
+    refused_module: str | None = None
 
 
 class TableDiff(BaseModel):

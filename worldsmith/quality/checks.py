@@ -6,8 +6,12 @@ from __future__ import annotations
 from worldsmith.bundle.contract import Bundle
 from worldsmith.models.quality import QualityCheck
 from worldsmith.quality.expectations import validate_seed_data
+from worldsmith.quality.probe_results import ProbeResult
 from worldsmith.quality.probes import check_environment
 from worldsmith.runtime.episode import Runtime
+
+#: The kind of the check `probe_check` makes.
+PROBES_CHECK = "probes"
 
 
 def probe_check(runtime: Runtime, bundle: Bundle, *, reuse: bool = False) -> QualityCheck:
@@ -21,7 +25,13 @@ def probe_check(runtime: Runtime, bundle: Bundle, *, reuse: bool = False) -> Qua
             f"{len(failed)} of {len(results)} probes failed "
             f"(first: {failed[0].probe} {failed[0].target}: {failed[0].detail})"
         )
-    return QualityCheck("probes", not failed, summary, [vars(r) for r in failed])
+    return QualityCheck(PROBES_CHECK, not failed, summary, [r.record() for r in failed])
+
+
+def failed_probes(check: QualityCheck) -> list[ProbeResult]:
+    """The failed probes a `probe_check` recorded, typed again."""
+    assert check.kind == PROBES_CHECK, f"a {check.kind} check records no probes"
+    return [ProbeResult.from_record(record) for record in check.details]
 
 
 def quality_checks(bundle: Bundle, runtime: Runtime | None = None, *, reuse: bool = False) -> list[QualityCheck]:

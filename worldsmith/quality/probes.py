@@ -1,7 +1,8 @@
 """Execution probes of an environment: its tools run (once here, then on many valid and invalid
 inputs: quality/deep_probes.py), its tasks are not blocked, its reference solutions are accepted,
 its untouched state is rejected, its replay is deterministic (under another real clock and other
-random seeds). `worldsmith env check` prints them."""
+random seeds). `worldsmith env check` prints them; what a failure is, and whose, is typed
+(quality/probe_results.py)."""
 
 from __future__ import annotations
 
@@ -15,18 +16,9 @@ from worldsmith.bundle.contract import Bundle
 from worldsmith.models.bundle import TaskSpec
 from worldsmith.models.results import DbDiff, ToolResult, VerifierResult
 from worldsmith.quality.memo import SharedMemo
+from worldsmith.quality.probe_results import Probe, ProbeFailure, ProbeResult
 from worldsmith.runtime.episode import Episode, Runtime
 from worldsmith.runtime.errors import RuntimeFault
-
-
-@dataclass(frozen=True)
-class ProbeResult:
-    """One probe: what it checked (`probe`, `target`), whether it `passed`, and why (`detail`)."""
-
-    probe: str
-    target: str
-    passed: bool
-    detail: str = ""
 
 
 class SeedValues:
@@ -92,14 +84,15 @@ def probe_tools(runtime: Runtime, bundle: Bundle) -> list[ProbeResult]:
     try:
         episode = runtime.open_episode(bundle)
     except RuntimeFault as exc:  # the tool module (or app) does not load: no tool can run
-        return [ProbeResult("tools load", bundle.env_id, False, str(exc))]
+        return [ProbeResult.failing(ProbeFailure.TOOLS_DO_NOT_LOAD, bundle.env_id, str(exc))]
     with episode:
         for tool in bundle.tools:
             arguments = calls.get(tool.name) or sample_arguments(tool.model_dump(), seeds)
             outcome = episode.call_tool(tool.name, arguments)
-            passed = outcome.status != "env_error"
-            detail = outcome.status if passed else f"{outcome.error}"
-            results.append(ProbeResult("tool runs", tool.name, passed, detail))
+            if outcome.status != "env_error":
+                results.append(ProbeResult.passing(Probe.TOOL_RUNS, tool.name, outcome.status))
+            else:
+                results.append(ProbeResult.quoting(ProbeFailure.TOOL_CRASHED, tool.name, f"{outcome.error}", outcome))
     return results
 
 
@@ -107,9 +100,6 @@ def probe_tools(runtime: Runtime, bundle: Bundle) -> list[ProbeResult]:
 #: the world's frozen clock (`time.monotonic`, `perf_counter`...; see worldsmith/runtime/sandbox/worldclock.py):
 #: a day, an hour, a minute and a half second, so reads cut to any of those units differ too.
 REPLAY_CLOCK_SKEW_S = 86_400 + 3_600 + 60 + 0.5
-#: The probe's name; its detail names what differed first: "tool NAME (step N): ...", "verifier NAME: ..."
-#: or "end state: ...".
-DETERMINISM_PROBE = "replay deterministic"
 _DIFFERS = "differs between two replays (real clock shifted, other random seed)"
 _EXCERPT = 200
 
@@ -117,33 +107,41 @@ _EXCERPT = 200
 @dataclass
 class _Replay:
     """One replay of a task's reference solution: each step's outcome and, after a writing step, the
-    database; the verdict (None when a step failed); the end state; why it is not accepted (None: it is)."""
+    database; the verdict (None when a step failed); the end state; why it is not accepted (a failed
+    `Probe.REFERENCE_ACCEPTED`; None: it is)."""
 
     steps: list[tuple[ToolResult, bytes | None]]
     verdict: VerifierResult | None
     final: bytes
-    failure: str | None
+    rejection: ProbeResult | None
 
 
 def _replay(runtime: Runtime, bundle: Bundle, task: TaskSpec, clock_skew_s: float) -> _Replay:
     """Run `task`'s reference solution in a fresh episode (its own random seeds, the real clock of its
     code shifted by `clock_skew_s`), then its verifier."""
     steps: list[tuple[ToolResult, bytes | None]] = []
-    failure = None
+    rejection = None
     verdict = None
     with runtime.open_episode(bundle, task, clock_skew_s=clock_skew_s) as episode:
         for number, step in enumerate(task.solution, start=1):
             outcome = episode.call_tool(step.tool, step.arguments)
             steps.append((outcome, episode.snapshot() if outcome.ok and outcome.changed else None))
             if not outcome.ok:
-                failure = f"step {number} ({step.tool}) gave {outcome.status}: {outcome.error}"
+                crashed = outcome.status == "env_error"
+                failure = ProbeFailure.REFERENCE_STEP_CRASHED if crashed else ProbeFailure.REFERENCE_STEP_REFUSED
+                where = f"step {number} ({step.tool})"
+                detail = f"{where} gave {outcome.status}: {outcome.error}"
+                rejection = ProbeResult.quoting(failure, task.id, detail, outcome, where)
                 break
-        if failure is None:
+        if rejection is None:
             verdict = episode.verify(task.answer or "")
             if verdict.status != "complete":
-                failure = f"verifier said {_status(verdict)}: {verdict.error or verdict.evidence}"
+                detail = f"verifier said {_status(verdict)}: {verdict.error or verdict.evidence}"
+                rejection = ProbeResult.quoting(
+                    ProbeFailure.REFERENCE_REJECTED, task.id, detail, verdict, f"verifier {task.verifier}"
+                )
         final = episode.snapshot()
-    return _Replay(steps, verdict, final, failure)
+    return _Replay(steps, verdict, final, rejection)
 
 
 def _status(verdict: VerifierResult) -> str:
@@ -174,25 +172,31 @@ def _changes(changes: DbDiff) -> str:
     return f"{table}: a row only in the first replay: {excerpt(rows.deleted[0])}"
 
 
-def _first_difference(episode: Episode, task: TaskSpec, first: _Replay, second: _Replay) -> str | None:
-    """What first differs between two replays of `task`'s reference solution, naming the tool (or
-    the verifier) at fault; None when they agree. `episode` (any open episode) compares databases."""
+def _first_difference(episode: Episode, task: TaskSpec, first: _Replay, second: _Replay) -> ProbeResult | None:
+    """What first differs between two replays of `task`'s reference solution, as a failed
+    `Probe.REPLAY_DETERMINISTIC` naming the tool (or the verifier) at fault: its cause and the start of
+    its detail are "tool NAME (step N)", "verifier NAME" or "end state". None when they agree.
+    `episode` (any open episode) compares databases."""
     for number, (step, (a, a_state), (b, b_state)) in enumerate(zip(task.solution, first.steps, second.steps), start=1):
         where = f"tool {step.tool} (step {number})"
         if (a.status, a.value, a.error, a.changed) != (b.status, b.value, b.error, b.changed):
-            return f"{where}: its result {_DIFFERS}: {_shown(a)} vs {_shown(b)}"
+            detail = f"{where}: its result {_DIFFERS}: {_shown(a)} vs {_shown(b)}"
+            quoted = a if a.limit else b  # the result that broke a sandbox limit, if either did
+            return ProbeResult.quoting(ProbeFailure.REPLAY_DIFFERS_IN_TOOL, task.id, detail, quoted, where)
         if a_state != b_state and a_state is not None and b_state is not None:
             changes = episode.diff(a_state, b_state)
             if not changes.empty:
-                return f"{where}: the database after it {_DIFFERS}: {_changes(changes)}"
+                detail = f"{where}: the database after it {_DIFFERS}: {_changes(changes)}"
+                return ProbeResult.failing(ProbeFailure.REPLAY_DIFFERS_IN_TOOL, task.id, detail, cause=where)
     if first.verdict is not None and second.verdict is not None and _status(first.verdict) != _status(second.verdict):
-        return (
-            f"verifier {task.verifier}: its verdict {_DIFFERS}: {_status(first.verdict)} vs {_status(second.verdict)}"
-        )
+        where = f"verifier {task.verifier}"
+        detail = f"{where}: its verdict {_DIFFERS}: {_status(first.verdict)} vs {_status(second.verdict)}"
+        return ProbeResult.failing(ProbeFailure.REPLAY_DIFFERS_IN_VERIFIER, task.id, detail, cause=where)
     if first.final != second.final:
         changes = episode.diff(first.final, second.final)
         if not changes.empty:
-            return f"end state: the database {_DIFFERS}: {_changes(changes)}"
+            detail = f"end state: the database {_DIFFERS}: {_changes(changes)}"
+            return ProbeResult.failing(ProbeFailure.REPLAY_DIFFERS_IN_END_STATE, task.id, detail, cause="end state")
     return None
 
 
@@ -200,38 +204,35 @@ def probe_tasks(runtime: Runtime, bundle: Bundle) -> list[ProbeResult]:
     """Per task: the reference solution runs and is judged complete; the untouched database is
     judged not complete; a second replay of the solution, with another random seed for every call
     and every real-time source its code can read shifted (`REPLAY_CLOCK_SKEW_S`), gives the same
-    results, databases and verdict (`DETERMINISM_PROBE`, naming the first tool whose result or
+    results, databases and verdict (`Probe.REPLAY_DETERMINISTIC`, naming the first tool whose result or
     database differs)."""
     results = []
     for task in bundle.tasks:
         first = second = None
         if task.solution:  # imported environments may have none
             first = _replay(runtime, bundle, task, 0.0)
-            results.append(
-                ProbeResult("reference accepted", task.id, first.failure is None, first.failure or "complete")
-            )
-            if first.failure is None:
+            results.append(first.rejection or ProbeResult.passing(Probe.REFERENCE_ACCEPTED, task.id, "complete"))
+            if first.rejection is None:
                 second = _replay(runtime, bundle, task, REPLAY_CLOCK_SKEW_S)
         with runtime.open_episode(bundle, task) as episode:
-            untouched = episode.verify("")
-            status = _status(untouched)
-            ok = status in ("incomplete", "partial")
-            results.append(
-                ProbeResult(
-                    "untouched rejected",
-                    task.id,
-                    ok,
-                    status if ok else f"{status}: {untouched.error or untouched.evidence}",
-                )
-            )
+            results.append(_untouched(task, episode.verify("")))
             if first is not None and second is not None:
                 difference = _first_difference(episode, task, first, second)
                 results.append(
-                    ProbeResult(
-                        DETERMINISM_PROBE, task.id, difference is None, difference or "same results and database"
-                    )
+                    difference or ProbeResult.passing(Probe.REPLAY_DETERMINISTIC, task.id, "same results and database")
                 )
     return results
+
+
+def _untouched(task: TaskSpec, untouched: VerifierResult) -> ProbeResult:
+    """`Probe.UNTOUCHED_REJECTED` of `task`, given the verdict on its untouched database."""
+    status = _status(untouched)
+    if status in ("incomplete", "partial"):
+        return ProbeResult.passing(Probe.UNTOUCHED_REJECTED, task.id, status)
+    failure = ProbeFailure.UNTOUCHED_ACCEPTED if status == "complete" else ProbeFailure.UNTOUCHED_VERIFIER_CRASHED
+    return ProbeResult.quoting(
+        failure, task.id, f"{status}: {untouched.error or untouched.evidence}", untouched, f"verifier {task.verifier}"
+    )
 
 
 #: Every probe's results per bundle (runtime key): `check_environment(reuse=True)` of the same content.
@@ -242,7 +243,7 @@ def check_environment(runtime: Runtime, bundle: Bundle, *, reuse: bool = False) 
     """All execution probes of `bundle` (the deep tool probes skip a tool whose one call crashed:
     reported once). With `reuse`, results for the same content (bundle key) computed earlier in this
     process, or being computed now, are returned instead of running again, and the deep probes reuse
-    the outcomes of calls made for the same tool behaviour (deep_probes.tool_behaviour_key): the probes
+    the outcomes of calls made for the same tool behaviour (tool_calls.tool_behaviour_key): the probes
     are deterministic, and generation runs them in the verifiers stage (each of its attempts) and
     again in validate."""
     if reuse:
@@ -254,10 +255,10 @@ def check_environment(runtime: Runtime, bundle: Bundle, *, reuse: bool = False) 
 
 def _probed(runtime: Runtime, bundle: Bundle, *, reuse: bool) -> list[ProbeResult]:
     results = probe_tools(runtime, bundle)
-    if not any(r.probe == "tools load" for r in results):
+    if not any(r.probe == Probe.TOOLS_LOAD for r in results):
         from worldsmith.quality.deep_probes import deep_probes  # it builds on this module
 
-        crashed = frozenset(r.target for r in results if r.probe == "tool runs" and not r.passed)
+        crashed = frozenset(r.target for r in results if r.probe == Probe.TOOL_RUNS and not r.passed)
         results += deep_probes(runtime, bundle, skip=crashed, reuse=reuse)
         results += probe_tasks(runtime, bundle)
     return results

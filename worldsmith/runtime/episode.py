@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.kinds import APP_TOOLS, ToolsKind
 from worldsmith.models.bundle import TaskSpec
-from worldsmith.models.results import DbDiff, ToolResult, VerifierResult
+from worldsmith.models.results import AppRoutes, DbDiff, ToolResult, VerifierResult
 from worldsmith.runtime.arguments import accepts
 from worldsmith.runtime.errors import RuntimeFault, WorkerLost
 from worldsmith.runtime.limits import SandboxLimits
@@ -138,9 +138,10 @@ class Runtime:
     def open_episodes(self) -> int:
         return len(self._episodes)
 
-    def describe_app(self, app_source: str, world: bytes) -> list[dict[str, Any]]:
+    def describe_app(self, app_source: str, world: bytes) -> AppRoutes:
         """The tools of an ASGI app (one per route, by operation_id), read by running the app in a
-        sandbox worker on a private copy of `world`; RuntimeFault with the app's error if it fails."""
+        sandbox worker on a private copy of `world`; if it fails, the app's error and the sandbox limit
+        it broke."""
         pool = self.pool_for_kind(APP_TOOLS)
         key = "describe-" + uuid.uuid4().hex
         worker = pool.acquire(key)  # a worker of its own, retired after: the app's code ran there
@@ -159,8 +160,12 @@ class Runtime:
                     {"op": "routes", "env": key}, timeout=self.limits.call_timeout_s * 4 + self.limits.grace_s
                 )
             if reply["status"] != "ok":
-                raise RuntimeFault(f"the app does not load: {reply.get('error')}")
-            return reply["tools"]
+                return AppRoutes(
+                    error=f"the app does not load: {reply.get('error')}",
+                    limit=reply.get("limit"),
+                    refused_module=reply.get("refused_module"),
+                )
+            return AppRoutes(tools=reply["tools"])
         finally:
             pool.release(worker, retire=True)
 
@@ -366,7 +371,12 @@ class SandboxEpisode:
                 return VerifierResult(status="env_error", error=lost.reason, limit=lost.limit)
             try:
                 if reply.get("status") != "ok":
-                    return VerifierResult(status="env_error", error=reply.get("error"), limit=reply.get("limit"))
+                    return VerifierResult(
+                        status="env_error",
+                        error=reply.get("error"),
+                        limit=reply.get("limit"),
+                        refused_module=reply.get("refused_module"),
+                    )
                 return VerifierResult(status=reply.get("verdict"), evidence=reply.get("evidence") or {})
             except ValidationError as exc:
                 return VerifierResult(status="env_error", error=self._invalid_reply(exc), limit="protocol")

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from worldsmith.bundle.contract import Bundle
 from worldsmith.llm.backend import Generator, Usage
 from worldsmith.models.quality import QualityCheck
-from worldsmith.quality.checks import quality_checks
+from worldsmith.quality.checks import failed_probes, quality_checks
 from worldsmith.runtime.episode import Runtime
 from worldsmith.stages.attempts import AttemptLog
 from worldsmith.stages.order import ENVIRONMENT_STAGES, Stage
@@ -50,14 +50,14 @@ def _route(checks: list[QualityCheck]) -> tuple[Stage, str | None, str] | None:
                 "seed",
                 f"the seed data breaks the schema's expectations: {check.summary.get('reason')}; {check.details[:3]}",
             )
-        owners = [(owning_step(d["probe"], str(d["detail"])), d) for d in check.details]
+        owners = [(owning_step(r), r) for r in failed_probes(check)]
         stage, step = min(
             (owner for owner, _ in owners),
             key=lambda owner: ENVIRONMENT_STAGES.index(owner[0]),
             default=(Stage.VERIFIERS, None),
         )
-        owned = [d for owner, d in owners if owner == (stage, step)]
-        return stage, step, "; ".join(f"{d['probe']} {d['target']}: {d['detail']}" for d in owned) or str(check.summary)
+        owned = [r for owner, r in owners if owner == (stage, step)]
+        return stage, step, "; ".join(f"{r.probe} {r.target}: {r.detail}" for r in owned) or str(check.summary)
     return None
 
 

@@ -14,6 +14,7 @@ from worldsmith.bundle.toolspec import derive_tool_schemas
 from worldsmith.llm.backend import Generator, Prompt
 from worldsmith.models.specs import VerifierCode
 from worldsmith.quality.ahead import ChecksAhead
+from worldsmith.quality.probe_results import Probe
 from worldsmith.quality.probes import check_environment
 from worldsmith.quality.seedview import named_by_tasks, seed_view
 from worldsmith.runtime.episode import Runtime
@@ -48,7 +49,7 @@ def seed_rows(work: EnvWork, world: bytes | None = None) -> str:
 
 def bundle_before_verifiers(work: EnvWork, generator: Generator, world: bytes | None = None) -> Bundle:
     """The world before the verifiers exist: the tools, seeded database, clock and manifest of the bundle
-    `assemble` makes once they do, no tasks (the same deep_probes.tool_behaviour_key)."""
+    `assemble` makes once they do, no tasks (the same tool_calls.tool_behaviour_key)."""
     assert work.tools_py is not None, "the tools stage ran"
     tools, issues = derive_tool_schemas(work.tools_py)
     assert not issues, f"the tools stage checked this code: {issues[:1]}"
@@ -85,12 +86,12 @@ def run_verifiers_stage(
         bundle = assemble(candidate, generator)
         probed = check_environment(runtime, bundle, reuse=True)  # tool calls made ahead are reused
         failures = [  # the tool code's failures are validation's to send back to the tools stage
-            r for r in probed if not r.passed and owning_step(r.probe, r.detail)[0] == Stage.VERIFIERS
+            r for r in probed if not r.passed and owning_step(r)[0] == Stage.VERIFIERS
         ]
         if failures:
             kind = (
                 "verifier_accepts_untouched"
-                if any(r.probe == "untouched rejected" for r in failures)
+                if any(r.probe == Probe.UNTOUCHED_REJECTED for r in failures)
                 else "reference_rejected"
             )
             raise CheckFailed(kind, "\n".join(f"{r.probe} failed for task {r.target}: {r.detail}" for r in failures))

@@ -10,6 +10,6 @@ from __future__ import annotations
 class Failure(Exception):
     """An operation's outcome that is not a success: becomes the reply's status/error/limit."""
 
-    def __init__(self, status: str, error: str, limit: str | None = None):
+    def __init__(self, status: str, error: str, limit: str | None = None, refused_module: str | None = None):
         super().__init__(error)
-        self.status, self.error, self.limit = status, error, limit
+        self.status, self.error, self.limit, self.refused_module = status, error, limit, refused_module

@@ -37,10 +37,11 @@ from worldsmith.runtime.sandbox.namespace import restricted_builtins, stub_modul
 class SandboxViolation(BaseException):
     """Generated code tried something the sandbox forbids. BaseException: `except Exception` cannot swallow it."""
 
-    def __init__(self, limit: str, detail: str):
+    def __init__(self, limit: str, detail: str, module: str | None = None):
         super().__init__(f"{limit}: {detail}")
         self.limit = limit
         self.detail = detail
+        self.module = module  # the module of a refused import
 
 
 def _exact_path(path: Any) -> str | bytes:
@@ -181,8 +182,8 @@ class Guard:
         return passed if self._in_episode(real) or self._in_read_roots(real) else None
 
     # -- refusal bookkeeping -------------------------------------------------------------
-    def refuse(self, limit: str, detail: str) -> SandboxViolation:
-        violation = SandboxViolation(limit, detail)
+    def refuse(self, limit: str, detail: str, module: str | None = None) -> SandboxViolation:
+        violation = SandboxViolation(limit, detail, module)
         self.violations.append(violation)
         return violation
 
@@ -209,7 +210,7 @@ class Guard:
         elif event == "import":
             top = str(args[0]).split(".")[0]
             if top in auditpolicy.DENIED_IMPORTS:
-                raise self.refuse("import", f"import of {args[0]!r} refused")
+                raise self.refuse("import", f"import of {args[0]!r} refused", str(args[0]))
         elif event == "object.__getattr__":
             raise self.refuse("introspection", f"access to {args[1]!r} refused")
         elif event in ("object.__setattr__", "object.__delattr__"):

@@ -144,7 +144,8 @@ class SandboxHost:
             guard.GUARD.refuse("module_state", f"modified module state: {', '.join(tampered[:10])}")
         if len(guard.GUARD.violations) > before:
             violation = guard.GUARD.violations[before]
-            raise Failure("env_error", f"sandbox limit {violation.limit}: {violation.detail}", violation.limit)
+            text = f"sandbox limit {violation.limit}: {violation.detail}"
+            raise Failure("env_error", text, violation.limit, violation.module)
         return result, truncated(capture.getvalue(), MAX_STDOUT)
 
     def module(self, code: CodeType, name: str, episode: OpenEpisode | None) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from worldsmith.runtime.sandbox import worldclock
 from worldsmith.runtime.sandbox.moduleview import Views
 
 #: Records a violation (limit, detail) and returns it, for the caller to raise: `guard.Guard.refuse`.
-Refusal = Callable[[str, str], BaseException]
+Refusal = Callable[..., BaseException]  # (limit, detail[, refused module]) -> the recorded violation
 
 _SQLITE_EXPORTS = (
     "Row",
@@ -131,9 +131,9 @@ def restricted_builtins(
         if not fromlist and name.split(".")[0] in stubs:  # `import os.path` binds the stand-in `os`
             return stubs[name.split(".")[0]]
         if name == "worldsmith" and fromlist:
-            raise refusal("import", f"import from {name!r} refused")
+            raise refusal("import", f"import from {name!r} refused", name)
         if name != RUNTIME_MODULE and name.split(".")[0] not in allowed_modules:
-            raise refusal("import", f"import of {name!r} refused (not on the allowlist)")
+            raise refusal("import", f"import of {name!r} refused (not on the allowlist)", name)
         module = builtins.__import__(name, globals, locals, fromlist, level)
         if views is None or name == RUNTIME_MODULE:
             return module

@@ -148,6 +148,7 @@ _REPLY_FIELDS: dict[str, type | tuple[type, ...]] = {
     "status": str,
     "error": (str, type(None)),
     "limit": (str, type(None)),
+    "refused_module": (str, type(None)),
     "stdout": str,
     "changed": bool,
     "verdict": str,

@@ -118,7 +118,12 @@ class Worker:
                 result, reply_blobs = result
             reply = {"status": "ok", **result}
         except Failure as failure:
-            reply = {"status": failure.status, "error": failure.error, "limit": failure.limit}
+            reply = {
+                "status": failure.status,
+                "error": failure.error,
+                "limit": failure.limit,
+                "refused_module": failure.refused_module,
+            }
         except EnvFault as fault:
             reply = {"status": "env_error", "error": str(fault), "limit": None}
         except MemoryError:
@@ -129,7 +134,12 @@ class Worker:
             }
             guard.GUARD.refuse("memory", "worker out of memory")
         except SandboxViolation as violation:
-            reply = {"status": "env_error", "error": f"sandbox limit {violation}", "limit": violation.limit}
+            reply = {
+                "status": "env_error",
+                "error": f"sandbox limit {violation}",
+                "limit": violation.limit,
+                "refused_module": violation.module,
+            }
         except Exception as exc:  # noqa: BLE001 - a fault of the worker itself: report it, keep serving
             reply = {
                 "status": "env_error",

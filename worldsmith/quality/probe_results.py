@@ -1,0 +1,183 @@
+"""What an execution probe found, as typed values: which probe (`Probe`) checked what (`target`), whether it
+passed, and of a failure what went wrong (`ProbeFailure`: one probe's failure, the fault of one `Artifact`,
+its `owner`), what in the target it points at (`cause`) and the sandbox `limit` the code broke (the
+runtime's `ToolResult.limit`, with the module of a refused import). Whoever acts on a failure reads these
+fields (stages/routing.py, interop/report.py); `detail` is its account for people."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Protocol, Self
+
+
+class Probe(StrEnum):
+    """The execution probes, by the name their results carry (quality/probes.py, quality/deep_probes.py)."""
+
+    TOOLS_LOAD = "tools load"
+    TOOL_RUNS = "tool runs"
+    VALID_INPUTS = "tool runs on valid inputs"
+    INVALID_INPUTS = "tool refuses invalid inputs"
+    READ_ONLY = "read tool writes nothing"
+    OWN_TABLES = "tool writes only its tables"
+    TASK_NOT_BLOCKED = "task not blocked"
+    REFERENCE_ACCEPTED = "reference accepted"
+    UNTOUCHED_REJECTED = "untouched rejected"
+    REPLAY_DETERMINISTIC = "replay deterministic"
+
+
+class Artifact(StrEnum):
+    """The part of an environment a failed probe finds at fault: what must change for it to pass."""
+
+    TOOL_CODE = "tool code"
+    SEED = "seed"
+    VERIFIERS = "verifiers"  # the verifiers and the tasks' reference solutions, written together
+
+
+class ProbeFailure(StrEnum):
+    """What went wrong in a failed probe. Each is the failure of one probe (`probe`) and the fault of one
+    artifact (`owner`)."""
+
+    TOOLS_DO_NOT_LOAD = "tools do not load"  # the tool module (or app) does not load: no tool can run
+    TOOL_CRASHED = "tool crashed"  # its one call ended in env_error
+    VALID_INPUT_CRASHED = "valid input crashed"
+    INVALID_INPUT_CRASHED = "invalid input crashed"
+    INVALID_INPUT_WRITTEN = "invalid input written"  # instead of refused
+    READ_TOOL_WROTE = "read tool wrote"
+    WROTE_OTHER_TABLES = "wrote other tables"  # a writing tool changed a table that is not its own
+    BLOCKED_BY_REFUSED_STEP = "blocked by a refused step"  # a reference call ends in a ToolError
+    BLOCKED_BY_MISSING_RECORD = "blocked by a missing record"  # the task names a record the seed lacks
+    REFERENCE_STEP_CRASHED = "reference step crashed"  # a step gave env_error
+    REFERENCE_STEP_REFUSED = "reference step refused"  # a step gave tool_error
+    REFERENCE_REJECTED = "reference rejected"  # the verifier did not judge the reference complete
+    UNTOUCHED_ACCEPTED = "untouched accepted"  # the verifier judged the untouched database complete
+    UNTOUCHED_VERIFIER_CRASHED = "untouched verifier crashed"  # ... or failed judging it
+    REPLAY_DIFFERS_IN_TOOL = "replay differs in a tool"  # a result, or the database after a step
+    REPLAY_DIFFERS_IN_VERIFIER = "replay differs in the verifier"  # its verdict
+    REPLAY_DIFFERS_IN_END_STATE = "replay differs in the end state"
+
+    @property
+    def probe(self) -> Probe:
+        """The probe this is a failure of."""
+        return _FAILURES[self][0]
+
+    @property
+    def owner(self) -> Artifact:
+        """The artifact at fault: a tool that crashes, writes where it must not or reads the real clock is
+        the tool code's; a task naming a record the seed lacks, the seed's; a reference solution that is
+        refused or rejected, or a verdict that is wrong or varies, the verifiers'."""
+        return _FAILURES[self][1]
+
+
+_FAILURES: dict[ProbeFailure, tuple[Probe, Artifact]] = {
+    ProbeFailure.TOOLS_DO_NOT_LOAD: (Probe.TOOLS_LOAD, Artifact.TOOL_CODE),
+    ProbeFailure.TOOL_CRASHED: (Probe.TOOL_RUNS, Artifact.TOOL_CODE),
+    ProbeFailure.VALID_INPUT_CRASHED: (Probe.VALID_INPUTS, Artifact.TOOL_CODE),
+    ProbeFailure.INVALID_INPUT_CRASHED: (Probe.INVALID_INPUTS, Artifact.TOOL_CODE),
+    ProbeFailure.INVALID_INPUT_WRITTEN: (Probe.INVALID_INPUTS, Artifact.TOOL_CODE),
+    ProbeFailure.READ_TOOL_WROTE: (Probe.READ_ONLY, Artifact.TOOL_CODE),
+    ProbeFailure.WROTE_OTHER_TABLES: (Probe.OWN_TABLES, Artifact.TOOL_CODE),
+    ProbeFailure.BLOCKED_BY_REFUSED_STEP: (Probe.TASK_NOT_BLOCKED, Artifact.VERIFIERS),
+    ProbeFailure.BLOCKED_BY_MISSING_RECORD: (Probe.TASK_NOT_BLOCKED, Artifact.SEED),
+    ProbeFailure.REFERENCE_STEP_CRASHED: (Probe.REFERENCE_ACCEPTED, Artifact.TOOL_CODE),
+    ProbeFailure.REFERENCE_STEP_REFUSED: (Probe.REFERENCE_ACCEPTED, Artifact.VERIFIERS),
+    ProbeFailure.REFERENCE_REJECTED: (Probe.REFERENCE_ACCEPTED, Artifact.VERIFIERS),
+    ProbeFailure.UNTOUCHED_ACCEPTED: (Probe.UNTOUCHED_REJECTED, Artifact.VERIFIERS),
+    ProbeFailure.UNTOUCHED_VERIFIER_CRASHED: (Probe.UNTOUCHED_REJECTED, Artifact.VERIFIERS),
+    ProbeFailure.REPLAY_DIFFERS_IN_TOOL: (Probe.REPLAY_DETERMINISTIC, Artifact.TOOL_CODE),
+    ProbeFailure.REPLAY_DIFFERS_IN_VERIFIER: (Probe.REPLAY_DETERMINISTIC, Artifact.VERIFIERS),
+    ProbeFailure.REPLAY_DIFFERS_IN_END_STATE: (Probe.REPLAY_DETERMINISTIC, Artifact.TOOL_CODE),
+}
+
+
+class Outcome(Protocol):
+    """What a probe's detail may quote (a ToolResult, a VerifierResult, a deep probe's call): the sandbox
+    limit it hit, with the module of a refused import."""
+
+    @property
+    def limit(self) -> str | None: ...
+
+    @property
+    def refused_module(self) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """One probe: what it checked (`probe`, `target`), whether it `passed`, and why (`detail`, for people).
+    A failed one names what went wrong (`failure`), what in the target it points at where that is more
+    than the target (`cause`: a step of a reference solution, where two replays first differ, the tables
+    written, the records the seed lacks ...), and the sandbox `limit` the code broke, with the
+    `refused_module` of a refused import. Make them with `passing` and `failing`."""
+
+    probe: Probe
+    target: str
+    passed: bool
+    detail: str = ""
+    failure: ProbeFailure | None = None
+    cause: str | None = None
+    limit: str | None = None
+    refused_module: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.passed != (self.failure is None) or (self.failure and self.failure.probe != self.probe):
+            raise ValueError(f"a {self.probe} result that passed={self.passed} cannot have failure {self.failure}")
+
+    @classmethod
+    def passing(cls, probe: Probe, target: str, detail: str) -> Self:
+        return cls(probe, target, True, detail)
+
+    @classmethod
+    def failing(
+        cls,
+        failure: ProbeFailure,
+        target: str,
+        detail: str,
+        *,
+        cause: str | None = None,
+        limit: str | None = None,
+        refused_module: str | None = None,
+    ) -> Self:
+        return cls(failure.probe, target, False, detail, failure, cause, limit, refused_module)
+
+    @classmethod
+    def quoting(
+        cls, failure: ProbeFailure, target: str, detail: str, outcome: Outcome, cause: str | None = None
+    ) -> Self:
+        """A failed probe whose detail quotes `outcome`: the sandbox limit it hit goes with it."""
+        return cls.failing(
+            failure, target, detail, cause=cause, limit=outcome.limit, refused_module=outcome.refused_module
+        )
+
+    @property
+    def owner(self) -> Artifact | None:
+        """The artifact at fault (None: it passed)."""
+        return self.failure.owner if self.failure else None
+
+    def record(self) -> dict[str, Any]:
+        """The result as stored in a quality check's details (JSON)."""
+        return {
+            "probe": self.probe.value,
+            "target": self.target,
+            "passed": self.passed,
+            "detail": self.detail,
+            "failure": self.failure.value if self.failure else None,
+            "cause": self.cause,
+            "limit": self.limit,
+            "refused_module": self.refused_module,
+        }
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> Self:
+        """The result `record` stores (ValueError for a failed one stored without its failure: catalogs
+        written before failures were typed)."""
+        failure = record.get("failure")
+        return cls(
+            Probe(record["probe"]),
+            record["target"],
+            record["passed"],
+            record.get("detail", ""),
+            ProbeFailure(failure) if failure else None,
+            record.get("cause"),
+            record.get("limit"),
+            record.get("refused_module"),
+        )
