@@ -17,6 +17,8 @@ from worldsmith.stages.order import Stage
 from worldsmith.stages.routing import owning_step
 from worldsmith.stages.validate import _route
 
+pytestmark = pytest.mark.unit
+
 F = ProbeFailure
 CODE, SEED_STEP, VERIFIERS_STAGE = (Stage.TOOLS, "code"), (Stage.DATABASE, "seed"), (Stage.VERIFIERS, None)
 
