@@ -27,7 +27,7 @@ pytest_plugins = ["support.tiers"]
 def _worldsmith_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     home = tmp_path_factory.mktemp("worldsmith-home")
     os.environ["WORLDSMITH_HOME"] = str(home)
-    # the deep tool probes with a smaller budget (tests/test_deep_probes.py runs the full one)
+    # the deep tool probes with a smaller budget (tests/quality/test_deep_probes.py runs the full one)
     os.environ["WORLDSMITH_DEEP_PROBE_BUDGET"] = "quick"
     # a developer's own ~/.config/worldsmith/worldsmith.toml or a profile in the shell changes nothing here
     os.environ["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("xdg-config"))

@@ -2,7 +2,7 @@
 
 The package root is the front door: a small curated API (`__all__`), each name imported from the
 module that defines it on first use, so `import worldsmith` costs what it did and loads no third-party
-package (the CLI's start-up, tests/test_cli_startup.py). README.md ("Python API") shows it at work.
+package (the CLI's start-up, tests/cli/test_cli_startup.py). README.md ("Python API") shows it at work.
 
 This module stays stdlib only: the sandbox worker imports parts of this package in an interpreter
 without site-packages. Modules of the package import a name from the module that defines it, never

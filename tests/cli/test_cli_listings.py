@@ -40,7 +40,7 @@ def one_line_error(*args: str, code: int = 2) -> str:
 
 def _publish(bundles: list[Bundle], passed: tuple[str, ...] = ()) -> None:
     """Publish `bundles`, each with the outcome of the quality checks `passed` (passed; running the
-    checks themselves is what tests/test_quality.py does)."""
+    checks themselves is what tests/quality/test_quality.py does)."""
     from worldsmith.models.quality import QualityCheck
     from worldsmith.storage.catalog import open_catalog
     from worldsmith.storage.objectstore import configured_store

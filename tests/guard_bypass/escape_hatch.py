@@ -1,7 +1,7 @@
 """A stand-in for an escape past the Python guard, for tests of the layers under it.
 
 A test starts sandbox workers with a bootstrap that imports this module before the worker's `main`
-(`tests/test_isolation.py` patches `worldsmith.runtime.worker_launch._BOOTSTRAP`). It gives generated code one
+(`tests/runtime/test_isolation.py` patches `worldsmith.runtime.worker_launch._BOOTSTRAP`). It gives generated code one
 extra builtin, `unguarded(attack)`: `attack(kit)` runs with the guard's audit hook stepped aside and
 with `kit` holding the real `__import__` and `open`. That is what a working guard bypass would give
 an attacker; whatever `attack` still cannot do is stopped by the kernel layers and the process

@@ -5,7 +5,7 @@ what they use at their top (the bundle contract, the runtime, the pydantic confi
 derived from), except the heavy parts, which a command imports when it runs, so that the CLI starts
 quickly: the flows (Prefect) and with them the training stack (torch, transformers, trl), the
 catalog's database (SQLAlchemy, Alembic), the MCP gateway (mcp), the dashboard and its server
-(plotly, uvicorn) and the world models (openai). tests/test_cli_startup.py holds the CLI to that.
+(plotly, uvicorn) and the world models (openai). tests/cli/test_cli_startup.py holds the CLI to that.
 The callback below thereby also sets Prefect's environment before Prefect is first imported.
 """
 

@@ -17,7 +17,7 @@ app = typer.Typer(help="List the runs the catalog records (generation, evaluatio
 
 class Kind(StrEnum):
     """The choices of `--kind`: the values of worldsmith/storage/run_listing.RunKind, which loads the catalog's
-    libraries, so the CLI does not import it when it starts (tests/test_cli_listings.py holds the two equal)."""
+    libraries, so the CLI does not import it when it starts (tests/cli/test_cli_listings.py holds the two equal)."""
 
     GENERATE = "generate"
     EVALUATE = "evaluate"

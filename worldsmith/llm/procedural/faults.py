@@ -1,5 +1,5 @@
 """Planted faults of procedural worlds: the bugs the paper's audit found in real worlds, one class at a
-time, for the execution probes to find (bench/probes.py measures the share found; tests/test_deep_probes.py).
+time, for the execution probes to find (bench/probes.py measures the share found; tests/quality/test_deep_probes.py).
 
 Each class rewrites one artifact of a composed world (procedural_bundle) the way a generator gets it
 wrong, and names what the probes must name (`PlantedFault.targets`: a tool or task id):
