@@ -26,7 +26,7 @@ OUTSIDE: dict[str, str] = {
     "`except Exception` cannot swallow it; it never leaves the sandbox worker",
     "worldsmith.runtime.sandbox.failure.Failure": "the worker's outcome of an operation, sent as its reply; "
     "it never leaves the worker process",
-    "worldsmith.quality.deep_probes._Stopped": "private control flow, raised and caught in its module",
+    "worldsmith.quality.tool_calls.Stopped": "control flow of the deep probes: raised by the prober, caught by deep_probes",
 }
 
 #: Third-party bases of the package's classes known not to be exceptions: no need to import them (the
