@@ -12,10 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.paths import REPO
 
 pytestmark = pytest.mark.unit
 
-PACKAGE = Path(__file__).resolve().parent.parent / "worldsmith"
+PACKAGE = REPO / "worldsmith"
 
 #: Packages (and top-level modules) of worldsmith by layer, lowest first; a module may import its
 #: own layer and the ones below.
@@ -214,6 +215,21 @@ def test_the_sandbox_worker_loads_its_modules_before_it_confines_itself(imports:
     assert later <= SANDBOX_LATE
     outside = {t for m in loaded for t, top in imports[m].items() if top and t not in imports}
     assert {name.split(".")[0] for name in outside} <= set(sys.stdlib_module_names)
+
+
+#: The most lines a module may have: a reader holds it in one sitting (docs/architecture.md, "Module size").
+MODULE_LINES = 600
+#: Data tables, which are read by row, not held whole.
+DATA_TABLES = frozenset({"llm/procedural/blocks.py"})
+
+
+def test_no_module_is_longer_than_a_reader_can_hold() -> None:
+    long = {
+        str(path.relative_to(PACKAGE)): lines
+        for path in PACKAGE.rglob("*.py")
+        if (lines := len(path.read_text().splitlines())) > MODULE_LINES
+    }
+    assert set(long) <= DATA_TABLES, f"modules over {MODULE_LINES} lines: split them along their seams: {long}"
 
 
 def test_the_checks_find_what_they_look_for(tmp_path: Path) -> None:
