@@ -8,7 +8,9 @@
 | `e2e` | run the product as a user does: CLI processes, the demo, training a model | stopping |
 
 A tier is given by a marker on the test, its class or its module (`pytestmark`); the closest one wins,
-so a module's default can be overridden test by test. A test with none fails collection, naming it.
+so a module's default can be overridden test by test. A test with none fails collection, naming it, and
+so does a `unit` test that uses a fixture that starts something (`_HEAVY_FIXTURES`). After collection
+each test carries its one tier marker itself, so `-m unit` selects exactly the unit tier.
 
 A `unit` test that starts a process fails at that point (an audit hook refuses `subprocess.Popen`,
 `os.fork` and `os.posix_spawn` while it runs): the tier's speed is kept by the machine, not by habit.
@@ -33,31 +35,42 @@ _DESCRIPTIONS = {
     "flow": "runs Prefect flows on the session's Prefect test server",
     "e2e": "runs the product as a user does: CLI processes, the demo, model training",
 }
+#: Fixtures a unit test may not use, and what they start.
+_HEAVY_FIXTURES = {
+    "prefect_api": "a Prefect server: tier flow",
+    "tiny_model": "a model to train: tier e2e",
+    "runtime": "sandbox workers: tier sandbox",
+    "postgres_url": "a PostgreSQL server: tier sandbox",
+    "browser": "Chromium: tier e2e",
+}
 #: Audit events that start a process.
 _SPAWNS = frozenset({"subprocess.Popen", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.exec"})
 
 
 class _InProcessOnly:
-    """Refuses process starts while a unit test runs (an audit hook cannot be removed, so it is armed
-    and disarmed by a flag)."""
+    """Refuses process starts while a unit test sets up or runs, from any thread, and remembers the
+    first, so the test fails even where a caller swallowed the refusal (an audit hook cannot be
+    removed, so it is armed and disarmed by a flag)."""
 
     armed_for: str | None = None
+    started: str | None = None
 
     @classmethod
     def hook(cls, event: str, args: tuple[object, ...]) -> None:
         if cls.armed_for is not None and event in _SPAWNS:
-            test, cls.armed_for = cls.armed_for, None  # one failure, not one per retry of the caller
-            raise RuntimeError(
-                f"{test} is marked `unit` but started a process ({event} {args[:1]!r}): "
-                "mark it `sandbox`, `flow` or `e2e`, or keep it in-process"
-            )
+            cls.started = cls.started or f"{event} {str(args[:1])[:200]}"
+            raise RuntimeError(f"{cls.armed_for} is marked `unit` but started a process ({cls.started})")
 
 
 sys.addaudithook(_InProcessOnly.hook)
 
 
 def tier_of(item: pytest.Item) -> str | None:
-    """The closest tier marker of `item` (its own, then its class's, then its module's)."""
+    """The tier of `item`: its own tier marker (the heaviest, if a parametrized case adds one), else its
+    class's, else its module's."""
+    own = [mark.name for mark in item.own_markers if mark.name in TIERS]
+    if own:
+        return max(own, key=TIERS.index)
     return next((mark.name for mark in item.iter_markers() if mark.name in TIERS), None)
 
 
@@ -66,25 +79,47 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{tier}: {_DESCRIPTIONS[tier]}")
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects: it must see one tier per test
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    untiered = [item.nodeid for item in items if tier_of(item) is None]
-    if untiered:
-        shown = "\n  ".join(untiered[:20]) + (f"\n  ... and {len(untiered) - 20} more" if len(untiered) > 20 else "")
+    tiers = {item.nodeid: tier_of(item) for item in items}
+    problems = [f"{nodeid}: no tier marker" for nodeid, tier in tiers.items() if tier is None]
+    problems += [
+        f"{item.nodeid}: marked `unit` but uses the {name} fixture ({_HEAVY_FIXTURES[name]})"
+        for item in items
+        if tiers[item.nodeid] == "unit"
+        for name in sorted(_HEAVY_FIXTURES.keys() & set(getattr(item, "fixturenames", ())))
+    ]
+    if problems:
+        shown = "\n  ".join(problems[:20]) + (f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else "")
         raise pytest.UsageError(
-            f"{len(untiered)} test(s) carry no tier marker ({', '.join(TIERS)}); "
-            f"mark the test, its class or its module (pytestmark):\n  {shown}"
+            f"{len(problems)} test(s) need another tier ({', '.join(TIERS)}); mark the test, its class or its "
+            f"module (pytestmark):\n  {shown}"
         )
+    # One tier marker per test, on the test itself: `-m unit` must not select an e2e test of a module
+    # whose default is unit (pytest matches -m against every marker up the chain).
     for item in items:
+        for node in item.listchain():
+            node.own_markers[:] = [mark for mark in node.own_markers if mark.name not in TIERS]
+    for item in items:
+        tier = tiers[item.nodeid] or "e2e"
+        item.add_marker(tier)
         if item.get_closest_marker("timeout") is None:
-            item.add_marker(pytest.mark.timeout(HANG_GUARD_S[tier_of(item) or "e2e"]))
+            item.add_marker(pytest.mark.timeout(HANG_GUARD_S[tier]))
 
 
 def _in_process_only(item: pytest.Item) -> Iterator[None]:
     _InProcessOnly.armed_for = item.nodeid if tier_of(item) == "unit" else None
+    _InProcessOnly.started = None
     try:
         yield
     finally:
         _InProcessOnly.armed_for = None
+    if _InProcessOnly.started:
+        pytest.fail(
+            f"marked `unit` but started a process ({_InProcessOnly.started}): mark it `sandbox`, `flow` or "
+            "`e2e`, or keep it in-process",
+            pytrace=False,
+        )
 
 
 @pytest.hookimpl(hookwrapper=True)
