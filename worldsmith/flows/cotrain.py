@@ -43,6 +43,7 @@ from worldsmith.flows.train import evaluate_split, plan, prepare_model, train
 from worldsmith.models.catalog import TrainingRun
 from worldsmith.models.evaluation import EvaluationReport, EvaluationSummary
 from worldsmith.models.training import CotrainResult, CotrainRound, StepMetrics, TrainResult, WorldModelTrainResult
+from worldsmith.models.world_model_scores import OneStepScores
 from worldsmith.runtime.episode import Runtime
 from worldsmith.settings import get_settings
 from worldsmith.storage.catalog import open_catalog
@@ -51,7 +52,7 @@ from worldsmith.storage.sets import get_set
 from worldsmith.training.config import CotrainConfig, WorldModelConfig
 from worldsmith.training.world_model_runs import train_world_model
 from worldsmith.worldmodel.config import SimulationConfig
-from worldsmith.worldmodel.evaluation import OneStepScores, one_step
+from worldsmith.worldmodel.evaluation import one_step
 from worldsmith.worldmodel.transitions import Transition, build_transitions
 from worldsmith.worldmodel.world_models import HFWorldModel
 
