@@ -81,7 +81,7 @@ def main() -> None:
         started, cpu_started = time.perf_counter(), tree_cpu_s()
         results = run_generate(params)
         wall, cpu = time.perf_counter() - started, tree_cpu_s() - cpu_started
-    good = sum(r["status"] == "good" for r in results)
+    good = sum(r.status == "good" for r in results)
     ideal = args.latency * (1 + math.ceil(args.count / args.concurrency) * STAGE_CALLS)
     with open_catalog().session() as session:
         attempts = session.exec(select(StageAttempt)).all()

@@ -72,10 +72,10 @@ def main() -> None:
         started = time.perf_counter()
         episode = run_episode(runtime, bundles[0], bundles[0].tasks[0], ReferencePolicy(), world=simulation)
         episode_s = time.perf_counter() - started
-    one = report["one_step"]
+    one = report.one_step
     print(
-        f"one step on {one['transitions']} train transitions: observation exact {one['observation_exact']:.3f}, "
-        f"invalid {one['invalid_rate']:.3f}; simulated episode: {episode.verdict} after {len(episode.steps)} call(s), {episode_s:.2f} s"
+        f"one step on {one.transitions} train transitions: observation exact {one.observation_exact:.3f}, "
+        f"invalid {one.invalid_rate:.3f}; simulated episode: {episode.verdict} after {len(episode.steps)} call(s), {episode_s:.2f} s"
     )
     print(
         json.dumps(
@@ -87,7 +87,7 @@ def main() -> None:
                 "transitions": len(transitions),
                 **clock.summary(),
                 "loss": [r["loss"] for r in clock.rows],
-                "one_step": {k: v for k, v in one.items() if k != "per_env"},
+                "one_step": one.model_dump(mode="json", exclude={"per_env"}),
                 "simulated_episode": episode.verdict,
                 "simulation": simulation.stats.as_dict(),
             },

@@ -54,6 +54,7 @@ from worldsmith.models.catalog import (
     TrainingRun,
     TrainingStep,
 )
+from worldsmith.models.evaluation import EvaluationScores
 from worldsmith.storage.catalog import Catalog
 
 #: The recorded stage names a world's generation goes through, in order (validation sends it back round).
@@ -193,7 +194,18 @@ def build(catalog: Catalog, worlds: int, attempts_per_world: int, nights: int, s
             ):
                 s.connection().execute(insert(EnvironmentSetMember.__table__), batch)
         for n in range(20):
-            overall = {"pass@1": rng.random(), "pass@4": rng.random(), "episodes": 400}
+            overall = EvaluationScores(
+                episodes=400,
+                tasks=100,
+                k=4,
+                pass_at_1=rng.random(),
+                pass_at_k=rng.random(),
+                mean_reward=0.5,
+                mean_turns=4.0,
+                env_error_rate=0.0,
+                agent_error_rate=0.0,
+                format_error_rate=0.0,
+            ).model_dump()
             s.add(
                 EvaluationRun(
                     set_id=env_set.id, policy=f"policy-{n}", samples=4, status="done", metrics={"overall": overall}

@@ -75,28 +75,28 @@ def main() -> None:
         f"({len({t.env_id for t in train})} worlds), {len(test)} test ({len({t.env_id for t in test})} unseen worlds)"
     )
     trained = train_world_model(transitions, WorldModelConfig(steps=args.steps))
-    losses = [e["loss"] for e in trained["log"]]
+    losses = [e["loss"] for e in trained.log]
     print(f"tiny world model: {args.steps} SFT steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}")
     models = {
         "static (floor)": StaticWorldModel(),
-        "tiny, trained": HFWorldModel(trained["model"], max_new_tokens=args.max_new_tokens),
+        "tiny, trained": HFWorldModel(trained.model, max_new_tokens=args.max_new_tokens),
         "oracle (ceiling)": OracleWorldModel(),
     }
     reports = {name: evaluate_world_model(model, test, k=args.k) for name, model in models.items()}
     header = f"{'model':18} {'obs exact':>9} {'outcome':>8} {'invalid':>8} {'rows F1':>8} {'fields F1':>9}  compound error by step"
     print(header)
     for name, report in reports.items():
-        one = report["one_step"]
-        steps = " ".join(f"{s['compound_error']:.3f}" for s in report["k_step"]["steps"])
+        one = report.one_step
+        steps = " ".join(f"{s.compound_error:.3f}" for s in report.k_step.steps)
         print(
-            f"{name:18} {one['observation_exact']:9.3f} {one['outcome_agreement']:8.3f} {one['invalid_rate']:8.3f} "
-            f"{one['rows']['f1']:8.3f} {one['fields']['f1']:9.3f}  {steps}"
+            f"{name:18} {one.observation_exact:9.3f} {one.outcome_agreement:8.3f} {one.invalid_rate:8.3f} "
+            f"{one.rows.f1:8.3f} {one.fields.f1:9.3f}  {steps}"
         )
     seen = random.Random(0).sample(train, min(args.train_sample, len(train)))
     on_seen = one_step(models["tiny, trained"], seen)
     print(
-        f"tiny, trained, on {len(seen)} train transitions (seen worlds): observation exact {on_seen['observation_exact']:.3f}, "
-        f"outcome {on_seen['outcome_agreement']:.3f}, invalid {on_seen['invalid_rate']:.3f}, fields F1 {on_seen['fields']['f1']:.3f}"
+        f"tiny, trained, on {len(seen)} train transitions (seen worlds): observation exact {on_seen.observation_exact:.3f}, "
+        f"outcome {on_seen.outcome_agreement:.3f}, invalid {on_seen.invalid_rate:.3f}, fields F1 {on_seen.fields.f1:.3f}"
     )
     print(f"seconds: {time.perf_counter() - started:.0f}")
     print(
@@ -107,11 +107,11 @@ def main() -> None:
                 "test": len(test),
                 "steps": args.steps,
                 "loss": [losses[0], losses[-1]],
-                "tiny_on_seen": {k: v for k, v in on_seen.items() if k != "per_env"},
+                "tiny_on_seen": on_seen.model_dump(mode="json", exclude={"per_env"}),
                 "reports": {
                     name: {
-                        "one_step": {k: v for k, v in r["one_step"].items() if k != "per_env"},
-                        "k_step": r["k_step"],
+                        "one_step": r.one_step.model_dump(mode="json", exclude={"per_env"}),
+                        "k_step": r.k_step.model_dump(mode="json"),
                     }
                     for name, r in reports.items()
                 },

@@ -154,10 +154,10 @@ class Demo:
         ) as bar:
             task = bar.add_task("environments built", total=o.envs)
             results = run_generate(params, on_progress=lambda _: bar.advance(task))
-        good = [r for r in results if r["status"] == "good"]
+        good = [r for r in results if r.status == "good"]
         with open_catalog().session() as session:
             attempts = session.exec(
-                select(StageAttempt).where(StageAttempt.env_id.in_([r["env_id"] for r in results]))
+                select(StageAttempt).where(StageAttempt.env_id.in_([r.env_id for r in results]))
             ).all()
         stages = stage_summary(list(attempts))
         table = Table(title=f"{len(good)} of {len(results)} environments published as good")
@@ -235,21 +235,21 @@ class Demo:
                         set_name=self.options.set_name, policy=policy, samples=samples, seed=self.options.seed
                     )
                 )
-            overall = report["overall"]
+            overall = report.overall
             table.add_row(
                 policy,
                 str(samples),
-                f"{overall['pass@1']:.3f}",
-                f"{overall[f'pass@{samples}']:.3f}",
-                f"{overall['mean_turns']:.2f}",
-                f"{overall['env_error_rate']:.3f}",
-                str(report["run_id"]),
+                f"{overall.pass_at_1:.3f}",
+                f"{overall.pass_at_k:.3f}",
+                f"{overall.mean_turns:.2f}",
+                f"{overall.env_error_rate:.3f}",
+                str(report.run_id),
             )
             self.summary["evaluations"][policy] = {
-                "run_id": report["run_id"],
-                "pass@1": overall["pass@1"],
-                "episodes": overall["episodes"],
-                "env_error_rate": overall["env_error_rate"],
+                "run_id": report.run_id,
+                "pass@1": overall.pass_at_1,
+                "episodes": overall.episodes,
+                "env_error_rate": overall.env_error_rate,
             }
         self.console.print(table)
 
@@ -268,18 +268,19 @@ class Demo:
             highlight=False,
         )
         result = train(config, progress=True)
-        log, success = result["log"], result["success"]
+        log, success = result.log, result.success
+        assert success is not None  # the demo's training samples its success rate (success_samples)
         self.summary["training"] = {
-            "run_id": result["run_id"],
-            "steps": result["steps"],
-            "checkpoint": result["checkpoint"],
+            "run_id": result.run_id,
+            "steps": result.steps,
+            "checkpoint": result.checkpoint,
             "reward_first": log[0].get("reward") if log else None,
             "reward_last": log[-1].get("reward") if log else None,
-            "validation_pass@1_before": (result["before"] or {}).get("pass@1"),
-            "validation_pass@1_after": (result["after"] or {}).get("pass@1"),
-            "success_before": success["before"]["rate"],
-            "success_after": success["after"]["rate"],
-            "success_rollouts": success["after"]["rollouts"],
+            "validation_pass@1_before": result.before.scores.pass_at_1 if result.before else None,
+            "validation_pass@1_after": result.after.scores.pass_at_1 if result.after else None,
+            "success_before": success.before.rate,
+            "success_after": success.after.rate,
+            "success_rollouts": success.after.rollouts,
         }
         t = self.summary["training"]
         self.console.print(

@@ -21,12 +21,13 @@ def test_files_round_trip(runtime, golden, tmp_path):
 
 def test_scores(runtime, golden):
     reference = [run_episode(runtime, golden, task, ReferencePolicy()) for task in golden.tasks]
-    assert scores(reference)["pass@1"] == 1.0 and scores(reference)["mean_reward"] == 1.0
+    assert scores(reference).pass_at_1 == 1.0 and scores(reference).mean_reward == 1.0
     mixed = reference[:2] + [
         run_episode(runtime, golden, golden.tasks[0], RandomPolicy(), EpisodeConfig(seed=s)) for s in range(3)
     ]
     result = scores(mixed, k=2)
-    assert result["tasks"] == 2 and 0.0 < result["pass@1"] < 1.0 and result["pass@2"] >= result["pass@1"]
+    assert result.tasks == 2 and 0.0 < result.pass_at_1 < 1.0 and result.pass_at_k >= result.pass_at_1
+    assert result.model_dump()["pass@2"] == result.pass_at_k  # stored as pass@<k>
 
 
 @pytest.mark.unit

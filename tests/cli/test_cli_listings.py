@@ -144,7 +144,17 @@ def test_runs_ls_lists_every_kind_newest_first(worlds, tmp_path):
     generation = _generation_run(worlds, "broken_world")
     time.sleep(1.1)  # start times are listed to the second
     evaluation = add_run(EvaluationRun(policy="reference", samples=2, flow_run_id=str(uuid.uuid4())))
-    overall = {"pass@1": 1.0, "pass@2": 1.0, "episodes": 4, "env_error_rate": 0.0, "agent_error_rate": 0.0}
+    overall = {
+        "episodes": 4,
+        "tasks": 2,
+        "pass@1": 1.0,
+        "pass@2": 1.0,
+        "mean_reward": 1.0,
+        "mean_turns": 2.0,
+        "env_error_rate": 0.0,
+        "agent_error_rate": 0.0,
+        "format_error_rate": 0.0,
+    }
     finish_run(EvaluationRun, evaluation, "completed", {"overall": overall})
     time.sleep(1.1)
     trained = _training_run(None, [{"reward": 0.1, "success_rate": 0.0}, {"reward": 0.5, "success_rate": 0.5}], None)

@@ -155,7 +155,17 @@ def known(tmp_path) -> Catalog:
                 policy="reference",
                 samples=1,
                 status="completed",
-                metrics={"overall": {"pass@1": 1.0, "episodes": 10, "env_error_rate": 0.0, "format_error_rate": 0.0}},
+                metrics={  # a record stored before agent errors were counted
+                    "overall": {
+                        "episodes": 10,
+                        "tasks": 10,
+                        "pass@1": 1.0,
+                        "mean_reward": 1.0,
+                        "mean_turns": 3.0,
+                        "env_error_rate": 0.0,
+                        "format_error_rate": 0.0,
+                    }
+                },
             )
         )
         s.add(
@@ -169,6 +179,9 @@ def known(tmp_path) -> Catalog:
                         "pass@1": 0.25,
                         "pass@4": 0.5,
                         "episodes": 40,
+                        "tasks": 10,
+                        "mean_reward": 0.3,
+                        "mean_turns": 5.0,
                         "env_error_rate": 0.1,
                         "format_error_rate": 0.2,
                         "agent_error_rate": 0.05,

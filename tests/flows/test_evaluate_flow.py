@@ -36,11 +36,11 @@ def env_set(home, golden):
 
 def test_reference_scores_one_and_random_clearly_less(prefect_api, env_set):
     reference = run_evaluate(EvaluateParameters(set_name=env_set, policy="reference"))
-    assert reference["overall"]["pass@1"] == 1.0 and reference["overall"]["episodes"] == 30
-    assert set(reference["per_env"]) == {"retail_store", "retail_2", "clinic_2"}
+    assert reference.overall.pass_at_1 == 1.0 and reference.overall.episodes == 30
+    assert set(reference.per_env) == {"retail_store", "retail_2", "clinic_2"}
     random_run = run_evaluate(EvaluateParameters(set_name=env_set, policy="random", samples=3))
-    assert random_run["overall"]["episodes"] == 90 and random_run["overall"]["pass@1"] < 0.3
-    assert random_run["overall"]["pass@3"] >= random_run["overall"]["pass@1"]
+    assert random_run.overall.episodes == 90 and random_run.overall.pass_at_1 < 0.3
+    assert random_run.overall.k == 3 and random_run.overall.pass_at_k >= random_run.overall.pass_at_1
     with open_catalog().session() as session:
         runs = session.exec(select(EvaluationRun).order_by(EvaluationRun.id)).all()
     assert [(r.policy, r.status, r.samples) for r in runs] == [
@@ -48,7 +48,8 @@ def test_reference_scores_one_and_random_clearly_less(prefect_api, env_set):
         ("random", "completed", 3),
     ]
     assert runs[0].metrics["overall"]["pass@1"] == 1.0 and runs[1].finished_at is not None
-    trajectories = load_dataset("parquet", data_files=random_run["trajectories"]["parquet"], split="train")
+    assert runs[1].metrics["overall"]["pass@3"] == random_run.overall.pass_at_k  # the stored shape
+    trajectories = load_dataset("parquet", data_files=random_run.trajectories.parquet, split="train")
     assert len(trajectories) == 90 and set(trajectories["policy"]) == {"random"}
 
 
@@ -92,8 +93,8 @@ def test_bad_policy_and_unknown_set_are_named(prefect_api, env_set):
 def test_trajectories_export_to_datasets(prefect_api, env_set, tmp_path):
     report = run_evaluate(EvaluateParameters(set_name=env_set, policy="reference"))
     runner = CliRunner()
-    sft = runner.invoke(app, ["data", "sft", report["trajectories"]["jsonl"], str(tmp_path / "sft")])
-    transitions = runner.invoke(app, ["data", "transitions", report["trajectories"]["jsonl"], str(tmp_path / "wm")])
+    sft = runner.invoke(app, ["data", "sft", report.trajectories.jsonl, str(tmp_path / "sft")])
+    transitions = runner.invoke(app, ["data", "transitions", report.trajectories.jsonl, str(tmp_path / "wm")])
     assert sft.exit_code == 0 and transitions.exit_code == 0, sft.output + transitions.output
     assert len(load_dataset("json", data_files=str(tmp_path / "sft" / "sft.jsonl"), split="train")) == 30
     assert len(load_dataset("parquet", data_files=str(tmp_path / "wm" / "transitions.parquet"), split="train")) > 30
@@ -107,9 +108,9 @@ def test_local_model_policy_through_the_flow(prefect_api, env_set, tiny_model):
             set_name="golden-only", policy=f"hf:{tiny_model}", max_turns=2, max_new_tokens=12, concurrency=2
         )
     )
-    overall = report["overall"]
-    assert overall["episodes"] == 10 and overall["pass@1"] == 0.0 and overall["env_error_rate"] == 0.0
-    rows = [json.loads(line) for line in open(report["trajectories"]["jsonl"])]
+    overall = report.overall
+    assert overall.episodes == 10 and overall.pass_at_1 == 0.0 and overall.env_error_rate == 0.0
+    rows = [json.loads(line) for line in open(report.trajectories.jsonl)]
     assert all(r["policy"] == f"hf:{tiny_model}" and r["turn_records"][0]["completion_ids"] for r in rows)
 
 

@@ -24,6 +24,7 @@ from worldsmith.cli import app
 from worldsmith.flows.generate import run_generate
 from worldsmith.llm.errors import OutputFault
 from worldsmith.models.catalog import EnvironmentVersion, StageAttempt
+from worldsmith.models.generation import WorldOutcome
 from worldsmith.settings import get_settings
 from worldsmith.storage.catalog import Catalog, open_catalog
 from worldsmith.storage.objectstore import configured_store
@@ -51,8 +52,8 @@ class Generated:
     """One uninterrupted run of REFERENCE: its home, results, progress reports and catalog content."""
 
     home: Path
-    results: list[dict]
-    seen: list[dict]
+    results: list[WorldOutcome]
+    seen: list[WorldOutcome]
     content: set[tuple[str, int, str]]
 
 
@@ -68,7 +69,7 @@ def generated(prefect_api, tmp_path_factory: pytest.TempPathFactory) -> Generate
         patch.setenv("WORLDSMITH_TASK_RUNNER", "dask")
         patch.setenv("WORLDSMITH_DASK_WORKERS", "1")
         get_settings.cache_clear()
-        seen: list[dict] = []
+        seen: list[WorldOutcome] = []
         results = run_generate(REFERENCE, on_progress=seen.append)
     get_settings.cache_clear()
     return Generated(home, results, seen, _content(home))
@@ -87,7 +88,7 @@ def generated_home(generated: Generated, monkeypatch: pytest.MonkeyPatch) -> Pat
 @pytest.mark.timeout(900)  # the first to use `generated` waits for its run: about 25 s on 2 idle cores
 def test_generate_flow_publishes_environments_that_pass_env_check(generated, generated_home, monkeypatch):
     home, params, results, seen = generated_home, REFERENCE, generated.results, generated.seen
-    assert [r["status"] for r in results] == ["good"] * params.count and len(seen) == params.count
+    assert [r.status for r in results] == ["good"] * params.count and len(seen) == params.count
     catalog = catalog_at(home)
     with catalog.session() as session:
         versions = session.exec(select(EnvironmentVersion)).all()
@@ -136,7 +137,7 @@ def test_generate_flow_publishes_environments_that_pass_env_check(generated, gen
     } <= set(stages["tasks"])
 
     again = run_generate(params)  # everything cached: same environments, nothing new
-    assert [r["ref"] for r in again] == [r["ref"] for r in results]
+    assert [r.ref for r in again] == [r.ref for r in results]
     with catalog.session() as session:
         assert len(session.exec(select(EnvironmentVersion)).all()) == params.count
         assert len(session.exec(select(StageAttempt)).all()) == len(attempts)
@@ -152,7 +153,7 @@ def test_generate_flow_publishes_environments_that_pass_env_check(generated, gen
     get_settings.cache_clear()
     assert publish(twin, configured_store(), open_catalog(), dedupe=True).created
     third = run_generate(params)
-    outcome = {r["env_id"]: (r["status"], r["ref"]) for r in third}
+    outcome = {r.env_id: (r.status, r.ref) for r in third}
     assert outcome.pop(fetched.env_id) == ("duplicate", "twin_world@1")
     assert [status for status, _ in outcome.values()] == ["good"] * (params.count - 1)
     with open_catalog().session() as session:
@@ -303,8 +304,8 @@ def test_failed_worlds_are_published_as_failed_and_the_run_below_its_good_share_
 
 @pytest.mark.timeout(900)  # as the first test
 def test_generate_fans_out_on_a_dask_cluster(generated):
-    assert [r["status"] for r in generated.results] == ["good"] * REFERENCE.count
-    assert all(not r["built_by"].endswith(f":{os.getpid()}") for r in generated.results)  # built in a Dask worker
+    assert [r.status for r in generated.results] == ["good"] * REFERENCE.count
+    assert all(not r.built_by.endswith(f":{os.getpid()}") for r in generated.results)  # built in a Dask worker
     assert len(generated.content) == REFERENCE.count
 
 

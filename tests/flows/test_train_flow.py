@@ -139,8 +139,8 @@ def test_training_step_in_two_processes(home, tiny_model, tmp_path):
     result = launch(
         TrainRequest(config=config, model=str(tiny_model), bundles=[str(bundle)], run_id=run_id, output=str(out)), 2
     )
-    assert result["processes"] == 2 and result["steps"] == 2 and (out / "final" / "model.safetensors").is_file()
-    assert [entry["step"] for entry in result["log"]] == [1, 2]
+    assert result.processes == 2 and result.steps == 2 and (out / "final" / "model.safetensors").is_file()
+    assert [entry["step"] for entry in result.log] == [1, 2]
     with open_catalog().session() as session:
         steps = session.exec(select(TrainingStep).where(TrainingStep.training_run_id == run_id)).all()
         checkpoints = session.exec(
@@ -148,9 +148,7 @@ def test_training_step_in_two_processes(home, tiny_model, tmp_path):
         ).all()
     assert sorted(s.step for s in steps) == [1, 2]  # written once, by the main process
     # trainer checkpoints stored once each, after both processes wrote their RNG state into them
-    assert [(c.step, c.digest) for c in checkpoints] == [tuple(entry) for entry in result["checkpoints"]] and len(
-        checkpoints
-    ) == 2
+    assert [(c.step, c.digest) for c in checkpoints] == result.checkpoints and len(checkpoints) == 2
     archive = tarfile.open(
         fileobj=io.BytesIO(open_store(get_settings().resolved_store_url()).get_bytes(checkpoints[0].digest))
     )

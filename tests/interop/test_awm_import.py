@@ -415,12 +415,10 @@ def test_import_publishes_one_good_environment_that_the_evaluate_flow_evaluates(
     )
     reference = run_evaluate(EvaluateParameters(set_name="imported", policy="reference"))
     assert (
-        reference["overall"]["pass@1"] == 1.0
-        and reference["overall"]["episodes"] == 10
-        and reference["overall"]["env_error_rate"] == 0.0
+        reference.overall.pass_at_1 == 1.0
+        and reference.overall.episodes == 10
+        and reference.overall.env_error_rate == 0.0
     )
     random_run = run_evaluate(EvaluateParameters(set_name="imported", policy="random", samples=2, max_turns=4))
-    assert random_run["overall"]["episodes"] == 20 and random_run["overall"]["pass@1"] < 0.5
-    assert (
-        random_run["overall"]["env_error_rate"] == 0.0
-    )  # random arguments are the agent's errors, not the environment's
+    assert random_run.overall.episodes == 20 and random_run.overall.pass_at_1 < 0.5
+    assert random_run.overall.env_error_rate == 0.0  # random arguments are the agent's errors, not the environment's

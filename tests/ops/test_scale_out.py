@@ -78,7 +78,7 @@ GENERATE = (
     "import json, sys; from worldsmith.flows.generate import run_generate; "
     "from worldsmith.tasks.generation_run import GenerateParameters; "
     "results = run_generate(GenerateParameters(count=int(sys.argv[1]), seed=int(sys.argv[2]), concurrency=2, "
-    "backend='procedural', min_good_share=0.0)); print(json.dumps(results))"
+    "backend='procedural', min_good_share=0.0)); print(json.dumps([r.model_dump(mode='json') for r in results]))"
 )
 
 
@@ -295,7 +295,7 @@ def test_the_train_flows_training_step_spans_two_nodes_on_the_loopback_rendezvou
     )
     out = tmp_path / "out"
     result = train_policy.fn(config, str(tiny_model), [str(bundle)], run_id, str(out), False, launcher=LocalNodes())
-    assert result["processes"] == 2 and result["steps"] == 1 and (out / "final" / "model.safetensors").is_file()
+    assert result.processes == 2 and result.steps == 1 and (out / "final" / "model.safetensors").is_file()
     assert json.loads((out / "result.json").read_text())["processes"] == 2
     assert TrainRequest.model_validate_json((out / "node-1-request.json").read_text()).config.nodes == 2
     assert "--nnodes 2 --node_rank 1" in " ".join(torchrun_command(out / "r.json", 1, 1, nodes=2, node_rank=1))

@@ -159,7 +159,7 @@ def test_the_generate_flow_reviews_its_worlds_when_asked(prefect_api, home, monk
             monkeypatch.delenv("WORLDSMITH_LLM_BASE_URL")
             monkeypatch.delenv("WORLDSMITH_LLM_MODEL")
             get_settings.cache_clear()
-    assert [r["status"] for r in results] == ["good"]
+    assert [r.status for r in results] == ["good"]
     with open_catalog().session() as session:
         stages = [a.stage for a in session.exec(select(StageAttempt)).all()]
     assert stages.count("review") == 1 and ("review", "ok") in server.served

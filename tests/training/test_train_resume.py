@@ -23,6 +23,7 @@ from worldsmith.dashboard.data import training
 from worldsmith.flows.train import train
 from worldsmith.llm.procedural.backend import procedural_bundle
 from worldsmith.models.catalog import Checkpoint, EvaluationRun, TrainingRun, TrainingStep
+from worldsmith.models.training import TrainResult
 from worldsmith.storage.catalog import open_catalog
 from worldsmith.storage.run_records import add_run, update_run
 from worldsmith.training.checkpoints import fetch_checkpoint
@@ -75,7 +76,7 @@ def resume_set(prefect_api, tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(resume_set) -> dict:
+def uninterrupted(resume_set) -> TrainResult:
     """The record of a run of ARGS never interrupted, without validation (the steps are what the
     others compare with); it also builds the tiny model the others reuse."""
     return train(TrainingConfig(set_name=resume_set, **ARGS), with_validation=False)
@@ -129,7 +130,7 @@ def test_a_killed_run_resumes_from_its_stored_checkpoint_and_matches_an_uninterr
 ):
     from prefect.settings import PREFECT_API_URL
 
-    _, whole_steps, whole_checkpoints = rows_of(uninterrupted["run_id"])
+    _, whole_steps, whole_checkpoints = rows_of(uninterrupted.run_id)
     assert [c.step for c in whole_checkpoints] == [1, 2, 3, 3] and whole_checkpoints[-1].metrics["final"] is True
     trainer_state = fetch_checkpoint(whole_checkpoints[1].digest, tmp_path / "step-2")  # everything a resume needs
     assert {"optimizer.pt", "scheduler.pt", "rng_state.pth", "trainer_state.json", "model.safetensors"} <= {
@@ -198,7 +199,7 @@ def test_resume_refusals_name_the_problem(resume_set, uninterrupted):
     gone = stopped_run(config)
     cases = {
         "999": "no training run 999",
-        str(finished["run_id"]): f"training run {finished['run_id']} completed; there is nothing to resume",
+        str(finished.run_id): f"training run {finished.run_id} completed; there is nothing to resume",
         str(
             add_run(TrainingRun(config={"kind": "world_model"}))
         ): "is a world_model run; only GRPO training runs resume",

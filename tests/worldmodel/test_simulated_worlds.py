@@ -254,8 +254,8 @@ def test_simulated_evaluation_through_the_flow_and_the_cli(prefect_api, retail_s
 
     real = evaluate(EvaluateParameters(set_name=retail_set))
     code = evaluate(EvaluateParameters(set_name=retail_set, simulate={"world_model": "code"}))
-    assert (real["world"], code["world"]) == ("real", "simulated:code")
-    assert code["overall"] == real["overall"] and code["overall"]["pass@1"] == 1.0 and code["simulation"]["calls"] > 0
+    assert (real.world, code.world) == ("real", "simulated:code")
+    assert code.overall == real.overall and code.overall.pass_at_1 == 1.0 and code.simulation.calls > 0
     refused = CliRunner().invoke(app, ["eval", "--set", retail_set, "--simulate", "oracle"])
     assert refused.exit_code == 2 and "unknown world model 'oracle'" in refused.output
     shown = CliRunner().invoke(app, ["eval", "--set", retail_set, "--simulate", "static", "--json"])
@@ -292,10 +292,10 @@ def test_simulated_training_mixes_real_and_imagined_groups(prefect_api, retail_s
         real_share=0.5,
     )
     result = train(config)
-    assert [entry["imagined_rate"] for entry in result["log"]] == [0.0, 1.0]  # a real group, then an imagined one
-    assert result["simulation"] is not None and result["before"] is None  # the set has no validation split
+    assert [entry["imagined_rate"] for entry in result.log] == [0.0, 1.0]  # a real group, then an imagined one
+    assert result.simulation is not None and result.before is None  # the set has no validation split
     with open_catalog().session() as session:
-        run = session.get(TrainingRun, result["run_id"])
+        run = session.get(TrainingRun, result.run_id)
     assert run.config["simulate"]["world_model"] == "code" and run.config["real_share"] == 0.5
 
 

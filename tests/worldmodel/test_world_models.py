@@ -15,6 +15,7 @@ from worldsmith.agent.policies import RandomPolicy, ReferencePolicy
 from worldsmith.agent.trajectories import write_jsonl
 from worldsmith.cli import app
 from worldsmith.llm.procedural.backend import procedural_bundle
+from worldsmith.models.world_model_scores import PrecisionRecall
 from worldsmith.worldmodel.evaluation import apply_diff, evaluate_world_model, k_step, one_step
 from worldsmith.worldmodel.scoring import facts
 from worldsmith.worldmodel.transitions import (
@@ -78,14 +79,12 @@ def test_transitions_replay_every_call_with_env_disjoint_splits(worlds, trajecto
 
 def test_oracle_scores_are_perfect_and_compound_error_zero(transitions):
     report = evaluate_world_model(OracleWorldModel(), transitions, k=4, samples=2)
-    one = report["one_step"]
-    assert (one["observation_exact"], one["outcome_agreement"], one["invalid_rate"]) == (1.0, 1.0, 0.0)
-    assert one["rows"] == one["fields"] == {"precision": 1.0, "recall": 1.0, "f1": 1.0}
-    assert set(one["per_env"]) == {t.env_id for t in transitions}
-    assert (
-        one["self_consistency"]["mean_agreement"] == 1.0 and one["self_consistency"]["accuracy_when_consistent"] == 1.0
-    )
-    assert [s["compound_error"] for s in report["k_step"]["steps"]] == [0.0, 0.0, 0.0, 0.0]
+    one = report.one_step
+    assert (one.observation_exact, one.outcome_agreement, one.invalid_rate) == (1.0, 1.0, 0.0)
+    assert one.rows == one.fields == PrecisionRecall(precision=1.0, recall=1.0, f1=1.0)
+    assert set(one.per_env) == {t.env_id for t in transitions}
+    assert one.self_consistency.mean_agreement == 1.0 and one.self_consistency.accuracy_when_consistent == 1.0
+    assert [s.compound_error for s in report.k_step.steps] == [0.0, 0.0, 0.0, 0.0]
 
 
 def test_a_static_model_scores_exactly_what_it_gets_right(transitions):
@@ -97,17 +96,16 @@ def test_a_static_model_scores_exactly_what_it_gets_right(transitions):
     ok = sum(t.observation.status == "ok" for t in transitions)
     changed = sum(len(facts(t.diff)[0]) for t in transitions)
     assert changed > 0
-    assert one["observation_exact"] == ok_null / len(transitions)
-    assert one["outcome_agreement"] == ok / len(transitions) < 1.0
-    assert one["rows"] == {
-        "precision": 1.0,
-        "recall": 0.0,
-        "f1": 0.0,
-    }  # predicts no change: nothing wrong said, every change missed
+    assert one.observation_exact == ok_null / len(transitions)
+    assert one.outcome_agreement == ok / len(transitions) < 1.0
+    assert one.rows == PrecisionRecall(
+        precision=1.0, recall=0.0, f1=0.0
+    )  # predicts no change: nothing wrong said, every change missed
+    assert one.self_consistency is None and "self_consistency" not in one.model_dump()  # one sample per call
     first_calls = [t for t in transitions if t.index == 0]
-    steps = k_step(StaticWorldModel(), transitions, 2)["steps"]
-    assert steps[0]["episodes"] == len(first_calls)
-    assert steps[0]["compound_error"] == pytest.approx(
+    steps = k_step(StaticWorldModel(), transitions, 2).steps
+    assert steps[0].episodes == len(first_calls)
+    assert steps[0].compound_error == pytest.approx(
         1 - sum(t.observation.status == "ok" and t.observation.value is None for t in first_calls) / len(first_calls)
     )
 
@@ -141,19 +139,19 @@ class Flaky(OracleWorldModel):
 
 def test_field_level_scores_see_what_row_level_scores_cannot(transitions):
     one = one_step(WrongFields(), transitions)
-    assert one["rows"]["f1"] == 1.0 and one["observation_exact"] == 1.0
+    assert one.rows.f1 == 1.0 and one.observation_exact == 1.0
     updated = [t for t in transitions if any(c["updated"] for c in t.diff.values())]
-    assert updated and one["fields"]["f1"] < 1.0 and one["fields"]["recall"] < 1.0
+    assert updated and one.fields.f1 < 1.0 and one.fields.recall < 1.0
 
 
 def test_self_consistency_flags_the_transitions_a_model_is_unsure_of(transitions):
     one = one_step(Flaky(), transitions, samples=2)
-    consistency = one["self_consistency"]
+    consistency = one.self_consistency
     static_right = [t for t in transitions if t.observation == Observation(status="ok") and not t.diff]
-    assert consistency["consistent"] == len(static_right) and consistency["inconsistent"] == len(transitions) - len(
+    assert consistency.consistent == len(static_right) and consistency.inconsistent == len(transitions) - len(
         static_right
     )
-    assert consistency["mean_agreement"] == pytest.approx(
+    assert consistency.mean_agreement == pytest.approx(
         (len(static_right) + 0.5 * (len(transitions) - len(static_right))) / len(transitions)
     )
 
@@ -183,7 +181,7 @@ def test_an_openai_compatible_model_is_scored_the_same_way(transitions):
     with server.serve() as running:
         model = OpenAIWorldModel("wm-test", base_url=f"{running.url}/v1")
         one = one_step(model, chosen)
-    assert one["observation_exact"] == 4 / 6 and one["invalid_rate"] == 2 / 6
+    assert one.observation_exact == 4 / 6 and one.invalid_rate == 2 / 6
     assert len(server.requests) == 6
     prompt = server.requests[0]["messages"][1]["content"]
     assert chosen[0].task in prompt and f"Tool call: {chosen[0].action['name']}(" in prompt

@@ -23,6 +23,7 @@ from worldsmith.agent.loop import EpisodeConfig, run_episode
 from worldsmith.agent.policies import ReferencePolicy, ScriptPolicy
 from worldsmith.bundle.contract import Bundle
 from worldsmith.models.bundle import TaskSpec
+from worldsmith.models.verdict import Verdict
 from worldsmith.quality.probes import SeedValues, sample_arguments
 from worldsmith.runtime.episode import Runtime
 
@@ -38,7 +39,7 @@ class Probe:
     task_id: str
     kind: str
     expect: str  # "complete", "partial" or "not_complete"
-    verdict: str = ""
+    verdict: Verdict | None = None  # None until judged
     evidence: dict[str, Any] | None = None
     variant: str = ""  # an answer_variant's name (answer_variants.py)
     answer: str | None = None  # an answer_variant's final answer
@@ -50,15 +51,15 @@ class Probe:
 
     @property
     def false_positive(self) -> bool:
-        return self.expect != "complete" and self.verdict == "complete"
+        return self.expect != "complete" and self.verdict == Verdict.complete
 
     @property
     def false_negative(self) -> bool:
         return (
             self.expect == "complete"
-            and self.verdict != "complete"
+            and self.verdict != Verdict.complete
             or self.expect == "partial"
-            and self.verdict != "partial"
+            and self.verdict != Verdict.partial
         )
 
 
@@ -151,7 +152,7 @@ def judge_answer_variants(runtime: Runtime, bundle: Bundle, task: TaskSpec, prob
             episode.call_tool(tool, arguments)
         for probe in probes:
             judged = episode.verify(probe.answer or "")
-            probe.verdict = getattr(judged.status, "value", judged.status)
+            probe.verdict = Verdict(judged.status)
             probe.evidence = {**judged.evidence, **({"error": judged.error} if judged.error else {})}
     return probes
 

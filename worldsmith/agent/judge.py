@@ -18,10 +18,12 @@ from worldsmith.agent.loop import Trajectory
 from worldsmith.llm.jsonrepair import parse_json_object
 from worldsmith.llm.prompts import render
 from worldsmith.models.bundle import TaskSpec
+from worldsmith.models.verdict import Verdict
 
-RULINGS = ("agent_error", "partial", "complete", "env_error")  # strictest first
+#: What a judge may rule, strictest first.
+RULINGS = (Verdict.agent_error, Verdict.partial, Verdict.complete, Verdict.env_error)
 #: A verifier's verdict as the ruling that agrees with it.
-VERIFIER_TO_RULING = {"incomplete": "agent_error"}
+VERIFIER_TO_RULING = {Verdict.incomplete: Verdict.agent_error}
 
 
 def _clip(value: Any, limit: int = 400) -> str:
@@ -38,18 +40,18 @@ def transcript(trajectory: Trajectory) -> str:
     return "\n".join(lines) or "(none)"
 
 
-def majority(votes: list[str], verifier: str) -> str:
-    """The ruling of `votes` (see the module docstring for ties)."""
+def majority(votes: list[Verdict], verifier: Verdict | None) -> Verdict:
+    """The ruling of `votes` (see the module docstring for ties; None: the judge did not see the verifier's verdict)."""
     counts = Counter(votes).most_common()
     top = [ruling for ruling, n in counts if n == counts[0][1]]
     if len(top) == 1:
         return top[0]
     if VERIFIER_TO_RULING.get(verifier, verifier) in top:
         return VERIFIER_TO_RULING.get(verifier, verifier)
-    return min((r for r in top if r != "env_error"), key=RULINGS.index, default="agent_error")
+    return min((r for r in top if r != Verdict.env_error), key=RULINGS.index, default=Verdict.agent_error)
 
 
-def parse_vote(text: str) -> tuple[str | None, str]:
+def parse_vote(text: str) -> tuple[Verdict | None, str]:
     """A judge's answer as (ruling, reason); (None, why) when it is not a JSON object with a known verdict."""
     try:
         data = parse_json_object(text)
@@ -58,7 +60,7 @@ def parse_vote(text: str) -> tuple[str | None, str]:
     ruling = data.get("verdict")
     if ruling not in RULINGS:
         return None, f"unknown verdict {ruling!r}"
-    return ruling, str(data.get("reason", ""))
+    return Verdict(ruling), str(data.get("reason", ""))
 
 
 class LLMJudge:
@@ -82,7 +84,7 @@ class LLMJudge:
             base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_s, max_retries=2
         )
 
-    def _vote(self, system: str, user: str) -> tuple[str | None, str]:
+    def _vote(self, system: str, user: str) -> tuple[Verdict | None, str]:
         response = self.client.chat.completions.create(
             model=self.model,
             temperature=self.temperature,
@@ -91,7 +93,7 @@ class LLMJudge:
         )
         return parse_vote(response.choices[0].message.content or "")
 
-    def review(self, task: TaskSpec, trajectory: Trajectory) -> tuple[str, dict[str, Any]]:
+    def review(self, task: TaskSpec, trajectory: Trajectory) -> tuple[Verdict, dict[str, Any]]:
         """(ruling, record): the majority of `votes` judge samples, with each vote and reason."""
         system, user = render(
             "judge",

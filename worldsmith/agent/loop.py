@@ -17,6 +17,7 @@ from worldsmith.agent.rewards import RewardMap
 from worldsmith.bundle.contract import Bundle
 from worldsmith.models.bundle import TaskSpec
 from worldsmith.models.results import ToolResult, VerifierResult
+from worldsmith.models.verdict import Verdict
 from worldsmith.runtime.episode import Episode, Runtime
 
 SYSTEM_PROMPT = """You are an agent operating the {name} application through its tools.
@@ -63,6 +64,8 @@ class Step(BaseModel):
 
 
 class Trajectory(BaseModel):
+    """One episode as it happened and was judged; stored as one JSON line (agent/trajectories.py)."""
+
     env_id: str
     env_key: str
     task_id: str
@@ -73,7 +76,7 @@ class Trajectory(BaseModel):
     steps: list[Step]
     turns: int
     answer: str = ""
-    verdict: str
+    verdict: Verdict
     reward: float | None
     evidence: dict[str, Any] = Field(default_factory=dict)
     error: str | None = None
@@ -117,17 +120,17 @@ class EpisodeSource(Protocol):
 class Judge(Protocol):
     """Reviews a judged trajectory (see judge.py); returns the final verdict and its record."""
 
-    def review(self, task: TaskSpec, trajectory: Trajectory) -> tuple[str, dict[str, Any]]: ...
+    def review(self, task: TaskSpec, trajectory: Trajectory) -> tuple[Verdict, dict[str, Any]]: ...
 
 
 def judged_verdict(
     runtime: Runtime, bundle: Bundle, task: TaskSpec, episode: Episode, judged: VerifierResult, guard: bool
-) -> tuple[str, dict[str, Any]]:
+) -> tuple[Verdict, dict[str, Any]]:
     """The verifier's verdict and evidence, downgraded by the side-effect guard when `guard` is on and the
     task has a reference solution (its footprint); a `complete` verdict the guard did not check says why in
     its evidence (`side_effect_guard`)."""
-    verdict = getattr(judged.status, "value", judged.status)
-    if verdict != "complete":
+    verdict = Verdict(judged.status)
+    if verdict != Verdict.complete:
         return verdict, judged.evidence
     if not guard:
         return verdict, {**judged.evidence, "side_effect_guard": "off: disabled by the run's side_effects setting"}
@@ -136,7 +139,7 @@ def judged_verdict(
     overreach = reference_run(runtime, bundle, task).footprint.overreach(episode.diff(bundle.world))
     if not overreach:
         return verdict, judged.evidence
-    return "partial", {**judged.evidence, "side_effects": overreach}
+    return Verdict.partial, {**judged.evidence, "side_effects": overreach}
 
 
 def play_call(episode: Episode, tools: list[dict[str, Any]], turn: int, call: ToolCall) -> tuple[ToolResult, Step]:
@@ -179,7 +182,9 @@ def run_episode(
     ]
     steps: list[Step] = []
     records: list[TurnRecord] = []
-    verdict, error, answer = None, None, ""
+    verdict: Verdict | None = None
+    error: str | None = None
+    answer = ""
     turns = 0
     policy.start(bundle, task, config.seed)
     world = world or runtime
@@ -192,7 +197,7 @@ def run_episode(
             except PolicyUnavailable:  # the infrastructure's failure, never scored as the agent's
                 raise
             except Exception as exc:  # noqa: BLE001 - a model that cannot answer (timeout, refused connection) ends the episode
-                verdict, error = "agent_error", f"the policy failed: {type(exc).__name__}: {exc}"
+                verdict, error = Verdict.agent_error, f"the policy failed: {type(exc).__name__}: {exc}"
                 break
             records.append(
                 TurnRecord(
@@ -206,7 +211,7 @@ def run_episode(
                 )
             )
             if produced.format_error is not None or produced.message is None:
-                verdict, error = "format_error", produced.format_error or "no message"
+                verdict, error = Verdict.format_error, produced.format_error or "no message"
                 break
             message = produced.message
             messages.append(message)
@@ -218,7 +223,7 @@ def run_episode(
                 steps.append(step)
                 messages.append(tool_message(call, result.status, result.value, result.error))
                 if result.status == "env_error":
-                    verdict, error = "env_error", result.error
+                    verdict, error = Verdict.env_error, result.error
                     break
             if verdict is not None:
                 break
@@ -247,7 +252,7 @@ def run_episode(
         tokens_out=sum(r.tokens_out for r in records),
         turn_records=records,
     )
-    if judge is not None and verdict not in ("format_error", "env_error"):
+    if judge is not None and verdict not in (Verdict.format_error, Verdict.env_error):
         ruling, record = judge.review(task, trajectory)
         trajectory.verdict, trajectory.judge = ruling, {**record, "verifier_verdict": verdict}
         trajectory.reward = config.rewards.reward(ruling)

@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from worldsmith.agent.loop import Trajectory
+from worldsmith.models.evaluation import EvaluationScores
 from worldsmith.models.jsonlines import read_models, write_models
+from worldsmith.models.verdict import Verdict
 
 
 def write_jsonl(trajectories: list[Trajectory], path: Path) -> Path:
@@ -48,30 +50,31 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - comb(n - c, k) / comb(n, k)
 
 
-def scores(trajectories: list[Trajectory], k: int = 1) -> dict[str, Any]:
+def scores(trajectories: list[Trajectory], k: int = 1) -> EvaluationScores:
     """pass@1, pass@k, mean reward and turns, env_error, agent_error and format_error rates; env_error
     episodes are excluded from pass rates and rewards (they count against the env)."""
     by_task: dict[tuple[str, str], list[Trajectory]] = defaultdict(list)
     for t in trajectories:
         by_task[(t.env_id, t.task_id)].append(t)
-    scored = [t for t in trajectories if t.verdict != "env_error"]
+    scored = [t for t in trajectories if t.verdict != Verdict.env_error]
     passes_1, passes_k = [], []
     for samples in by_task.values():
-        valid = [t for t in samples if t.verdict != "env_error"]
+        valid = [t for t in samples if t.verdict != Verdict.env_error]
         if not valid:
             continue
-        complete = sum(t.verdict == "complete" for t in valid)
+        complete = sum(t.verdict == Verdict.complete for t in valid)
         passes_1.append(pass_at_k(len(valid), complete, 1))
         passes_k.append(pass_at_k(len(valid), complete, min(k, len(valid))))
     total = len(trajectories) or 1
-    return {
-        "episodes": len(trajectories),
-        "tasks": len(by_task),
-        "pass@1": sum(passes_1) / len(passes_1) if passes_1 else 0.0,
-        f"pass@{k}": sum(passes_k) / len(passes_k) if passes_k else 0.0,
-        "mean_reward": sum(t.reward or 0.0 for t in scored) / len(scored) if scored else 0.0,
-        "mean_turns": sum(t.turns for t in trajectories) / total,
-        "env_error_rate": sum(t.verdict == "env_error" for t in trajectories) / total,
-        "agent_error_rate": sum(t.verdict == "agent_error" for t in trajectories) / total,
-        "format_error_rate": sum(t.verdict == "format_error" for t in trajectories) / total,
-    }
+    return EvaluationScores(
+        episodes=len(trajectories),
+        tasks=len(by_task),
+        k=k,
+        pass_at_1=sum(passes_1) / len(passes_1) if passes_1 else 0.0,
+        pass_at_k=sum(passes_k) / len(passes_k) if passes_k else 0.0,
+        mean_reward=sum(t.reward or 0.0 for t in scored) / len(scored) if scored else 0.0,
+        mean_turns=sum(t.turns for t in trajectories) / total,
+        env_error_rate=sum(t.verdict == Verdict.env_error for t in trajectories) / total,
+        agent_error_rate=sum(t.verdict == Verdict.agent_error for t in trajectories) / total,
+        format_error_rate=sum(t.verdict == Verdict.format_error for t in trajectories) / total,
+    )

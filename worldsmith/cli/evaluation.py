@@ -94,25 +94,26 @@ def eval_command(
     with refusals(), console.status(f"evaluating {policy} on {set_name}", spinner="dots"):
         result = run_evaluate(params)
     if as_json:
-        print(json.dumps(result, indent=2, default=str))
+        print(json.dumps(result.model_dump(mode="json"), indent=2, default=str))
         return
     k = params.samples
     table = Table(
-        title=f"evaluation {result['run_id']}: {policy} on {set_name} ({split}, {result['world']} worlds, "
+        title=f"evaluation {result.run_id}: {policy} on {set_name} ({split}, {result.world} worlds, "
         f"{k} sample(s) per task)"
     )
     passes = ["pass@1"] if k == 1 else ["pass@1", f"pass@{k}"]
     for column in ("env", "tasks", "episodes", *passes, "mean reward", "mean turns", *ERROR_COLUMNS):
         table.add_column(column)
-    for env, s in [*result["per_env"].items(), ("all", result["overall"])]:
+    for env, s in [*result.per_env.items(), ("all", result.overall)]:
+        rates = (s.env_error_rate, s.agent_error_rate, s.format_error_rate)  # as ERROR_COLUMNS
         table.add_row(
             env,
-            str(s["tasks"]),
-            str(s["episodes"]),
-            *(f"{s[column]:.3f}" for column in passes),
-            f"{s['mean_reward']:.3f}",
-            f"{s['mean_turns']:.2f}",
-            *(f"{s[f'{column}_rate']:.3f}" for column in ERROR_COLUMNS),
+            str(s.tasks),
+            str(s.episodes),
+            *(f"{rate:.3f}" for rate in ([s.pass_at_1] if k == 1 else [s.pass_at_1, s.pass_at_k])),
+            f"{s.mean_reward:.3f}",
+            f"{s.mean_turns:.2f}",
+            *(f"{rate:.3f}" for rate in rates),
         )
     console.print(table)
-    say(f"trajectories: {result['trajectories']['jsonl']}")
+    say(f"trajectories: {result.trajectories.jsonl}")

@@ -65,7 +65,7 @@ def generate_command(
         min_good_share=min_good_share,
         review=review,
     )
-    from worldsmith.flows.generate import GOOD_OUTCOMES, TooFewGoodWorlds, run_generate
+    from worldsmith.flows.generate import TooFewGoodWorlds, run_generate
 
     ended: Exception | None = None  # the run ended Failed: its one line, after the progress bar and table
     # stdout stays the real one: Prefect serialises the run context for Dask workers
@@ -85,9 +85,9 @@ def generate_command(
             table.add_column(column, no_wrap=True)  # a ref in full, whatever the terminal's width
         table.add_column("reason")
         for r in results:
-            reason = (r["reason"] or "")[:100]
-            table.add_row(r["ref"] or r["env_id"], r["status"], r.get("failed_stage") or "", reason)
+            reason = (r.reason or "")[:100]
+            table.add_row(r.ref or r.env_id, r.status, r.failed_stage or "", reason)
         console.print(table)
     if ended is not None:
         raise failure(one_line(str(ended)), 1)
-    raise typer.Exit(0 if all(r["status"] in GOOD_OUTCOMES for r in results) else 1)
+    raise typer.Exit(0 if all(r.good for r in results) else 1)

@@ -14,9 +14,10 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
+from pydantic import BaseModel
 from rich.table import Table
 
 from worldsmith.cli.config_options import UNSET, config_command, option_for, options_for
@@ -24,7 +25,12 @@ from worldsmith.cli.console import console, refusals, say
 from worldsmith.training.config import TINY, CotrainConfig, TrainingConfig
 from worldsmith.training.memory import check_cuda, check_machine
 
+if TYPE_CHECKING:
+    from worldsmith.models.training import TrainResult
+
 app = typer.Typer()
+
+Record = TypeVar("Record", bound=BaseModel)
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the run's record as JSON.")]
 
@@ -86,7 +92,7 @@ COTRAIN_OPTIONS = [
 ]
 
 
-def _flow_result(run: Callable[[], dict[str, Any]], as_json: bool) -> dict[str, Any] | None:
+def _flow_result(run: Callable[[], Record], as_json: bool) -> Record | None:
     """Run a training flow for a command: a ValueError (a model that is not on this machine, a set
     without tasks) or a catalog refusal exits 2 with its message; with --json the record is printed
     and None returned."""
@@ -95,38 +101,36 @@ def _flow_result(run: Callable[[], dict[str, Any]], as_json: bool) -> dict[str, 
     with refusals(ValueError, CatalogError):
         result = run()
     if as_json:
-        print(json.dumps(result, indent=2, default=str))
+        print(json.dumps(result.model_dump(mode="json"), indent=2, default=str))
         return None
     return result
 
 
-def _report_training(config: TrainingConfig, result: dict[str, Any] | None) -> None:
+def _report_training(config: TrainingConfig, result: TrainResult | None) -> None:
     """The validation table and final model of a finished training run (nothing when None: --json)."""
     if result is None:
         return
-    resumed = f", resumed after step {result['resumed_from']}" if result.get("resumed_from") is not None else ""
+    resumed = f", resumed after step {result.resumed_from}" if result.resumed_from is not None else ""
     table = Table(
-        title=f"training run {result['run_id']}: {config.model} on {config.set_name}, {result['steps']} steps{resumed}"
+        title=f"training run {result.run_id}: {config.model} on {config.set_name}, {result.steps} steps{resumed}"
     )
     for column in ("validation", "pass@1", "mean reward", "format_error", "evaluation"):
         table.add_column(column)
-    for name in ("before", "after"):
-        report = result[name]
+    for name, report in (("before", result.before), ("after", result.after)):
         if report is not None:
             table.add_row(
                 name,
-                f"{report['pass@1']:.3f}",
-                f"{report['mean_reward']:.3f}",
-                f"{report['format_error_rate']:.3f}",
-                str(report["run_id"]),
+                f"{report.scores.pass_at_1:.3f}",
+                f"{report.scores.mean_reward:.3f}",
+                f"{report.scores.format_error_rate:.3f}",
+                str(report.run_id),
             )
     console.print(table)
-    success = result.get("success")
-    if success:  # TrainingConfig.success_samples: the trained tasks, sampled as in training
+    if result.success:  # TrainingConfig.success_samples: the trained tasks, sampled as in training
         from worldsmith.training.success import success_line
 
-        say(f"success rate on the trained tasks: {success_line(success)}")
-    say(f"final model: {result['final']} (object {result['checkpoint']})")
+        say(f"success rate on the trained tasks: {success_line(result.success)}")
+    say(f"final model: {result.final} (object {result.checkpoint})")
 
 
 def _check_set(name: str, split: str) -> None:
@@ -187,7 +191,7 @@ def cotrain_command(fields: dict[str, Any], as_json: JsonOption = False) -> None
     result = _flow_result(lambda: cotrain(config, progress=not as_json), as_json)
     if result is None:
         return
-    table = Table(title=f"co-training run {result['run_id']} on {config.policy.set_name}")
+    table = Table(title=f"co-training run {result.run_id} on {config.policy.set_name}")
     columns = {
         "round": "round",
         "real_success_rate": "real success",
@@ -199,7 +203,7 @@ def cotrain_command(fields: dict[str, Any], as_json: JsonOption = False) -> None
     }
     for label in columns.values():
         table.add_column(label)
-    for r in result["rounds"]:
+    for r in (row.model_dump() for row in result.rounds):
         table.add_row(
             *[
                 f"{r[k]:.3f}" if isinstance(r.get(k), float) else str(r.get(k) if r.get(k) is not None else "")
@@ -207,4 +211,4 @@ def cotrain_command(fields: dict[str, Any], as_json: JsonOption = False) -> None
             ]
         )
     console.print(table)
-    say(f"policy: {result['policy']}\nworld model: {result['world_model']}", highlight=False)
+    say(f"policy: {result.policy}\nworld model: {result.world_model}", highlight=False)

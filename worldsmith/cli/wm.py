@@ -83,12 +83,12 @@ def wm_train(
     except (ValueError, FileNotFoundError, OSError) as exc:
         raise failure(str(exc).splitlines()[0]) from None
     if as_json:
-        print(json.dumps(result, indent=2, default=str))
+        print(json.dumps(result.model_dump(mode="json"), indent=2, default=str))
         return
-    losses = [entry["loss"] for entry in result["log"]]
+    losses = [entry["loss"] for entry in result.log]
     say(
-        f"world-model run {result['run_id']}: {result['steps']} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}; "
-        f"model {result['model']} (object {result['checkpoint']})",
+        f"world-model run {result.run_id}: {result.steps} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}; "
+        f"model {result.model} (object {result.checkpoint})",
         highlight=False,
     )
 
@@ -122,21 +122,21 @@ def wm_eval(
         raise failure(f"no transitions in split {split!r} of {transitions}")
     report = evaluate_world_model(wm, chosen, k=k, samples=samples)
     if as_json:
-        print(json.dumps(report, indent=2))
+        print(json.dumps(report.model_dump(mode="json"), indent=2))
         return
-    one = report["one_step"]
-    table = Table(title=f"world model {wm.name} on {one['transitions']} transitions ({split})")
+    one = report.one_step
+    table = Table(title=f"world model {wm.name} on {one.transitions} transitions ({split})")
     for column in ("environment", "transitions", "observation exact", "outcome agreement", "rows F1", "fields F1"):
         table.add_column(column)
-    for env, scores in [*one["per_env"].items(), ("all", one)]:
+    for env, scores in [*one.per_env.items(), ("all", one)]:
         table.add_row(
             env,
-            str(scores["transitions"]),
-            f"{scores['observation_exact']:.3f}",
-            f"{scores['outcome_agreement']:.3f}",
-            f"{scores['rows']['f1']:.3f}",
-            f"{scores['fields']['f1']:.3f}",
+            str(scores.transitions),
+            f"{scores.observation_exact:.3f}",
+            f"{scores.outcome_agreement:.3f}",
+            f"{scores.rows.f1:.3f}",
+            f"{scores.fields.f1:.3f}",
         )
     console.print(table)
-    steps = ", ".join(f"{s['step']}: {s['compound_error']:.3f}" for s in report["k_step"]["steps"])
+    steps = ", ".join(f"{s.step}: {s.compound_error:.3f}" for s in report.k_step.steps)
     say(f"compound error by step: {steps}", highlight=False)

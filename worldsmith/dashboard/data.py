@@ -35,6 +35,7 @@ from worldsmith.models.catalog import (
     TrainingRun,
     TrainingStep,
 )
+from worldsmith.models.evaluation import stored_overall
 from worldsmith.storage.run_listing import run_status
 from worldsmith.storage.sets import split_counts
 
@@ -220,7 +221,7 @@ def evaluations(session: Session) -> list[dict[str, Any]]:
     names = _set_names(session)
     rows = []
     for run in session.exec(select(EvaluationRun).order_by(EvaluationRun.id)).all():
-        overall = run.metrics.get("overall", {})
+        overall = stored_overall(run.metrics)  # None while running, or failed
         rows.append(
             {
                 "id": run.id,
@@ -229,12 +230,12 @@ def evaluations(session: Session) -> list[dict[str, Any]]:
                 "set": names.get(run.set_id, "?"),
                 "samples": run.samples,
                 "status": run_status(run),
-                "pass@1": overall.get("pass@1"),
-                "pass@k": overall.get(f"pass@{run.samples}"),
-                "env_error_rate": overall.get("env_error_rate"),
-                "format_error_rate": overall.get("format_error_rate"),
-                "agent_error_rate": overall.get("agent_error_rate"),
-                "episodes": overall.get("episodes"),
+                "pass@1": overall.pass_at_1 if overall else None,
+                "pass@k": overall.pass_at(run.samples) if overall else None,
+                "env_error_rate": overall.env_error_rate if overall else None,
+                "format_error_rate": overall.format_error_rate if overall else None,
+                "agent_error_rate": overall.agent_error_rate if overall else None,
+                "episodes": overall.episodes if overall else None,
                 "error": run.metrics.get("error"),
                 "started_at": run.started_at.isoformat(timespec="seconds"),
             }

@@ -41,6 +41,9 @@ from worldsmith.flows.records import current_flow_run_id, mark_crashed
 from worldsmith.flows.run_names import named_after
 from worldsmith.flows.train import evaluate_split, plan, prepare_model, train
 from worldsmith.models.catalog import TrainingRun
+from worldsmith.models.evaluation import EvaluationReport, EvaluationSummary
+from worldsmith.models.training import CotrainResult, CotrainRound, StepMetrics, TrainResult, WorldModelTrainResult
+from worldsmith.models.world_model_scores import OneStepScores
 from worldsmith.runtime.episode import Runtime
 from worldsmith.settings import get_settings
 from worldsmith.storage.catalog import open_catalog
@@ -70,7 +73,7 @@ def real_transitions(bundle_paths: list[str], trajectories: list[Trajectory] | N
 
 
 @task(name="score-world-model", cache_policy=NO_CACHE, log_prints=False)
-def score_world_model(model_dir: str, transitions: list[Transition], max_new_tokens: int) -> dict[str, Any]:
+def score_world_model(model_dir: str, transitions: list[Transition], max_new_tokens: int) -> OneStepScores:
     """One-step scores of the world model on transitions it has not been trained on."""
     return one_step(HFWorldModel(model_dir, max_new_tokens=max_new_tokens), transitions)
 
@@ -78,17 +81,17 @@ def score_world_model(model_dir: str, transitions: list[Transition], max_new_tok
 @task(
     name="update-world-model", cache_policy=NO_CACHE, log_prints=False
 )  # libraries print bytecode while hashing datasets
-def update_world_model(config: WorldModelConfig, transitions: list[Transition]) -> dict[str, Any]:
+def update_world_model(config: WorldModelConfig, transitions: list[Transition]) -> WorldModelTrainResult:
     """Fine-tune `config.model` (a world model directory, or `tiny` to start one) on `transitions`: a recorded run."""
     return train_world_model(transitions, config, flow_run_id=current_flow_run_id())
 
 
-def _mean(log: list[dict[str, Any]], key: str) -> float | None:
+def _mean(log: list[StepMetrics], key: str) -> float | None:
     values = [entry[key] for entry in log if isinstance(entry.get(key), (int, float))]
     return sum(values) / len(values) if values else None
 
 
-def _real_rollouts(config: CotrainConfig, policy: str, seed: int) -> dict[str, Any]:
+def _real_rollouts(config: CotrainConfig, policy: str, seed: int) -> EvaluationReport:
     """Step 1: the policy, sampled as in training, on the train split in the real worlds (an `evaluate` run)."""
     spec = config.policy
     return evaluate(
@@ -109,7 +112,7 @@ def _real_rollouts(config: CotrainConfig, policy: str, seed: int) -> dict[str, A
 
 def _imagined_update(
     config: CotrainConfig, policy: str, world_dir: str, seed: int, output: Path, progress: bool
-) -> dict[str, Any]:
+) -> TrainResult:
     """Step 3: GRPO from `policy` in the world model's imagination, `real_share` of the groups in the real worlds (a `train` run)."""
     simulate = SimulationConfig(
         world_model=f"hf:{world_dir}",
@@ -134,44 +137,46 @@ def _imagined_update(
 
 def _round_metrics(
     number: int,
-    real: dict[str, Any],
+    real: EvaluationReport,
     fresh: list[Transition],
     transitions: list[Transition],
-    scored: dict[str, Any] | None,
-    wm: dict[str, Any] | None,
-    trained: dict[str, Any],
-    evaluation: dict[str, Any] | None,
+    scored: OneStepScores | None,
+    wm: WorldModelTrainResult | None,
+    trained: TrainResult,
+    evaluation: EvaluationSummary | None,
     eval_split: str,
-) -> dict[str, Any]:
+    seconds: float,
+) -> CotrainRound:
     """What one round records (see the module docstring and docs/world-models.md)."""
-    simulation = trained["simulation"] or {}
-    return {
-        "round": number,
-        "real_evaluation": real["run_id"],
-        "real_success_rate": real["overall"]["pass@1"],
-        "real_episodes": real["overall"]["episodes"],
-        "transitions_new": len(fresh),
-        "transitions": len(transitions),
-        "wm_accuracy_fresh": scored["observation_exact"] if scored else None,
-        "wm_fields_f1_fresh": scored["fields"]["f1"] if scored else None,
-        "wm_run": wm["run_id"] if wm else None,
-        "wm_loss": wm["log"][-1].get("loss") if wm and wm["log"] else None,
-        "policy_run": trained["run_id"],
-        "policy_reward": _mean(trained["log"], "reward"),
-        "policy_reward_real": _mean(trained["log"], "reward_real"),  # a widening gap to the imagined:
-        "policy_reward_imagined": _mean(trained["log"], "reward_imagined"),  # the policy exploits the model
-        "imagined_rate": _mean(trained["log"], "imagined_rate"),
-        "imagined_calls": simulation.get("calls", 0),
-        "stopped_rate": simulation.get("uncertain_rate"),
-        "invalid_rate": simulation.get("invalid_rate"),
-        "mean_uncertainty": simulation.get("mean_uncertainty"),
-        "eval_split": eval_split,
-        "eval_evaluation": evaluation["run_id"] if evaluation else None,
-        "eval_pass@1": evaluation["pass@1"] if evaluation else None,
-    }
+    simulation = trained.simulation
+    return CotrainRound(
+        round=number,
+        real_evaluation=real.run_id,
+        real_success_rate=real.overall.pass_at_1,
+        real_episodes=real.overall.episodes,
+        transitions_new=len(fresh),
+        transitions=len(transitions),
+        wm_accuracy_fresh=scored.observation_exact if scored else None,
+        wm_fields_f1_fresh=scored.fields.f1 if scored else None,
+        wm_run=wm.run_id if wm else None,
+        wm_loss=wm.log[-1].get("loss") if wm and wm.log else None,
+        policy_run=trained.run_id,
+        policy_reward=_mean(trained.log, "reward"),
+        policy_reward_real=_mean(trained.log, "reward_real"),  # a widening gap to the imagined:
+        policy_reward_imagined=_mean(trained.log, "reward_imagined"),  # the policy exploits the model
+        imagined_rate=_mean(trained.log, "imagined_rate"),
+        imagined_calls=simulation.calls if simulation else 0,
+        stopped_rate=simulation.uncertain_rate if simulation else None,
+        invalid_rate=simulation.invalid_rate if simulation else None,
+        mean_uncertainty=simulation.mean_uncertainty if simulation else None,
+        eval_split=eval_split,
+        eval_evaluation=evaluation.run_id if evaluation else None,
+        eval_pass_at_1=evaluation.scores.pass_at_1 if evaluation else None,
+        seconds=seconds,
+    )
 
 
-def _round_table(rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _round_table(rounds: list[CotrainRound]) -> list[dict[str, Any]]:
     columns = (
         "round",
         "real_success_rate",
@@ -185,7 +190,8 @@ def _round_table(rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
         "policy_reward_imagined",
         "eval_pass@1",
     )
-    return [{c: round(r[c], 4) if isinstance(r.get(c), float) else r.get(c) for c in columns} for r in rounds]
+    rows = [r.model_dump() for r in rounds]
+    return [{c: round(r[c], 4) if isinstance(r.get(c), float) else r.get(c) for c in columns} for r in rows]
 
 
 @flow(
@@ -194,7 +200,7 @@ def _round_table(rounds: list[dict[str, Any]]) -> list[dict[str, Any]]:
     on_crashed=[mark_crashed],
     flow_run_name=named_after("cotrain", "config", CotrainConfig, lambda c: c.policy.set_name),
 )
-def cotrain(config: CotrainConfig, progress: SkipJsonSchema[bool] = False) -> dict[str, Any]:
+def cotrain(config: CotrainConfig, progress: SkipJsonSchema[bool] = False) -> CotrainResult:
     """Co-train `config.policy.model` and a world model on set `config.policy.set_name` for `config.rounds` rounds.
 
     Args:
@@ -209,7 +215,7 @@ def cotrain(config: CotrainConfig, progress: SkipJsonSchema[bool] = False) -> di
         TrainingRun(set_id=set_id, config={"kind": "cotrain", **config.model_dump()}, flow_run_id=current_flow_run_id())
     )
     folder = settings.home / "cotrain" / str(run_id)
-    rounds: list[dict[str, Any]] = []
+    rounds: list[CotrainRound] = []
     try:
         paths = plan(config.policy)
         policy = prepare_model(config.policy, paths["train"], progress)
@@ -219,7 +225,7 @@ def cotrain(config: CotrainConfig, progress: SkipJsonSchema[bool] = False) -> di
         for number in range(1, config.rounds + 1):
             started, seed, here = time.perf_counter(), config.policy.seed + 1000 * number, folder / f"round-{number}"
             real = _real_rollouts(config, policy, seed)
-            fresh = real_transitions(paths["train"], read_jsonl(Path(real["trajectories"]["jsonl"])), seed)
+            fresh = real_transitions(paths["train"], read_jsonl(Path(real.trajectories.jsonl)), seed)
             scored = score_world_model(world_dir, fresh, config.max_new_tokens) if world_dir and fresh else None
             transitions += fresh
             learn = bool(fresh) or (world_dir is None and bool(transitions))
@@ -237,32 +243,40 @@ def cotrain(config: CotrainConfig, progress: SkipJsonSchema[bool] = False) -> di
                 if learn
                 else None
             )
-            world_dir = wm["model"] if wm else world_dir
+            world_dir = wm.model if wm else world_dir
             if world_dir is None:
                 raise ValueError(
                     f"round {number}: no tool call in the real worlds yet, so there is nothing to learn a world model from; "
                     "keep reference_transitions on, warm the policy up (model=tiny, warmup_steps) or start from a model that calls tools"
                 )
             trained = _imagined_update(config, policy, world_dir, seed, here / "policy", progress)
-            policy = trained["final"]
+            policy = trained.final
             evaluation = evaluate_split(config.policy, policy, eval_split)
-            metrics = {
-                **_round_metrics(number, real, fresh, transitions, scored, wm, trained, evaluation, eval_split),
-                "seconds": time.perf_counter() - started,
-            }
-            record_step(run_id, number, {k: v for k, v in metrics.items() if v is not None})
+            metrics = _round_metrics(
+                number,
+                real,
+                fresh,
+                transitions,
+                scored,
+                wm,
+                trained,
+                evaluation,
+                eval_split,
+                seconds=time.perf_counter() - started,
+            )
+            record_step(run_id, number, metrics.stored())
             rounds.append(metrics)
             logger.info(
                 "co-training round %s: real success %.3f, world model %s, eval pass@1 %s",
                 number,
-                metrics["real_success_rate"],
+                metrics.real_success_rate,
                 world_dir,
-                metrics["eval_pass@1"],
+                metrics.eval_pass_at_1,
             )
     except BaseException as exc:
         finish_run(TrainingRun, run_id, "failed", {"error": f"{type(exc).__name__}: {exc}", "rounds": len(rounds)})
         raise
-    result = {"run_id": run_id, "policy": policy, "world_model": world_dir, "rounds": rounds}
+    result = CotrainResult(run_id=run_id, policy=policy, world_model=world_dir, rounds=rounds)
     finish_run(TrainingRun, run_id, "completed", {"policy": policy, "world_model": world_dir, "rounds": len(rounds)})
     create_table_artifact(
         _round_table(rounds), key="cotrain-rounds", description=f"Co-training run {run_id}: metrics per round"
@@ -270,8 +284,8 @@ def cotrain(config: CotrainConfig, progress: SkipJsonSchema[bool] = False) -> di
     last = rounds[-1]
     create_markdown_artifact(
         f"# Co-training run {run_id}\n\n{len(rounds)} rounds on set `{config.policy.set_name}`: real success rate "
-        f"{rounds[0]['real_success_rate']:.3f} -> {last['real_success_rate']:.3f}; last evaluation ({eval_split}) pass@1 "
-        f"{last['eval_pass@1'] if last['eval_pass@1'] is not None else 'n/a'}.\n\nPolicy: `{policy}`. World model: `{world_dir}`.\n\n"
+        f"{rounds[0].real_success_rate:.3f} -> {last.real_success_rate:.3f}; last evaluation ({eval_split}) pass@1 "
+        f"{last.eval_pass_at_1 if last.eval_pass_at_1 is not None else 'n/a'}.\n\nPolicy: `{policy}`. World model: `{world_dir}`.\n\n"
         f"{dashboard_link('cotrain')}",
         key="cotrain-summary",
     )

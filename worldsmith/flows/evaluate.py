@@ -36,6 +36,7 @@ from worldsmith.flows.links import dashboard_link
 from worldsmith.flows.records import current_flow_run_id, mark_crashed
 from worldsmith.flows.run_names import named_after, short_policy
 from worldsmith.models.catalog import EvaluationRun
+from worldsmith.models.evaluation import EvaluationReport, EvaluationScores, SimulationCounts, TrajectoryFiles
 from worldsmith.runtime.episode import Runtime
 from worldsmith.settings import get_settings
 from worldsmith.storage.bundle_cache import cached_bundle
@@ -133,14 +134,14 @@ def _resources(params: EvaluateParameters, run_key: str) -> Resources:
         return _RESOURCES[run_key]
 
 
-def _release(run_key: str) -> dict[str, float] | None:
+def _release(run_key: str) -> SimulationCounts | None:
     """Close the run's runtime; returns the simulated calls' counts (None in the real worlds)."""
     with _LOCK:
         found = _RESOURCES.pop(run_key, None)
     if found is None:
         return None
     found.runtime.close()
-    return found.world.stats.as_dict() if isinstance(found.world, SimulatedRuntime) else None
+    return found.world.stats.counts() if isinstance(found.world, SimulatedRuntime) else None
 
 
 @task(name="plan-episodes", retries=2, retry_delay_seconds=2, task_run_name="plan-{params.set_name}-{params.split}")
@@ -185,8 +186,8 @@ def _bundle(path: str) -> Bundle:
 
 
 @task(name="evaluate-task", cache_policy=NO_CACHE, task_run_name="{job.env_id}/{job.task_id}")
-def evaluate_task(params: EvaluateParameters, run_key: str, job: Job) -> list[dict[str, Any]]:
-    """The k episodes of one task (fresh policy each, seeds seed..seed+k-1), as trajectory dicts."""
+def evaluate_task(params: EvaluateParameters, run_key: str, job: Job) -> list[Trajectory]:
+    """The k episodes of one task (fresh policy each, seeds seed..seed+k-1)."""
     resources = _resources(params, run_key)
     bundle = _bundle(job.path)
     task_spec = bundle.task(job.task_id)
@@ -201,16 +202,16 @@ def evaluate_task(params: EvaluateParameters, run_key: str, job: Job) -> list[di
         trajectory = run_episode(
             resources.runtime, bundle, task_spec, resources.policy(), config, resources.judge, resources.world
         )
-        out.append(trajectory.model_dump(mode="json"))
+        out.append(trajectory)
     return out
 
 
-def report(trajectories: list[Trajectory], k: int) -> dict[str, Any]:
-    """Scores overall and per env."""
+def report(trajectories: list[Trajectory], k: int) -> tuple[EvaluationScores, dict[str, EvaluationScores]]:
+    """Scores overall and per env (sorted by env id)."""
     by_env: dict[str, list[Trajectory]] = defaultdict(list)
     for t in trajectories:
         by_env[t.env_id].append(t)
-    return {"overall": scores(trajectories, k), "per_env": {env: scores(ts, k) for env, ts in sorted(by_env.items())}}
+    return scores(trajectories, k), {env: scores(ts, k) for env, ts in sorted(by_env.items())}
 
 
 def _start(params: EvaluateParameters) -> int:
@@ -227,13 +228,13 @@ def _start(params: EvaluateParameters) -> int:
     )
 
 
-def _store_trajectories(run_id: int, trajectories: list[Trajectory]) -> dict[str, str]:
+def _store_trajectories(run_id: int, trajectories: list[Trajectory]) -> TrajectoryFiles:
     settings = get_settings()
     folder = settings.home / "evaluations" / str(run_id)
     jsonl = write_jsonl(trajectories, folder / "trajectories.jsonl")
     parquet = write_parquet(trajectories, folder / "trajectories.parquet")
     digest = configured_store().put_bytes(jsonl.read_bytes())
-    return {"jsonl": str(jsonl), "parquet": str(parquet), "digest": digest}
+    return TrajectoryFiles(jsonl=str(jsonl), parquet=str(parquet), digest=digest)
 
 
 @flow(
@@ -244,7 +245,7 @@ def _store_trajectories(run_id: int, trajectories: list[Trajectory]) -> dict[str
         "evaluate", "params", EvaluateParameters, lambda p: f"{p.set_name}-{short_policy(p.policy)}"
     ),
 )
-def evaluate(params: EvaluateParameters) -> dict[str, Any]:
+def evaluate(params: EvaluateParameters) -> EvaluationReport:
     """Evaluate `params.policy` on set `params.set_name`; returns the report with the run id.
 
     Args:
@@ -258,39 +259,42 @@ def evaluate(params: EvaluateParameters) -> dict[str, Any]:
     try:
         jobs = plan(params)
         futures = [evaluate_task.submit(params, run_key, job) for job in jobs]
-        trajectories = [Trajectory.model_validate(t) for future in futures for t in future.result()]
+        trajectories = [t for future in futures for t in future.result()]
     except BaseException as exc:
         wait(futures)  # the tasks still running finish before their resources are released
         finish_run(EvaluationRun, run_id, "failed", {"error": f"{type(exc).__name__}: {exc}"})
         raise
     finally:
         simulation = _release(run_key)
-    result = report(trajectories, params.samples)
-    result["world"] = f"simulated:{params.simulate.world_model}" if params.simulate else "real"
-    if simulation is not None:
-        result["simulation"] = simulation
-    result["trajectories"] = _store_trajectories(run_id, trajectories)
-    finish_run(EvaluationRun, run_id, "completed", result)
-    overall = result["overall"]
+    overall, per_env = report(trajectories, params.samples)
+    result = EvaluationReport(
+        run_id=run_id,
+        overall=overall,
+        per_env=per_env,
+        world=f"simulated:{params.simulate.world_model}" if params.simulate else "real",
+        simulation=simulation,
+        trajectories=_store_trajectories(run_id, trajectories),
+    )
+    finish_run(EvaluationRun, run_id, "completed", result.stored())
     rows = [
-        {"env": env, **{k: round(v, 4) if isinstance(v, float) else v for k, v in s.items()}}
-        for env, s in result["per_env"].items()
+        {"env": env, **{k: round(v, 4) if isinstance(v, float) else v for k, v in s.model_dump().items()}}
+        for env, s in result.per_env.items()
     ]
     create_table_artifact(
         rows, key="evaluation-per-env", description=f"{params.policy} on {params.set_name}: scores per environment"
     )
     create_markdown_artifact(
-        f"# Evaluation {run_id}\n\n{params.policy} on set `{params.set_name}` ({params.split}, {result['world']} worlds), "
+        f"# Evaluation {run_id}\n\n{params.policy} on set `{params.set_name}` ({params.split}, {result.world} worlds), "
         f"{params.samples} sample(s) per task: "
-        f"pass@1 {overall['pass@1']:.3f}, pass@{params.samples} {overall[f'pass@{params.samples}']:.3f}, mean turns "
-        f"{overall['mean_turns']:.2f}, env_error rate {overall['env_error_rate']:.3f}, format_error rate {overall['format_error_rate']:.3f}."
+        f"pass@1 {overall.pass_at_1:.3f}, pass@{params.samples} {overall.pass_at_k:.3f}, mean turns "
+        f"{overall.mean_turns:.2f}, env_error rate {overall.env_error_rate:.3f}, format_error rate {overall.format_error_rate:.3f}."
         f"\n\n{dashboard_link('evaluate')}",
         key="evaluation-summary",
     )
-    logger.info("evaluation %s: %s", run_id, json.dumps(overall))
-    return {"run_id": run_id, **result}
+    logger.info("evaluation %s: %s", run_id, json.dumps(overall.model_dump()))
+    return result
 
 
-def run_evaluate(params: EvaluateParameters) -> dict[str, Any]:
+def run_evaluate(params: EvaluateParameters) -> EvaluationReport:
     """Run the flow in this process with `concurrency` tasks at once."""
     return evaluate.with_options(task_runner=ThreadPoolTaskRunner(max_workers=params.concurrency))(params)

@@ -53,6 +53,7 @@ from worldsmith.llm.errors import TransientFault
 from worldsmith.llm.prompts import prompt_version
 from worldsmith.models.bundle import Manifest, Scenario
 from worldsmith.models.catalog import StageAttempt
+from worldsmith.models.generation import WorldOutcome
 from worldsmith.runtime.answers import one_line
 from worldsmith.settings import get_settings
 from worldsmith.stages.attempts import AttemptLog, stage_summary
@@ -87,9 +88,6 @@ def _warm_imports() -> None:
         importlib.import_module(module)
 
 
-#: The outcomes of a world that count as good: published good, or not published again because a good
-#: version of another env holds identical artifacts.
-GOOD_OUTCOMES = ("good", "duplicate")
 #: The stage name recorded when publishing itself raised.
 PUBLISH_STAGE = "publish"
 
@@ -208,7 +206,7 @@ def publish_world(result: BuildResult, work: EnvWork, generator: Generator) -> P
 
 
 @task(name="build-environment", retries=2, retry_condition_fn=transient_only, task_run_name="build-{scenario.name}")
-def build_and_publish(params: GenerateParameters, run_id: str, scenario: Scenario) -> dict[str, Any]:
+def build_and_publish(params: GenerateParameters, run_id: str, scenario: Scenario) -> WorldOutcome:
     """One environment: tasks -> database -> tools -> verifiers -> validate, each stage a task; a
     failed validation sends its error back to the stage that made the faulty artifact, and the stages
     after it run again. Then published: good, failed with its reason (with the partial artifacts of a
@@ -231,15 +229,12 @@ def build_and_publish(params: GenerateParameters, run_id: str, scenario: Scenari
     validate = progress.validator(partial(resumable(validate_environment), params, run_id))
     if review_enabled(params.review, r.generator):  # the model's review once validation passes (stages/review.py)
         validate = with_review(validate, partial(resumable(review_world), params, run_id), r.runtime)
-    summary: dict[str, Any] = {
-        "env_id": progress.work.env_id,
-        "scenario": scenario.name,
-        "status": "failed",
-        "ref": None,
-        "failed_stage": None,
-        "reason": None,
-        "built_by": f"{socket.gethostname()}:{os.getpid()}",
-    }
+    summary = WorldOutcome(
+        env_id=progress.work.env_id,
+        scenario=scenario.name,
+        status="failed",
+        built_by=f"{socket.gethostname()}:{os.getpid()}",
+    )
     try:
         result = run_stages(progress.work, runners, validate, rounds=r.max_attempts)
     except Exception as exc:
@@ -248,23 +243,27 @@ def build_and_publish(params: GenerateParameters, run_id: str, scenario: Scenari
         reason = record_crash(r.log, progress.work.env_id, progress.stage, exc)
         progress.report_repairs()
         result = BuildResult(progress.work.env_id, None, [], progress.stage, reason)
-    summary.update(failed_stage=result.failed_stage, reason=result.reason)
+    summary.failed_stage, summary.reason = result.failed_stage, result.reason
     try:
         published = publish_world(result, progress.work, r.generator)
     except Exception as exc:
         if not fails_world_only(exc):
             raise
         reason = record_crash(r.log, progress.work.env_id, PUBLISH_STAGE, exc)
-        return summary | {"failed_stage": PUBLISH_STAGE, "reason": reason}
+        summary.failed_stage, summary.reason = PUBLISH_STAGE, reason
+        return summary
     version = published.version
     if published.duplicate:
-        return summary | {"status": "duplicate", "ref": version.ref, "reason": f"identical to {version.ref}"}
-    return summary | {"status": version.status, "ref": version.ref, "reason": version.failure_reason or result.reason}
+        summary.status, summary.ref, summary.reason = "duplicate", version.ref, f"identical to {version.ref}"
+        return summary
+    summary.status, summary.ref = version.status, version.ref
+    summary.reason = version.failure_reason or result.reason
+    return summary
 
 
 #: Environments finished so far, per run started by `run_generate` in this process. Plain data
 #: only: the flow's module globals may travel to Dask workers, callbacks must not.
-_FINISHED: dict[str, list[dict[str, Any]]] = {}
+_FINISHED: dict[str, list[WorldOutcome]] = {}
 
 
 @flow(
@@ -277,7 +276,7 @@ _FINISHED: dict[str, list[dict[str, Any]]] = {}
         lambda p: f"{p.count}x-{p.resolved_backend().partition(':')[0]}",
     ),
 )
-def generate(params: GenerateParameters = GenerateParameters()) -> list[dict[str, Any]] | State:
+def generate(params: GenerateParameters = GenerateParameters()) -> list[WorldOutcome] | State:
     """Generate `params.count` environments and publish them. Ends Failed (raising the fault, or
     `TooFewGoodWorlds`, in the caller, with no traceback logged) on a fatal fault, or after writing
     the summary when the share of good worlds is below `params.min_good_share`. Logs a line per
@@ -337,16 +336,14 @@ def generate(params: GenerateParameters = GenerateParameters()) -> list[dict[str
         description="Per stage: first-attempt success, repair and failure rates, attempts, tokens, cost",
     )
     create_table_artifact(
-        results,
+        [r.model_dump(mode="json") for r in results],
         key="generation-environments",
         description="Environments of this run: status (good, failed, duplicate), ref, failed stage and reason",
     )
-    counts = {status: sum(1 for r in results if r["status"] == status) for status in ("good", "failed", "duplicate")}
+    counts = {status: sum(1 for r in results if r.status == status) for status in ("good", "failed", "duplicate")}
     good = counts["good"] + counts["duplicate"]
     failed_lines = "".join(
-        f"- `{r['env_id']}` ({r['failed_stage'] or 'checks'}): {r['reason']}\n"
-        for r in results
-        if r["status"] == "failed"
+        f"- `{r.env_id}` ({r.failed_stage or 'checks'}): {r.reason}\n" for r in results if r.status == "failed"
     )
     create_markdown_artifact(
         f"# Generation run\n\n{good} of {len(results)} environments good: {counts['good']} published as good, "
@@ -388,13 +385,13 @@ def task_runner(concurrency: int) -> Any:
 
 
 def run_generate(
-    params: GenerateParameters, on_progress: Callable[[dict[str, Any]], None] | None = None
-) -> list[dict[str, Any]]:
+    params: GenerateParameters, on_progress: Callable[[WorldOutcome], None] | None = None
+) -> list[WorldOutcome]:
     """Run the flow in this process (against the configured Prefect API or an ephemeral one)."""
     params = params.dated()
     if on_progress is None:
         return generate.with_options(task_runner=task_runner(params.concurrency))(params)
-    finished: list[dict[str, Any]] = []
+    finished: list[WorldOutcome] = []
     _FINISHED[params.key()] = finished
     outcome: dict[str, Any] = {}
 

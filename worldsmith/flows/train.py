@@ -33,6 +33,8 @@ from worldsmith.flows.links import dashboard_link
 from worldsmith.flows.records import current_flow_run_id, mark_crashed
 from worldsmith.flows.run_names import named_after
 from worldsmith.models.catalog import TrainingRun, TrainingStep
+from worldsmith.models.evaluation import EvaluationSummary
+from worldsmith.models.training import StepMetrics, TrainerOutcome, TrainResult
 from worldsmith.runtime.episode import Runtime
 from worldsmith.settings import get_settings
 from worldsmith.storage.bundle_cache import cached_bundle
@@ -117,8 +119,8 @@ def _local_model(model: str) -> str:
     return model
 
 
-def evaluate_split(config: TrainingConfig, model: str, split: str) -> dict[str, Any] | None:
-    """Greedy evaluation of `model` on the set's `split` with the evaluate flow (None: empty split)."""
+def evaluate_split(config: TrainingConfig, model: str, split: str) -> EvaluationSummary:
+    """Greedy evaluation of `model` on the set's `split` with the evaluate flow: its run and overall scores."""
     params = EvaluateParameters(
         set_name=config.set_name,
         policy=f"hf:{model}",
@@ -131,7 +133,7 @@ def evaluate_split(config: TrainingConfig, model: str, split: str) -> dict[str, 
         side_effects=config.side_effects,
     )
     result = evaluate(params)
-    return {"run_id": result["run_id"], **result["overall"]}
+    return EvaluationSummary(run_id=result.run_id, scores=result.overall)
 
 
 def _grpo_run(run_id: int) -> TrainingRun:
@@ -204,7 +206,7 @@ def train_policy(
     progress: bool,
     resume_from: str | None = None,
     launcher: NodeLauncher | None = None,
-) -> dict[str, Any]:
+) -> TrainerOutcome:
     """Run GRPO (from the trainer checkpoint `resume_from` when set), here or in
     `config.processes` launched processes, on `config.nodes` machines (this one node 0, the others
     started by `launcher`: default, runs of the `train-node` deployment); returns the final model
@@ -230,13 +232,13 @@ def store_checkpoint(run_id: int, directory: str, step: int, metrics: dict[str, 
     return save_checkpoint(run_id, Path(directory), step, metrics)
 
 
-def _summary(run_id: int, config: TrainingConfig, result: dict[str, Any]) -> str:
-    def line(name: str, report: dict[str, Any] | None) -> str:
+def _summary(run_id: int, config: TrainingConfig, result: TrainResult) -> str:
+    def line(name: str, report: EvaluationSummary | None) -> str:
         if report is None:
             return f"- {name}: not evaluated (no validation split in the set, or validation off)"
-        return f"- {name}: pass@1 {report['pass@1']:.3f}, mean reward {report['mean_reward']:.3f} (evaluation {report['run_id']})"
+        return f"- {name}: pass@1 {report.scores.pass_at_1:.3f}, mean reward {report.scores.mean_reward:.3f} (evaluation {report.run_id})"
 
-    last = result["log"][-1] if result["log"] else {}
+    last = result.log[-1] if result.log else {}
     worlds = (
         "real worlds"
         if config.simulate is None
@@ -248,19 +250,19 @@ def _summary(run_id: int, config: TrainingConfig, result: dict[str, Any]) -> str
             "",
             (
                 f"GRPO of `{config.model}` on set `{config.set_name}` ({config.split}) in the {worlds}, "
-                f"{result['steps']} steps, group {config.group_size}, history {config.history}."
+                f"{result.steps} steps, group {config.group_size}, history {config.history}."
             ),
             "",
-            line("before", result["before"]),
-            line("after", result["after"]),
+            line("before", result.before),
+            line("after", result.after),
             *(
-                [f"- success rate on its own tasks (sampled as in training): {success_line(result['success'])}"]
-                if result.get("success")
+                [f"- success rate on its own tasks (sampled as in training): {success_line(result.success)}"]
+                if result.success
                 else []
             ),
             "",
             f"Last step: reward {last.get('reward', float('nan')):.3f}, success rate {last.get('success_rate', float('nan')):.3f}.",
-            f"Final model: object {result['checkpoint']}.",
+            f"Final model: object {result.checkpoint}.",
             "",
             dashboard_link("train"),
         ]
@@ -272,7 +274,7 @@ _JUDGE_COLUMNS = ("judge_requests", "judge_cache_hits", "judge_cost_usd", "judge
 _WORLD_COLUMNS = ("reward_real", "reward_imagined", "reward_gap", "real_start_rate")
 
 
-def _step_table(log: list[dict[str, Any]], config: TrainingConfig) -> list[dict[str, Any]]:
+def _step_table(log: list[StepMetrics], config: TrainingConfig) -> list[dict[str, Any]]:
     """One row per logged step with the metrics people watch (rounded for display): with a judged reward
     also the judge's requests, cost and latency; in simulated training the real and imagined rewards apart."""
     columns = _STEP_COLUMNS
@@ -294,7 +296,7 @@ def train(
     progress: SkipJsonSchema[bool] = False,
     with_validation: bool = True,
     resume: SkipJsonSchema[int | None] = None,
-) -> dict[str, Any]:
+) -> TrainResult:
     """GRPO of `config.model` on set `config.set_name`; returns the run's record (ids, evaluations, checkpoint).
     `progress` and `resume` are for callers (the CLI, `resume_training`), hidden from the deployment's form.
 
@@ -330,47 +332,46 @@ def train(
         paths = plan(config)
         model = prepare_model(config, paths["train"], progress)
         if reopened and "before" in reopened["metrics"]:
-            before = reopened["metrics"]["before"]
+            stored_before = reopened["metrics"]["before"]
+            before = None if stored_before is None else EvaluationSummary.model_validate(stored_before)
         else:
             before = evaluate_split(config, model, "validation") if with_validation and paths["validation"] else None
-            update_run(TrainingRun, run_id, {"before": before})
+            update_run(TrainingRun, run_id, {"before": None if before is None else before.model_dump(mode="json")})
         trained = train_policy(
             config, model, paths["train"], run_id, str(output), progress, reopened["directory"] if reopened else None
         )
-        last = trained["log"][-1] if trained["log"] else {}
-        digest = store_checkpoint(run_id, trained["final"], trained["steps"], {**last, "final": True})
-        after = (
-            evaluate_split(config, trained["final"], "validation") if with_validation and paths["validation"] else None
-        )
+        last = trained.last_step()
+        digest = store_checkpoint(run_id, trained.final, trained.steps, {**last, "final": True})
+        after = evaluate_split(config, trained.final, "validation") if with_validation and paths["validation"] else None
     except BaseException as exc:
         finish_run(TrainingRun, run_id, "failed", {"error": f"{type(exc).__name__}: {exc}"})
         raise
-    result = {
-        "run_id": run_id,
-        "model": model,
-        "final": trained["final"],
-        "checkpoint": digest,
-        "steps": trained["steps"],
-        "before": before,
-        "after": after,
-        "simulation": trained.get("simulation"),
-        "success": trained.get("success"),
-        "log": trained["log"],
-        "resumed_from": reopened["step"] if reopened else None,
-    }
-    finish_run(TrainingRun, run_id, "completed", {k: v for k, v in result.items() if k != "log"})
+    result = TrainResult(
+        run_id=run_id,
+        model=model,
+        final=trained.final,
+        checkpoint=digest,
+        steps=trained.steps,
+        before=before,
+        after=after,
+        simulation=trained.simulation,
+        success=trained.success,
+        log=trained.log,
+        resumed_from=reopened["step"] if reopened else None,
+    )
+    finish_run(TrainingRun, run_id, "completed", result.stored())
     create_table_artifact(
-        _step_table(trained["log"], config),
+        _step_table(trained.log, config),
         key="training-steps",
         description=f"Training run {run_id}: metrics per step",
     )
     create_markdown_artifact(_summary(run_id, config, result), key="training-summary")
-    logger.info("training run %s finished: %s steps, checkpoint %s", run_id, trained["steps"], digest)
+    logger.info("training run %s finished: %s steps, checkpoint %s", run_id, trained.steps, digest)
     return result
 
 
 @flow(name="resume-training", log_prints=True, on_crashed=[mark_crashed], flow_run_name="resume-training-{run_id}")
-def resume_training(run_id: int, progress: SkipJsonSchema[bool] = False) -> dict[str, Any]:
+def resume_training(run_id: int, progress: SkipJsonSchema[bool] = False) -> TrainResult:
     """Continue GRPO training run `run_id`, stopped before finishing (a killed worker, a preempted
     machine), from its latest trainer checkpoint, with the run's own configuration.
 

@@ -21,6 +21,7 @@ from worldsmith.models.catalog import (
     TrainingRun,
     TrainingStep,
 )
+from worldsmith.models.evaluation import EvaluationSummary, stored_overall
 from worldsmith.storage.run_owner import process_alive
 
 
@@ -139,12 +140,16 @@ def evaluation_runs(session: Session, limit: int | None = None) -> list[dict[str
     query = select(EvaluationRun).order_by(EvaluationRun.started_at.desc(), EvaluationRun.id.desc())
     rows = []
     for run in session.exec(query.limit(limit) if limit is not None else query).all():
-        overall = run.metrics.get("overall", {})
-        metrics = {"pass@1": overall.get("pass@1")}
+        overall = stored_overall(run.metrics)  # None while running, or failed
+        metrics: dict[str, float | None] = {"pass@1": overall.pass_at_1 if overall else None}
         if run.samples > 1:
-            metrics[f"pass@{run.samples}"] = overall.get(f"pass@{run.samples}")
-        for key in ("episodes", "env_error_rate", "agent_error_rate", "format_error_rate"):
-            metrics[key] = overall.get(key)
+            metrics[f"pass@{run.samples}"] = overall.pass_at(run.samples) if overall else None
+        metrics |= {
+            "episodes": overall.episodes if overall else None,
+            "env_error_rate": overall.env_error_rate if overall else None,
+            "agent_error_rate": overall.agent_error_rate if overall else None,
+            "format_error_rate": overall.format_error_rate if overall else None,
+        }
         rows.append(
             {
                 "kind": RunKind.EVALUATE.value,
@@ -175,13 +180,13 @@ def _training_metrics(kind: RunKind, run: TrainingRun, last_step: dict[str, Any]
         }
     if kind == RunKind.WORLD_MODEL:
         return {"steps": m.get("steps"), "transitions": run.config.get("transitions"), "loss": last_step.get("loss")}
-    before, after = m.get("before") or {}, m.get("after") or {}
+    before, after = (EvaluationSummary.model_validate(m[key]) if m.get(key) else None for key in ("before", "after"))
     return {
         "steps": m.get("steps"),
         "reward": last_step.get("reward"),
         "success_rate": last_step.get("success_rate"),
-        "pass@1_before": before.get("pass@1"),
-        "pass@1_after": after.get("pass@1"),
+        "pass@1_before": before.scores.pass_at_1 if before else None,
+        "pass@1_after": after.scores.pass_at_1 if after else None,
     }
 
 

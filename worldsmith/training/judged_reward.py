@@ -42,9 +42,14 @@ from worldsmith.agent.rewards import RewardMap
 from worldsmith.errors import WorldsmithError
 from worldsmith.llm.prompts import render
 from worldsmith.models.bundle import TaskSpec
+from worldsmith.models.verdict import Verdict
 from worldsmith.training.config import JudgeConfig, TrainingConfig
 
-UNJUDGED = ("format_error", "env_error", "agent_error")  # settled before any judge: the format, the world, the model
+UNJUDGED = (
+    Verdict.format_error,
+    Verdict.env_error,
+    Verdict.agent_error,
+)  # settled before any judge: the format, the world, the model
 _FATAL_STATUS = (401, 403, 404)
 
 
@@ -95,7 +100,7 @@ def judge_endpoint(config: JudgeConfig) -> Endpoint:
 class Ruling:
     """A judge's ruling on one rollout (`verdict` None: the judge failed) and what it cost."""
 
-    verdict: str | None
+    verdict: Verdict | None
     record: dict[str, Any]
     requests: int = 0
     cost_usd: float = 0.0
@@ -143,7 +148,7 @@ class RewardJudge:
         text = "\0".join([self.endpoint.model, str(self.config.votes), *prompt])
         return hashlib.sha256(text.encode()).hexdigest()
 
-    def _vote(self, prompt: tuple[str, str], ruling: Ruling) -> tuple[str | None, str]:
+    def _vote(self, prompt: tuple[str, str], ruling: Ruling) -> tuple[Verdict | None, str]:
         """One vote, re-asked while its answer is not a ruling (up to `retries` times)."""
         system, user = prompt
         why = ""
@@ -179,13 +184,13 @@ class RewardJudge:
                 return verdict, why
         return None, why
 
-    def _judge(self, prompt: tuple[str, str], verifier: str) -> Ruling:
+    def _judge(self, prompt: tuple[str, str], verifier: Verdict) -> Ruling:
         ruling = Ruling(None, {"model": self.endpoint.model, "with_verifier": self.with_verifier})
         ballots = [self._vote(prompt, ruling) for _ in range(self.config.votes)]
         ruling.record["votes"] = [{"ruling": r, "reason": why} for r, why in ballots]
         votes = [r for r, _ in ballots if r is not None]
         if votes:
-            ruling.verdict = majority(votes, verifier if self.with_verifier else "")
+            ruling.verdict = majority(votes, verifier if self.with_verifier else None)
         else:
             ruling.record["error"] = "no valid vote: " + "; ".join(why for _, why in ballots)
         return ruling
@@ -213,7 +218,7 @@ class RewardJudge:
             trajectory.judge = {**ruling.record, "verifier_verdict": verifier, "digest": keys[i]}
             if ruling.verdict is None:
                 failed += 1
-                trajectory.verdict, trajectory.error = "env_error", f"the judge failed: {ruling.record['error']}"
+                trajectory.verdict, trajectory.error = Verdict.env_error, f"the judge failed: {ruling.record['error']}"
             else:
                 agreed += ruling.verdict == VERIFIER_TO_RULING.get(verifier, verifier)
                 trajectory.verdict = ruling.verdict

@@ -26,12 +26,13 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from pydantic import BaseModel, Field
 
 from worldsmith.bundle.loader import load_bundle
 from worldsmith.failures import UserFixable
+from worldsmith.models.training import SuccessRates, TrainerOutcome
 from worldsmith.runtime.episode import Runtime
 from worldsmith.training.config import TrainingConfig
 from worldsmith.training.curriculum import curriculum_bundles
@@ -113,7 +114,7 @@ def bind_local_gpu() -> None:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
 
 
-def run_training(request: TrainRequest, progress: bool = False) -> dict[str, Any]:
+def run_training(request: TrainRequest, progress: bool = False) -> TrainerOutcome:
     """Run GRPO (from `request.resume_from` when set), once `check_fits` passes on this process's
     device; returns (on every process) the final model directory and the number of processes and,
     on the main process, the per-step log and the trainer checkpoints stored in the object store as
@@ -163,16 +164,16 @@ def run_training(request: TrainRequest, progress: bool = False) -> dict[str, Any
         trainer.accelerator.wait_for_everyone()
     finally:
         runtime.close()
-    return {
-        "final": str(final),
-        "steps": trainer.state.global_step,
-        "checkpoints": uploads.stored,
-        "log": metrics.steps,
-        "processes": trainer.accelerator.num_processes,
-        "main": trainer.accelerator.is_main_process,
-        "simulation": simulation.stats.as_dict() if simulation else None,
-        "success": {"before": before, "after": after} if config.success_samples else None,
-    }
+    return TrainerOutcome(
+        final=str(final),
+        steps=trainer.state.global_step,
+        checkpoints=uploads.stored,
+        log=metrics.steps,
+        processes=trainer.accelerator.num_processes,
+        main=trainer.accelerator.is_main_process,
+        simulation=simulation.stats.counts() if simulation else None,
+        success=SuccessRates(before=before, after=after) if before is not None and after is not None else None,
+    )
 
 
 def torchrun_command(
@@ -274,7 +275,7 @@ def host_address() -> str:
         ) from None
 
 
-def launch(request: TrainRequest, processes: int, launcher: NodeLauncher | None = None) -> dict[str, Any]:
+def launch(request: TrainRequest, processes: int, launcher: NodeLauncher | None = None) -> TrainerOutcome:
     """Run the training step in `processes` processes here (node 0) and, with `config.nodes` > 1, as
     many on each other node, started by `launcher` (required then: the train flow passes runs of the
     `train-node` deployment, flows/train_node.default_node_launcher; tests, training/nodes.LocalNodes);
@@ -325,7 +326,7 @@ def launch(request: TrainRequest, processes: int, launcher: NodeLauncher | None 
                 node.stop()
             except Exception as exc:  # noqa: BLE001 - each node is stopped whatever the others do
                 logger.warning("could not stop training %s: %s", node.name, exc)
-    return json.loads((out / "result.json").read_text())
+    return TrainerOutcome.model_validate_json((out / "result.json").read_text())
 
 
 def _supervise(main: subprocess.Popen, others: list[NodeRun], poll_s: float = 1.0) -> int:
@@ -387,8 +388,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("usage: python -m worldsmith.training.launch REQUEST.json")
     request = TrainRequest.model_validate_json(Path(args[0]).read_text())
     result = run_training(request)
-    if result["main"]:
-        (Path(request.output) / "result.json").write_text(json.dumps(result))
+    if result.main:
+        (Path(request.output) / "result.json").write_text(json.dumps(result.model_dump(mode="json")))
 
 
 if __name__ == "__main__":

@@ -6,17 +6,22 @@ from __future__ import annotations
 
 from typing import Any
 
-
-def success_line(success: dict[str, Any]) -> str:
-    """`{"before", "after"}` success rates as people read them: "0.062 -> 0.398 (128 rollouts each)"."""
-    return f"{success['before']['rate']:.3f} -> {success['after']['rate']:.3f} ({success['after']['rollouts']} rollouts each)"
+from worldsmith.models.training import SuccessRate, SuccessRates
+from worldsmith.models.verdict import Verdict
 
 
-def success_rate(trainer: Any, samples: int) -> dict[str, Any]:
-    """{"rate", "rollouts"}: the share of `samples` rollouts of every (env, task) row of `trainer`'s
-    dataset, run by `trainer.rollouts` (a WorldGRPOTrainer) at its current step, that end complete."""
+def success_line(success: SuccessRates) -> str:
+    """Success rates before and after as people read them: "0.062 -> 0.398 (128 rollouts each)"."""
+    return f"{success.before.rate:.3f} -> {success.after.rate:.3f} ({success.after.rollouts} rollouts each)"
+
+
+def success_rate(trainer: Any, samples: int) -> SuccessRate:
+    """The share of `samples` rollouts of every (env, task) row of `trainer`'s dataset, run by
+    `trainer.rollouts` (a WorldGRPOTrainer) at its current step, that end complete."""
     inputs = [
         {"bundle": row["bundle"], "task_id": row["task_id"]} for row in trainer.train_dataset for _ in range(samples)
     ]
     trajectories = trainer.rollouts(inputs)
-    return {"rate": sum(t.verdict == "complete" for t in trajectories) / len(trajectories), "rollouts": len(inputs)}
+    return SuccessRate(
+        rate=sum(t.verdict == Verdict.complete for t in trajectories) / len(trajectories), rollouts=len(inputs)
+    )

@@ -37,6 +37,7 @@ from typing import Any
 from worldsmith.agent.loop import EpisodeConfig, EpisodeSource, Trajectory
 from worldsmith.agent.rewards import RewardMap
 from worldsmith.bundle.contract import Bundle
+from worldsmith.models.verdict import Verdict
 from worldsmith.runtime.episode import Runtime
 from worldsmith.training.config import TrainingConfig
 from worldsmith.training.importance import importance_ratio
@@ -65,7 +66,7 @@ def verdict_reward(rewards: RewardMap) -> Callable[..., list[float | None]]:
     """A TRL reward function: the reward of each rollout's verdict (None for env_error)."""
 
     def episode_verdict(
-        prompts: list[Any], completions: list[Any], verdict: list[str], **kwargs: Any
+        prompts: list[Any], completions: list[Any], verdict: list[Verdict], **kwargs: Any
     ) -> list[float | None]:
         return [rewards.reward(v) for v in verdict]
 
@@ -175,7 +176,7 @@ def world_rewards(trajectories: list[Trajectory]) -> dict[str, float]:
         scored = [t for t in trajectories if (t.world != "real") == imagined and t.reward is not None]
         if scored:
             out[f"reward_{name}"] = sum(t.reward for t in scored) / len(scored)
-            out[f"success_rate_{name}"] = sum(t.verdict == "complete" for t in scored) / len(scored)
+            out[f"success_rate_{name}"] = sum(t.verdict == Verdict.complete for t in scored) / len(scored)
     if "reward_real" in out and "reward_imagined" in out:
         out["reward_gap"] = out["reward_imagined"] - out["reward_real"]
     return out
@@ -255,7 +256,7 @@ class WorldGRPOTrainer(GRPOTrainer):
         if self.real_starts is not None:
             self.real_starts.add(trajectories)
             self._metrics["train"]["real_start_rate"].append(sum(s is not None for s in starts) / len(starts))
-        failed = [t for t in trajectories if t.verdict == "agent_error"]
+        failed = [t for t in trajectories if t.verdict == Verdict.agent_error]
         if failed:  # the model itself failed (out of memory, say): not the agent's fault, not a reward
             raise RuntimeError(f"generation failed during rollouts: {failed[0].error}")
         return trajectories
@@ -459,16 +460,16 @@ class WorldGRPOTrainer(GRPOTrainer):
         """Per-step rollout metrics (TRL averages them per logging step)."""
         import torch
 
-        def rate(*verdicts: str) -> float:
+        def rate(*verdicts: Verdict) -> float:
             return sum(t.verdict in verdicts for t in trajectories) / len(trajectories)
 
         metrics = self._metrics[mode]
         finite = rewards[~torch.isnan(rewards)]
         metrics["reward"].append(finite.mean().item() if finite.numel() else float("nan"))
         metrics["reward_std"].append(finite.std().item() if finite.numel() > 1 else 0.0)
-        metrics["success_rate"].append(rate("complete"))
-        metrics["env_error_rate"].append(rate("env_error"))
-        metrics["format_error_rate"].append(rate("format_error"))
+        metrics["success_rate"].append(rate(Verdict.complete))
+        metrics["env_error_rate"].append(rate(Verdict.env_error))
+        metrics["format_error_rate"].append(rate(Verdict.format_error))
         metrics["turns"].append(sum(t.turns for t in trajectories) / len(trajectories))
         metrics["tokens"].append(sum(t.tokens_out for t in trajectories) / len(trajectories))
         metrics["rows"].append(float(len(rows)))

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from worldsmith.models.catalog import TrainingRun
+from worldsmith.models.training import WorldModelTrainResult
 from worldsmith.settings import get_settings
 from worldsmith.storage.run_records import add_run, finish_run
 from worldsmith.training.checkpoints import save_checkpoint
@@ -19,7 +19,7 @@ from worldsmith.worldmodel.transitions import Transition
 
 def train_world_model(
     transitions: list[Transition], config: WorldModelConfig, *, flow_run_id: str | None = None
-) -> dict[str, Any]:
+) -> WorldModelTrainResult:
     """A recorded run (of flow run `flow_run_id`, when one runs it): the model (tiny or given)
     fine-tuned on the train-split transitions, its steps and final model in the catalog and the
     object store. Returns the run's record."""
@@ -46,6 +46,6 @@ def train_world_model(
     except BaseException as exc:
         finish_run(TrainingRun, run_id, "failed", {"error": f"{type(exc).__name__}: {exc}"})
         raise
-    result = {"run_id": run_id, "model": str(out), "checkpoint": digest, "steps": config.steps, "log": log}
-    finish_run(TrainingRun, run_id, "completed", {k: v for k, v in result.items() if k != "log"})
+    result = WorldModelTrainResult(run_id=run_id, model=str(out), checkpoint=digest, steps=config.steps, log=log)
+    finish_run(TrainingRun, run_id, "completed", result.stored())
     return result

@@ -18,6 +18,14 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from worldsmith.models.world_model_scores import (
+    KStepScore,
+    KStepScores,
+    OneStepScores,
+    SelfConsistency,
+    TransitionScores,
+    WorldModelReport,
+)
 from worldsmith.worldmodel.scoring import Counts, facts, observation_match, outcome_agreement
 from worldsmith.worldmodel.transitions import Transition
 from worldsmith.worldmodel.world_models import Prediction, WorldModel, consensus
@@ -45,19 +53,19 @@ class Tally:
         self.fields.add(pred_fields, true_fields)
         return hit
 
-    def scores(self) -> dict[str, Any]:
+    def scores(self) -> TransitionScores:
         n = self.n or 1
-        return {
-            "transitions": self.n,
-            "observation_exact": self.exact / n,
-            "outcome_agreement": self.agree / n,
-            "invalid_rate": self.invalid / n,
-            "rows": self.rows.scores(),
-            "fields": self.fields.scores(),
-        }
+        return TransitionScores(
+            transitions=self.n,
+            observation_exact=self.exact / n,
+            outcome_agreement=self.agree / n,
+            invalid_rate=self.invalid / n,
+            rows=self.rows.scores(),
+            fields=self.fields.scores(),
+        )
 
 
-def one_step(model: WorldModel, transitions: list[Transition], samples: int = 1) -> dict[str, Any]:
+def one_step(model: WorldModel, transitions: list[Transition], samples: int = 1) -> OneStepScores:
     """Scores of single-call predictions from the real state, overall and per environment."""
     overall, per_env = Tally(), defaultdict(Tally)
     consistency: list[float] = []
@@ -70,19 +78,23 @@ def one_step(model: WorldModel, transitions: list[Transition], samples: int = 1)
             share = consensus(predictions)[1]
             consistency.append(share)
             (consistent_hits if share == 1.0 else inconsistent_hits).append(hit)
-    result = {**overall.scores(), "per_env": {env: tally.scores() for env, tally in sorted(per_env.items())}}
-    if samples > 1:
-        result["self_consistency"] = {
-            "samples": samples,
-            "mean_agreement": sum(consistency) / len(consistency) if consistency else 1.0,
-            "consistent": len(consistent_hits),
-            "inconsistent": len(inconsistent_hits),
-            "accuracy_when_consistent": sum(consistent_hits) / len(consistent_hits) if consistent_hits else None,
-            "accuracy_when_inconsistent": sum(inconsistent_hits) / len(inconsistent_hits)
-            if inconsistent_hits
-            else None,
-        }
-    return result
+    self_consistency = (
+        SelfConsistency(
+            samples=samples,
+            mean_agreement=sum(consistency) / len(consistency) if consistency else 1.0,
+            consistent=len(consistent_hits),
+            inconsistent=len(inconsistent_hits),
+            accuracy_when_consistent=sum(consistent_hits) / len(consistent_hits) if consistent_hits else None,
+            accuracy_when_inconsistent=sum(inconsistent_hits) / len(inconsistent_hits) if inconsistent_hits else None,
+        )
+        if samples > 1
+        else None
+    )
+    return OneStepScores(
+        **overall.scores().model_dump(),
+        per_env={env: tally.scores() for env, tally in sorted(per_env.items())},
+        self_consistency=self_consistency,
+    )
 
 
 def apply_diff(rows: dict[str, list[dict[str, Any]]], diff: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
@@ -104,7 +116,7 @@ def apply_diff(rows: dict[str, list[dict[str, Any]]], diff: dict[str, Any]) -> d
     return out
 
 
-def k_step(model: WorldModel, transitions: list[Transition], k: int) -> dict[str, Any]:
+def k_step(model: WorldModel, transitions: list[Transition], k: int) -> KStepScores:
     """Per step 1..k: observation exact match, field F1 and compound error of predictions made
     with the model's own earlier predictions fed back, over every episode with that many calls."""
     episodes: dict[str, list[Transition]] = defaultdict(list)
@@ -131,23 +143,21 @@ def k_step(model: WorldModel, transitions: list[Transition], k: int) -> dict[str
         if tally.n:
             scores = tally.scores()
             steps.append(
-                {
-                    "step": number,
-                    "episodes": tally.n,
-                    "observation_exact": scores["observation_exact"],
-                    "compound_error": 1.0 - scores["observation_exact"],
-                    "fields_f1": scores["fields"]["f1"],
-                }
+                KStepScore(
+                    step=number,
+                    episodes=tally.n,
+                    observation_exact=scores.observation_exact,
+                    compound_error=1.0 - scores.observation_exact,
+                    fields_f1=scores.fields.f1,
+                )
             )
-    return {"k": k, "steps": steps}
+    return KStepScores(k=k, steps=steps)
 
 
 def evaluate_world_model(
     model: WorldModel, transitions: list[Transition], *, k: int = 3, samples: int = 1
-) -> dict[str, Any]:
+) -> WorldModelReport:
     """The full report: one step (with self-consistency when samples > 1) and k steps."""
-    return {
-        "model": model.name,
-        "one_step": one_step(model, transitions, samples),
-        "k_step": k_step(model, transitions, k),
-    }
+    return WorldModelReport(
+        model=model.name, one_step=one_step(model, transitions, samples), k_step=k_step(model, transitions, k)
+    )

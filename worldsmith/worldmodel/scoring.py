@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from worldsmith.models.world_model_scores import PrecisionRecall
 from worldsmith.worldmodel.transitions import Observation
 
 
@@ -79,8 +80,8 @@ class Counts:
         self.fp += len(predicted - true)
         self.fn += len(true - predicted)
 
-    def scores(self) -> dict[str, float]:
+    def scores(self) -> PrecisionRecall:
         precision = self.tp / (self.tp + self.fp) if self.tp + self.fp else 1.0
         recall = self.tp / (self.tp + self.fn) if self.tp + self.fn else 1.0
         f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
-        return {"precision": precision, "recall": recall, "f1": f1}
+        return PrecisionRecall(precision=precision, recall=recall, f1=f1)

@@ -32,6 +32,7 @@ from typing import Any, Self
 
 from worldsmith.bundle.contract import Bundle
 from worldsmith.models.bundle import TaskSpec
+from worldsmith.models.evaluation import SimulationCounts
 from worldsmith.models.results import DbDiff, ToolResult, VerifierResult
 from worldsmith.runtime.episode import Runtime, checked_call
 from worldsmith.runtime.sandbox import dbdiff
@@ -81,16 +82,21 @@ class SimulationStats:
             self.invalid += invalid
             self.inconsistent += inconsistent
 
-    def as_dict(self) -> dict[str, float]:
+    def counts(self) -> SimulationCounts:
+        """The counts so far, as runs report them."""
         with self._lock:
             n = self.calls or 1
-            return {
-                "calls": self.calls,
-                "mean_uncertainty": self.uncertainty_sum / n,
-                "uncertain_rate": self.uncertain / n,
-                "invalid_rate": self.invalid / n,
-                "inconsistent_rate": self.inconsistent / n,
-            }
+            return SimulationCounts(
+                calls=self.calls,
+                mean_uncertainty=self.uncertainty_sum / n,
+                uncertain_rate=self.uncertain / n,
+                invalid_rate=self.invalid / n,
+                inconsistent_rate=self.inconsistent / n,
+            )
+
+    def as_dict(self) -> dict[str, float]:
+        """`counts()` as a plain dict."""
+        return self.counts().model_dump()
 
 
 def _quoted(name: str) -> str:
