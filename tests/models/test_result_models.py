@@ -34,6 +34,8 @@ from worldsmith.models.verdict import Verdict
 from worldsmith.models.world_model_scores import OneStepScores, PrecisionRecall, SelfConsistency
 from worldsmith.training.success import success_line
 
+pytestmark = pytest.mark.unit
+
 #: An evaluation's overall scores as the catalog stores them (k = 3).
 STORED_SCORES = {
     "episodes": 6,
