@@ -23,7 +23,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from types import CodeType
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypedDict
 
 from worldsmith.bundle.asgiapp import check_app_source, compile_app
 from worldsmith.bundle.codepolicy import check_source
@@ -33,6 +33,13 @@ from worldsmith.models.verdict import VERIFIER_VERDICTS, Verdict
 
 #: A tool as the worker calls it: with the call's arguments, on the episode it was opened for.
 Tool = Callable[[dict[str, Any]], Any]
+
+
+class ToolsCode(TypedDict, total=False):
+    """The fields of a worker's `load_env` request that carry the tools' code: one, by kind."""
+
+    tools: str  # native: tools.py
+    app: str  # asgi: app.py
 
 
 class EnvFault(WorldsmithError):
@@ -105,12 +112,12 @@ class ToolsKind(ABC):
         """The static policy check of the tools' code: `(line, problem)` for every violation."""
 
     @abstractmethod
-    def code_fields(self, files: Mapping[str, bytes]) -> dict[str, Any]:
+    def code_fields(self, files: Mapping[str, bytes]) -> ToolsCode:
         """The fields of a worker's `load_env` request that carry the tools' code."""
 
     # -- worker side
     @abstractmethod
-    def compile(self, header: Mapping[str, Any]) -> CodeType:
+    def compile(self, header: ToolsCode) -> CodeType:
         """The tools' code from a `load_env` request, compiled."""
 
     @abstractmethod
@@ -133,10 +140,10 @@ class NativeTools(ToolsKind):
     def check_code(self, source: str) -> list[tuple[int, str]]:
         return check_source(source, "tools.py")
 
-    def code_fields(self, files: Mapping[str, bytes]) -> dict[str, Any]:
+    def code_fields(self, files: Mapping[str, bytes]) -> ToolsCode:
         return {"tools": files["tools.py"].decode("utf-8")}
 
-    def compile(self, header: Mapping[str, Any]) -> CodeType:
+    def compile(self, header: ToolsCode) -> CodeType:
         return compile(header["tools"], "tools.py", "exec", dont_inherit=True)
 
     def open(self, host: Host, env: Any, episode: Any) -> dict[str, Tool]:
@@ -166,10 +173,10 @@ class AppTools(ToolsKind):
     def check_code(self, source: str) -> list[tuple[int, str]]:
         return check_app_source(source)
 
-    def code_fields(self, files: Mapping[str, bytes]) -> dict[str, Any]:
+    def code_fields(self, files: Mapping[str, bytes]) -> ToolsCode:
         return {"app": files["app.py"].decode("utf-8")}
 
-    def compile(self, header: Mapping[str, Any]) -> CodeType:
+    def compile(self, header: ToolsCode) -> CodeType:
         return compile_app(header["app"])
 
     def open(self, host: Host, env: Any, episode: Any) -> dict[str, Tool]:

@@ -5,7 +5,7 @@ episode's first call and, when the parent asks (`direct`), hands the parent that
 (SCM_RIGHTS over a socket pair made when the worker starts, runtime/worker_handle.py): the episode's next
 calls, snapshots and diffs (`EPISODE_OPS`) go to the process directly, without the worker's read,
 re-encode and relay, and episodes of one worker run their calls side by side. The parent holds those
-replies to the same contract as the worker does (`protocol.reply_problem`, the request's id, the frame
+replies to the same contract as the worker does (`protocol.accepted_reply`, the request's id, the frame
 size limits, the same deadline). A process that times out, dies, breaks the contract or reports that
 its code broke a limit loses its channel, and its worker stops and reaps it (`reap`); a process
 that is gone before a request reached it costs nothing (the request goes through the worker, which
@@ -18,18 +18,17 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any
 
 from worldsmith.errors import WorldsmithError
+from worldsmith.runtime.sandbox.messages import EpisodeRequest, Reply
 from worldsmith.runtime.sandbox.protocol import (
     MAX_ERROR_CHARS,
-    RUNTIME_FIELDS,
     FrameReader,
     ProtocolClosed,
     ProtocolTimeout,
     ProtocolViolation,
+    accepted_reply,
     encode,
-    reply_problem,
     send_within,
     truncated,
 )
@@ -57,12 +56,12 @@ class EpisodeChannel:
         self.closed = False
 
     def request(
-        self, header: dict[str, Any], blobs: list[bytes] | tuple[bytes, ...], wait: float, *, number: int
-    ) -> tuple[dict[str, Any], list[bytes]]:
+        self, request: EpisodeRequest, blobs: list[bytes] | tuple[bytes, ...], wait: float, *, number: int
+    ) -> tuple[Reply, list[bytes]]:
         """The process's checked reply to request `number` (unique in its worker: a frame the code wrote
         for an earlier or another request does not pass), within `wait` seconds; ChannelBroken otherwise."""
         deadline = time.monotonic() + wait
-        unsent = send_within(self.requests, encode({**header, "id": number}, blobs), deadline)
+        unsent = send_within(self.requests, encode({**request, "id": number}, blobs), deadline)
         if unsent == "gone":
             raise ChannelBroken("crash", "gone before the request", delivered=False)
         if unsent == "late":  # it stopped reading its requests
@@ -70,20 +69,17 @@ class EpisodeChannel:
         if unsent == "broken":  # it died while reading the request
             raise ChannelBroken("crash")
         try:
-            reply, reply_blobs = self.reader.read(deadline)
+            frame, reply_blobs = self.reader.read(deadline)
+            reply = accepted_reply(frame, number)
         except ProtocolTimeout:
             raise ChannelBroken("timeout", f"{wait:g} s") from None
         except ProtocolClosed:
             raise ChannelBroken("crash") from None
         except ProtocolViolation as exc:
             raise ChannelBroken("protocol", str(exc)) from None
-        problem = reply_problem(reply, number)
-        if problem is not None:
-            raise ChannelBroken("protocol", problem)
-        for key in RUNTIME_FIELDS:
-            reply.pop(key, None)
-        if isinstance(reply.get("error"), str):  # as the worker cut a relayed reply's
-            reply["error"] = truncated(reply["error"], MAX_ERROR_CHARS + 64)
+        error = reply.get("error")
+        if isinstance(error, str):  # as the worker cut a relayed reply's
+            reply["error"] = truncated(error, MAX_ERROR_CHARS + 64)
         return reply, reply_blobs
 
     def __del__(self) -> None:  # a channel forgotten while in use (its worker killed meanwhile)

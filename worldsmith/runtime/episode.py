@@ -25,10 +25,12 @@ from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.kinds import APP_TOOLS, ToolsKind
 from worldsmith.models.bundle import TaskSpec
 from worldsmith.models.results import AppRoutes, DbDiff, ToolResult, VerifierResult
+from worldsmith.models.verdict import Verdict
 from worldsmith.runtime.arguments import accepts
 from worldsmith.runtime.errors import RuntimeFault, WorkerLost
 from worldsmith.runtime.limits import SandboxLimits
 from worldsmith.runtime.pool import WorkerPool
+from worldsmith.runtime.sandbox.messages import CallRequest, EpisodeRequest, LoadEnvRequest, Reply
 from worldsmith.runtime.worker_handle import SandboxWorker
 from worldsmith.settings import get_settings
 
@@ -146,7 +148,7 @@ class Runtime:
         key = "describe-" + uuid.uuid4().hex
         worker = pool.acquire(key)  # a worker of its own, retired after: the app's code ran there
         try:
-            header = {
+            load: LoadEnvRequest = {
                 "op": "load_env",
                 "env": key,
                 "tools_kind": APP_TOOLS.name,
@@ -154,7 +156,7 @@ class Runtime:
                 "verifiers": "",
                 "tool_names": [],
             }
-            reply, _ = worker.request(header, [world], timeout=60)
+            reply, _ = worker.request(load, [world], timeout=60)
             if reply["status"] == "ok":
                 reply, _ = worker.request(
                     {"op": "routes", "env": key}, timeout=self.limits.call_timeout_s * 4 + self.limits.grace_s
@@ -226,17 +228,15 @@ class SandboxEpisode:
                     pool.release(worker)
                     raise RuntimeFault(f"opening an episode of {self.bundle.env_id} failed: {reply.get('error')}")
                 for tool, arguments, seed in self._journal:
-                    replayed, _ = worker.request(
-                        {
-                            "op": "call",
-                            "episode": self.id,
-                            "tool": tool,
-                            "arguments": arguments,
-                            "seed": seed,
-                            "skew_s": self.clock_skew_s,
-                        },
-                        timeout=self._timeout(),
-                    )
+                    call: CallRequest = {
+                        "op": "call",
+                        "episode": self.id,
+                        "tool": tool,
+                        "arguments": arguments,
+                        "seed": seed,
+                        "skew_s": self.clock_skew_s,
+                    }
+                    replayed, _ = worker.request(call, timeout=self._timeout())
                     if replayed["status"] != "ok":
                         self._broken = (
                             f"episode state lost: replaying {tool} on a new worker failed ({replayed.get('error')})"
@@ -252,9 +252,9 @@ class SandboxEpisode:
         return calls * limits.call_timeout_s + limits.grace_s
 
     def _request(
-        self, header: dict[str, Any], blobs: list[bytes] | tuple[bytes, ...] = (), *, calls: int = 1
-    ) -> tuple[dict[str, Any], list[bytes]]:
-        """Send a request for this episode, moving it to a fresh worker if its worker is gone.
+        self, request: EpisodeRequest, blobs: list[bytes] | tuple[bytes, ...] = (), *, calls: int = 1
+    ) -> tuple[Reply, list[bytes]]:
+        """Send a request for this episode (with its clock skew), moving it to a fresh worker if its worker is gone.
 
         The effects of a request lost in flight died with its worker, so it may run again: once,
         if the worker crashed (it may have been killed from outside); never after a timeout
@@ -262,15 +262,12 @@ class SandboxEpisode:
         """
         if self._closed:
             raise RuntimeFault(f"episode {self.id} is closed")
+        request = request.copy()
+        request["skew_s"] = self.clock_skew_s
         crashes = 0
         for _ in range(4):
             try:
-                return self._worker.episode_request(
-                    self.id,
-                    {**header, "episode": self.id, "skew_s": self.clock_skew_s},
-                    blobs,
-                    timeout=self._timeout(calls),
-                )
+                return self._worker.episode_request(self.id, request, blobs, timeout=self._timeout(calls))
             except WorkerLost as lost:
                 self._relocate()
                 if not lost.in_flight:
@@ -285,10 +282,11 @@ class SandboxEpisode:
         """A well-framed reply whose content breaks the reply contract (generated code can reach the
         worker's encoder, e.g. through a class attribute of `json`): the worker is not trusted again.
         It is killed and this episode moves to a fresh one; returns the reason for the env_error."""
-        first = problem.errors()[0] if problem.errors() else {}
-        where = ".".join(str(part) for part in first.get("loc", ())) or "reply"
+        errors = problem.errors()
+        where = ".".join(str(part) for part in errors[0]["loc"]) if errors else ""
+        message = errors[0]["msg"] if errors else str(problem)
         reason = (
-            f"sandbox limit protocol: the worker sent an invalid reply ({where}: {first.get('msg', problem)}); "
+            f"sandbox limit protocol: the worker sent an invalid reply ({where or 'reply'}: {message}); "
             "worker killed and replaced"
         )
         self._worker.kill(reason)
@@ -322,7 +320,9 @@ class SandboxEpisode:
                 return ToolResult(status="env_error", error=self._broken, limit="crash")
             seed = self._next_seed()
             try:
-                reply, _ = self._request({"op": "call", "tool": name, "arguments": arguments, "seed": seed})
+                reply, _ = self._request(
+                    {"op": "call", "episode": self.id, "tool": name, "arguments": arguments, "seed": seed}
+                )
             except WorkerLost as lost:
                 return ToolResult(status="env_error", error=lost.reason, limit=lost.limit)
             try:
@@ -336,14 +336,14 @@ class SandboxEpisode:
     def snapshot(self) -> bytes:
         """The episode's database, serialized."""
         with self._lock:
-            reply, blobs = self._request({"op": "snapshot"})
+            reply, blobs = self._request({"op": "snapshot", "episode": self.id})
             self._raise_unless_ok(reply, "snapshot")
             return blobs[0]
 
     def restore(self, data: bytes | None = None) -> None:
         """Replace the episode's database by `data` (a snapshot), or by the pristine world (reset)."""
         with self._lock:
-            reply, _ = self._request({"op": "restore"}, [data] if data is not None else [])
+            reply, _ = self._request({"op": "restore", "episode": self.id}, [data] if data is not None else [])
             self._raise_unless_ok(reply, "restore")
             self._base = data
             self._journal = []
@@ -356,7 +356,9 @@ class SandboxEpisode:
     def diff(self, before: bytes, after: bytes | None = None) -> DbDiff:
         """Rows inserted, updated and deleted per table from snapshot `before` to `after` (default: now)."""
         with self._lock:
-            reply, _ = self._request({"op": "diff"}, [before] if after is None else [before, after], calls=10)
+            reply, _ = self._request(
+                {"op": "diff", "episode": self.id}, [before] if after is None else [before, after], calls=10
+            )
             self._raise_unless_ok(reply, "diff")
             return DbDiff.model_validate({"tables": reply["diff"]})
 
@@ -366,23 +368,27 @@ class SandboxEpisode:
             raise RuntimeFault("this episode has no task to verify")
         with self._lock:
             try:
-                reply, _ = self._request({"op": "verify", "verifier": self.task.verifier, "answer": answer}, calls=2)
+                reply, _ = self._request(
+                    {"op": "verify", "episode": self.id, "verifier": self.task.verifier, "answer": answer}, calls=2
+                )
             except WorkerLost as lost:
-                return VerifierResult(status="env_error", error=lost.reason, limit=lost.limit)
+                return VerifierResult(status=Verdict.env_error, error=lost.reason, limit=lost.limit)
             try:
                 if reply.get("status") != "ok":
                     return VerifierResult(
-                        status="env_error",
+                        status=Verdict.env_error,
                         error=reply.get("error"),
                         limit=reply.get("limit"),
                         refused_module=reply.get("refused_module"),
                     )
-                return VerifierResult(status=reply.get("verdict"), evidence=reply.get("evidence") or {})
+                return VerifierResult.model_validate(
+                    {"status": reply.get("verdict"), "evidence": reply.get("evidence") or {}}
+                )
             except ValidationError as exc:
-                return VerifierResult(status="env_error", error=self._invalid_reply(exc), limit="protocol")
+                return VerifierResult(status=Verdict.env_error, error=self._invalid_reply(exc), limit="protocol")
 
     @staticmethod
-    def _raise_unless_ok(reply: dict[str, Any], what: str) -> None:
+    def _raise_unless_ok(reply: Reply, what: str) -> None:
         if reply["status"] != "ok":
             raise RuntimeFault(f"{what} failed: {reply.get('error')}")
 

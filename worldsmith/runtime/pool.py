@@ -17,6 +17,7 @@ from pathlib import Path
 from worldsmith.bundle.contract import Bundle
 from worldsmith.runtime.errors import RuntimeFault
 from worldsmith.runtime.limits import SandboxLimits
+from worldsmith.runtime.sandbox.messages import LoadEnvRequest
 from worldsmith.runtime.worker_handle import SandboxWorker
 
 
@@ -125,21 +126,17 @@ class WorkerPool:
         if worker.env != bundle.runtime_key:  # a worker never runs two environments' code
             raise RuntimeFault(f"worker {worker.name} is bound to another environment than {bundle.env_id}")
         tools_kind = bundle.tools_kind
-        code = tools_kind.code_fields(bundle.files)
-        reply, _ = worker.request(
-            {
-                "op": "load_env",
-                "env": bundle.runtime_key,
-                "tools_kind": tools_kind.name,
-                **code,
-                "verifiers": bundle.text("verifiers.py"),
-                "verifiers_kind": bundle.verifiers_kind.name,
-                "tool_names": [t.name for t in bundle.tools],
-                "clock": bundle.clock,
-            },
-            [bundle.world],
-            timeout=60,
-        )
+        load: LoadEnvRequest = {
+            "op": "load_env",
+            "env": bundle.runtime_key,
+            "tools_kind": tools_kind.name,
+            **tools_kind.code_fields(bundle.files),
+            "verifiers": bundle.text("verifiers.py"),
+            "verifiers_kind": bundle.verifiers_kind.name,
+            "tool_names": [t.name for t in bundle.tools],
+            "clock": bundle.clock,
+        }
+        reply, _ = worker.request(load, [bundle.world], timeout=60)
         if reply["status"] != "ok":
             raise RuntimeFault(f"loading {bundle.env_id} into a sandbox worker failed: {reply.get('error')}")
         worker.loaded_envs.add(bundle.runtime_key)

@@ -25,11 +25,12 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from worldsmith.runtime.channel import ChannelBroken, EpisodeChannel
 from worldsmith.runtime.errors import RuntimeFault, WorkerLost
 from worldsmith.runtime.limits import SandboxLimits
+from worldsmith.runtime.sandbox.messages import EpisodeRequest, Hello, Reply, Request, as_reply, episode_of
 from worldsmith.runtime.sandbox.protocol import (
     EPISODE_OPS,
     FrameReader,
@@ -85,10 +86,11 @@ class SandboxWorker:
         # a worker cannot legitimately send more than its address space holds
         self._reader = FrameReader(self.process.stdout.fileno(), max_blobs=limits.memory_mb * 1024 * 1024)
         try:
-            hello, _ = self._reader.read(time.monotonic() + limits.start_timeout_s)
+            frame, _ = self._reader.read(time.monotonic() + limits.start_timeout_s)
         except (ProtocolClosed, ProtocolTimeout, ProtocolViolation) as exc:
             self.kill(f"failed to start: {exc}")
             raise RuntimeFault(f"sandbox worker failed to start: {exc}; stderr: {self.stderr_tail()}") from None
+        hello = cast(Hello, frame)  # written before the worker ran any generated code
         self.pid = hello["pid"]
         self.layers = hello["layers"]
 
@@ -111,8 +113,8 @@ class SandboxWorker:
         return f"sandbox worker {how}" + (f" ({tail})" if tail else "")
 
     def request(
-        self, header: dict[str, Any], blobs: list[bytes] | tuple[bytes, ...] = (), *, timeout: float
-    ) -> tuple[dict[str, Any], list[bytes]]:
+        self, request: Request, blobs: list[bytes] | tuple[bytes, ...] = (), *, timeout: float
+    ) -> tuple[Reply, list[bytes]]:
         """Send one request and wait for its reply; raises `WorkerLost` if the worker is or goes away."""
         with self._lock:
             # no wait(2) per request: a worker that died unnoticed fails the write below (EPIPE) the same way
@@ -120,13 +122,13 @@ class SandboxWorker:
                 raise WorkerLost(self.dead_reason or "sandbox worker is gone", in_flight=False)
             number = next(self._requests)
             try:
-                write_frame(self.process.stdin, {**header, "id": number, "timeout_s": timeout}, blobs)
+                write_frame(self.process.stdin, {**request, "id": number, "timeout_s": timeout}, blobs)
             except (BrokenPipeError, OSError):
                 reason = self._death()
                 self.kill(reason)
                 raise WorkerLost(reason, in_flight=False) from None
             try:
-                reply, reply_blobs = self._reader.read(time.monotonic() + timeout)
+                frame, reply_blobs = self._reader.read(time.monotonic() + timeout)
             except ProtocolTimeout:
                 reason = f"sandbox limit timeout: no reply within {timeout:g} s; worker killed and replaced"
                 self.kill(reason)
@@ -139,33 +141,35 @@ class SandboxWorker:
                 reason = f"sandbox limit protocol: the worker sent an invalid reply ({exc}); worker killed and replaced"
                 self.kill(reason)
                 raise WorkerLost(reason, in_flight=True, limit="protocol") from None
-            if reply.get("id") != number:  # a frame written by generated code, not the worker's answer
+            if frame.get("id") != number:  # a frame written by generated code, not the worker's answer
                 reason = (
                     f"sandbox limit protocol: the worker sent an invalid reply (an answer to request "
-                    f"{reply.get('id')!r}, not {number}); worker killed and replaced"
+                    f"{frame.get('id')!r}, not {number}); worker killed and replaced"
                 )
                 self.kill(reason)
                 raise WorkerLost(reason, in_flight=True, limit="protocol")
-            handed = reply.pop("channel", False) is True and header.get("direct") is True
+            reply = as_reply(frame)
+            handed = reply.pop("channel", False) is True and request.get("direct") is True
+            episode_id = episode_of(request)
             if reply.get("retire"):
                 self.kill("retired after running code that broke a sandbox limit")
-            elif handed:
-                self._adopt(header.get("episode"))
+            elif handed and episode_id is not None:  # handed over only for an open episode's request
+                self._adopt(episode_id)
             return reply, reply_blobs
 
     # -- direct channels (strict isolation) -------------------------------------------------------
     def episode_request(
-        self, episode_id: str, header: dict[str, Any], blobs: list[bytes] | tuple[bytes, ...] = (), *, timeout: float
-    ) -> tuple[dict[str, Any], list[bytes]]:
+        self, episode_id: str, request: EpisodeRequest, blobs: list[bytes] | tuple[bytes, ...] = (), *, timeout: float
+    ) -> tuple[Reply, list[bytes]]:
         """A request of episode `episode_id`: a call, snapshot or diff on the episode's direct channel
         when it has one (else through the worker, which hands the channel over with its reply);
         anything else through the worker once the channel is given up. Raises `WorkerLost` as
         `request` does, also for a process that died with its worker."""
         if self._handover is None:
-            return self.request(header, blobs, timeout=timeout)
-        if header.get("op") not in EPISODE_OPS:
+            return self.request(request, blobs, timeout=timeout)
+        if request.get("op") not in EPISODE_OPS:
             self._give_up(episode_id)
-            return self.request(header, blobs, timeout=timeout)
+            return self.request(request, blobs, timeout=timeout)
         with self._direct_lock:
             channel = self._direct.get(episode_id)
             if channel is not None and channel.closed:  # closed to keep the cap: its process exited
@@ -176,27 +180,29 @@ class SandboxWorker:
         if channel is not None:
             with channel.lock:
                 if not channel.closed:
-                    answered = self._on_channel(episode_id, channel, header, blobs, timeout)
+                    answered = self._on_channel(episode_id, channel, request, blobs, timeout)
                     if answered is not None:
                         return answered
-        return self.request({**header, "direct": True}, blobs, timeout=timeout)
+        direct = request.copy()
+        direct["direct"] = True  # the worker hands the episode process's pipes over with its reply
+        return self.request(direct, blobs, timeout=timeout)
 
     def _on_channel(
         self,
         episode_id: str,
         channel: EpisodeChannel,
-        header: dict[str, Any],
+        request: EpisodeRequest,
         blobs: list[bytes] | tuple[bytes, ...],
         timeout: float,
-    ) -> tuple[dict[str, Any], list[bytes]] | None:
+    ) -> tuple[Reply, list[bytes]] | None:
         """The reply on `channel` (held), or a failure reply worded as the worker words it; None when
         the request is to go through the worker (the process was gone before it, or stopped by it)."""
         limits = self.limits
         wait = process_wait(timeout, limits.grace_s, limits.call_timeout_s)
+        timed = request.copy()
+        timed["timeout_s"] = timeout
         try:
-            reply, reply_blobs = channel.request(
-                {**header, "timeout_s": timeout}, blobs, wait, number=next(self._requests)
-            )
+            reply, reply_blobs = channel.request(timed, blobs, wait, number=next(self._requests))
         except ChannelBroken as broken:
             self._drop(episode_id, channel)
             if not broken.delivered:  # gone before it: the request goes through the worker (a fresh process)
@@ -227,18 +233,19 @@ class SandboxWorker:
         ending = reply.get("ending")
         return ending if isinstance(ending, str) else None
 
-    def _adopt(self, episode_id: Any) -> None:
+    def _adopt(self, episode_id: str) -> None:
         """Take the pipes the worker just handed over for `episode_id` (under the request lock); a
         hand-over that is not exactly that is a protocol violation of the worker (killed)."""
         assert self._handover is not None
         fds: list[int] = []
         flags = 0
+        problem: str | None
         try:
             message, fds, flags, _ = socket.recv_fds(self._handover, 256, 2, socket.MSG_CMSG_CLOEXEC)
         except OSError as exc:
             message, problem = b"", f"no pipes came with it ({exc})"
         else:
-            problem = None if message == str(episode_id).encode() else "pipes of another episode"
+            problem = None if message == episode_id.encode() else "pipes of another episode"
         if problem is None and len(fds) != 2:
             for fd in fds:
                 os.close(fd)

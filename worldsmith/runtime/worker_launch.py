@@ -18,6 +18,7 @@ from pathlib import Path
 
 import worldsmith
 from worldsmith.runtime.limits import SandboxLimits
+from worldsmith.runtime.sandbox.messages import WorkerConfig
 
 _PACKAGE_ROOT = str(Path(worldsmith.__file__).resolve().parent.parent)
 _BOOTSTRAP = "import sys; sys.path.insert(0, sys.argv[2]); from worldsmith.runtime.sandbox.worker import main; main()"
@@ -33,7 +34,7 @@ def launch_worker(
     and stderr pipes to this process. `frameworks`: it imports the web stack of ASGI environments
     before it confines itself. `channel_fd` (strict isolation): its end of the socket over which it
     hands episode processes' pipes over, passed to it open (None: no such socket)."""
-    config = {
+    config: WorkerConfig = {
         "scratch": str(scratch),
         "uid": limits.uid,
         "memory_mb": limits.memory_mb,

@@ -23,7 +23,7 @@ import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import CodeType
-from typing import Any
+from typing import Any, Literal
 
 from worldsmith.bundle.asgiapp import CLOCK, ENGINE_FACTORY
 from worldsmith.bundle.sqlscript import deserialize, snapshot
@@ -32,6 +32,7 @@ from worldsmith.runtime.sandbox import guard, worldclock
 from worldsmith.runtime.sandbox.episodedb import APP_SAVEPOINT, SAVEPOINT, AppConnection, refuse_transaction_control
 from worldsmith.runtime.sandbox.failure import Failure
 from worldsmith.runtime.sandbox.guard import SandboxViolation
+from worldsmith.runtime.sandbox.messages import Status, WorkerConfig
 from worldsmith.runtime.sandbox.protocol import truncated
 from worldsmith.runtime.sandbox.records import LoadedEnv, OpenEpisode
 
@@ -92,7 +93,7 @@ def app_module_name(key: str) -> str:
 class SandboxHost:
     """Runs generated code for the environments' kinds (their `Host`), one request at a time."""
 
-    def __init__(self, config: dict[str, Any]):
+    def __init__(self, config: WorkerConfig):
         self.config = config  # its limits: call_timeout_s (wall clock) and cpu_s, per run
         self.seed = 0  # `random`'s seed for the generated code of the request at hand
         # ASGI environments: the connection their engines hand out right now
@@ -108,7 +109,7 @@ class SandboxHost:
         result: Any = None
         # an exception the code raised: its kind, its text (made while the guard is on: its class is
         # generated code) and its traceback (read after, by the worker, from frames alone)
-        outcome: tuple[str, str, Any] | None = None
+        outcome: tuple[Status | Literal["recursion"], str, Any] | None = None
         try:
             with guard.GUARD.untrusted(
                 episode_dir=episode.directory if episode else None,

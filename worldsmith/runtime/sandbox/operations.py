@@ -1,7 +1,8 @@
 """The worker's operations: one `op_<name>` method per request op, on its environments and episodes. Stdlib only.
 
 `Operations` holds what a worker has loaded (`LoadedEnv` by key) and opened (`OpenEpisode` by id) and
-answers each request with a dict (some with blobs), or raises `Failure`. How an environment's tools
+answers each request (its op's request type of `messages`) with its op's part of the reply (some
+with blobs), or raises `Failure`. How an environment's tools
 open and how its verifiers run is its kinds' business (`bundle/kinds.py`): they get the worker's
 `SandboxHost`. Under fast isolation the operations run here, episodes' databases in memory; under
 strict isolation the worker keeps only records and files, and the requests of `worker.RUN_OPS` are
@@ -26,6 +27,33 @@ from worldsmith.runtime.sandbox import dbdiff, episodedb
 from worldsmith.runtime.sandbox.episodedb import refuse_transaction_control, write_db
 from worldsmith.runtime.sandbox.failure import Failure
 from worldsmith.runtime.sandbox.host import SandboxHost, app_module_name
+from worldsmith.runtime.sandbox.messages import (
+    CallReply,
+    CallRequest,
+    CheckEnvRequest,
+    CloseRequest,
+    DiffReply,
+    DiffRequest,
+    EpisodeRequest,
+    LoadEnvRequest,
+    OpenRequest,
+    PingReply,
+    PingRequest,
+    ReapReply,
+    ReapRequest,
+    Request,
+    RestoreRequest,
+    RoutesReply,
+    RoutesRequest,
+    SnapshotRequest,
+    StatusOnly,
+    UnloadEnvRequest,
+    VerifyReply,
+    VerifyRequest,
+    WorkerConfig,
+    env_of,
+    episode_of,
+)
 from worldsmith.runtime.sandbox.processes import ForkedProcesses
 from worldsmith.runtime.sandbox.protocol import truncated
 from worldsmith.runtime.sandbox.records import LoadedEnv, OpenEpisode
@@ -48,7 +76,7 @@ def _capped_evidence(evidence: dict[str, Any]) -> dict[str, Any]:
 class Operations:
     """A worker's loaded environments and open episodes, and the operations requests perform on them."""
 
-    def __init__(self, config: dict[str, Any], host: SandboxHost, processes: ForkedProcesses, *, strict: bool):
+    def __init__(self, config: WorkerConfig, host: SandboxHost, processes: ForkedProcesses, *, strict: bool):
         self.config = config
         self.host = host  # what the environments' kinds run generated code through
         self.processes = processes  # strict isolation: the processes forked for episodes and requests
@@ -57,63 +85,68 @@ class Operations:
         self.envs: dict[str, LoadedEnv] = {}
         self.episodes: dict[str, OpenEpisode] = {}
 
-    def request_env(self, header: dict[str, Any]) -> LoadedEnv | None:
+    def request_env(self, request: Request) -> LoadedEnv | None:
         """The loaded environment a request is for (through its episode, else its `env`), if any."""
-        episode = self.episodes.get(header.get("episode"))  # type: ignore[arg-type]
-        return episode.env if episode is not None else self.envs.get(header.get("env"))  # type: ignore[arg-type]
+        episode_id, env_key = episode_of(request), env_of(request)
+        episode = self.episodes.get(episode_id) if episode_id is not None else None
+        if episode is not None:
+            return episode.env
+        return self.envs.get(env_key) if env_key is not None else None
 
     # -- environments ----------------------------------------------------------------------
-    def op_load_env(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
-        kind = TOOLS_KINDS[header.get("tools_kind")]
+    def op_load_env(self, request: LoadEnvRequest, blobs: list[bytes]) -> StatusOnly:
+        kind = TOOLS_KINDS[request.get("tools_kind")]
         if kind.web_stack and not self.config.get("frameworks"):
             raise Failure("env_error", "an ASGI environment needs a worker with the web stack")
-        env = self.envs[header["env"]] = LoadedEnv(
-            key=header["env"],
+        env = self.envs[request["env"]] = LoadedEnv(
+            key=request["env"],
             world=blobs[0],
             tools_kind=kind,
-            code=kind.compile(header),
-            verifiers_kind=VERIFIERS_KINDS[header.get("verifiers_kind")],
-            verifiers_code=compile(header["verifiers"], "verifiers.py", "exec", dont_inherit=True),
-            tool_names=list(header["tool_names"]),
-            clock=header.get("clock"),
+            code=kind.compile(request),
+            verifiers_kind=VERIFIERS_KINDS[request.get("verifiers_kind")],
+            verifiers_code=compile(request["verifiers"], "verifiers.py", "exec", dont_inherit=True),
+            tool_names=list(request["tool_names"]),
+            clock=request.get("clock"),
         )
-        if self.strict and header.get("check", True):  # the tools load? (once, in a process of its own)
-            check = {"op": "check_env", "env": env.key, "timeout_s": header.get("timeout_s")}
+        if self.strict and request.get("check", True):  # the tools load? (once, in a process of its own)
+            check: CheckEnvRequest = {"op": "check_env", "env": env.key}
+            if "timeout_s" in request:
+                check["timeout_s"] = request["timeout_s"]
             reply, _ = self.processes.serve(check, [], self.episodes)
             if reply.get("status") != "ok":
                 env.load_error = str(reply.get("error"))
         gc.freeze()  # what forked processes share stays untouched by their collections (fewer page copies)
         return {}
 
-    def op_check_env(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
+    def op_check_env(self, request: CheckEnvRequest, blobs: list[bytes]) -> StatusOnly:
         """Open the environment's tools once on a private copy of its world (strict isolation's load check)."""
-        env = self.envs[header["env"]]
+        env = self.envs[request["env"]]
         conn = episodedb.memory_connection(env.world, env.tools_kind, env.clock)
         env.tools_kind.open(self.host, env, OpenEpisode(id="check", env=env, conn=conn, directory=self.scratch))
         return {}
 
-    def op_unload_env(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
-        env = self.envs.pop(header["env"], None)
+    def op_unload_env(self, request: UnloadEnvRequest, blobs: list[bytes]) -> StatusOnly:
+        env = self.envs.pop(request["env"], None)
         for episode in [e for e in self.episodes.values() if e.env is env]:
             self.processes.stop_episode_process(episode.id)
         if env is not None and env.app is not None:
             sys.modules.pop(app_module_name(env.key), None)
         return {}
 
-    def op_routes(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
+    def op_routes(self, request: RoutesRequest, blobs: list[bytes]) -> RoutesReply:
         """The tools of an ASGI environment's app: one JSON schema per route."""
-        env = self.envs.get(header["env"])
+        env = self.envs.get(request["env"])
         schemas = env.tools_kind.schemas(self.host, env) if env is not None else None
         if schemas is None:
-            raise Failure("env_error", f"ASGI environment {header['env']} is not loaded in this worker")
+            raise Failure("env_error", f"ASGI environment {request['env']} is not loaded in this worker")
         return {"tools": schemas}
 
     # -- episodes --------------------------------------------------------------------------
-    def _episode(self, header: dict[str, Any]) -> OpenEpisode:
+    def _episode(self, request: EpisodeRequest) -> OpenEpisode:
         try:
-            episode = self.episodes[header["episode"]]
+            episode = self.episodes[request["episode"]]
         except KeyError:
-            raise Failure("env_error", f"episode {header['episode']} is not open in this worker") from None
+            raise Failure("env_error", f"episode {request['episode']} is not open in this worker") from None
         if episode.conn is None:  # strict isolation, in the request's own process
             env = episode.env
             episode.conn = episodedb.file_connection(episode.db_path, env.world, env.tools_kind, env.clock)
@@ -124,37 +157,37 @@ class Operations:
             episode.tools = episode.env.tools_kind.open(self.host, episode.env, episode)
         return episode.tools
 
-    def op_open(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
-        env = self.envs.get(header["env"])
+    def op_open(self, request: OpenRequest, blobs: list[bytes]) -> StatusOnly:
+        env = self.envs.get(request["env"])
         if env is None:
-            raise Failure("env_error", f"environment {header['env']} is not loaded in this worker")
+            raise Failure("env_error", f"environment {request['env']} is not loaded in this worker")
         # The episode's file area: the only place its code may open files; created by the runtime
         # when it puts files there (verifiers' database files; strict isolation: the database),
         # removed with the episode.
-        directory = os.path.join(self.scratch, header["episode"])
+        directory = os.path.join(self.scratch, request["episode"])
         if self.strict:
             if env.load_error is not None:
                 raise Failure("env_error", env.load_error)
-            episode = OpenEpisode(id=header["episode"], env=env, conn=None, directory=directory)
+            episode = OpenEpisode(id=request["episode"], env=env, conn=None, directory=directory)
             if blobs:
                 write_db(episode.db_path, blobs[0])
             self.episodes[episode.id] = episode
             return {}
         conn = episodedb.memory_connection(blobs[0] if blobs else env.world, env.tools_kind, env.clock)
-        episode = OpenEpisode(id=header["episode"], env=env, conn=conn, directory=directory)
+        episode = OpenEpisode(id=request["episode"], env=env, conn=conn, directory=directory)
         self._tools(episode)
         self.episodes[episode.id] = episode
         return {}
 
-    def op_call(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
-        episode = self._episode(header)
-        name = header["tool"]
+    def op_call(self, request: CallRequest, blobs: list[bytes]) -> CallReply:
+        episode = self._episode(request)
+        name = request["tool"]
         tool = self._tools(episode).get(name)
         if tool is None:
             raise Failure("tool_error", f"unknown tool {name!r}")
         conn = episode.conn
         assert conn is not None
-        arguments = header.get("arguments") or {}
+        arguments = request.get("arguments") or {}
         changes = episodedb.begin_call(conn, episode.env.tools_kind)
         self.host.current_conn = conn
         try:
@@ -174,41 +207,41 @@ class Operations:
             self.host.current_conn = None
         episodedb.end_call(conn, commit=True)
         changed = episodedb.changed_since(conn, changes)
-        return {"status": "ok", "value": json.loads(text), "stdout": stdout, "changed": changed}
+        return {"value": json.loads(text), "stdout": stdout, "changed": changed}
 
-    def op_snapshot(self, header: dict[str, Any], blobs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
-        episode = self._episode(header)
+    def op_snapshot(self, request: SnapshotRequest, blobs: list[bytes]) -> tuple[StatusOnly, list[bytes]]:
+        episode = self._episode(request)
         return {}, [snapshot(episode.conn, transactions=refuse_transaction_control)]
 
-    def op_restore(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
+    def op_restore(self, request: RestoreRequest, blobs: list[bytes]) -> StatusOnly:
         if self.strict:  # the bytes become the file; read only by the episode's own processes
-            episode = self.episodes.get(header["episode"])
+            episode = self.episodes.get(request["episode"])
             if episode is None:
-                raise Failure("env_error", f"episode {header['episode']} is not open in this worker")
+                raise Failure("env_error", f"episode {request['episode']} is not open in this worker")
             self.processes.stop_episode_process(episode.id)  # it holds the database open
             write_db(episode.db_path, blobs[0] if blobs else episode.env.world)
             return {}
-        episode = self._episode(header)
+        episode = self._episode(request)
         restore(episode.conn, blobs[0] if blobs else episode.env.world, transactions=refuse_transaction_control)
         return {}
 
-    def op_diff(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
+    def op_diff(self, request: DiffRequest, blobs: list[bytes]) -> DiffReply:
         before = deserialize(blobs[0], read_only=True)
-        after = deserialize(blobs[1], read_only=True) if len(blobs) > 1 else self._episode(header).conn
+        after = deserialize(blobs[1], read_only=True) if len(blobs) > 1 else self._episode(request).conn
         try:
             return {"diff": dbdiff.diff(before, after)}
         finally:
             before.close()
 
-    def op_verify(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
-        episode = self._episode(header)
+    def op_verify(self, request: VerifyRequest, blobs: list[bytes]) -> VerifyReply:
+        episode = self._episode(request)
         kind = episode.env.verifiers_kind
-        verdict, evidence = kind.verify(self.host, episode, header["verifier"], header.get("answer") or "")
+        verdict, evidence = kind.verify(self.host, episode, request["verifier"], request.get("answer") or "")
         return {"verdict": verdict.value, "evidence": _capped_evidence(evidence)}
 
-    def op_close(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
-        episode = self.episodes.pop(header["episode"], None)
-        self.processes.stop_episode_process(header["episode"])
+    def op_close(self, request: CloseRequest, blobs: list[bytes]) -> StatusOnly:
+        episode = self.episodes.pop(request["episode"], None)
+        self.processes.stop_episode_process(request["episode"])
         if episode is not None:
             if episode.conn is not None:
                 sqlite3.Connection.close(episode.conn)
@@ -216,14 +249,14 @@ class Operations:
         return {}
 
     # -- the worker ------------------------------------------------------------------------
-    def op_ping(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
+    def op_ping(self, request: PingRequest, blobs: list[bytes]) -> PingReply:
         self.processes.sweep_handed()
         processes = self.processes.pids()
         return {"episodes": len(self.episodes), "envs": len(self.envs), "processes": processes}
 
-    def op_reap(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
+    def op_reap(self, request: ReapRequest, blobs: list[bytes]) -> ReapReply:
         """The parent gave up an episode's direct channel (its process timed out, died, broke the reply
         contract or ran code that broke a limit): stop the process and say how it ended."""
-        grace = header.get("grace_s")
+        grace = request.get("grace_s")
         grace_s = float(grace) if isinstance(grace, (int, float)) else 0.0
-        return {"ending": self.processes.reap_handed(header.get("episode"), grace_s)}
+        return {"ending": self.processes.reap_handed(request.get("episode"), grace_s)}

@@ -20,28 +20,27 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass
-from typing import Any
 
 from worldsmith.runtime.sandbox.failure import Failure
+from worldsmith.runtime.sandbox.messages import Reply, Request, WorkerConfig, as_request, episode_of
 from worldsmith.runtime.sandbox.protocol import (
     EPISODE_OPS,
-    RUNTIME_FIELDS,
     FrameReader,
     ProtocolClosed,
     ProtocolTimeout,
     ProtocolViolation,
+    accepted_reply,
     encode,
     process_failure,
     process_wait,
-    reply_problem,
     send_within,
     write_frame,
 )
 
 #: A request's handler: its reply and the reply's blobs (`worker.Worker.handle`).
-Handler = Callable[[dict[str, Any], list[bytes]], tuple[dict[str, Any], list[bytes]]]
+Handler = Callable[[Request, list[bytes]], tuple[Reply, list[bytes]]]
 
 
 @dataclass
@@ -60,10 +59,10 @@ class ForkedProcesses:
 
     def __init__(
         self,
-        config: dict[str, Any],
+        config: WorkerConfig,
         *,
         strict: bool,
-        become: Callable[[dict[str, Any], tuple[int, int]], None],
+        become: Callable[[Request, tuple[int, int]], None],
         handle: Handler,
     ):
         self.config = config
@@ -77,9 +76,7 @@ class ForkedProcesses:
         self.handed: dict[str, int] = {}
         self.ended: dict[str, str] = {}  # how handed processes found ended (`sweep_handed`) ended, until reaped
 
-    def serve(
-        self, header: dict[str, Any], blobs: list[bytes], open_episodes: dict[str, Any]
-    ) -> tuple[dict[str, Any], list[bytes]]:
+    def serve(self, request: Request, blobs: list[bytes], open_episodes: Container[str]) -> tuple[Reply, list[bytes]]:
         """Serve a request of `worker.RUN_OPS` in a process forked from this worker (which runs no generated
         code itself and stays clean) and return its checked reply. Tool calls, snapshots and diffs go to
         their episode's own process, forked at its first request and kept (at most `episode_processes`,
@@ -88,35 +85,35 @@ class ForkedProcesses:
         at a time has an episode's database open, and keeps it locked). A process past the request's
         deadline, dead, or answering outside the reply contract is stopped and the request is an
         env_error; its episode's next call forks a fresh one. `open_episodes`: the worker's, by id."""
-        episode_id = header.get("episode")
+        episode_id = episode_of(request)
         self.sweep_handed()
         self.reap_handed(episode_id)  # the parent gave its channel up: the process goes before another opens
-        if header.get("op") in EPISODE_OPS and episode_id in open_episodes:
+        if request.get("op") in EPISODE_OPS and episode_id is not None and episode_id in open_episodes:
             process = self.live.pop(episode_id, None)
-            if process is not None and not self._send(process, header, blobs):
+            if process is not None and not self._send(process, request, blobs):
                 _stop(process)  # gone since its last call: its next one starts afresh
                 process = None
             if process is None:
                 while len(self.live) >= max(int(self.config.get("episode_processes", 128)), 1):
                     self.stop_least_recent()
-                process = self._spawn(header, blobs, persistent=True)
+                process = self._spawn(request, blobs, persistent=True)
             try:
-                reply, reply_blobs = self._answer(process, header)
+                reply, reply_blobs = self._answer(process, request)
             except Failure:
                 _stop(process)
                 raise
             if reply.pop("retire", False):  # it ran code that broke a limit: its next call starts afresh
                 _stop(process)
-            elif header.get("direct") is True and self._hand_over(episode_id, process):
+            elif request.get("direct") is True and self._hand_over(episode_id, process):
                 reply["channel"] = True
             else:
                 self.live[episode_id] = process
             return reply, reply_blobs
         if episode_id in self.live:  # it holds the episode's database (locked): it goes, its next call forks anew
             self.stop_episode_process(episode_id)
-        process = self._spawn(header, blobs, persistent=False)
+        process = self._spawn(request, blobs, persistent=False)
         try:
-            reply, reply_blobs = self._answer(process, header)
+            reply, reply_blobs = self._answer(process, request)
             reply.pop("retire", None)
             return reply, reply_blobs
         finally:
@@ -151,7 +148,7 @@ class ForkedProcesses:
         self.handed[episode_id] = process.pid
         return True
 
-    def reap_handed(self, episode_id: Any, grace_s: float = 0.0) -> str | None:
+    def reap_handed(self, episode_id: str | None, grace_s: float = 0.0) -> str | None:
         """Stop the process of `episode_id` handed to the parent (if any), given `grace_s` to end by
         itself; returns how it ended (also when `sweep_handed` found it ended)."""
         if not isinstance(episode_id, str):
@@ -169,8 +166,8 @@ class ForkedProcesses:
                 del self.handed[episode_id]
                 self.ended[episode_id] = _ending(status)
 
-    def _spawn(self, header: dict[str, Any], blobs: list[bytes], *, persistent: bool) -> RunProcess:
-        """Fork a process that serves `header` (and, if `persistent`, the requests sent to it after).
+    def _spawn(self, request: Request, blobs: list[bytes], *, persistent: bool) -> RunProcess:
+        """Fork a process that serves `request` (and, if `persistent`, the requests sent to it after).
         Short of descriptors or processes, kept episode processes are stopped (least recent first)
         until it can; failing that the request is an env_error."""
         while True:
@@ -196,8 +193,8 @@ class ForkedProcesses:
                 os.close(replies_r)
                 if persistent:
                     os.close(requests_w)
-                self._become(header, (replies_w, requests_r))
-                _serve_requests(self._handle, header, blobs, replies_w, requests_r if persistent else None)
+                self._become(request, (replies_w, requests_r))
+                _serve_requests(self._handle, request, blobs, replies_w, requests_r if persistent else None)
             except BaseException:  # noqa: BLE001 - the worker reports the missing reply
                 code = 70
             finally:
@@ -209,37 +206,31 @@ class ForkedProcesses:
         reader = FrameReader(replies_r, max_blobs=self.config["memory_mb"] * 1024 * 1024)
         return RunProcess(pid=pid, replies=reader, requests=requests_w if persistent else None)
 
-    def _send(self, process: RunProcess, header: dict[str, Any], blobs: list[bytes]) -> bool:
+    def _send(self, process: RunProcess, request: Request, blobs: list[bytes]) -> bool:
         """Write a request to a live episode process; False if it is gone or does not take it in time."""
         assert process.requests is not None
-        return send_within(process.requests, encode(header, blobs), time.monotonic() + self._wait(header)) is None
+        return send_within(process.requests, encode(request, blobs), time.monotonic() + self._wait(request)) is None
 
-    def _wait(self, header: dict[str, Any]) -> float:
+    def _wait(self, request: Request) -> float:
         """How long a request's process may take: the parent's deadline less half the grace."""
         return process_wait(
-            header.get("timeout_s"), float(self.config.get("grace_s", 2.0)), self.config["call_timeout_s"]
+            request.get("timeout_s"), float(self.config.get("grace_s", 2.0)), self.config["call_timeout_s"]
         )
 
-    def _answer(self, process: RunProcess, header: dict[str, Any]) -> tuple[dict[str, Any], list[bytes]]:
-        """The reply `process` writes, checked; Failure past the deadline, on its death, or for a reply
-        outside the contract."""
-        wait = self._wait(header)
+    def _answer(self, process: RunProcess, request: Request) -> tuple[Reply, list[bytes]]:
+        """The reply `process` writes, checked (`accepted_reply`); Failure past the deadline, on its
+        death, or for a reply outside the contract."""
+        wait = self._wait(request)
         try:
-            reply, blobs = process.replies.read(time.monotonic() + wait)
+            frame, blobs = process.replies.read(time.monotonic() + wait)
+            return accepted_reply(frame, request.get("id")), blobs
         except ProtocolTimeout:
             raise Failure("env_error", process_failure("timeout", f"{wait:g} s"), "timeout") from None
         except ProtocolClosed:
             ending = _ending(_stop(process, grace_s=1.0))
             raise Failure("env_error", process_failure("crash", ending), "crash") from None
         except ProtocolViolation as exc:
-            problem: str | None = str(exc)
-        else:
-            problem = reply_problem(reply, header.get("id"))
-        if problem is not None:
-            raise Failure("env_error", process_failure("protocol", problem), "protocol")
-        for key in RUNTIME_FIELDS:
-            reply.pop(key, None)
-        return reply, blobs
+            raise Failure("env_error", process_failure("protocol", str(exc)), "protocol") from None
 
     def inherited_fds(self) -> list[int]:
         """In a freshly forked process: forget every process and the channel socket, and return the
@@ -259,22 +250,21 @@ class ForkedProcesses:
         return {episode: process.pid for episode, process in self.live.items()} | self.handed
 
 
-def _serve_requests(
-    handle: Handler, header: dict[str, Any], blobs: list[bytes], out_fd: int, in_fd: int | None
-) -> None:
+def _serve_requests(handle: Handler, request: Request, blobs: list[bytes], out_fd: int, in_fd: int | None) -> None:
     """In a forked process: answer the request it was forked for, then (persistent) each request
     the worker sends, until the worker closes the pipe."""
     out = os.fdopen(out_fd, "wb")
     requests = FrameReader(in_fd) if in_fd is not None else None
     while True:
-        reply, reply_blobs = handle(header, blobs)
+        reply, reply_blobs = handle(request, blobs)
         write_frame(out, reply, reply_blobs)
         if requests is None:
             return
         try:
-            header, blobs = requests.read()
+            frame, blobs = requests.read()
         except ProtocolClosed:
             return
+        request = as_request(frame)
 
 
 def _ending(status: int) -> str:

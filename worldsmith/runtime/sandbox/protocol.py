@@ -5,9 +5,10 @@ each blob whose length the header lists under "blobs". A reader checks every dec
 its limits before it reads (and reads in chunks, never allocating what was only declared), so a
 forged or oversized frame is a `ProtocolViolation`, not a memory error.
 
-Replies of a request's process (strict isolation) are read by whoever sent the request: the worker,
-or the parent on an episode's direct channel (runtime/channel.py). Both hold them to one contract
-(`reply_problem`) and word a failed request alike (`process_failure`).
+What a frame's header says is typed in `messages` (requests, replies). Replies of a request's process
+(strict isolation) are read by whoever sent the request: the worker, or the parent on an episode's
+direct channel (runtime/channel.py). Both hold them to one contract (`reply_problem`, through
+`accepted_reply`) and word a failed request alike (`process_failure`).
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ import os
 import select
 import struct
 import time
-from typing import Any, BinaryIO
+from collections.abc import Mapping
+from typing import BinaryIO, cast, get_args
 
 from worldsmith.errors import WorldsmithError
 from worldsmith.models.verdict import Verdict
+from worldsmith.runtime.sandbox.messages import Reply, Status
 
 _LEN = struct.Struct(">I")
 #: Requests an episode's own process serves (strict isolation): they run its tools or read only its
@@ -56,13 +59,13 @@ def truncated(text: str, limit: int) -> str:
     return f"{text[:limit]}...[truncated {len(text) - limit} characters]"
 
 
-def encode(header: dict[str, Any], blobs: list[bytes] | tuple[bytes, ...] = ()) -> bytes:
+def encode(header: Mapping[str, object], blobs: list[bytes] | tuple[bytes, ...] = ()) -> bytes:
     header = dict(header, blobs=[len(b) for b in blobs])
     data = json.dumps(header, separators=(",", ":"), default=str).encode()
     return b"".join([_LEN.pack(len(data)), data, *blobs])
 
 
-def write_frame(stream: BinaryIO, header: dict[str, Any], blobs: list[bytes] | tuple[bytes, ...] = ()) -> None:
+def write_frame(stream: BinaryIO, header: Mapping[str, object], blobs: list[bytes] | tuple[bytes, ...] = ()) -> None:
     stream.write(encode(header, blobs))
     stream.flush()
 
@@ -105,8 +108,9 @@ class FrameReader:
         del self._buffer[:size]
         return data
 
-    def read(self, deadline: float | None = None) -> tuple[dict[str, Any], list[bytes]]:
-        """The next frame, waiting at most until `deadline` (monotonic seconds; None: forever)."""
+    def read(self, deadline: float | None = None) -> tuple[dict[str, object], list[bytes]]:
+        """The next frame, waiting at most until `deadline` (monotonic seconds; None: forever): its
+        header (a JSON object, not yet read as a message of `messages`) and its blobs."""
         (length,) = _LEN.unpack(self._take(_LEN.size, deadline))
         if length > self.max_header:
             raise ProtocolViolation(f"frame header of {length} bytes exceeds the limit of {self.max_header}")
@@ -144,6 +148,8 @@ def send_within(fd: int, data: bytes, deadline: float) -> str | None:
     return None
 
 
+#: The type of every field of a request process's reply that the parent reads (`messages.Reply`;
+#: tests/runtime/test_protocol_messages.py holds the two together); `value` is any JSON.
 _REPLY_FIELDS: dict[str, type | tuple[type, ...]] = {
     "status": str,
     "error": (str, type(None)),
@@ -157,7 +163,7 @@ _REPLY_FIELDS: dict[str, type | tuple[type, ...]] = {
     "tools": list,
     "retire": bool,
 }
-_STATUSES = frozenset({"ok", "tool_error", "env_error"})
+_STATUSES = frozenset(get_args(Status))
 _VERDICTS = frozenset(verdict.value for verdict in Verdict)
 
 
@@ -165,7 +171,7 @@ _VERDICTS = frozenset(verdict.value for verdict in Verdict)
 RUNTIME_FIELDS = ("seconds", "id", "channel")
 
 
-def reply_problem(reply: dict[str, Any], request_id: Any) -> str | None:
+def reply_problem(reply: Mapping[str, object], request_id: int | None) -> str | None:
     """What breaks the reply contract in a request process's reply to request `request_id` (None:
     nothing): a forged reply ends its own request and its process, never the worker or the parent."""
     for key, expected in _REPLY_FIELDS.items():
@@ -180,7 +186,18 @@ def reply_problem(reply: dict[str, Any], request_id: Any) -> str | None:
     return None
 
 
-def process_wait(timeout_s: Any, grace_s: float, call_timeout_s: float) -> float:
+def accepted_reply(frame: dict[str, object], request_id: int | None) -> Reply:
+    """A request process's reply to request `request_id` (a frame's header) as a `Reply`, less the
+    runtime's fields; `ProtocolViolation` saying what breaks the reply contract (`reply_problem`)."""
+    problem = reply_problem(frame, request_id)
+    if problem is not None:
+        raise ProtocolViolation(problem)
+    for key in RUNTIME_FIELDS:
+        frame.pop(key, None)
+    return cast(Reply, frame)
+
+
+def process_wait(timeout_s: object, grace_s: float, call_timeout_s: float) -> float:
     """How long a request's process may take: the parent's deadline for the request (`timeout_s`)
     less half the grace, so its requester answers before the parent gives up on it."""
     wait = float(timeout_s) - grace_s / 2 if isinstance(timeout_s, (int, float)) else call_timeout_s * 2

@@ -26,6 +26,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from worldsmith.bundle.codepolicy import ALLOWED_MODULES
@@ -34,6 +35,16 @@ from worldsmith.runtime.sandbox import guard, kernel, worldclock
 from worldsmith.runtime.sandbox.failure import Failure
 from worldsmith.runtime.sandbox.guard import Guard, SandboxViolation
 from worldsmith.runtime.sandbox.host import SandboxHost
+from worldsmith.runtime.sandbox.messages import (
+    Hello,
+    OpReply,
+    Reply,
+    Request,
+    WorkerConfig,
+    as_request,
+    env_of,
+    episode_of,
+)
 from worldsmith.runtime.sandbox.operations import Operations
 from worldsmith.runtime.sandbox.processes import ForkedProcesses
 from worldsmith.runtime.sandbox.protocol import MAX_ERROR_CHARS, FrameReader, ProtocolClosed, truncated, write_frame
@@ -45,12 +56,16 @@ EXTRA_PRELOAD = ("_strptime", "encodings.idna", "encodings.ascii", "encodings.la
 #: in a process of its own, forked from the worker (which stays clean) and gone with its answer.
 RUN_OPS = frozenset({"call", "verify", "snapshot", "diff", "routes", "check_env"})
 
+#: An op of the worker's (`Operations.op_<name>`): its part of the reply, with the reply's blobs where
+#: it has any. Each takes its own op's request (`messages`): the request's op picks it.
+Operation = Callable[[Any, list[bytes]], OpReply | tuple[OpReply, list[bytes]]]
+
 
 class Worker:
     """Serves one request at a time: each request op is a method of its `operations`, or (strict
     isolation, `RUN_OPS`) is served by a process forked for it (`processes`)."""
 
-    def __init__(self, config: dict[str, Any], out: io.BufferedWriter):
+    def __init__(self, config: WorkerConfig, out: io.BufferedWriter):
         self.out = out
         # "strict": every request of RUN_OPS runs in a process forked for it (`_forked`); "fast":
         # here, episodes of the worker's one environment sharing this interpreter
@@ -62,11 +77,11 @@ class Worker:
         )
         self.operations = Operations(config, self.host, self.processes, strict=self.strict)
 
-    def _forked(self, header: dict[str, Any], blobs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
+    def _forked(self, request: Request, blobs: list[bytes]) -> tuple[Reply, list[bytes]]:
         """Serve a request of RUN_OPS in a process forked from this worker (`ForkedProcesses.serve`)."""
-        return self.processes.serve(header, blobs, self.operations.episodes)
+        return self.processes.serve(request, blobs, self.operations.episodes)
 
-    def _become_run_process(self, header: dict[str, Any], keep: tuple[int, int]) -> None:
+    def _become_run_process(self, request: Request, keep: tuple[int, int]) -> None:
         """In a freshly forked process: drop the worker's channels, other episodes and their processes,
         then confine this process to its episode's directory (Landlock), without new processes and
         under the whole seccomp deny list (`kernel.confine_run`); it dies with the worker."""
@@ -79,9 +94,10 @@ class Worker:
             if fd not in keep:
                 os.close(fd)
         operations = self.operations
-        episode = operations.episodes.get(header.get("episode"))  # type: ignore[arg-type]
+        episode_id = episode_of(request)
+        episode = operations.episodes.get(episode_id) if episode_id is not None else None
         operations.episodes = {episode.id: episode} if episode is not None else {}
-        env_key = episode.env.key if episode is not None else header.get("env")
+        env_key = episode.env.key if episode is not None else env_of(request)
         operations.envs = {key: env for key, env in operations.envs.items() if key == env_key}
         writable = []
         if episode is not None:
@@ -90,33 +106,35 @@ class Worker:
         kernel.confine_run(writable)
 
     # -- requests ------------------------------------------------------------------------
-    def _set_clock(self, header: dict[str, Any]) -> None:
+    def _set_clock(self, request: Request) -> None:
         """The world's clock for the request's code: its environment's instant, its skew (`worldclock`)."""
-        env = self.operations.request_env(header)
+        env = self.operations.request_env(request)
         clock = env.clock if env is not None else None
         try:
-            worldclock.set_clock(clock, _skew(header.get("skew_s")))
+            worldclock.set_clock(clock, _skew(request.get("skew_s")))
         except ValueError:
             raise Failure("env_error", f"the world's clock {clock!r} is not an ISO instant (manifest clock)") from None
 
-    def handle(self, header: dict[str, Any], blobs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
+    def handle(self, request: Request, blobs: list[bytes]) -> tuple[Reply, list[bytes]]:
         started = time.perf_counter()
-        op = str(header.get("op"))
-        if self.strict and not self.run_process and op in RUN_OPS:
-            handler = self._forked
-        else:
-            handler = getattr(self.operations, "op_" + op, None)
+        op = str(request.get("op"))
+        forked = self.strict and not self.run_process and op in RUN_OPS
+        operation: Operation | None = None if forked else getattr(self.operations, "op_" + op, None)
         reply_blobs: list[bytes] = []
-        seed = header.get("seed")
+        seed = request.get("seed")
         self.host.seed = seed if isinstance(seed, int) and 0 <= seed < 2**64 else 0
+        reply: Reply
         try:
-            self._set_clock(header)
-            if handler is None:
-                raise Failure("env_error", f"unknown operation {header.get('op')!r}")
-            result = handler(header, blobs)
-            if isinstance(result, tuple):
-                result, reply_blobs = result
-            reply = {"status": "ok", **result}
+            self._set_clock(request)
+            if forked:  # the process's reply, checked (`ForkedProcesses.serve`)
+                reply, reply_blobs = self._forked(request, blobs)
+            elif operation is None:
+                raise Failure("env_error", f"unknown operation {request.get('op')!r}")
+            else:
+                result = operation(request, blobs)
+                if isinstance(result, tuple):
+                    result, reply_blobs = result
+                reply = {"status": "ok", **result}
         except Failure as failure:
             reply = {
                 "status": failure.status,
@@ -146,22 +164,23 @@ class Worker:
                 "error": f"sandbox worker fault: {type(exc).__name__}: {exc}",
                 "limit": None,
             }
-        if isinstance(reply.get("error"), str):  # a forked process's reply is cut already: keep its mark
-            reply["error"] = truncated(reply["error"], MAX_ERROR_CHARS + (64 if handler == self._forked else 0))
+        error = reply.get("error")
+        if isinstance(error, str):  # a forked process's reply is cut already: keep its mark
+            reply["error"] = truncated(error, MAX_ERROR_CHARS + (64 if forked else 0))
         reply["seconds"] = time.perf_counter() - started
         reply["retire"] = bool(guard.GUARD.violations)
-        if "id" in header:  # the parent accepts only the reply to the request it sent
-            reply["id"] = header["id"]
+        if "id" in request:  # the parent accepts only the reply to the request it sent
+            reply["id"] = request["id"]
         return reply, reply_blobs
 
     def serve(self) -> None:
         reader = FrameReader(0)
         while True:
             try:
-                header, blobs = reader.read()
+                frame, blobs = reader.read()
             except ProtocolClosed:
                 return
-            reply, reply_blobs = self.handle(header, blobs)
+            reply, reply_blobs = self.handle(as_request(frame), blobs)
             write_frame(self.out, reply, reply_blobs)
 
 
@@ -169,7 +188,7 @@ class Worker:
 MAX_SKEW_S = 100 * 365 * 86400.0
 
 
-def _skew(value: Any) -> float:
+def _skew(value: object) -> float:
     """A request's clock skew (`skew_s`: seconds every real-time source of its code is shifted by,
     see worldclock): a finite number within MAX_SKEW_S, else 0."""
     if isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) <= MAX_SKEW_S:
@@ -191,7 +210,7 @@ def _preload(frameworks: bool) -> None:
 
 
 def main() -> None:
-    config = json.loads(sys.argv[1])
+    config: WorkerConfig = json.loads(sys.argv[1])
     out = os.fdopen(os.dup(1), "wb")
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)
@@ -223,7 +242,8 @@ def main() -> None:
 
     guard.GUARD.install()
     sys.setrecursionlimit(config.get("recursion_limit", 1000))
-    write_frame(out, {"status": "ok", "op": "hello", "pid": os.getpid(), "layers": layers})
+    hello: Hello = {"status": "ok", "op": "hello", "pid": os.getpid(), "layers": layers}
+    write_frame(out, hello)
     Worker(config, out).serve()
 
 
