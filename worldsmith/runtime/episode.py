@@ -16,6 +16,7 @@ import shutil
 import tempfile
 import threading
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol, Self
 
@@ -25,6 +26,7 @@ from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.kinds import APP_TOOLS, ToolsKind
 from worldsmith.models.bundle import TaskSpec
 from worldsmith.models.results import DbDiff, ToolResult, VerifierResult
+from worldsmith.models.verdict import Verdict
 from worldsmith.runtime.arguments import accepts
 from worldsmith.runtime.errors import RuntimeFault, WorkerLost
 from worldsmith.runtime.limits import SandboxLimits
@@ -160,7 +162,8 @@ class Runtime:
                 )
             if reply["status"] != "ok":
                 raise RuntimeFault(f"the app does not load: {reply.get('error')}")
-            return reply["tools"]
+            tools: list[dict[str, Any]] = reply["tools"]
+            return tools
         finally:
             pool.release(worker, retire=True)
 
@@ -280,7 +283,7 @@ class SandboxEpisode:
         """A well-framed reply whose content breaks the reply contract (generated code can reach the
         worker's encoder, e.g. through a class attribute of `json`): the worker is not trusted again.
         It is killed and this episode moves to a fresh one; returns the reason for the env_error."""
-        first = problem.errors()[0] if problem.errors() else {}
+        first: Mapping[str, Any] = problem.errors()[0] if problem.errors() else {}
         where = ".".join(str(part) for part in first.get("loc", ())) or "reply"
         reason = (
             f"sandbox limit protocol: the worker sent an invalid reply ({where}: {first.get('msg', problem)}); "
@@ -363,13 +366,15 @@ class SandboxEpisode:
             try:
                 reply, _ = self._request({"op": "verify", "verifier": self.task.verifier, "answer": answer}, calls=2)
             except WorkerLost as lost:
-                return VerifierResult(status="env_error", error=lost.reason, limit=lost.limit)
+                return VerifierResult(status=Verdict.env_error, error=lost.reason, limit=lost.limit)
             try:
                 if reply.get("status") != "ok":
-                    return VerifierResult(status="env_error", error=reply.get("error"), limit=reply.get("limit"))
-                return VerifierResult(status=reply.get("verdict"), evidence=reply.get("evidence") or {})
+                    return VerifierResult(status=Verdict.env_error, error=reply.get("error"), limit=reply.get("limit"))
+                return VerifierResult.model_validate(
+                    {"status": reply.get("verdict"), "evidence": reply.get("evidence") or {}}
+                )
             except ValidationError as exc:
-                return VerifierResult(status="env_error", error=self._invalid_reply(exc), limit="protocol")
+                return VerifierResult(status=Verdict.env_error, error=self._invalid_reply(exc), limit="protocol")
 
     @staticmethod
     def _raise_unless_ok(reply: dict[str, Any], what: str) -> None:

@@ -119,6 +119,7 @@ class SandboxWorker:
             if self.dead_reason is not None or self.process.returncode is not None:
                 raise WorkerLost(self.dead_reason or "sandbox worker is gone", in_flight=False)
             number = next(self._requests)
+            assert self.process.stdin is not None  # launched with a pipe
             try:
                 write_frame(self.process.stdin, {**header, "id": number, "timeout_s": timeout}, blobs)
             except (BrokenPipeError, OSError):
@@ -233,6 +234,7 @@ class SandboxWorker:
         assert self._handover is not None
         fds: list[int] = []
         flags = 0
+        problem: str | None
         try:
             message, fds, flags, _ = socket.recv_fds(self._handover, 256, 2, socket.MSG_CMSG_CLOEXEC)
         except OSError as exc:
@@ -316,7 +318,8 @@ class SandboxWorker:
             self._handover.close()
         for stream in (self.process.stdin, self.process.stdout):
             try:
-                stream.close()
+                if stream is not None:  # launched with pipes: always
+                    stream.close()
             except OSError:
                 pass
         shutil.rmtree(self.scratch, ignore_errors=True)

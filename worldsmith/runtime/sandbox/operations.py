@@ -178,6 +178,7 @@ class Operations:
 
     def op_snapshot(self, header: dict[str, Any], blobs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
         episode = self._episode(header)
+        assert episode.conn is not None  # opened by _episode
         return {}, [snapshot(episode.conn, transactions=refuse_transaction_control)]
 
     def op_restore(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
@@ -189,12 +190,14 @@ class Operations:
             write_db(episode.db_path, blobs[0] if blobs else episode.env.world)
             return {}
         episode = self._episode(header)
+        assert episode.conn is not None  # opened by _episode
         restore(episode.conn, blobs[0] if blobs else episode.env.world, transactions=refuse_transaction_control)
         return {}
 
     def op_diff(self, header: dict[str, Any], blobs: list[bytes]) -> dict[str, Any]:
         before = deserialize(blobs[0], read_only=True)
         after = deserialize(blobs[1], read_only=True) if len(blobs) > 1 else self._episode(header).conn
+        assert after is not None  # opened by _episode
         try:
             return {"diff": dbdiff.diff(before, after)}
         finally:

@@ -18,7 +18,7 @@ import os
 import select
 import struct
 import time
-from typing import Any, BinaryIO
+from typing import IO, Any
 
 from worldsmith.errors import WorldsmithError
 from worldsmith.models.verdict import Verdict
@@ -62,7 +62,7 @@ def encode(header: dict[str, Any], blobs: list[bytes] | tuple[bytes, ...] = ()) 
     return b"".join([_LEN.pack(len(data)), data, *blobs])
 
 
-def write_frame(stream: BinaryIO, header: dict[str, Any], blobs: list[bytes] | tuple[bytes, ...] = ()) -> None:
+def write_frame(stream: IO[bytes], header: dict[str, Any], blobs: list[bytes] | tuple[bytes, ...] = ()) -> None:
     stream.write(encode(header, blobs))
     stream.flush()
 

@@ -26,6 +26,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from worldsmith.bundle.codepolicy import ALLOWED_MODULES
@@ -102,11 +103,13 @@ class Worker:
     def handle(self, header: dict[str, Any], blobs: list[bytes]) -> tuple[dict[str, Any], list[bytes]]:
         started = time.perf_counter()
         op = str(header.get("op"))
+        handler: Callable[[dict[str, Any], list[bytes]], Any] | None
         if self.strict and not self.run_process and op in RUN_OPS:
             handler = self._forked
         else:
             handler = getattr(self.operations, "op_" + op, None)
         reply_blobs: list[bytes] = []
+        reply: dict[str, Any]
         seed = header.get("seed")
         self.host.seed = seed if isinstance(seed, int) and 0 <= seed < 2**64 else 0
         try:
