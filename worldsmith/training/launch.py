@@ -261,7 +261,8 @@ def host_address() -> str:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         try:
             probe.connect(("192.0.2.1", 9))  # TEST-NET-1: picks the outgoing interface only
-            return probe.getsockname()[0]
+            address: str = probe.getsockname()[0]
+            return address
         except OSError:
             pass
     try:
@@ -325,7 +326,8 @@ def launch(request: TrainRequest, processes: int, launcher: NodeLauncher | None 
                 node.stop()
             except Exception as exc:  # noqa: BLE001 - each node is stopped whatever the others do
                 logger.warning("could not stop training %s: %s", node.name, exc)
-    return json.loads((out / "result.json").read_text())
+    result: dict[str, Any] = json.loads((out / "result.json").read_text())
+    return result
 
 
 def _supervise(main: subprocess.Popen[bytes], others: list[NodeRun], poll_s: float = 1.0) -> int:
