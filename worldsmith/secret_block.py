@@ -28,7 +28,8 @@ def read_secret_block(name: str) -> str:
 
     prefect_api_url()
     try:
-        value = Secret.load(name, _sync=True).get()
+        # _sync=True (async_dispatch's switch, which prefect's types do not know) returns the block itself
+        value = Secret.load(name, _sync=True).get()  # type: ignore[call-arg, union-attr]
     except ValueError:
         raise UserFixable(
             f"there is no Prefect Secret block {name!r} (llm_api_key_block): create it with "

@@ -348,8 +348,8 @@ def _invalid(exc: ValidationError | SettingsError) -> UserFixable:
     """A value that does not validate (or a variable that is not the JSON it must be), as one line
     naming where it was set."""
     if isinstance(exc, SettingsError):
-        field = re.search(r'field "(\w+)"', str(exc))
-        return UserFixable(f"{env_name(field[1]) if field else exc} is not valid JSON: fix its value")
+        named = re.search(r'field "(\w+)"', str(exc))
+        return UserFixable(f"{env_name(named[1]) if named else exc} is not valid JSON: fix its value")
     error = exc.errors()[0]
     field = str(error["loc"][0]) if error.get("loc") else ""
     source, value = setting_sources().get(field, DEFAULT), error.get("input")

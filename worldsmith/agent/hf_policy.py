@@ -28,7 +28,8 @@ def load_model(path: str | Path, device: str | None = None) -> tuple[Any, Any]:
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     tokenizer = AutoTokenizer.from_pretrained(str(path))
     dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype).to(device)
+    # transformers' decorated `to` is typed as taking the model first
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype).to(device)  # type: ignore[arg-type]
     model.eval()
     return model, tokenizer
 
@@ -122,7 +123,8 @@ class HFPolicy:
                 max_time=self.timeout_s,
                 **sampling,
             )
-        return output[0, len(prompt_ids) :].tolist()
+        completion: list[int] = output[0, len(prompt_ids) :].tolist()
+        return completion
 
     def act(self, view: list[Message], tools: list[dict[str, Any]]) -> PolicyTurn:
         self.turn += 1

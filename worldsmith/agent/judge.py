@@ -46,8 +46,8 @@ def majority(votes: list[Verdict], verifier: Verdict | None) -> Verdict:
     top = [ruling for ruling, n in counts if n == counts[0][1]]
     if len(top) == 1:
         return top[0]
-    if VERIFIER_TO_RULING.get(verifier, verifier) in top:
-        return VERIFIER_TO_RULING.get(verifier, verifier)
+    if verifier is not None and (ruling := VERIFIER_TO_RULING.get(verifier, verifier)) in top:
+        return ruling
     return min((r for r in top if r != Verdict.env_error), key=RULINGS.index, default=Verdict.agent_error)
 
 

@@ -159,11 +159,7 @@ class OpenAIPolicy:
             raise
         seconds = time.perf_counter() - started
         usage = response.usage
-        counts = {
-            "tokens_in": usage.prompt_tokens if usage else 0,
-            "tokens_out": usage.completion_tokens if usage else 0,
-            "seconds": seconds,
-        }
+        tokens_in, tokens_out = (usage.prompt_tokens, usage.completion_tokens) if usage else (0, 0)
         message = response.choices[0].message
         content = message.content or ""
         if self.mode == "text":
@@ -176,8 +172,13 @@ class OpenAIPolicy:
             problem = next((p for _, p in unwrapped if p), None)
             calls = [c for c, _ in unwrapped if c is not None]
         if problem:
-            return PolicyTurn(format_error=problem, **counts)
-        return PolicyTurn(message=Message(role="assistant", content=content, tool_calls=calls), **counts)
+            return PolicyTurn(format_error=problem, tokens_in=tokens_in, tokens_out=tokens_out, seconds=seconds)
+        return PolicyTurn(
+            message=Message(role="assistant", content=content, tool_calls=calls),
+            tokens_in=tokens_in,
+            tokens_out=tokens_out,
+            seconds=seconds,
+        )
 
     @staticmethod
     def _native_calls(natives: list[Any]) -> tuple[list[ToolCall], str | None]:

@@ -38,7 +38,8 @@ def is_main_guard(node: ast.AST) -> bool:
 
 def _engine_aliases(tree: ast.Module) -> tuple[set[str], set[str]]:
     """Names bound to sqlalchemy's create_engine, and names bound to the sqlalchemy module."""
-    functions, modules = {"create_engine"}, set()
+    functions: set[str] = {"create_engine"}
+    modules: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "sqlalchemy":
             functions.update(a.asname or a.name for a in node.names if a.name == "create_engine")
@@ -71,7 +72,8 @@ class _EngineCalls(ast.NodeTransformer):
 
 def _clock_aliases(tree: ast.Module) -> tuple[dict[str, str], set[str]]:
     """Names bound to datetime's `datetime` and `date` classes (name -> class), and names bound to the module."""
-    classes, modules = {}, set()
+    classes: dict[str, str] = {}
+    modules: set[str] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module == "datetime":
             classes.update({a.asname or a.name: a.name for a in node.names if a.name in CLOCK_READS})

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import threading
+from typing import Literal, overload
 
 # CPython 3.11's AST constructor keeps its recursion bookkeeping per interpreter, and concurrent
 # ast.parse calls from threads can corrupt it ("AST constructor recursion depth mismatch").
@@ -18,6 +19,12 @@ _PARSE_LOCK = threading.Lock()
 #: walks them recursively (ast.NodeVisitor, ast.unparse, compile), which would raise RecursionError.
 MAX_NESTING = 200
 TOO_DEEP = "too deeply nested to parse"
+
+
+@overload
+def parse_source(source: str, filename: str = ..., mode: Literal["exec"] = ...) -> ast.Module: ...
+@overload
+def parse_source(source: str, filename: str = ..., *, mode: Literal["eval"]) -> ast.Expression: ...
 
 
 def parse_source(source: str, filename: str = "<generated>", mode: str = "exec") -> ast.AST:

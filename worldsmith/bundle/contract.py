@@ -128,7 +128,9 @@ class Bundle:
 
 def jsonschema_error(schema: dict[str, Any] | jsonschema.protocols.Validator, arguments: Any) -> str | None:
     """The first reason `arguments` do not match `schema` (or a prepared validator), or None."""
-    validator = schema if hasattr(schema, "iter_errors") else jsonschema.Draft202012Validator(schema)
+    validator: jsonschema.protocols.Validator = (
+        schema if hasattr(schema, "iter_errors") else jsonschema.Draft202012Validator(schema)
+    )
     if validator.is_valid(arguments):
         return None
     error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))

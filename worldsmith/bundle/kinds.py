@@ -208,7 +208,7 @@ class VerifiersKind(ABC):
 
     def verifier(self, host: Host, episode: Any, name: str) -> Callable[..., Any]:
         """Verifier `name` of verifiers.py, run afresh for the call; EnvFault if it is missing."""
-        verifier = host.module(episode.env.verifiers_code, "verifiers", episode).get(name)
+        verifier: object = host.module(episode.env.verifiers_code, "verifiers", episode).get(name)
         if not callable(verifier):
             raise EnvFault(f"verifiers.py does not define {name!r}")
         return verifier

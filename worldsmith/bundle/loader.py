@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -277,7 +278,7 @@ def load_bundle(path: str | Path) -> Bundle:
     )
 
 
-def build_bundle(sources: dict[str, bytes | str], manifest: Manifest | dict[str, Any]) -> Bundle:
+def build_bundle(sources: Mapping[str, bytes | str], manifest: Manifest | dict[str, Any]) -> Bundle:
     """Make a bundle from its five source files: derive tools.json and world.db, hash every
     artifact into the manifest, compute stats. Raises `BundleError` on any defect."""
     files = {name: (data.encode() if isinstance(data, str) else data) for name, data in sources.items()}

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypeVar, overload
 
 from worldsmith.errors import WorldsmithError
 
@@ -87,8 +88,12 @@ def split_statements(script: str) -> list[Statement]:
 #: statement of transaction control is prepared; True refuses it (see `harden`).
 TransactionGate = Callable[[str], bool]
 
+_Connection = TypeVar("_Connection", bound=sqlite3.Connection)
 
-def _authorizer(read_only: bool, transactions: TransactionGate | None = None):
+
+def _authorizer(
+    read_only: bool, transactions: TransactionGate | None = None
+) -> Callable[[int, str | None, str | None, str | None, str | None], int]:
     deny, ok = sqlite3.SQLITE_DENY, sqlite3.SQLITE_OK
     writes = {
         sqlite3.SQLITE_INSERT,
@@ -125,9 +130,7 @@ def _authorizer(read_only: bool, transactions: TransactionGate | None = None):
     return authorize
 
 
-def harden(
-    conn: sqlite3.Connection, *, read_only: bool = False, transactions: TransactionGate | None = None
-) -> sqlite3.Connection:
+def harden(conn: _Connection, *, read_only: bool = False, transactions: TransactionGate | None = None) -> _Connection:
     """Make a connection safe for untrusted SQL: foreign keys on, no ATTACH / VACUUM INTO / extensions,
     only introspection PRAGMAs, bounded value sizes; `read_only` also refuses every write.
     `transactions`, when given, is asked about every statement of transaction control (BEGIN,
@@ -141,6 +144,16 @@ def harden(
     base.setlimit(conn, sqlite3.SQLITE_LIMIT_SQL_LENGTH, MAX_SQL_LENGTH)
     base.set_authorizer(conn, _authorizer(read_only, transactions))
     return conn
+
+
+@overload
+def deserialize(
+    data: bytes, *, read_only: bool = ..., transactions: TransactionGate | None = ...
+) -> sqlite3.Connection: ...
+@overload
+def deserialize(
+    data: bytes, *, read_only: bool = ..., factory: type[_Connection], transactions: TransactionGate | None = ...
+) -> _Connection: ...
 
 
 def deserialize(

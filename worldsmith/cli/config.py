@@ -68,13 +68,14 @@ def config_show(as_json: Annotated[bool, typer.Option("--json", help="Print JSON
     The source is `default`, the config file (and its profile's table) or an environment variable;
     the lines above the table say which config file, profile and home are in use."""
     found, settings, sources = ConfigFile.find(), get_settings(), setting_sources()
+    searched = [str(path) for path in found.searched]
     rows = [
         {"name": name, "env": env_name(name), "value": shown_value(getattr(settings, name)), "source": sources[name]}
         for name in Settings.model_fields
     ]
     summary = {
         "config_file": str(found.path) if found.path else None,
-        "searched": [str(path) for path in found.searched],
+        "searched": searched,
         "profile": found.profile,
         "home": str(settings.home.resolve()),
         "home_is_default": settings.home_is_default(),
@@ -86,7 +87,7 @@ def config_show(as_json: Annotated[bool, typer.Option("--json", help="Print JSON
     if found.path:
         say(f"config file: {found.path}" + (f" (profile {found.profile})" if found.profile else ""), highlight=False)
     else:
-        places = ", ".join(summary["searched"])
+        places = ", ".join(searched)
         say(f"config file: none ({CONFIG_FILE_NAME} looked for at {places})", highlight=False)
     say(f"home: {_home_line(settings, sources['home'])}", highlight=False)
     table = Table()
@@ -126,7 +127,8 @@ def config_set_secret(
 
     api_url = prefect_api_url()
     try:
-        Secret(value=key).save(name, overwrite=True, _sync=True)
+        # prefect's types know neither a str value (validated as its own Secret) nor async_dispatch's _sync
+        Secret(value=key).save(name, overwrite=True, _sync=True)  # type: ignore[arg-type, call-arg]
     except Exception as exc:  # the Prefect API unreachable or refusing: what it says, on one line
         raise failure(f"cannot save the Prefect Secret block {name!r}: {' '.join(str(exc).split())}", code=1) from None
     say(

@@ -21,9 +21,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import click
 import typer
 from rich.console import Console
+from typer._click.core import Context  # typer vendors click: its Context, not the click package's
 from typer._click.exceptions import UsageError  # typer vendors click and does not re-export this base
 from typer.core import TyperGroup
 
@@ -130,13 +130,15 @@ class AnsweringGroup(TyperGroup):
     exit 2, whichever command raised them; a fatal generation fault (run-wide: the endpoint's settings are
     wrong) with its one line naming the setting to fix, exit 1."""
 
-    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any):
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: Context | None = None, **extra: Any
+    ) -> Context:
         try:
             return super().make_context(info_name, args, parent, **extra)
         except UsageError as exc:  # raised while the root parses its own options (`worldsmith --bogus`)
             raise _usage_failure(exc, info_name or "worldsmith") from None
 
-    def invoke(self, ctx: click.Context) -> Any:
+    def invoke(self, ctx: Context) -> Any:
         try:
             return super().invoke(ctx)
         except UsageError as exc:  # raised while a subcommand parses its arguments

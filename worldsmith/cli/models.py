@@ -21,7 +21,7 @@ def models_fetch(
     ] = None,
 ) -> None:
     """Write a training run's final model (or its checkpoint of `--step`) into a directory, as stored."""
-    from sqlmodel import select
+    from sqlmodel import col, select
 
     from worldsmith.models.catalog import Checkpoint, TrainingRun
     from worldsmith.storage.catalog import open_catalog
@@ -34,7 +34,9 @@ def models_fetch(
         if training_run is None:
             raise failure(f"no training run {run} (`worldsmith runs ls --kind train` lists them)")
         stored = session.exec(
-            select(Checkpoint).where(Checkpoint.training_run_id == run).order_by(Checkpoint.step, Checkpoint.id)
+            select(Checkpoint)
+            .where(Checkpoint.training_run_id == run)
+            .order_by(col(Checkpoint.step), col(Checkpoint.id))
         ).all()
     finals = [c for c in stored if c.metrics.get("final") is True]
     steps = sorted({c.step for c in stored if c.metrics.get("final") is not True})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -48,6 +48,7 @@ def sets_create(
     )
     with refusals():
         made = create_set(catalog, name, query)
+    assert made.id is not None  # a stored set has its id
     with catalog.session() as session:
         splits = split_counts(session, made.id).get(made.id, {})
     say(
@@ -63,7 +64,7 @@ def sets_ls(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")]
     from worldsmith.storage.sets import set_summaries
 
     with open_catalog().session() as session:
-        rows = [
+        rows: list[dict[str, Any]] = [
             {
                 "name": summary.name,
                 "members": summary.members,

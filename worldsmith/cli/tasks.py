@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -47,7 +47,7 @@ def tasks_ls(
 ) -> None:
     """List an environment's tasks: id, instruction, verifier, and whether it has a reference solution."""
     bundle, name = bundle_of(bundle_or_ref)
-    rows = [
+    rows: list[dict[str, Any]] = [
         {
             "id": task.id,
             "instruction": task.instruction,

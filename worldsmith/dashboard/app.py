@@ -15,6 +15,7 @@ page never holds the event loop (`/healthz` answers while one renders); the asyn
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -108,7 +109,7 @@ def dashboard_app(
     page names the deployments whose runs would not start, from `prefect_api_url` (default: `prefect_ui_url`/api)."""
     prefect_api_url = prefect_api_url or (f"{prefect_ui_url.rstrip('/')}/api" if prefect_ui_url else None)
 
-    def session() -> Session:
+    def session() -> AbstractContextManager[Session]:
         return (catalog or open_catalog()).session()
 
     def render(template: str, request: Request, filters: Filters, db: Session, **context: Any) -> HTMLResponse:

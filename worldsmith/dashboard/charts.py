@@ -36,7 +36,7 @@ _TEMPLATE = pio.templates["plotly_white"].to_plotly_json()
 def _html(name: str, figure: go.Figure) -> str:
     drawn = figure.to_plotly_json()
     drawn["layout"]["template"] = _TEMPLATE
-    return pio.to_html(
+    html: str = pio.to_html(
         drawn,
         validate=False,
         full_html=False,
@@ -44,6 +44,7 @@ def _html(name: str, figure: go.Figure) -> str:
         div_id=f"chart-{name}",
         config={"displaylogo": False, "responsive": True},
     )
+    return html
 
 
 def short(label: str, chars: int = LABEL_CHARS) -> str:
@@ -97,7 +98,7 @@ def generation_charts(generation: dict[str, Any]) -> dict[str, str]:
     return charts
 
 
-def _tokens(series: dict[str, list]) -> list[int | None]:
+def _tokens(series: dict[str, list[Any]]) -> list[int | None]:
     """Tokens in plus out per night (None where the stage did not run)."""
     return [None if i is None else i + o for i, o in zip(series["tokens_in"], series["tokens_out"], strict=True)]
 

@@ -10,7 +10,7 @@ from datetime import UTC, date, datetime
 from typing import Any
 
 from sqlalchemy import case, func
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from worldsmith.dashboard.filters import Filters
 from worldsmith.dashboard.paging import Page, PageRequest, count_rows
@@ -42,7 +42,7 @@ def real_stages(table: Any = StageRollup) -> Any:
     return table.stage.not_in(PSEUDO_STAGES)
 
 
-def sums_by_night(filters: Filters) -> type[AttemptSums]:
+def sums_by_night(filters: Filters) -> type[StageRollup] | type[NightRollup]:
     """The coarsest rollup of attempt sums per night and stage that can apply `filters`: per night, run and
     stage unless they narrow by world."""
     return StageRollup if filters.by_world else NightRollup
@@ -101,7 +101,7 @@ def night_runs(session: Session, night: date, filters: Filters, request: PageReq
     """The generation runs with attempts on `night`, newest first: first and last attempt that night,
     worlds, attempts, failed attempts, tokens, cost, seconds and the Prefect flow run id (when the run id is one)."""
     query = (
-        select(
+        select(  # type: ignore[call-overload]  # sqlmodel types select() for up to 4 columns
             StageRollup.run_id,
             func.min(StageRollup.first_at),
             func.max(StageRollup.last_at),
@@ -144,7 +144,7 @@ def night_stages(session: Session, night: date, filters: Filters) -> list[dict[s
             "failure_classes": {},
         }
         for stage, worlds, n, first_ok, repaired, failures, *used in session.exec(
-            select(
+            select(  # type: ignore[call-overload]  # sqlmodel types select() for up to 4 columns
                 StageRollup.stage,
                 worlds_in(),
                 func.sum(StageRollup.invocations),
@@ -186,8 +186,8 @@ def stage_worlds(
     if error_class is not None:
         key = NO_KEY if error_class == UNCLASSIFIED else error_class
         classed = select(FailureRollup.env_id).where(*failed_here, FailureRollup.error_class == key)
-        where.append(StageRollup.env_id.in_(classed))
-    succeeded = func.max(case((StageRollup.first_ok + StageRollup.repaired > 0, 1), else_=0))
+        where.append(col(StageRollup.env_id).in_(classed))
+    succeeded = func.max(case((col(StageRollup.first_ok) + StageRollup.repaired > 0, 1), else_=0))
     query = (
         select(StageRollup.env_id, succeeded, func.sum(StageRollup.failures), *usage_columns())
         .where(*where)
@@ -204,14 +204,14 @@ def stage_worlds(
     if envs:
         for env, error, count in session.exec(
             select(FailureRollup.env_id, FailureRollup.error_class, func.sum(FailureRollup.failures))
-            .where(*failed_here, FailureRollup.env_id.in_(envs))
+            .where(*failed_here, col(FailureRollup.env_id).in_(envs))
             .group_by(FailureRollup.env_id, FailureRollup.error_class)
         ).all():
             rows[env]["failure_classes"][error_class_of(error)] = int(count)
         versions = select(EnvironmentVersion.env_id, EnvironmentVersion.status).where(
-            EnvironmentVersion.env_id.in_(envs)
+            col(EnvironmentVersion.env_id).in_(envs)
         )
-        for env, status in session.exec(versions.order_by(EnvironmentVersion.version)).all():
+        for env, status in session.exec(versions.order_by(col(EnvironmentVersion.version))).all():
             rows[env]["status"] = status  # the latest version's, read last
     return Page(list(rows.values()), count_rows(session, query), request)
 
@@ -222,7 +222,7 @@ def latest_version_column(env_id: Any, column: Any) -> Any:
     return (
         select(column)
         .where(EnvironmentVersion.env_id == env_id)
-        .order_by(EnvironmentVersion.version.desc())
+        .order_by(col(EnvironmentVersion.version).desc())
         .limit(1)
         .scalar_subquery()
     )
@@ -231,6 +231,7 @@ def latest_version_column(env_id: Any, column: Any) -> Any:
 def worlds_page(session: Session, filters: Filters, request: PageRequest, status: str | None = None) -> Page:
     """Worlds with stage attempts, most expensive first: usage over all their stage attempts and their latest
     version's status (`unpublished` when none), failed stage and failure reason. `status`: only worlds in it."""
+    sums: type[StageRollup] | type[WorldRollup]
     if filters.by_night_or_run:
         sums = StageRollup
         where = [StageRollup.env_id != NO_KEY, real_stages(), *filters.rollups(StageRollup)]
@@ -285,7 +286,7 @@ def failed_worlds(session: Session, filters: Filters, request: PageRequest) -> P
     query = (
         select(EnvironmentVersion)
         .where(EnvironmentVersion.status != "good", *filters.versions(session))
-        .order_by(EnvironmentVersion.created_at.desc(), EnvironmentVersion.id.desc())
+        .order_by(col(EnvironmentVersion.created_at).desc(), col(EnvironmentVersion.id).desc())
     )
     rows = [_version_row(v) for v in session.exec(request.apply(query)).all()]
     return Page(rows, count_rows(session, query), request)
@@ -294,7 +295,7 @@ def failed_worlds(session: Session, filters: Filters, request: PageRequest) -> P
 def world_versions(session: Session, env_id: str) -> list[dict[str, Any]]:
     """Every published version of `env_id` (newest first): status, failed stage, reason, generator."""
     query = select(EnvironmentVersion).where(EnvironmentVersion.env_id == env_id)
-    return [_version_row(v) for v in session.exec(query.order_by(EnvironmentVersion.version.desc())).all()]
+    return [_version_row(v) for v in session.exec(query.order_by(col(EnvironmentVersion.version).desc())).all()]
 
 
 def _attempt_row(attempt: StageAttempt) -> dict[str, Any]:
@@ -321,7 +322,7 @@ def world_attempts(session: Session, env_id: str, request: PageRequest, stage: s
     query = select(StageAttempt).where(StageAttempt.env_id == env_id)
     if stage is not None:
         query = query.where(StageAttempt.stage == stage)
-    query = query.order_by(StageAttempt.created_at, StageAttempt.id)
+    query = query.order_by(col(StageAttempt.created_at), col(StageAttempt.id))
     rows = [_attempt_row(a) for a in session.exec(request.apply(query)).all()]
     return Page(rows, count_rows(session, query), request)
 
@@ -337,11 +338,11 @@ def failure_classes_by_night(session: Session, filters: Filters, top: int = 8) -
     attempts): the `top` most frequent pairs, the rest summed as `other`. Aggregated in SQL over the rollups."""
     failed, sums = failures_by_night(filters), sums_by_night(filters)
     rows = session.exec(
-        select(failed.night, failed.stage, failed.error_class, func.sum(failed.failures))
+        select(col(failed.night), failed.stage, failed.error_class, func.sum(failed.failures))
         .where(real_stages(failed), *filters.rollups(failed))
-        .group_by(failed.night, failed.stage, failed.error_class)
+        .group_by(col(failed.night), failed.stage, failed.error_class)
     ).all()
-    ran = select(sums.night).where(real_stages(sums), *filters.rollups(sums)).distinct()
+    ran = select(col(sums.night)).where(real_stages(sums), *filters.rollups(sums)).distinct()
     nights = sorted(str(day) for day in session.exec(ran).all())  # nights without failures read as zeros
     counts: dict[str, dict[str, int]] = {}
     for day, stage, error_class, count in rows:

@@ -11,7 +11,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from sqlalchemy import String, cast, func
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from worldsmith.models.catalog import Environment, EnvironmentVersion, StageRollup
 
@@ -116,12 +116,12 @@ class Filters:
         clauses = self._dates(night_of(session, EnvironmentVersion.created_at))
         if self.run is not None:
             clauses.append(
-                EnvironmentVersion.env_id.in_(select(StageRollup.env_id).where(StageRollup.run_id == self.run))
+                col(EnvironmentVersion.env_id).in_(select(StageRollup.env_id).where(StageRollup.run_id == self.run))
             )
         if self.backend is not None:
             clauses.append(EnvironmentVersion.generator_backend == self.backend)
         if self.category is not None:
-            clauses.append(EnvironmentVersion.env_id.in_(self._category_envs()))
+            clauses.append(col(EnvironmentVersion.env_id).in_(self._category_envs()))
         return clauses
 
 

@@ -96,11 +96,11 @@ class TooFewGoodWorlds(WorldsmithError):
     """A run whose share of good worlds is below its `min_good_share`: the flow ends Failed with this
     one-line message; `results` are the run's world summaries."""
 
-    def __init__(self, message: str, results: list[dict[str, Any]] | None = None):
+    def __init__(self, message: str, results: list[WorldOutcome] | None = None):
         super().__init__(message)
         self.results = results or []
 
-    def __reduce__(self) -> tuple[type, tuple[str, list[dict[str, Any]]]]:
+    def __reduce__(self) -> tuple[type, tuple[str, list[WorldOutcome]]]:
         return type(self), (str(self), self.results)  # the results survive a trip through a result store
 
 

@@ -152,7 +152,8 @@ def _scenario(key: str, by_file: dict[str, dict[str, Any]], solutions: dict[int,
     def one(name: str) -> tuple[str, dict[str, Any]]:
         if key not in by_file[name]:
             raise AwmFormatError(f"{name}: no record for scenario {key!r}")
-        return by_file[name][key]
+        record: tuple[str, dict[str, Any]] = by_file[name][key]
+        return record
 
     where, scenario = one("gen_scenario.jsonl")
     where_t, tasks = one("gen_tasks.jsonl")
@@ -403,6 +404,7 @@ def import_scenario(
             "inserts": len(scenario.inserts),
         },
     }
+    assert seed.world is not None  # made: the schema ran and the load did not stop
     try:
         routes = runtime.describe_app(scenario.app, seed.world)
     except RuntimeFault as exc:  # no worker could run it

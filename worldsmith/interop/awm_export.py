@@ -116,7 +116,7 @@ def verify_task(initial_db_path, final_db_path):
 }
 #: Per mode and verifiers kind: the release's verifier function around an imported environment's
 #: verifier (already on files).
-IMPORTED_WRAPPERS = {
+IMPORTED_WRAPPERS: dict[tuple[str, str | None], str] = {
     ("code", "awm-code"): "\n\ndef verify_task_completion(initial_db_path, final_db_path, final_answer=None):\n"
     "    return {verifier}(initial_db_path, final_db_path, final_answer)\n",
     ("code", "awm-sql"): "\n\ndef verify_task_completion(initial_db_path, final_db_path, final_answer=None):\n"

@@ -19,6 +19,7 @@ import json
 import re
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import openai
@@ -71,7 +72,7 @@ def _retry_after(exc: BaseException | None) -> float | None:
         return None
 
 
-def _waiter(initial_s: float):
+def _waiter(initial_s: float) -> Callable[[RetryCallState], float]:
     backoff = wait_exponential_jitter(initial=initial_s, max=30)
 
     def wait(state: RetryCallState) -> float:
@@ -196,7 +197,9 @@ class OpenAIGenerator:
                     usage.seconds += time.perf_counter() - started
 
         def record(state: RetryCallState) -> None:
-            usage.retries.append(_describe(state.outcome.exception()))
+            exc = state.outcome.exception() if state.outcome else None
+            assert exc is not None  # called after an attempt that raised a transient fault
+            usage.retries.append(_describe(exc))
 
         retrying = Retrying(
             stop=stop_after_attempt(self.retries + 1),

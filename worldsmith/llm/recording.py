@@ -157,7 +157,8 @@ class Recording:
         return count
 
     def answer(self, key: str, number: int) -> dict[str, Any]:
-        return json.loads((self.answers_dir / f"{key}.{number}.json").read_text(encoding="utf-8"))
+        entry: dict[str, Any] = json.loads((self.answers_dir / f"{key}.{number}.json").read_text(encoding="utf-8"))
+        return entry
 
 
 def _usage_record(usage: Usage) -> dict[str, Any]:
@@ -232,11 +233,12 @@ class RecordingGenerator:
 
     def __getattr__(self, name: str) -> Any:
         """`embed` (scenario dedup by embeddings) when `inner` has it, its answers recorded."""
-        if name != "embed" or not hasattr(self.inner, "embed"):
+        inner = self.inner
+        if name != "embed" or not hasattr(inner, "embed"):
             raise AttributeError(name)
 
         def embed(texts: list[str], model: str) -> list[list[float]]:
-            vectors = self.inner.embed(texts, model)
+            vectors: list[list[float]] = inner.embed(texts, model)
             self.recording.add_generator({"backend": self.backend, "embeddings_model": model})
             self.recording.add_answer(
                 embeddings_key(model, texts), {"stage": "embeddings", "model": model, "vectors": vectors}
@@ -300,7 +302,8 @@ class ReplayGenerator:
         entry = self._next(embeddings_key(model, texts))
         if entry is None:
             raise self._miss(f"the embeddings of {len(texts)} texts (model {model})")
-        return entry["vectors"]
+        vectors: list[list[float]] = entry["vectors"]
+        return vectors
 
 
 def replay_directory(backend: str) -> Path | None:

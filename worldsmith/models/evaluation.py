@@ -128,7 +128,7 @@ class EvaluationReport(BaseModel):
 
     @model_serializer(mode="wrap")
     def _stored_shape(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        fields = handler(self)
+        fields: dict[str, Any] = handler(self)
         if fields.get("simulation", ...) is None:
             del fields["simulation"]
         return fields

@@ -50,7 +50,7 @@ class OneStepScores(TransitionScores):
 
     @model_serializer(mode="wrap")
     def _printed_shape(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        fields = handler(self)
+        fields: dict[str, Any] = handler(self)
         if fields.get("self_consistency", ...) is None:
             del fields["self_consistency"]
         return fields

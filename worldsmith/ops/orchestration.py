@@ -110,7 +110,8 @@ def _live(worker: Any, now: datetime) -> bool:
     if worker.last_heartbeat_time is None or str(worker.status.value).upper() != "ONLINE":
         return False
     interval = worker.heartbeat_interval_seconds or DEFAULT_HEARTBEAT_S
-    return now - worker.last_heartbeat_time <= timedelta(seconds=MISSED_HEARTBEATS * interval)
+    recent: bool = now - worker.last_heartbeat_time <= timedelta(seconds=MISSED_HEARTBEATS * interval)
+    return recent
 
 
 def _deployment_problem(name: str, pool: PoolState | None, pool_name: str | None, paused: bool) -> str | None:
@@ -157,7 +158,10 @@ def read_orchestration(api_url: str, flow_runs: int = 10, timeout_s: float = TIM
         deployments = client.read_deployments()
         runs = (
             client.read_flow_runs(
-                flow_run_filter=FlowRunFilter(expected_start_time=FlowRunFilterExpectedStartTime(before_=now)),
+                # validated: prefect's DateTime is made from the datetime
+                flow_run_filter=FlowRunFilter(
+                    expected_start_time=FlowRunFilterExpectedStartTime.model_validate({"before_": now})
+                ),
                 sort=FlowRunSort.EXPECTED_START_TIME_DESC,
                 limit=flow_runs,
             )
@@ -170,21 +174,22 @@ def read_orchestration(api_url: str, flow_runs: int = 10, timeout_s: float = TIM
     states, by_id = [], {}
     for d in sorted(deployments, key=lambda d: (flows.get(d.flow_id, ""), d.name)):
         name = f"{flows.get(d.flow_id, '?')}/{d.name}"
-        pool = by_name.get(d.work_pool_name) if d.work_pool_name else None
+        pool_state = by_name.get(d.work_pool_name) if d.work_pool_name else None
         state = DeploymentState(
             name,
             d.work_pool_name,
             d.paused,
-            pool.live_workers if pool else 0,
-            _deployment_problem(name, pool, d.work_pool_name, d.paused),
+            pool_state.live_workers if pool_state else 0,
+            _deployment_problem(name, pool_state, d.work_pool_name, d.paused),
         )
         states.append(state)
         by_id[d.id] = state
     latest = []
     for r in runs:
         deployment = by_id.get(r.deployment_id) if r.deployment_id else None
-        state_name = r.state.name if r.state is not None else "unknown"
-        waiting = deployment is not None and deployment.problem is not None and state_name in WAITING_STATES
+        # (a state's name defaults to its type's: None only without a state)
+        state_name = r.state.name if r.state is not None and r.state.name is not None else "unknown"
+        problem = deployment.problem if deployment is not None else None
         latest.append(
             FlowRunState(
                 str(r.id),
@@ -193,7 +198,7 @@ def read_orchestration(api_url: str, flow_runs: int = 10, timeout_s: float = TIM
                 deployment.name if deployment else None,
                 state_name,
                 _iso(r.expected_start_time),
-                f"waiting: {deployment.problem}" if waiting else None,
+                f"waiting: {problem}" if problem is not None and state_name in WAITING_STATES else None,
             )
         )
     return Orchestration(api_url, pools, states, latest)

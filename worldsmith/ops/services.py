@@ -93,7 +93,7 @@ class Service:
         self._wait_ready(process.pid, process)
         return True
 
-    def _wait_ready(self, pid: int | None, process: subprocess.Popen | None = None) -> None:
+    def _wait_ready(self, pid: int | None, process: subprocess.Popen[bytes] | None = None) -> None:
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if process is not None and process.poll() is not None or process is None and self.pid() != pid:

@@ -18,10 +18,12 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from importlib.resources import files
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -58,7 +60,7 @@ class PoolType(StrEnum):
 
 
 #: The package a worker of each container type needs where it runs (Prefect's integrations).
-WORKER_PACKAGES = {PoolType.DOCKER: "prefect-docker", PoolType.KUBERNETES: "prefect-kubernetes"}
+WORKER_PACKAGES: dict[str, str] = {PoolType.DOCKER: "prefect-docker", PoolType.KUBERNETES: "prefect-kubernetes"}
 #: The pool every `up` starts a worker on; `--worker POOL` adds others.
 DEFAULT_WORKER = WorkPool.LOCAL
 #: The settings a flow run needs wherever its worker runs, carried by the pools' job templates and the
@@ -66,7 +68,7 @@ DEFAULT_WORKER = WorkPool.LOCAL
 WORKER_SETTINGS = ("WORLDSMITH_HOME", "WORLDSMITH_STORE_URL", "WORLDSMITH_CATALOG_URL", "WORLDSMITH_DASHBOARD_URL")
 
 
-def requested_workers(extra: list[str] | tuple[str, ...] = ()) -> tuple[str, ...]:
+def requested_workers(extra: Sequence[str] = ()) -> tuple[str, ...]:
     """The pools to start workers on: the default `local` one, then each of `extra` once, in order."""
     return tuple(dict.fromkeys(str(pool) for pool in (DEFAULT_WORKER, *extra)))
 
@@ -247,8 +249,8 @@ class Stack:
     # -- pools and deployments ------------------------------------------------------------------
 
     def job_template(
-        self, template: dict | None = None, pool: str = WorkPool.LOCAL, kind: str = PoolType.PROCESS
-    ) -> dict:
+        self, template: dict[str, Any] | None = None, pool: str = WorkPool.LOCAL, kind: str = PoolType.PROCESS
+    ) -> dict[str, Any]:
         """A base job template whose `env` default carries `worker_env()` (over the template's own
         defaults): `template` when given, else the one of `pool` on `kind` workers (Prefect's process
         template; `job_template_file` for docker and kubernetes)."""
@@ -272,7 +274,7 @@ class Stack:
         pool's job template, bring the `env` default up to date. A pool asked for as another type than
         it has is refused (ServiceError naming the fix); one not asked for keeps its type (a docker gpu
         pool made by hand stays one). Returns the created pools."""
-        created = []
+        created: list[str] = []
         for pool, description in POOLS.items():
             kind = self.pool_type(pool)
             found = httpx.get(f"{self.api_url}/work_pools/{pool}", timeout=10.0)
@@ -352,6 +354,7 @@ class Stack:
         state = {"prefect-server": "started" if self.server().start() else "running"}
         created = self.ensure_pools()
         kinds = self.pool_kinds()
+        pool: str
         for pool in POOLS:
             kind = "" if kinds[pool] == PoolType.PROCESS else f" ({kinds[pool]})"  # the default type goes unsaid
             state[f"pool {pool}"] = ("created" if pool in created else "exists") + kind

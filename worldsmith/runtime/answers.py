@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import errno
 import subprocess
+from collections.abc import Mapping
+from typing import Any
 
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError
@@ -36,7 +38,7 @@ def answer(exc: BaseException) -> str | None:
     if isinstance(exc, MemoryError):
         return "out of memory" + (f": {exc}" if str(exc) else " while handling the request")
     if isinstance(exc, ValidationError):
-        first = exc.errors()[0] if exc.error_count() else {}
+        first: Mapping[str, Any] = exc.errors()[0] if exc.error_count() else {}
         where = ".".join(str(part) for part in first.get("loc", ())) or exc.title
         return f"invalid {exc.title}: {exc.error_count()} error(s), first at {where}: {first.get('msg', exc)}"
     if isinstance(exc, PydanticSerializationError):  # e.g. a result nested deeper than JSON output allows

@@ -97,7 +97,9 @@ def accepts(validator: jsonschema.protocols.Validator, arguments: Any) -> bool:
     entry = _CHECKS.get(id(validator))
     if entry is None or entry[0] is not validator:
         if len(_CHECKS) >= _MAX_CHECKS:  # the oldest goes (another thread may have taken it already)
-            _CHECKS.pop(next(iter(_CHECKS), None), None)
+            oldest = next(iter(_CHECKS), None)
+            if oldest is not None:
+                _CHECKS.pop(oldest, None)
         entry = _CHECKS[id(validator)] = (validator, compile_check(validator.schema))
     check = entry[1]
     return check is not None and check(arguments)

@@ -130,12 +130,16 @@ class WorkerPool:
             "op": "load_env",
             "env": bundle.runtime_key,
             "tools_kind": tools_kind.name,
-            **tools_kind.code_fields(bundle.files),
             "verifiers": bundle.text("verifiers.py"),
             "verifiers_kind": bundle.verifiers_kind.name,
             "tool_names": [t.name for t in bundle.tools],
             "clock": bundle.clock,
         }
+        code = tools_kind.code_fields(bundle.files)  # one of the two, by kind
+        if "tools" in code:
+            load["tools"] = code["tools"]
+        if "app" in code:
+            load["app"] = code["app"]
         reply, _ = worker.request(load, [bundle.world], timeout=60)
         if reply["status"] != "ok":
             raise RuntimeFault(f"loading {bundle.env_id} into a sandbox worker failed: {reply.get('error')}")

@@ -121,6 +121,7 @@ class SandboxWorker:
             if self.dead_reason is not None or self.process.returncode is not None:
                 raise WorkerLost(self.dead_reason or "sandbox worker is gone", in_flight=False)
             number = next(self._requests)
+            assert self.process.stdin is not None  # launched with a pipe
             try:
                 write_frame(self.process.stdin, {**request, "id": number, "timeout_s": timeout}, blobs)
             except (BrokenPipeError, OSError):
@@ -323,7 +324,8 @@ class SandboxWorker:
             self._handover.close()
         for stream in (self.process.stdin, self.process.stdout):
             try:
-                stream.close()
+                if stream is not None:  # launched with pipes: always
+                    stream.close()
             except OSError:
                 pass
         shutil.rmtree(self.scratch, ignore_errors=True)

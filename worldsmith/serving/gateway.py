@@ -290,7 +290,12 @@ class _WorldEndpoint:
         try:
             if live is not None and scope["method"] == "DELETE":
                 live.ending = True
-            elif live is not None and scope["method"] == "POST" and hotpath.answerable_headers(scope):
+            elif (
+                live is not None
+                and session_id is not None
+                and scope["method"] == "POST"
+                and hotpath.answerable_headers(scope)
+            ):
                 body = await hotpath.read_body(receive)
                 if body is None:  # the client left: nobody to answer
                     return

@@ -35,7 +35,8 @@ def header(scope: Scope, name: bytes) -> str | None:
     """The value of request header `name` (lower-case bytes), or None."""
     for key, value in scope["headers"]:
         if key == name:
-            return value.decode("latin-1")
+            text: str = value.decode("latin-1")
+            return text
     return None
 
 

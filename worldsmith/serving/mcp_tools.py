@@ -78,7 +78,7 @@ def verb(name: str) -> str:
     return found.group(0) if found else ""
 
 
-def annotations(name: str, evidence: ToolEvidence | None) -> types.ToolAnnotations:
+def tool_annotations(name: str, evidence: ToolEvidence | None) -> types.ToolAnnotations:
     """The hints of tool `name` from what its calls were seen to do (None: never seen to succeed)."""
     seen = evidence or ToolEvidence()
     if not seen.writes and verb(name) in READING_VERBS:
@@ -234,7 +234,7 @@ def mcp_tools(bundle: Bundle, outputs: dict[str, OutputShape], evidence: dict[st
             description=t.description,
             input_schema=t.parameters,
             output_schema=outputs[t.name].schema,
-            annotations=annotations(t.name, evidence.get(t.name)),
+            annotations=tool_annotations(t.name, evidence.get(t.name)),
         )
         for t in bundle.tools
     ]

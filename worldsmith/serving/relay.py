@@ -14,6 +14,7 @@ An HTTP client library does the same for about 2 ms of CPU a request, twice a wh
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import anyio
@@ -156,7 +157,7 @@ def _request_head(scope: Scope, length: int) -> bytes:
     return b"\r\n".join(lines) + b"\r\n\r\n"
 
 
-async def _chunks(reader: asyncio.StreamReader):
+async def _chunks(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
     """The chunks of a chunked body (its trailers read and dropped)."""
     while size := int((await reader.readuntil(b"\r\n")).split(b";")[0], 16):
         yield await reader.readexactly(size)
@@ -165,7 +166,7 @@ async def _chunks(reader: asyncio.StreamReader):
         pass
 
 
-async def _until_closed(reader: asyncio.StreamReader):
+async def _until_closed(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
     while piece := await reader.read(_CHUNK):
         yield piece
 

@@ -71,6 +71,7 @@ def is_submit(episode: Episode, name: str, *, verdicts: bool) -> bool:
 def judge(runtime: Runtime, rewards: RewardMap, bundle: Bundle, episode: Episode, final_answer: str) -> dict[str, Any]:
     """The verdict of `episode` with `final_answer`, as an evaluation reaches it (agent/loop.py)."""
     task = episode.task
+    assert task is not None  # submit is offered in task-bound sessions only (is_submit)
     try:
         judged = episode.verify(final_answer)
         verdict, evidence = judged_verdict(runtime, bundle, task, episode, judged, guard=True)
@@ -79,7 +80,7 @@ def judge(runtime: Runtime, rewards: RewardMap, bundle: Bundle, episode: Episode
         line = answer(exc)
         if line is None:
             raise
-        verdict, evidence, error = Verdict.env_error.value, {}, one_line(line)
+        verdict, evidence, error = Verdict.env_error, {}, one_line(line)
     return {
         "task": task.id,
         "status": verdict,
@@ -98,6 +99,7 @@ async def submit(
     if problem is not None:
         return error_result(f"error: invalid arguments for submit: {problem}")
     episode: Episode = state[EPISODE_KEY]
+    assert episode.task is not None  # submit is offered in task-bound sessions only (is_submit)
     state[SUBMITTED_KEY] = True  # before any await: a second submit is refused, not judged again
     final = arguments.get("answer", "")
     final = final if isinstance(final, str) else json.dumps(final)

@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import uvicorn
 from starlette.types import ASGIApp
@@ -41,7 +41,7 @@ class PortUnavailable(UserFixable):
     """The port cannot be bound (the message names it)."""
 
 
-def _address(host: str, port: int) -> tuple[socket.AddressFamily, tuple]:
+def _address(host: str, port: int) -> tuple[socket.AddressFamily, tuple[Any, ...]]:
     try:
         family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
     except socket.gaierror as exc:
@@ -137,6 +137,12 @@ def _answers(path: Path) -> bool:
         return False
 
 
+def _piped(stream: IO[bytes] | None) -> IO[bytes]:
+    """The pipe of a member's output (members are started with stdout=PIPE: never None)."""
+    assert stream is not None
+    return stream
+
+
 class _Output:
     """A member's output (its log: uvicorn's lines) copied line by line to this process's stderr, held back
     until `release`."""
@@ -190,7 +196,7 @@ def supervise(
     members = [Member(i, processes, run_dir, os.getpid()) for i in range(processes)]
     stop: list[int] = []
     previous = {sig: signal.signal(sig, lambda signum, frame: stop.append(signum)) for sig in _STOPPING}
-    procs: list[subprocess.Popen] = []
+    procs: list[subprocess.Popen[bytes]] = []
     try:
         for member in members:  # a session of their own: a terminal's Ctrl-C reaches them once, through here
             procs.append(
@@ -201,7 +207,7 @@ def supervise(
                     start_new_session=True,
                 )
             )
-        relays = [_Output(proc.stdout) for proc in procs]
+        relays = [_Output(_piped(proc.stdout)) for proc in procs]
         _wait_until_ready(members, procs, relays, stop, time.monotonic() + start_s)
         for relay in relays:
             relay.release()
@@ -229,7 +235,7 @@ _STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def _wait_until_ready(
-    members: list[Member], procs: list[subprocess.Popen], relays: list[_Output], stop: list[int], deadline: float
+    members: list[Member], procs: list[subprocess.Popen[bytes]], relays: list[_Output], stop: list[int], deadline: float
 ) -> None:
     waiting = set(range(len(members)))
     while waiting and not stop:
@@ -259,7 +265,7 @@ def _status(code: int) -> str:
         return f"killed by signal {-code}"
 
 
-def _stop(procs: list[subprocess.Popen], grace_s: float = 30.0) -> None:
+def _stop(procs: list[subprocess.Popen[bytes]], grace_s: float = 30.0) -> None:
     """SIGTERM every member still running, then SIGKILL those still there after `grace_s`."""
     for proc in procs:
         if proc.poll() is None:

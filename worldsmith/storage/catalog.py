@@ -19,7 +19,9 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import event, text
 from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.pool import ConnectionPoolEntry
 from sqlmodel import Session, create_engine
 
 from worldsmith.failures import UserFixable
@@ -31,7 +33,7 @@ _OPEN: dict[str, Catalog] = {}
 _OPEN_LOCK = threading.Lock()
 
 
-def _sqlite_pragmas(dbapi_connection, connection_record) -> None:
+def _sqlite_pragmas(dbapi_connection: DBAPIConnection, connection_record: ConnectionPoolEntry) -> None:
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA foreign_keys = ON")
     cursor.execute("PRAGMA busy_timeout = 30000")
@@ -164,7 +166,7 @@ class Catalog:
             return MigrationContext.configure(connection).get_current_revision()
 
     @staticmethod
-    def head() -> str:
+    def head() -> str | None:
         return ScriptDirectory.from_config(alembic_config("sqlite://")).get_current_head()
 
     @contextmanager

@@ -242,7 +242,8 @@ class S3Store(ObjectStore):
 
     def _open(self, digest: str) -> IO[bytes]:
         with self._answering(digest):
-            return self.client.get_object(Bucket=self.bucket, Key=self._key(digest))["Body"]
+            body: IO[bytes] = self.client.get_object(Bucket=self.bucket, Key=self._key(digest))["Body"]
+            return body
 
 
 def open_store(url: str, *, endpoint_url: str | None = None) -> ObjectStore:

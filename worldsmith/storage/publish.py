@@ -14,12 +14,13 @@ its partial artifacts (`publish_failed`): listed and counted, never fetched as a
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session, func, select
+from sqlmodel import Session, col, func, select
 
 from worldsmith.bundle.contract import MANIFEST, Bundle, artifact_digest, sha256_hex
 from worldsmith.bundle.loader import load_bundle, manifest_bytes
@@ -140,6 +141,7 @@ def _publish(release: _Release, store: ObjectStore, catalog: Catalog, attempts: 
                 )
                 session.add(version)
                 session.flush()
+                assert version.id is not None  # flushed: numbered
                 for name, (digest, size) in stored.items():
                     session.add(Artifact(version_id=version.id, name=name, digest=digest, size=size))
                 for check in release.checks:
@@ -162,7 +164,7 @@ def publish(
     bundle: Bundle,
     store: ObjectStore,
     catalog: Catalog,
-    checks: list[QualityCheck] = (),
+    checks: Sequence[QualityCheck] = (),
     *,
     dedupe: bool = False,
     attempts: int = 8,
@@ -234,7 +236,7 @@ def resolve(session: Session, ref: str) -> EnvironmentVersion:
     env_id, number = parse_ref(ref)
     query = select(EnvironmentVersion).where(EnvironmentVersion.env_id == env_id)
     if number is None:
-        query = query.where(EnvironmentVersion.status == "good").order_by(EnvironmentVersion.version.desc())
+        query = query.where(EnvironmentVersion.status == "good").order_by(col(EnvironmentVersion.version).desc())
     else:
         query = query.where(EnvironmentVersion.version == number)
     found = session.exec(query).first()

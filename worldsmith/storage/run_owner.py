@@ -22,6 +22,7 @@ def process_alive(owner: dict[str, Any] | None) -> bool | None:
     if not owner or owner.get("host") != socket.gethostname():
         return None
     try:
-        return psutil.Process(owner["pid"]).create_time() == owner["started"]
+        same: bool = psutil.Process(owner["pid"]).create_time() == owner["started"]
+        return same
     except psutil.NoSuchProcess:
         return False

@@ -7,31 +7,35 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlmodel import SQLModel, select
+from sqlmodel import col, select
 
 from worldsmith.models.catalog import EvaluationRun, TrainingRun, TrainingStep, utcnow
 from worldsmith.storage.catalog import open_catalog
 from worldsmith.storage.run_owner import this_process
 
-RUN_TABLES: tuple[type[SQLModel], ...] = (EvaluationRun, TrainingRun)
+#: A run row: its table has a status, metrics, a flow run and a finish time.
+RunRow = EvaluationRun | TrainingRun
+RUN_TABLES: tuple[type[RunRow], ...] = (EvaluationRun, TrainingRun)
 
 
-def add_run(row: SQLModel) -> int:
+def add_run(row: RunRow) -> int:
     """Insert a run row (status `running`, metrics `process`: this process) and return its id."""
     row.metrics = {**row.metrics, "process": this_process()}
     with open_catalog().session() as session:
         session.add(row)
         session.commit()
-        return row.id
+        run_id = row.id
+        assert run_id is not None  # the database numbered it
+        return run_id
 
 
-def finish_run(table: type[SQLModel], run_id: int, status: str, metrics: dict[str, Any]) -> None:
+def finish_run(table: type[RunRow], run_id: int, status: str, metrics: dict[str, Any]) -> None:
     """Set the run's status and finish time and merge `metrics` into its metrics."""
     update_run(table, run_id, metrics, status=status, finished=True)
 
 
 def update_run(
-    table: type[SQLModel],
+    table: type[RunRow],
     run_id: int,
     metrics: dict[str, Any],
     *,
@@ -43,6 +47,7 @@ def update_run(
     not `finished`) and flow run when given."""
     with open_catalog().session() as session:
         run = session.get(table, run_id)
+        assert isinstance(run, RUN_TABLES), f"no {table.__name__} {run_id}"  # add_run made it
         run.metrics = {**run.metrics, **metrics}
         if status is not None:
             run.status, run.finished_at = status, utcnow() if finished else None
@@ -66,8 +71,9 @@ def fail_running(flow_run_ids: list[str], error: str) -> None:
             (table, run_id)
             for table in RUN_TABLES
             for run_id in session.exec(
-                select(table.id).where(table.flow_run_id.in_(flow_run_ids), table.status == "running")
+                select(col(table.id)).where(col(table.flow_run_id).in_(flow_run_ids), table.status == "running")
             )
+            if run_id is not None  # (a stored row's id never is)
         ]
     for table, run_id in running:
         finish_run(table, run_id, "failed", {"error": error})

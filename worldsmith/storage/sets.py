@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 from sqlalchemy import func, insert
 from sqlalchemy.exc import IntegrityError
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from worldsmith.models.catalog import Environment, EnvironmentSet, EnvironmentSetMember, EnvironmentVersion
 from worldsmith.storage.catalog import Catalog
@@ -43,14 +43,14 @@ class SetQuery(BaseModel):
 def candidates(session: Session, query: SetQuery) -> list[EnvironmentVersion]:
     """The versions `query` may choose from (before sampling): loadable bundles of its status that match its
     filters, the latest per environment unless `latest_only` is off."""
-    where = [EnvironmentVersion.status == query.status, EnvironmentVersion.failed_stage.is_(None)]
+    where = [col(EnvironmentVersion.status) == query.status, col(EnvironmentVersion.failed_stage).is_(None)]
     if query.env_ids:
-        where.append(EnvironmentVersion.env_id.in_(query.env_ids))
+        where.append(col(EnvironmentVersion.env_id).in_(query.env_ids))
     rows = session.exec(
         select(EnvironmentVersion, Environment)
         .join(Environment)
         .where(*where)
-        .order_by(EnvironmentVersion.env_id, EnvironmentVersion.version)
+        .order_by(col(EnvironmentVersion.env_id), col(EnvironmentVersion.version))
     ).all()
     chosen: dict[str, EnvironmentVersion] = {}
     keep: list[EnvironmentVersion] = []
@@ -122,6 +122,7 @@ def members_in_split(catalog: Catalog, name: str, split: str) -> int:
     if the set does not exist or has none there. What a run checks before it starts anything."""
     with catalog.session() as session:
         set_id = get_set(session, name).id
+        assert set_id is not None  # a stored set has its id
         splits = split_counts(session, set_id).get(set_id, {})
     count = sum(splits.values()) if split == "all" else splits.get(split, 0)
     if not count:
@@ -142,7 +143,7 @@ class SetSummary:
 def split_counts(session: Session, set_id: int | None = None) -> dict[int, dict[str, int]]:
     """Members per split of every set, or of set `set_id` alone: {set id: {split: count}}, counted in SQL."""
     query = select(EnvironmentSetMember.set_id, EnvironmentSetMember.split, func.count()).group_by(
-        EnvironmentSetMember.set_id, EnvironmentSetMember.split
+        col(EnvironmentSetMember.set_id), col(EnvironmentSetMember.split)
     )
     if set_id is not None:
         query = query.where(EnvironmentSetMember.set_id == set_id)
@@ -157,6 +158,7 @@ def set_summaries(session: Session) -> list[SetSummary]:
     counts = split_counts(session)
     summaries = []
     for env_set in session.exec(select(EnvironmentSet).order_by(EnvironmentSet.name)).all():
+        assert env_set.id is not None  # a stored set has its id
         splits = counts.get(env_set.id, {})
         summaries.append(SetSummary(env_set.name, sum(splits.values()), splits.get("train", 0), env_set.created_at))
     return summaries
@@ -165,7 +167,7 @@ def set_summaries(session: Session) -> list[SetSummary]:
 def members_of(session: Session, env_set: EnvironmentSet) -> list[tuple[EnvironmentVersion, str]]:
     rows = session.exec(
         select(EnvironmentVersion, EnvironmentSetMember.split)
-        .join(EnvironmentSetMember, EnvironmentSetMember.version_id == EnvironmentVersion.id)
+        .join(EnvironmentSetMember, col(EnvironmentSetMember.version_id) == EnvironmentVersion.id)
         .where(EnvironmentSetMember.set_id == env_set.id)
         .order_by(EnvironmentVersion.env_id)
     ).all()

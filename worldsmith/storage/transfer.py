@@ -7,7 +7,7 @@ import json
 from datetime import datetime
 from pathlib import Path
 
-from sqlmodel import select
+from sqlmodel import col, select
 
 from worldsmith.bundle.loader import manifest_bytes
 from worldsmith.models.bundle import Manifest
@@ -33,7 +33,7 @@ def export_catalog(target: Path, store: ObjectStore, catalog: Catalog) -> dict[s
     with catalog.session() as session:
         envs = session.exec(select(Environment).order_by(Environment.env_id)).all()
         versions = session.exec(
-            select(EnvironmentVersion).order_by(EnvironmentVersion.env_id, EnvironmentVersion.version)
+            select(EnvironmentVersion).order_by(col(EnvironmentVersion.env_id), col(EnvironmentVersion.version))
         ).all()
         records = [version_record(session, v) for v in versions]
         sets = [
@@ -89,6 +89,7 @@ def import_catalog(source: Path, store: ObjectStore, catalog: Catalog) -> dict[s
                 select(EnvironmentVersion).where(EnvironmentVersion.content_key == record["content_key"])
             ).first()
             if existing is not None:
+                assert existing.id is not None  # a stored row has its id
                 ids[record["content_key"]] = existing.id
                 counts["versions_skipped"] += 1
                 continue
@@ -153,6 +154,7 @@ def import_catalog(source: Path, store: ObjectStore, catalog: Catalog) -> dict[s
             )
             session.add(version)
             session.flush()
+            assert version.id is not None  # flushed: numbered
             for name, digest in artifacts.items():
                 session.add(Artifact(version_id=version.id, name=name, digest=digest, size=sizes[digest]))
             for report in record["reports"]:
@@ -177,6 +179,7 @@ def import_catalog(source: Path, store: ObjectStore, catalog: Catalog) -> dict[s
             )
             session.add(env_set)
             session.flush()
+            assert env_set.id is not None  # flushed: numbered
             for member in entry["members"]:
                 session.add(
                     EnvironmentSetMember(

@@ -21,7 +21,7 @@ def listed_versions(
 ) -> list[Any]:
     """One page of `catalog ls`: the versions (of `status` when given) by environment id and version number,
     `limit` rows from `offset` (None: every row), as plain rows of the listed columns (no ORM objects)."""
-    query = select(
+    query = select(  # type: ignore[call-overload]  # sqlmodel types select() for up to 4 columns
         EnvironmentVersion.env_id,
         EnvironmentVersion.version,
         EnvironmentVersion.status,

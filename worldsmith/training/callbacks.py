@@ -53,7 +53,7 @@ class CheckpointUpload(TrainerCallback):
         if not state.is_world_process_zero:
             return
         step = state.global_step
-        logged = next(
+        logged: dict[str, Any] = next(
             (entry for entry in reversed(state.log_history) if entry.get("step") == step and "loss" in entry), {}
         )
         metrics = {k: v for k, v in step_metrics(logged).items() if k != "step"}

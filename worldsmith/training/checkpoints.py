@@ -12,7 +12,7 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-from sqlmodel import select
+from sqlmodel import col, select
 
 from worldsmith.models.catalog import Checkpoint
 from worldsmith.storage.catalog import open_catalog
@@ -42,7 +42,7 @@ def latest_trainer_checkpoint(run_id: int) -> Checkpoint | None:
     """The latest trainer checkpoint of run `run_id` (final models do not count), or None."""
     with open_catalog().session() as session:
         rows = session.exec(
-            select(Checkpoint).where(Checkpoint.training_run_id == run_id).order_by(Checkpoint.step.desc())
+            select(Checkpoint).where(Checkpoint.training_run_id == run_id).order_by(col(Checkpoint.step).desc())
         ).all()
     return next((row for row in rows if row.metrics.get("final") is not True), None)
 

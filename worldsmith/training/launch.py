@@ -214,7 +214,7 @@ def torchrun_command(
 
 def start_node(
     request_file: Path, node_rank: int, processes: int, rendezvous: Rendezvous, log: Path
-) -> subprocess.Popen:
+) -> subprocess.Popen[bytes]:
     """Node `node_rank`'s `torch.distributed.run` agent with `processes` training processes, its output in `log`."""
     command = torchrun_command(
         request_file,
@@ -229,7 +229,7 @@ def start_node(
         return subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT)
 
 
-def stop_process(process: subprocess.Popen, grace_s: float = 40.0) -> None:
+def stop_process(process: subprocess.Popen[bytes], grace_s: float = 40.0) -> None:
     """Stop a node's agent (which stops its training processes) if it still runs: SIGTERM, then SIGKILL
     after `grace_s` (longer than the 30 s the agent gives its training processes)."""
     if process.poll() is None:
@@ -262,7 +262,8 @@ def host_address() -> str:
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
         try:
             probe.connect(("192.0.2.1", 9))  # TEST-NET-1: picks the outgoing interface only
-            return probe.getsockname()[0]
+            address: str = probe.getsockname()[0]
+            return address
         except OSError:
             pass
     try:
@@ -329,7 +330,7 @@ def launch(request: TrainRequest, processes: int, launcher: NodeLauncher | None 
     return TrainerOutcome.model_validate_json((out / "result.json").read_text())
 
 
-def _supervise(main: subprocess.Popen, others: list[NodeRun], poll_s: float = 1.0) -> int:
+def _supervise(main: subprocess.Popen[bytes], others: list[NodeRun], poll_s: float = 1.0) -> int:
     """Node 0's exit code once it ends; LaunchFailed as soon as another node fails."""
     while True:
         code = main.poll()

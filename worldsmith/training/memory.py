@@ -30,6 +30,7 @@ import importlib.util
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from worldsmith.failures import UserFixable
 from worldsmith.training.config import TrainingConfig
@@ -68,7 +69,7 @@ class ModelShape:
         return cls(params, max(1, round(hidden / 72)), round(hidden), round(hidden / 2))
 
     @classmethod
-    def from_config(cls, config: dict) -> ModelShape:
+    def from_config(cls, config: dict[str, Any]) -> ModelShape:
         """The shape of a Hugging Face `config.json` of a dense decoder (embeddings, attention, MLP)."""
         h, layers, vocab = config["hidden_size"], config["num_hidden_layers"], config["vocab_size"]
         heads = config["num_attention_heads"]

@@ -40,7 +40,9 @@ def missing_on_this_node(request: TrainRequest) -> list[str]:
     return [path for path in paths if not Path(path).exists()]
 
 
-def run_node_command(request: TrainRequest, node_rank: int, rendezvous: Rendezvous) -> tuple[subprocess.Popen, Path]:
+def run_node_command(
+    request: TrainRequest, node_rank: int, rendezvous: Rendezvous
+) -> tuple[subprocess.Popen[bytes], Path]:
     """Start node `node_rank`'s agent here (after checking the request's paths hold on this machine);
     returns the process and its log (OUTPUT/node-N.log). LaunchFailed naming the missing paths."""
     missing = missing_on_this_node(request)
@@ -62,7 +64,7 @@ class ProcessNode:
     """A node running as a local process."""
 
     name: str
-    process: subprocess.Popen
+    process: subprocess.Popen[bytes]
     log: Path
 
     def outcome(self) -> NodeOutcome | None:

@@ -161,12 +161,12 @@ class TrainingPolicy(HFPolicy):
     def prompt_ids(self, view: list[Message], tools: list[dict[str, Any]]) -> list[int]:
         if self.suffix is None or self._last is None:
             return render_prompt(self.tokenizer, view, tools, self.chat_template)
-        results = []
+        results: list[Message] = []
         for message in reversed(view):
             if message.role != "tool":
                 break
             results.insert(0, message)
-        calls = {c.id: c.name for m in view if m.role == "assistant" for c in m.tool_calls}
+        calls: dict[str | None, str] = {c.id: c.name for m in view if m.role == "assistant" for c in m.tool_calls}
         return self._last + self.suffix(
             [{"role": "tool", "name": calls.get(m.tool_call_id, "tool"), "content": m.content} for m in results]
         )

@@ -3,6 +3,7 @@ world-model training (loss on the completions only, constant learning rate, noth
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ def supervised_fine_tune(
     seed: int,
     logging_steps: int,
     gpu: bool = False,
-    callbacks: list[Any] = (),
+    callbacks: Sequence[Any] = (),
 ) -> list[dict[str, Any]]:
     """SFT of `model_dir` on prompt/completion `rows` for `steps` steps, fp32 on the CPU or (`gpu`) bf16
     compute under autocast over fp32 master weights, with activation checkpointing; saves model and

@@ -32,7 +32,7 @@ import math
 import random
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from worldsmith.agent.loop import EpisodeConfig, EpisodeSource, Trajectory
 from worldsmith.agent.rewards import RewardMap
@@ -54,6 +54,11 @@ from worldsmith.training.rows import (
     take_rows,
     windowed_rows,
 )
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from worldsmith.worldmodel.simulated import SimulatedRuntime
 
 try:
     from trl import GRPOConfig, GRPOTrainer
@@ -175,7 +180,7 @@ def world_rewards(trajectories: list[Trajectory]) -> dict[str, float]:
     for name, imagined in (("real", False), ("imagined", True)):
         scored = [t for t in trajectories if (t.world != "real") == imagined and t.reward is not None]
         if scored:
-            out[f"reward_{name}"] = sum(t.reward for t in scored) / len(scored)
+            out[f"reward_{name}"] = sum(t.reward for t in scored if t.reward is not None) / len(scored)
             out[f"success_rate_{name}"] = sum(t.verdict == Verdict.complete for t in scored) / len(scored)
     if "reward_real" in out and "reward_imagined" in out:
         out["reward_gap"] = out["reward_imagined"] - out["reward_real"]
@@ -188,13 +193,18 @@ class WorldGRPOTrainer(GRPOTrainer):
     Dataset rows (see `task_dataset`) carry `bundle` (a key of `bundles`), `task_id` and `prompt`
     (the task as chat messages, for TRL's bookkeeping)."""
 
+    # TRL's attributes as this trainer has them (GRPOTrainer.__init__ sets them; TRL types them wider)
+    processing_class: PreTrainedTokenizerBase
+    num_generations: int
+    scale_rewards: Literal["group", "batch", "none"]
+
     def __init__(
         self,
         *args: Any,
         config: TrainingConfig,
         runtime: Runtime,
         bundles: dict[str, Bundle],
-        simulation: EpisodeSource | None = None,
+        simulation: SimulatedRuntime | None = None,
         **kwargs: Any,
     ):
         self.config, self.runtime, self.bundles, self.simulation = config, runtime, bundles, simulation
@@ -210,7 +220,8 @@ class WorldGRPOTrainer(GRPOTrainer):
             from worldsmith.worldmodel.real_starts import RealStarts
 
             self.real_starts = RealStarts(runtime)
-        super().__init__(*args, reward_funcs=[verdict_reward(config.rewards)], **kwargs)
+        # `args`: GRPOTrainer's positional ones, the model first (mypy counts reward_funcs among them)
+        super().__init__(*args, reward_funcs=[verdict_reward(config.rewards)], **kwargs)  # type: ignore[misc]
         if config.history == "full" and not is_chat_template_prefix_preserving(self.processing_class):
             self.chat_template = get_training_chat_template(self.processing_class)  # what TRL's own tool loop does
 
@@ -247,7 +258,8 @@ class WorldGRPOTrainer(GRPOTrainer):
             )
 
         torch.manual_seed(self.config.seed * 100_003 + step + self.accelerator.process_index)
-        with disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):
+        # the model and its checkpointing settings as TRL's own generation passes them
+        with disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):  # type: ignore[arg-type]
             trajectories = run_rollouts(self.runtime, jobs, policy, self.generate_batch, episode, worlds)
         for trajectory, start in zip(trajectories, starts, strict=True):
             if start is not None:  # the whole episode: the real turns it started after, then its own
@@ -266,7 +278,7 @@ class WorldGRPOTrainer(GRPOTrainer):
         the task's start: with `real_starts`, an imagined group starts from one drawn state (all its
         rollouts from the same, so that their advantages compare like with like) with that probability,
         seeded by (config seed, step, process, group). `worlds` change to match."""
-        if self.real_starts is None or worlds is None:
+        if self.real_starts is None or worlds is None or self.simulation is None:  # (real_starts need one)
             return [None] * len(jobs)
         from worldsmith.worldmodel.real_starts import StartedSimulation
 
@@ -300,13 +312,15 @@ class WorldGRPOTrainer(GRPOTrainer):
         or vLLM when enabled, which also reports each token's log-probability), with the trainer's
         sampling settings."""
         with self.accelerator.autocast():  # bf16 compute over fp32 weights on the gpu profile, as in the loss
-            completions, logprobs = self._generate_single_turn(prompts, None, {}, num_generations=1)
+            completions, logprobs = self._generate_single_turn(  # type: ignore[no-untyped-call]  # TRL's, unannotated
+                prompts, None, {}, num_generations=1
+            )
         if logprobs is None:  # transformers generation reports none
             return [Sampled(list(ids)) for ids in completions]
         return [Sampled(list(ids), list(lp)) for ids, lp in zip(completions, logprobs, strict=True)]
 
     def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
-        mode = "train" if self.model.training else "eval"
+        mode = "train" if self.model.training else "eval"  # type: ignore[union-attr]  # set by TRL's __init__
         device = self.accelerator.device
         trajectories = self.rollouts(inputs)
         judged = self.judge.judge_rollouts([self._task(x) for x in inputs], trajectories) if self.judge else {}
@@ -362,7 +376,7 @@ class WorldGRPOTrainer(GRPOTrainer):
         if self.accelerator.num_processes > 1:
             most = self.accelerator.gather(torch.tensor([len(groups)], device=self.accelerator.device)).max()
             groups = even_out(groups, int(most))
-        if self.model.training:
+        if self.model.training:  # type: ignore[union-attr]  # set by TRL's __init__
             self._metrics["train"]["micro_batches"].append(float(len(groups)))
         if len(groups) == 1:
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
@@ -397,7 +411,8 @@ class WorldGRPOTrainer(GRPOTrainer):
                 return float((batch["completion_mask"] * batch.get("tool_mask", 1)).sum())
 
             return tokens(part) / max(tokens(whole), 1.0)
-        return part["prompt_ids"].size(0) / whole["prompt_ids"].size(0)
+        share: float = part["prompt_ids"].size(0) / whole["prompt_ids"].size(0)
+        return share
 
     def _completion_logps(self, model: Any, batch: dict[str, Any]) -> Any:
         """Per-token log-probabilities of the batch's completions under `model`, without gradients,

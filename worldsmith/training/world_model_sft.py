@@ -10,6 +10,7 @@ orchestration stack); a recorded run is `training/world_model_runs.py`.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ def tiny_world_model(out: Path, transitions: list[Transition], seed: int = 0) ->
 
 
 def fine_tune(
-    model_dir: Path, transitions: list[Transition], out: Path, config: WorldModelConfig, callbacks: list[Any] = ()
+    model_dir: Path, transitions: list[Transition], out: Path, config: WorldModelConfig, callbacks: Sequence[Any] = ()
 ) -> list[dict[str, Any]]:
     """SFT of `model_dir` on `transitions` for `config.steps` steps (loss on the answers only);
     saves model and tokenizer to `out`; returns the trainer's log of losses."""

@@ -54,7 +54,8 @@ def facts(diff: dict[str, Any]) -> tuple[set[tuple[str, ...]], set[tuple[str, ..
             if isinstance(change, dict) and isinstance(change.get("after"), dict):
                 key = canonical(change.get("key"))
                 rows.add((table, "update", key))
-                before = change.get("before") if isinstance(change.get("before"), dict) else {}
+                before = change.get("before")
+                before = before if isinstance(before, dict) else {}
                 fields.update(
                     (table, "update", key, column, canonical(value))
                     for column, value in change["after"].items()
@@ -75,7 +76,7 @@ class Counts:
     fp: int = 0
     fn: int = 0
 
-    def add(self, predicted: set, true: set) -> None:
+    def add(self, predicted: set[tuple[Any, ...]], true: set[tuple[Any, ...]]) -> None:
         self.tp += len(predicted & true)
         self.fp += len(predicted - true)
         self.fn += len(true - predicted)

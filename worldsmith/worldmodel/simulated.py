@@ -268,7 +268,7 @@ class SimulatedEpisode:
             )
         self.history.append({"action": query.action, "observation": observation.model_dump()})
         return ToolResult(
-            status=observation.status,
+            status=observation.status,  # type: ignore[arg-type]  # a predicted status: ToolResult validates it
             value=observation.value,
             error=observation.error,
             changed=self.conn.total_changes > changes,

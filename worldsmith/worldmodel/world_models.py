@@ -96,6 +96,7 @@ def prompt(transition: Transition, history: list[dict[str, Any]]) -> list[dict[s
 
 def target(transition: Transition) -> str:
     """What a perfect world model answers (the SFT completion)."""
+    assert transition.observation is not None  # a recorded call, not a query
     return json.dumps(
         {"observation": transition.observation.model_dump(), "diff": transition.diff}, sort_keys=True, default=str
     )
@@ -141,7 +142,7 @@ class OpenAIWorldModel:
                 model=self.model,
                 temperature=temperature,
                 max_tokens=self.max_tokens,
-                messages=prompt(transition, history),
+                messages=prompt(transition, history),  # type: ignore[arg-type]  # role/content dicts, as openai's types say
             )
             out.append(parse_prediction(response.choices[0].message.content or ""))
         return out
@@ -163,13 +164,14 @@ class HFWorldModel:
         dtype = torch.bfloat16 if torch.cuda.is_available() else torch.float32
         self.model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
         if torch.cuda.is_available():
-            self.model = self.model.to("cuda")
+            self.model = self.model.to("cuda")  # type: ignore[arg-type]  # transformers' decorated `to` is mistyped
         self.model.eval()
         self.max_new_tokens = max_new_tokens
         self._lock = threading.Lock()
 
     def predict(self, transition: Transition, history: list[dict[str, Any]], samples: int = 1) -> list[Prediction]:
         import torch
+        from transformers import BatchEncoding
 
         encoded = self.tokenizer.apply_chat_template(
             prompt(transition, history),
@@ -179,6 +181,7 @@ class HFWorldModel:
             return_tensors="pt",
             enable_thinking=False,
         )
+        assert isinstance(encoded, BatchEncoding)  # return_dict=True
         inputs = {k: v.to(self.model.device) for k, v in encoded.items()}
         seed = int(hashlib.sha256(repr(encoded["input_ids"][0].tolist()).encode()).hexdigest()[:8], 16)
         devices = [self.model.device] if self.model.device.type == "cuda" else []
@@ -193,7 +196,9 @@ class HFWorldModel:
             )
         start = inputs["input_ids"].shape[1]
         return [
-            parse_prediction(self.tokenizer.decode(sequence[start:], skip_special_tokens=True)) for sequence in output
+            # one sequence decodes to one str
+            parse_prediction(self.tokenizer.decode(sequence[start:], skip_special_tokens=True))  # type: ignore[arg-type]
+            for sequence in output
         ]
 
 

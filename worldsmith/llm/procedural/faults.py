@@ -20,6 +20,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.loader import build_bundle
@@ -47,7 +48,7 @@ def _after_docstring(tools_py: str, pattern: str, code: str) -> tuple[str, str]:
     return tools_py[: match.start()] + planted + tools_py[match.end() :], name
 
 
-def _crash_on_some_inputs(sources: dict[str, str], tasks: list[dict]) -> frozenset[str]:
+def _crash_on_some_inputs(sources: dict[str, str], tasks: list[dict[str, Any]]) -> frozenset[str]:
     match = re.search(r"def (get_\w+)\(conn, (\w+): int\)", sources["tools.py"])
     if match is None:
         raise ValueError("no get tool with an id parameter to plant a crash in")
@@ -56,19 +57,19 @@ def _crash_on_some_inputs(sources: dict[str, str], tasks: list[dict]) -> frozens
     return frozenset({name})
 
 
-def _read_tool_writes(sources: dict[str, str], tasks: list[dict]) -> frozenset[str]:
+def _read_tool_writes(sources: dict[str, str], tasks: list[dict[str, Any]]) -> frozenset[str]:
     code = "    _log(conn, 'list', 'world_settings', 0)\n"
     sources["tools.py"], name = _after_docstring(sources["tools.py"], r"list_\w+", code)
     return frozenset({name})
 
 
-def _writes_outside_tables(sources: dict[str, str], tasks: list[dict]) -> frozenset[str]:
+def _writes_outside_tables(sources: dict[str, str], tasks: list[dict[str, Any]]) -> frozenset[str]:
     code = "    conn.execute(\"INSERT OR REPLACE INTO world_settings (key, value) VALUES ('last_update', '{name}')\")\n"
     sources["tools.py"], name = _after_docstring(sources["tools.py"], r"update_\w+", code)
     return frozenset({name})
 
 
-def _blocked_task_missing_entity(sources: dict[str, str], tasks: list[dict]) -> frozenset[str]:
+def _blocked_task_missing_entity(sources: dict[str, str], tasks: list[dict[str, Any]]) -> frozenset[str]:
     for task in tasks:
         quoted = re.search(r"'([^'\n]{3,})'", task["instruction"])
         if quoted:
@@ -77,7 +78,7 @@ def _blocked_task_missing_entity(sources: dict[str, str], tasks: list[dict]) -> 
     raise ValueError("no task names a record by a quoted name")
 
 
-def _blocked_task_refused_step(sources: dict[str, str], tasks: list[dict]) -> frozenset[str]:
+def _blocked_task_refused_step(sources: dict[str, str], tasks: list[dict[str, Any]]) -> frozenset[str]:
     for task in tasks:
         for step in task["solution"]:
             ids = [k for k, v in step["arguments"].items() if k.endswith("_id") and isinstance(v, int)]
@@ -87,7 +88,7 @@ def _blocked_task_refused_step(sources: dict[str, str], tasks: list[dict]) -> fr
     raise ValueError("no reference step passes an id")
 
 
-def _wall_clock_read(sources: dict[str, str], tasks: list[dict]) -> frozenset[str]:
+def _wall_clock_read(sources: dict[str, str], tasks: list[dict[str, Any]]) -> frozenset[str]:
     tools_py = sources["tools.py"]
     logged = "(action, table, row_id, _today(conn))"
     if logged not in tools_py:
@@ -99,7 +100,7 @@ def _wall_clock_read(sources: dict[str, str], tasks: list[dict]) -> frozenset[st
     return frozenset(task["id"] for task in tasks if task["solution"])
 
 
-def _over_strict_answer_check(sources: dict[str, str], tasks: list[dict]) -> frozenset[str]:
+def _over_strict_answer_check(sources: dict[str, str], tasks: list[dict[str, Any]]) -> frozenset[str]:
     verifiers = sources["verifiers.py"]
     match = re.search(
         r"def verify_(\w+)\(initial, final, answer\):\n    said = _states_count\(answer, .*, (-?\d+)\)\n", verifiers
@@ -112,7 +113,7 @@ def _over_strict_answer_check(sources: dict[str, str], tasks: list[dict]) -> fro
     return frozenset({match.group(1)})
 
 
-PLANTERS: dict[str, Callable[[dict[str, str], list[dict]], frozenset[str]]] = {
+PLANTERS: dict[str, Callable[[dict[str, str], list[dict[str, Any]]], frozenset[str]]] = {
     "crash_on_some_inputs": _crash_on_some_inputs,
     "read_tool_writes": _read_tool_writes,
     "writes_outside_tables": _writes_outside_tables,

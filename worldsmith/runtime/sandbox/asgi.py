@@ -88,7 +88,8 @@ def preload() -> None:
         with cm as value:
             yield value
 
-    for module in (starlette.concurrency, fastapi.concurrency, fastapi.routing, fastapi.dependencies.utils):
+    patched: tuple[Any, ...] = (starlette.concurrency, fastapi.concurrency, fastapi.routing, fastapi.dependencies.utils)
+    for module in patched:
         if hasattr(module, "run_in_threadpool"):
             module.run_in_threadpool = run_inline
         if hasattr(module, "contextmanager_in_threadpool"):
@@ -100,7 +101,7 @@ def preload() -> None:
         conn.execute(text("SELECT 1"))
 
 
-class MonitoredEnviron(dict):
+class MonitoredEnviron(dict[str, str]):
     """The environment an app sees as `os.environ`: empty; reading a secret-looking name calls `on_secret`."""
 
     def __init__(self, on_secret: Callable[[str], None]):

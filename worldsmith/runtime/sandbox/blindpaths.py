@@ -47,7 +47,7 @@ def blind(module: Any, gate: Gate) -> None:
         if real is None:
             continue
         gated = _gated(real, gate, name)
-        for capabilities in (getattr(module, c, set()) for c in CAPABILITY_SETS):
+        for capabilities in (getattr(module, c, set[Callable[..., Any]]()) for c in CAPABILITY_SETS):
             if real in capabilities:
                 capabilities.add(gated)
         setattr(module, name, gated)

@@ -91,7 +91,7 @@ def _diff(before: sqlite3.Connection, after: sqlite3.Connection) -> dict[str, di
         ]
         if inserted or deleted or updated:
 
-            def order(items):
+            def order(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 return sorted(items, key=repr)
 
             result[table] = {"inserted": order(inserted), "updated": order(updated), "deleted": order(deleted)}

@@ -15,6 +15,7 @@ import os
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
+from types import GetSetDescriptorType, MemberDescriptorType
 from typing import Any
 
 from worldsmith.bundle.kinds import ToolsKind
@@ -97,9 +98,10 @@ _CALL_SETTINGS: dict[type, tuple[Any, tuple[str, ...]]] = {
     EpisodeConnection: (EpisodeConnection.CALL_ROW_FACTORY, EpisodeConnection.CALL_SAVEPOINTS),
     AppConnection: (AppConnection.CALL_ROW_FACTORY, AppConnection.CALL_SAVEPOINTS),
 }
-_ROW_FACTORY = sqlite3.Connection.row_factory
-_TOTAL_CHANGES = sqlite3.Connection.total_changes
-_IN_TRANSACTION = sqlite3.Connection.in_transaction
+# the descriptors themselves (typeshed types these attributes as their values)
+_ROW_FACTORY: MemberDescriptorType = vars(sqlite3.Connection)["row_factory"]
+_TOTAL_CHANGES: GetSetDescriptorType = vars(sqlite3.Connection)["total_changes"]
+_IN_TRANSACTION: GetSetDescriptorType = vars(sqlite3.Connection)["in_transaction"]
 
 
 def connection_class(tools_kind: ToolsKind) -> type[EpisodeConnection]:
@@ -153,7 +155,7 @@ def begin_call(conn: EpisodeConnection, tools_kind: ToolsKind) -> int:
     or its class, which must not run here with the guard off."""
     row_factory, savepoints = _CALL_SETTINGS[connection_class(tools_kind)]
     _ROW_FACTORY.__set__(conn, row_factory)
-    changes = _TOTAL_CHANGES.__get__(conn)
+    changes: int = _TOTAL_CHANGES.__get__(conn)
     for savepoint in savepoints:
         sqlite3.Connection.execute(conn, f"SAVEPOINT {savepoint}")
     return changes
@@ -161,7 +163,8 @@ def begin_call(conn: EpisodeConnection, tools_kind: ToolsKind) -> int:
 
 def changed_since(conn: sqlite3.Connection, changes: int) -> bool:
     """Whether `conn` changed rows since its count of changes was `changes` (`begin_call`)."""
-    return _TOTAL_CHANGES.__get__(conn) != changes
+    now: int = _TOTAL_CHANGES.__get__(conn)
+    return now != changes
 
 
 def end_call(conn: sqlite3.Connection, *, commit: bool) -> None:

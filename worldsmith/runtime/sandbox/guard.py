@@ -110,8 +110,7 @@ class Guard:
             path = urllib.parse.unquote(urllib.parse.urlsplit(name).path)
         real = self._real_path(path) if path and path != ":memory:" else None
         with self._trust():
-            opens = real is not None and self._in_episode(real, itself=False) and os.path.isfile(real)
-            if opens:
+            if real is not None and self._in_episode(real, itself=False) and os.path.isfile(real):
                 return sqlite3.connect(f"file:{urllib.parse.quote(real)}?mode=ro", uri=True)
         raise self.refuse(
             "database",
@@ -154,7 +153,9 @@ class Guard:
     def _in_episode(self, real: str, *, itself: bool = True) -> bool:
         """Whether resolved path `real` lies in the episode's directory (or, with `itself`, is it)."""
         episode = self.episode_dir
-        return bool(episode) and ((itself and real == episode) or real.startswith(episode + os.sep))
+        if not episode:
+            return False
+        return (itself and real == episode) or real.startswith(episode + os.sep)
 
     def _in_read_roots(self, real: str, *, itself: bool = True) -> bool:
         """Whether resolved path `real` lies in a readable root (the stdlib...) (or, with `itself`, is one)."""

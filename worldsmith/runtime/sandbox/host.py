@@ -50,11 +50,12 @@ def fresh_state(seed: int) -> None:
     """`random` and `decimal` as no earlier call left them: the shared generator reseeded with
     `seed` (the parent's, per call and recorded for replay; 0 outside calls), a fresh context."""
     _RANDOM_SEED(_RANDOM, seed)
-    _RANDOM.gauss_next = None
+    _RANDOM.gauss_next = None  # type: ignore[attr-defined]  # set by Random.seed; typeshed does not declare it
     _SET_DECIMAL_CONTEXT(_DECIMAL_CONTEXT.copy())
 
 
-_TRACEBACK = BaseException.__traceback__  # read through the descriptor: no attribute hook of the code runs
+# read through the descriptor: no attribute hook of the code runs
+_TRACEBACK: types.GetSetDescriptorType = vars(BaseException)["__traceback__"]
 
 
 def _text(make: Callable[[BaseException], str], exc: BaseException) -> str:
@@ -220,6 +221,7 @@ class SandboxHost:
     @contextmanager
     def databases(self, episode: OpenEpisode) -> Iterator[tuple[sqlite3.Connection, sqlite3.Connection]]:
         """Read-only connections to the episode's untouched and current databases, closed on exit."""
+        assert episode.conn is not None  # opened by Operations._episode
         initial = deserialize(episode.env.world, read_only=True)
         final = deserialize(snapshot(episode.conn, transactions=refuse_transaction_control), read_only=True)
         for conn in (initial, final):
@@ -237,6 +239,7 @@ class SandboxHost:
         directory (the only files its code may read)."""
         os.makedirs(episode.directory, exist_ok=True)
         paths = []
+        assert episode.conn is not None  # opened by Operations._episode
         current = snapshot(episode.conn, transactions=refuse_transaction_control)
         for name, data in (("initial.db", episode.env.world), ("final.db", current)):
             path = os.path.join(episode.directory, name)

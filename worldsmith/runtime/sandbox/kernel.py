@@ -105,7 +105,7 @@ def forbid_processes() -> None:
 
 
 def landlock_abi() -> int:
-    abi = _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, None, 0, LANDLOCK_CREATE_RULESET_VERSION)
+    abi: int = _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, None, 0, LANDLOCK_CREATE_RULESET_VERSION)
     if abi < 0:
         raise _fail("landlock")
     return abi
@@ -328,7 +328,7 @@ def _compiled_filter(machine: str, allowed: frozenset[str]) -> _SockFprog:
     prog = seccomp_program(machine, allowed)
     filters = (_SockFilter * len(prog))(*[_SockFilter(*ins) for ins in prog])
     fprog = _SockFprog(len(prog), filters)
-    fprog._keep = filters  # type: ignore[attr-defined]  # the program's memory lives as long as fprog
+    fprog._keep = filters  # the program's memory lives as long as fprog
     return fprog
 
 
@@ -381,7 +381,12 @@ def confine(
     if zygote:
         prepare_run(read_paths)
     if os.geteuid() == 0:
-        attempt("unprivileged_uid", lambda: drop_privileges(uid, uid) or f"uid {uid}")
+
+        def unprivileged() -> str:
+            drop_privileges(uid, uid)
+            return f"uid {uid}"
+
+        attempt("unprivileged_uid", unprivileged)
     else:
         layers["unprivileged_uid"] = f"on (started as uid {os.geteuid()})"
     if zygote:

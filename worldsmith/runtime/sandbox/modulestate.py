@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import sys
+from collections.abc import Callable
 from operator import is_
 from typing import Any
 
@@ -39,7 +40,12 @@ def _version_tags_work() -> bool:
     used = ctypes.c_ssize_t.from_address(id(probe) + _DICT_USED_OFFSET)
     tag = ctypes.c_uint64.from_address(id(probe) + _DICT_VERSION_OFFSET)
     seen = {tag.value}
-    for change in (lambda: probe.__setitem__("a", 1), lambda: probe.__setitem__("a", 2), probe.clear):
+    changes: tuple[Callable[[], None], ...] = (
+        lambda: probe.__setitem__("a", 1),
+        lambda: probe.__setitem__("a", 2),
+        probe.clear,
+    )
+    for change in changes:
         change()
         if tag.value in seen or used.value != len(probe):
             return False
@@ -99,7 +105,8 @@ class ModuleState:
     def changed(self) -> list[str]:
         """What was rebound since the clean state (`json.dumps`, `builtins.len`...), restored; [] if nothing."""
         tags = self._tags
-        if _VERSION_TAGS and [tag.value for tag, _ in tags] == [then for _, then in tags]:
+        # a tag is None only where _VERSION_TAGS is False
+        if _VERSION_TAGS and [tag.value for tag, _ in tags] == [then for _, then in tags]:  # type: ignore[union-attr]
             changed: list[str] = []  # no table changed (the common case), told without a walk over any table
         else:
             changed = self._changed_tables()

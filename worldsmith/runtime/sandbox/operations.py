@@ -211,6 +211,7 @@ class Operations:
 
     def op_snapshot(self, request: SnapshotRequest, blobs: list[bytes]) -> tuple[StatusOnly, list[bytes]]:
         episode = self._episode(request)
+        assert episode.conn is not None  # opened by _episode
         return {}, [snapshot(episode.conn, transactions=refuse_transaction_control)]
 
     def op_restore(self, request: RestoreRequest, blobs: list[bytes]) -> StatusOnly:
@@ -222,12 +223,14 @@ class Operations:
             write_db(episode.db_path, blobs[0] if blobs else episode.env.world)
             return {}
         episode = self._episode(request)
+        assert episode.conn is not None  # opened by _episode
         restore(episode.conn, blobs[0] if blobs else episode.env.world, transactions=refuse_transaction_control)
         return {}
 
     def op_diff(self, request: DiffRequest, blobs: list[bytes]) -> DiffReply:
         before = deserialize(blobs[0], read_only=True)
         after = deserialize(blobs[1], read_only=True) if len(blobs) > 1 else self._episode(request).conn
+        assert after is not None  # opened by _episode
         try:
             return {"diff": dbdiff.diff(before, after)}
         finally:

@@ -20,7 +20,7 @@ import select
 import struct
 import time
 from collections.abc import Mapping
-from typing import BinaryIO, cast, get_args
+from typing import IO, cast, get_args
 
 from worldsmith.errors import WorldsmithError
 from worldsmith.models.verdict import Verdict
@@ -65,7 +65,7 @@ def encode(header: Mapping[str, object], blobs: list[bytes] | tuple[bytes, ...] 
     return b"".join([_LEN.pack(len(data)), data, *blobs])
 
 
-def write_frame(stream: BinaryIO, header: Mapping[str, object], blobs: list[bytes] | tuple[bytes, ...] = ()) -> None:
+def write_frame(stream: IO[bytes], header: Mapping[str, object], blobs: list[bytes] | tuple[bytes, ...] = ()) -> None:
     stream.write(encode(header, blobs))
     stream.flush()
 

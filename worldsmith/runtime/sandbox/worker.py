@@ -27,7 +27,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from worldsmith.bundle.codepolicy import ALLOWED_MODULES
 from worldsmith.bundle.kinds import EnvFault
@@ -134,7 +134,7 @@ class Worker:
                 result = operation(request, blobs)
                 if isinstance(result, tuple):
                     result, reply_blobs = result
-                reply = {"status": "ok", **result}
+                reply = cast(Reply, {"status": "ok", **result})  # mypy cannot spread a union of TypedDicts
         except Failure as failure:
             reply = {
                 "status": failure.status,

@@ -143,15 +143,15 @@ class WorldDatetime(_dt.datetime, metaclass=_ClockClass):
     """`datetime.datetime` as generated code imports it: its clock reads answer the world's now."""
 
     @classmethod
-    def now(cls, tz: _dt.tzinfo | None = None) -> _dt.datetime:
+    def now(cls, tz: _dt.tzinfo | None = None) -> _dt.datetime:  # type: ignore[override]  # a real datetime, not a WorldDatetime
         return world_now(tz)
 
     @classmethod
-    def utcnow(cls) -> _dt.datetime:
+    def utcnow(cls) -> _dt.datetime:  # type: ignore[override]  # a real datetime, not a WorldDatetime
         return world_now(_dt.UTC).replace(tzinfo=None)
 
     @classmethod
-    def today(cls) -> _dt.datetime:
+    def today(cls) -> _dt.datetime:  # type: ignore[override]  # a real datetime, not a WorldDatetime
         return world_now()
 
 
@@ -159,7 +159,7 @@ class WorldDate(_dt.date, metaclass=_ClockClass):
     """`datetime.date` as generated code imports it: `today()` is the world's date."""
 
     @classmethod
-    def today(cls) -> _dt.date:
+    def today(cls) -> _dt.date:  # type: ignore[override]  # a real date, not a WorldDate
         return world_now().date()
 
 

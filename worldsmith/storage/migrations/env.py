@@ -12,7 +12,9 @@ connection = config.attributes.get("connection")
 if connection is None:  # pragma: no cover - `alembic` command line: build an engine from the URL
     from sqlalchemy import create_engine
 
-    connection = create_engine(config.get_main_option("sqlalchemy.url")).connect()
+    url = config.get_main_option("sqlalchemy.url")
+    assert url is not None, "the Alembic configuration names no sqlalchemy.url"
+    connection = create_engine(url).connect()
 
 context.configure(
     connection=connection,
