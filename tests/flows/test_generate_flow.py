@@ -29,7 +29,7 @@ from worldsmith.settings import get_settings
 from worldsmith.storage.catalog import Catalog, open_catalog
 from worldsmith.storage.objectstore import configured_store
 from worldsmith.storage.publish import publish
-from worldsmith.tasks.generation_run import GenerateParameters
+from worldsmith.tasks.parameters import GenerateParameters
 
 pytestmark = pytest.mark.flow
 

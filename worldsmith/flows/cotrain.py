@@ -35,7 +35,7 @@ from worldsmith.agent.loop import run_episode
 from worldsmith.agent.policies import ReferencePolicy
 from worldsmith.agent.trajectories import Trajectory, read_jsonl
 from worldsmith.bundle.loader import load_bundle
-from worldsmith.flows.evaluate import EvaluateParameters, evaluate
+from worldsmith.flows.evaluate import evaluate
 from worldsmith.flows.links import dashboard_link
 from worldsmith.flows.records import current_flow_run_id, mark_crashed
 from worldsmith.flows.run_names import named_after
@@ -49,6 +49,7 @@ from worldsmith.settings import get_settings
 from worldsmith.storage.catalog import open_catalog
 from worldsmith.storage.run_records import add_run, finish_run, record_step
 from worldsmith.storage.sets import get_set
+from worldsmith.tasks.parameters import EvaluateParameters
 from worldsmith.training.config import CotrainConfig, WorldModelConfig
 from worldsmith.training.world_model_runs import train_world_model
 from worldsmith.worldmodel.config import SimulationConfig

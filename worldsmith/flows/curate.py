@@ -8,31 +8,18 @@ re-triggered run duplicates nothing); the same name with another query is refuse
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
-from pydantic import BaseModel, Field
 
 from worldsmith.flows.links import dashboard_link
 from worldsmith.flows.run_names import named_after
+from worldsmith.models.sets import SetQuery
 from worldsmith.storage.catalog import open_catalog
 from worldsmith.storage.publish import CatalogError
-from worldsmith.storage.sets import SetQuery, create_set, get_set, members_of
-
-
-class CurateParameters(BaseModel):
-    """Parameters of a curation run (the `curate` flow and its deployment)."""
-
-    name: str | None = Field(None, description="Name of the set; unset: curated-YYYY-MM-DD (UTC), one set per day.")
-    query: SetQuery = Field(
-        default_factory=lambda: SetQuery(require_passed=["expectations", "probes"]),
-        description="Which good versions the set takes and how it is split.",
-    )
-
-    def set_name(self) -> str:
-        return self.name or f"curated-{datetime.now(UTC):%Y-%m-%d}"
+from worldsmith.storage.sets import create_set, get_set, members_of
+from worldsmith.tasks.parameters import CurateParameters
 
 
 @task(name="create-set", retries=2, retry_delay_seconds=2, task_run_name="create-set-{name}")

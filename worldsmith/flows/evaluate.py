@@ -16,19 +16,19 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, NamedTuple
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.futures import wait
 from prefect.task_runners import ThreadPoolTaskRunner
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel
 
 from worldsmith.agent.judge import LLMJudge
 from worldsmith.agent.loop import EpisodeConfig, EpisodeSource, Trajectory, run_episode
 from worldsmith.agent.policies import Policy
-from worldsmith.agent.policy_specs import SPEC_HELP, check_spec, policy_factory
+from worldsmith.agent.policy_specs import policy_factory
 from worldsmith.agent.trajectories import scores, write_jsonl, write_parquet
 from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.loader import load_bundle
@@ -45,52 +45,8 @@ from worldsmith.storage.objectstore import configured_store
 from worldsmith.storage.publish import CatalogError
 from worldsmith.storage.run_records import add_run, finish_run
 from worldsmith.storage.sets import get_set, members_of
-from worldsmith.worldmodel.config import SimulationConfig
+from worldsmith.tasks.parameters import EvaluateParameters
 from worldsmith.worldmodel.simulated import SimulatedRuntime
-
-
-class EvaluateParameters(BaseModel):
-    """Parameters of an evaluation run (the `evaluate` flow and `worldsmith eval`)."""
-
-    set_name: str = Field(description="Environment set to evaluate on.")
-    policy: str = Field("reference", description=SPEC_HELP)
-    samples: int = Field(1, ge=1, le=64, description="Episodes per task (k of pass@k).")
-    split: Literal["all", "train", "validation"] = Field(
-        "all", description="Which of the set's splits to evaluate on: all, train or validation."
-    )
-    max_turns: int = Field(20, ge=1, le=200, description="Turns (model replies) per episode at most.")
-    window: int | None = Field(None, ge=1, description="History window in turns; unset: full history.")
-    temperature: float | None = Field(
-        None, ge=0, le=2, description="Sampling temperature of model policies; unset: 0 for one sample, 0.7 for more."
-    )
-    tool_format: Literal["native", "text"] = Field(
-        "native",
-        description="How model policies call tools: native (the endpoint's tool calls) or text (a JSON block in the reply).",
-    )
-    meta_tools: bool = Field(False, description="Route tool calls through list_tools / call_tool.")
-    judge_model: str | None = Field(
-        None, description="LLM judge model on the configured endpoint; unset: the code verifier alone."
-    )
-    judge_votes: int = Field(1, ge=1, le=15, description="Votes of the LLM judge per episode (majority wins).")
-    side_effects: bool = Field(
-        True,
-        description="Side-effect guard: a complete episode whose end state reaches outside the task's "
-        "reference solution's footprint counts as partial (tasks without a solution are not checked).",
-    )
-    concurrency: int = Field(4, ge=1, le=256, description="Tasks evaluated at once.")
-    seed: int = Field(0, description="Seed of the first sample of each task (sample i uses seed + i).")
-    simulate: SimulationConfig | None = Field(
-        None,
-        description="Answer the tool calls with a world model instead of the environments' "
-        "code (simulated mode); unset: the real worlds.",
-    )
-
-    max_new_tokens: int = Field(512, ge=1, description="Local (hf:) policies: tokens generated per turn at most.")
-
-    @field_validator("policy")
-    @classmethod
-    def _known_policy(cls, value: str) -> str:
-        return check_spec(value)
 
 
 class Job(BaseModel):

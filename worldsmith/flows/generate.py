@@ -77,7 +77,8 @@ from worldsmith.tasks.generation import (
     write_tools,
     write_verifiers,
 )
-from worldsmith.tasks.generation_run import GenerateParameters, release, resources
+from worldsmith.tasks.generation_run import release, resources
+from worldsmith.tasks.parameters import GenerateParameters
 
 #: The heavy libraries the stages import, the scenario stage's first.
 WARM_IMPORTS = ("sklearn.feature_extraction.text", "great_expectations")

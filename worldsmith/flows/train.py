@@ -28,7 +28,7 @@ from pydantic.json_schema import SkipJsonSchema
 from sqlmodel import select
 
 from worldsmith.bundle.loader import load_bundle
-from worldsmith.flows.evaluate import EvaluateParameters, evaluate
+from worldsmith.flows.evaluate import evaluate
 from worldsmith.flows.links import dashboard_link
 from worldsmith.flows.records import current_flow_run_id, mark_crashed
 from worldsmith.flows.run_names import named_after
@@ -43,6 +43,7 @@ from worldsmith.storage.publish import CatalogError
 from worldsmith.storage.run_owner import process_alive, this_process
 from worldsmith.storage.run_records import add_run, finish_run, update_run
 from worldsmith.storage.sets import get_set, members_of
+from worldsmith.tasks.parameters import EvaluateParameters
 from worldsmith.training.checkpoints import fetch_checkpoint, latest_trainer_checkpoint, save_checkpoint
 from worldsmith.training.config import TINY, TrainingConfig
 from worldsmith.training.success import success_line
