@@ -155,11 +155,11 @@ def test_a_recorded_night_reruns_offline_to_the_same_catalog(prefect_api, home, 
         monkeypatch.setenv("WORLDSMITH_LLM_BASE_URL", f"{background.url}/v1")  # an endpoint: the openai backend
         get_settings.cache_clear()
         recorded = run_generate(GenerateParameters(count=2, seed=7, concurrency=2, record=str(night)))
-    assert [r["status"] for r in recorded] == ["good", "good"] and ("schema", "sql_error") in server.served
+    assert [r.status for r in recorded] == ["good", "good"] and ("schema", "sql_error") in server.served
     original, backends = _published(home)
     assert len(original) == 2 and backends == {"openai"}
 
     _use_home(monkeypatch, tmp_path / "offline-home")  # a fresh catalog, the endpoint gone
     replayed = run_generate(GenerateParameters(count=2, seed=7, concurrency=2, backend=f"replay:{night}"))
-    assert [r["status"] for r in replayed] == ["good", "good"]
+    assert [r.status for r in replayed] == ["good", "good"]
     assert _published(tmp_path / "offline-home") == (original, {"replay"})

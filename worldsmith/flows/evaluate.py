@@ -9,14 +9,10 @@ artifacts in Prefect.
 
 from __future__ import annotations
 
-import atexit
 import json
-import threading
 import uuid
 from collections import defaultdict
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
@@ -25,19 +21,14 @@ from prefect.futures import wait
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel
 
-from worldsmith.agent.judge import LLMJudge
-from worldsmith.agent.loop import EpisodeConfig, EpisodeSource, Trajectory, run_episode
-from worldsmith.agent.policies import Policy
-from worldsmith.agent.policy_specs import policy_factory
+from worldsmith.agent.loop import EpisodeConfig, Trajectory, run_episode
 from worldsmith.agent.trajectories import scores, write_jsonl, write_parquet
-from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.loader import load_bundle
 from worldsmith.flows.links import dashboard_link
 from worldsmith.flows.records import current_flow_run_id, mark_crashed
 from worldsmith.flows.run_names import named_after, short_policy
 from worldsmith.models.catalog import EvaluationRun
-from worldsmith.models.evaluation import EvaluationReport, EvaluationScores, SimulationCounts, TrajectoryFiles
-from worldsmith.runtime.episode import Runtime
+from worldsmith.models.evaluation import EvaluationReport, EvaluationScores, TrajectoryFiles
 from worldsmith.settings import get_settings
 from worldsmith.storage.bundle_cache import cached_bundle
 from worldsmith.storage.catalog import open_catalog
@@ -45,8 +36,8 @@ from worldsmith.storage.objectstore import configured_store
 from worldsmith.storage.publish import CatalogError
 from worldsmith.storage.run_records import add_run, finish_run
 from worldsmith.storage.sets import get_set, members_of
+from worldsmith.tasks import evaluation_run
 from worldsmith.tasks.parameters import EvaluateParameters
-from worldsmith.worldmodel.simulated import SimulatedRuntime
 
 
 class Job(BaseModel):
@@ -54,50 +45,6 @@ class Job(BaseModel):
     env_id: str
     path: str
     task_id: str
-
-
-class Resources(NamedTuple):
-    """What one process needs for a run: the policy factory, the runtime, where episodes come from, the judge."""
-
-    policy: Callable[[], Policy]
-    runtime: Runtime
-    world: EpisodeSource
-    judge: LLMJudge | None
-
-
-_RESOURCES: dict[str, Resources] = {}
-_LOCK = threading.Lock()
-
-
-def _resources(params: EvaluateParameters, run_key: str) -> Resources:
-    """This process's resources for the run (a local policy or world model is loaded once)."""
-    with _LOCK:
-        if run_key not in _RESOURCES:
-            temperature = (
-                params.temperature if params.temperature is not None else (0.0 if params.samples == 1 else 0.7)
-            )
-            factory = policy_factory(
-                params.policy,
-                temperature=temperature,
-                tool_format=params.tool_format,
-                meta_tools=params.meta_tools,
-                max_new_tokens=params.max_new_tokens,
-            )
-            runtime = Runtime()
-            atexit.register(runtime.close)
-            world = SimulatedRuntime(runtime, params.simulate) if params.simulate else runtime
-            _RESOURCES[run_key] = Resources(factory, runtime, world, _judge(params))
-        return _RESOURCES[run_key]
-
-
-def _release(run_key: str) -> SimulationCounts | None:
-    """Close the run's runtime; returns the simulated calls' counts (None in the real worlds)."""
-    with _LOCK:
-        found = _RESOURCES.pop(run_key, None)
-    if found is None:
-        return None
-    found.runtime.close()
-    return found.world.stats.counts() if isinstance(found.world, SimulatedRuntime) else None
 
 
 @task(name="plan-episodes", retries=2, retry_delay_seconds=2, task_run_name="plan-{params.set_name}-{params.split}")
@@ -118,34 +65,11 @@ def plan(params: EvaluateParameters) -> list[Job]:
     return jobs
 
 
-def _judge(params: EvaluateParameters) -> LLMJudge | None:
-    if params.judge_model is None:
-        return None
-    settings = get_settings()
-    return LLMJudge(
-        params.judge_model,
-        base_url=settings.llm_base_url,
-        api_key=settings.llm_key(),
-        votes=params.judge_votes,
-        timeout_s=settings.llm_timeout_s,
-    )
-
-
-_BUNDLES: dict[str, Bundle] = {}
-
-
-def _bundle(path: str) -> Bundle:
-    with _LOCK:
-        if path not in _BUNDLES:
-            _BUNDLES[path] = load_bundle(Path(path))
-        return _BUNDLES[path]
-
-
 @task(name="evaluate-task", cache_policy=NO_CACHE, task_run_name="{job.env_id}/{job.task_id}")
 def evaluate_task(params: EvaluateParameters, run_key: str, job: Job) -> list[Trajectory]:
     """The k episodes of one task (fresh policy each, seeds seed..seed+k-1)."""
-    resources = _resources(params, run_key)
-    bundle = _bundle(job.path)
+    resources = evaluation_run.resources(params, run_key)
+    bundle = resources.bundle(job.path)
     task_spec = bundle.task(job.task_id)
     out = []
     for sample in range(params.samples):
@@ -221,7 +145,7 @@ def evaluate(params: EvaluateParameters) -> EvaluationReport:
         finish_run(EvaluationRun, run_id, "failed", {"error": f"{type(exc).__name__}: {exc}"})
         raise
     finally:
-        simulation = _release(run_key)
+        simulation = evaluation_run.release(run_key)
     overall, per_env = report(trajectories, params.samples)
     result = EvaluationReport(
         run_id=run_id,

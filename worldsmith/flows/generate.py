@@ -79,6 +79,7 @@ from worldsmith.tasks.generation import (
 )
 from worldsmith.tasks.generation_run import release, resources
 from worldsmith.tasks.parameters import GenerateParameters
+from worldsmith.tasks.run_resources import RunResources
 
 #: The heavy libraries the stages import, the scenario stage's first.
 WARM_IMPORTS = ("sklearn.feature_extraction.text", "great_expectations")
@@ -262,9 +263,9 @@ def build_and_publish(params: GenerateParameters, run_id: str, scenario: Scenari
     return summary
 
 
-#: Environments finished so far, per run started by `run_generate` in this process. Plain data
-#: only: the flow's module globals may travel to Dask workers, callbacks must not.
-_FINISHED: dict[str, list[WorldOutcome]] = {}
+#: Environments finished so far, by the parameters' key of each run started by `run_generate` in this
+#: process (which reports them to its caller as they finish). Plain data only: no callback of the caller.
+FINISHED: RunResources[list[WorldOutcome]] = RunResources()
 
 
 @flow(
@@ -287,7 +288,7 @@ def generate(params: GenerateParameters = GenerateParameters()) -> list[WorldOut
         params: The run: how many environments, the backend and model, seeds, attempts, the share of good worlds required.
     """
     params = params.dated()
-    finished = _FINISHED.get(params.key())
+    finished = FINISHED.find(params.key())
     logger = get_run_logger()
     run_id = current_flow_run_id() or params.key()
     seeds = load_scenarios(params.scenario_file)
@@ -392,8 +393,6 @@ def run_generate(
     params = params.dated()
     if on_progress is None:
         return generate.with_options(task_runner=task_runner(params.concurrency))(params)
-    finished: list[WorldOutcome] = []
-    _FINISHED[params.key()] = finished
     outcome: dict[str, Any] = {}
 
     def run() -> None:
@@ -402,17 +401,15 @@ def run_generate(
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             outcome["error"] = exc
 
-    worker = threading.Thread(target=run, name="generate-flow")
-    worker.start()
-    reported = 0
-    try:
+    with FINISHED.holding(params.key(), []) as finished:
+        worker = threading.Thread(target=run, name="generate-flow")
+        worker.start()
+        reported = 0
         while worker.is_alive() or reported < len(finished):
             worker.join(timeout=0.2)
             while reported < len(finished):
                 on_progress(finished[reported])
                 reported += 1
-    finally:
-        _FINISHED.pop(params.key(), None)
     if "error" in outcome:
         raise outcome["error"]
     return outcome["results"]

@@ -1,11 +1,10 @@
 """A generation run as its tasks see it: the run's parameters, and the generator, sandbox runtime
-and attempt log that each process running its tasks builds from them on first use, so tasks need
-nothing but their (serialisable) arguments."""
+and attempt log that each process running its tasks builds from them on first use (`GENERATION_RUNS`,
+a per-run registry: worldsmith/tasks/run_resources.py), so tasks need nothing but their
+(serialisable) arguments."""
 
 from __future__ import annotations
 
-import atexit
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,11 +16,12 @@ from worldsmith.stages.attempts import AttemptLog
 from worldsmith.stages.scenario import Embed
 from worldsmith.storage.catalog import open_catalog
 from worldsmith.tasks.parameters import GenerateParameters
+from worldsmith.tasks.run_resources import RunResources
 
 
 @dataclass
-class RunResources:
-    """What tasks of one run need in this process."""
+class GenerationResources:
+    """What tasks of one generation run need in this process."""
 
     generator: Generator
     runtime: Runtime
@@ -29,8 +29,8 @@ class RunResources:
     max_attempts: int
 
 
-_RESOURCES: dict[tuple[str, str], RunResources] = {}
-_LOCK = threading.Lock()
+#: The generation runs' resources in this process, by (parameters' key, run id); released: runtime closed.
+GENERATION_RUNS: RunResources[GenerationResources] = RunResources(close=lambda found: found.runtime.close())
 
 
 def make_generator(params: GenerateParameters) -> Generator:
@@ -62,24 +62,19 @@ def sandbox_workers(params: GenerateParameters) -> int:
     return max(get_settings().worker_count(), min(params.concurrency, MAX_RUN_WORKERS))
 
 
-def resources(params: GenerateParameters, run_id: str) -> RunResources:
+def resources(params: GenerateParameters, run_id: str) -> GenerationResources:
     """This process's resources for the run, built on first use by whichever task needs them."""
-    key = (params.key(), run_id)
-    with _LOCK:
-        if key not in _RESOURCES:
-            runtime = Runtime(workers=sandbox_workers(params))
-            atexit.register(runtime.close)
-            _RESOURCES[key] = RunResources(
-                make_generator(params), runtime, AttemptLog(run_id, open_catalog()), params.max_attempts
-            )
-        return _RESOURCES[key]
+
+    def build() -> GenerationResources:
+        generator, log = make_generator(params), AttemptLog(run_id, open_catalog())
+        return GenerationResources(generator, Runtime(workers=sandbox_workers(params)), log, params.max_attempts)
+
+    return GENERATION_RUNS.get((params.key(), run_id), build)
 
 
 def release(params: GenerateParameters, run_id: str) -> None:
-    with _LOCK:
-        found = _RESOURCES.pop((params.key(), run_id), None)
-    if found is not None:
-        found.runtime.close()
+    """Close this process's resources of the run (its sandbox runtime), if it built any."""
+    GENERATION_RUNS.release((params.key(), run_id))
 
 
 def embedder(generator: Generator) -> Embed | None:
