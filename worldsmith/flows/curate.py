@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect import flow, task
 
-from worldsmith.flows.links import dashboard_link
+from worldsmith.flows.artifacts import summarise_curation
 from worldsmith.flows.run_names import named_after
 from worldsmith.models.sets import SetQuery
 from worldsmith.storage.catalog import open_catalog
@@ -58,14 +57,5 @@ def curate(params: CurateParameters = CurateParameters()) -> dict[str, Any]:
         params: The set: its name, and the query choosing and splitting the catalog's good versions.
     """
     result = make_set(params.set_name(), params.query)
-    members = result["members"]
-    splits = {s: sum(1 for m in members if m["split"] == s) for s in ("train", "validation")}
-    create_table_artifact(members, key="curated-set-members", description=f"Members of set {result['name']}")
-    verb = "Created" if result["created"] else "Found existing"
-    create_markdown_artifact(
-        f"# Curation\n\n{verb} set `{result['name']}`: {len(members)} environment versions ({splits['train']} train, "
-        f"{splits['validation']} validation), {sum(m['tasks'] for m in members)} tasks.\n\n{dashboard_link('curate')}",
-        key="curation-summary",
-    )
-    get_run_logger().info("set %s: %d members", result["name"], len(members))
+    summarise_curation(result)
     return result

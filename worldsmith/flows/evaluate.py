@@ -4,18 +4,16 @@ set members (one split or all) -> bundles fetched from the object store -> one P
 (env, task) running its k episodes -> scores overall and per env (pass@1, pass@k, mean reward and
 turns, env_error and format_error rates) -> trajectories written (JSON lines + Parquet, and the
 JSON lines into the object store) -> an evaluation run in the catalog and table and markdown
-artifacts in Prefect.
+artifacts in Prefect. Each process running its tasks shares one policy, runtime and judge per run
+(worldsmith/tasks/evaluation_run.py).
 """
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections import defaultdict
-from typing import Any
 
-from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 from prefect.futures import wait
 from prefect.task_runners import ThreadPoolTaskRunner
@@ -24,8 +22,8 @@ from pydantic import BaseModel
 from worldsmith.agent.loop import EpisodeConfig, Trajectory, run_episode
 from worldsmith.agent.trajectories import scores, write_jsonl, write_parquet
 from worldsmith.bundle.loader import load_bundle
-from worldsmith.flows.links import dashboard_link
-from worldsmith.flows.records import current_flow_run_id, mark_crashed
+from worldsmith.flows.artifacts import summarise_evaluation
+from worldsmith.flows.records import failed_on_error, mark_crashed, start_evaluation_run
 from worldsmith.flows.run_names import named_after, short_policy
 from worldsmith.models.catalog import EvaluationRun
 from worldsmith.models.evaluation import EvaluationReport, EvaluationScores, TrajectoryFiles
@@ -34,7 +32,7 @@ from worldsmith.storage.bundle_cache import cached_bundle
 from worldsmith.storage.catalog import open_catalog
 from worldsmith.storage.objectstore import configured_store
 from worldsmith.storage.publish import CatalogError
-from worldsmith.storage.run_records import add_run, finish_run
+from worldsmith.storage.run_records import finish_run
 from worldsmith.storage.sets import get_set, members_of
 from worldsmith.tasks import evaluation_run
 from worldsmith.tasks.parameters import EvaluateParameters
@@ -94,23 +92,21 @@ def report(trajectories: list[Trajectory], k: int) -> tuple[EvaluationScores, di
     return scores(trajectories, k), {env: scores(ts, k) for env, ts in sorted(by_env.items())}
 
 
-def _start(params: EvaluateParameters) -> int:
-    with open_catalog().session() as session:
-        set_id = get_set(session, params.set_name).id
-    return add_run(
-        EvaluationRun(
-            set_id=set_id,
-            policy=params.policy,
-            samples=params.samples,
-            flow_run_id=current_flow_run_id(),
-            metrics={"parameters": params.model_dump()},
-        )
-    )
+def run_episodes(params: EvaluateParameters, run_key: str, jobs: list[Job]) -> list[Trajectory]:
+    """Every job's episodes, one task per job, `params.concurrency` at once. When one raises, the tasks
+    still running finish before it propagates (and the run's resources are released after them)."""
+    futures = [evaluate_task.submit(params, run_key, job) for job in jobs]
+    try:
+        return [t for future in futures for t in future.result()]
+    except BaseException:
+        wait(futures)
+        raise
 
 
-def _store_trajectories(run_id: int, trajectories: list[Trajectory]) -> TrajectoryFiles:
-    settings = get_settings()
-    folder = settings.home / "evaluations" / str(run_id)
+def store_trajectories(run_id: int, trajectories: list[Trajectory]) -> TrajectoryFiles:
+    """The run's trajectories as JSON lines and Parquet under WORLDSMITH_HOME/evaluations/<run id>, the
+    JSON lines also in the object store."""
+    folder = get_settings().home / "evaluations" / str(run_id)
     jsonl = write_jsonl(trajectories, folder / "trajectories.jsonl")
     parquet = write_parquet(trajectories, folder / "trajectories.parquet")
     digest = configured_store().put_bytes(jsonl.read_bytes())
@@ -131,21 +127,13 @@ def evaluate(params: EvaluateParameters) -> EvaluationReport:
     Args:
         params: The evaluation: environment set and split, policy, samples per task, turns, judge.
     """
-    logger = get_run_logger()
-    run_id = _start(params)
-    # this process's resources of the run (run ids repeat across catalogs, so the key is unique)
-    run_key = f"evaluation-{run_id}-{uuid.uuid4().hex[:12]}"
-    futures: list[Any] = []
+    run_id = start_evaluation_run(params)
+    run_key = f"evaluation-{run_id}-{uuid.uuid4().hex[:12]}"  # run ids repeat across catalogs: a unique key
     try:
-        jobs = plan(params)
-        futures = [evaluate_task.submit(params, run_key, job) for job in jobs]
-        trajectories = [t for future in futures for t in future.result()]
-    except BaseException as exc:
-        wait(futures)  # the tasks still running finish before their resources are released
-        finish_run(EvaluationRun, run_id, "failed", {"error": f"{type(exc).__name__}: {exc}"})
-        raise
+        with failed_on_error(EvaluationRun, run_id):
+            trajectories = run_episodes(params, run_key, plan(params))
     finally:
-        simulation = evaluation_run.release(run_key)
+        simulation = evaluation_run.release(run_key)  # this process's resources of the run
     overall, per_env = report(trajectories, params.samples)
     result = EvaluationReport(
         run_id=run_id,
@@ -153,25 +141,10 @@ def evaluate(params: EvaluateParameters) -> EvaluationReport:
         per_env=per_env,
         world=f"simulated:{params.simulate.world_model}" if params.simulate else "real",
         simulation=simulation,
-        trajectories=_store_trajectories(run_id, trajectories),
+        trajectories=store_trajectories(run_id, trajectories),
     )
     finish_run(EvaluationRun, run_id, "completed", result.stored())
-    rows = [
-        {"env": env, **{k: round(v, 4) if isinstance(v, float) else v for k, v in s.model_dump().items()}}
-        for env, s in result.per_env.items()
-    ]
-    create_table_artifact(
-        rows, key="evaluation-per-env", description=f"{params.policy} on {params.set_name}: scores per environment"
-    )
-    create_markdown_artifact(
-        f"# Evaluation {run_id}\n\n{params.policy} on set `{params.set_name}` ({params.split}, {result.world} worlds), "
-        f"{params.samples} sample(s) per task: "
-        f"pass@1 {overall.pass_at_1:.3f}, pass@{params.samples} {overall.pass_at_k:.3f}, mean turns "
-        f"{overall.mean_turns:.2f}, env_error rate {overall.env_error_rate:.3f}, format_error rate {overall.format_error_rate:.3f}."
-        f"\n\n{dashboard_link('evaluate')}",
-        key="evaluation-summary",
-    )
-    logger.info("evaluation %s: %s", run_id, json.dumps(overall.model_dump()))
+    summarise_evaluation(params, result)
     return result
 
 
