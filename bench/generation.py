@@ -67,7 +67,7 @@ def main() -> None:
     from worldsmith.models.catalog import StageAttempt
     from worldsmith.settings import get_settings
     from worldsmith.storage.catalog import open_catalog
-    from worldsmith.tasks.generation_run import GenerateParameters
+    from worldsmith.tasks.parameters import GenerateParameters
 
     server = ProceduralLLM(latency_s=args.latency)
     with server.serve() as background, prefect_test_harness(server_startup_timeout=120):

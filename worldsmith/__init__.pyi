@@ -9,7 +9,6 @@ from worldsmith.bundle.errors import BundleError as BundleError
 from worldsmith.bundle.loader import load_bundle as load_bundle
 from worldsmith.errors import WorldsmithError as WorldsmithError
 from worldsmith.failures import UserFixable as UserFixable
-from worldsmith.flows.evaluate import EvaluateParameters as EvaluateParameters
 from worldsmith.flows.evaluate import run_evaluate as _run_evaluate
 from worldsmith.flows.generate import run_generate as _run_generate
 from worldsmith.flows.train import train as train
@@ -22,7 +21,8 @@ from worldsmith.runtime.episode import Runtime as Runtime
 from worldsmith.runtime.errors import ToolError as ToolError
 from worldsmith.storage.bundle_cache import open_bundle as open_bundle
 from worldsmith.storage.publish import CatalogError as CatalogError
-from worldsmith.tasks.generation_run import GenerateParameters as GenerateParameters
+from worldsmith.tasks.parameters import EvaluateParameters as EvaluateParameters
+from worldsmith.tasks.parameters import GenerateParameters as GenerateParameters
 from worldsmith.training.config import TrainingConfig as TrainingConfig
 
 __version__: str

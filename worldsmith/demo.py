@@ -42,10 +42,10 @@ class DemoOptions(BaseModel):
     fault_rate: float = Field(
         0.3, ge=0, le=1, description="Share of first attempts that fail like LLM output (repairs happen)."
     )
-    seed: int = 0
+    seed: int = Field(0, description="Seed of generation, curation, evaluation and training.")
     random_samples: int = Field(2, ge=1, description="Episodes per task of the random policy.")
     train_steps: int = Field(15, ge=1, description="GRPO steps of the tiny model.")
-    group_size: int = Field(8, ge=2)
+    group_size: int = Field(8, ge=2, description="Rollouts per task in each GRPO step of the tiny model.")
     warmup_steps: int = Field(80, ge=0, description="Supervised warm-up steps of the tiny model.")
     train_tasks: int = Field(
         2, ge=1, description="Tasks the tiny model trains on: the train split's with the shortest reference solutions."
@@ -53,7 +53,7 @@ class DemoOptions(BaseModel):
     success_samples: int = Field(
         64, ge=1, description="Rollouts per trained task that measure its success rate before and after GRPO."
     )
-    set_name: str = "demo"
+    set_name: str = Field("demo", description="Name of the environment set the demonstration curates.")
 
     def training_config(self) -> TrainingConfig:
         """The training stage's recipe (the tiny model's cache key derives from it: bench/tiny_prepare.py)."""
@@ -138,7 +138,7 @@ class Demo:
         from worldsmith.models.catalog import StageAttempt
         from worldsmith.stages.attempts import stage_summary
         from worldsmith.storage.catalog import open_catalog
-        from worldsmith.tasks.generation_run import GenerateParameters
+        from worldsmith.tasks.parameters import GenerateParameters
 
         o = self.options
         self._step(2, f"generate {o.envs} environments (procedural backend, fault rate {o.fault_rate})")
@@ -181,8 +181,9 @@ class Demo:
         }
 
     def curate(self) -> None:
-        from worldsmith.flows.curate import CurateParameters, curate
+        from worldsmith.flows.curate import curate
         from worldsmith.storage.sets import SetQuery
+        from worldsmith.tasks.parameters import CurateParameters
 
         self._step(3, f"curate the good environments into set {self.options.set_name!r}")
         query = SetQuery(require_passed=["expectations", "probes"], validation_fraction=0.1, seed=self.options.seed)
@@ -221,7 +222,8 @@ class Demo:
         self.summary["mcp"] = {"env": ref, "tasks": len(verdicts), "complete": solved}
 
     def evaluate(self) -> None:
-        from worldsmith.flows.evaluate import EvaluateParameters, run_evaluate
+        from worldsmith.flows.evaluate import run_evaluate
+        from worldsmith.tasks.parameters import EvaluateParameters
 
         self._step(5, "evaluate the reference and random policies on the set")
         table = Table()

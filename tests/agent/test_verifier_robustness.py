@@ -149,7 +149,7 @@ def test_imported_tasks_without_solutions_are_judged_by_their_verifiers(runtime,
 
 @pytest.mark.unit
 def test_the_guard_is_switchable_in_evaluate_and_train_parameters():
-    from worldsmith.flows.evaluate import EvaluateParameters
+    from worldsmith.tasks.parameters import EvaluateParameters
     from worldsmith.training.config import TrainingConfig
 
     assert EvaluateParameters(set_name="s").side_effects is True

@@ -11,7 +11,7 @@ from sqlmodel import select
 from typer.testing import CliRunner
 
 from worldsmith.cli import app
-from worldsmith.flows.evaluate import EvaluateParameters, run_evaluate
+from worldsmith.flows.evaluate import run_evaluate
 from worldsmith.llm.procedural.backend import procedural_bundle
 from worldsmith.models.catalog import EvaluationRun
 from worldsmith.settings import get_settings
@@ -19,6 +19,7 @@ from worldsmith.storage.catalog import open_catalog
 from worldsmith.storage.objectstore import open_store
 from worldsmith.storage.publish import publish
 from worldsmith.storage.sets import SetQuery, create_set
+from worldsmith.tasks.parameters import EvaluateParameters
 
 pytestmark = pytest.mark.flow
 

@@ -29,7 +29,7 @@ from worldsmith.settings import get_settings
 from worldsmith.storage.catalog import Catalog, open_catalog
 from worldsmith.storage.objectstore import configured_store
 from worldsmith.storage.publish import publish
-from worldsmith.tasks.generation_run import GenerateParameters
+from worldsmith.tasks.parameters import GenerateParameters
 
 pytestmark = pytest.mark.flow
 
@@ -318,7 +318,7 @@ class RunWide(Exception):
 @pytest.mark.unit
 def test_only_a_fatal_fault_stops_the_run_and_the_cli_answers_it_in_one_line(monkeypatch):
     from worldsmith.flows import generate as generate_flow
-    from worldsmith.flows.generate import fails_world_only
+    from worldsmith.flows.world_builds import fails_world_only
     from worldsmith.llm.errors import TransientFault
 
     assert fails_world_only(IndexError("list index out of range")) and fails_world_only(KeyError("tools"))

@@ -388,11 +388,12 @@ def test_cli_round_trip_of_a_set(home, golden):
 def test_import_publishes_one_good_environment_that_the_evaluate_flow_evaluates(prefect_api, home, runtime):
     """One import (SQL verifiers) published with its quality record; the same content imported again
     is the same version; the published environment is evaluated by the evaluate flow."""
-    from worldsmith.flows.evaluate import EvaluateParameters, run_evaluate
+    from worldsmith.flows.evaluate import run_evaluate
     from worldsmith.settings import get_settings
     from worldsmith.storage.catalog import open_catalog
     from worldsmith.storage.objectstore import open_store
     from worldsmith.storage.sets import SetQuery, create_set
+    from worldsmith.tasks.parameters import EvaluateParameters
 
     store, catalog = open_store(get_settings().resolved_store_url()), open_catalog()
     (row,) = import_release(SAMPLE, runtime, store, catalog, mode="sql")

@@ -23,7 +23,8 @@ from worldsmith.settings import get_settings
 from worldsmith.stages.attempts import AttemptLog
 from worldsmith.stages.pipeline import build_environment
 from worldsmith.storage.catalog import Catalog
-from worldsmith.tasks.generation_run import GenerateParameters, embedder, make_generator
+from worldsmith.tasks.generation_run import embedder, make_generator
+from worldsmith.tasks.parameters import GenerateParameters
 
 pytestmark = pytest.mark.unit
 

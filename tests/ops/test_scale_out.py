@@ -76,7 +76,7 @@ DOCKER_CONFIGURATION_EXTRAS = {"container_create_kwargs"}
 #: One generation host: the flow run in its own process, its results as JSON on the last line of stdout.
 GENERATE = (
     "import json, sys; from worldsmith.flows.generate import run_generate; "
-    "from worldsmith.tasks.generation_run import GenerateParameters; "
+    "from worldsmith.tasks.parameters import GenerateParameters; "
     "results = run_generate(GenerateParameters(count=int(sys.argv[1]), seed=int(sys.argv[2]), concurrency=2, "
     "backend='procedural', min_good_share=0.0)); print(json.dumps([r.model_dump(mode='json') for r in results]))"
 )

@@ -16,7 +16,7 @@ from worldsmith.stages.order import Stage
 from worldsmith.stages.pipeline import build_environment
 from worldsmith.stages.review import run_review_stage, with_review
 from worldsmith.stages.validate import run_validate_stage
-from worldsmith.tasks.generation_run import GenerateParameters
+from worldsmith.tasks.parameters import GenerateParameters
 
 pytestmark = pytest.mark.sandbox
 

@@ -10,7 +10,8 @@ import pytest
 from pydantic import ValidationError
 
 from worldsmith.settings import get_settings
-from worldsmith.tasks.generation_run import GenerateParameters, configured_backend, sandbox_workers
+from worldsmith.tasks.generation_run import sandbox_workers
+from worldsmith.tasks.parameters import GenerateParameters, configured_backend
 
 pytestmark = pytest.mark.unit
 

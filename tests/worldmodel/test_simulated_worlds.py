@@ -250,7 +250,8 @@ def retail_set(home):
 
 @pytest.mark.flow
 def test_simulated_evaluation_through_the_flow_and_the_cli(prefect_api, retail_set):
-    from worldsmith.flows.evaluate import EvaluateParameters, evaluate
+    from worldsmith.flows.evaluate import evaluate
+    from worldsmith.tasks.parameters import EvaluateParameters
 
     real = evaluate(EvaluateParameters(set_name=retail_set))
     code = evaluate(EvaluateParameters(set_name=retail_set, simulate={"world_model": "code"}))

@@ -1,18 +1,26 @@
-"""Command-line options derived from pydantic config models, so a config is the one source of its
-options' names, types, defaults and help.
+"""Command-line options derived from pydantic models (a flow's parameters, a training config), so a
+model is the one source of its options' names, types, defaults and help.
 
-Every leaf field of a config is one option (fields of nested models flattened: `lora.rank` is
-`--lora-rank`); its help is the field's description and its default the field's default. Adding a
-field to `TrainingConfig` (worldsmith/training/config.py) thereby adds a `train` option with the
-default and help that the training deployment's form shows. A command built with `config_command`
-receives only the fields the command line set, as nested dicts: the config fills in the rest, and
-its validators see which fields the user set. An optional nested model (`simulate`) is set exactly
-when its required field's option (`--simulate`) is given.
+Every leaf field of a model is one option (fields of nested models flattened: `lora.rank` is
+`--lora-rank`, a field name `--kebab-case`); its help is the field's description, its default the
+field's default (for a field of a nested model whose own default is an instance, that instance's
+value: CurateParameters.query's checks), its type the field's (a Literal or an Enum is a choice
+option, its values listed in --help and checked while parsing; a `list[str]` a repeatable one).
+Adding a field to `TrainingConfig` (worldsmith/training/config.py) or `GenerateParameters`
+(worldsmith/tasks/parameters.py) thereby adds an option to `train` or `generate` with the default
+and help that the deployment's form shows. A field's constraints (`ge`, `le`, validators) stay the
+model's: the command builds the model, and a bad value is the model's one line (exit 2, by the
+root handler in cli/console.py), as in the deployment's form.
+
+A command built with `config_command` receives only the fields the command line set, as nested
+dicts: the model fills in the rest, and its validators see which fields the user set. An optional
+nested model (`simulate`) is set exactly when its required field's option (`--simulate`) is given.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import inspect
 import types
 import typing
@@ -75,10 +83,10 @@ def _nested_model(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
 
 
 def _command_line_type(annotation: Any) -> Any:
-    """The type typer parses for a field of type `annotation` (a Literal stays one: a choice option, its
-    values listed in --help and checked while parsing)."""
+    """The type typer parses for a field of type `annotation` (a Literal or an Enum stays one: a choice
+    option, its values listed in --help and checked while parsing)."""
     inner, optional = _without_none(annotation)
-    if typing.get_origin(inner) is Literal:
+    if typing.get_origin(inner) is Literal or inspect.isclass(inner) and issubclass(inner, enum.Enum):
         return annotation
     if inner not in (str, int, float, bool) and inner != list[str]:
         raise TypeError(f"a field of type {annotation!r} has no command-line form")
@@ -109,10 +117,32 @@ def _resolve(config: type[BaseModel], path: str) -> tuple[FieldInfo, list[tuple[
     return model.model_fields[names[-1]], parents
 
 
+def _default_within_parents(config: type[BaseModel], path: str) -> Any:
+    """The value at `path` in the default instance of the outermost nested model above it that has one
+    (UNSET when none has: the leaf's own default applies)."""
+    model, names = config, path.split(".")
+    for depth, name in enumerate(names[:-1]):
+        info = model.model_fields[name]
+        nested, _ = _nested_model(info.annotation)
+        if not info.is_required() and isinstance(value := info.get_default(call_default_factory=True), BaseModel):
+            for attribute in names[depth + 1 :]:
+                value = getattr(value, attribute)
+            return value
+        assert nested is not None  # _resolve checked the path
+        model = nested
+    return UNSET
+
+
 def option_for(config: type[BaseModel], *paths: str, flag: str | None = None, default: Any = UNSET) -> ConfigOption:
     """The option setting the fields at `paths` of `config` (the first one gives its type, help and
-    default); `default`: the command's own default instead of the config's, set even when not given."""
+    default); `default`: the command's own default instead of the config's, set even when not given.
+    A nested model's default instance that differs from its class's defaults gives its fields' defaults
+    the same way (they are set, so that the model the command builds is that instance)."""
     info, parents = _resolve(config, paths[0])
+    if default is UNSET and not info.is_required():
+        inherited = _default_within_parents(config, paths[0])
+        if inherited is not UNSET and inherited != info.get_default(call_default_factory=True):
+            default = inherited
     leaf = paths[0].rsplit(".", 1)[-1]
     description = info.description or ""
     if not description and parents:

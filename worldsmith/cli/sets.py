@@ -1,4 +1,5 @@
-"""`worldsmith sets ...`: create, list, show and export environment sets."""
+"""`worldsmith sets ...`: create, list, show and export environment sets. The options of `sets create` are
+the fields of SetQuery (worldsmith/models/sets.py, see `worldsmith/cli/config_options.py`)."""
 
 from __future__ import annotations
 
@@ -9,43 +10,31 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from worldsmith.cli.config_options import config_command, options_for
 from worldsmith.cli.console import console, refusals, say
+from worldsmith.models.sets import SetQuery
 from worldsmith.storage.objectstore import configured_store
 
 app = typer.Typer(help="Create and export environment sets (immutable, split by environment).", no_args_is_help=True)
 
 
+SET_QUERY_FLAGS = {"categories": "--category", "env_ids": "--env"}
+"""The options of SetQuery's list fields, named for one value each (they repeat)."""
+
+CREATE_OPTIONS = options_for(SetQuery, flags=SET_QUERY_FLAGS)
+
+
 @app.command("create")
+@config_command(CREATE_OPTIONS)
 def sets_create(
-    name: Annotated[str, typer.Argument(help="Name of the new set (sets are immutable).")],
-    category: Annotated[list[str] | None, typer.Option(help="Keep envs with this category (repeatable).")] = None,
-    env: Annotated[list[str] | None, typer.Option(help="Keep only this env (repeatable).")] = None,
-    count: Annotated[int | None, typer.Option(help="Sample this many envs.")] = None,
-    seed: Annotated[int, typer.Option(help="Sampling and split seed.")] = 0,
-    validation_fraction: Annotated[float, typer.Option(help="Share of envs in the validation split.")] = 0.1,
-    min_tasks: Annotated[int, typer.Option(help="Minimum tasks per env.")] = 0,
-    min_tools: Annotated[int, typer.Option(help="Minimum tools per env.")] = 0,
-    require_passed: Annotated[
-        list[str] | None, typer.Option(help="Quality check that must have passed (repeatable).")
-    ] = None,
-    status: Annotated[str, typer.Option(help="Version status to select.")] = "good",
+    fields: dict[str, Any], name: Annotated[str, typer.Argument(help="Name of the new set (sets are immutable).")]
 ) -> None:
     """Create an environment set from a query over the catalog."""
     from worldsmith.storage.catalog import open_catalog
-    from worldsmith.storage.sets import SetQuery, create_set, split_counts
+    from worldsmith.storage.sets import create_set, split_counts
 
+    query = SetQuery(**fields)  # a bad value is answered in one line by the root handler
     catalog = open_catalog()
-    query = SetQuery(
-        categories=category or [],
-        env_ids=env or [],
-        count=count,
-        seed=seed,
-        validation_fraction=validation_fraction,
-        min_tasks=min_tasks,
-        min_tools=min_tools,
-        require_passed=require_passed or [],
-        status=status,
-    )
     with refusals():
         made = create_set(catalog, name, query)
     assert made.id is not None  # a stored set has its id

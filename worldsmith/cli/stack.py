@@ -1,12 +1,13 @@
 """`worldsmith up`, `down`, `dashboard` and `demo`: the local stack (Prefect server, work pools,
-deployments, workers, dashboard) and the main job run on it."""
+deployments, workers, dashboard) and the main job run on it (its options the fields of DemoOptions)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from worldsmith.cli.config_options import config_command, options_for
 from worldsmith.cli.console import console, failure, say
 from worldsmith.demo import DemoOptions, run_demo
 from worldsmith.ops.services import ServiceError
@@ -79,27 +80,17 @@ def dashboard_command(
     uvicorn.run(served, host=host or settings.dashboard_host, port=port or settings.dashboard_port, log_level="warning")
 
 
+DEMO_OPTIONS = options_for(DemoOptions)
+
+
 @app.command("demo")
-def demo(
-    envs: Annotated[int, typer.Option(help="Environments to generate.")] = 10,
-    fault_rate: Annotated[
-        float, typer.Option(help="Share of first attempts that fail like LLM output (repairs happen).")
-    ] = 0.3,
-    train_steps: Annotated[int, typer.Option(help="GRPO steps of the tiny model.")] = DemoOptions.model_fields[
-        "train_steps"
-    ].default,
-    warmup_steps: Annotated[
-        int, typer.Option(help="Supervised warm-up steps of the tiny model.")
-    ] = DemoOptions.model_fields["warmup_steps"].default,
-    seed: Annotated[int, typer.Option(help="Seed of generation, curation, evaluation and training.")] = 0,
-) -> None:
+@config_command(DEMO_OPTIONS)
+def demo(fields: dict[str, Any]) -> None:
     """The main job on the embedded defaults: start the local stack, generate environments (faults on),
     curate them into a set, solve one over MCP, evaluate the reference and random policies, train the
     tiny model with GRPO on the CPU, and print a summary with the dashboard and Prefect UI addresses."""
     # a bad value is answered in one line by the root handler (cli/console.AnsweringGroup)
-    options = DemoOptions(
-        envs=envs, fault_rate=fault_rate, train_steps=train_steps, warmup_steps=warmup_steps, seed=seed
-    )
+    options = DemoOptions(**fields)
     try:
         code = run_demo(options, console)
     except ServiceError as exc:

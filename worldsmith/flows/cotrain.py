@@ -23,11 +23,10 @@ worldsmith/training/config.py.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from pydantic.json_schema import SkipJsonSchema
 
@@ -35,9 +34,9 @@ from worldsmith.agent.loop import run_episode
 from worldsmith.agent.policies import ReferencePolicy
 from worldsmith.agent.trajectories import Trajectory, read_jsonl
 from worldsmith.bundle.loader import load_bundle
-from worldsmith.flows.evaluate import EvaluateParameters, evaluate
-from worldsmith.flows.links import dashboard_link
-from worldsmith.flows.records import current_flow_run_id, mark_crashed
+from worldsmith.flows.artifacts import summarise_cotraining
+from worldsmith.flows.evaluate import evaluate
+from worldsmith.flows.records import current_flow_run_id, failed_on_error, mark_crashed, start_training_run
 from worldsmith.flows.run_names import named_after
 from worldsmith.flows.train import evaluate_split, plan, prepare_model, train
 from worldsmith.models.catalog import TrainingRun
@@ -46,9 +45,8 @@ from worldsmith.models.training import CotrainResult, CotrainRound, StepMetrics,
 from worldsmith.models.world_model_scores import OneStepScores
 from worldsmith.runtime.episode import Runtime
 from worldsmith.settings import get_settings
-from worldsmith.storage.catalog import open_catalog
-from worldsmith.storage.run_records import add_run, finish_run, record_step
-from worldsmith.storage.sets import get_set
+from worldsmith.storage.run_records import finish_run, record_step
+from worldsmith.tasks.parameters import EvaluateParameters
 from worldsmith.training.config import CotrainConfig, WorldModelConfig
 from worldsmith.training.world_model_runs import train_world_model
 from worldsmith.worldmodel.config import SimulationConfig
@@ -176,22 +174,61 @@ def _round_metrics(
     )
 
 
-def _round_table(rounds: list[CotrainRound]) -> list[dict[str, Any]]:
-    columns = (
-        "round",
-        "real_success_rate",
-        "transitions",
-        "wm_accuracy_fresh",
-        "wm_loss",
-        "imagined_rate",
-        "stopped_rate",
-        "policy_reward",
-        "policy_reward_real",
-        "policy_reward_imagined",
-        "eval_pass@1",
+@dataclass
+class Learned:
+    """What co-training has learned so far: the policy's model directory, the world model's (None before
+    its first update), and every real transition the world model has been trained on."""
+
+    policy: str
+    world_dir: str | None = None
+    transitions: list[Transition] = field(default_factory=list)
+
+
+def run_round(
+    config: CotrainConfig,
+    number: int,
+    learned: Learned,
+    train_paths: list[str],
+    eval_split: str,
+    here: Path,
+    progress: bool,
+) -> CotrainRound:
+    """Round `number` (see the module docstring), its models under `here`: `learned` moves on to the
+    round's world model and policy; returns what the round records."""
+    started, seed = time.perf_counter(), config.policy.seed + 1000 * number
+    real = _real_rollouts(config, learned.policy, seed)
+    fresh = real_transitions(train_paths, read_jsonl(Path(real.trajectories.jsonl)), seed)
+    scored = score_world_model(learned.world_dir, fresh, config.max_new_tokens) if learned.world_dir and fresh else None
+    learned.transitions += fresh
+    wm = _world_model_update(config, number, learned, fresh, here / "world-model")
+    learned.world_dir = wm.model if wm else learned.world_dir
+    if learned.world_dir is None:
+        raise ValueError(
+            f"round {number}: no tool call in the real worlds yet, so there is nothing to learn a world model from; "
+            "keep reference_transitions on, warm the policy up (model=tiny, warmup_steps) or start from a model that calls tools"
+        )
+    trained = _imagined_update(config, learned.policy, learned.world_dir, seed, here / "policy", progress)
+    learned.policy = trained.final
+    evaluation = evaluate_split(config.policy, learned.policy, eval_split)
+    seconds = time.perf_counter() - started
+    return _round_metrics(
+        number, real, fresh, learned.transitions, scored, wm, trained, evaluation, eval_split, seconds=seconds
     )
-    rows = [r.model_dump() for r in rounds]
-    return [{c: round(r[c], 4) if isinstance(r.get(c), float) else r.get(c) for c in columns} for r in rows]
+
+
+def _world_model_update(
+    config: CotrainConfig, number: int, learned: Learned, fresh: list[Transition], output: Path
+) -> WorldModelTrainResult | None:
+    """Step 2's update: the world model fine-tuned on every real transition so far (continuing the last
+    one), when the round brought new ones or there is none yet; None when there is nothing to learn."""
+    if not (fresh or (learned.world_dir is None and learned.transitions)):
+        return None
+    update = {
+        "model": learned.world_dir or config.world_model.model,
+        "seed": config.world_model.seed + number,
+        "output": str(output),
+    }
+    return update_world_model(config.world_model.model_copy(update=update), learned.transitions)
 
 
 @flow(
@@ -207,86 +244,34 @@ def cotrain(config: CotrainConfig, progress: SkipJsonSchema[bool] = False) -> Co
         config: The policy's and the world model's settings and the co-training knobs.
         progress: Draw progress bars on the terminal (for runs started from the command line).
     """
-    logger = get_run_logger()
-    settings = get_settings()
-    with open_catalog().session() as session:
-        set_id = get_set(session, config.policy.set_name).id
-    run_id = add_run(
-        TrainingRun(set_id=set_id, config={"kind": "cotrain", **config.model_dump()}, flow_run_id=current_flow_run_id())
-    )
-    folder = settings.home / "cotrain" / str(run_id)
+    run_id = start_training_run(config.policy.set_name, {"kind": "cotrain", **config.model_dump()})
+    folder = get_settings().home / "cotrain" / str(run_id)
     rounds: list[CotrainRound] = []
-    try:
+    with failed_on_error(TrainingRun, run_id, lambda: {"rounds": len(rounds)}):
         paths = plan(config.policy)
-        policy = prepare_model(config.policy, paths["train"], progress)
+        learned = Learned(policy=prepare_model(config.policy, paths["train"], progress))
         eval_split = "validation" if paths["validation"] else config.policy.split
-        world_dir: str | None = None
-        transitions = real_transitions(paths["train"], None, config.policy.seed) if config.reference_transitions else []
+        if config.reference_transitions:
+            learned.transitions = real_transitions(paths["train"], None, config.policy.seed)
         for number in range(1, config.rounds + 1):
-            started, seed, here = time.perf_counter(), config.policy.seed + 1000 * number, folder / f"round-{number}"
-            real = _real_rollouts(config, policy, seed)
-            fresh = real_transitions(paths["train"], read_jsonl(Path(real.trajectories.jsonl)), seed)
-            scored = score_world_model(world_dir, fresh, config.max_new_tokens) if world_dir and fresh else None
-            transitions += fresh
-            learn = bool(fresh) or (world_dir is None and bool(transitions))
-            wm = (
-                update_world_model(
-                    config.world_model.model_copy(
-                        update={
-                            "model": world_dir or config.world_model.model,
-                            "seed": config.world_model.seed + number,
-                            "output": str(here / "world-model"),
-                        }
-                    ),
-                    transitions,
-                )
-                if learn
-                else None
-            )
-            world_dir = wm.model if wm else world_dir
-            if world_dir is None:
-                raise ValueError(
-                    f"round {number}: no tool call in the real worlds yet, so there is nothing to learn a world model from; "
-                    "keep reference_transitions on, warm the policy up (model=tiny, warmup_steps) or start from a model that calls tools"
-                )
-            trained = _imagined_update(config, policy, world_dir, seed, here / "policy", progress)
-            policy = trained.final
-            evaluation = evaluate_split(config.policy, policy, eval_split)
-            metrics = _round_metrics(
-                number,
-                real,
-                fresh,
-                transitions,
-                scored,
-                wm,
-                trained,
-                evaluation,
-                eval_split,
-                seconds=time.perf_counter() - started,
+            metrics = run_round(
+                config, number, learned, paths["train"], eval_split, folder / f"round-{number}", progress
             )
             record_step(run_id, number, metrics.stored())
             rounds.append(metrics)
-            logger.info(
+            get_run_logger().info(
                 "co-training round %s: real success %.3f, world model %s, eval pass@1 %s",
                 number,
                 metrics.real_success_rate,
-                world_dir,
+                learned.world_dir,
                 metrics.eval_pass_at_1,
             )
-    except BaseException as exc:
-        finish_run(TrainingRun, run_id, "failed", {"error": f"{type(exc).__name__}: {exc}", "rounds": len(rounds)})
-        raise
-    result = CotrainResult(run_id=run_id, policy=policy, world_model=world_dir, rounds=rounds)
-    finish_run(TrainingRun, run_id, "completed", {"policy": policy, "world_model": world_dir, "rounds": len(rounds)})
-    create_table_artifact(
-        _round_table(rounds), key="cotrain-rounds", description=f"Co-training run {run_id}: metrics per round"
+    result = CotrainResult(run_id=run_id, policy=learned.policy, world_model=learned.world_dir, rounds=rounds)
+    finish_run(
+        TrainingRun,
+        run_id,
+        "completed",
+        {"policy": result.policy, "world_model": result.world_model, "rounds": len(rounds)},
     )
-    last = rounds[-1]
-    create_markdown_artifact(
-        f"# Co-training run {run_id}\n\n{len(rounds)} rounds on set `{config.policy.set_name}`: real success rate "
-        f"{rounds[0].real_success_rate:.3f} -> {last.real_success_rate:.3f}; last evaluation ({eval_split}) pass@1 "
-        f"{last.eval_pass_at_1 if last.eval_pass_at_1 is not None else 'n/a'}.\n\nPolicy: `{policy}`. World model: `{world_dir}`.\n\n"
-        f"{dashboard_link('cotrain')}",
-        key="cotrain-summary",
-    )
+    summarise_cotraining(config, result, eval_split)
     return result

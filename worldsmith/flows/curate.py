@@ -8,31 +8,17 @@ re-triggered run duplicates nothing); the same name with another query is refuse
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
-from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
-from pydantic import BaseModel, Field
+from prefect import flow, task
 
-from worldsmith.flows.links import dashboard_link
+from worldsmith.flows.artifacts import summarise_curation
 from worldsmith.flows.run_names import named_after
+from worldsmith.models.sets import SetQuery
 from worldsmith.storage.catalog import open_catalog
 from worldsmith.storage.publish import CatalogError
-from worldsmith.storage.sets import SetQuery, create_set, get_set, members_of
-
-
-class CurateParameters(BaseModel):
-    """Parameters of a curation run (the `curate` flow and its deployment)."""
-
-    name: str | None = Field(None, description="Name of the set; unset: curated-YYYY-MM-DD (UTC), one set per day.")
-    query: SetQuery = Field(
-        default_factory=lambda: SetQuery(require_passed=["expectations", "probes"]),
-        description="Which good versions the set takes and how it is split.",
-    )
-
-    def set_name(self) -> str:
-        return self.name or f"curated-{datetime.now(UTC):%Y-%m-%d}"
+from worldsmith.storage.sets import create_set, get_set, members_of
+from worldsmith.tasks.parameters import CurateParameters
 
 
 @task(name="create-set", retries=2, retry_delay_seconds=2, task_run_name="create-set-{name}")
@@ -71,14 +57,5 @@ def curate(params: CurateParameters = CurateParameters()) -> dict[str, Any]:
         params: The set: its name, and the query choosing and splitting the catalog's good versions.
     """
     result = make_set(params.set_name(), params.query)
-    members = result["members"]
-    splits = {s: sum(1 for m in members if m["split"] == s) for s in ("train", "validation")}
-    create_table_artifact(members, key="curated-set-members", description=f"Members of set {result['name']}")
-    verb = "Created" if result["created"] else "Found existing"
-    create_markdown_artifact(
-        f"# Curation\n\n{verb} set `{result['name']}`: {len(members)} environment versions ({splits['train']} train, "
-        f"{splits['validation']} validation), {sum(m['tasks'] for m in members)} tasks.\n\n{dashboard_link('curate')}",
-        key="curation-summary",
-    )
-    get_run_logger().info("set %s: %d members", result["name"], len(members))
+    summarise_curation(result)
     return result

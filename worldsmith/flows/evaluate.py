@@ -4,93 +4,38 @@ set members (one split or all) -> bundles fetched from the object store -> one P
 (env, task) running its k episodes -> scores overall and per env (pass@1, pass@k, mean reward and
 turns, env_error and format_error rates) -> trajectories written (JSON lines + Parquet, and the
 JSON lines into the object store) -> an evaluation run in the catalog and table and markdown
-artifacts in Prefect.
+artifacts in Prefect. Each process running its tasks shares one policy, runtime and judge per run
+(worldsmith/tasks/evaluation_run.py).
 """
 
 from __future__ import annotations
 
-import atexit
-import json
-import threading
 import uuid
 from collections import defaultdict
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any, Literal, NamedTuple
 
-from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 from prefect.futures import wait
 from prefect.task_runners import ThreadPoolTaskRunner
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel
 
-from worldsmith.agent.judge import LLMJudge
-from worldsmith.agent.loop import EpisodeConfig, EpisodeSource, Trajectory, run_episode
-from worldsmith.agent.policies import Policy
-from worldsmith.agent.policy_specs import SPEC_HELP, check_spec, policy_factory
+from worldsmith.agent.loop import EpisodeConfig, Trajectory, run_episode
 from worldsmith.agent.trajectories import scores, write_jsonl, write_parquet
-from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.loader import load_bundle
-from worldsmith.flows.links import dashboard_link
-from worldsmith.flows.records import current_flow_run_id, mark_crashed
+from worldsmith.flows.artifacts import summarise_evaluation
+from worldsmith.flows.records import failed_on_error, mark_crashed, start_evaluation_run
 from worldsmith.flows.run_names import named_after, short_policy
 from worldsmith.models.catalog import EvaluationRun
-from worldsmith.models.evaluation import EvaluationReport, EvaluationScores, SimulationCounts, TrajectoryFiles
-from worldsmith.runtime.episode import Runtime
+from worldsmith.models.evaluation import EvaluationReport, EvaluationScores, TrajectoryFiles
 from worldsmith.settings import get_settings
 from worldsmith.storage.bundle_cache import cached_bundle
 from worldsmith.storage.catalog import open_catalog
 from worldsmith.storage.objectstore import configured_store
 from worldsmith.storage.publish import CatalogError
-from worldsmith.storage.run_records import add_run, finish_run
+from worldsmith.storage.run_records import finish_run
 from worldsmith.storage.sets import get_set, members_of
-from worldsmith.worldmodel.config import SimulationConfig
-from worldsmith.worldmodel.simulated import SimulatedRuntime
-
-
-class EvaluateParameters(BaseModel):
-    """Parameters of an evaluation run (the `evaluate` flow and `worldsmith eval`)."""
-
-    set_name: str = Field(description="Environment set to evaluate on.")
-    policy: str = Field("reference", description=SPEC_HELP)
-    samples: int = Field(1, ge=1, le=64, description="Episodes per task (k of pass@k).")
-    split: Literal["all", "train", "validation"] = Field(
-        "all", description="Which of the set's splits to evaluate on: all, train or validation."
-    )
-    max_turns: int = Field(20, ge=1, le=200, description="Turns (model replies) per episode at most.")
-    window: int | None = Field(None, ge=1, description="History window in turns; unset: full history.")
-    temperature: float | None = Field(
-        None, ge=0, le=2, description="Sampling temperature of model policies; unset: 0 for one sample, 0.7 for more."
-    )
-    tool_format: Literal["native", "text"] = Field(
-        "native",
-        description="How model policies call tools: native (the endpoint's tool calls) or text (a JSON block in the reply).",
-    )
-    meta_tools: bool = Field(False, description="Route tool calls through list_tools / call_tool.")
-    judge_model: str | None = Field(
-        None, description="LLM judge model on the configured endpoint; unset: the code verifier alone."
-    )
-    judge_votes: int = Field(1, ge=1, le=15, description="Votes of the LLM judge per episode (majority wins).")
-    side_effects: bool = Field(
-        True,
-        description="Side-effect guard: a complete episode whose end state reaches outside the task's "
-        "reference solution's footprint counts as partial (tasks without a solution are not checked).",
-    )
-    concurrency: int = Field(4, ge=1, le=256, description="Tasks evaluated at once.")
-    seed: int = Field(0, description="Seed of the first sample of each task (sample i uses seed + i).")
-    simulate: SimulationConfig | None = Field(
-        None,
-        description="Answer the tool calls with a world model instead of the environments' "
-        "code (simulated mode); unset: the real worlds.",
-    )
-
-    max_new_tokens: int = Field(512, ge=1, description="Local (hf:) policies: tokens generated per turn at most.")
-
-    @field_validator("policy")
-    @classmethod
-    def _known_policy(cls, value: str) -> str:
-        return check_spec(value)
+from worldsmith.tasks import evaluation_run
+from worldsmith.tasks.parameters import EvaluateParameters
 
 
 class Job(BaseModel):
@@ -98,50 +43,6 @@ class Job(BaseModel):
     env_id: str
     path: str
     task_id: str
-
-
-class Resources(NamedTuple):
-    """What one process needs for a run: the policy factory, the runtime, where episodes come from, the judge."""
-
-    policy: Callable[[], Policy]
-    runtime: Runtime
-    world: EpisodeSource
-    judge: LLMJudge | None
-
-
-_RESOURCES: dict[str, Resources] = {}
-_LOCK = threading.Lock()
-
-
-def _resources(params: EvaluateParameters, run_key: str) -> Resources:
-    """This process's resources for the run (a local policy or world model is loaded once)."""
-    with _LOCK:
-        if run_key not in _RESOURCES:
-            temperature = (
-                params.temperature if params.temperature is not None else (0.0 if params.samples == 1 else 0.7)
-            )
-            factory = policy_factory(
-                params.policy,
-                temperature=temperature,
-                tool_format=params.tool_format,
-                meta_tools=params.meta_tools,
-                max_new_tokens=params.max_new_tokens,
-            )
-            runtime = Runtime()
-            atexit.register(runtime.close)
-            world = SimulatedRuntime(runtime, params.simulate) if params.simulate else runtime
-            _RESOURCES[run_key] = Resources(factory, runtime, world, _judge(params))
-        return _RESOURCES[run_key]
-
-
-def _release(run_key: str) -> SimulationCounts | None:
-    """Close the run's runtime; returns the simulated calls' counts (None in the real worlds)."""
-    with _LOCK:
-        found = _RESOURCES.pop(run_key, None)
-    if found is None:
-        return None
-    found.runtime.close()
-    return found.world.stats.counts() if isinstance(found.world, SimulatedRuntime) else None
 
 
 @task(name="plan-episodes", retries=2, retry_delay_seconds=2, task_run_name="plan-{params.set_name}-{params.split}")
@@ -162,34 +63,11 @@ def plan(params: EvaluateParameters) -> list[Job]:
     return jobs
 
 
-def _judge(params: EvaluateParameters) -> LLMJudge | None:
-    if params.judge_model is None:
-        return None
-    settings = get_settings()
-    return LLMJudge(
-        params.judge_model,
-        base_url=settings.llm_base_url,
-        api_key=settings.llm_key(),
-        votes=params.judge_votes,
-        timeout_s=settings.llm_timeout_s,
-    )
-
-
-_BUNDLES: dict[str, Bundle] = {}
-
-
-def _bundle(path: str) -> Bundle:
-    with _LOCK:
-        if path not in _BUNDLES:
-            _BUNDLES[path] = load_bundle(Path(path))
-        return _BUNDLES[path]
-
-
 @task(name="evaluate-task", cache_policy=NO_CACHE, task_run_name="{job.env_id}/{job.task_id}")
 def evaluate_task(params: EvaluateParameters, run_key: str, job: Job) -> list[Trajectory]:
     """The k episodes of one task (fresh policy each, seeds seed..seed+k-1)."""
-    resources = _resources(params, run_key)
-    bundle = _bundle(job.path)
+    resources = evaluation_run.resources(params, run_key)
+    bundle = resources.bundle(job.path)
     task_spec = bundle.task(job.task_id)
     out = []
     for sample in range(params.samples):
@@ -214,23 +92,21 @@ def report(trajectories: list[Trajectory], k: int) -> tuple[EvaluationScores, di
     return scores(trajectories, k), {env: scores(ts, k) for env, ts in sorted(by_env.items())}
 
 
-def _start(params: EvaluateParameters) -> int:
-    with open_catalog().session() as session:
-        set_id = get_set(session, params.set_name).id
-    return add_run(
-        EvaluationRun(
-            set_id=set_id,
-            policy=params.policy,
-            samples=params.samples,
-            flow_run_id=current_flow_run_id(),
-            metrics={"parameters": params.model_dump()},
-        )
-    )
+def run_episodes(params: EvaluateParameters, run_key: str, jobs: list[Job]) -> list[Trajectory]:
+    """Every job's episodes, one task per job, `params.concurrency` at once. When one raises, the tasks
+    still running finish before it propagates (and the run's resources are released after them)."""
+    futures = [evaluate_task.submit(params, run_key, job) for job in jobs]
+    try:
+        return [t for future in futures for t in future.result()]
+    except BaseException:
+        wait(futures)
+        raise
 
 
-def _store_trajectories(run_id: int, trajectories: list[Trajectory]) -> TrajectoryFiles:
-    settings = get_settings()
-    folder = settings.home / "evaluations" / str(run_id)
+def store_trajectories(run_id: int, trajectories: list[Trajectory]) -> TrajectoryFiles:
+    """The run's trajectories as JSON lines and Parquet under WORLDSMITH_HOME/evaluations/<run id>, the
+    JSON lines also in the object store."""
+    folder = get_settings().home / "evaluations" / str(run_id)
     jsonl = write_jsonl(trajectories, folder / "trajectories.jsonl")
     parquet = write_parquet(trajectories, folder / "trajectories.parquet")
     digest = configured_store().put_bytes(jsonl.read_bytes())
@@ -251,21 +127,13 @@ def evaluate(params: EvaluateParameters) -> EvaluationReport:
     Args:
         params: The evaluation: environment set and split, policy, samples per task, turns, judge.
     """
-    logger = get_run_logger()
-    run_id = _start(params)
-    # this process's resources of the run (run ids repeat across catalogs, so the key is unique)
-    run_key = f"evaluation-{run_id}-{uuid.uuid4().hex[:12]}"
-    futures: list[Any] = []
+    run_id = start_evaluation_run(params)
+    run_key = f"evaluation-{run_id}-{uuid.uuid4().hex[:12]}"  # run ids repeat across catalogs: a unique key
     try:
-        jobs = plan(params)
-        futures = [evaluate_task.submit(params, run_key, job) for job in jobs]
-        trajectories = [t for future in futures for t in future.result()]
-    except BaseException as exc:
-        wait(futures)  # the tasks still running finish before their resources are released
-        finish_run(EvaluationRun, run_id, "failed", {"error": f"{type(exc).__name__}: {exc}"})
-        raise
+        with failed_on_error(EvaluationRun, run_id):
+            trajectories = run_episodes(params, run_key, plan(params))
     finally:
-        simulation = _release(run_key)
+        simulation = evaluation_run.release(run_key)  # this process's resources of the run
     overall, per_env = report(trajectories, params.samples)
     result = EvaluationReport(
         run_id=run_id,
@@ -273,25 +141,10 @@ def evaluate(params: EvaluateParameters) -> EvaluationReport:
         per_env=per_env,
         world=f"simulated:{params.simulate.world_model}" if params.simulate else "real",
         simulation=simulation,
-        trajectories=_store_trajectories(run_id, trajectories),
+        trajectories=store_trajectories(run_id, trajectories),
     )
     finish_run(EvaluationRun, run_id, "completed", result.stored())
-    rows = [
-        {"env": env, **{k: round(v, 4) if isinstance(v, float) else v for k, v in s.model_dump().items()}}
-        for env, s in result.per_env.items()
-    ]
-    create_table_artifact(
-        rows, key="evaluation-per-env", description=f"{params.policy} on {params.set_name}: scores per environment"
-    )
-    create_markdown_artifact(
-        f"# Evaluation {run_id}\n\n{params.policy} on set `{params.set_name}` ({params.split}, {result.world} worlds), "
-        f"{params.samples} sample(s) per task: "
-        f"pass@1 {overall.pass_at_1:.3f}, pass@{params.samples} {overall.pass_at_k:.3f}, mean turns "
-        f"{overall.mean_turns:.2f}, env_error rate {overall.env_error_rate:.3f}, format_error rate {overall.format_error_rate:.3f}."
-        f"\n\n{dashboard_link('evaluate')}",
-        key="evaluation-summary",
-    )
-    logger.info("evaluation %s: %s", run_id, json.dumps(overall.model_dump()))
+    summarise_evaluation(params, result)
     return result
 
 

@@ -1,20 +1,64 @@
 """The Prefect side of run records (`worldsmith/storage/run_records.py`): the current flow run's id,
-and the `on_crashed` hook that fails the run rows of a flow run whose process died."""
+the run rows a flow opens (`start_evaluation_run`, `start_training_run`) and fails when it raises
+(`failed_on_error`), and the `on_crashed` hook that fails the run rows of a flow run whose process died."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 from uuid import UUID
 
 from prefect.context import FlowRunContext
+from sqlmodel import SQLModel
 
-from worldsmith.storage.run_records import fail_running
+from worldsmith.models.catalog import EvaluationRun, TrainingRun
+from worldsmith.storage.catalog import open_catalog
+from worldsmith.storage.run_records import add_run, fail_running, finish_run
+from worldsmith.storage.sets import get_set
+from worldsmith.tasks.parameters import EvaluateParameters
 
 
 def current_flow_run_id() -> str | None:
     """The id of the Prefect flow run this code runs in (also from inside its tasks), or None outside one."""
     context = FlowRunContext.get()
     return str(context.flow_run.id) if context and context.flow_run else None
+
+
+def _set_id(set_name: str) -> int:
+    """The id of environment set `set_name`; CatalogError naming it when there is none."""
+    with open_catalog().session() as session:
+        return get_set(session, set_name).id
+
+
+def start_evaluation_run(params: EvaluateParameters) -> int:
+    """A `running` evaluation run of the current flow run on set `params.set_name`, its parameters
+    recorded; returns its id."""
+    return add_run(
+        EvaluationRun(
+            set_id=_set_id(params.set_name),
+            policy=params.policy,
+            samples=params.samples,
+            flow_run_id=current_flow_run_id(),
+            metrics={"parameters": params.model_dump()},
+        )
+    )
+
+
+def start_training_run(set_name: str, config: dict[str, Any]) -> int:
+    """A `running` training run of the current flow run on set `set_name` with `config`; returns its id."""
+    return add_run(TrainingRun(set_id=_set_id(set_name), config=config, flow_run_id=current_flow_run_id()))
+
+
+@contextmanager
+def failed_on_error(table: type[SQLModel], run_id: int, extra: Callable[[], dict[str, Any]] = dict) -> Iterator[None]:
+    """Inside, any exception (an interrupt too) finishes run `run_id` of `table` as `failed`, its error
+    the exception's type and message and `extra()` merged into its metrics, and propagates."""
+    try:
+        yield
+    except BaseException as exc:
+        finish_run(table, run_id, "failed", {"error": f"{type(exc).__name__}: {exc}", **extra()})
+        raise
 
 
 def mark_crashed(flow: Any, flow_run: Any, state: Any) -> None:

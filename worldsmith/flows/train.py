@@ -21,31 +21,31 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
+from pydantic import BaseModel
 from pydantic.json_schema import SkipJsonSchema
 from sqlmodel import select
 
 from worldsmith.bundle.loader import load_bundle
-from worldsmith.flows.evaluate import EvaluateParameters, evaluate
-from worldsmith.flows.links import dashboard_link
-from worldsmith.flows.records import current_flow_run_id, mark_crashed
+from worldsmith.flows.artifacts import summarise_training
+from worldsmith.flows.evaluate import evaluate
+from worldsmith.flows.records import current_flow_run_id, failed_on_error, mark_crashed, start_training_run
 from worldsmith.flows.run_names import named_after
 from worldsmith.models.catalog import TrainingRun, TrainingStep
 from worldsmith.models.evaluation import EvaluationSummary
-from worldsmith.models.training import StepMetrics, TrainerOutcome, TrainResult
+from worldsmith.models.training import TrainerOutcome, TrainResult
 from worldsmith.runtime.episode import Runtime
 from worldsmith.settings import get_settings
 from worldsmith.storage.bundle_cache import cached_bundle
 from worldsmith.storage.catalog import open_catalog
 from worldsmith.storage.publish import CatalogError
 from worldsmith.storage.run_owner import process_alive, this_process
-from worldsmith.storage.run_records import add_run, finish_run, update_run
+from worldsmith.storage.run_records import finish_run, update_run
 from worldsmith.storage.sets import get_set, members_of
+from worldsmith.tasks.parameters import EvaluateParameters
 from worldsmith.training.checkpoints import fetch_checkpoint, latest_trainer_checkpoint, save_checkpoint
 from worldsmith.training.config import TINY, TrainingConfig
-from worldsmith.training.success import success_line
 
 if TYPE_CHECKING:
     from worldsmith.training.launch import NodeLauncher
@@ -152,12 +152,20 @@ def stored_config(run_id: int) -> TrainingConfig:
     return TrainingConfig.model_validate(_grpo_run(run_id).config)
 
 
+class ReopenedRun(BaseModel):
+    """A stopped training run made running again: the trainer checkpoint's step it resumes after, the
+    directory the checkpoint is unpacked into, and the run's metrics as the stopped attempt left them."""
+
+    step: int
+    directory: str
+    metrics: dict[str, Any]
+
+
 @task(name="reopen-training-run", cache_policy=NO_CACHE, task_run_name="reopen-run-{run_id}")
-def reopen_run(run_id: int, config: TrainingConfig, output: Path) -> dict[str, Any]:
+def reopen_run(run_id: int, config: TrainingConfig, output: Path) -> ReopenedRun:
     """Make training run `run_id` (stopped before finishing, with `config` as its configuration)
     running again from its latest trainer checkpoint: the checkpoint is unpacked under `output`
-    and the step rows after it are dropped. Returns {"step", "directory", "metrics"}; ValueError
-    naming the problem when the run cannot resume."""
+    and the step rows after it are dropped. ValueError naming the problem when the run cannot resume."""
     run = _grpo_run(run_id)
     status, metrics, stored = run.status, dict(run.metrics), TrainingConfig.model_validate(run.config).model_dump()
     if status == "completed":
@@ -193,7 +201,7 @@ def reopen_run(run_id: int, config: TrainingConfig, output: Path) -> dict[str, A
         status="running",
         flow_run_id=current_flow_run_id(),
     )
-    return {"step": checkpoint.step, "directory": str(directory), "metrics": metrics}
+    return ReopenedRun(step=checkpoint.step, directory=str(directory), metrics=metrics)
 
 
 @task(name="train-policy", cache_policy=NO_CACHE, task_run_name="grpo-run-{run_id}")
@@ -232,57 +240,34 @@ def store_checkpoint(run_id: int, directory: str, step: int, metrics: dict[str, 
     return save_checkpoint(run_id, Path(directory), step, metrics)
 
 
-def _summary(run_id: int, config: TrainingConfig, result: TrainResult) -> str:
-    def line(name: str, report: EvaluationSummary | None) -> str:
-        if report is None:
-            return f"- {name}: not evaluated (no validation split in the set, or validation off)"
-        return f"- {name}: pass@1 {report.scores.pass_at_1:.3f}, mean reward {report.scores.mean_reward:.3f} (evaluation {report.run_id})"
+def check_can_train(config: TrainingConfig) -> None:
+    """Before any work, the refusals a run would otherwise meet late, each one line naming its fix: a gpu
+    run on a machine without one or one that cannot fit it, a multi-node run without the train-node
+    deployment, a judged reward without its endpoint and key."""
+    from worldsmith.training.memory import check_machine
 
-    last = result.log[-1] if result.log else {}
-    worlds = (
-        "real worlds"
-        if config.simulate is None
-        else f"world model `{config.simulate.world_model}` ({config.real_share:.0%} of groups real)"
-    )
-    return "\n".join(
-        [
-            f"# Training run {run_id}",
-            "",
-            (
-                f"GRPO of `{config.model}` on set `{config.set_name}` ({config.split}) in the {worlds}, "
-                f"{result.steps} steps, group {config.group_size}, history {config.history}."
-            ),
-            "",
-            line("before", result.before),
-            line("after", result.after),
-            *(
-                [f"- success rate on its own tasks (sampled as in training): {success_line(result.success)}"]
-                if result.success
-                else []
-            ),
-            "",
-            f"Last step: reward {last.get('reward', float('nan')):.3f}, success rate {last.get('success_rate', float('nan')):.3f}.",
-            f"Final model: object {result.checkpoint}.",
-            "",
-            dashboard_link("train"),
-        ]
-    )
+    check_machine(config)
+    if config.nodes > 1:
+        from worldsmith.flows.train_node import default_node_launcher
 
-
-_STEP_COLUMNS = ("step", "loss", "reward", "reward_std", "success_rate", "env_error_rate", "turns", "tokens", "kl")
-_JUDGE_COLUMNS = ("judge_requests", "judge_cache_hits", "judge_cost_usd", "judge_latency_s", "judge_error_rate")
-_WORLD_COLUMNS = ("reward_real", "reward_imagined", "reward_gap", "real_start_rate")
-
-
-def _step_table(log: list[StepMetrics], config: TrainingConfig) -> list[dict[str, Any]]:
-    """One row per logged step with the metrics people watch (rounded for display): with a judged reward
-    also the judge's requests, cost and latency; in simulated training the real and imagined rewards apart."""
-    columns = _STEP_COLUMNS
+        default_node_launcher()
     if config.reward != "verifier":
-        columns += _JUDGE_COLUMNS
-    if config.simulate is not None:
-        columns += _WORLD_COLUMNS
-    return [{c: round(e[c], 4) if isinstance(e.get(c), float) else e.get(c) for c in columns} for e in log]
+        from worldsmith.training.judged_reward import judge_endpoint
+
+        judge_endpoint(config.judge)
+
+
+def validation_before(
+    config: TrainingConfig, model: str, run_id: int, reopened: ReopenedRun | None, validating: bool
+) -> EvaluationSummary | None:
+    """The validation split's evaluation before training (None when not `validating`), recorded with the
+    run; a resumed run's own, when its stopped attempt recorded one."""
+    if reopened is not None and "before" in reopened.metrics:  # the stopped attempt's own
+        stored = reopened.metrics["before"]
+        return None if stored is None else EvaluationSummary.model_validate(stored)
+    before = evaluate_split(config, model, "validation") if validating else None
+    update_run(TrainingRun, run_id, {"before": None if before is None else before.model_dump(mode="json")})
+    return before
 
 
 @flow(
@@ -306,46 +291,19 @@ def train(
         with_validation: Evaluate the validation split before and after training (in the real worlds, also for simulated training).
         resume: Continue this training run, stopped before finishing, from its latest trainer checkpoint (`config` must be the run's own).
     """
-    logger = get_run_logger()
-    from worldsmith.training.memory import check_machine
-
-    check_machine(config)  # before any work: a gpu run on a machine without one, or one that cannot fit
-    if config.nodes > 1:  # the other nodes' deployment, before any work
-        from worldsmith.flows.train_node import default_node_launcher
-
-        default_node_launcher()
-    if config.reward != "verifier":  # the judge's endpoint and key, before any work
-        from worldsmith.training.judged_reward import judge_endpoint
-
-        judge_endpoint(config.judge)
-    if resume is None:
-        with open_catalog().session() as session:
-            set_id = get_set(session, config.set_name).id
-        run_id = add_run(TrainingRun(set_id=set_id, config=config.model_dump(), flow_run_id=current_flow_run_id()))
-    else:
-        run_id = resume
+    check_can_train(config)
+    run_id = start_training_run(config.set_name, config.model_dump()) if resume is None else resume
     output = Path(config.output) if config.output else get_settings().home / "training" / str(run_id)
-    reopened = (
-        reopen_run(run_id, config, output) if resume is not None else None
-    )  # its refusals leave the run as it was
-    try:
+    reopened = reopen_run(run_id, config, output) if resume is not None else None  # refused: the run as it was
+    with failed_on_error(TrainingRun, run_id):
         paths = plan(config)
         model = prepare_model(config, paths["train"], progress)
-        if reopened and "before" in reopened["metrics"]:
-            stored_before = reopened["metrics"]["before"]
-            before = None if stored_before is None else EvaluationSummary.model_validate(stored_before)
-        else:
-            before = evaluate_split(config, model, "validation") if with_validation and paths["validation"] else None
-            update_run(TrainingRun, run_id, {"before": None if before is None else before.model_dump(mode="json")})
-        trained = train_policy(
-            config, model, paths["train"], run_id, str(output), progress, reopened["directory"] if reopened else None
-        )
-        last = trained.last_step()
-        digest = store_checkpoint(run_id, trained.final, trained.steps, {**last, "final": True})
-        after = evaluate_split(config, trained.final, "validation") if with_validation and paths["validation"] else None
-    except BaseException as exc:
-        finish_run(TrainingRun, run_id, "failed", {"error": f"{type(exc).__name__}: {exc}"})
-        raise
+        validating = with_validation and bool(paths["validation"])
+        before = validation_before(config, model, run_id, reopened, validating)
+        resume_from = reopened.directory if reopened else None
+        trained = train_policy(config, model, paths["train"], run_id, str(output), progress, resume_from)
+        digest = store_checkpoint(run_id, trained.final, trained.steps, {**trained.last_step(), "final": True})
+        after = evaluate_split(config, trained.final, "validation") if validating else None
     result = TrainResult(
         run_id=run_id,
         model=model,
@@ -357,16 +315,10 @@ def train(
         simulation=trained.simulation,
         success=trained.success,
         log=trained.log,
-        resumed_from=reopened["step"] if reopened else None,
+        resumed_from=reopened.step if reopened else None,
     )
     finish_run(TrainingRun, run_id, "completed", result.stored())
-    create_table_artifact(
-        _step_table(trained.log, config),
-        key="training-steps",
-        description=f"Training run {run_id}: metrics per step",
-    )
-    create_markdown_artifact(_summary(run_id, config, result), key="training-summary")
-    logger.info("training run %s finished: %s steps, checkpoint %s", run_id, trained.steps, digest)
+    summarise_training(config, result)
     return result
 
 

@@ -11,33 +11,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
 from sqlalchemy import func, insert
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
 from worldsmith.models.catalog import Environment, EnvironmentSet, EnvironmentSetMember, EnvironmentVersion
+from worldsmith.models.sets import SetQuery
 from worldsmith.storage.catalog import Catalog
 from worldsmith.storage.objectstore import ObjectStore
 from worldsmith.storage.publish import CatalogError, fetch
-
-
-class SetQuery(BaseModel):
-    """Which versions a set takes. Only versions whose status is `status` qualify; by default the
-    latest such version of each env."""
-
-    status: str = Field("good", description="Only versions with this status qualify.")
-    categories: list[str] = Field(default_factory=list, description="keep envs with any of these categories")
-    env_ids: list[str] = Field(default_factory=list, description="keep only these envs")
-    min_tasks: int = Field(0, description="Keep envs with at least this many tasks.")
-    min_tools: int = Field(0, description="Keep envs with at least this many tools.")
-    require_passed: list[str] = Field(default_factory=list, description="quality checks that must have passed")
-    count: int | None = Field(None, ge=1, description="sample this many envs (deterministic for the seed)")
-    seed: int = Field(0, description="Seed of the sampling and of the train/validation split.")
-    validation_fraction: float = Field(
-        0.1, ge=0.0, lt=1.0, description="Share of the chosen envs in the validation split (split by environment)."
-    )
-    latest_only: bool = Field(True, description="Only the latest qualifying version of each env; off: every one.")
 
 
 def candidates(session: Session, query: SetQuery) -> list[EnvironmentVersion]:

@@ -30,7 +30,8 @@ from worldsmith.stages.tools import run_tools_stage
 from worldsmith.stages.validate import Validation, run_validate_stage
 from worldsmith.stages.verifiers import run_verifiers_stage
 from worldsmith.stages.work import EnvWork
-from worldsmith.tasks.generation_run import GenerateParameters, embedder, resources
+from worldsmith.tasks.generation_run import embedder, resources
+from worldsmith.tasks.parameters import GenerateParameters
 
 P = ParamSpec("P")
 R = TypeVar("R")
