@@ -52,3 +52,18 @@ def test_test_modules_have_unique_names() -> None:
     """pytest imports test modules by their base name (rootdir-relative folders are not packages)."""
     names = [p.name for p in TESTS.rglob("test_*.py")]
     assert len(names) == len(set(names)), sorted({n for n in names if names.count(n) > 1})
+
+
+def test_test_modules_import_only_their_own_folders_test_modules() -> None:
+    """A folder's tests run alone (`pytest tests/stages`): what tests of several folders share lives in
+    tests/support, not in another folder's test module."""
+    crossing = []
+    for module in TESTS.rglob("test_*.py"):
+        here = {p.stem for p in module.parent.glob("test_*.py")}
+        for node in ast.walk(ast.parse(module.read_text())):
+            names = [node.module] if isinstance(node, ast.ImportFrom) and node.module else []
+            names += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            crossing += [
+                f"{module.relative_to(TESTS)} imports {n}" for n in names if n.startswith("test_") and n not in here
+            ]
+    assert not crossing, crossing

@@ -7,7 +7,7 @@ import dataclasses
 import time
 
 import pytest
-from test_verifier_robustness import procedural_work
+from support.procedural import procedural_work
 
 from worldsmith.llm.procedural.backend import ProceduralGenerator, procedural_bundle
 from worldsmith.llm.procedural.faults import plant

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from support.llm_server import ProceduralLLM, ScriptedLLM, json_reply
-from test_verifier_robustness import over_strict, procedural_work
+from support.procedural import over_strict, procedural_work
 
 from worldsmith.llm.openai_backend import OpenAIGenerator
 from worldsmith.llm.procedural.backend import ProceduralGenerator

@@ -9,7 +9,6 @@ optimizer and the runtime are all real.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from support.bundles import with_tools
+from support.scripts import call_text
 
 from worldsmith.agent.hf_policy import render_prompt
 from worldsmith.agent.loop import Trajectory, TurnRecord, visible
@@ -31,10 +31,6 @@ pytestmark = pytest.mark.e2e
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 TASK = "t01_points_balance"
-
-
-def call_text(name: str, arguments: dict) -> str:
-    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call><|im_end|>"
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from test_training import call_text
+from support.scripts import call_text
 
 from worldsmith.agent.hf_policy import render_prompt
 from worldsmith.agent.loop import EpisodeConfig, Trajectory, run_episode, visible
