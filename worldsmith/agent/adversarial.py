@@ -94,8 +94,8 @@ def side_effect(
     seeds = SeedValues(bundle.world, rng=rng)
     tools = sorted((t.model_dump() for t in bundle.tools), key=lambda t: not t["name"].startswith(DESTRUCTIVE_WORDS))
     with runtime.open_episode(bundle, task) as episode:
-        for tool, arguments in _calls(task):
-            episode.call_tool(tool, arguments)
+        for name, arguments in _calls(task):
+            episode.call_tool(name, arguments)
         solved = episode.snapshot()
         for attempt in range(tries):
             tool = tools[attempt] if attempt < len(tools) else rng.choice(tools)
@@ -113,7 +113,7 @@ def probes_for(runtime: Runtime, bundle: Bundle, task: TaskSpec) -> list[tuple[P
     reference = reference_run(runtime, bundle, task)
     mutations = [i for i, changed in enumerate(reference.changed) if changed]
 
-    def make(kind, expect):
+    def make(kind: str, expect: str) -> Probe:
         return Probe(bundle.env_id, task.id, kind, expect)
 
     probes: list[tuple[Probe, Any]] = [

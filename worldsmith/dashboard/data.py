@@ -10,7 +10,7 @@ from collections import defaultdict
 from typing import Any
 
 from sqlalchemy import func
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from worldsmith.dashboard.drilldown import (
     PSEUDO_STAGES,
@@ -36,7 +36,7 @@ from worldsmith.models.catalog import (
     TrainingStep,
 )
 from worldsmith.models.evaluation import stored_overall
-from worldsmith.storage.run_listing import run_status
+from worldsmith.storage.run_listing import run_status, set_names
 from worldsmith.storage.sets import split_counts
 
 RATES = ("first_attempt_success", "repair_rate", "failure_rate")
@@ -56,7 +56,7 @@ def generation_by_night(session: Session, filters: Filters = NO_FILTERS) -> dict
     stage rollups."""
     sums = sums_by_night(filters)
     rows = session.exec(
-        select(
+        select(  # type: ignore[call-overload]  # sqlmodel types select() for up to 4 columns
             sums.night,
             sums.stage,
             func.sum(sums.invocations),
@@ -96,8 +96,8 @@ def night_backends(session: Session, filters: Filters = NO_FILTERS) -> dict[str,
     rows = session.exec(
         select(night, EnvironmentVersion.generator_backend, EnvironmentVersion.generator_model)
         .where(*filters.versions(session))
-        .group_by(night, EnvironmentVersion.generator_backend, EnvironmentVersion.generator_model)
-        .order_by(night, EnvironmentVersion.generator_backend, EnvironmentVersion.generator_model)
+        .group_by(night, col(EnvironmentVersion.generator_backend), col(EnvironmentVersion.generator_model))
+        .order_by(night, col(EnvironmentVersion.generator_backend), col(EnvironmentVersion.generator_model))
     ).all()
     backends: dict[str, list[str]] = defaultdict(list)
     for day, backend, model in rows:
@@ -112,15 +112,17 @@ def generation_nights(session: Session, filters: Filters = NO_FILTERS) -> list[d
     `environment`), stage attempts, tokens in and out and cost. Aggregated in SQL."""
     sums = sums_by_night(filters)
     usage = session.exec(
-        select(sums.night, func.count(func.distinct(sums.run_id)), *_usage_columns(sums))
+        select(  # type: ignore[call-overload]  # sqlmodel types select() for up to 4 columns, not *columns
+            sums.night, func.count(func.distinct(sums.run_id)), *_usage_columns(sums)
+        )
         .where(real_stages(sums), *filters.rollups(sums))
         .group_by(sums.night)
     ).all()
     attempted = dict(
         session.exec(
-            select(StageRollup.night, worlds_in())
+            select(col(StageRollup.night), worlds_in())
             .where(real_stages(), *filters.rollups(StageRollup))
-            .group_by(StageRollup.night)
+            .group_by(col(StageRollup.night))
         ).all()
     )
     worlds: dict[str, dict[str, int]] = defaultdict(lambda: {"good": 0, "failed": 0})
@@ -132,9 +134,9 @@ def generation_nights(session: Session, filters: Filters = NO_FILTERS) -> list[d
     ).all():
         worlds[str(day)]["good" if status == "good" else "failed"] += count
     legacy = session.exec(
-        select(StageRollup.night, worlds_in())
-        .where(StageRollup.stage.in_(PSEUDO_STAGES), StageRollup.failures > 0, *filters.rollups(StageRollup))
-        .group_by(StageRollup.night)
+        select(col(StageRollup.night), worlds_in())
+        .where(col(StageRollup.stage).in_(PSEUDO_STAGES), col(StageRollup.failures) > 0, *filters.rollups(StageRollup))
+        .group_by(col(StageRollup.night))
     ).all()
     for day, count in legacy:
         worlds[str(day)]["failed"] += count
@@ -177,9 +179,9 @@ def quality(session: Session, filters: Filters = NO_FILTERS) -> dict[str, Any]:
     checks: dict[str, dict[str, int]] = {}
     for kind, passed, count in session.exec(
         select(QualityReport.kind, QualityReport.passed, func.count())
-        .join(EnvironmentVersion, EnvironmentVersion.id == QualityReport.version_id)
+        .join(EnvironmentVersion, col(EnvironmentVersion.id) == QualityReport.version_id)
         .where(*filters.versions(session))
-        .group_by(QualityReport.kind, QualityReport.passed)
+        .group_by(col(QualityReport.kind), col(QualityReport.passed))
     ).all():
         checks.setdefault(kind, {"passed": 0, "failed": 0})["passed" if passed else "failed"] += count
     reasons: dict[str, int] = defaultdict(int)
@@ -199,28 +201,27 @@ def quality(session: Session, filters: Filters = NO_FILTERS) -> dict[str, Any]:
 def sets(session: Session) -> list[dict[str, Any]]:
     """Each environment set (newest first) with its member counts per split (counted in SQL)."""
     counts = split_counts(session)
-    return [
-        {
-            "name": s.name,
-            "members": sum(counts.get(s.id, {}).values()),
-            "train": counts.get(s.id, {}).get("train", 0),
-            "validation": counts.get(s.id, {}).get("validation", 0),
-            "created_at": s.created_at.isoformat(timespec="seconds"),
-        }
-        for s in session.exec(select(EnvironmentSet).order_by(EnvironmentSet.id.desc())).all()
-    ]
-
-
-def _set_names(session: Session) -> dict[int, str]:
-    return {s.id: s.name for s in session.exec(select(EnvironmentSet)).all()}
+    rows = []
+    for s in session.exec(select(EnvironmentSet).order_by(col(EnvironmentSet.id).desc())).all():
+        members = counts.get(s.id, {}) if s.id is not None else {}
+        rows.append(
+            {
+                "name": s.name,
+                "members": sum(members.values()),
+                "train": members.get("train", 0),
+                "validation": members.get("validation", 0),
+                "created_at": s.created_at.isoformat(timespec="seconds"),
+            }
+        )
+    return rows
 
 
 def evaluations(session: Session) -> list[dict[str, Any]]:
     """Each evaluation run (oldest first): policy, set, status (and error when it failed), pass@1, pass@k (k = samples),
     env_error, format_error and agent_error rates."""
-    names = _set_names(session)
+    names = set_names(session)
     rows = []
-    for run in session.exec(select(EvaluationRun).order_by(EvaluationRun.id)).all():
+    for run in session.exec(select(EvaluationRun).order_by(col(EvaluationRun.id))).all():
         overall = stored_overall(run.metrics)  # None while running, or failed
         rows.append(
             {
@@ -257,14 +258,14 @@ COTRAIN_SERIES = ("real_success_rate", "eval_pass@1", "wm_accuracy_fresh", "imag
 
 def _runs(session: Session, keys: tuple[str, ...], cotrain: bool) -> list[dict[str, Any]]:
     """Training runs (oldest first), co-training runs or the others, each with a series per key over its steps."""
-    names = _set_names(session)
+    names = set_names(session)
     rows = []
-    for run in session.exec(select(TrainingRun).order_by(TrainingRun.id)).all():
+    for run in session.exec(select(TrainingRun).order_by(col(TrainingRun.id))).all():
         kind = run.config.get("kind", "grpo")
         if (kind == "cotrain") != cotrain:
             continue
         steps = session.exec(
-            select(TrainingStep).where(TrainingStep.training_run_id == run.id).order_by(TrainingStep.step)
+            select(TrainingStep).where(TrainingStep.training_run_id == run.id).order_by(col(TrainingStep.step))
         ).all()
         model = run.config.get("policy", {}).get("model") if cotrain else run.config.get("model")
         rows.append(

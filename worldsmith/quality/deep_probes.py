@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from worldsmith.bundle.contract import Bundle
 from worldsmith.models.bundle import ToolSchema
@@ -91,7 +92,11 @@ class _Probed:
 
 
 def _probe_tool(
-    prober: Prober, name: str, valid: list[dict], invalid: list[tuple[dict, str]], budget: DeepProbeBudget
+    prober: Prober,
+    name: str,
+    valid: list[dict[str, Any]],
+    invalid: list[tuple[dict[str, Any], str]],
+    budget: DeepProbeBudget,
 ) -> _Probed:
     """Run one tool's calls within `budget`: its valid calls stop after `writing_calls` wrote, all its
     calls after `crashes` crashed (a tool that times out would otherwise cost its limit per call)."""

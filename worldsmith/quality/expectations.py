@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from worldsmith.bundle.contract import Bundle
 from worldsmith.models.quality import QualityCheck
 from worldsmith.quality.memo import SharedMemo, content_digest
 from worldsmith.quality.schema import TableSchema, read_schema
+
+if TYPE_CHECKING:  # Great Expectations is imported when a world is validated (it is slow to import)
+    from great_expectations.core.batch_definition import BatchDefinition
+    from great_expectations.core.expectation_suite import ExpectationSuite
+    from great_expectations.expectations import Expectation
 
 ROWID = "_rowid_"
 MAX_OFFENDING = 20
@@ -34,7 +39,8 @@ def _plain(value: Any) -> Any:
     return value.item() if hasattr(value, "item") else value
 
 
-def _context():
+def _context() -> BatchDefinition[None]:
+    """A batch of a whole pandas frame, in an ephemeral context (no files, no network)."""
     import great_expectations as gx
     from great_expectations.data_context.types.base import (
         DataContextConfig,
@@ -56,7 +62,7 @@ def _context():
     )
 
 
-def _suite(table: TableSchema, frame: Any, frames: dict[str, Any]):
+def _suite(table: TableSchema, frame: Any, frames: dict[str, Any]) -> ExpectationSuite:
     """The expectation suite of one table; foreign keys become derived orphan columns of `frame`."""
     import great_expectations as gx
     import great_expectations.expectations as gxe
@@ -64,7 +70,7 @@ def _suite(table: TableSchema, frame: Any, frames: dict[str, Any]):
     def meta(check: str, columns: list[str]) -> dict[str, Any]:
         return {"check": check, "table": table.name, "columns": columns}
 
-    expectations = [gxe.ExpectTableRowCountToBeBetween(min_value=1, meta=meta("not_empty", []))]
+    expectations: list[Expectation] = [gxe.ExpectTableRowCountToBeBetween(min_value=1, meta=meta("not_empty", []))]
     for column in table.primary_key:
         expectations.append(
             gxe.ExpectColumnValuesToNotBeNull(column=column, meta=meta("primary_key_not_null", [column]))
@@ -118,7 +124,7 @@ def _errors(result: Any) -> list[str]:
     info = result.exception_info or {}
     if "raised_exception" in info:
         return [info["exception_message"]] if info.get("raised_exception") else []
-    return [v.get("exception_message") for v in info.values() if isinstance(v, dict) and v.get("exception_message")]
+    return [v["exception_message"] for v in info.values() if isinstance(v, dict) and v.get("exception_message")]
 
 
 def _failure(result: Any) -> dict[str, Any]:
@@ -176,7 +182,8 @@ def _validated(world: bytes) -> QualityCheck:
         frames[table.name] = pd.read_sql(select, conn, dtype_backend="numpy_nullable")
     conn.close()
     batch_definition = _context()
-    evaluated, failures = 0, []
+    evaluated = 0
+    failures: list[dict[str, Any]] = []
     for table in tables:
         frame = frames[table.name].copy()
         suite = _suite(table, frame, frames)

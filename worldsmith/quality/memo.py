@@ -39,12 +39,10 @@ class SharedMemo(Generic[V]):
     def get(self, key: str, compute: Callable[[], V]) -> V:
         """The result kept under `key`, else (or once the caller computing it is done) `compute()`'s."""
         with self._lock:
-            future = self._entries.get(key)
-            owner = future is None
-            if owner:
-                future = Future()
+            kept = self._entries.get(key)
+            owner = kept is None
+            future: Future[V] = Future() if kept is None else kept
             self._keep(key, future)
-        assert future is not None
         if owner:
             try:
                 future.set_result(compute())

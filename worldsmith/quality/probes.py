@@ -53,7 +53,13 @@ class SeedValues:
             return schema["enum"][0]
         kinds = schema.get("type", "string")
         kind = next((k for k in kinds if k != "null"), "string") if isinstance(kinds, list) else kinds
-        wanted = {"integer": int, "number": (int, float), "string": str, "boolean": bool}.get(kind)
+        python_types: dict[str, type | tuple[type, ...]] = {
+            "integer": int,
+            "number": (int, float),
+            "string": str,
+            "boolean": bool,
+        }
+        wanted = python_types.get(kind)
         candidates = [
             c
             for c in self.columns.get(name, [])

@@ -93,7 +93,7 @@ class Table:
         for index, (rowid, row) in enumerate(self.rows):
             if _key(rowid if self.key is None else row[self.key]) in numbers:
                 found.append(index)
-            for key in {_key(v) for v in row} & texts:
+            for key in texts & {_key(v) for v in row}:
                 by_text.setdefault(key, []).append(index)
         found += [i for rows in by_text.values() if len(rows) <= IDENTIFYING_ROWS for i in rows]
         return sorted(set(found))

@@ -6,7 +6,7 @@ must hold every entity the tasks name (the coverage check). Feedback for the see
 from __future__ import annotations
 
 from worldsmith.bundle.loader import sql_issues
-from worldsmith.bundle.sqlscript import build_world, check_schema
+from worldsmith.bundle.sqlscript import SqlFault, build_world, check_schema
 from worldsmith.llm.backend import Generator, Prompt
 from worldsmith.models.specs import SchemaSpec, SeedSpec, TaskList
 from worldsmith.quality.seedview import missing_entities
@@ -16,7 +16,7 @@ from worldsmith.stages.repair import CheckFailed, run_with_repair
 from worldsmith.stages.work import EnvWork
 
 
-def _fail_on(faults: list, kind: str) -> None:
+def _fail_on(faults: list[SqlFault], kind: str) -> None:
     if faults:
         raise CheckFailed(kind, "\n".join(str(issue) for issue in sql_issues(faults)))
 

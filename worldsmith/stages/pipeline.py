@@ -88,9 +88,10 @@ def build_environment(
         Stage.VERIFIERS: lambda w, fb: run_verifiers_stage(w, generator, runtime, log, max_attempts, fb),
     }
 
-    def validate(work: EnvWork, round_number: int) -> Validation:
+    def validate_world(work: EnvWork, round_number: int) -> Validation:
         return run_validate_stage(work, generator, runtime, log, round_number)
 
+    validate: Validator = validate_world
     if review_enabled(review, generator):
-        validate = with_review(validate, lambda w: run_review_stage(w, generator, log, max_attempts), runtime)
+        validate = with_review(validate_world, lambda w: run_review_stage(w, generator, log, max_attempts), runtime)
     return run_stages(EnvWork.start(scenario, seed), stages, validate, rounds=max_attempts)

@@ -118,6 +118,7 @@ def run_review_stage(
     """The model's review of `work` (every stage done), each finding naming a known target."""
     rows = seed_rows(work)
     assert work.verifiers is not None and work.tools_py is not None
+    tools_py, verifiers_py = work.tools_py, work.verifiers.verifiers_py
 
     def prompt(extra: str | None) -> Prompt:
         return work.prompt(
@@ -126,9 +127,9 @@ def run_review_stage(
             schema=work.schema_sql,
             seed_rows=rows,
             tools=work.tool_lines(),
-            tools_py=work.tools_py,
+            tools_py=tools_py,
             tasks=_task_lines(work),
-            verifiers_py=work.verifiers.verifiers_py,
+            verifiers_py=verifiers_py,
         )
 
     return run_with_repair(

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from worldsmith.llm.backend import Generator, Prompt
 from worldsmith.llm.prompts import render
@@ -16,6 +17,10 @@ from worldsmith.models.specs import ScenarioBatch
 from worldsmith.stages.attempts import AttemptLog
 from worldsmith.stages.order import Stage
 from worldsmith.stages.repair import CheckFailed, run_with_repair
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
 
 DUPLICATE_COSINE = 0.85
 EXAMPLES = 8
@@ -38,14 +43,18 @@ def _text(scenario: Scenario) -> str:
     return f"{scenario.name}. {scenario.description}"
 
 
-def similarity(texts: list[str], embed: Embed | None = None):
+def similarity(texts: list[str], embed: Embed | None = None) -> NDArray[np.float64]:
     """Pairwise cosine similarity matrix of `texts`."""
     from sklearn.feature_extraction.text import TfidfVectorizer
     from sklearn.metrics.pairwise import cosine_similarity
 
-    if embed is not None:
-        return cosine_similarity(embed(texts))
-    return cosine_similarity(TfidfVectorizer(stop_words="english", sublinear_tf=True).fit_transform(texts))
+    vectors = (
+        embed(texts)
+        if embed is not None
+        else TfidfVectorizer(stop_words="english", sublinear_tf=True).fit_transform(texts)
+    )
+    matrix: NDArray[np.float64] = cosine_similarity(vectors)  # sklearn is untyped
+    return matrix
 
 
 def novel(
@@ -135,7 +144,8 @@ def balanced(candidates: list[Scenario], accepted: list[Scenario], take: int) ->
     counts: dict[str, int] = {}
     for scenario in accepted:
         counts[_category(scenario)] = counts.get(_category(scenario), 0) + 1
-    pool, chosen = list(candidates), []
+    pool = list(candidates)
+    chosen: list[Scenario] = []
     while pool and len(chosen) < take:
         best = min(pool, key=lambda s: (counts.get(_category(s), 0), pool.index(s)))
         pool.remove(best)

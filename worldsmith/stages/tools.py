@@ -5,6 +5,8 @@ specification and asks for the code again."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import jsonschema
 
 from worldsmith.bundle.codepolicy import check_source
@@ -40,7 +42,12 @@ def check_plan(plan: ToolPlan) -> ToolPlan:
 
 
 def tools_only_bundle(
-    work: EnvWork, tools_py: str, tools: list[dict], *, world: bytes | None = None, generator: Generator | None = None
+    work: EnvWork,
+    tools_py: str,
+    tools: list[dict[str, Any]],
+    *,
+    world: bytes | None = None,
+    generator: Generator | None = None,
 ) -> Bundle:
     """A provisional bundle of the schema, seed (or `world`, built already) and tools (no tasks yet), to run
     tools in the sandbox under the world's clock (as its episodes will run them); with `generator`, its

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -47,7 +48,7 @@ class EnvWork(BaseModel):
         """The environment of `scenario` and `seed` before any stage ran, under its stable id."""
         return cls(scenario=scenario, seed=seed, env_id=env_id_for(scenario, seed), now=world_clock(scenario, seed))
 
-    def context(self, feedback: str | None = None) -> dict:
+    def context(self, feedback: str | None = None) -> dict[str, Any]:
         """The structured facts behind every prompt of this environment."""
         return {"scenario": self.scenario.model_dump(), "seed": self.seed, "env_id": self.env_id, "feedback": feedback}
 
@@ -80,13 +81,22 @@ class EnvWork(BaseModel):
     def tool_lines(self) -> str:
         return json.dumps([t.model_dump() for t in self.tool_plan.tools], indent=1) if self.tool_plan else "[]"
 
-    def manifest(self, generator: Generator, **fields: object) -> Manifest:
+    def manifest(
+        self, generator: Generator, *, artifacts: dict[str, str] | None = None, stats: dict[str, Any] | None = None
+    ) -> Manifest:
         """This world's manifest: identity, scenario, clock and provenance (`generator`, the prompts'
-        version, the seed), plus `fields`."""
+        version, the seed), plus its `artifacts`' sha256 and its `stats` where given."""
         info = GeneratorInfo(
             backend=generator.backend, model=generator.model, prompt_version=prompt_version(), seed=self.seed
         )
-        return Manifest(env_id=self.env_id, scenario=self.scenario, clock=self.now, generator=info, **fields)
+        return Manifest(
+            env_id=self.env_id,
+            scenario=self.scenario,
+            clock=self.now,
+            generator=info,
+            artifacts=artifacts or {},
+            stats=stats or {},
+        )
 
     def partial_files(self) -> dict[str, bytes]:
         """What the stages of a world that stopped at a stage wrote: each source file it got to, and

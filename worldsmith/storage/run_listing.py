@@ -11,7 +11,7 @@ from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import case, func
-from sqlmodel import Session, select
+from sqlmodel import Session, col, select
 
 from worldsmith.models.catalog import (
     EnvironmentSet,
@@ -68,13 +68,13 @@ def generation_runs(session: Session, limit: int | None = None) -> list[dict[str
     (published good, published failed, neither: a duplicate of another world, or not finished),
     attempts, failed attempts, tokens and cost. Aggregated in SQL."""
     query = (
-        select(
+        select(  # type: ignore[call-overload]  # sqlmodel types select() for up to 4 columns
             StageAttempt.run_id,
             func.min(StageAttempt.created_at),
             func.max(StageAttempt.created_at),
             func.count(func.distinct(StageAttempt.env_id)),
             func.count(),
-            func.sum(case((StageAttempt.outcome != "success", 1), else_=0)),
+            func.sum(case((col(StageAttempt.outcome) != "success", 1), else_=0)),
             func.coalesce(func.sum(StageAttempt.tokens_in), 0),
             func.coalesce(func.sum(StageAttempt.tokens_out), 0),
             func.coalesce(func.sum(StageAttempt.cost_usd), 0.0),
@@ -88,9 +88,11 @@ def generation_runs(session: Session, limit: int | None = None) -> list[dict[str
     run_ids = [row[0] for row in runs]
     outcomes: dict[str, dict[str, int]] = {run_id: {"good": 0, "failed": 0} for run_id in run_ids}
     if run_ids:
-        worlds = select(StageAttempt.run_id, StageAttempt.env_id).where(StageAttempt.run_id.in_(run_ids)).distinct()
+        worlds = (
+            select(StageAttempt.run_id, StageAttempt.env_id).where(col(StageAttempt.run_id).in_(run_ids)).distinct()
+        )
         published = (
-            select(EnvironmentVersion.env_id, func.max(case((EnvironmentVersion.status == "good", 1), else_=0)))
+            select(EnvironmentVersion.env_id, func.max(case((col(EnvironmentVersion.status) == "good", 1), else_=0)))
             .group_by(EnvironmentVersion.env_id)
             .subquery()
         )
@@ -129,15 +131,16 @@ def generation_runs(session: Session, limit: int | None = None) -> list[dict[str
     return rows
 
 
-def _set_names(session: Session) -> dict[int, str]:
+def set_names(session: Session) -> dict[int | None, str]:
+    """Each stored set's name by id, keyed as a run's `set_id` reads (None, a run of no set, names none)."""
     return {s.id: s.name for s in session.exec(select(EnvironmentSet)).all()}
 
 
 def evaluation_runs(session: Session, limit: int | None = None) -> list[dict[str, Any]]:
     """Evaluation runs, newest first: policy, set, samples, pass@1, pass@k (k = samples), episodes and
     the env_error, agent_error and format_error rates."""
-    names = _set_names(session)
-    query = select(EvaluationRun).order_by(EvaluationRun.started_at.desc(), EvaluationRun.id.desc())
+    names = set_names(session)
+    query = select(EvaluationRun).order_by(col(EvaluationRun.started_at).desc(), col(EvaluationRun.id).desc())
     rows = []
     for run in session.exec(query.limit(limit) if limit is not None else query).all():
         overall = stored_overall(run.metrics)  # None while running, or failed
@@ -192,15 +195,15 @@ def _training_metrics(kind: RunKind, run: TrainingRun, last_step: dict[str, Any]
 
 def training_runs(session: Session, kinds: set[RunKind], limit: int | None = None) -> list[dict[str, Any]]:
     """Training runs of `kinds` (train, cotrain, world-model), newest first, with their key metrics."""
-    names = _set_names(session)
+    names = set_names(session)
     rows = []
-    query = select(TrainingRun).order_by(TrainingRun.started_at.desc(), TrainingRun.id.desc())
+    query = select(TrainingRun).order_by(col(TrainingRun.started_at).desc(), col(TrainingRun.id).desc())
     for run in session.exec(query).all():
         kind = _TRAINING_KINDS.get(run.config.get("kind"), RunKind.TRAIN)
         if kind not in kinds:
             continue
         last = session.exec(
-            select(TrainingStep).where(TrainingStep.training_run_id == run.id).order_by(TrainingStep.step.desc())
+            select(TrainingStep).where(TrainingStep.training_run_id == run.id).order_by(col(TrainingStep.step).desc())
         ).first()
         model = run.config.get("policy", {}).get("model") if kind == RunKind.COTRAIN else run.config.get("model")
         rows.append(

@@ -43,6 +43,9 @@ class Tally:
     fields: Counts = field(default_factory=Counts)
 
     def add(self, prediction: Prediction, truth: Transition) -> bool:
+        """Count `prediction` against the recorded `truth`; whether its observation matched."""
+        if truth.observation is None:
+            raise ValueError(f"transition {truth.episode}#{truth.index} is a query: no recorded observation to score")
         self.n += 1
         hit = observation_match(prediction.observation, truth.observation)
         self.exact += hit
@@ -67,9 +70,11 @@ class Tally:
 
 def one_step(model: WorldModel, transitions: list[Transition], samples: int = 1) -> OneStepScores:
     """Scores of single-call predictions from the real state, overall and per environment."""
-    overall, per_env = Tally(), defaultdict(Tally)
+    overall = Tally()
+    per_env: defaultdict[str, Tally] = defaultdict(Tally)
     consistency: list[float] = []
-    consistent_hits, inconsistent_hits = [], []
+    consistent_hits: list[bool] = []
+    inconsistent_hits: list[bool] = []
     for transition in transitions:
         predictions = model.predict(transition, transition.history, samples)
         hit = overall.add(predictions[0], transition)

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from worldsmith.agent.trajectories import Trajectory
+from worldsmith.agent.loop import Trajectory
 from worldsmith.bundle.contract import Bundle
 from worldsmith.models.jsonlines import read_models, write_models
 from worldsmith.models.results import ToolResult
