@@ -95,12 +95,16 @@ class GenerateParameters(BaseModel):
         """The backend a run uses: the one given, else the one configured (see `configured_backend`)."""
         return self.backend or configured_backend(get_settings())
 
+    def resolved_seed(self) -> int:
+        """The generator's seed a run uses: the one given, else today's UTC date (YYYYMMDD)."""
+        return self.seed if self.seed is not None else int(datetime.now(UTC).strftime("%Y%m%d"))
+
     def dated(self) -> GenerateParameters:
         """These parameters as a run uses them (what a nightly run needs): an unset seed replaced by
         today's UTC date, an unset backend by the configured one."""
         update: dict[str, object] = {}
         if self.seed is None:
-            update["seed"] = int(datetime.now(UTC).strftime("%Y%m%d"))
+            update["seed"] = self.resolved_seed()
         if self.backend is None:
             update["backend"] = self.resolved_backend()
         return self.model_copy(update=update) if update else self
