@@ -22,6 +22,9 @@ from worldsmith.worldmodel.config import SimulationConfig
 
 BACKENDS = ("procedural", "openai")
 
+#: Which of a set's splits an evaluation runs on.
+SplitName = Literal["all", "train", "validation"]
+
 
 class GenerateParameters(BaseModel):
     """Parameters of a generation run (the `generate` flow and `worldsmith generate`)."""
@@ -128,9 +131,7 @@ class EvaluateParameters(BaseModel):
     set_name: str = Field(description="Environment set to evaluate on.")
     policy: str = Field("reference", description=SPEC_HELP)
     samples: int = Field(1, ge=1, le=64, description="Episodes per task (k of pass@k).")
-    split: Literal["all", "train", "validation"] = Field(
-        "all", description="Which of the set's splits to evaluate on: all, train or validation."
-    )
+    split: SplitName = Field("all", description="Which of the set's splits to evaluate on: all, train or validation.")
     max_turns: int = Field(20, ge=1, le=200, description="Turns (model replies) per episode at most.")
     window: int | None = Field(None, ge=1, description="History window in turns; unset: full history.")
     temperature: float | None = Field(
