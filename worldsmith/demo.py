@@ -20,7 +20,7 @@ import os
 import time
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 from pydantic import BaseModel, Field
@@ -32,6 +32,7 @@ from worldsmith.ops.stack import Stack
 from worldsmith.settings import get_settings
 
 if TYPE_CHECKING:
+    from worldsmith.models.results import VerifierResult
     from worldsmith.training.config import TrainingConfig
 
 
@@ -88,8 +89,8 @@ def _solve_over_mcp(url: str, gateway: Any, env_id: str, task: Any) -> str:
                 for step in task.solution:
                     await session.call_tool(step.tool, step.arguments)
                 (episode,) = gateway.sessions.values()  # one session at a time
-                verdict = await anyio.to_thread.run_sync(episode.verify, task.answer or "")
-        return getattr(verdict.status, "value", verdict.status)
+                verdict: VerifierResult = await anyio.to_thread.run_sync(episode.verify, task.answer or "")
+        return verdict.status.value
 
     return anyio.run(solve)
 
@@ -132,7 +133,7 @@ class Demo:
         self.summary["urls"] = {"prefect_ui": self.stack.ui_url, "dashboard": self.stack.dashboard_url}
 
     def generate(self) -> None:
-        from sqlmodel import select
+        from sqlmodel import col, select
 
         from worldsmith.flows.generate import run_generate
         from worldsmith.models.catalog import StageAttempt
@@ -157,7 +158,7 @@ class Demo:
         good = [r for r in results if r.status == "good"]
         with open_catalog().session() as session:
             attempts = session.exec(
-                select(StageAttempt).where(StageAttempt.env_id.in_([r.env_id for r in results]))
+                select(StageAttempt).where(col(StageAttempt.env_id).in_([r.env_id for r in results]))
             ).all()
         stages = stage_summary(list(attempts))
         table = Table(title=f"{len(good)} of {len(results)} environments published as good")
@@ -172,7 +173,8 @@ class Demo:
                 f"{row['failure_rate']:.2f}",
             )
         self.console.print(table)
-        repaired = sum(round(float(r["repair_rate"]) * int(r["invocations"])) for r in stages)
+        # stage_summary's rows hold a float repair rate and an int count of invocations
+        repaired = sum(round(cast(float, r["repair_rate"]) * cast(int, r["invocations"])) for r in stages)
         self.summary["generation"] = {
             "environments": len(results),
             "good": len(good),
@@ -182,7 +184,7 @@ class Demo:
 
     def curate(self) -> None:
         from worldsmith.flows.curate import curate
-        from worldsmith.storage.sets import SetQuery
+        from worldsmith.models.sets import SetQuery
         from worldsmith.tasks.parameters import CurateParameters
 
         self._step(3, f"curate the good environments into set {self.options.set_name!r}")

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, cast
+from uuid import UUID
 
 from prefect import get_run_logger
 from prefect.artifacts import (
@@ -39,7 +40,7 @@ def _rounded(row: dict[str, Any], columns: Sequence[str] | None = None) -> dict[
 
 def as_completed_with_progress(futures: list[PrefectFuture[Any]], key: str, description: str) -> Iterator[Any]:
     """`futures` as they complete, a progress artifact `key` advancing with each."""
-    progress = create_progress_artifact(0.0, key=key, description=description)
+    progress = cast(UUID, create_progress_artifact(0.0, key=key, description=description))  # sync: not a coroutine
     for done, future in enumerate(as_completed(futures), start=1):
         update_progress_artifact(progress, 100.0 * done / len(futures))
         yield future
@@ -116,7 +117,7 @@ _WORLD_COLUMNS = ("reward_real", "reward_imagined", "reward_gap", "real_start_ra
 def step_table(log: list[StepMetrics], config: TrainingConfig) -> list[dict[str, Any]]:
     """One row per logged step with the metrics people watch (rounded for display): with a judged reward
     also the judge's requests, cost and latency; in simulated training the real and imagined rewards apart."""
-    columns = _STEP_COLUMNS
+    columns: tuple[str, ...] = _STEP_COLUMNS
     if config.reward != "verifier":
         columns += _JUDGE_COLUMNS
     if config.simulate is not None:

@@ -30,9 +30,9 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from pydantic.json_schema import SkipJsonSchema
 
-from worldsmith.agent.loop import run_episode
+from worldsmith.agent.loop import Trajectory, run_episode
 from worldsmith.agent.policies import ReferencePolicy
-from worldsmith.agent.trajectories import Trajectory, read_jsonl
+from worldsmith.agent.trajectories import read_jsonl
 from worldsmith.bundle.loader import load_bundle
 from worldsmith.flows.artifacts import summarise_cotraining
 from worldsmith.flows.evaluate import evaluate
@@ -46,7 +46,7 @@ from worldsmith.models.world_model_scores import OneStepScores
 from worldsmith.runtime.episode import Runtime
 from worldsmith.settings import get_settings
 from worldsmith.storage.run_records import finish_run, record_step
-from worldsmith.tasks.parameters import EvaluateParameters
+from worldsmith.tasks.parameters import EvaluateParameters, SplitName
 from worldsmith.training.config import CotrainConfig, WorldModelConfig
 from worldsmith.training.world_model_runs import train_world_model
 from worldsmith.worldmodel.config import SimulationConfig
@@ -189,7 +189,7 @@ def run_round(
     number: int,
     learned: Learned,
     train_paths: list[str],
-    eval_split: str,
+    eval_split: SplitName,
     here: Path,
     progress: bool,
 ) -> CotrainRound:
@@ -250,7 +250,7 @@ def cotrain(config: CotrainConfig, progress: SkipJsonSchema[bool] = False) -> Co
     with failed_on_error(TrainingRun, run_id, lambda: {"rounds": len(rounds)}):
         paths = plan(config.policy)
         learned = Learned(policy=prepare_model(config.policy, paths["train"], progress))
-        eval_split = "validation" if paths["validation"] else config.policy.split
+        eval_split: SplitName = "validation" if paths["validation"] else config.policy.split
         if config.reference_transitions:
             learned.transitions = real_transitions(paths["train"], None, config.policy.seed)
         for number in range(1, config.rounds + 1):

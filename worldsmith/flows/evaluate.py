@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import uuid
 from collections import defaultdict
+from typing import Any, cast
 
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
-from prefect.futures import wait
-from prefect.task_runners import ThreadPoolTaskRunner
+from prefect.futures import PrefectFuture, wait
+from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 from pydantic import BaseModel
 
 from worldsmith.agent.loop import EpisodeConfig, Trajectory, run_episode
@@ -150,4 +151,6 @@ def evaluate(params: EvaluateParameters) -> EvaluationReport:
 
 def run_evaluate(params: EvaluateParameters) -> EvaluationReport:
     """Run the flow in this process with `concurrency` tasks at once."""
-    return evaluate.with_options(task_runner=ThreadPoolTaskRunner(max_workers=params.concurrency))(params)
+    # as Flow types its own runner: TaskRunner is invariant in its futures, a thread pool's are PrefectFutures
+    runner = cast("TaskRunner[PrefectFuture[Any]]", ThreadPoolTaskRunner(max_workers=params.concurrency))
+    return evaluate.with_options(task_runner=runner)(params)

@@ -26,7 +26,7 @@ import os
 import socket
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from prefect import State, flow, get_run_logger, task
 from prefect.states import Failed
@@ -92,7 +92,7 @@ def build_and_publish(params: GenerateParameters, run_id: str, scenario: Scenari
     of its stage and the world published as failed. Raises a fatal fault, and a transient one while
     Prefect has retries left."""
     r = resources(params, run_id)
-    progress = WorldProgress(EnvWork.start(scenario, params.seed), log=r.log, logger=get_run_logger())
+    progress = WorldProgress(EnvWork.start(scenario, params.resolved_seed()), log=r.log, logger=get_run_logger())
     outcome = WorldOutcome(  # failed until published otherwise
         env_id=progress.work.env_id,
         scenario=scenario.name,
@@ -170,7 +170,7 @@ def task_runner(concurrency: int) -> Any:
     settings = get_settings()
     if settings.task_runner != "dask":
         return ThreadPoolTaskRunner(max_workers=concurrency)
-    from prefect_dask import DaskTaskRunner
+    from prefect_dask.task_runners import DaskTaskRunner
 
     if settings.dask_address:
         return DaskTaskRunner(address=settings.dask_address)
@@ -190,15 +190,21 @@ def run_generate(
 ) -> list[WorldOutcome]:
     """Run the flow in this process (against the configured Prefect API or an ephemeral one)."""
     params = params.dated()
+
+    def worlds() -> list[WorldOutcome]:
+        # a run that ends Failed raises here: Prefect resolves the state the flow returns to its result
+        return cast("list[WorldOutcome]", generate.with_options(task_runner=task_runner(params.concurrency))(params))
+
     if on_progress is None:
-        return generate.with_options(task_runner=task_runner(params.concurrency))(params)
-    outcome: dict[str, Any] = {}
+        return worlds()
+    results: list[WorldOutcome] = []
+    errors: list[BaseException] = []
 
     def run() -> None:
         try:
-            outcome["results"] = generate.with_options(task_runner=task_runner(params.concurrency))(params)
+            results.extend(worlds())
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-            outcome["error"] = exc
+            errors.append(exc)
 
     with FINISHED.holding(params.key(), []) as finished:
         worker = threading.Thread(target=run, name="generate-flow")
@@ -209,6 +215,6 @@ def run_generate(
             while reported < len(finished):
                 on_progress(finished[reported])
                 reported += 1
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["results"]
+    if errors:
+        raise errors[0]
+    return results

@@ -10,11 +10,10 @@ from typing import Any
 from uuid import UUID
 
 from prefect.context import FlowRunContext
-from sqlmodel import SQLModel
 
 from worldsmith.models.catalog import EvaluationRun, TrainingRun
 from worldsmith.storage.catalog import open_catalog
-from worldsmith.storage.run_records import add_run, fail_running, finish_run
+from worldsmith.storage.run_records import RunRow, add_run, fail_running, finish_run
 from worldsmith.storage.sets import get_set
 from worldsmith.tasks.parameters import EvaluateParameters
 
@@ -28,7 +27,9 @@ def current_flow_run_id() -> str | None:
 def _set_id(set_name: str) -> int:
     """The id of environment set `set_name`; CatalogError naming it when there is none."""
     with open_catalog().session() as session:
-        return get_set(session, set_name).id
+        set_id = get_set(session, set_name).id
+    assert set_id is not None  # a stored set
+    return set_id
 
 
 def start_evaluation_run(params: EvaluateParameters) -> int:
@@ -51,7 +52,7 @@ def start_training_run(set_name: str, config: dict[str, Any]) -> int:
 
 
 @contextmanager
-def failed_on_error(table: type[SQLModel], run_id: int, extra: Callable[[], dict[str, Any]] = dict) -> Iterator[None]:
+def failed_on_error(table: type[RunRow], run_id: int, extra: Callable[[], dict[str, Any]] = dict) -> Iterator[None]:
     """Inside, any exception (an interrupt too) finishes run `run_id` of `table` as `failed`, its error
     the exception's type and message and `extra()` merged into its metrics, and propagates."""
     try:

@@ -43,7 +43,7 @@ from worldsmith.storage.publish import CatalogError
 from worldsmith.storage.run_owner import process_alive, this_process
 from worldsmith.storage.run_records import finish_run, update_run
 from worldsmith.storage.sets import get_set, members_of
-from worldsmith.tasks.parameters import EvaluateParameters
+from worldsmith.tasks.parameters import EvaluateParameters, SplitName
 from worldsmith.training.checkpoints import fetch_checkpoint, latest_trainer_checkpoint, save_checkpoint
 from worldsmith.training.config import TINY, TrainingConfig
 
@@ -119,7 +119,7 @@ def _local_model(model: str) -> str:
     return model
 
 
-def evaluate_split(config: TrainingConfig, model: str, split: str) -> EvaluationSummary:
+def evaluate_split(config: TrainingConfig, model: str, split: SplitName) -> EvaluationSummary:
     """Greedy evaluation of `model` on the set's `split` with the evaluate flow: its run and overall scores."""
     params = EvaluateParameters(
         set_name=config.set_name,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 from uuid import UUID
 
 from prefect import flow
@@ -30,6 +30,9 @@ from worldsmith.training.launch import (
     stop_process,
 )
 from worldsmith.training.nodes import run_node_command
+
+if TYPE_CHECKING:
+    from prefect.client.schemas.objects import FlowRun, State
 
 TRAIN_NODE_DEPLOYMENT = "train-node/train-node"
 """The deployment (flow/deployment) that starts nodes 1.. of a multi-node run (deployments/prefect.yaml)."""
@@ -67,7 +70,8 @@ class FlowRunNode:
     patience_s: float = API_PATIENCE_S
     _failing_since: float | None = field(default=None, init=False, repr=False)
 
-    def _state(self):  # noqa: ANN202 - a prefect State, or None while the API fails (within patience)
+    def _state(self) -> State[Any] | None:
+        """The flow run's state, or None while the API fails (within patience)."""
         import httpx
         from prefect.client.orchestration import get_client
         from prefect.exceptions import ObjectNotFound
@@ -134,7 +138,7 @@ class DeploymentNodes:
         from prefect.exceptions import ObjectNotFound
 
         try:
-            run = run_deployment(
+            started = run_deployment(
                 self.deployment,
                 parameters={
                     "request": request.model_dump(mode="json"),
@@ -144,6 +148,7 @@ class DeploymentNodes:
                 flow_run_name=f"train-node-{node_rank}-run-{request.run_id}",  # as the flow names itself
                 timeout=0,  # started, not awaited: node 0 watches it
             )
+            run = cast("FlowRun", started)  # called from sync code: the flow run, not a coroutine
         except (httpx.HTTPError, ObjectNotFound) as exc:  # the API down, or the deployment gone since the check
             raise LaunchFailed(
                 f"training node {node_rank} of {rendezvous.nodes} could not be started as a run of {self.deployment}: "

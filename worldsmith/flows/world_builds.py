@@ -12,15 +12,16 @@ import logging
 import traceback
 from dataclasses import dataclass
 from functools import partial
+from typing import cast
 
 from prefect.context import TaskRunContext
-from sqlmodel import select
+from sqlmodel import col, select
 
 from worldsmith.llm.backend import Generator
 from worldsmith.llm.errors import TransientFault
 from worldsmith.models.bundle import Manifest
 from worldsmith.models.catalog import StageAttempt
-from worldsmith.models.generation import WorldOutcome
+from worldsmith.models.generation import WorldOutcome, WorldStatus
 from worldsmith.runtime.answers import one_line
 from worldsmith.stages.attempts import AttemptLog
 from worldsmith.stages.order import Stage
@@ -55,7 +56,7 @@ STAGE_TASKS = {
 }
 
 
-def log_repairs(logger: logging.Logger | logging.LoggerAdapter, attempts: list[StageAttempt]) -> None:
+def log_repairs(logger: logging.Logger | logging.LoggerAdapter[logging.Logger], attempts: list[StageAttempt]) -> None:
     """One line per attempt of `attempts` that did not succeed (a repair follows, or the world fails):
     world, stage, attempt, outcome and error class."""
     for a in attempts:
@@ -65,13 +66,13 @@ def log_repairs(logger: logging.Logger | logging.LoggerAdapter, attempts: list[S
             )
 
 
-def log_scenario_repairs(logger: logging.Logger | logging.LoggerAdapter, run_id: str) -> None:
+def log_scenario_repairs(logger: logging.Logger | logging.LoggerAdapter[logging.Logger], run_id: str) -> None:
     """`log_repairs` for the scenario stage of run `run_id` (recorded in the catalog by its task)."""
     with open_catalog().session() as session:
         attempts = session.exec(
             select(StageAttempt)
             .where(StageAttempt.run_id == run_id, StageAttempt.stage == Stage.SCENARIO.value)
-            .order_by(StageAttempt.id)
+            .order_by(col(StageAttempt.id))
         )
         log_repairs(logger, list(attempts))
 
@@ -84,7 +85,7 @@ class WorldProgress:
     work: EnvWork
     stage: str = Stage.TASKS.value
     log: AttemptLog | None = None
-    logger: logging.Logger | logging.LoggerAdapter | None = None
+    logger: logging.Logger | logging.LoggerAdapter[logging.Logger] | None = None
     _reported: int = 0
 
     def report_repairs(self) -> None:
@@ -207,6 +208,7 @@ def publish_outcome(outcome: WorldOutcome, result: BuildResult, work: EnvWork, r
     if published.duplicate:
         outcome.status, outcome.ref, outcome.reason = "duplicate", version.ref, f"identical to {version.ref}"
         return outcome
-    outcome.status, outcome.ref = version.status, version.ref
+    status = cast(WorldStatus, version.status)  # a published version is good or failed (validated on assignment)
+    outcome.status, outcome.ref = status, version.ref
     outcome.reason = version.failure_reason or result.reason
     return outcome

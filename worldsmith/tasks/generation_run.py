@@ -47,7 +47,7 @@ def make_generator(params: GenerateParameters) -> Generator:
     else:
         from worldsmith.llm.procedural.backend import ProceduralGenerator
 
-        generator = ProceduralGenerator(seed=params.seed, fault_rate=params.fault_rate)
+        generator = ProceduralGenerator(seed=params.resolved_seed(), fault_rate=params.fault_rate)
     return RecordingGenerator(generator, Path(params.record)) if params.record else generator
 
 

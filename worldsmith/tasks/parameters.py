@@ -22,6 +22,9 @@ from worldsmith.worldmodel.config import SimulationConfig
 
 BACKENDS = ("procedural", "openai")
 
+#: Which of a set's splits an evaluation runs on.
+SplitName = Literal["all", "train", "validation"]
+
 
 class GenerateParameters(BaseModel):
     """Parameters of a generation run (the `generate` flow and `worldsmith generate`)."""
@@ -95,12 +98,16 @@ class GenerateParameters(BaseModel):
         """The backend a run uses: the one given, else the one configured (see `configured_backend`)."""
         return self.backend or configured_backend(get_settings())
 
+    def resolved_seed(self) -> int:
+        """The generator's seed a run uses: the one given, else today's UTC date (YYYYMMDD)."""
+        return self.seed if self.seed is not None else int(datetime.now(UTC).strftime("%Y%m%d"))
+
     def dated(self) -> GenerateParameters:
         """These parameters as a run uses them (what a nightly run needs): an unset seed replaced by
         today's UTC date, an unset backend by the configured one."""
         update: dict[str, object] = {}
         if self.seed is None:
-            update["seed"] = int(datetime.now(UTC).strftime("%Y%m%d"))
+            update["seed"] = self.resolved_seed()
         if self.backend is None:
             update["backend"] = self.resolved_backend()
         return self.model_copy(update=update) if update else self
@@ -124,9 +131,7 @@ class EvaluateParameters(BaseModel):
     set_name: str = Field(description="Environment set to evaluate on.")
     policy: str = Field("reference", description=SPEC_HELP)
     samples: int = Field(1, ge=1, le=64, description="Episodes per task (k of pass@k).")
-    split: Literal["all", "train", "validation"] = Field(
-        "all", description="Which of the set's splits to evaluate on: all, train or validation."
-    )
+    split: SplitName = Field("all", description="Which of the set's splits to evaluate on: all, train or validation.")
     max_turns: int = Field(20, ge=1, le=200, description="Turns (model replies) per episode at most.")
     window: int | None = Field(None, ge=1, description="History window in turns; unset: full history.")
     temperature: float | None = Field(
