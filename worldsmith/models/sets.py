@@ -4,14 +4,19 @@ Pydantic only, so the command line builds its options without loading the catalo
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, Field
+
+#: What the catalog records of a version: it passed its checks, or it did not.
+VersionStatus = Literal["good", "failed"]
 
 
 class SetQuery(BaseModel):
     """Which versions a set takes. Only versions whose status is `status` qualify; by default the
     latest such version of each env."""
 
-    status: str = Field("good", description="Only versions with this status qualify.")
+    status: VersionStatus = Field("good", description="Only versions with this status qualify.")
     categories: list[str] = Field(default_factory=list, description="Keep envs with any of these categories.")
     env_ids: list[str] = Field(default_factory=list, description="Keep only these envs.")
     min_tasks: int = Field(0, description="Keep envs with at least this many tasks.")
