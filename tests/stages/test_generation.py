@@ -119,7 +119,7 @@ def test_scenarios_of_one_domain_get_different_worlds_that_all_validate(runtime)
     assert len({frozenset(_tables(w)) for w in worlds}) > 1
     columns = [{(e.table, f.name) for e in w.domain.entities for f in e.fields} for w in worlds]
     assert len({frozenset(c) for c in columns}) == len(worlds)
-    mixes = {tuple(sorted(t.solution[-1]["tool"].split("_")[0] for t in w.tasks)) for w in worlds}
+    mixes = {tuple(sorted(t.solution[-1].tool.split("_")[0] for t in w.tasks)) for w in worlds}
     assert len(mixes) > 1  # the task mix follows the tools a world has
     for scenario, seed in ((stores[1], 20261101), (stores[0], 20261102)):  # the pipeline's checks pass
         result = build_environment(scenario, seed, ProceduralGenerator(seed=seed), runtime, AttemptLog("variety"))

@@ -187,10 +187,10 @@ def _crash_for_solution_only(scenario, seed) -> tuple[str, str, int]:
     tools = {t["name"]: t for t in derive_tool_schemas(world.tools_py)[0]}
     for task in world.tasks:
         for step in task.solution:
-            sample = sample_arguments(tools[step["tool"]], SeedValues(built))
-            for name, value in step["arguments"].items():
+            sample = sample_arguments(tools[step.tool], SeedValues(built))
+            for name, value in step.arguments.items():
                 if isinstance(value, int) and name in sample and sample[name] != value:
-                    return step["tool"], name, value
+                    return step.tool, name, value
     raise AssertionError("no solution step calls a tool with other arguments than the probe's")
 
 

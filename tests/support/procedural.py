@@ -29,7 +29,10 @@ def _procedural_work(runtime, scenario_name: str, seed: int):
     work = run_database_stage(work, generator, log, 1)
     work = run_tools_stage(work, generator, runtime, log, 1)
     world = world_for(scenario, seed)
-    solutions = [{"task_id": t.id, "solution": t.solution, "answer": t.answer} for t in world.tasks]
+    solutions = [
+        {"task_id": t.id, "solution": [step.model_dump() for step in t.solution], "answer": t.answer}
+        for t in world.tasks
+    ]
     return work, {"verifiers_py": world.verifiers_py, "solutions": solutions}
 
 

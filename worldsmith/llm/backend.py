@@ -4,9 +4,11 @@ with the call's usage, or a `GenerationFault` saying why not."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypedDict, TypeVar
 
 from pydantic import BaseModel
+
+from worldsmith.jsonvalue import JsonObject
 
 Spec = TypeVar("Spec", bound=BaseModel)
 
@@ -38,6 +40,20 @@ class Generation(Generic[Spec]):
     raw: str = ""
 
 
+class PromptContext(TypedDict, total=False):
+    """The structured facts behind a prompt's text. A world's stages give its scenario (as
+    `Scenario.model_dump()`), seed, env_id and the repair feedback of the previous attempt (None on a
+    first try); the scenario stage gives the example scenarios, how many to propose, its round and feedback."""
+
+    scenario: JsonObject
+    seed: int
+    env_id: str
+    feedback: str | None
+    examples: list[JsonObject]
+    count: int
+    round: int
+
+
 @dataclass
 class Prompt:
     """One request: the system and user messages and the stage it belongs to. `context` carries
@@ -47,7 +63,7 @@ class Prompt:
     stage: str
     system: str
     user: str
-    context: dict[str, Any] = field(default_factory=dict)
+    context: PromptContext = field(default_factory=PromptContext)
 
 
 class Generator(Protocol):

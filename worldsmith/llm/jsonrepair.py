@@ -7,7 +7,8 @@ import ast
 import json
 import re
 from collections.abc import Iterator
-from typing import Any
+
+from worldsmith.jsonvalue import JsonObject
 
 _FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
 _TRAILING_COMMA = re.compile(r",\s*([}\]])")
@@ -50,7 +51,7 @@ def _outermost_object(text: str) -> str | None:
     return None
 
 
-def parse_json_object(text: str) -> dict[str, Any]:
+def parse_json_object(text: str) -> JsonObject:
     """The JSON object in `text`, repairing common near-JSON; raises ValueError naming the problem."""
     if "{" not in text:
         raise ValueError("no JSON object found in the output")

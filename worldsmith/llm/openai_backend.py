@@ -20,9 +20,11 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 import openai
+from openai.types.chat import ChatCompletionMessageParam
+from openai.types.chat.completion_create_params import ResponseFormat
 from pydantic import BaseModel
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
@@ -89,6 +91,16 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}" + (f" (HTTP {status})" if status else "") + f": {str(exc)[:200]}"
 
 
+class ChatRequest(TypedDict):
+    """The keyword arguments of one chat-completions request (the SDK's own types)."""
+
+    model: str
+    temperature: float
+    max_tokens: int
+    response_format: ResponseFormat
+    messages: list[ChatCompletionMessageParam]
+
+
 class OpenAIGenerator:
     """Generate pydantic specs with an OpenAI-compatible chat model."""
 
@@ -140,11 +152,12 @@ class OpenAIGenerator:
         price = self.prices.get(self.model, {})
         return tokens_in / 1e6 * price.get("input", 0.0) + tokens_out / 1e6 * price.get("output", 0.0)
 
-    def _request(self, prompt: Prompt, spec: type[BaseModel]) -> dict[str, Any]:
+    def _request(self, prompt: Prompt, spec: type[BaseModel]) -> ChatRequest:
         schema = spec.model_json_schema()
         system = prompt.system
+        response_format: ResponseFormat
         if self._schema_mode:
-            response_format: dict[str, Any] = {
+            response_format = {
                 "type": "json_schema",
                 "json_schema": {"name": spec.__name__, "schema": schema, "strict": False},
             }

@@ -27,7 +27,7 @@ import threading
 import uuid
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypedDict, final
 
 from pydantic import BaseModel
 
@@ -36,8 +36,81 @@ from worldsmith.llm.backend import Generation, Generator, Prompt, Spec, Usage, d
 from worldsmith.llm.errors import GenerationFault, OutputFault, TransientFault
 
 #: Attributes of a generator that shape its answers to one prompt (those it has are part of the key).
-GENERATION_PARAMETERS = ("temperature", "max_tokens", "seed", "fault_rate")
+GENERATION_PARAMETERS: tuple[Literal["temperature", "max_tokens", "seed", "fault_rate"], ...] = (
+    "temperature",
+    "max_tokens",
+    "seed",
+    "fault_rate",
+)
 REPLAY_PREFIX = "replay:"
+
+
+class GenerationParameters(TypedDict, total=False):
+    """The GENERATION_PARAMETERS a generator has, by name (the openai backend's temperature and
+    max_tokens, the procedural backend's seed and fault_rate)."""
+
+    temperature: float
+    max_tokens: int
+    seed: int
+    fault_rate: float
+
+
+@final
+class GeneratorRecord(TypedDict):
+    """`generators/<sha256>.json` of a generator that recorded answers."""
+
+    backend: str
+    model: str
+    parameters: GenerationParameters
+
+
+@final
+class EmbeddingsRecord(TypedDict):
+    """`generators/<sha256>.json` of the embeddings model scenario dedup used."""
+
+    backend: str
+    embeddings_model: str
+
+
+class UsageRecord(TypedDict):
+    """A recorded call's usage (`Usage` less its seconds and retries)."""
+
+    calls: int
+    tokens_in: int
+    tokens_out: int
+    cost_usd: float
+
+
+#: A recorded fault: its class ("module:qualname"), kind and message.
+FaultRecord = TypedDict("FaultRecord", {"class": str, "kind": str, "message": str})
+
+
+class AnswerRecord(TypedDict):
+    """`answers/<key>.<n>.json` of a generated spec: the request, and the raw text or the fault with the usage."""
+
+    stage: str
+    env_id: str | None
+    backend: str
+    model: str
+    parameters: GenerationParameters
+    spec: str
+    system: str
+    user: str
+    text: str
+    fault: FaultRecord | None
+    usage: UsageRecord
+
+
+class EmbeddingsAnswerRecord(TypedDict):
+    """`answers/<key>.<n>.json` of embeddings: the stage "embeddings", the model and the vectors."""
+
+    stage: Literal["embeddings"]
+    model: str
+    vectors: list[list[float]]
+
+
+#: What one file of a recording holds.
+RecordFile = GeneratorRecord | EmbeddingsRecord | AnswerRecord | EmbeddingsAnswerRecord
 
 
 class RecordingNotFound(WorldsmithError, ValueError):
@@ -52,16 +125,20 @@ class ReplayMiss(GenerationFault):
     fatal = True
 
 
-def _sha256(material: Any) -> str:
+def _sha256(material: object) -> str:
     return hashlib.sha256(json.dumps(material, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
-def generation_parameters(generator: Generator) -> dict[str, Any]:
+def generation_parameters(generator: Generator) -> GenerationParameters:
     """The parameters of `generator` that shape its answers (GENERATION_PARAMETERS it has)."""
-    return {name: getattr(generator, name) for name in GENERATION_PARAMETERS if hasattr(generator, name)}
+    parameters = GenerationParameters()
+    for name in GENERATION_PARAMETERS:
+        if hasattr(generator, name):
+            parameters[name] = getattr(generator, name)
+    return parameters
 
 
-def request_key(model: str, parameters: dict[str, Any], spec: type[BaseModel], prompt: Prompt) -> str:
+def request_key(model: str, parameters: GenerationParameters, spec: type[BaseModel], prompt: Prompt) -> str:
     """The key of one request: model, generation parameters, response format and prompt."""
     response_format = {"name": spec.__name__, "schema": spec.model_json_schema()}
     return _sha256(
@@ -79,7 +156,7 @@ def embeddings_key(model: str, texts: list[str]) -> str:
     return _sha256({"embeddings_model": model, "texts": texts})
 
 
-def _written(directory: Path, data: dict[str, Any]) -> Path:
+def _written(directory: Path, data: RecordFile) -> Path:
     """A temporary file in `directory` holding `data` as JSON, written whole (flushed to disk)."""
     temporary = directory / f".{uuid.uuid4().hex}.tmp"
     with open(temporary, "w", encoding="utf-8") as out:
@@ -89,12 +166,12 @@ def _written(directory: Path, data: dict[str, Any]) -> Path:
     return temporary
 
 
-def _replace(path: Path, data: dict[str, Any]) -> None:
+def _replace(path: Path, data: RecordFile) -> None:
     """`path` holds `data` as JSON, replaced atomically."""
     os.replace(_written(path.parent, data), path)
 
 
-def _add_numbered(directory: Path, stem: str, data: dict[str, Any]) -> Path:
+def _add_numbered(directory: Path, stem: str, data: RecordFile) -> Path:
     """`data` as JSON in `directory/<stem>.<n>.json` for the first free n, taken atomically (a link
     fails where the name is taken, so concurrent writers never share a number or see half a file)."""
     temporary = _written(directory, data)
@@ -138,16 +215,16 @@ class Recording:
             )
         return recording
 
-    def add_generator(self, identity: dict[str, Any]) -> None:
+    def add_generator(self, identity: GeneratorRecord | EmbeddingsRecord) -> None:
         _replace(self.generators_dir / f"{_sha256(identity)}.json", identity)
 
-    def generators(self) -> list[dict[str, Any]]:
+    def generators(self) -> list[GeneratorRecord | EmbeddingsRecord]:
         """The generators that recorded here (backend, model, parameters), in a stable order."""
         if not self.generators_dir.is_dir():
             return []
         return [json.loads(p.read_text(encoding="utf-8")) for p in sorted(self.generators_dir.glob("*.json"))]
 
-    def add_answer(self, key: str, entry: dict[str, Any]) -> Path:
+    def add_answer(self, key: str, entry: AnswerRecord | EmbeddingsAnswerRecord) -> Path:
         return _add_numbered(self.answers_dir, key, entry)
 
     def answer_count(self, key: str) -> int:
@@ -156,12 +233,21 @@ class Recording:
             count += 1
         return count
 
-    def answer(self, key: str, number: int) -> dict[str, Any]:
-        entry: dict[str, Any] = json.loads((self.answers_dir / f"{key}.{number}.json").read_text(encoding="utf-8"))
+    def _read_answer(self, key: str, number: int) -> Any:
+        return json.loads((self.answers_dir / f"{key}.{number}.json").read_text(encoding="utf-8"))
+
+    def answer(self, key: str, number: int) -> AnswerRecord:
+        """The `number`-th answer to the request `key` (see `request_key`)."""
+        entry: AnswerRecord = self._read_answer(key, number)
+        return entry
+
+    def embeddings_answer(self, key: str, number: int) -> EmbeddingsAnswerRecord:
+        """The `number`-th answer to the embeddings request `key` (see `embeddings_key`)."""
+        entry: EmbeddingsAnswerRecord = self._read_answer(key, number)
         return entry
 
 
-def _usage_record(usage: Usage) -> dict[str, Any]:
+def _usage_record(usage: Usage) -> UsageRecord:
     return {
         "calls": usage.calls,
         "tokens_in": usage.tokens_in,
@@ -170,11 +256,11 @@ def _usage_record(usage: Usage) -> dict[str, Any]:
     }
 
 
-def _fault_record(fault: GenerationFault) -> dict[str, Any]:
+def _fault_record(fault: GenerationFault) -> FaultRecord:
     return {"class": f"{type(fault).__module__}:{type(fault).__qualname__}", "kind": fault.kind, "message": str(fault)}
 
 
-def _replayed_fault(record: dict[str, Any], text: str) -> GenerationFault:
+def _replayed_fault(record: FaultRecord, text: str) -> GenerationFault:
     """The recorded fault raised again, of its kind: its own class when that is a GenerationFault built
     from (message, text=...), else an OutputFault with its message."""
     module, _, name = record["class"].partition(":")
@@ -201,7 +287,9 @@ class RecordingGenerator:
         self.recording = Recording.create(directory)
         self.recording.add_generator({"backend": self.backend, "model": self.model, "parameters": self.parameters})
 
-    def _keep(self, key: str, prompt: Prompt, spec: type[BaseModel], text: str, usage: Usage, fault: Any) -> None:
+    def _keep(
+        self, key: str, prompt: Prompt, spec: type[BaseModel], text: str, usage: Usage, fault: FaultRecord | None
+    ) -> None:
         self.recording.add_answer(
             key,
             {
@@ -266,15 +354,16 @@ class ReplayGenerator:
         self._asked: Counter[str] = Counter()
         self._lock = threading.Lock()
 
-    def _next(self, key: str) -> dict[str, Any] | None:
-        """The recorded answer to this ask of `key` (the n-th ask gets the n-th; the last repeats)."""
+    def _next(self, key: str) -> int | None:
+        """The number of the recorded answer to this ask of `key` (the n-th ask gets the n-th; the last
+        repeats); None when there is none."""
         count = self.recording.answer_count(key)
         if not count:
             return None
         with self._lock:
             number = self._asked[key]
             self._asked[key] += 1
-        return self.recording.answer(key, min(number, count - 1))
+        return min(number, count - 1)
 
     def _miss(self, what: str) -> ReplayMiss:
         return ReplayMiss(
@@ -284,8 +373,10 @@ class ReplayGenerator:
 
     def generate(self, prompt: Prompt, spec: type[Spec]) -> Generation[Spec]:
         for generator in self.generators:
-            entry = self._next(request_key(generator["model"], generator["parameters"], spec, prompt))
-            if entry is not None:
+            key = request_key(generator["model"], generator["parameters"], spec, prompt)
+            number = self._next(key)
+            if number is not None:
+                entry = self.recording.answer(key, number)
                 break
         else:
             world = prompt.context.get("env_id")
@@ -299,11 +390,11 @@ class ReplayGenerator:
         return Generation(decode(text, spec, usage), usage, text)
 
     def embed(self, texts: list[str], model: str) -> list[list[float]]:
-        entry = self._next(embeddings_key(model, texts))
-        if entry is None:
+        key = embeddings_key(model, texts)
+        number = self._next(key)
+        if number is None:
             raise self._miss(f"the embeddings of {len(texts)} texts (model {model})")
-        vectors: list[list[float]] = entry["vectors"]
-        return vectors
+        return self.recording.embeddings_answer(key, number)["vectors"]
 
 
 def replay_directory(backend: str) -> Path | None:

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from worldsmith.llm.backend import Generator, Prompt
+from worldsmith.llm.backend import Generator, Prompt, PromptContext
 from worldsmith.llm.prompts import render
 from worldsmith.models.bundle import Scenario
 from worldsmith.models.jsonlines import read_models
@@ -105,7 +105,7 @@ def expand_scenarios(
         def prompt(extra: str | None) -> Prompt:
             listing = "\n".join(f"- {s.name}: {s.description}" for s in examples)
             system, user = render("scenario", examples=listing, count=missing, feedback=extra or "")
-            context = {
+            context: PromptContext = {
                 "examples": [s.model_dump() for s in seeds],
                 "count": missing,
                 "round": round_number,

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 
 from worldsmith.bundle.clock import CLOCK_EPOCH, world_clock
 from worldsmith.bundle.kinds import NATIVE_TOOLS
-from worldsmith.llm.backend import Generator, Prompt
+from worldsmith.llm.backend import Generator, Prompt, PromptContext
 from worldsmith.llm.prompts import prompt_version, render
 from worldsmith.models.bundle import GeneratorInfo, Manifest, Scenario
 from worldsmith.models.specs import TaskList, ToolPlan, VerifierCode
@@ -48,7 +48,7 @@ class EnvWork(BaseModel):
         """The environment of `scenario` and `seed` before any stage ran, under its stable id."""
         return cls(scenario=scenario, seed=seed, env_id=env_id_for(scenario, seed), now=world_clock(scenario, seed))
 
-    def context(self, feedback: str | None = None) -> dict[str, Any]:
+    def context(self, feedback: str | None = None) -> PromptContext:
         """The structured facts behind every prompt of this environment."""
         return {"scenario": self.scenario.model_dump(), "seed": self.seed, "env_id": self.env_id, "feedback": feedback}
 

@@ -7,9 +7,11 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from worldsmith.jsonvalue import JsonObject
 from worldsmith.llm.procedural.blocks import Domain, Entity, Field, Transition
-from worldsmith.llm.procedural.drafts import Rows, TaskDraft
+from worldsmith.llm.procedural.drafts import Rows, SeedRow, SeedValue, TaskDraft
 from worldsmith.llm.procedural.names import foreign_keys, ident, words
+from worldsmith.models.bundle import SolutionStep
 
 TASKS = 10
 
@@ -52,26 +54,26 @@ def _states_count(answer, instruction, n):
 '''
 
 
-def _ref(entity: Entity, row: dict[str, Any]) -> str:
+def _ref(entity: Entity, row: SeedRow) -> str:
     """How an instruction names a row: by its label, else by id."""
     if entity.label:
         return f"{entity.singular} '{row[entity.label]}'"
     return f"{entity.singular} #{row['id']}"
 
 
-def _named(entity: Entity, row: dict[str, Any]) -> str:
+def _named(entity: Entity, row: SeedRow) -> str:
     """The literal value an instruction names a row by (what `_ref` shows): its label, else its id."""
     return str(row[entity.label]) if entity.label else str(row["id"])
 
 
-def _lookup(entity: Entity, row: dict[str, Any]) -> list[dict[str, Any]]:
+def _lookup(entity: Entity, row: SeedRow) -> list[SolutionStep]:
     """The reference solution's first step: find the row the way the instruction names it."""
     if entity.label:
-        return [{"tool": f"find_{entity.table}", "arguments": {"query": row[entity.label]}}]
-    return [{"tool": f"get_{ident(entity.singular)}", "arguments": {f"{ident(entity.singular)}_id": row["id"]}}]
+        return [SolutionStep(tool=f"find_{entity.table}", arguments={"query": row[entity.label]})]
+    return [SolutionStep(tool=f"get_{ident(entity.singular)}", arguments={f"{ident(entity.singular)}_id": row["id"]})]
 
 
-def _candidates(domain: Domain, rows: Rows, tools: set[str]) -> list[tuple[Entity, Transition, dict[str, Any]]]:
+def _candidates(domain: Domain, rows: Rows, tools: set[str]) -> list[tuple[Entity, Transition, SeedRow]]:
     found = []
     for entity in domain.entities:
         for t in entity.transitions:
@@ -83,16 +85,16 @@ def _candidates(domain: Domain, rows: Rows, tools: set[str]) -> list[tuple[Entit
     return found
 
 
-def _action_check(entity: Entity, t: Transition, row: dict[str, Any]) -> str:
+def _action_check(entity: Entity, t: Transition, row: SeedRow) -> str:
     return f"_value(final, {entity.table!r}, {row['id']}, 'status') == {t.target!r}"
 
 
-def _action_step(entity: Entity, t: Transition, row: dict[str, Any]) -> dict[str, Any]:
+def _action_step(entity: Entity, t: Transition, row: SeedRow) -> SolutionStep:
     s = ident(entity.singular)
-    return {"tool": f"{t.action}_{s}", "arguments": {f"{s}_id": row["id"]}}
+    return SolutionStep(tool=f"{t.action}_{s}", arguments={f"{s}_id": row["id"]})
 
 
-def _fresh_value(f: Field, current: Any, rng: random.Random) -> Any:
+def _fresh_value(f: Field, current: SeedValue | None, rng: random.Random) -> SeedValue | bool:
     if f.kind == "enum":
         return rng.choice([c for c in f.choices if c != current])
     if f.kind in ("int", "money"):
@@ -109,7 +111,7 @@ def _fresh_value(f: Field, current: Any, rng: random.Random) -> Any:
     return f"{rng.choice(['Updated', 'Revised', 'New'])} {words(f.name)} {rng.randint(10, 99)}"
 
 
-def _task_action(task_id: str, pick: tuple[Entity, Transition, dict[str, Any]]) -> TaskDraft:
+def _task_action(task_id: str, pick: tuple[Entity, Transition, SeedRow]) -> TaskDraft:
     entity, t, row = pick
     body = (
         f"    done = {_action_check(entity, t, row)}\n"
@@ -126,7 +128,7 @@ def _task_action(task_id: str, pick: tuple[Entity, Transition, dict[str, Any]]) 
 
 
 def _task_two_actions(
-    task_id: str, a: tuple[Entity, Transition, dict[str, Any]], b: tuple[Entity, Transition, dict[str, Any]]
+    task_id: str, a: tuple[Entity, Transition, SeedRow], b: tuple[Entity, Transition, SeedRow]
 ) -> TaskDraft:
     body = (
         f"    first = {_action_check(*a)}\n    second = {_action_check(*b)}\n"
@@ -144,10 +146,10 @@ def _task_two_actions(
     )
 
 
-def _task_update(task_id: str, entity: Entity, f: Field, row: dict[str, Any], rng: random.Random) -> TaskDraft:
+def _task_update(task_id: str, entity: Entity, f: Field, row: SeedRow, rng: random.Random) -> TaskDraft:
     value = _fresh_value(f, row[f.name], rng)
     s = ident(entity.singular)
-    shown = f"{value / 100:.2f} dollars ({value} cents)" if f.kind == "money" else str(value)
+    shown = f"{value / 100:.2f} dollars ({value} cents)" if f.kind == "money" and isinstance(value, int) else str(value)
     body = (
         f"    value = _value(final, {entity.table!r}, {row['id']}, {f.name!r})\n"
         f"    return _result('complete' if value == {value!r} else 'incomplete', value=value, expected={value!r})\n"
@@ -155,7 +157,8 @@ def _task_update(task_id: str, entity: Entity, f: Field, row: dict[str, Any], rn
     return TaskDraft(
         task_id,
         f"Change the {words(f.name)} of the {_ref(entity, row)} to {shown}.",
-        _lookup(entity, row) + [{"tool": f"update_{s}_{f.name}", "arguments": {f"{s}_id": row["id"], f.name: value}}],
+        _lookup(entity, row)
+        + [SolutionStep(tool=f"update_{s}_{f.name}", arguments={f"{s}_id": row["id"], f.name: value})],
         body,
         entities=[_named(entity, row)],
     )
@@ -163,8 +166,8 @@ def _task_update(task_id: str, entity: Entity, f: Field, row: dict[str, Any], rn
 
 def _task_create(task_id: str, domain: Domain, entity: Entity, rows: Rows, rng: random.Random) -> TaskDraft:
     s = ident(entity.singular)
-    arguments: dict[str, Any] = {}
-    steps: list[dict[str, Any]] = []
+    arguments: JsonObject = {}
+    steps: list[SolutionStep] = []
     names = []
     named = []
     parents = {e.table: e for e in domain.entities}
@@ -182,7 +185,7 @@ def _task_create(task_id: str, domain: Domain, entity: Entity, rows: Rows, rng: 
             f"{value} cents" if f.kind == "money" else ("yes" if value else "no") if f.kind == "bool" else str(value)
         )
         details.append(f"{words(f.name)} {shown}")
-    steps.append({"tool": f"create_{s}", "arguments": arguments})
+    steps.append(SolutionStep(tool=f"create_{s}", arguments=arguments))
     expected = {k: v for k, v in arguments.items()}
     body = (
         f"    rows = _new_rows(initial, final, {entity.table!r})\n"
@@ -219,7 +222,7 @@ def _task_count(task_id: str, domain: Domain, entity: Entity, rows: Rows, rng: r
         f"    return _result('partial' if said else 'incomplete', expected={n}, changed_tables=changed, answer=answer)\n"
     )
     steps = _lookup(parents[parent], parent_row) + [
-        {"tool": f"list_{entity.table}", "arguments": {column: parent_row["id"], "status": status, "limit": 100}}
+        SolutionStep(tool=f"list_{entity.table}", arguments={column: parent_row["id"], "status": status, "limit": 100})
     ]
     return TaskDraft(task_id, instruction, steps, body, answer=str(n), entities=[_named(parents[parent], parent_row)])
 
@@ -228,9 +231,9 @@ def make_tasks(domain: Domain, rows: Rows, tools: set[str], rng: random.Random) 
     """Ten tasks: single actions, two-part actions (partial credit), updates, creations, a count."""
     picks = _candidates(domain, rows, tools)
     rng.shuffle(picks)
-    used: set[tuple[str, int]] = set()
+    used: set[tuple[str, SeedValue]] = set()
 
-    def take() -> tuple[Entity, Transition, dict[str, Any]]:
+    def take() -> tuple[Entity, Transition, SeedRow]:
         for pick in picks:
             key = (pick[0].table, pick[2]["id"])
             if key not in used:
@@ -279,7 +282,7 @@ def make_tasks(domain: Domain, rows: Rows, tools: set[str], rng: random.Random) 
         else:
             tasks.append(_task_action(task_id, take()))
     for task in tasks:
-        kind = task.solution[-1]["tool"].split("_")[0]
+        kind = task.solution[-1].tool.split("_")[0]
         task.id = f"{task.id}_{kind}"
     return tasks
 

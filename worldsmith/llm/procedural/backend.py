@@ -15,7 +15,6 @@ import random
 import re
 from datetime import date, datetime
 from functools import lru_cache
-from typing import Any
 
 from faker import Faker
 
@@ -23,7 +22,8 @@ from worldsmith.bundle.clock import world_clock
 from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.loader import build_bundle
 from worldsmith.bundle.toolspec import derive_tool_schemas
-from worldsmith.llm.backend import Generation, Prompt, Spec, Usage, decode
+from worldsmith.jsonvalue import JsonObject, JsonValue
+from worldsmith.llm.backend import Generation, Prompt, PromptContext, Spec, Usage, decode
 from worldsmith.llm.procedural.blocks import DOMAINS
 from worldsmith.llm.procedural.compose import compose
 from worldsmith.llm.procedural.drafts import WorldDraft
@@ -56,7 +56,7 @@ def procedural_bundle(domain_key: str, seed: int) -> Bundle:
                 "id": t.id,
                 "instruction": t.instruction,
                 "verifier": f"verify_{t.id}",
-                "solution": t.solution,
+                "solution": [step.model_dump() for step in t.solution],
                 "answer": t.answer,
             }
         )
@@ -74,7 +74,7 @@ def procedural_bundle(domain_key: str, seed: int) -> Bundle:
     return build_bundle(sources, {"env_id": f"{domain_key}_{seed}", "scenario": {"name": domain.title}})
 
 
-def _chance(*parts: Any) -> float:
+def _chance(*parts: object) -> float:
     digest = hashlib.sha256("|".join(str(p) for p in parts).encode()).hexdigest()
     return int(digest[:8], 16) / 0xFFFFFFFF
 
@@ -90,14 +90,14 @@ class ProceduralGenerator:
         self.fault_rate = fault_rate
 
     # -- correct answers ------------------------------------------------------------------
-    def _scenarios(self, context: dict[str, Any]) -> dict[str, Any]:
+    def _scenarios(self, context: PromptContext) -> JsonObject:
         examples = [Scenario.model_validate(s) for s in context.get("examples", [])]
         count = int(context.get("count", 1))
         rng = random.Random(f"{self.seed}:{context.get('round', 0)}")
         fake = Faker("en_US")
         fake.seed_instance(rng.randint(0, 2**31))
         domains = domains_to_expand(examples, rng)
-        scenarios = []
+        scenarios: list[JsonValue] = []
         for index in range(count):
             domain = domains[index % len(domains)]  # balanced across the seeds' domains
             company = fake.company()
@@ -114,7 +114,7 @@ class ProceduralGenerator:
             )
         return {"scenarios": scenarios}
 
-    def _answer(self, prompt: Prompt) -> dict[str, Any]:
+    def _answer(self, prompt: Prompt) -> JsonObject:
         context = prompt.context
         if prompt.stage == "scenario":
             return self._scenarios(context)
@@ -122,7 +122,9 @@ class ProceduralGenerator:
         if prompt.stage == "tasks":
             return {
                 "acting_user": {"role": f"{world.domain.title.lower()} operator", "identifier": None},
-                "tasks": [{"id": t.id, "instruction": t.instruction, "entities": t.entities} for t in world.tasks],
+                "tasks": [
+                    {"id": t.id, "instruction": t.instruction, "entities": list(t.entities)} for t in world.tasks
+                ],
             }
         if prompt.stage == "schema":
             return {"schema_sql": world.schema_sql}
@@ -130,31 +132,36 @@ class ProceduralGenerator:
             return {"seed_sql": world.seed_sql}
         if prompt.stage == "tool_plan":
             tools, _ = derive_tool_schemas(world.tools_py)
-            return {"tools": tools}
+            return {"tools": list(tools)}
         if prompt.stage == "tool_code":
             return {"tools_py": world.tools_py}
         if prompt.stage == "verifiers":
             return {
                 "verifiers_py": world.verifiers_py,
-                "solutions": [{"task_id": t.id, "solution": t.solution, "answer": t.answer} for t in world.tasks],
+                "solutions": [
+                    {"task_id": t.id, "solution": [step.model_dump() for step in t.solution], "answer": t.answer}
+                    for t in world.tasks
+                ],
             }
         if prompt.stage == "review":  # a composed world has no bug to report
             return {"findings": []}
         raise ValueError(f"the procedural backend has no answer for stage {prompt.stage!r}")
 
     # -- faults ---------------------------------------------------------------------------
-    def _faulty(self, stage: str, answer: dict[str, Any]) -> str:
+    def _faulty(self, stage: str, answer: JsonObject) -> str:
         """The answer as a first LLM attempt might get it wrong, as text."""
         text = json.dumps(answer)
         if stage in ("scenario", "tasks", "tool_plan"):
             return text[: len(text) * 2 // 3]  # truncated JSON
         if stage == "schema":
-            answer["schema_sql"] = answer["schema_sql"].replace("CREATE TABLE audit_log", "CREATE TABEL audit_log", 1)
+            answer["schema_sql"] = str(answer["schema_sql"]).replace(
+                "CREATE TABLE audit_log", "CREATE TABEL audit_log", 1
+            )
         elif stage == "seed":  # a child row pointing at a parent that does not exist
             answer["seed_sql"] = re.sub(
                 r"(INSERT INTO \w+ \(id, (\w+_id),.*?VALUES\n    \(1, )(\d+)",
                 r"\g<1>9999",
-                answer["seed_sql"],
+                str(answer["seed_sql"]),
                 count=1,
                 flags=re.DOTALL,
             )
@@ -162,14 +169,14 @@ class ProceduralGenerator:
             answer["tools_py"] = re.sub(
                 r"(def get_\w+\(conn, \w+: int\) -> dict \| list:\n    \"\"\"[^\"]*\"\"\"\n)",
                 r"\g<1>    return conn.execute('SELECT no_such_column FROM world_settings').fetchall()\n",
-                answer["tools_py"],
+                str(answer["tools_py"]),
                 count=1,
             )
         elif stage == "verifiers":  # a verifier that accepts the untouched state
             answer["verifiers_py"] = re.sub(
                 r"(def verify_\w+\(initial, final, answer\):\n)",
                 r"\g<1>    return _result('complete')\n",
-                answer["verifiers_py"],
+                str(answer["verifiers_py"]),
                 count=1,
             )
         return json.dumps(answer)

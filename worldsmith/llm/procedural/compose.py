@@ -6,18 +6,17 @@ from __future__ import annotations
 import hashlib
 import random
 from datetime import date, timedelta
-from typing import Any
 
 from faker import Faker
 
 from worldsmith.llm.procedural.agent_tasks import make_tasks, verifiers_py
 from worldsmith.llm.procedural.blocks import Domain, Entity, Field
-from worldsmith.llm.procedural.drafts import Rows, WorldDraft
+from worldsmith.llm.procedural.drafts import Rows, SeedRow, SeedValue, WorldDraft
 from worldsmith.llm.procedural.names import foreign_keys, ident, singular_of, words
 from worldsmith.llm.procedural.variety import vary
 
 
-def sql_literal(value: Any) -> str:
+def sql_literal(value: object) -> str:
     if value is None:
         return "NULL"
     if isinstance(value, bool):
@@ -88,7 +87,7 @@ class _Faker:
         self.today = today
         self.used: set[tuple[str, str]] = set()
 
-    def value(self, entity: Entity, f: Field, index: int) -> Any:
+    def value(self, entity: Entity, f: Field, index: int) -> SeedValue:
         fake, rng = self.fake, self.rng
         if f.kind == "enum":
             return rng.choice(f.choices)
@@ -133,9 +132,9 @@ def seed_rows(domain: Domain, seed: int, today: date) -> Rows:
     for entity in domain.entities:
         count = faker.rng.randint(8, 12) if not entity.parent else faker.rng.randint(14, 22)
         count = max(count, 2 * len(entity.statuses))
-        table: list[dict[str, Any]] = []
+        table: list[SeedRow] = []
         for index in range(1, count + 1):
-            row: dict[str, Any] = {"id": index}
+            row: SeedRow = {"id": index}
             for column, parent in foreign_keys(entity):
                 row[column] = faker.rng.choice(rows.tables[parent])["id"]
             for f in entity.fields:

@@ -4,16 +4,22 @@ its task drafts and the draft of the whole world (every source file)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeAlias
 
 from worldsmith.llm.procedural.blocks import Domain
+from worldsmith.models.bundle import SolutionStep
+
+#: A seed column's value: INTEGER (ids, numbers, money in cents, booleans as 0/1) or TEXT.
+SeedValue: TypeAlias = int | str
+#: One seed row: its "id" and a value per column.
+SeedRow: TypeAlias = dict[str, SeedValue]
 
 
 @dataclass
 class Rows:
-    """Seed rows per table (dicts with "id"), kept to pick task targets from."""
+    """Seed rows per table, kept to pick task targets from."""
 
-    tables: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    tables: dict[str, list[SeedRow]] = field(default_factory=dict)
 
 
 @dataclass
@@ -23,7 +29,7 @@ class TaskDraft:
 
     id: str
     instruction: str
-    solution: list[dict[str, Any]]
+    solution: list[SolutionStep]
     verifier_body: str
     answer: str | None = None
     entities: list[str] = field(default_factory=list)

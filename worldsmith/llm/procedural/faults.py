@@ -20,10 +20,10 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.loader import build_bundle
+from worldsmith.models.bundle import TaskSpec
 
 SOURCES = ("schema.sql", "seed.sql", "tools.py", "tasks.jsonl", "verifiers.py")
 
@@ -48,7 +48,7 @@ def _after_docstring(tools_py: str, pattern: str, code: str) -> tuple[str, str]:
     return tools_py[: match.start()] + planted + tools_py[match.end() :], name
 
 
-def _crash_on_some_inputs(sources: dict[str, str], tasks: list[dict[str, Any]]) -> frozenset[str]:
+def _crash_on_some_inputs(sources: dict[str, str], tasks: list[TaskSpec]) -> frozenset[str]:
     match = re.search(r"def (get_\w+)\(conn, (\w+): int\)", sources["tools.py"])
     if match is None:
         raise ValueError("no get tool with an id parameter to plant a crash in")
@@ -57,38 +57,38 @@ def _crash_on_some_inputs(sources: dict[str, str], tasks: list[dict[str, Any]]) 
     return frozenset({name})
 
 
-def _read_tool_writes(sources: dict[str, str], tasks: list[dict[str, Any]]) -> frozenset[str]:
+def _read_tool_writes(sources: dict[str, str], tasks: list[TaskSpec]) -> frozenset[str]:
     code = "    _log(conn, 'list', 'world_settings', 0)\n"
     sources["tools.py"], name = _after_docstring(sources["tools.py"], r"list_\w+", code)
     return frozenset({name})
 
 
-def _writes_outside_tables(sources: dict[str, str], tasks: list[dict[str, Any]]) -> frozenset[str]:
+def _writes_outside_tables(sources: dict[str, str], tasks: list[TaskSpec]) -> frozenset[str]:
     code = "    conn.execute(\"INSERT OR REPLACE INTO world_settings (key, value) VALUES ('last_update', '{name}')\")\n"
     sources["tools.py"], name = _after_docstring(sources["tools.py"], r"update_\w+", code)
     return frozenset({name})
 
 
-def _blocked_task_missing_entity(sources: dict[str, str], tasks: list[dict[str, Any]]) -> frozenset[str]:
+def _blocked_task_missing_entity(sources: dict[str, str], tasks: list[TaskSpec]) -> frozenset[str]:
     for task in tasks:
-        quoted = re.search(r"'([^'\n]{3,})'", task["instruction"])
+        quoted = re.search(r"'([^'\n]{3,})'", task.instruction)
         if quoted:
-            task["instruction"] = task["instruction"].replace(quoted.group(0), f"'{quoted.group(1)} Quintero-Vale'")
-            return frozenset({task["id"]})
+            task.instruction = task.instruction.replace(quoted.group(0), f"'{quoted.group(1)} Quintero-Vale'")
+            return frozenset({task.id})
     raise ValueError("no task names a record by a quoted name")
 
 
-def _blocked_task_refused_step(sources: dict[str, str], tasks: list[dict[str, Any]]) -> frozenset[str]:
+def _blocked_task_refused_step(sources: dict[str, str], tasks: list[TaskSpec]) -> frozenset[str]:
     for task in tasks:
-        for step in task["solution"]:
-            ids = [k for k, v in step["arguments"].items() if k.endswith("_id") and isinstance(v, int)]
+        for step in task.solution:
+            ids = [k for k, v in step.arguments.items() if k.endswith("_id") and isinstance(v, int)]
             if ids:
-                step["arguments"][ids[0]] = 987_654
-                return frozenset({task["id"]})
+                step.arguments[ids[0]] = 987_654
+                return frozenset({task.id})
     raise ValueError("no reference step passes an id")
 
 
-def _wall_clock_read(sources: dict[str, str], tasks: list[dict[str, Any]]) -> frozenset[str]:
+def _wall_clock_read(sources: dict[str, str], tasks: list[TaskSpec]) -> frozenset[str]:
     tools_py = sources["tools.py"]
     logged = "(action, table, row_id, _today(conn))"
     if logged not in tools_py:
@@ -97,10 +97,10 @@ def _wall_clock_read(sources: dict[str, str], tasks: list[dict[str, Any]]) -> fr
     sources["tools.py"] = tools_py.replace(
         "from typing import Literal\n", "from datetime import datetime\nfrom typing import Literal\n", 1
     )
-    return frozenset(task["id"] for task in tasks if task["solution"])
+    return frozenset(task.id for task in tasks if task.solution)
 
 
-def _over_strict_answer_check(sources: dict[str, str], tasks: list[dict[str, Any]]) -> frozenset[str]:
+def _over_strict_answer_check(sources: dict[str, str], tasks: list[TaskSpec]) -> frozenset[str]:
     verifiers = sources["verifiers.py"]
     match = re.search(
         r"def verify_(\w+)\(initial, final, answer\):\n    said = _states_count\(answer, .*, (-?\d+)\)\n", verifiers
@@ -113,7 +113,7 @@ def _over_strict_answer_check(sources: dict[str, str], tasks: list[dict[str, Any
     return frozenset({match.group(1)})
 
 
-PLANTERS: dict[str, Callable[[dict[str, str], list[dict[str, Any]]], frozenset[str]]] = {
+PLANTERS: dict[str, Callable[[dict[str, str], list[TaskSpec]], frozenset[str]]] = {
     "crash_on_some_inputs": _crash_on_some_inputs,
     "read_tool_writes": _read_tool_writes,
     "writes_outside_tables": _writes_outside_tables,
@@ -129,9 +129,9 @@ FAULTS = tuple(PLANTERS)
 def plant(bundle: Bundle, fault: str) -> PlantedFault:
     """`bundle` (a procedural world) rebuilt with one fault of class `fault` (one of `FAULTS`)."""
     sources = {name: bundle.files[name].decode() for name in SOURCES}
-    tasks = [json.loads(line) for line in sources["tasks.jsonl"].splitlines() if line.strip()]
+    tasks = [TaskSpec.model_validate_json(line) for line in sources["tasks.jsonl"].splitlines() if line.strip()]
     targets = PLANTERS[fault](sources, tasks)
-    sources["tasks.jsonl"] = "".join(json.dumps(task) + "\n" for task in tasks)
+    sources["tasks.jsonl"] = "".join(json.dumps(task.model_dump()) + "\n" for task in tasks)
     manifest = {"env_id": f"{bundle.env_id}_{fault}", "scenario": bundle.manifest.scenario.model_dump()}
     if bundle.manifest.clock:
         manifest["clock"] = bundle.manifest.clock
