@@ -25,6 +25,8 @@ from worldsmith.models.catalog import Checkpoint, EvaluationRun, TrainingRun, Tr
 from worldsmith.storage.catalog import open_catalog
 from worldsmith.training.trainer import real_group
 from worldsmith.worldmodel.config import SimulationConfig
+from worldsmith.worldmodel.evaluation import apply_diff
+from worldsmith.worldmodel.scoring import facts
 from worldsmith.worldmodel.simulated import SimulatedRuntime, apply_to_database
 from worldsmith.worldmodel.transitions import Observation, replay
 from worldsmith.worldmodel.world_models import OpenAIWorldModel, Prediction, target
@@ -80,6 +82,22 @@ def test_predicted_diffs_are_applied_part_by_part_and_bad_parts_named():
         "ghosts: no such table",
         'orders" ; DROP TABLE orders; --: no such table',
     ]
+
+
+@pytest.mark.unit
+def test_predicted_parts_that_are_not_lists_are_named_and_change_nothing():
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    conn.executescript("CREATE TABLE orders (id INTEGER PRIMARY KEY, status TEXT NOT NULL);")
+    conn.execute("INSERT INTO orders VALUES (1, 'open')")
+    malformed = {"orders": {"inserted": 3, "updated": "paid", "deleted": {"id": 1}}}
+    assert apply_to_database(conn, malformed) == [
+        "orders: updated is not a list",
+        "orders: deleted is not a list",
+        "orders: inserted is not a list",
+    ]
+    assert conn.execute("SELECT id, status FROM orders").fetchall() == [(1, "open")]
+    assert facts(malformed) == (set(), set())
+    assert apply_diff({"orders": [{"id": 1, "status": "open"}]}, malformed) == {"orders": [{"id": 1, "status": "open"}]}
 
 
 def test_the_code_world_model_reproduces_real_episodes(golden, retail, runtime):

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import copy
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
+from worldsmith.jsonvalue import JsonObject, JsonValue
 from worldsmith.models.world_model_scores import (
     KStepScore,
     KStepScores,
@@ -27,7 +28,7 @@ from worldsmith.models.world_model_scores import (
     WorldModelReport,
 )
 from worldsmith.worldmodel.scoring import Counts, facts, observation_match, outcome_agreement
-from worldsmith.worldmodel.transitions import Transition
+from worldsmith.worldmodel.transitions import HistoryEntry, ObservationRecord, Transition, diff_part
 from worldsmith.worldmodel.world_models import Prediction, WorldModel, consensus
 
 
@@ -102,20 +103,23 @@ def one_step(model: WorldModel, transitions: list[Transition], samples: int = 1)
     )
 
 
-def apply_diff(rows: dict[str, list[dict[str, Any]]], diff: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """`rows` (table -> rows) after `diff`: inserted rows added, updated rows replaced, deleted rows removed."""
+def apply_diff(rows: dict[str, list[JsonObject]], diff: Mapping[str, JsonValue]) -> dict[str, list[JsonObject]]:
+    """`rows` (table -> rows) after `diff`: inserted rows added, updated rows replaced, deleted rows
+    removed (malformed parts skipped)."""
     out = copy.deepcopy(rows)
     for table, changes in (diff or {}).items():
         if not isinstance(changes, dict):
             continue
         current = out.setdefault(table, [])
-        for change in changes.get("updated") or []:
-            if isinstance(change, dict) and isinstance(change.get("after"), dict):
-                key = change.get("key") or {}
-                current[:] = [change["after"] if all(r.get(k) == v for k, v in key.items()) else r for r in current]
-        for row in changes.get("deleted") or []:
+        for change in diff_part(changes, "updated"):
+            if not isinstance(change, dict):
+                continue
+            key, after = change.get("key") or {}, change.get("after")
+            if isinstance(key, dict) and isinstance(after, dict):
+                current[:] = [after if all(r.get(k) == v for k, v in key.items()) else r for r in current]
+        for row in diff_part(changes, "deleted"):
             current[:] = [r for r in current if r != row]
-        current.extend(r for r in changes.get("inserted") or [] if isinstance(r, dict))
+        current.extend(r for r in diff_part(changes, "inserted") if isinstance(r, dict))
         if not current:
             del out[table]
     return out
@@ -131,13 +135,13 @@ def k_step(model: WorldModel, transitions: list[Transition], k: int) -> KStepSco
     for calls in episodes.values():
         calls.sort(key=lambda t: t.index)
         rows = calls[0].rows
-        history: list[dict[str, Any]] = []
+        history: list[HistoryEntry] = []
         for step, truth in enumerate(calls[:k]):
             seen = truth.model_copy(update={"rows": rows})
             (prediction,) = model.predict(seen, history, 1)
             per_step[step].add(prediction, truth)
-            observation = (
-                prediction.observation.model_dump()
+            observation: ObservationRecord = (
+                prediction.observation.record()
                 if prediction.observation
                 else {"status": "invalid", "value": None, "error": None}
             )

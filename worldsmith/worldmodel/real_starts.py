@@ -14,7 +14,6 @@ from __future__ import annotations
 import random
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
 
 from worldsmith.agent.loop import EpisodeConfig, Step, Trajectory, play_call, run_episode
 from worldsmith.agent.messages import Message
@@ -23,7 +22,7 @@ from worldsmith.bundle.contract import Bundle
 from worldsmith.models.bundle import TaskSpec
 from worldsmith.runtime.episode import Runtime
 from worldsmith.worldmodel.simulated import SimulatedEpisode, SimulatedRuntime
-from worldsmith.worldmodel.transitions import observation_of
+from worldsmith.worldmodel.transitions import HistoryEntry, observation_of
 
 KEPT_PER_TASK = 8
 
@@ -36,7 +35,7 @@ class RealStart:
     messages: list[Message]
     steps: list[Step]
     database: bytes = field(repr=False)
-    history: list[dict[str, Any]]
+    history: list[HistoryEntry]
     source: str
 
 
@@ -52,7 +51,7 @@ def real_start(
     (None when a replayed call fails the environment)."""
     messages: list[Message] = []
     steps: list[Step] = []
-    history: list[dict[str, Any]] = []
+    history: list[HistoryEntry] = []
     with runtime.open_episode(bundle, task) as episode:
         tools = episode.tools()
         for turn, message in enumerate(tool_turns(trajectory)[:turns], start=1):
@@ -66,7 +65,7 @@ def real_start(
                 history.append(
                     {
                         "action": {"name": call.name, "arguments": call.arguments},
-                        "observation": observation_of(result).model_dump(),
+                        "observation": observation_of(result).record(),
                     }
                 )
         database = episode.snapshot()

@@ -10,11 +10,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from worldsmith.jsonvalue import JsonValue
 from worldsmith.models.world_model_scores import PrecisionRecall
-from worldsmith.worldmodel.transitions import Observation
+from worldsmith.worldmodel.transitions import Observation, diff_part
 
 
 def canonical(value: Any) -> str:
@@ -33,35 +35,36 @@ def outcome_agreement(predicted: Observation | None, true: Observation) -> bool:
     return predicted is not None and (predicted.status == "ok") == (true.status == "ok")
 
 
-def _identity(row: dict[str, Any]) -> str:
+def _identity(row: Mapping[str, JsonValue]) -> str:
     return canonical({"id": row["id"]}) if "id" in row else canonical(row)
 
 
-def facts(diff: dict[str, Any]) -> tuple[set[tuple[str, ...]], set[tuple[str, ...]]]:
+def facts(diff: Mapping[str, JsonValue]) -> tuple[set[tuple[str, ...]], set[tuple[str, ...]]]:
     """(row facts, field facts) of a diff `{table: {inserted, updated, deleted}}`; malformed parts count as nothing."""
     rows: set[tuple[str, ...]] = set()
     fields: set[tuple[str, ...]] = set()
     for table, changes in (diff or {}).items():
         if not isinstance(changes, dict):
             continue
-        for row in changes.get("inserted") or []:
+        for row in diff_part(changes, "inserted"):
             if isinstance(row, dict):
                 rows.add((table, "insert", _identity(row)))
                 fields.update(
                     (table, "insert", _identity(row), column, canonical(value)) for column, value in row.items()
                 )
-        for change in changes.get("updated") or []:
-            if isinstance(change, dict) and isinstance(change.get("after"), dict):
+        for change in diff_part(changes, "updated"):
+            after = change.get("after") if isinstance(change, dict) else None
+            if isinstance(change, dict) and isinstance(after, dict):
                 key = canonical(change.get("key"))
                 rows.add((table, "update", key))
                 before = change.get("before")
-                before = before if isinstance(before, dict) else {}
+                known = before if isinstance(before, dict) else {}
                 fields.update(
                     (table, "update", key, column, canonical(value))
-                    for column, value in change["after"].items()
-                    if before.get(column, object()) != value
+                    for column, value in after.items()
+                    if known.get(column, object()) != value
                 )
-        for row in changes.get("deleted") or []:
+        for row in diff_part(changes, "deleted"):
             if isinstance(row, dict):
                 rows.add((table, "delete", _identity(row)))
                 fields.add((table, "delete", _identity(row)))

@@ -28,16 +28,17 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Self
 
 from worldsmith.bundle.contract import Bundle
+from worldsmith.jsonvalue import JsonObject, JsonValue
 from worldsmith.models.bundle import TaskSpec
 from worldsmith.models.evaluation import SimulationCounts
 from worldsmith.models.results import DbDiff, ToolResult, VerifierResult
 from worldsmith.runtime.episode import Runtime, checked_call
 from worldsmith.runtime.sandbox import dbdiff
 from worldsmith.worldmodel.config import SimulationConfig
-from worldsmith.worldmodel.transitions import Transition, observe, relevant_rows
+from worldsmith.worldmodel.transitions import HistoryEntry, Transition, diff_part, observe, relevant_rows
 from worldsmith.worldmodel.world_models import Prediction, WorldModel, consensus, world_model
 
 STATUSES = ("ok", "tool_error", "env_error")
@@ -52,7 +53,7 @@ class CodeWorldModel:
     def __init__(self, runtime: Runtime, bundles: Mapping[str, Bundle]):
         self.runtime, self.bundles = runtime, bundles
 
-    def predict(self, transition: Transition, history: list[dict[str, Any]], samples: int = 1) -> list[Prediction]:
+    def predict(self, transition: Transition, history: list[HistoryEntry], samples: int = 1) -> list[Prediction]:
         if transition.world is None or transition.env_key not in self.bundles:
             raise ValueError("the code world model needs the query's database and bundle (simulated episodes only)")
         with self.runtime.open_episode(self.bundles[transition.env_key]) as episode:
@@ -103,16 +104,17 @@ def _quoted(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def apply_to_database(conn: sqlite3.Connection, diff: dict[str, Any]) -> list[str]:
+def apply_to_database(conn: sqlite3.Connection, diff: Mapping[str, JsonValue]) -> list[str]:
     """Apply a predicted diff `{table: {inserted, updated, deleted}}` to `conn`, part by part; returns
-    the parts that could not be applied (unknown table or row, a constraint broken), each named.
-    Only names that exist in the database reach SQL; values are always bound parameters."""
+    the parts that could not be applied (unknown table or row, a constraint broken, a part that is
+    not a list), each named. Only names that exist in the database reach SQL; values are always
+    bound parameters."""
     problems: list[str] = []
     tables = {
         r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
     }
 
-    def run(sql: str, values: list[Any], what: str) -> None:
+    def run(sql: str, values: list[JsonValue], what: str) -> None:
         try:
             if conn.execute(sql, values).rowcount == 0:
                 problems.append(f"{what}: no such row")
@@ -127,7 +129,7 @@ def apply_to_database(conn: sqlite3.Connection, diff: dict[str, Any]) -> list[st
         columns = [r[1] for r in info]
         keys = [r[1] for r in sorted(info, key=lambda r: r[5]) if r[5]]
 
-        def where(row: dict[str, Any]) -> tuple[str, list[Any]]:
+        def where(row: Mapping[str, JsonValue]) -> tuple[str, list[JsonValue]]:
             names = (
                 [k for k in keys if k in row]
                 if keys and all(k in row for k in keys)
@@ -135,31 +137,34 @@ def apply_to_database(conn: sqlite3.Connection, diff: dict[str, Any]) -> list[st
             )
             return " AND ".join(_quoted(c) + " IS ?" for c in names) or "0", [row[c] for c in names]
 
-        for change in changes.get("updated") or []:
-            if not (
-                isinstance(change, dict)
-                and isinstance(change.get("key"), dict)
-                and isinstance(change.get("after"), dict)
-            ):
+        problems += [
+            f"{table}: {part} is not a list"
+            for part in ("updated", "deleted", "inserted")
+            if changes.get(part) and not isinstance(changes[part], list)
+        ]
+        for change in diff_part(changes, "updated"):
+            key = change.get("key") if isinstance(change, dict) else None
+            after = change.get("after") if isinstance(change, dict) else None
+            if not (isinstance(key, dict) and isinstance(after, dict)):
                 problems.append(f"{table}: malformed update")
                 continue
-            assign = [c for c in columns if c in change["after"]]
-            condition, values = where(change["key"])
+            assign = [c for c in columns if c in after]
+            condition, values = where(key)
             if not assign:
                 problems.append(f"{table}: update names no column")
                 continue
             run(
                 f"UPDATE {_quoted(table)} SET {', '.join(_quoted(c) + ' = ?' for c in assign)} WHERE {condition}",
-                [change["after"][c] for c in assign] + values,
-                f"{table}: update {change['key']}",
+                [after[c] for c in assign] + values,
+                f"{table}: update {key}",
             )
-        for row in changes.get("deleted") or []:
+        for row in diff_part(changes, "deleted"):
             if isinstance(row, dict):
                 condition, values = where(row)
                 run(f"DELETE FROM {_quoted(table)} WHERE {condition}", values, f"{table}: delete")
-        for row in changes.get("inserted") or []:
-            names = [c for c in columns if isinstance(row, dict) and c in row]
-            if not names:
+        for row in diff_part(changes, "inserted"):
+            names = [c for c in columns if c in row] if isinstance(row, dict) else []
+            if not isinstance(row, dict) or not names:
                 problems.append(f"{table}: insert names no column")
                 continue
             run(
@@ -188,7 +193,7 @@ class SimulatedRuntime:
         self,
         bundle: Bundle,
         task: str | TaskSpec | None = None,
-        start: tuple[bytes, list[dict[str, Any]]] | None = None,
+        start: tuple[bytes, list[HistoryEntry]] | None = None,
     ) -> SimulatedEpisode:
         """A simulated episode from the seeded world, or from `start`: a database and the calls that led
         there, as the world model's history (a real mid-episode state, worldmodel/real_starts.py)."""
@@ -204,18 +209,18 @@ class SimulatedEpisode:
         simulation: SimulatedRuntime,
         bundle: Bundle,
         task: TaskSpec | None,
-        start: tuple[bytes, list[dict[str, Any]]] | None = None,
+        start: tuple[bytes, list[HistoryEntry]] | None = None,
     ):
         self.id = uuid.uuid4().hex
         self.simulation, self.bundle, self.task = simulation, bundle, task
         self.conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
         self.conn.deserialize(start[0] if start else bundle.world)
-        self.history: list[dict[str, Any]] = list(start[1]) if start else []
+        self.history: list[HistoryEntry] = list(start[1]) if start else []
 
-    def tools(self) -> list[dict[str, Any]]:
+    def tools(self) -> list[JsonObject]:
         return [t.model_dump() for t in self.bundle.tools]
 
-    def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> ToolResult:
+    def call_tool(self, name: str, arguments: JsonObject | None = None) -> ToolResult:
         """The world model's answer to the call; its predicted diff is applied to the imagined database."""
         arguments, refusal = checked_call(self.bundle, name, arguments)
         if refusal is not None:
@@ -266,7 +271,7 @@ class SimulatedEpisode:
                 limit="invalid_prediction",
                 error=f"the world model's answer is not a transition: {(answer.raw or '')[:200]!r}",
             )
-        self.history.append({"action": query.action, "observation": observation.model_dump()})
+        self.history.append({"action": query.action, "observation": observation.record()})
         return ToolResult(
             status=observation.status,  # type: ignore[arg-type]  # a predicted status: ToolResult validates it
             value=observation.value,

@@ -5,6 +5,10 @@ environments, so each one carries the exact database before the call. The state 
 the task, the rows the call's arguments point at (by id-like argument names), and the last few
 calls with their outcomes. Splits are by environment (a hash of the env_id), so evaluation on
 `test` measures generalisation to worlds the model never saw.
+
+A diff, real or predicted, is JSON: `{table: {"inserted": [row...], "updated": [{"key", "before",
+"after"}...], "deleted": [row...]}}`. A predicted one is a model's answer, so every reader narrows
+each part (`diff_part`) and skips or names what is malformed.
 """
 
 from __future__ import annotations
@@ -12,13 +16,16 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
+from typing_extensions import TypedDict  # pydantic validates TypedDict fields from here on Python 3.11
 
 from worldsmith.agent.loop import Trajectory
 from worldsmith.bundle.contract import Bundle
+from worldsmith.jsonvalue import JsonObject, JsonValue
 from worldsmith.models.jsonlines import read_models, write_models
 from worldsmith.models.results import ToolResult
 from worldsmith.runtime.episode import Episode, Runtime
@@ -34,6 +41,34 @@ class Observation(BaseModel):
     value: Any = None
     error: str | None = None
 
+    def record(self) -> ObservationRecord:
+        """This observation as a history entry holds it: `model_dump()`, its value a copy."""
+        dumped = self.model_dump()
+        return {"status": dumped["status"], "value": dumped["value"], "error": dumped["error"]}
+
+
+class ObservationRecord(TypedDict):
+    """An observation in a history: an `Observation`'s fields (status "invalid" for a k-step
+    prediction that was not a transition)."""
+
+    status: str
+    value: JsonValue
+    error: str | None
+
+
+class Action(TypedDict):
+    """A tool call as a world model sees it."""
+
+    name: str
+    arguments: JsonObject
+
+
+class HistoryEntry(TypedDict):
+    """An earlier call of an episode: the call and what it answered (really, or as predicted)."""
+
+    action: Action
+    observation: ObservationRecord
+
 
 class Transition(BaseModel):
     """One tool call of a real episode, with everything a world model sees and must predict."""
@@ -43,17 +78,17 @@ class Transition(BaseModel):
     episode: str = Field(description="trajectory id: transitions of one episode share it, in `index` order")
     index: int
     task: str
-    rows: dict[str, list[dict[str, Any]]] = Field(
+    rows: dict[str, list[JsonObject]] = Field(
         default_factory=dict, description="rows the arguments point at, before the call"
     )
-    history: list[dict[str, Any]] = Field(
+    history: list[HistoryEntry] = Field(
         default_factory=list, description="earlier calls of the episode: action and observation"
     )
-    action: dict[str, Any]
+    action: Action
     observation: Observation | None = Field(
         description="what the call answered; None in a query, whose outcome is to be predicted"
     )
-    diff: dict[str, Any] = Field(default_factory=dict, description="per table: inserted, updated, deleted rows")
+    diff: JsonObject = Field(default_factory=dict, description="per table: inserted, updated, deleted rows")
     split: Split = "train"
     world: bytes | None = Field(
         None,
@@ -63,7 +98,16 @@ class Transition(BaseModel):
     )
 
 
-def state_text(task: str, rows: dict[str, list[dict[str, Any]]], history: list[dict[str, Any]], window: int = 3) -> str:
+def diff_part(changes: Mapping[str, JsonValue], part: str) -> list[JsonValue]:
+    """The entries of `part` ("inserted", "updated" or "deleted") of one table's changes in a diff:
+    [] when it is absent, empty or not a list (a malformed prediction)."""
+    entries = changes.get(part)
+    return entries if isinstance(entries, list) else []
+
+
+def state_text(
+    task: str, rows: Mapping[str, Sequence[JsonObject]], history: Sequence[HistoryEntry], window: int = 3
+) -> str:
     """The compact textual state: the task, the relevant rows, the last `window` calls."""
     lines = [f"Task: {task}", "Relevant rows:"]
     lines += [
@@ -87,9 +131,9 @@ def split_of(env_id: str, seed: int = 0, validation: float = 0.15, test: float =
     return "test" if draw < test else "validation" if draw < test + validation else "train"
 
 
-def relevant_rows(conn: sqlite3.Connection, arguments: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+def relevant_rows(conn: sqlite3.Connection, arguments: Mapping[str, JsonValue]) -> dict[str, list[JsonObject]]:
     """Rows whose columns hold the id-like argument values (`order_id=7` -> orders.id = 7 and *.order_id = 7)."""
-    found: dict[str, list[dict[str, Any]]] = {}
+    found: dict[str, list[JsonObject]] = {}
     tables = [
         r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
     ]
@@ -115,7 +159,7 @@ def relevant_rows(conn: sqlite3.Connection, arguments: dict[str, Any]) -> dict[s
     return {t: rows[:ROWS_PER_TABLE] for t, rows in found.items() if rows}
 
 
-def _lookup_rows(world: bytes, arguments: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+def _lookup_rows(world: bytes, arguments: Mapping[str, JsonValue]) -> dict[str, list[JsonObject]]:
     """`relevant_rows` of a serialized database."""
     conn = sqlite3.connect(":memory:")
     conn.deserialize(world)
@@ -125,9 +169,7 @@ def _lookup_rows(world: bytes, arguments: dict[str, Any]) -> dict[str, list[dict
         conn.close()
 
 
-def observe(
-    episode: Episode, name: str, arguments: dict[str, Any], before: bytes
-) -> tuple[Observation, dict[str, Any]]:
+def observe(episode: Episode, name: str, arguments: JsonObject, before: bytes) -> tuple[Observation, JsonObject]:
     """Call a tool in `episode` (whose database was `before`): what it answered and what it changed."""
     result = episode.call_tool(name, arguments)
     diff = episode.diff(before).model_dump()["tables"] if result.ok and result.changed else {}
@@ -145,10 +187,10 @@ def replay(runtime: Runtime, bundle: Bundle, trajectory: Trajectory, episode_id:
     """The transitions of one trajectory, replayed call by call in a fresh episode of `bundle`."""
     task = bundle.task(trajectory.task_id)
     transitions: list[Transition] = []
-    history: list[dict[str, Any]] = []
+    history: list[HistoryEntry] = []
     with runtime.open_episode(bundle, task) as episode:
         for index, step in enumerate(trajectory.steps):
-            action = {"name": step.call.name, "arguments": step.call.arguments}
+            action: Action = {"name": step.call.name, "arguments": step.call.arguments}
             before = episode.snapshot()
             observation, diff = observe(episode, step.call.name, step.call.arguments, before)
             transitions.append(
@@ -166,7 +208,7 @@ def replay(runtime: Runtime, bundle: Bundle, trajectory: Trajectory, episode_id:
                     world=before,
                 )
             )
-            history.append({"action": action, "observation": observation.model_dump()})
+            history.append({"action": action, "observation": observation.record()})
     return transitions
 
 

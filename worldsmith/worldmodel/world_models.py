@@ -14,15 +14,16 @@ import json
 import threading
 from collections import Counter
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import openai
 from pydantic import BaseModel, Field, ValidationError
 
+from worldsmith.jsonvalue import JsonObject
 from worldsmith.llm.jsonrepair import parse_json_object
 from worldsmith.worldmodel.config import check_world_model
 from worldsmith.worldmodel.scoring import canonical
-from worldsmith.worldmodel.transitions import Observation, Transition, state_text
+from worldsmith.worldmodel.transitions import HistoryEntry, Observation, Transition, state_text
 
 SYSTEM = """You simulate the tools of a software environment whose state is a SQLite database.
 Given the state (the task, relevant rows, recent calls) and one tool call, answer with one JSON object:
@@ -35,7 +36,7 @@ class Prediction(BaseModel):
     """One predicted transition; `observation` None marks an invalid answer (`raw` holds it)."""
 
     observation: Observation | None = None
-    diff: dict[str, Any] = Field(default_factory=dict)
+    diff: JsonObject = Field(default_factory=dict)
     raw: str | None = None
 
 
@@ -57,7 +58,7 @@ def consensus(predictions: list[Prediction]) -> tuple[Prediction, float]:
 class WorldModel(Protocol):
     name: str
 
-    def predict(self, transition: Transition, history: list[dict[str, Any]], samples: int = 1) -> list[Prediction]:
+    def predict(self, transition: Transition, history: list[HistoryEntry], samples: int = 1) -> list[Prediction]:
         """`samples` predictions of `transition`'s call, given `history` (the real earlier calls, or the
         model's own predictions of them in k-step evaluation)."""
         ...
@@ -68,7 +69,7 @@ class OracleWorldModel:
 
     name = "oracle"
 
-    def predict(self, transition: Transition, history: list[dict[str, Any]], samples: int = 1) -> list[Prediction]:
+    def predict(self, transition: Transition, history: list[HistoryEntry], samples: int = 1) -> list[Prediction]:
         if transition.observation is None:
             raise ValueError(
                 "the oracle replays recorded transitions and cannot answer a query; simulate with the `code` world model"
@@ -81,11 +82,11 @@ class StaticWorldModel:
 
     name = "static"
 
-    def predict(self, transition: Transition, history: list[dict[str, Any]], samples: int = 1) -> list[Prediction]:
+    def predict(self, transition: Transition, history: list[HistoryEntry], samples: int = 1) -> list[Prediction]:
         return [Prediction(observation=Observation(status="ok"), diff={}) for _ in range(samples)]
 
 
-def prompt(transition: Transition, history: list[dict[str, Any]]) -> list[dict[str, str]]:
+def prompt(transition: Transition, history: list[HistoryEntry]) -> list[dict[str, str]]:
     """The chat messages of one prediction (also the SFT prompt of a trained world model)."""
     call = f"Tool call: {transition.action['name']}({json.dumps(transition.action['arguments'], sort_keys=True)})"
     return [
@@ -134,7 +135,7 @@ class OpenAIWorldModel:
             base_url=base_url, api_key=api_key or "not-needed", timeout=timeout_s, max_retries=2
         )
 
-    def predict(self, transition: Transition, history: list[dict[str, Any]], samples: int = 1) -> list[Prediction]:
+    def predict(self, transition: Transition, history: list[HistoryEntry], samples: int = 1) -> list[Prediction]:
         temperature = self.temperature if self.temperature is not None else (0.0 if samples == 1 else 0.7)
         out = []
         for _ in range(samples):
@@ -169,7 +170,7 @@ class HFWorldModel:
         self.max_new_tokens = max_new_tokens
         self._lock = threading.Lock()
 
-    def predict(self, transition: Transition, history: list[dict[str, Any]], samples: int = 1) -> list[Prediction]:
+    def predict(self, transition: Transition, history: list[HistoryEntry], samples: int = 1) -> list[Prediction]:
         import torch
         from transformers import BatchEncoding
 
