@@ -21,7 +21,9 @@ PACKAGE = REPO / "worldsmith"
 #: Packages (and top-level modules) of worldsmith by layer, lowest first; a module may import its
 #: own layer and the ones below.
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"", "settings", "errors", "failures", "jsonvalue", "localserver", "secret_block", "data", "models", "bundle"}),
+    frozenset(
+        {"", "settings", "errors", "failures", "jsonvalue", "localserver", "secret_block", "data", "models", "bundle"}
+    ),
     frozenset({"storage", "llm", "runtime"}),
     frozenset({"quality", "agent"}),
     frozenset({"stages", "training", "worldmodel", "interop", "serving"}),

@@ -21,6 +21,7 @@ a guard, not a measure. A test that knows its work sets its own `@pytest.mark.ti
 
 from __future__ import annotations
 
+import platform
 import sys
 from collections.abc import Iterator
 
@@ -63,6 +64,10 @@ class _InProcessOnly:
 
 
 sys.addaudithook(_InProcessOnly.hook)
+# `platform.platform()` runs `uname -p` once per interpreter and caches it; libraries ask for it lazily
+# (the openai SDK's request headers), so whichever unit test asked first would "start a process".
+# Asked here, before any test, it is the session's cost, not a test's.
+platform.platform()
 
 
 def tier_of(item: pytest.Item) -> str | None:
