@@ -988,18 +988,18 @@ def test_metadata_of_host_paths_is_blind_to_generated_code(golden, isolation):
     import sysconfig
 
     probe_env = with_tools(golden, METADATA_PROBE, ["metadata"])
-    with Runtime(limits=isolated(FAST_LIMITS, isolation), workers=1) as rt:
-        with rt.open_episode(probe_env) as episode, rt.open_episode(probe_env) as other:
+    with Runtime(limits=isolated(FAST_LIMITS, isolation), workers=1) as rt, rt.open_episode(probe_env) as episode:
+        worker = episode._worker
+        [own_root] = worker.scratch.iterdir()  # the worker makes an episode's directories at open
+        with rt.open_episode(probe_env) as other:
             assert other.call_tool("metadata", {"route": "path_exists", "p": "/"}).ok
-            worker = episode._worker
-            other_dir, own_dir = worker.scratch / other.id, worker.scratch / episode.id
-            for directory in (other_dir, own_dir):  # made to exist, as the worker makes them
-                directory.mkdir(parents=True, exist_ok=True)
-                if os.geteuid() == 0:
-                    os.chown(directory, rt.limits.uid, rt.limits.uid)
+            [other_root] = [path for path in worker.scratch.iterdir() if path != own_root]
+            other_dir, own_dir = other_root / "files", own_root / "files"  # their file areas
             (other_dir / "secret.db").write_bytes(b"x" * 4321)
             hidden = ["/etc/passwd", "/root", "/proc/self/exe", str(rt.pool.scratch_root), str(other_dir)]
-            hidden.append(str(other_dir / "secret.db"))
+            hidden += [str(other_dir / "secret.db"), str(other_root)]
+            if isolation == "strict":  # its own database, beside its file area: there after its first call
+                hidden.append(str(own_root / "episode.db"))
             absent = f"/nonexistent-{os.getpid()}-{time.monotonic_ns()}"
             # what the code may see is not hidden: its own directory, and the standard library (whose
             # files the sandbox uid may not be allowed to read: then the real answer is a refusal of access)

@@ -37,15 +37,24 @@ class LoadedEnv:
 @dataclass
 class OpenEpisode:
     """An episode open in this worker. Fast isolation: its database in memory (`conn`), its tools loaded
-    at open. Strict isolation: its database is the file `db_path` in its directory, opened (with its
-    tools) only in the processes that serve its requests; the worker itself never reads it."""
+    at open. Strict isolation: its database is the file `db_path`, opened (with its tools) only in the
+    processes that serve its requests, before they confine themselves; the worker itself never reads it.
+
+    Its files are under `root`, a directory of the worker's scratch with an unguessable name: the
+    database (and its journal) in `root` itself, which no code of any episode may write, and the
+    episode's file area `directory` (`root/files`), the only place its code may open files."""
 
     id: str
     env: LoadedEnv
     conn: EpisodeConnection | None
-    directory: str
+    root: str
     tools: dict[str, Tool] | None = None
+    open_error: str | None = None  # strict isolation: why its database did not open in this process
+
+    @property
+    def directory(self) -> str:
+        return os.path.join(self.root, "files")
 
     @property
     def db_path(self) -> str:
-        return os.path.join(self.directory, "episode.db")
+        return os.path.join(self.root, "episode.db")
