@@ -86,7 +86,8 @@ PATCHING = textwrap.dedent("""
 #: Escaped tools (past the guard; the kernel layers on). `plant` puts a symlink to `target` or a FIFO
 #: where a restore writes its new file; `watch` and `events` watch the worker's scratch directory
 #: (inotify, fanotify); `probe` looks for a directory by name there; `rewrite` rewrites its own
-#: database by path: in place, through a journal, or a forged copy renamed over it.
+#: database by path: in place, through a journal, or a forged copy (made in `spare`, its file area)
+#: renamed over it.
 ESCAPED = textwrap.dedent("""
     WATCHING = {}
 
@@ -174,7 +175,7 @@ ESCAPED = textwrap.dedent("""
         return unguarded(attack)
 
 
-    def rewrite(conn, how="rename"):
+    def rewrite(conn, how="rename", spare=""):
         def attack(kit):
             os, errno, sqlite3 = (kit["import"](name) for name in ("os", "errno", "sqlite3"))
             opened = kit["open"]
@@ -188,14 +189,9 @@ ESCAPED = textwrap.dedent("""
                     with opened(path + "-journal", "wb") as handle:
                         handle.write(journal(data))
                 else:
-                    for directory in (os.path.join(os.path.dirname(path), "files"), os.path.dirname(path)):
-                        try:
-                            with opened(os.path.join(directory, "forged.db"), "wb") as handle:
-                                handle.write(data.replace(OLD, NEW))
-                            break
-                        except OSError:
-                            continue
-                    os.replace(os.path.join(directory, "forged.db"), path)
+                    with opened(os.path.join(spare, "forged.db"), "wb") as handle:
+                        handle.write(data.replace(OLD, NEW))
+                    os.replace(os.path.join(spare, "forged.db"), path)
             except OSError as exc:
                 return f"refused: {errno.errorcode[exc.errno]}"
             return "rewritten"
@@ -206,7 +202,12 @@ ESCAPED = textwrap.dedent("""
 
 def _database_files(worker) -> set[str]:
     """The episode databases in a worker's scratch directory (read by the test, the trusted parent)."""
-    return {str(path) for path in worker.scratch.glob("*/episode.db")}
+    return {str(path) for path in worker.scratch.rglob("*.db")}
+
+
+def _file_areas(worker) -> set[str]:
+    """The episodes' file areas in a worker's scratch directory: its directories but the databases'."""
+    return {str(path) for path in worker.scratch.iterdir() if path.is_dir() and path.name != "databases"}
 
 
 @pytest.mark.usefixtures("bypassing_workers")
@@ -291,7 +292,8 @@ def test_an_escaped_tool_cannot_rewrite_its_database_by_path(golden, how):
     with Runtime(limits=isolated(FAST_LIMITS, "strict"), workers=1) as rt:
         with rt.open_episode(env, TASK) as episode:
             assert episode.call_tool("get_customer", {"customer_id": 1}).ok
-            result = episode.call_tool("rewrite", {"how": how})
+            [spare] = _file_areas(episode._worker)
+            result = episode.call_tool("rewrite", {"how": how, "spare": spare})
             verdict = episode.verify()
             assert verdict.status == Verdict.incomplete, (verdict, result)
             assert verdict.evidence == {"email": "james.chen@example.com"}

@@ -988,22 +988,31 @@ def test_metadata_of_host_paths_is_blind_to_generated_code(golden, isolation):
     import sysconfig
 
     probe_env = with_tools(golden, METADATA_PROBE, ["metadata"])
-    with Runtime(limits=isolated(FAST_LIMITS, isolation), workers=1) as rt, rt.open_episode(probe_env) as episode:
-        worker = episode._worker
-        [own_root] = worker.scratch.iterdir()  # the worker makes an episode's directories at open
-        with rt.open_episode(probe_env) as other:
+    with Runtime(limits=isolated(FAST_LIMITS, isolation), workers=1) as rt:
+        with rt.open_episode(probe_env) as episode, rt.open_episode(probe_env) as other:
+            # file areas have random names, made by an episode's first process under strict isolation
+            # (under fast isolation by its first verification: a stand-in for the other's is made here)
+            worker = episode._worker
+            databases = worker.scratch / "databases"
             assert other.call_tool("metadata", {"route": "path_exists", "p": "/"}).ok
-            [other_root] = [path for path in worker.scratch.iterdir() if path != own_root]
-            other_dir, own_dir = other_root / "files", own_root / "files"  # their file areas
+            others = set(worker.scratch.iterdir()) - {databases}
+            assert episode.call_tool("metadata", {"route": "path_exists", "p": "/"}).ok
+            own = set(worker.scratch.iterdir()) - others - {databases}
+            other_dir = next(iter(others), worker.scratch / os.urandom(16).hex())
+            other_dir.mkdir(exist_ok=True)
+            if os.geteuid() == 0:
+                os.chown(other_dir, rt.limits.uid, rt.limits.uid)
             (other_dir / "secret.db").write_bytes(b"x" * 4321)
             hidden = ["/etc/passwd", "/root", "/proc/self/exe", str(rt.pool.scratch_root), str(other_dir)]
-            hidden += [str(other_dir / "secret.db"), str(other_root)]
-            if isolation == "strict":  # its own database, beside its file area: there after its first call
-                hidden.append(str(own_root / "episode.db"))
+            hidden.append(str(other_dir / "secret.db"))
+            if isolation == "strict":  # the episodes' databases, its own included
+                hidden += [str(databases), *(str(path) for path in databases.iterdir())]
             absent = f"/nonexistent-{os.getpid()}-{time.monotonic_ns()}"
             # what the code may see is not hidden: its own directory, and the standard library (whose
             # files the sandbox uid may not be allowed to read: then the real answer is a refusal of access)
-            assert _seen(episode, "path_is_dir", str(own_dir)) == ("answer", {"value": "True"})
+            for own_dir in own:  # strict: its own file area
+                assert _seen(episode, "path_is_dir", str(own_dir)) == ("answer", {"value": "True"})
+            assert len(own) == (isolation == "strict")
             stdlib_file = os.path.join(sysconfig.get_path("stdlib"), "json", "__init__.py")
             assert _seen(episode, "path_stat", stdlib_file) != _seen(episode, "path_stat", absent)
             for route in (name for name in METADATA_ROUTES if name not in REFUSED_ROUTES):

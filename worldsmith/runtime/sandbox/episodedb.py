@@ -169,6 +169,20 @@ def write_db(path: str, data: bytes) -> None:
         os.close(dir_fd)
 
 
+def remove_db(path: str) -> None:
+    """Remove the database file at `path` and its side files, if any (nothing is followed)."""
+    directory, name = os.path.split(path)
+    try:
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    try:
+        for stale in (name, name + ".new", *(name + suffix for suffix in DATABASE_SIDE_FILES)):
+            remove_at(dir_fd, stale)
+    finally:
+        os.close(dir_fd)
+
+
 def remove_at(dir_fd: int, name: str) -> None:
     """Remove entry `name` of the directory open as `dir_fd` (a link itself, never what it points to), if any."""
     try:

@@ -122,7 +122,9 @@ class Operations:
         """Open the environment's tools once on a private copy of its world (strict isolation's load check)."""
         env = self.envs[request["env"]]
         conn = episodedb.memory_connection(env.world, env.tools_kind, env.clock)
-        env.tools_kind.open(self.host, env, OpenEpisode(id="check", env=env, conn=conn, root=self._new_root()))
+        env.tools_kind.open(
+            self.host, env, OpenEpisode(id="check", env=env, conn=conn, directory=self._new_directory())
+        )
         return {}
 
     def op_unload_env(self, request: UnloadEnvRequest, blobs: list[bytes]) -> StatusOnly:
@@ -142,9 +144,9 @@ class Operations:
         return {"tools": schemas}
 
     # -- episodes --------------------------------------------------------------------------
-    def _new_root(self) -> str:
-        """A fresh directory name in the scratch directory for an episode's files: 128 random bits, so
-        that no episode can guess another's (nor learn it from its id)."""
+    def _new_directory(self) -> str:
+        """A fresh name in the scratch directory for an episode's file area (and database): 128 random
+        bits, so that no episode can guess another's (nor learn it from its id)."""
         return os.path.join(self.scratch, os.urandom(16).hex())
 
     def open_database(self, episode: OpenEpisode) -> None:
@@ -177,22 +179,20 @@ class Operations:
         env = self.envs.get(request["env"])
         if env is None:
             raise Failure("env_error", f"environment {request['env']} is not loaded in this worker")
-        if self.strict and env.load_error is not None:
-            raise Failure("env_error", env.load_error)
-        # The episode's files (`OpenEpisode`): its file area, the only place its code may open files
-        # (verifiers' database files), and under strict isolation its database beside it; removed
-        # with the episode.
-        root = self._new_root()
+        # The episode's file area (`OpenEpisode`): the only place its code may open files; created by the
+        # runtime when it puts files there (verifiers' database files) or confines a process to it;
+        # removed with the episode, as is its database file (strict isolation).
+        directory = self._new_directory()
         if self.strict:
-            episode = OpenEpisode(id=request["episode"], env=env, conn=None, root=root)
-            os.makedirs(episode.directory)
+            if env.load_error is not None:
+                raise Failure("env_error", env.load_error)
+            episode = OpenEpisode(id=request["episode"], env=env, conn=None, directory=directory)
             if blobs:
                 write_db(episode.db_path, blobs[0])
             self.episodes[episode.id] = episode
             return {}
         conn = episodedb.memory_connection(blobs[0] if blobs else env.world, env.tools_kind, env.clock)
-        episode = OpenEpisode(id=request["episode"], env=env, conn=conn, root=root)
-        os.makedirs(episode.directory)
+        episode = OpenEpisode(id=request["episode"], env=env, conn=conn, directory=directory)
         self._tools(episode)
         self.episodes[episode.id] = episode
         return {}
@@ -233,7 +233,7 @@ class Operations:
         return {}, [snapshot(episode.conn, transactions=refuse_transaction_control)]
 
     def op_restore(self, request: RestoreRequest, blobs: list[bytes]) -> StatusOnly:
-        if self.strict:  # the bytes become the file (in a directory no episode's code can write: see OpenEpisode)
+        if self.strict:  # the bytes become the file (where no episode's code can write: see OpenEpisode)
             episode = self.episodes.get(request["episode"])
             if episode is None:
                 raise Failure("env_error", f"episode {request['episode']} is not open in this worker")
@@ -266,7 +266,9 @@ class Operations:
         if episode is not None:
             if episode.conn is not None:
                 sqlite3.Connection.close(episode.conn)
-            shutil.rmtree(episode.root, ignore_errors=True)  # removes links, never follows them
+            shutil.rmtree(episode.directory, ignore_errors=True)  # removes links, never follows them
+            if self.strict:
+                episodedb.remove_db(episode.db_path)
         return {}
 
     # -- the worker ------------------------------------------------------------------------
