@@ -990,20 +990,29 @@ def test_metadata_of_host_paths_is_blind_to_generated_code(golden, isolation):
     probe_env = with_tools(golden, METADATA_PROBE, ["metadata"])
     with Runtime(limits=isolated(FAST_LIMITS, isolation), workers=1) as rt:
         with rt.open_episode(probe_env) as episode, rt.open_episode(probe_env) as other:
-            assert other.call_tool("metadata", {"route": "path_exists", "p": "/"}).ok
+            # file areas have random names, made by an episode's first process under strict isolation
+            # (under fast isolation by its first verification: a stand-in for the other's is made here)
             worker = episode._worker
-            other_dir, own_dir = worker.scratch / other.id, worker.scratch / episode.id
-            for directory in (other_dir, own_dir):  # made to exist, as the worker makes them
-                directory.mkdir(parents=True, exist_ok=True)
-                if os.geteuid() == 0:
-                    os.chown(directory, rt.limits.uid, rt.limits.uid)
+            databases = worker.scratch / "databases"
+            assert other.call_tool("metadata", {"route": "path_exists", "p": "/"}).ok
+            others = set(worker.scratch.iterdir()) - {databases}
+            assert episode.call_tool("metadata", {"route": "path_exists", "p": "/"}).ok
+            own = set(worker.scratch.iterdir()) - others - {databases}
+            other_dir = next(iter(others), worker.scratch / os.urandom(16).hex())
+            other_dir.mkdir(exist_ok=True)
+            if os.geteuid() == 0:
+                os.chown(other_dir, rt.limits.uid, rt.limits.uid)
             (other_dir / "secret.db").write_bytes(b"x" * 4321)
             hidden = ["/etc/passwd", "/root", "/proc/self/exe", str(rt.pool.scratch_root), str(other_dir)]
             hidden.append(str(other_dir / "secret.db"))
+            if isolation == "strict":  # the episodes' databases, its own included
+                hidden += [str(databases), *(str(path) for path in databases.iterdir())]
             absent = f"/nonexistent-{os.getpid()}-{time.monotonic_ns()}"
             # what the code may see is not hidden: its own directory, and the standard library (whose
             # files the sandbox uid may not be allowed to read: then the real answer is a refusal of access)
-            assert _seen(episode, "path_is_dir", str(own_dir)) == ("answer", {"value": "True"})
+            for own_dir in own:  # strict: its own file area
+                assert _seen(episode, "path_is_dir", str(own_dir)) == ("answer", {"value": "True"})
+            assert len(own) == (isolation == "strict")
             stdlib_file = os.path.join(sysconfig.get_path("stdlib"), "json", "__init__.py")
             assert _seen(episode, "path_stat", stdlib_file) != _seen(episode, "path_stat", absent)
             for route in (name for name in METADATA_ROUTES if name not in REFUSED_ROUTES):

@@ -7,14 +7,18 @@ from worldsmith.bundle.loader import build_bundle
 from worldsmith.models.bundle import ToolSchema
 
 
-def with_tools(bundle: Bundle, source: str, names: list[str]) -> Bundle:
-    """`bundle` with `source` appended to tools.py and `names` exposed as argument-less tools.
+def with_tools(bundle: Bundle, source: str, names: list[str], *, verifiers: str = "") -> Bundle:
+    """`bundle` with `source` appended to tools.py and `names` exposed as argument-less tools (and
+    `verifiers` appended to verifiers.py: tasks of a test name them, `TaskSpec`s given to `open_episode`).
 
     Built directly, without the loader's static checks, so the run-time layers are what is tested.
     """
     files = dict(bundle.files)
     files["tools.py"] = bundle.files["tools.py"] + b"\n\n" + source.encode()
-    artifacts = dict(bundle.manifest.artifacts, **{"tools.py": artifact_digest(files["tools.py"])})
+    if verifiers:
+        files["verifiers.py"] = bundle.files["verifiers.py"] + b"\n\n" + verifiers.encode()
+    digests = {name: artifact_digest(files[name]) for name in ("tools.py", "verifiers.py")}
+    artifacts = dict(bundle.manifest.artifacts, **digests)
     extra = [
         ToolSchema(name=n, description=f"test tool {n}", parameters={"type": "object", "properties": {}}) for n in names
     ]

@@ -121,13 +121,22 @@ def memory_connection(data: bytes, tools_kind: ToolsKind, clock: str | None) -> 
 
 def file_connection(path: str, world: bytes, tools_kind: ToolsKind, clock: str | None) -> EpisodeConnection:
     """The episode's database file at `path`, opened like an in-memory episode database (strict
-    isolation); made from the world on first use."""
+    isolation); made from the world on first use. Called before the process confines itself to the
+    episode's file area: the file and its rollback journal are opened here and SQLite keeps both
+    open from then on (exclusive locking), so nothing the process runs later opens either by path."""
     if not os.path.exists(path):
         write_db(path, world)
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, factory=connection_class(tools_kind))
-    sqlite3.Connection.execute(conn, "PRAGMA synchronous = OFF")  # the file lives as long as the episode
+    execute = sqlite3.Connection.execute
+    execute(conn, "PRAGMA synchronous = OFF")  # the file lives as long as the episode
     # one process at a time has the file open (`processes`): it keeps its lock, no re-check per statement
-    sqlite3.Connection.execute(conn, "PRAGMA locking_mode = EXCLUSIVE")
+    execute(conn, "PRAGMA locking_mode = EXCLUSIVE")
+    # a write rolled back: rolls back a journal a killed process left, takes the lock and opens the
+    # journal, which exclusive locking keeps open (zeroed between transactions) until the process ends
+    version = int(execute(conn, "PRAGMA user_version").fetchone()[0])
+    execute(conn, "BEGIN")
+    execute(conn, f"PRAGMA user_version = {version}")
+    execute(conn, "ROLLBACK")
     harden(conn, transactions=refuse_transaction_control)
     conn.row_factory = sqlite3.Row
     guard.GUARD.watch(conn)
@@ -135,17 +144,51 @@ def file_connection(path: str, world: bytes, tools_kind: ToolsKind, clock: str |
     return conn
 
 
+#: The files SQLite keeps beside a database file (a killed process's journal goes with its file).
+DATABASE_SIDE_FILES = ("-journal", "-wal", "-shm")
+
+
 def write_db(path: str, data: bytes) -> None:
-    """Make `data` (a serialized database) the database file at `path`, whole or not at all; a
-    journal left by a killed process goes with the file it belonged to."""
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    fresh = path + ".new"
-    with open(fresh, "wb") as handle:
-        handle.write(data)
-    for stale in (path + "-journal", path + "-wal", path + "-shm"):
-        if os.path.lexists(stale):
-            os.unlink(stale)
-    os.replace(fresh, path)
+    """Make `data` (a serialized database) the database file at `path`, whole or not at all, in a
+    directory no episode's code can write (docs/security.md). Nothing in the way is followed: the
+    directory is opened without following a link, the new file made afresh there (`O_EXCL`, any entry
+    of its name removed first) and renamed over the old one; stale side files are removed."""
+    directory, name = os.path.split(path)
+    os.makedirs(directory, exist_ok=True)
+    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fresh = name + ".new"
+        remove_at(dir_fd, fresh)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        with open(os.open(fresh, flags, 0o600, dir_fd=dir_fd), "wb") as handle:
+            handle.write(data)
+        for suffix in DATABASE_SIDE_FILES:
+            remove_at(dir_fd, name + suffix)
+        os.replace(fresh, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def remove_db(path: str) -> None:
+    """Remove the database file at `path` and its side files, if any (nothing is followed)."""
+    directory, name = os.path.split(path)
+    try:
+        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    try:
+        for stale in (name, name + ".new", *(name + suffix for suffix in DATABASE_SIDE_FILES)):
+            remove_at(dir_fd, stale)
+    finally:
+        os.close(dir_fd)
+
+
+def remove_at(dir_fd: int, name: str) -> None:
+    """Remove entry `name` of the directory open as `dir_fd` (a link itself, never what it points to), if any."""
+    try:
+        os.unlink(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
 
 
 def begin_call(conn: EpisodeConnection, tools_kind: ToolsKind) -> int:

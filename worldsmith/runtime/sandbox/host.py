@@ -29,7 +29,14 @@ from worldsmith.bundle.asgiapp import CLOCK, ENGINE_FACTORY
 from worldsmith.bundle.sqlscript import deserialize, snapshot
 from worldsmith.runtime.errors import ToolError
 from worldsmith.runtime.sandbox import guard, worldclock
-from worldsmith.runtime.sandbox.episodedb import APP_SAVEPOINT, SAVEPOINT, AppConnection, refuse_transaction_control
+from worldsmith.runtime.sandbox.episodedb import (
+    APP_SAVEPOINT,
+    DATABASE_SIDE_FILES,
+    SAVEPOINT,
+    AppConnection,
+    refuse_transaction_control,
+    remove_at,
+)
 from worldsmith.runtime.sandbox.failure import Failure
 from worldsmith.runtime.sandbox.guard import SandboxViolation
 from worldsmith.runtime.sandbox.messages import Status, WorkerConfig
@@ -236,17 +243,19 @@ class SandboxHost:
 
     def database_files(self, episode: OpenEpisode) -> tuple[str, str]:
         """Read-only snapshot files of the untouched and the current database, in the episode's
-        directory (the only files its code may read)."""
+        directory (the only files its code may read). Made afresh: whatever the episode's code left
+        under their names (a link, a pipe, a journal beside them) is removed, never followed."""
         os.makedirs(episode.directory, exist_ok=True)
-        paths = []
         assert episode.conn is not None  # opened by Operations._episode
         current = snapshot(episode.conn, transactions=refuse_transaction_control)
-        for name, data in (("initial.db", episode.env.world), ("final.db", current)):
-            path = os.path.join(episode.directory, name)
-            if os.path.exists(path):
-                os.chmod(path, 0o600)
-            with open(path, "wb") as handle:
-                handle.write(data)
-            os.chmod(path, 0o444)
-            paths.append(path)
-        return paths[0], paths[1]
+        dir_fd = os.open(episode.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            for name, data in (("initial.db", episode.env.world), ("final.db", current)):
+                for stale in (name, *(name + suffix for suffix in DATABASE_SIDE_FILES)):
+                    remove_at(dir_fd, stale)
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+                with open(os.open(name, flags, 0o444, dir_fd=dir_fd), "wb") as handle:
+                    handle.write(data)
+        finally:
+            os.close(dir_fd)
+        return os.path.join(episode.directory, "initial.db"), os.path.join(episode.directory, "final.db")

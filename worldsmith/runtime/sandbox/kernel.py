@@ -154,7 +154,8 @@ def _allow(ruleset: int, fd: int, rights: int, what: str) -> None:
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 # Syscalls a worker never needs: networking, process creation, exec, tracing, namespaces,
 # mounts, identity and limit changes, kernel modules, signalling other processes, SysV IPC and
-# POSIX message queues (objects that outlive the process and join workers).
+# POSIX message queues (objects that outlive the process and join workers), and watching the file
+# system (inotify, fanotify: what other episodes' processes make and open, by name).
 _DENIED = {
     "x86_64": {
         "socket": 41,
@@ -219,6 +220,11 @@ _DENIED = {
         "mq_timedreceive": 243,
         "mq_notify": 244,
         "mq_getsetattr": 245,
+        "inotify_init": 253,
+        "inotify_init1": 294,
+        "inotify_add_watch": 254,
+        "fanotify_init": 300,
+        "fanotify_mark": 301,
     },
     "aarch64": {
         "socket": 198,
@@ -281,6 +287,10 @@ _DENIED = {
         "shmget": 194,
         "shmctl": 195,
         "shmat": 196,
+        "inotify_init1": 26,
+        "inotify_add_watch": 27,
+        "fanotify_init": 262,
+        "fanotify_mark": 263,
     },
 }
 _CLONE3 = 435  # same number on both: answered ENOSYS so libc falls back to (denied) clone

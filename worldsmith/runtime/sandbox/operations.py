@@ -122,7 +122,9 @@ class Operations:
         """Open the environment's tools once on a private copy of its world (strict isolation's load check)."""
         env = self.envs[request["env"]]
         conn = episodedb.memory_connection(env.world, env.tools_kind, env.clock)
-        env.tools_kind.open(self.host, env, OpenEpisode(id="check", env=env, conn=conn, directory=self.scratch))
+        env.tools_kind.open(
+            self.host, env, OpenEpisode(id="check", env=env, conn=conn, directory=self._new_directory())
+        )
         return {}
 
     def op_unload_env(self, request: UnloadEnvRequest, blobs: list[bytes]) -> StatusOnly:
@@ -142,14 +144,30 @@ class Operations:
         return {"tools": schemas}
 
     # -- episodes --------------------------------------------------------------------------
+    def _new_directory(self) -> str:
+        """A fresh name in the scratch directory for an episode's file area (and database): 128 random
+        bits, so that no episode can guess another's (nor learn it from its id)."""
+        return os.path.join(self.scratch, os.urandom(16).hex())
+
+    def open_database(self, episode: OpenEpisode) -> None:
+        """Strict isolation, in a process forked for one of `episode`'s requests, before it confines
+        itself to the episode's file area: open the episode's database file (made from the world at
+        its first use) and its journal, which no code this process runs can then reach by path; if
+        it does not open, keep why (the request's answer)."""
+        env = episode.env
+        os.makedirs(episode.directory, exist_ok=True)
+        try:
+            episode.conn = episodedb.file_connection(episode.db_path, env.world, env.tools_kind, env.clock)
+        except (sqlite3.Error, OSError) as exc:
+            episode.open_error = f"the episode's database does not open: {type(exc).__name__}: {exc}"
+
     def _episode(self, request: EpisodeRequest) -> OpenEpisode:
         try:
             episode = self.episodes[request["episode"]]
         except KeyError:
             raise Failure("env_error", f"episode {request['episode']} is not open in this worker") from None
-        if episode.conn is None:  # strict isolation, in the request's own process
-            env = episode.env
-            episode.conn = episodedb.file_connection(episode.db_path, env.world, env.tools_kind, env.clock)
+        if episode.conn is None:  # strict isolation: opened (or not) by `open_database` in this process
+            raise Failure("env_error", episode.open_error or f"episode {episode.id}'s database is not open here")
         return episode
 
     def _tools(self, episode: OpenEpisode) -> dict[str, Tool]:
@@ -161,10 +179,10 @@ class Operations:
         env = self.envs.get(request["env"])
         if env is None:
             raise Failure("env_error", f"environment {request['env']} is not loaded in this worker")
-        # The episode's file area: the only place its code may open files; created by the runtime
-        # when it puts files there (verifiers' database files; strict isolation: the database),
-        # removed with the episode.
-        directory = os.path.join(self.scratch, request["episode"])
+        # The episode's file area (`OpenEpisode`): the only place its code may open files; created by the
+        # runtime when it puts files there (verifiers' database files) or confines a process to it;
+        # removed with the episode, as is its database file (strict isolation).
+        directory = self._new_directory()
         if self.strict:
             if env.load_error is not None:
                 raise Failure("env_error", env.load_error)
@@ -215,7 +233,7 @@ class Operations:
         return {}, [snapshot(episode.conn, transactions=refuse_transaction_control)]
 
     def op_restore(self, request: RestoreRequest, blobs: list[bytes]) -> StatusOnly:
-        if self.strict:  # the bytes become the file; read only by the episode's own processes
+        if self.strict:  # the bytes become the file (where no episode's code can write: see OpenEpisode)
             episode = self.episodes.get(request["episode"])
             if episode is None:
                 raise Failure("env_error", f"episode {request['episode']} is not open in this worker")
@@ -248,7 +266,9 @@ class Operations:
         if episode is not None:
             if episode.conn is not None:
                 sqlite3.Connection.close(episode.conn)
-            shutil.rmtree(episode.directory, ignore_errors=True)
+            shutil.rmtree(episode.directory, ignore_errors=True)  # removes links, never follows them
+            if self.strict:
+                episodedb.remove_db(episode.db_path)
         return {}
 
     # -- the worker ------------------------------------------------------------------------

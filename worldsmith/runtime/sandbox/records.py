@@ -34,18 +34,29 @@ class LoadedEnv:
     load_error: str | None = None  # strict isolation: why the tools do not load (checked once)
 
 
+#: The directory of a worker's scratch directory that holds its episodes' database files (strict
+#: isolation): no code of any episode may write there (docs/security.md, "Episode files").
+DATABASES = "databases"
+
+
 @dataclass
 class OpenEpisode:
     """An episode open in this worker. Fast isolation: its database in memory (`conn`), its tools loaded
-    at open. Strict isolation: its database is the file `db_path` in its directory, opened (with its
-    tools) only in the processes that serve its requests; the worker itself never reads it."""
+    at open. Strict isolation: its database is the file `db_path`, opened (with its tools) only in the
+    processes that serve its requests, before they confine themselves; the worker itself never reads it.
+
+    `directory` is the episode's file area, the only place its code may open files: a directory of the
+    worker's scratch directory with an unguessable name, made when first needed. Its database file
+    (strict isolation) has the same name in the scratch directory's `DATABASES`, beside it."""
 
     id: str
     env: LoadedEnv
     conn: EpisodeConnection | None
     directory: str
     tools: dict[str, Tool] | None = None
+    open_error: str | None = None  # strict isolation: why its database did not open in this process
 
     @property
     def db_path(self) -> str:
-        return os.path.join(self.directory, "episode.db")
+        scratch, name = os.path.split(self.directory)
+        return os.path.join(scratch, DATABASES, name + ".db")

@@ -83,8 +83,9 @@ class Worker:
 
     def _become_run_process(self, request: Request, keep: tuple[int, int]) -> None:
         """In a freshly forked process: drop the worker's channels, other episodes and their processes,
-        then confine this process to its episode's directory (Landlock), without new processes and
-        under the whole seccomp deny list (`kernel.confine_run`); it dies with the worker."""
+        open its episode's database, then confine this process to its episode's file area (Landlock),
+        without new processes and under the whole seccomp deny list (`kernel.confine_run`); it dies
+        with the worker."""
         self.run_process = True
         kernel.die_with_parent()
         os.dup2(1, 0)  # the request channel becomes /dev/null (as stdout is); SQLite never takes fds 0-2
@@ -101,7 +102,7 @@ class Worker:
         operations.envs = {key: env for key, env in operations.envs.items() if key == env_key}
         writable = []
         if episode is not None:
-            os.makedirs(episode.directory, exist_ok=True)
+            operations.open_database(episode)  # the database and its journal: beside the file area, not in it
             writable.append(episode.directory)
         kernel.confine_run(writable)
 
