@@ -34,8 +34,9 @@ from worldsmith.bundle.contract import Bundle
 from worldsmith.models.bundle import TaskSpec
 from worldsmith.models.evaluation import SimulationCounts
 from worldsmith.models.results import DbDiff, ToolResult, VerifierResult
-from worldsmith.runtime.episode import Runtime, checked_call
+from worldsmith.runtime.episode import Runtime, checked_call, tool_schemas
 from worldsmith.runtime.sandbox import dbdiff
+from worldsmith.toolschema import ToolSchemaJson
 from worldsmith.worldmodel.config import SimulationConfig
 from worldsmith.worldmodel.transitions import Transition, observe, relevant_rows
 from worldsmith.worldmodel.world_models import Prediction, WorldModel, consensus, world_model
@@ -212,8 +213,8 @@ class SimulatedEpisode:
         self.conn.deserialize(start[0] if start else bundle.world)
         self.history: list[dict[str, Any]] = list(start[1]) if start else []
 
-    def tools(self) -> list[dict[str, Any]]:
-        return [t.model_dump() for t in self.bundle.tools]
+    def tools(self) -> list[ToolSchemaJson]:
+        return tool_schemas(self.bundle)
 
     def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> ToolResult:
         """The world model's answer to the call; its predicted diff is applied to the imagined database."""
