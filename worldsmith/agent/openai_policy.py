@@ -150,7 +150,7 @@ class OpenAIPolicy:
     @staticmethod
     def _tool(schema: ToolSchemaJson) -> ChatCompletionFunctionToolParam:
         """A tool schema as the `tools` parameter takes it."""
-        parameters: dict[str, object] = dict(schema["parameters"])
+        parameters: dict[str, object] = dict(schema["parameters"])  # the SDK's FunctionParameters
         return {
             "type": "function",
             "function": {"name": schema["name"], "description": schema["description"], "parameters": parameters},

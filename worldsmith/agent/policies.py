@@ -84,7 +84,7 @@ class RandomPolicy:
             return PolicyTurn(message=Message(role="assistant", content="I could not finish the task."))
         self.turn += 1
         name = self.rng.choice(tools)["name"]
-        arguments = sample_arguments(self.bundle.tool(name).model_dump(), self.seeds)  # the schema the probes read
+        arguments = sample_arguments(self.bundle.tool(name).model_dump(), self.seeds)  # it reads a dumped ToolSchema
         call = ToolCall(id=f"call_{self.turn}", name=name, arguments=arguments)
         return PolicyTurn(message=Message(role="assistant", tool_calls=[call]))
 
