@@ -15,13 +15,14 @@ from __future__ import annotations
 import random
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from worldsmith.agent.answer_variants import answer_variants
 from worldsmith.agent.footprint import reference_run
 from worldsmith.agent.loop import EpisodeConfig, run_episode
 from worldsmith.agent.policies import ReferencePolicy, ScriptPolicy
 from worldsmith.bundle.contract import Bundle
+from worldsmith.jsonvalue import JsonObject
 from worldsmith.models.bundle import TaskSpec
 from worldsmith.models.verdict import Verdict
 from worldsmith.quality.probes import SeedValues, sample_arguments
@@ -40,7 +41,7 @@ class Probe:
     kind: str
     expect: str  # "complete", "partial" or "not_complete"
     verdict: Verdict | None = None  # None until judged
-    evidence: dict[str, Any] | None = None
+    evidence: JsonObject | None = None
     variant: str = ""  # an answer_variant's name (answer_variants.py)
     answer: str | None = None  # an answer_variant's final answer
 
@@ -63,11 +64,11 @@ class Probe:
         )
 
 
-def _calls(task: TaskSpec) -> list[tuple[str, dict[str, Any]]]:
+def _calls(task: TaskSpec) -> list[tuple[str, JsonObject]]:
     return [(step.tool, step.arguments) for step in task.solution]
 
 
-def wrong_entity(bundle: Bundle, task: TaskSpec, changed: tuple[bool, ...]) -> list[tuple[str, dict[str, Any]]] | None:
+def wrong_entity(bundle: Bundle, task: TaskSpec, changed: tuple[bool, ...]) -> list[tuple[str, JsonObject]] | None:
     """The solution with the first entity value of a state-changing step (of the last step when
     none changes state) replaced by another seed row's value of that column, everywhere it
     appears; None when no argument is such a value."""
@@ -86,7 +87,7 @@ def wrong_entity(bundle: Bundle, task: TaskSpec, changed: tuple[bool, ...]) -> l
 
 def side_effect(
     runtime: Runtime, bundle: Bundle, task: TaskSpec, tries: int = 60
-) -> list[tuple[str, dict[str, Any]]] | None:
+) -> list[tuple[str, JsonObject]] | None:
     """The solution plus one successful call whose change falls outside the task's footprint
     (found by trying destructive-looking tools with seed-data arguments); None when none is found."""
     footprint = reference_run(runtime, bundle, task).footprint
@@ -108,7 +109,7 @@ def side_effect(
     return None
 
 
-def probes_for(runtime: Runtime, bundle: Bundle, task: TaskSpec) -> list[tuple[Probe, Any]]:
+def probes_for(runtime: Runtime, bundle: Bundle, task: TaskSpec) -> list[tuple[Probe, ScriptPolicy]]:
     """The reference and the adversaries of `task` that apply to it, each with its policy."""
     reference = reference_run(runtime, bundle, task)
     mutations = [i for i, changed in enumerate(reference.changed) if changed]
@@ -116,7 +117,7 @@ def probes_for(runtime: Runtime, bundle: Bundle, task: TaskSpec) -> list[tuple[P
     def make(kind: str, expect: str) -> Probe:
         return Probe(bundle.env_id, task.id, kind, expect)
 
-    probes: list[tuple[Probe, Any]] = [
+    probes: list[tuple[Probe, ScriptPolicy]] = [
         (make("reference", "complete"), ReferencePolicy()),
         (make("nothing", "not_complete"), ScriptPolicy("nothing", [], "Done.")),
         (make("claim", "not_complete"), ScriptPolicy("claim", [], CLAIM)),
@@ -193,7 +194,26 @@ def _share(hits: list[bool]) -> float:
     return sum(hits) / len(hits) if hits else 0.0
 
 
-def rates(probes: list[Probe]) -> dict[str, Any]:
+class KindCount(TypedDict):
+    """How many probes of one kind ran, and their verdicts (None: not judged)."""
+
+    n: int
+    verdicts: dict[Verdict | None, int]
+
+
+class ProbeRates(TypedDict):
+    """What `rates` reports of a set of judged probes."""
+
+    probes: int
+    false_positive_rate: float
+    false_negative_rate: float
+    answer_variant_false_negative_rate: float
+    by_kind: dict[str, KindCount]
+    false_positives: list[str]
+    false_negatives: list[str]
+
+
+def rates(probes: list[Probe]) -> ProbeRates:
     """False-positive rate (adversaries judged complete), false-negative rate (reference or an answer
     variant not complete, or half not partial) and the answer variants' own false-negative rate,
     overall and per kind."""

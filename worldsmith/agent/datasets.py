@@ -11,16 +11,64 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
-from worldsmith.agent.chat import hf_message, hf_messages, hf_tools
+from worldsmith.agent.chat import ChatMessage, ChatTemplateKwargs, hf_message, hf_messages, hf_tools
 from worldsmith.agent.loop import Trajectory, visible
 
-NO_THINKING = {"enable_thinking": False}
+NO_THINKING: ChatTemplateKwargs = {"enable_thinking": False}
 
 
-def sft_rows(trajectories: list[Trajectory], verdicts: tuple[str, ...] = ("complete",)) -> list[dict[str, Any]]:
+class SftRow(TypedDict):
+    """A conversational SFT row: one episode's messages with the tools it had (JSON text)."""
+
+    messages: list[ChatMessage]
+    tools: str
+    chat_template_kwargs: ChatTemplateKwargs
+    env_id: str
+    task_id: str
+    reward: float | None
+
+
+class PromptCompletion(TypedDict):
+    """A prompt/completion row's training part (TRL's conversational prompt-completion format)."""
+
+    prompt: list[ChatMessage]
+    completion: list[ChatMessage]
+    tools: str
+    chat_template_kwargs: ChatTemplateKwargs
+
+
+class TurnRow(PromptCompletion):
+    """A per-turn SFT row: the window the policy saw and the turn it produced, with where it came from."""
+
+    env_id: str
+    task_id: str
+    reward: float | None
+
+
+class TransitionRow(TypedDict):
+    """A world-model row: one tool call, the state before it and what came of it (JSON text)."""
+
+    env_id: str
+    env_key: str
+    task_id: str
+    turn: int
+    index: int
+    state: str
+    action: str
+    observation: str
+    diff: str
+    changed: bool
+
+
+#: Any row this module writes.
+DatasetRow = SftRow | TurnRow | TransitionRow
+
+
+def sft_rows(trajectories: list[Trajectory], verdicts: tuple[str, ...] = ("complete",)) -> list[SftRow]:
     """One conversational row per episode whose verdict is in `verdicts`."""
     return [
         {
@@ -38,10 +86,10 @@ def sft_rows(trajectories: list[Trajectory], verdicts: tuple[str, ...] = ("compl
 
 def turn_rows(
     trajectories: list[Trajectory], window: int | None = None, verdicts: tuple[str, ...] = ("complete",)
-) -> list[dict[str, Any]]:
+) -> list[TurnRow]:
     """One prompt/completion row per assistant turn of the selected episodes; the prompt is the
     view of the conversation with the last `window` turns (None: all of them)."""
-    rows = []
+    rows: list[TurnRow] = []
     for t in trajectories:
         if t.verdict not in verdicts:
             continue
@@ -67,9 +115,9 @@ def _instruction(t: Trajectory) -> str:
     return next(m.content for m in t.messages if m.role == "user")
 
 
-def transition_rows(trajectories: list[Trajectory], history: int = 3) -> list[dict[str, Any]]:
+def transition_rows(trajectories: list[Trajectory], history: int = 3) -> list[TransitionRow]:
     """One row per tool call of every episode (failures included: they are transitions too)."""
-    rows = []
+    rows: list[TransitionRow] = []
     for t in trajectories:
         for index, step in enumerate(t.steps):
             recent = t.steps[max(0, index - history) : index]
@@ -94,7 +142,7 @@ def transition_rows(trajectories: list[Trajectory], history: int = 3) -> list[di
     return rows
 
 
-def write_rows(rows: list[dict[str, Any]], out: Path, name: str) -> dict[str, Path]:
+def write_rows(rows: Sequence[DatasetRow], out: Path, name: str) -> dict[str, Path]:
     """`out/name.jsonl` and `out/name.parquet` (load either with `datasets.load_dataset`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq

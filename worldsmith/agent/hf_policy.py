@@ -15,6 +15,7 @@ from worldsmith.agent.messages import Message, PolicyTurn
 from worldsmith.agent.openai_policy import parse_text_calls
 from worldsmith.bundle.contract import Bundle
 from worldsmith.models.bundle import TaskSpec
+from worldsmith.toolschema import ToolSchemaJson
 
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
 
@@ -35,7 +36,7 @@ def load_model(path: str | Path, device: str | None = None) -> tuple[Any, Any]:
 
 
 def render_prompt(
-    tokenizer: Any, view: list[Message], tools: list[dict[str, Any]], chat_template: str | None = None
+    tokenizer: Any, view: list[Message], tools: list[ToolSchemaJson], chat_template: str | None = None
 ) -> list[int]:
     """Token ids of the chat-template rendering of `view` with `tools` (the tokenizer's template
     unless `chat_template` is given), ending in the assistant's generation prompt (thinking off
@@ -103,7 +104,7 @@ class HFPolicy:
         self.turn = 0
         torch.manual_seed(seed)
 
-    def prompt_ids(self, view: list[Message], tools: list[dict[str, Any]]) -> list[int]:
+    def prompt_ids(self, view: list[Message], tools: list[ToolSchemaJson]) -> list[int]:
         """Token ids the model sees for this turn: the chat-template rendering of `view`."""
         return render_prompt(self.tokenizer, view, tools)
 
@@ -126,7 +127,7 @@ class HFPolicy:
         completion: list[int] = output[0, len(prompt_ids) :].tolist()
         return completion
 
-    def act(self, view: list[Message], tools: list[dict[str, Any]]) -> PolicyTurn:
+    def act(self, view: list[Message], tools: list[ToolSchemaJson]) -> PolicyTurn:
         self.turn += 1
         started = time.perf_counter()
         prompt_ids = self.prompt_ids(view, tools)

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from typing import Any
 
 import openai
 
-from worldsmith.agent.loop import Trajectory
+from worldsmith.agent.loop import JudgeRecord, Trajectory
+from worldsmith.jsonvalue import JsonValue
 from worldsmith.llm.jsonrepair import parse_json_object
 from worldsmith.llm.prompts import render
 from worldsmith.models.bundle import TaskSpec
@@ -26,7 +26,7 @@ RULINGS = (Verdict.agent_error, Verdict.partial, Verdict.complete, Verdict.env_e
 VERIFIER_TO_RULING = {Verdict.incomplete: Verdict.agent_error}
 
 
-def _clip(value: Any, limit: int = 400) -> str:
+def _clip(value: JsonValue, limit: int = 400) -> str:
     text = value if isinstance(value, str) else json.dumps(value, default=str)
     return text if len(text) <= limit else text[:limit] + f"... ({len(text) - limit} more characters)"
 
@@ -93,7 +93,7 @@ class LLMJudge:
         )
         return parse_vote(response.choices[0].message.content or "")
 
-    def review(self, task: TaskSpec, trajectory: Trajectory) -> tuple[Verdict, dict[str, Any]]:
+    def review(self, task: TaskSpec, trajectory: Trajectory) -> tuple[Verdict, JudgeRecord]:
         """(ruling, record): the majority of `votes` judge samples, with each vote and reason."""
         system, user = render(
             "judge",
@@ -105,7 +105,7 @@ class LLMJudge:
         )
         ballots = [self._vote(system, user) for _ in range(self.votes)]
         votes = [ruling for ruling, _ in ballots if ruling is not None]
-        record: dict[str, Any] = {"model": self.model, "votes": [{"ruling": r, "reason": why} for r, why in ballots]}
+        record: JudgeRecord = {"model": self.model, "votes": [{"ruling": r, "reason": why} for r, why in ballots]}
         if not votes:
             return trajectory.verdict, {**record, "error": "no valid vote; the verifier's verdict stands"}
         return majority(votes, trajectory.verdict), record

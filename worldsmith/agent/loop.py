@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Protocol
+from typing import NotRequired, Protocol
 
 from pydantic import BaseModel, Field
+from typing_extensions import TypedDict  # pydantic validates typing_extensions' TypedDict on Python 3.11
 
 from worldsmith.agent.footprint import reference_run
 from worldsmith.agent.messages import Message, ToolCall
@@ -15,10 +16,12 @@ from worldsmith.agent.policies import Policy, meta_result, tool_message
 from worldsmith.agent.policy_checks import PolicyUnavailable
 from worldsmith.agent.rewards import RewardMap
 from worldsmith.bundle.contract import Bundle
+from worldsmith.jsonvalue import JsonObject, JsonValue
 from worldsmith.models.bundle import TaskSpec
 from worldsmith.models.results import ToolResult, VerifierResult
 from worldsmith.models.verdict import Verdict
 from worldsmith.runtime.episode import Episode, Runtime
+from worldsmith.toolschema import ToolSchemaJson
 
 SYSTEM_PROMPT = """You are an agent operating the {name} application through its tools.
 Complete the user's request by calling tools; every value you need is in the request or can be
@@ -57,10 +60,30 @@ class Step(BaseModel):
     turn: int
     call: ToolCall
     status: str
-    value: Any = None
+    value: JsonValue = None
     error: str | None = None
-    diff: dict[str, Any] = Field(default_factory=dict)
+    diff: JsonObject = Field(default_factory=dict, description="Per table: the rows inserted, updated and deleted.")
     seconds: float = 0.0
+
+
+class JudgeVote(TypedDict):
+    """One judge sample: its ruling (None: the answer was not one) and the reason given."""
+
+    ruling: Verdict | None
+    reason: str
+
+
+class JudgeRecord(TypedDict):
+    """What an LLM judge's review of an episode leaves on its trajectory: the judge's model, its votes,
+    why it ruled nothing (`error`) and the verifier's verdict it reviewed; a training run's judge
+    (training/judged_reward.py) adds whether it read that verdict and the digest its answer is cached by."""
+
+    model: str
+    with_verifier: NotRequired[bool]
+    votes: list[JudgeVote]
+    error: NotRequired[str]
+    verifier_verdict: NotRequired[Verdict]
+    digest: NotRequired[str]
 
 
 class Trajectory(BaseModel):
@@ -71,20 +94,20 @@ class Trajectory(BaseModel):
     task_id: str
     policy: str
     world: str = Field("real", description="Where the episode ran: `real`, or `simulated:<world model>`.")
-    tools: list[dict[str, Any]] = Field(default_factory=list, description="The tool schemas the agent was given.")
+    tools: list[ToolSchemaJson] = Field(default_factory=list, description="The tool schemas the agent was given.")
     messages: list[Message]
     steps: list[Step]
     turns: int
     answer: str = ""
     verdict: Verdict
     reward: float | None
-    evidence: dict[str, Any] = Field(default_factory=dict)
+    evidence: JsonObject = Field(default_factory=dict)
     error: str | None = None
     seconds: float = 0.0
     tokens_in: int = 0
     tokens_out: int = 0
     turn_records: list[TurnRecord] = Field(default_factory=list)
-    judge: dict[str, Any] | None = Field(
+    judge: JudgeRecord | None = Field(
         None, description="The LLM judge's votes and ruling, when one reviewed the episode."
     )
 
@@ -120,12 +143,12 @@ class EpisodeSource(Protocol):
 class Judge(Protocol):
     """Reviews a judged trajectory (see judge.py); returns the final verdict and its record."""
 
-    def review(self, task: TaskSpec, trajectory: Trajectory) -> tuple[Verdict, dict[str, Any]]: ...
+    def review(self, task: TaskSpec, trajectory: Trajectory) -> tuple[Verdict, JudgeRecord]: ...
 
 
 def judged_verdict(
     runtime: Runtime, bundle: Bundle, task: TaskSpec, episode: Episode, judged: VerifierResult, guard: bool
-) -> tuple[Verdict, dict[str, Any]]:
+) -> tuple[Verdict, JsonObject]:
     """The verifier's verdict and evidence, downgraded by the side-effect guard when `guard` is on and the
     task has a reference solution (its footprint); a `complete` verdict the guard did not check says why in
     its evidence (`side_effect_guard`)."""
@@ -142,7 +165,7 @@ def judged_verdict(
     return Verdict.partial, {**judged.evidence, "side_effects": overreach}
 
 
-def play_call(episode: Episode, tools: list[dict[str, Any]], turn: int, call: ToolCall) -> tuple[ToolResult, Step]:
+def play_call(episode: Episode, tools: list[ToolSchemaJson], turn: int, call: ToolCall) -> tuple[ToolResult, Step]:
     """Tool call `call` of turn `turn` made in `episode` (a meta call, e.g. a tool listing, answered
     from `tools`): its result, and its step with the database change it made and its seconds."""
     before = episode.snapshot()
@@ -227,7 +250,7 @@ def run_episode(
                     break
             if verdict is not None:
                 break
-        evidence: dict[str, Any] = {}
+        evidence: JsonObject = {}
         if verdict is None:
             judged = episode.verify(answer)
             error = judged.error

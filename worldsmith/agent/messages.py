@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, Field
+
+from worldsmith.jsonvalue import JsonObject
+
+#: Who wrote a message (OpenAI's roles).
+Role = Literal["system", "user", "assistant", "tool"]
 
 
 class ToolCall(BaseModel):
     id: str
     name: str
-    arguments: dict[str, Any] = Field(default_factory=dict)
+    arguments: JsonObject = Field(default_factory=dict)
 
 
 class Message(BaseModel):
-    role: Literal["system", "user", "assistant", "tool"]
+    role: Role
     content: str = ""
     tool_calls: list[ToolCall] = Field(default_factory=list)
     tool_call_id: str | None = None

@@ -10,12 +10,19 @@ import time
 from typing import Any, Literal
 
 import openai
+from openai.types.chat import (
+    ChatCompletionFunctionToolParam,
+    ChatCompletionMessageFunctionToolCallParam,
+    ChatCompletionMessageParam,
+)
 
 from worldsmith.agent.messages import Message, PolicyTurn, ToolCall
 from worldsmith.agent.policies import META_TOOLS
 from worldsmith.agent.policy_checks import endpoint_failure
 from worldsmith.bundle.contract import Bundle
+from worldsmith.jsonvalue import JsonObject
 from worldsmith.models.bundle import TaskSpec
+from worldsmith.toolschema import ToolSchemaJson
 
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)</tool_call>", re.DOTALL)
 META_FORMAT = (
@@ -28,7 +35,7 @@ TEXT_FORMAT = (
 )
 
 
-def to_meta(call: ToolCall) -> tuple[str, dict[str, Any]]:
+def to_meta(call: ToolCall) -> tuple[str, JsonObject]:
     """How a real tool call is written through the meta-tools."""
     if call.name == "list_tools":
         return "list_tools", {}
@@ -95,9 +102,12 @@ class OpenAIPolicy:
     def start(self, bundle: Bundle, task: TaskSpec, seed: int) -> None:
         self.turn = 0
 
-    def _wire(self, view: list[Message]) -> list[dict[str, Any]]:
-        wire: list[dict[str, Any]] = []
-        written = (lambda c: to_meta(c)) if self.meta else (lambda c: (c.name, c.arguments))
+    def _written(self, call: ToolCall) -> tuple[str, JsonObject]:
+        """A tool call as the model wrote it: through the meta-tools in meta mode."""
+        return to_meta(call) if self.meta else (call.name, call.arguments)
+
+    def _wire(self, view: list[Message]) -> list[ChatCompletionMessageParam]:
+        wire: list[ChatCompletionMessageParam] = []
         for m in view:
             if m.role == "system":
                 wire.append(
@@ -113,45 +123,53 @@ class OpenAIPolicy:
                     {
                         "role": "assistant",
                         "content": m.content or None,
-                        "tool_calls": [
-                            {
-                                "id": c.id,
-                                "type": "function",
-                                "function": {"name": name, "arguments": json.dumps(arguments)},
-                            }
-                            for c in m.tool_calls
-                            for name, arguments in [written(c)]
-                        ],
+                        "tool_calls": [self._native_call(c) for c in m.tool_calls],
                     }
                 )
             elif m.role == "assistant" and m.tool_calls:
                 blocks = "".join(
                     f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
                     for c in m.tool_calls
-                    for name, arguments in [written(c)]
+                    for name, arguments in [self._written(c)]
                 )
                 wire.append({"role": "assistant", "content": (m.content + "\n" if m.content else "") + blocks})
             elif m.role == "tool" and self.mode == "text":
                 wire.append({"role": "user", "content": f"<tool_response>{m.content}</tool_response>"})
-            elif m.role == "tool":
-                wire.append({"role": "tool", "tool_call_id": m.tool_call_id, "content": m.content})
+            elif m.role == "tool":  # the loop answers every call by its id (policies.tool_message)
+                wire.append({"role": "tool", "tool_call_id": m.tool_call_id or "", "content": m.content})
+            elif m.role == "user":
+                wire.append({"role": "user", "content": m.content})
             else:
-                wire.append({"role": m.role, "content": m.content})
+                wire.append({"role": "assistant", "content": m.content})
         return wire
 
-    def act(self, view: list[Message], tools: list[dict[str, Any]]) -> PolicyTurn:
-        self.turn += 1
-        request: dict[str, Any] = {
-            "model": self.model,
-            "messages": self._wire(view),
-            "temperature": self.temperature,
-            "max_tokens": self.max_tokens,
+    def _native_call(self, call: ToolCall) -> ChatCompletionMessageFunctionToolCallParam:
+        name, arguments = self._written(call)
+        return {"id": call.id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+    @staticmethod
+    def _tool(schema: ToolSchemaJson) -> ChatCompletionFunctionToolParam:
+        """A tool schema as the `tools` parameter takes it."""
+        parameters: dict[str, object] = dict(schema["parameters"])  # the SDK's FunctionParameters
+        return {
+            "type": "function",
+            "function": {"name": schema["name"], "description": schema["description"], "parameters": parameters},
         }
-        if self.mode == "native":
-            request["tools"] = [{"type": "function", "function": t} for t in (META_TOOLS if self.meta else tools)]
+
+    def act(self, view: list[Message], tools: list[ToolSchemaJson]) -> PolicyTurn:
+        self.turn += 1
+        offered = (
+            [self._tool(t) for t in (META_TOOLS if self.meta else tools)] if self.mode == "native" else openai.omit
+        )
         started = time.perf_counter()
         try:
-            response = self.client.chat.completions.create(**request)
+            response = self.client.chat.completions.create(
+                model=self.model,
+                messages=self._wire(view),
+                temperature=self.temperature,
+                max_tokens=self.max_tokens,
+                tools=offered,
+            )
         except openai.APIError as exc:  # the infrastructure's failure ends the run; any other is the agent's
             failure = endpoint_failure(exc, self.model)
             if failure is not None:

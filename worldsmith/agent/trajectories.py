@@ -6,9 +6,9 @@ import json
 from collections import defaultdict
 from math import comb
 from pathlib import Path
-from typing import Any
 
 from worldsmith.agent.loop import Trajectory
+from worldsmith.jsonvalue import JsonScalar
 from worldsmith.models.evaluation import EvaluationScores
 from worldsmith.models.jsonlines import read_models, write_models
 from worldsmith.models.verdict import Verdict
@@ -29,7 +29,7 @@ def write_parquet(trajectories: list[Trajectory], path: Path) -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, JsonScalar]] = []  # one flat row per trajectory
     for t in trajectories:
         row = t.model_dump(mode="json")
         rows.append(

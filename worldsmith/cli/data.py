@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from worldsmith.agent.datasets import sft_rows, transition_rows, turn_rows, write_rows
+from worldsmith.agent.datasets import DatasetRow, sft_rows, transition_rows, turn_rows, write_rows
 from worldsmith.agent.trajectories import read_jsonl
 from worldsmith.cli.console import failure, say
 
@@ -16,7 +17,7 @@ app = typer.Typer(
 )
 
 
-def _write_dataset(rows: list[dict[str, Any]], out: Path, name: str, empty: str, what: str) -> None:
+def _write_dataset(rows: Sequence[DatasetRow], out: Path, name: str, empty: str, what: str) -> None:
     """Write `rows` as OUT/NAME.jsonl and .parquet and report them; exit 2 with `empty` when there are none."""
     if not rows:
         raise failure(f"{empty}: nothing to write")

@@ -11,6 +11,7 @@ reopened on a fresh worker and the journal replayed, so other episodes go on unt
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import shutil
 import tempfile
@@ -33,6 +34,7 @@ from worldsmith.runtime.pool import WorkerPool
 from worldsmith.runtime.sandbox.messages import CallRequest, EpisodeRequest, LoadEnvRequest, Reply
 from worldsmith.runtime.worker_handle import SandboxWorker
 from worldsmith.settings import get_settings
+from worldsmith.toolschema import ToolSchemaJson
 
 #: The fields of a worker's reply that make a `ToolResult` (the rest is the channel's own).
 _RESULT_FIELDS = frozenset(ToolResult.model_fields)
@@ -46,7 +48,7 @@ class Episode(Protocol):
     bundle: Bundle
     task: TaskSpec | None
 
-    def tools(self) -> list[dict[str, Any]]:
+    def tools(self) -> list[ToolSchemaJson]:
         """The tools' JSON Schemas (`tools.json`)."""
         ...
 
@@ -71,6 +73,14 @@ class Episode(Protocol):
     def __enter__(self) -> Self: ...
 
     def __exit__(self, *exc: object) -> None: ...
+
+
+def tool_schemas(bundle: Bundle) -> list[ToolSchemaJson]:
+    """The bundle's tools as JSON (`tools.json`), copies an episode's caller may keep."""
+    return [
+        ToolSchemaJson(name=t.name, description=t.description, parameters=copy.deepcopy(t.parameters))
+        for t in bundle.tools
+    ]
 
 
 def checked_call(
@@ -306,9 +316,9 @@ class SandboxEpisode:
         return int.from_bytes(digest, "big")
 
     # -- API -----------------------------------------------------------------------------
-    def tools(self) -> list[dict[str, Any]]:
+    def tools(self) -> list[ToolSchemaJson]:
         """The tools' JSON Schemas (`tools.json`)."""
-        return [t.model_dump() for t in self.bundle.tools]
+        return tool_schemas(self.bundle)
 
     def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> ToolResult:
         """Call tool `name`; bad arguments and refusals come back as `tool_error`, faults as `env_error`."""

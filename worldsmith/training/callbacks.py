@@ -10,6 +10,7 @@ from tenacity import retry, stop_after_attempt, wait_exponential
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from worldsmith.models.training import StepMetrics
 from worldsmith.storage.run_records import record_step
 from worldsmith.training.checkpoints import save_checkpoint
 from worldsmith.training.progress import step_metrics
@@ -20,9 +21,9 @@ class CatalogMetrics(TrainerCallback):
 
     def __init__(self, run_id: int):
         self.run_id = run_id
-        self.steps: list[dict[str, Any]] = []
+        self.steps: list[StepMetrics] = []
 
-    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None, **kwargs: Any) -> None:
         if not logs or "train_runtime" in logs or not state.is_world_process_zero:
             return
         metrics = step_metrics(logs)
@@ -53,7 +54,7 @@ class CheckpointUpload(TrainerCallback):
         if not state.is_world_process_zero:
             return
         step = state.global_step
-        logged: dict[str, Any] = next(
+        logged: dict[str, float] = next(
             (entry for entry in reversed(state.log_history) if entry.get("step") == step and "loss" in entry), {}
         )
         metrics = {k: v for k, v in step_metrics(logged).items() if k != "step"}

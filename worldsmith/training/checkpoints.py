@@ -10,7 +10,6 @@ import io
 import shutil
 import tarfile
 from pathlib import Path
-from typing import Any
 
 from sqlmodel import col, select
 
@@ -29,8 +28,9 @@ def tar_directory(directory: Path) -> bytes:
     return buffer.getvalue()
 
 
-def save_checkpoint(run_id: int, directory: Path, step: int, metrics: dict[str, Any]) -> str:
-    """Store `directory` in the object store and add a checkpoint row of training run `run_id`; returns the digest."""
+def save_checkpoint(run_id: int, directory: Path, step: int, metrics: dict[str, float]) -> str:
+    """Store `directory` in the object store and add a checkpoint row of training run `run_id` with its
+    numeric `metrics` (a final model's: `final` True); returns the digest."""
     digest = configured_store().put_bytes(tar_directory(directory))
     with open_catalog().session() as session:
         session.add(Checkpoint(training_run_id=run_id, step=step, digest=digest, metrics=metrics))

@@ -32,12 +32,11 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
 
 import openai
 
 from worldsmith.agent.judge import VERIFIER_TO_RULING, _clip, majority, parse_vote, transcript
-from worldsmith.agent.loop import Trajectory
+from worldsmith.agent.loop import JudgeRecord, Trajectory
 from worldsmith.agent.rewards import RewardMap
 from worldsmith.errors import WorldsmithError
 from worldsmith.llm.prompts import render
@@ -101,7 +100,7 @@ class Ruling:
     """A judge's ruling on one rollout (`verdict` None: the judge failed) and what it cost."""
 
     verdict: Verdict | None
-    record: dict[str, Any]
+    record: JudgeRecord
     requests: int = 0
     cost_usd: float = 0.0
     request_seconds: float = 0.0
@@ -185,7 +184,7 @@ class RewardJudge:
         return None, why
 
     def _judge(self, prompt: tuple[str, str], verifier: Verdict) -> Ruling:
-        ruling = Ruling(None, {"model": self.endpoint.model, "with_verifier": self.with_verifier})
+        ruling = Ruling(None, {"model": self.endpoint.model, "with_verifier": self.with_verifier, "votes": []})
         ballots = [self._vote(prompt, ruling) for _ in range(self.config.votes)]
         ruling.record["votes"] = [{"ruling": r, "reason": why} for r, why in ballots]
         votes = [r for r, _ in ballots if r is not None]

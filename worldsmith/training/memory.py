@@ -30,7 +30,7 @@ import importlib.util
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from worldsmith.failures import UserFixable
 from worldsmith.training.config import TrainingConfig
@@ -52,6 +52,19 @@ def vllm_installed() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
+class DecoderConfig(TypedDict):
+    """What the memory model reads of a dense decoder's Hugging Face `config.json`."""
+
+    hidden_size: int
+    num_hidden_layers: int
+    vocab_size: int
+    num_attention_heads: int
+    intermediate_size: int
+    head_dim: NotRequired[int | None]
+    num_key_value_heads: NotRequired[int]
+    tie_word_embeddings: NotRequired[bool]
+
+
 @dataclass(frozen=True)
 class ModelShape:
     """What the memory model needs of a model: parameters, layers, hidden size, key/value width."""
@@ -69,7 +82,7 @@ class ModelShape:
         return cls(params, max(1, round(hidden / 72)), round(hidden), round(hidden / 2))
 
     @classmethod
-    def from_config(cls, config: dict[str, Any]) -> ModelShape:
+    def from_config(cls, config: DecoderConfig) -> ModelShape:
         """The shape of a Hugging Face `config.json` of a dense decoder (embeddings, attention, MLP)."""
         h, layers, vocab = config["hidden_size"], config["num_hidden_layers"], config["vocab_size"]
         heads = config["num_attention_heads"]

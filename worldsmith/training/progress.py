@@ -4,6 +4,7 @@ Needs only transformers and rich: the GPU smoke scripts use it without the orche
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from transformers import TrainerCallback
@@ -11,7 +12,7 @@ from transformers import TrainerCallback
 SHOWN = ("reward", "success_rate", "loss")
 
 
-def step_metrics(logs: dict[str, Any]) -> dict[str, float]:
+def step_metrics(logs: Mapping[str, float]) -> dict[str, float]:
     """The numeric, finite entries of one log record (JSON columns cannot hold NaN)."""
     return {k: float(v) for k, v in logs.items() if isinstance(v, (int, float)) and math.isfinite(v)}
 
@@ -46,7 +47,7 @@ class ProgressBar(TrainerCallback):
         self.progress.start()
         self.task = self.progress.add_task(self.description, total=state.max_steps, latest="")
 
-    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kwargs: Any) -> None:
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None, **kwargs: Any) -> None:
         if self.progress is not None and logs:
             latest = "  ".join(f"{k} {logs[k]:.3f}" for k in SHOWN if isinstance(logs.get(k), (int, float)))
             self.progress.update(self.task, completed=state.global_step, latest=latest)

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 from worldsmith.agent.hf_policy import HFPolicy, render_prompt
 from worldsmith.agent.loop import EpisodeConfig, EpisodeSource, Trajectory, run_episode, visible
@@ -28,6 +28,7 @@ from worldsmith.agent.messages import Message, PolicyTurn
 from worldsmith.bundle.contract import Bundle
 from worldsmith.models.bundle import TaskSpec
 from worldsmith.runtime.episode import Runtime
+from worldsmith.toolschema import ToolSchemaJson
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,14 @@ class Batcher:
             request.done.set()
 
 
+class ToolResultMessage(TypedDict):
+    """A tool's result as TRL's tool loop renders it (`GRPOTrainer._get_tool_suffix_ids`): with the tool's name."""
+
+    role: Literal["tool"]
+    name: str
+    content: str
+
+
 class TrainingPolicy(HFPolicy):
     """The model being trained, as an episode policy: generation goes through the shared batcher;
     with `suffix` set (full history) prompts are spliced token by token instead of re-rendered.
@@ -139,7 +148,7 @@ class TrainingPolicy(HFPolicy):
         batcher: Batcher,
         index: int,
         *,
-        suffix: Callable[[list[dict[str, Any]]], list[int]] | None = None,
+        suffix: Callable[[list[ToolResultMessage]], list[int]] | None = None,
         chat_template: str | None = None,
         max_new_tokens: int = 256,
         temperature: float = 1.0,
@@ -158,7 +167,7 @@ class TrainingPolicy(HFPolicy):
     def start(self, bundle: Bundle, task: TaskSpec, seed: int) -> None:
         self.turn, self._last = sum(m.role == "assistant" for m in self.prefix), None  # tool-call ids stay unique
 
-    def prompt_ids(self, view: list[Message], tools: list[dict[str, Any]]) -> list[int]:
+    def prompt_ids(self, view: list[Message], tools: list[ToolSchemaJson]) -> list[int]:
         if self.suffix is None or self._last is None:
             return render_prompt(self.tokenizer, view, tools, self.chat_template)
         results: list[Message] = []
@@ -176,7 +185,7 @@ class TrainingPolicy(HFPolicy):
         self._last, self._logprobs = prompt_ids + completion.ids, completion.logprobs
         return completion.ids
 
-    def act(self, view: list[Message], tools: list[dict[str, Any]]) -> PolicyTurn:
+    def act(self, view: list[Message], tools: list[ToolSchemaJson]) -> PolicyTurn:
         if self.prefix:  # the task, the prefix, then the episode's own turns: the last `window` of them all
             view = visible([*view[:2], *self.prefix, *view[2:]], self.window)
         turn = super().act(view, tools)

@@ -22,9 +22,12 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from worldsmith.agent.loop import Trajectory
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -127,7 +130,7 @@ def full_row(trajectory: Trajectory, advantage: float, rollout: int) -> list[Tra
     return [TrainingRow(prompt, completion, advantage, rollout, mask, logps if sampled else None)]
 
 
-def collate(rows: list[TrainingRow], pad_id: int, device: Any = None) -> dict[str, Any]:
+def collate(rows: list[TrainingRow], pad_id: int, device: torch.device | str | None = None) -> dict[str, torch.Tensor]:
     """Left-padded prompts, right-padded completions, their masks, the advantages and (when any row
     has them) the tool mask and the sampler's log-probabilities (NaN where unknown), as tensors."""
     import torch
@@ -195,13 +198,13 @@ def even_out(groups: list[list[int]], count: int) -> list[list[int]]:
     return groups + [[] for _ in range(count - len(groups))]
 
 
-def row_lengths(batch: dict[str, Any]) -> list[tuple[int, int]]:
+def row_lengths(batch: dict[str, torch.Tensor]) -> list[tuple[int, int]]:
     """Each row's (prompt tokens, completion tokens) in a collated batch (see `collate`)."""
     prompt, completion = batch["prompt_mask"].sum(1).tolist(), batch["completion_mask"].sum(1).tolist()
     return list(zip(prompt, completion, strict=True))
 
 
-def take_rows(batch: dict[str, Any], rows: list[int]) -> dict[str, Any]:
+def take_rows(batch: dict[str, torch.Tensor], rows: list[int]) -> dict[str, torch.Tensor]:
     """The collated `batch` restricted to `rows`, its padding trimmed to their longest prompt and
     completion (at least one completion column): prompts keep their last columns (left-padded),
     per-token tensors (B, completion width) their first; (B,) and (B, 1) tensors are indexed,
@@ -212,7 +215,7 @@ def take_rows(batch: dict[str, Any], rows: list[int]) -> dict[str, Any]:
     index = torch.tensor(rows, device=batch["prompt_ids"].device)
     keep_p = int(batch["prompt_mask"][index].sum(1).max())
     keep_c = max(1, int(batch["completion_mask"][index].sum(1).max()))
-    out: dict[str, Any] = {}
+    out: dict[str, torch.Tensor] = {}
     for key, value in batch.items():
         if not isinstance(value, torch.Tensor) or value.ndim == 0:
             out[key] = value

@@ -5,12 +5,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
+
+if TYPE_CHECKING:
+    from worldsmith.agent.datasets import PromptCompletion
+
+
+class TextPromptCompletion(TypedDict):
+    """A prompt/completion row of plain chat messages ({"role", "content"}), as a world model learns them."""
+
+    prompt: list[dict[str, str]]
+    completion: list[dict[str, str]]
 
 
 def supervised_fine_tune(
     model_dir: Path,
-    rows: list[dict[str, Any]],
+    rows: Sequence[PromptCompletion] | Sequence[TextPromptCompletion],
     out: Path,
     *,
     steps: int,
@@ -20,7 +30,7 @@ def supervised_fine_tune(
     logging_steps: int,
     gpu: bool = False,
     callbacks: Sequence[Any] = (),
-) -> list[dict[str, Any]]:
+) -> list[dict[str, float]]:
     """SFT of `model_dir` on prompt/completion `rows` for `steps` steps, fp32 on the CPU or (`gpu`) bf16
     compute under autocast over fp32 master weights, with activation checkpointing; saves model and
     tokenizer to `out`; returns the logged losses."""

@@ -30,13 +30,14 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from worldsmith.agent.loop import EpisodeConfig, EpisodeSource, Trajectory
 from worldsmith.agent.rewards import RewardMap
 from worldsmith.bundle.contract import Bundle
+from worldsmith.models.bundle import TaskSpec
 from worldsmith.models.verdict import Verdict
 from worldsmith.runtime.episode import Runtime
 from worldsmith.training.config import TrainingConfig
@@ -56,6 +57,7 @@ from worldsmith.training.rows import (
 )
 
 if TYPE_CHECKING:
+    import torch
     from transformers import PreTrainedTokenizerBase
 
     from worldsmith.worldmodel.simulated import SimulatedRuntime
@@ -65,6 +67,53 @@ try:
     from trl.chat_template_utils import get_training_chat_template, is_chat_template_prefix_preserving
 except ImportError as exc:  # pragma: no cover - trl is a pinned dependency
     raise ImportError("training needs trl==1.16.0 (pip install -r requirements.lock)") from exc
+
+
+class TaskRef(TypedDict):
+    """Which task a rollout plays: a key of the trainer's bundles and a task id of that bundle."""
+
+    bundle: str
+    task_id: str
+
+
+class TaskRow(TaskRef):
+    """One row of the task dataset (`task_dataset`), with the task as chat messages for TRL's bookkeeping."""
+
+    env_id: str
+    prompt: list[dict[str, str]]
+
+
+class GRPOSettings(TypedDict):
+    """The keyword arguments of TRL's GRPOConfig that a run sets (`grpo_settings`)."""
+
+    output_dir: str
+    per_device_train_batch_size: int
+    num_generations: int
+    gradient_accumulation_steps: int
+    steps_per_generation: int
+    num_iterations: int
+    learning_rate: float
+    beta: float
+    epsilon: float
+    temperature: float
+    max_completion_length: int
+    max_steps: int
+    seed: int
+    data_seed: int
+    logging_steps: int
+    save_strategy: str
+    save_steps: int
+    report_to: str | list[str]
+    chat_template_kwargs: dict[str, bool]
+    remove_unused_columns: bool
+    disable_tqdm: bool
+    use_cpu: bool
+    bf16: bool
+    use_vllm: bool
+    vllm_mode: str
+    vllm_gpu_memory_utilization: float
+    shuffle_dataset: bool
+    activation_checkpointing: bool
 
 
 def verdict_reward(rewards: RewardMap) -> Callable[..., list[float | None]]:
@@ -82,7 +131,7 @@ def task_dataset(bundles: dict[str, Bundle]) -> Any:
     """One training row per (bundle, task): a `datasets.Dataset` of {bundle, env_id, task_id, prompt}."""
     from datasets import Dataset
 
-    rows = [
+    rows: list[TaskRow] = [
         {
             "bundle": key,
             "env_id": bundle.env_id,
@@ -97,7 +146,7 @@ def task_dataset(bundles: dict[str, Bundle]) -> Any:
     return Dataset.from_list(rows)
 
 
-def grpo_settings(config: TrainingConfig, output_dir: Path) -> dict[str, Any]:
+def grpo_settings(config: TrainingConfig, output_dir: Path) -> GRPOSettings:
     """GRPOConfig's keyword arguments for `config`: one optimizer step per generation batch of
     `rows_per_step` (env, task) rows x `group_size` rollouts (per device); the gpu profile adds bf16
     autocast (over the fp32 weights `model_dtype` loads) and activation checkpointing (TRL turns
@@ -225,7 +274,7 @@ class WorldGRPOTrainer(GRPOTrainer):
         if config.history == "full" and not is_chat_template_prefix_preserving(self.processing_class):
             self.chat_template = get_training_chat_template(self.processing_class)  # what TRL's own tool loop does
 
-    def rollouts(self, inputs: list[dict[str, Any]]) -> list[Trajectory]:
+    def rollouts(self, inputs: Sequence[TaskRef]) -> list[Trajectory]:
         """One episode per input; sampling is seeded once per batch by (config seed, step, process)."""
         import torch
         from trl.models.utils import disable_gradient_checkpointing
@@ -319,11 +368,13 @@ class WorldGRPOTrainer(GRPOTrainer):
             return [Sampled(list(ids)) for ids in completions]
         return [Sampled(list(ids), list(lp)) for ids, lp in zip(completions, logprobs, strict=True)]
 
-    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+    def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        """`inputs`: rows of the task dataset (`TaskRow`), as TRL hands them over."""
         mode = "train" if self.model.training else "eval"  # type: ignore[union-attr]  # set by TRL's __init__
         device = self.accelerator.device
-        trajectories = self.rollouts(inputs)
-        judged = self.judge.judge_rollouts([self._task(x) for x in inputs], trajectories) if self.judge else {}
+        tasks = [TaskRef(bundle=x["bundle"], task_id=x["task_id"]) for x in inputs]
+        trajectories = self.rollouts(tasks)
+        judged = self.judge.judge_rollouts([self._task(x) for x in tasks], trajectories) if self.judge else {}
         scored = [{**x, "verdict": t.verdict} for x, t in zip(inputs, trajectories, strict=True)]
         rewards_all = self._calculate_rewards(
             scored, [x["prompt"] for x in inputs], [t.answer for t in trajectories], [[] for _ in inputs]
@@ -351,16 +402,16 @@ class WorldGRPOTrainer(GRPOTrainer):
             self._metrics[mode][key].append(value)
         return batch
 
-    def _task(self, entry: dict[str, Any]) -> Any:
+    def _task(self, entry: TaskRef) -> TaskSpec:
         """The task of a dataset entry."""
         return self.bundles[entry["bundle"]].task(entry["task_id"])
 
-    def micro_batches(self, batch: dict[str, Any]) -> list[list[int]]:
+    def micro_batches(self, batch: dict[str, torch.Tensor]) -> list[list[int]]:
         """The batch's rows grouped into passes of at most `max_tokens_per_micro_batch` padded tokens."""
         return micro_batches(row_lengths(batch), self.config.max_tokens_per_micro_batch)
 
     def compute_loss(
-        self, model: Any, inputs: dict[str, Any], return_outputs: bool = False, num_items_in_batch: Any = None
+        self, model: Any, inputs: dict[str, torch.Tensor], return_outputs: bool = False, num_items_in_batch: Any = None
     ) -> Any:
         """TRL's loss of the whole batch, computed over its micro-batches: each micro-batch's loss,
         weighted by its share of the batch's normalisation (`_share`), is backpropagated as it is
@@ -390,7 +441,7 @@ class WorldGRPOTrainer(GRPOTrainer):
             done += loss.detach()
         return self._micro_batch_loss(model, inputs, groups[-1]) + done
 
-    def _micro_batch_loss(self, model: Any, inputs: dict[str, Any], group: list[int]) -> Any:
+    def _micro_batch_loss(self, model: Any, inputs: dict[str, torch.Tensor], group: list[int]) -> Any:
         """TRL's loss of the rows `group` of `inputs`, weighted by their share (an empty group: a
         pass over row 0 with every token masked, loss 0)."""
         part = take_rows(inputs, group or [0])
@@ -398,7 +449,7 @@ class WorldGRPOTrainer(GRPOTrainer):
             part["completion_mask"] = part["completion_mask"].zero_()
         return super().compute_loss(model, part) * self._share(part, inputs)
 
-    def _share(self, part: dict[str, Any], whole: dict[str, Any]) -> float:
+    def _share(self, part: dict[str, torch.Tensor], whole: dict[str, torch.Tensor]) -> float:
         """What a micro-batch's loss counts for in the whole batch's: 1 for the loss types normalised
         by the batch's token count (`num_items_in_batch`: dapo, the default, cispo, vespo); its
         share of the rows for those averaged over rows (grpo, sapo, luspo, dr_grpo), of the loss
@@ -407,14 +458,14 @@ class WorldGRPOTrainer(GRPOTrainer):
             return 1.0
         if self.loss_type == "bnpo":
 
-            def tokens(batch: dict[str, Any]) -> float:
+            def tokens(batch: dict[str, torch.Tensor]) -> float:
                 return float((batch["completion_mask"] * batch.get("tool_mask", 1)).sum())
 
             return tokens(part) / max(tokens(whole), 1.0)
         share: float = part["prompt_ids"].size(0) / whole["prompt_ids"].size(0)
         return share
 
-    def _completion_logps(self, model: Any, batch: dict[str, Any]) -> Any:
+    def _completion_logps(self, model: Any, batch: dict[str, torch.Tensor]) -> Any:
         """Per-token log-probabilities of the batch's completions under `model`, without gradients,
         computed micro-batch by micro-batch (0 at padding)."""
         import torch
@@ -432,7 +483,7 @@ class WorldGRPOTrainer(GRPOTrainer):
             out[torch.tensor(group, device=out.device), :width] = logps
         return out
 
-    def _reference_logps(self, batch: dict[str, Any]) -> Any:
+    def _reference_logps(self, batch: dict[str, torch.Tensor]) -> Any:
         """Per-token log-probabilities of the completions under the reference model (KL term)."""
         from trl.trainer.utils import use_adapter
 
@@ -442,7 +493,7 @@ class WorldGRPOTrainer(GRPOTrainer):
         with use_adapter(model, adapter_name="ref" if "ref" in model.peft_config else None):
             return self._completion_logps(self.model, batch)
 
-    def _correct_for_sampler(self, mode: str, batch: dict[str, Any], loss_mask: Any) -> None:
+    def _correct_for_sampler(self, mode: str, batch: dict[str, torch.Tensor], loss_mask: Any) -> None:
         """TRL's importance-sampling correction (see training/importance.py): the trained model's
         log-probabilities of the sampled tokens (`old_per_token_logps`) against the sampler's, as
         the ratio TRL's loss multiplies by; tokens without a sampler log-probability get ratio 1."""

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from worldsmith.agent.datasets import turn_rows
+from worldsmith.agent.datasets import PromptCompletion, TurnRow, turn_rows
 from worldsmith.agent.loop import EpisodeConfig, run_episode
 from worldsmith.agent.policies import Policy, ReferencePolicy, ScriptPolicy
 from worldsmith.bundle.contract import Bundle
+from worldsmith.jsonvalue import JsonObject
 from worldsmith.models.bundle import TaskSpec
 from worldsmith.runtime.episode import Runtime
 
@@ -34,11 +34,11 @@ class LazyHabit(ScriptPolicy):
 
     shows_tools = True
 
-    def __init__(self, calls: list[tuple[str, dict[str, Any]]]):
+    def __init__(self, calls: list[tuple[str, JsonObject]]):
         super().__init__("lazy", calls)
 
 
-def reference_rows(runtime: Runtime, bundles: list[Bundle], window: int | None) -> list[dict[str, Any]]:
+def reference_rows(runtime: Runtime, bundles: list[Bundle], window: int | None) -> list[TurnRow]:
     """Per-turn SFT rows from the reference solution of every task that the verifier accepts."""
     rows = _played_rows(runtime, bundles, window, lambda task: TemplateReference(), ("complete",))
     if not rows:
@@ -46,7 +46,7 @@ def reference_rows(runtime: Runtime, bundles: list[Bundle], window: int | None) 
     return rows
 
 
-def lazy_rows(runtime: Runtime, bundles: list[Bundle], window: int | None) -> list[dict[str, Any]]:
+def lazy_rows(runtime: Runtime, bundles: list[Bundle], window: int | None) -> list[TurnRow]:
     """Per-turn SFT rows of a lazy habit of every task with a reference solution: its calls but the
     last, then the answer "Done.", kept where the verifier rates the episode incomplete (a wrong habit
     beside the reference's, for GRPO to unlearn)."""
@@ -63,7 +63,7 @@ def _played_rows(
     window: int | None,
     policy: Callable[[TaskSpec], Policy | None],
     verdicts: tuple[str, ...],
-) -> list[dict[str, Any]]:
+) -> list[TurnRow]:
     """Per-turn rows of every task played by `policy(task)` (None: not played), kept where the episode's
     verdict is one of `verdicts`."""
     config = EpisodeConfig(max_turns=100, window=window)
@@ -78,7 +78,7 @@ def _played_rows(
 
 def warm_up(
     model_dir: Path,
-    rows: list[dict[str, Any]],
+    rows: list[TurnRow],
     out: Path,
     *,
     steps: int = 60,
@@ -93,7 +93,15 @@ def warm_up(
     from worldsmith.training.progress import ProgressBar
     from worldsmith.training.sft import supervised_fine_tune
 
-    kept = [{k: row[k] for k in ("prompt", "completion", "tools", "chat_template_kwargs")} for row in rows]
+    kept = [
+        PromptCompletion(
+            prompt=row["prompt"],
+            completion=row["completion"],
+            tools=row["tools"],
+            chat_template_kwargs=row["chat_template_kwargs"],
+        )
+        for row in rows
+    ]
     supervised_fine_tune(
         model_dir,
         kept,

@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from worldsmith.training.config import WorldModelConfig
-from worldsmith.training.sft import supervised_fine_tune
+from worldsmith.training.sft import TextPromptCompletion, supervised_fine_tune
 from worldsmith.training.tiny import build_tiny_model
 from worldsmith.worldmodel.transitions import Transition
 from worldsmith.worldmodel.world_models import prompt, target
 
 
-def sft_rows(transitions: list[Transition]) -> list[dict[str, Any]]:
+def sft_rows(transitions: list[Transition]) -> list[TextPromptCompletion]:
     """Prompt/completion rows (TRL's conversational format): the state and call in, the JSON out."""
     return [
         {"prompt": prompt(t, t.history), "completion": [{"role": "assistant", "content": target(t)}]}
@@ -37,7 +37,7 @@ def tiny_world_model(out: Path, transitions: list[Transition], seed: int = 0) ->
 
 def fine_tune(
     model_dir: Path, transitions: list[Transition], out: Path, config: WorldModelConfig, callbacks: Sequence[Any] = ()
-) -> list[dict[str, Any]]:
+) -> list[dict[str, float]]:
     """SFT of `model_dir` on `transitions` for `config.steps` steps (loss on the answers only);
     saves model and tokenizer to `out`; returns the trainer's log of losses."""
     import torch

@@ -35,8 +35,9 @@ from worldsmith.jsonvalue import JsonObject, JsonValue
 from worldsmith.models.bundle import TaskSpec
 from worldsmith.models.evaluation import SimulationCounts
 from worldsmith.models.results import DbDiff, ToolResult, VerifierResult
-from worldsmith.runtime.episode import Runtime, checked_call
+from worldsmith.runtime.episode import Runtime, checked_call, tool_schemas
 from worldsmith.runtime.sandbox import dbdiff
+from worldsmith.toolschema import ToolSchemaJson
 from worldsmith.worldmodel.config import SimulationConfig
 from worldsmith.worldmodel.transitions import HistoryEntry, Transition, diff_part, observe, relevant_rows
 from worldsmith.worldmodel.world_models import Prediction, WorldModel, consensus, world_model
@@ -217,8 +218,8 @@ class SimulatedEpisode:
         self.conn.deserialize(start[0] if start else bundle.world)
         self.history: list[HistoryEntry] = list(start[1]) if start else []
 
-    def tools(self) -> list[JsonObject]:
-        return [t.model_dump() for t in self.bundle.tools]
+    def tools(self) -> list[ToolSchemaJson]:
+        return tool_schemas(self.bundle)
 
     def call_tool(self, name: str, arguments: JsonObject | None = None) -> ToolResult:
         """The world model's answer to the call; its predicted diff is applied to the imagined database."""
