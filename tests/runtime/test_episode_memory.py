@@ -127,3 +127,14 @@ def test_a_lost_template_costs_its_worker_not_its_episodes(golden):
                     time.sleep(0.01)
                 assert first.call_tool("get_customer", {"customer_id": 2}).value["email"] == "kept@example.com"
                 assert first._worker is second._worker is not worker
+
+
+def test_a_strict_worker_loads_its_environment_once_however_often_asked(golden):
+    """Threads opening episodes at once may each send the worker `load_env` before the first reply: the
+    template holds the environment loaded first, and loading it again is a no-op, not a refusal."""
+    with Runtime(limits=isolated(PATIENT_LIMITS, "strict"), workers=1) as rt, rt.open_episode(golden) as first:
+        worker = first._worker
+        worker.loaded_envs.discard(golden.runtime_key)  # as a racing thread sees it
+        rt.pool.ensure_env(worker, golden)
+        with rt.open_episode(golden) as second:
+            assert second._worker is worker and second.call_tool("get_customer", {"customer_id": 1}).ok

@@ -109,6 +109,8 @@ class Operations:
         kind = TOOLS_KINDS[request.get("tools_kind")]
         if kind.web_stack and not self.config.get("frameworks"):
             raise Failure("env_error", "an ASGI environment needs a worker with the web stack")
+        if self.strict and request["env"] in self.envs:  # loaded already (the parent's threads may race to it)
+            return {}
         if self.strict and self.envs:  # its template holds the one it loaded first
             raise Failure("env_error", "a worker under strict isolation loads one environment")
         env = self.envs[request["env"]] = LoadedEnv(
