@@ -24,6 +24,7 @@ It dies with the worker (PR_SET_PDEATHSIG), and its children with it.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -110,7 +111,7 @@ class TemplateProcess:
             for fd in fds:
                 os.close(fd)
             self.end(serial, 0.0)
-            raise OSError(24, "the worker has no descriptor free for a process's pipes")
+            raise OSError(errno.EMFILE, "the worker has no descriptor free for a process's pipes")
         return Spawned(serial=serial, pid=pid, requests=fds[0], replies=fds[1])
 
     def end(self, serial: int, grace_s: float) -> int:
@@ -124,10 +125,6 @@ class TemplateProcess:
         answer, _ = self._ask({"op": "ended", "serials": list(serials)})
         statuses = answer.get("statuses")
         return {int(k): int(v) for k, v in statuses.items()} if isinstance(statuses, dict) else {}
-
-    def close(self) -> None:
-        """In a forked process: forget the template (its socket closed)."""
-        self._control.close()
 
 
 def start_template(
@@ -177,7 +174,10 @@ class _Children:
     def reap(self) -> None:
         """Reap every child that ended (no zombie waits for the worker's next question)."""
         while self.pids:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
             if pid == 0:
                 return
             self._reaped(pid, status)
@@ -203,8 +203,7 @@ class _Children:
 
 
 def _serve(control: socket.socket, child: Callable[[int, int], None]) -> NoReturn:
-    """The template's loop: answer the worker's messages until it goes; in a forked child, run
-    `child` and exit."""
+    """The template's loop: answer the worker's messages, one at a time, until the worker goes."""
     children = _Children()
     while True:
         data = control.recv(_PACKET)
@@ -214,38 +213,7 @@ def _serve(control: socket.socket, child: Callable[[int, int], None]) -> NoRetur
         children.reap()
         op = message.get("op")
         if op == "spawn":
-            try:
-                requests_r, requests_w = os.pipe()
-                replies_r, replies_w = os.pipe()
-            except OSError as exc:
-                control.send(json.dumps({"errno": exc.errno, "error": exc.strerror}).encode())
-                continue
-            try:
-                pid = os.fork()
-            except OSError as exc:
-                for fd in (requests_r, requests_w, replies_r, replies_w):
-                    os.close(fd)
-                control.send(json.dumps({"errno": exc.errno, "error": exc.strerror}).encode())
-                continue
-            if pid == 0:  # the new process: never returns
-                code = 0
-                try:
-                    control.close()
-                    os.close(requests_w)
-                    os.close(replies_r)
-                    child(requests_r, replies_w)
-                except BaseException:  # noqa: BLE001 - the worker reports the missing reply
-                    code = 70
-                finally:
-                    os._exit(code)
-            os.close(requests_r)
-            os.close(replies_w)
-            answer = json.dumps({"serial": children.add(pid), "pid": pid}).encode()
-            try:
-                socket.send_fds(control, [answer], [requests_w, replies_r])
-            finally:
-                os.close(requests_w)
-                os.close(replies_r)
+            _spawn(control, children, child)
         elif op == "end":
             status = children.end(int(message["serial"]), float(message.get("grace_s", 0.0)))
             control.send(json.dumps({"status": status}).encode())
@@ -254,3 +222,38 @@ def _serve(control: socket.socket, child: Callable[[int, int], None]) -> NoRetur
             control.send(json.dumps({"statuses": ended}).encode())
         else:
             control.send(json.dumps({"error": f"unknown message {op!r}"}).encode())
+
+
+def _spawn(control: socket.socket, children: _Children, child: Callable[[int, int], None]) -> None:
+    """Fork a child that runs `child(requests_fd, replies_fd)` and exits; the worker gets the other
+    ends of its pipes (SCM_RIGHTS), its serial and pid, or the errno of what failed."""
+    opened: list[int] = []
+    try:
+        opened += os.pipe()  # requests: read end, write end
+        opened += os.pipe()  # replies: read end, write end
+        pid = os.fork()
+    except OSError as exc:
+        for fd in opened:
+            os.close(fd)
+        control.send(json.dumps({"errno": exc.errno, "error": exc.strerror}).encode())
+        return
+    requests_r, requests_w, replies_r, replies_w = opened
+    if pid == 0:  # the new process: never returns
+        code = 0
+        try:
+            control.close()
+            os.close(requests_w)
+            os.close(replies_r)
+            child(requests_r, replies_w)
+        except BaseException:  # noqa: BLE001 - the worker reports the missing reply
+            code = 70
+        finally:
+            os._exit(code)
+    os.close(requests_r)
+    os.close(replies_w)
+    answer = json.dumps({"serial": children.add(pid), "pid": pid}).encode()
+    try:
+        socket.send_fds(control, [answer], [requests_w, replies_r])
+    finally:
+        os.close(requests_w)
+        os.close(replies_r)
