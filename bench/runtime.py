@@ -14,7 +14,12 @@ Prints one line per figure and, last, a JSON object with all of them:
   opening a new connection;
 - open_1024_<world>_<isolation>: opening 1,024 episodes at once from 32 threads (wall time, peak RSS
   of the parent plus its workers and their processes), on the golden bundle and on a ~1 MB world,
-  in each isolation mode.
+  in each isolation mode;
+- imported_first_call_strict: under strict isolation, an episode's first call of an imported AWM
+  world (the vendored sample, a FastAPI app: open + call + close, and a write right after a reset)
+  against a native world's (the golden bundle: open + call + close); target: within 2x.
+
+`--only` runs some of the figures (tool_call, gateway, reset, open, imported); all by default.
 """
 
 from __future__ import annotations
@@ -105,6 +110,39 @@ def bench_tool_call(runtime: Runtime, golden: Bundle, big: Bundle, calls: int) -
         "first_call_1mb_ms": first * 1e3,
         "verify_ms": verify * 1e3,
     }
+
+
+def bench_imported_first_call(golden: Bundle, calls: int) -> dict[str, float]:
+    """Strict isolation: an imported (ASGI) world's first calls against a native world's, one worker each."""
+    from worldsmith.interop.awm import import_scenario, read_release
+
+    (scenario,) = read_release(ROOT / "tests" / "data" / "awm_format_sample")
+    with Runtime(workers=1) as runtime:
+        imported = import_scenario(scenario, runtime).bundle
+    assert imported is not None
+    repeat = max(calls // 10, 10)
+    figures = {}
+    with runtime_with("strict", 1) as runtime:
+        for name, bundle, tool, arguments in (
+            ("native", golden, "get_customer", {"customer_id": 1}),
+            ("imported", imported, "list_branches", {}),
+        ):
+
+            def first_call(bundle: Bundle = bundle, tool: str = tool, arguments: dict = arguments) -> None:
+                with runtime.open_episode(bundle) as fresh:
+                    assert fresh.call_tool(tool, arguments).ok
+
+            figures[f"{name}_first_call_ms"] = timed(first_call, repeat) * 1e3
+    with runtime_with("strict", 1) as runtime, runtime.open_episode(imported) as episode:
+        writes = []  # as bench/awm_serving.py times it: the write alone, right after a reset
+        for _ in range(repeat + 1):
+            episode.reset()
+            start = time.perf_counter()
+            assert episode.call_tool("place_hold", {"book_id": 1, "pickup_branch_id": 2}).ok
+            writes.append(time.perf_counter() - start)
+        figures["imported_write_after_reset_ms"] = statistics.median(writes[1:]) * 1e3
+    figures["ratio"] = figures["imported_first_call_ms"] / figures["native_first_call_ms"]
+    return figures
 
 
 async def _mcp_latency(url: str, tool: str, calls: int) -> float:
@@ -208,19 +246,15 @@ def bench_open(bundle: Bundle, count: int, workers: int, isolation: str) -> dict
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--calls", type=int, default=500)
-    parser.add_argument("--episodes", type=int, default=1024)
-    parser.add_argument("--workers", type=int, default=2)
-    args = parser.parse_args()
+FIGURES = ["tool_call", "gateway", "reset", "open", "imported"]
 
-    golden = load_bundle(GOLDEN)
-    big = megabyte_world(golden)
-    results: dict[str, dict[str, float]] = {}
+
+def tool_call_figures(
+    results: dict[str, dict[str, float]], golden: Bundle, big: Bundle, calls: int, workers: int
+) -> None:
     for isolation in ISOLATIONS:
-        with runtime_with(isolation, args.workers) as runtime:
-            r = results[f"tool_call_overhead_{isolation}"] = bench_tool_call(runtime, golden, big, args.calls)
+        with runtime_with(isolation, workers) as runtime:
+            r = results[f"tool_call_overhead_{isolation}"] = bench_tool_call(runtime, golden, big, calls)
         print(
             f"tool call ({isolation}): direct {r['direct_us']:.1f} us, through runtime {r['runtime_us']:.1f} us "
             f"(x{r['ratio']:.1f}, overhead {r['overhead_us']:.0f} us; target < 1000 us); first call of an episode "
@@ -239,27 +273,55 @@ def main() -> None:
         ),
         flush=True,
     )
-    with Runtime(workers=args.workers) as runtime:
-        results["gateway_vs_sdk"] = bench_gateway(runtime, golden, max(50, args.calls // 5))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=500)
+    parser.add_argument("--episodes", type=int, default=1024)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--only", nargs="+", choices=FIGURES, default=FIGURES, help="the figures to run")
+    args = parser.parse_args()
+
+    golden = load_bundle(GOLDEN)
+    big = megabyte_world(golden)
+    results: dict[str, dict[str, float]] = {}
+    if "tool_call" in args.only:
+        tool_call_figures(results, golden, big, args.calls, args.workers)
+    if "gateway" in args.only:
+        with Runtime(workers=args.workers) as runtime:
+            results["gateway_vs_sdk"] = bench_gateway(runtime, golden, max(50, args.calls // 5))
         print(
             f"MCP call: plain SDK {results['gateway_vs_sdk']['sdk_ms']:.2f} ms, gateway "
             f"{results['gateway_vs_sdk']['gateway_ms']:.2f} ms (x{results['gateway_vs_sdk']['ratio']:.2f}; target <= 1.5)",
             flush=True,
         )
-    results["reset"] = bench_reset(big.world, 200)
-    print(
-        f"reset of a {results['reset']['world_bytes'] / 2**20:.2f} MB world: deserialize {results['reset']['deserialize_ms']:.3f} ms, "
-        f"file copy + connect {results['reset']['file_copy_ms']:.3f} ms (x{results['reset']['speedup']:.1f} faster; target < 1 ms)",
-        flush=True,
-    )
-    for name, bundle in (("golden", golden), ("1mb", big)):
-        for isolation in ISOLATIONS:
-            r = results[f"open_1024_{name}_{isolation}"] = bench_open(bundle, args.episodes, args.workers, isolation)
-            print(
-                f"open {r['episodes']} episodes of a {r['world_bytes'] / 2**20:.2f} MB world ({isolation}): "
-                f"{r['wall_s']:.2f} s, peak RSS {r['peak_rss_mb']:.0f} MB (targets < 2 s, < 2048 MB)",
-                flush=True,
-            )
+    if "reset" in args.only:
+        results["reset"] = bench_reset(big.world, 200)
+        print(
+            f"reset of a {results['reset']['world_bytes'] / 2**20:.2f} MB world: deserialize {results['reset']['deserialize_ms']:.3f} ms, "
+            f"file copy + connect {results['reset']['file_copy_ms']:.3f} ms (x{results['reset']['speedup']:.1f} faster; target < 1 ms)",
+            flush=True,
+        )
+    if "open" in args.only:
+        for name, bundle in (("golden", golden), ("1mb", big)):
+            for isolation in ISOLATIONS:
+                r = results[f"open_1024_{name}_{isolation}"] = bench_open(
+                    bundle, args.episodes, args.workers, isolation
+                )
+                print(
+                    f"open {r['episodes']} episodes of a {r['world_bytes'] / 2**20:.2f} MB world ({isolation}): "
+                    f"{r['wall_s']:.2f} s, peak RSS {r['peak_rss_mb']:.0f} MB (targets < 2 s, < 2048 MB)",
+                    flush=True,
+                )
+    if "imported" in args.only:
+        r = results["imported_first_call_strict"] = bench_imported_first_call(golden, args.calls)
+        print(
+            f"first call (strict, open + call + close): native {r['native_first_call_ms']:.2f} ms, imported "
+            f"{r['imported_first_call_ms']:.2f} ms (x{r['ratio']:.1f}; target <= 2); imported write after a reset "
+            f"{r['imported_write_after_reset_ms']:.2f} ms",
+            flush=True,
+        )
     print(json.dumps({k: {m: round(v, 4) for m, v in r.items()} for k, r in results.items()}))
 
 

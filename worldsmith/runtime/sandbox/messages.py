@@ -54,6 +54,15 @@ class Hello(TypedDict):
     layers: dict[str, str]
 
 
+class RunIdentity(TypedDict):
+    """Strict isolation: the first frame a process forked for requests reads from the worker (before
+    any request): whose requests it serves. `directory` is the episode's, the one it may write."""
+
+    env: str | None
+    episode: str | None
+    directory: str | None
+
+
 # -- requests -----------------------------------------------------------------------------------
 
 

@@ -7,7 +7,8 @@ open and how its verifiers run is its kinds' business (`bundle/kinds.py`): they 
 `SandboxHost`. Under fast isolation the operations run here, episodes' databases in memory; under
 strict isolation the worker keeps only records and files, and the requests of `worker.RUN_OPS` are
 served by processes forked from it (`ForkedProcesses`), where these same operations run on the
-episode's database file.
+episode's database file. Those processes are forked by the worker's template (`template.py`),
+forked when the environment is loaded, before any episode's request.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import os
 import shutil
 import sqlite3
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from worldsmith.bundle.jsonvalues import json_text
@@ -76,11 +78,20 @@ def _capped_evidence(evidence: dict[str, Any]) -> dict[str, Any]:
 class Operations:
     """A worker's loaded environments and open episodes, and the operations requests perform on them."""
 
-    def __init__(self, config: WorkerConfig, host: SandboxHost, processes: ForkedProcesses, *, strict: bool):
+    def __init__(
+        self,
+        config: WorkerConfig,
+        host: SandboxHost,
+        processes: ForkedProcesses,
+        *,
+        strict: bool,
+        start_template: Callable[[], None] = lambda: None,
+    ):
         self.config = config
         self.host = host  # what the environments' kinds run generated code through
         self.processes = processes  # strict isolation: the processes forked for episodes and requests
         self.strict = strict
+        self._start_template = start_template  # strict isolation: fork the template (`worker.Worker`)
         self.scratch: str = config["scratch"]
         self.envs: dict[str, LoadedEnv] = {}
         self.episodes: dict[str, OpenEpisode] = {}
@@ -98,6 +109,10 @@ class Operations:
         kind = TOOLS_KINDS[request.get("tools_kind")]
         if kind.web_stack and not self.config.get("frameworks"):
             raise Failure("env_error", "an ASGI environment needs a worker with the web stack")
+        if self.strict and request["env"] in self.envs:  # loaded already (the parent's threads may race to it)
+            return {}
+        if self.strict and self.envs:  # its template holds the one it loaded first
+            raise Failure("env_error", "a worker under strict isolation loads one environment")
         env = self.envs[request["env"]] = LoadedEnv(
             key=request["env"],
             world=blobs[0],
@@ -108,6 +123,13 @@ class Operations:
             tool_names=list(request["tool_names"]),
             clock=request.get("clock"),
         )
+        gc.freeze()  # what forked processes share stays untouched by their collections (fewer page copies)
+        if self.strict:  # every process from now on is forked by the template: a copy of this, clean
+            try:
+                self._start_template()
+            except BaseException:
+                del self.envs[env.key]  # not loaded: nothing could serve it
+                raise
         if self.strict and request.get("check", True):  # the tools load? (once, in a process of its own)
             check: CheckEnvRequest = {"op": "check_env", "env": env.key}
             if "timeout_s" in request:
@@ -115,7 +137,6 @@ class Operations:
             reply, _ = self.processes.serve(check, [], self.episodes)
             if reply.get("status") != "ok":
                 env.load_error = str(reply.get("error"))
-        gc.freeze()  # what forked processes share stays untouched by their collections (fewer page copies)
         return {}
 
     def op_check_env(self, request: CheckEnvRequest, blobs: list[bytes]) -> StatusOnly:

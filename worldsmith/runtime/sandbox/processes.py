@@ -1,17 +1,22 @@
-"""Strict isolation: the processes a worker forks to serve requests, and their pipes. Stdlib only.
+"""Strict isolation: the processes a worker has its template fork to serve requests, and their pipes. Stdlib only.
 
 Under strict isolation the worker (the zygote) runs no generated code and never opens an episode's
-database: every request of `worker.RUN_OPS` is served by a process forked from it
-(`ForkedProcesses.serve`). Tool calls, snapshots and diffs go to their episode's own process, kept
-between requests (at most `episode_processes`, the least recently used stopped first) and, where the
-parent asks, handed to the parent (its pipes over the channel socket) so that its next requests skip
-the worker; every other request gets a process of its own, gone with its answer. One process at a
-time has an episode's database open. A process past the request's deadline, dead, or answering
-outside the reply contract is stopped and the request is a `Failure` (env_error, with its limit).
+database: every request of `worker.RUN_OPS` is served by a process forked for it. The worker never
+forks these itself: its template (`template.py`, forked once, right after the environment was loaded
+and before any episode's request) does, so that a process inherits nothing the worker decoded for
+other episodes. A process gets its episode's identity and then its requests on its own pipe from the
+worker (`_run_child`); requests and answers never pass through the template.
+
+Tool calls, snapshots and diffs go to their episode's own process, kept between requests (at most
+`episode_processes`, the least recently used stopped first) and, where the parent asks, handed to the
+parent (its pipes over the channel socket) so that its next requests skip the worker; every other
+request gets a process of its own, gone with its answer. One process at a time has an episode's
+database open. A process past the request's deadline, dead, or answering outside the reply contract
+is stopped and the request is a `Failure` (env_error, with its limit).
 
 The worker lends the table two things: what a freshly forked process does to become the request's
-process (`become`: drop what is not its own, confine itself) and how it answers a request (`handle`);
-the forked process then serves over its pipes (`_serve_requests`) until the worker closes them.
+process (`become`: confine itself to its episode) and how it answers a request (`handle`); the
+forked process then serves over its pipes (`_serve_requests`) until the worker closes them.
 """
 
 from __future__ import annotations
@@ -20,11 +25,21 @@ import os
 import signal
 import socket
 import time
-from collections.abc import Callable, Container
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import cast
 
+from worldsmith.runtime.sandbox import kernel
 from worldsmith.runtime.sandbox.failure import Failure
-from worldsmith.runtime.sandbox.messages import Reply, Request, WorkerConfig, as_request, episode_of
+from worldsmith.runtime.sandbox.messages import (
+    Reply,
+    Request,
+    RunIdentity,
+    WorkerConfig,
+    as_request,
+    env_of,
+    episode_of,
+)
 from worldsmith.runtime.sandbox.protocol import (
     EPISODE_OPS,
     FrameReader,
@@ -38,6 +53,11 @@ from worldsmith.runtime.sandbox.protocol import (
     send_within,
     write_frame,
 )
+from worldsmith.runtime.sandbox.records import OpenEpisode
+from worldsmith.runtime.sandbox.template import TemplateProcess, start_template
+
+#: The syscalls that make processes: denied to the worker once its template runs (`start_template`).
+FORKS = frozenset({"clone", "fork", "vfork"})
 
 #: A request's handler: its reply and the reply's blobs (`worker.Worker.handle`).
 Handler = Callable[[Request, list[bytes]], tuple[Reply, list[bytes]]]
@@ -45,99 +65,124 @@ Handler = Callable[[Request, list[bytes]], tuple[Reply, list[bytes]]]
 
 @dataclass
 class RunProcess:
-    """A process forked to serve requests (strict isolation): the worker reads its replies, and writes
-    requests to `requests` if it serves more than the one it was forked for."""
+    """A process forked to serve requests (strict isolation): the worker writes its requests to
+    `requests` and reads its replies; `serial` is the template's name for it."""
 
     pid: int
+    serial: int
     replies: FrameReader
-    requests: int | None = None
+    requests: int
 
 
 class ForkedProcesses:
-    """The processes forked from the worker (strict isolation; none under fast isolation): the episode
-    processes it keeps (`live`), those handed to the parent (`handed`) and how those found ended did."""
+    """The processes the worker's template forked for it (strict isolation; none under fast
+    isolation): the episode processes it keeps (`live`), those handed to the parent (`handed`) and
+    how those found ended did."""
 
     def __init__(
         self,
         config: WorkerConfig,
         *,
         strict: bool,
-        become: Callable[[Request, tuple[int, int]], None],
+        control: tuple[socket.socket, socket.socket] | None,
+        become: Callable[[RunIdentity], None],
         handle: Handler,
     ):
         self.config = config
-        self._become = become  # in a forked process: make it the request's (keeping the two pipe ends given)
+        self._control = control  # strict: the socket pair to the template, made before the worker confined itself
+        self._become = become  # in a forked process: make it the identity's (confined to its episode)
         self._handle = handle
+        self.template: TemplateProcess | None = None  # strict: once the environment is loaded
         self.live: dict[str, RunProcess] = {}  # episode id -> its process (strict), least recently used first
         # strict: the socket to the parent over which episode processes' pipes are handed to it, and the
-        # pids of those handed (the parent speaks to them directly; the worker still stops and reaps them)
+        # (pid, serial) of those handed (the parent speaks to them directly; the worker still stops them)
         channel_fd = config.get("channel_fd")
         self.channel = socket.socket(fileno=channel_fd) if strict and isinstance(channel_fd, int) else None
-        self.handed: dict[str, int] = {}
+        self.handed: dict[str, tuple[int, int]] = {}
         self.ended: dict[str, str] = {}  # how handed processes found ended (`sweep_handed`) ended, until reaped
 
-    def serve(self, request: Request, blobs: list[bytes], open_episodes: Container[str]) -> tuple[Reply, list[bytes]]:
-        """Serve a request of `worker.RUN_OPS` in a process forked from this worker (which runs no generated
-        code itself and stays clean) and return its checked reply. Tool calls, snapshots and diffs go to
-        their episode's own process, forked at its first request and kept (at most `episode_processes`,
-        the least recently used stopped first); every other request (verification above all) gets a
-        process of its own, gone with its answer (the episode's own process is stopped first: one process
-        at a time has an episode's database open, and keeps it locked). A process past the request's
-        deadline, dead, or answering outside the reply contract is stopped and the request is an
-        env_error; its episode's next call forks a fresh one. `open_episodes`: the worker's, by id."""
+    def start_template(self, prepare: Callable[[], None]) -> None:
+        """Fork the template every process will be forked from (`template.py`); the worker calls this
+        once, with its one environment loaded and before any episode's request. `prepare` runs in the
+        template first (it drops the worker's channels)."""
+        if self._control is None:
+            raise Failure("env_error", "sandbox worker fault: no socket to a template (strict isolation only)")
+        self.template = start_template(self._control, prepare, self._run_child)
+        try:  # the worker forks nothing more (its heap is no clean source): a filter on top of its own
+            kernel.seccomp(kernel.ZYGOTE_ALLOWED - FORKS)
+        except OSError:
+            pass  # no seccomp here (its layer reports it off): the worker's code forks nothing anyway
+
+    def _template(self) -> TemplateProcess:
+        if self.template is None:
+            raise Failure("env_error", "no environment is loaded in this worker")
+        return self.template
+
+    def serve(
+        self, request: Request, blobs: list[bytes], open_episodes: Mapping[str, OpenEpisode]
+    ) -> tuple[Reply, list[bytes]]:
+        """Serve a request of `worker.RUN_OPS` in a process forked by the template (which runs no
+        generated code and never sees a request) and return its checked reply. Tool calls, snapshots
+        and diffs go to their episode's own process, forked at its first request and kept (at most
+        `episode_processes`, the least recently used stopped first); every other request (verification
+        above all) gets a process of its own, gone with its answer (the episode's own process is
+        stopped first: one process at a time has an episode's database open, and keeps it locked). A
+        process past the request's deadline, dead, or answering outside the reply contract is stopped
+        and the request is an env_error; its episode's next call forks a fresh one. `open_episodes`:
+        the worker's, by id."""
         episode_id = episode_of(request)
-        self.sweep_handed()
         self.reap_handed(episode_id)  # the parent gave its channel up: the process goes before another opens
-        if request.get("op") in EPISODE_OPS and episode_id is not None and episode_id in open_episodes:
-            process = self.live.pop(episode_id, None)
+        episode = open_episodes.get(episode_id) if episode_id is not None else None
+        if request.get("op") in EPISODE_OPS and episode is not None:
+            process = self.live.pop(episode.id, None)
             if process is not None and not self._send(process, request, blobs):
-                _stop(process)  # gone since its last call: its next one starts afresh
+                self._stop(process)  # gone since its last call: its next one starts afresh
                 process = None
             if process is None:
                 while len(self.live) >= max(int(self.config.get("episode_processes", 128)), 1):
                     self.stop_least_recent()
-                process = self._spawn(request, blobs, persistent=True)
+                process = self._spawn(request, blobs, episode)
             try:
                 reply, reply_blobs = self._answer(process, request)
             except Failure:
-                _stop(process)
+                self._stop(process)
                 raise
             if reply.pop("retire", False):  # it ran code that broke a limit: its next call starts afresh
-                _stop(process)
-            elif request.get("direct") is True and self._hand_over(episode_id, process):
+                self._stop(process)
+            elif request.get("direct") is True and self._hand_over(episode.id, process):
                 reply["channel"] = True
             else:
-                self.live[episode_id] = process
+                self.live[episode.id] = process
             return reply, reply_blobs
         if episode_id in self.live:  # it holds the episode's database (locked): it goes, its next call forks anew
             self.stop_episode_process(episode_id)
-        process = self._spawn(request, blobs, persistent=False)
+        process = self._spawn(request, blobs, episode)
         try:
             reply, reply_blobs = self._answer(process, request)
             reply.pop("retire", None)
             return reply, reply_blobs
         finally:
-            _stop(process)
+            self._stop(process)
 
     def stop_least_recent(self) -> bool:
         """Stop the episode process used least recently; False if none is kept."""
         if not self.live:
             return False
-        _stop(self.live.pop(next(iter(self.live))))
+        self._stop(self.live.pop(next(iter(self.live))))
         return True
 
     def stop_episode_process(self, episode_id: str) -> None:
         process = self.live.pop(episode_id, None)
         if process is not None:
-            _stop(process)
+            self._stop(process)
         self.reap_handed(episode_id)
 
     def _hand_over(self, episode_id: str, process: RunProcess) -> bool:
         """Give the parent `process`'s pipes (SCM_RIGHTS over the channel socket, tagged with the
-        episode id): its next requests go to it directly. The worker keeps only its pid, to stop and
-        reap it when the parent gives the channel up. False (the worker keeps the process) when there
+        episode id): its next requests go to it directly. The worker keeps only its pid and serial, to
+        stop it when the parent gives the channel up. False (the worker keeps the process) when there
         is no channel, or the process wrote more than its reply (the parent must not inherit that)."""
-        if self.channel is None or process.requests is None or process.replies.pending():
+        if self.channel is None or process.replies.pending():
             return False
         try:
             socket.send_fds(self.channel, [episode_id.encode()], [process.replies.fd, process.requests])
@@ -145,7 +190,7 @@ class ForkedProcesses:
             return False
         for fd in (process.replies.fd, process.requests):
             os.close(fd)
-        self.handed[episode_id] = process.pid
+        self.handed[episode_id] = (process.pid, process.serial)
         return True
 
     def reap_handed(self, episode_id: str | None, grace_s: float = 0.0) -> str | None:
@@ -153,62 +198,50 @@ class ForkedProcesses:
         itself; returns how it ended (also when `sweep_handed` found it ended)."""
         if not isinstance(episode_id, str):
             return None
-        pid = self.handed.pop(episode_id, None)
+        handed = self.handed.pop(episode_id, None)
         ended = self.ended.pop(episode_id, None)
-        return ended if pid is None else _ending(_end(pid, grace_s))
+        return ended if handed is None else _ending(self._template().end(handed[1], grace_s))
 
     def sweep_handed(self) -> None:
-        """Reap the handed processes that ended (their channel given up, or dead): no zombie waits for
-        its episode's next request; how each ended is kept for `reap`."""
-        for episode_id, pid in list(self.handed.items()):
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
+        """Forget the handed processes that ended (their channel given up, or dead; the template reaped
+        them); how each ended is kept for `reap_handed`."""
+        if not self.handed:
+            return
+        statuses = self._template().ended(serial for _, serial in self.handed.values())
+        for episode_id, (_, serial) in list(self.handed.items()):
+            if serial in statuses:
                 del self.handed[episode_id]
-                self.ended[episode_id] = _ending(status)
+                self.ended[episode_id] = _ending(statuses[serial])
 
-    def _spawn(self, request: Request, blobs: list[bytes], *, persistent: bool) -> RunProcess:
-        """Fork a process that serves `request` (and, if `persistent`, the requests sent to it after).
-        Short of descriptors or processes, kept episode processes are stopped (least recent first)
-        until it can; failing that the request is an env_error."""
+    def _spawn(self, request: Request, blobs: list[bytes], episode: OpenEpisode | None) -> RunProcess:
+        """A process forked by the template, told whose it is (`episode`'s, else the request's
+        environment's) and given `request`. Short of descriptors or processes, kept episode processes
+        are stopped (least recent first) until it can; failing that the request is an env_error."""
         while True:
-            opened: list[int] = []
             try:
-                replies_r, replies_w = os.pipe()
-                opened += (replies_r, replies_w)
-                requests_r, requests_w = os.pipe() if persistent else (-1, -1)
-                opened += (requests_r, requests_w)
-                pid = os.fork()
+                spawned = self._template().spawn()
                 break
             except OSError as exc:
-                for fd in opened:
-                    if fd >= 0:
-                        os.close(fd)
                 if not self.stop_least_recent():
                     raise Failure(
                         "env_error", f"sandbox worker cannot start a process for the request: {exc}"
                     ) from None
-        if pid == 0:  # the request's process: never returns
-            code = 0
-            try:
-                os.close(replies_r)
-                if persistent:
-                    os.close(requests_w)
-                self._become(request, (replies_w, requests_r))
-                _serve_requests(self._handle, request, blobs, replies_w, requests_r if persistent else None)
-            except BaseException:  # noqa: BLE001 - the worker reports the missing reply
-                code = 70
-            finally:
-                os._exit(code)
-        os.close(replies_w)
-        if persistent:
-            os.close(requests_r)
-            os.set_blocking(requests_w, False)  # `_send` waits for room itself, up to the request's deadline
-        reader = FrameReader(replies_r, max_blobs=self.config["memory_mb"] * 1024 * 1024)
-        return RunProcess(pid=pid, replies=reader, requests=requests_w if persistent else None)
+        os.set_blocking(spawned.requests, False)  # `send_within` waits for room itself, up to the deadline
+        reader = FrameReader(spawned.replies, max_blobs=self.config["memory_mb"] * 1024 * 1024)
+        process = RunProcess(pid=spawned.pid, serial=spawned.serial, replies=reader, requests=spawned.requests)
+        identity: RunIdentity = {
+            "env": episode.env.key if episode is not None else env_of(request),
+            "episode": episode.id if episode is not None else None,
+            "directory": episode.directory if episode is not None else None,
+        }
+        data = encode(identity) + encode(request, blobs)
+        if send_within(process.requests, data, time.monotonic() + self._wait(request)) == "late":
+            self._stop(process)
+            raise Failure("env_error", process_failure("timeout", f"{self._wait(request):g} s"), "timeout")
+        return process  # a process gone before it took the request: its reply's read says how it ended
 
     def _send(self, process: RunProcess, request: Request, blobs: list[bytes]) -> bool:
         """Write a request to a live episode process; False if it is gone or does not take it in time."""
-        assert process.requests is not None
         return send_within(process.requests, encode(request, blobs), time.monotonic() + self._wait(request)) is None
 
     def _wait(self, request: Request) -> float:
@@ -227,44 +260,60 @@ class ForkedProcesses:
         except ProtocolTimeout:
             raise Failure("env_error", process_failure("timeout", f"{wait:g} s"), "timeout") from None
         except ProtocolClosed:
-            ending = _ending(_stop(process, grace_s=1.0))
+            ending = _ending(self._stop(process, grace_s=1.0))
             raise Failure("env_error", process_failure("crash", ending), "crash") from None
         except ProtocolViolation as exc:
             raise Failure("env_error", process_failure("protocol", str(exc)), "protocol") from None
 
+    def _stop(self, process: RunProcess, grace_s: float = 0.0) -> int:
+        """End a request's process: its pipes closed, given up to `grace_s` to exit by itself, then
+        killed (by the template, its parent); returns its wait status."""
+        for fd in (process.requests, process.replies.fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        return self._template().end(process.serial, grace_s)
+
+    def _run_child(self, requests_fd: int, replies_fd: int) -> None:
+        """In a process the template forked: read whose it is (the worker's first frame), become it
+        (`become`: confined to its episode), then serve the requests the worker sends until it closes
+        the pipe."""
+        requests = FrameReader(requests_fd)
+        identity, _ = requests.read()
+        self._become(cast(RunIdentity, identity))
+        _serve_requests(self._handle, requests, replies_fd)
+
     def inherited_fds(self) -> list[int]:
-        """In a freshly forked process: forget every process and the channel socket, and return the
-        descriptors they hold there (for the caller to close: generated code never reaches them)."""
+        """In the template: forget every process and the channel socket, and return the descriptors
+        they hold there (for the caller to close: generated code never reaches them)."""
         fds = []
         if self.channel is not None:  # generated code never reaches the socket the parent takes pipes from
             fds.append(self.channel.detach())
             self.channel = None
         self.handed, self.ended = {}, {}
         for process in self.live.values():
-            fds += [fd for fd in (process.requests, process.replies.fd) if fd is not None]
+            fds += [process.requests, process.replies.fd]
         self.live = {}
         return fds
 
     def pids(self) -> dict[str, int]:
         """The pid of each episode's process, kept or handed, by episode id."""
-        return {episode: process.pid for episode, process in self.live.items()} | self.handed
+        return {episode: process.pid for episode, process in self.live.items()} | {
+            episode: pid for episode, (pid, _) in self.handed.items()
+        }
 
 
-def _serve_requests(handle: Handler, request: Request, blobs: list[bytes], out_fd: int, in_fd: int | None) -> None:
-    """In a forked process: answer the request it was forked for, then (persistent) each request
-    the worker sends, until the worker closes the pipe."""
+def _serve_requests(handle: Handler, requests: FrameReader, out_fd: int) -> None:
+    """In a forked process: answer each request the worker sends, until it closes the pipe."""
     out = os.fdopen(out_fd, "wb")
-    requests = FrameReader(in_fd) if in_fd is not None else None
     while True:
-        reply, reply_blobs = handle(request, blobs)
-        write_frame(out, reply, reply_blobs)
-        if requests is None:
-            return
         try:
             frame, blobs = requests.read()
         except ProtocolClosed:
             return
-        request = as_request(frame)
+        reply, reply_blobs = handle(as_request(frame), blobs)
+        write_frame(out, reply, reply_blobs)
 
 
 def _ending(status: int) -> str:
@@ -272,30 +321,3 @@ def _ending(status: int) -> str:
     if os.WIFSIGNALED(status):
         return f"was killed by {signal.Signals(os.WTERMSIG(status)).name}"
     return f"exited with status {os.WEXITSTATUS(status)} without an answer"
-
-
-def _stop(process: RunProcess, grace_s: float = 0.0) -> int:
-    """End a request's process: its pipes closed, given up to `grace_s` to exit by itself, then
-    killed; returns its wait status."""
-    for fd in (process.requests, process.replies.fd):
-        if fd is not None:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-    return _end(process.pid, grace_s)
-
-
-def _end(pid: int, grace_s: float) -> int:
-    """Wait up to `grace_s` for child `pid` to exit by itself, then kill it; returns its wait status."""
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            return status
-        time.sleep(0.002)
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    return os.waitpid(pid, 0)[1]

@@ -11,8 +11,9 @@ checks that none of them is imported later.
 The parts: `operations` (what each request op does, on the loaded environments and open episodes),
 `host` (how generated code runs: the environments' kinds' Host), `episodedb` (episode databases and
 the transaction the runtime owns), `processes` (strict isolation: the processes forked per episode
-and per request), `records` (`LoadedEnv`, `OpenEpisode`), `failure` (`Failure`, an operation's outcome
-that becomes its reply), and the guard (`guard`, with `auditpolicy`, `namespace`, `modulestate`).
+and per request, by the worker's `template`), `records` (`LoadedEnv`, `OpenEpisode`), `failure`
+(`Failure`, an operation's outcome that becomes its reply), and the guard (`guard`, with `auditpolicy`,
+`namespace`, `modulestate`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import io
 import json
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -40,20 +42,21 @@ from worldsmith.runtime.sandbox.messages import (
     OpReply,
     Reply,
     Request,
+    RunIdentity,
     WorkerConfig,
     as_request,
-    env_of,
-    episode_of,
 )
 from worldsmith.runtime.sandbox.operations import Operations
 from worldsmith.runtime.sandbox.processes import ForkedProcesses
 from worldsmith.runtime.sandbox.protocol import MAX_ERROR_CHARS, FrameReader, ProtocolClosed, truncated, write_frame
+from worldsmith.runtime.sandbox.records import OpenEpisode
+from worldsmith.runtime.sandbox.template import TemplateLost
 
 # Modules that allowed modules import lazily; loaded before the filesystem is closed.
 EXTRA_PRELOAD = ("_strptime", "encodings.idna", "encodings.ascii", "encodings.latin_1", "json.decoder", "json.encoder")
 
 #: Requests that run generated code or read an episode's database. Under strict isolation each runs
-#: in a process of its own, forked from the worker (which stays clean) and gone with its answer.
+#: in a process forked by the worker's template (`template.py`), never in the worker itself.
 RUN_OPS = frozenset({"call", "verify", "snapshot", "diff", "routes", "check_env"})
 
 #: An op of the worker's (`Operations.op_<name>`): its part of the reply, with the reply's blobs where
@@ -65,43 +68,62 @@ class Worker:
     """Serves one request at a time: each request op is a method of its `operations`, or (strict
     isolation, `RUN_OPS`) is served by a process forked for it (`processes`)."""
 
-    def __init__(self, config: WorkerConfig, out: io.BufferedWriter):
+    def __init__(
+        self,
+        config: WorkerConfig,
+        out: io.BufferedWriter,
+        control: tuple[socket.socket, socket.socket] | None = None,
+    ):
         self.out = out
-        # "strict": every request of RUN_OPS runs in a process forked for it (`_forked`); "fast":
-        # here, episodes of the worker's one environment sharing this interpreter
+        # "strict": every request of RUN_OPS runs in a process forked for it by the template (`_forked`);
+        # "fast": here, episodes of the worker's one environment sharing this interpreter
         self.strict = config.get("isolation") == "strict"
-        self.run_process = False  # True in a process forked for one request
+        self.run_process = False  # True in a process forked for requests
+        self.served_episodes = False  # whether it decoded any request but load_env and ping (`_start_template`)
         self.host = SandboxHost(config)
         self.processes = ForkedProcesses(
-            config, strict=self.strict, become=self._become_run_process, handle=self.handle
+            config, strict=self.strict, control=control, become=self._become_run_process, handle=self.handle
         )
-        self.operations = Operations(config, self.host, self.processes, strict=self.strict)
+        self.operations = Operations(
+            config, self.host, self.processes, strict=self.strict, start_template=self._start_template
+        )
 
     def _forked(self, request: Request, blobs: list[bytes]) -> tuple[Reply, list[bytes]]:
-        """Serve a request of RUN_OPS in a process forked from this worker (`ForkedProcesses.serve`)."""
+        """Serve a request of RUN_OPS in a process the template forked (`ForkedProcesses.serve`)."""
         return self.processes.serve(request, blobs, self.operations.episodes)
 
-    def _become_run_process(self, request: Request, keep: tuple[int, int]) -> None:
-        """In a freshly forked process: drop the worker's channels, other episodes and their processes,
-        open its episode's database, then confine this process to its episode's file area (Landlock),
-        without new processes and under the whole seccomp deny list (`kernel.confine_run`); it dies
-        with the worker."""
+    def _start_template(self) -> None:
+        """Strict isolation, the environment loaded: fork the template that every process running
+        generated code will be forked from, if this worker has decoded no request but `load_env` and
+        `ping` yet (the template must hold nothing of any episode)."""
+        if self.served_episodes:
+            raise Failure("env_error", "a worker under strict isolation loads its environment before any episode")
+        self.processes.start_template(self._become_template)
+
+    def _become_template(self) -> None:
+        """In the template, freshly forked: drop the worker's channels (to the parent, for requests and
+        for handing pipes over); its stdin becomes /dev/null. It holds the loaded environment, no
+        episode."""
+        os.dup2(1, 0)  # the request channel becomes /dev/null (as stdout is); SQLite never takes fds 0-2
+        self.out.close()  # the reply channel to the parent
+        for fd in self.processes.inherited_fds():  # the channel socket (no process is forked yet)
+            os.close(fd)
+
+    def _become_run_process(self, identity: RunIdentity) -> None:
+        """In a process the template forked, told whose it is: forget the environments but its own, take
+        its episode (if any) and open its database, then confine this process to the episode's file area
+        (Landlock), without new processes and under the whole seccomp deny list (`kernel.confine_run`);
+        it dies with the template, which dies with the worker. Of the worker's descriptors it holds none (the template
+        dropped them, and its own socket is closed): only its two pipes."""
         self.run_process = True
         kernel.die_with_parent()
-        os.dup2(1, 0)  # the request channel becomes /dev/null (as stdout is); SQLite never takes fds 0-2
-        # the reply channel to the parent, the channel socket and every other process's pipes
-        channels = [self.out.fileno(), *self.processes.inherited_fds()]
-        for fd in channels:
-            if fd not in keep:
-                os.close(fd)
         operations = self.operations
-        episode_id = episode_of(request)
-        episode = operations.episodes.get(episode_id) if episode_id is not None else None
-        operations.episodes = {episode.id: episode} if episode is not None else {}
-        env_key = episode.env.key if episode is not None else env_of(request)
-        operations.envs = {key: env for key, env in operations.envs.items() if key == env_key}
+        env = operations.envs.get(identity["env"] or "")
+        operations.envs = {env.key: env} if env is not None else {}
         writable = []
-        if episode is not None:
+        if env is not None and identity["episode"] is not None and identity["directory"] is not None:
+            episode = OpenEpisode(id=identity["episode"], env=env, conn=None, directory=identity["directory"])
+            operations.episodes = {episode.id: episode}
             operations.open_database(episode)  # the database and its journal: beside the file area, not in it
             writable.append(episode.directory)
         kernel.confine_run(writable)
@@ -119,6 +141,7 @@ class Worker:
     def handle(self, request: Request, blobs: list[bytes]) -> tuple[Reply, list[bytes]]:
         started = time.perf_counter()
         op = str(request.get("op"))
+        self.served_episodes = self.served_episodes or op not in ("load_env", "ping")
         forked = self.strict and not self.run_process and op in RUN_OPS
         operation: Operation | None = None if forked else getattr(self.operations, "op_" + op, None)
         reply_blobs: list[bytes] = []
@@ -152,6 +175,8 @@ class Worker:
                 "limit": "memory",
             }
             guard.GUARD.refuse("memory", "worker out of memory")
+        except TemplateLost:
+            raise  # nothing can be forked cleanly any more: the worker goes (`serve`)
         except SandboxViolation as violation:
             reply = {
                 "status": "env_error",
@@ -181,7 +206,12 @@ class Worker:
                 frame, blobs = reader.read()
             except ProtocolClosed:
                 return
-            reply, reply_blobs = self.handle(as_request(frame), blobs)
+            try:
+                reply, reply_blobs = self.handle(as_request(frame), blobs)
+            except TemplateLost as lost:  # the parent replaces the worker and moves its episodes (a crash)
+                sys.stderr.write(f"{lost}; exiting\n")
+                sys.stderr.flush()
+                os._exit(70)
             write_frame(self.out, reply, reply_blobs)
 
 
@@ -225,6 +255,8 @@ def main() -> None:
         os.chown(scratch, config["uid"], config["uid"])
     guard.GUARD = Guard(frameworks=frameworks)
     strict = config.get("isolation") == "strict"
+    # strict: the socket pair to the template (`template.py`), made now: the seccomp layer forbids it after
+    control = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) if strict else None
     layers = kernel.confine(
         uid=config["uid"],
         memory_bytes=config["memory_mb"] * 1024 * 1024,
@@ -236,7 +268,7 @@ def main() -> None:
         open_files=kernel.OPEN_FILES + (2 * int(config.get("episode_processes", 128)) + 32 if strict else 0),
     )
     layers["isolation"] = (
-        "strict (episodes and requests in processes forked from this worker)"
+        "strict (episodes and requests in processes forked from this worker's template)"
         if strict
         else "fast (episodes of one environment share this worker)"
     )
@@ -245,7 +277,7 @@ def main() -> None:
     sys.setrecursionlimit(config.get("recursion_limit", 1000))
     hello: Hello = {"status": "ok", "op": "hello", "pid": os.getpid(), "layers": layers}
     write_frame(out, hello)
-    Worker(config, out).serve()
+    Worker(config, out, control).serve()
 
 
 if __name__ == "__main__":
