@@ -275,7 +275,7 @@ def _text(record: Mapping[str, JsonValue], key: str) -> str | None:
 def _runs(session: Session, cotrain: bool) -> list[tuple[RunHead, Sequence[TrainingStep], str]]:
     """Training runs (oldest first), co-training runs or the others: each one's head, steps and start."""
     names = set_names(session)
-    runs: list[tuple[RunHead, Sequence[TrainingStep], str]] = []
+    rows: list[tuple[RunHead, Sequence[TrainingStep], str]] = []
     for run in session.exec(select(TrainingRun).order_by(col(TrainingRun.id))).all():
         kind = _text(run.config, "kind") or "grpo"
         if (kind == "cotrain") != cotrain:
@@ -283,21 +283,23 @@ def _runs(session: Session, cotrain: bool) -> list[tuple[RunHead, Sequence[Train
         steps = session.exec(
             select(TrainingStep).where(TrainingStep.training_run_id == run.id).order_by(col(TrainingStep.step))
         ).all()
-        policy = run.config.get("policy", {})
-        model = (
-            (_text(policy, "model") if isinstance(policy, dict) else None) if cotrain else _text(run.config, "model")
+        model = run.config.get("policy", {}).get("model") if cotrain else run.config.get("model")
+        rows.append(
+            (
+                {
+                    "id": run.id,
+                    "kind": kind,
+                    "model": model,
+                    "set": names.get(run.set_id, "?"),
+                    "status": run_status(run),
+                    "error": _text(run.metrics, "error"),
+                    "steps": [s.step for s in steps],
+                },
+                steps,
+                run.started_at.isoformat(timespec="seconds"),
+            )
         )
-        head: RunHead = {
-            "id": run.id,
-            "kind": kind,
-            "model": model,
-            "set": names.get(run.set_id, "?"),
-            "status": run_status(run),
-            "error": _text(run.metrics, "error"),
-            "steps": [s.step for s in steps],
-        }
-        runs.append((head, steps, run.started_at.isoformat(timespec="seconds")))
-    return runs
+    return rows
 
 
 def _series(steps: Sequence[TrainingStep], key: str) -> list[JsonValue]:

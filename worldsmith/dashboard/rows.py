@@ -184,7 +184,7 @@ class RunHead(TypedDict):
 
     id: int | None
     kind: str
-    model: str | None
+    model: JsonValue  # as the run's config records it
     set: str
     status: str
     error: str | None
