@@ -20,7 +20,7 @@ import os
 import time
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import anyio
 from pydantic import BaseModel, Field
@@ -166,15 +166,14 @@ class Demo:
             table.add_column(column)
         for row in stages:
             table.add_row(
-                str(row["stage"]),
+                row["stage"],
                 str(row["invocations"]),
                 f"{row['first_attempt_success']:.2f}",
                 f"{row['repair_rate']:.2f}",
                 f"{row['failure_rate']:.2f}",
             )
         self.console.print(table)
-        # stage_summary's rows hold a float repair rate and an int count of invocations
-        repaired = sum(round(cast(float, r["repair_rate"]) * cast(int, r["invocations"])) for r in stages)
+        repaired = sum(round(r["repair_rate"] * r["invocations"]) for r in stages)
         self.summary["generation"] = {
             "environments": len(results),
             "good": len(good),
@@ -190,15 +189,14 @@ class Demo:
         self._step(3, f"curate the good environments into set {self.options.set_name!r}")
         query = SetQuery(require_passed=["expectations", "probes"], validation_fraction=0.1, seed=self.options.seed)
         result = curate(CurateParameters(name=self.options.set_name, query=query))
-        members = result["members"]
-        splits = {s: sum(1 for m in members if m["split"] == s) for s in ("train", "validation")}
-        verb = "created" if result["created"] else "reused"
+        splits = result.split_counts()
+        verb = "created" if result.created else "reused"
         self.console.print(
-            f"{verb} set {result['name']}: {len(members)} environments ({splits['train']} train, {splits['validation']} validation), "
-            f"{sum(m['tasks'] for m in members)} tasks",
+            f"{verb} set {result.name}: {len(result.members)} environments ({splits['train']} train, {splits['validation']} validation), "
+            f"{result.tasks} tasks",
             highlight=False,
         )
-        self.summary["set"] = {"name": result["name"], "members": len(members), **splits}
+        self.summary["set"] = {"name": result.name, "members": len(result.members), **splits}
 
     def serve_over_mcp(self) -> None:
         from worldsmith.bundle.loader import load_bundle

@@ -69,13 +69,12 @@ def curate_command(
     with refusals(CatalogError):
         result = curate(params)
     if as_json:
-        print(json.dumps(result, indent=2))
+        print(json.dumps(result.model_dump(mode="json"), indent=2))
         return
-    members = result["members"]
-    splits = {s: sum(1 for m in members if m["split"] == s) for s in ("train", "validation")}
-    verb = "created set" if result["created"] else "set exists from the same query:"
+    splits = result.split_counts()
+    verb = "created set" if result.created else "set exists from the same query:"
     say(
-        f"{verb} {result['name']}: {len(members)} environment versions ({splits['train']} train, "
-        f"{splits['validation']} validation), {sum(m['tasks'] for m in members)} tasks",
+        f"{verb} {result.name}: {len(result.members)} environment versions ({splits['train']} train, "
+        f"{splits['validation']} validation), {result.tasks} tasks",
         highlight=False,
     )
