@@ -81,11 +81,8 @@ def sample_arguments(tool: Mapping[str, JsonValue], seeds: SeedValues) -> JsonOb
     possible."""
     params = schema_object(tool, "parameters")
     properties = schema_object(params, "properties")
-    return {
-        name: seeds.value(name, schema_object(properties, name))
-        for name in schema_list(params, "required")
-        if isinstance(name, str)
-    }
+    schemas = {name: properties[name] for name in schema_list(params, "required") if isinstance(name, str)}
+    return {name: seeds.value(name, schema if isinstance(schema, dict) else {}) for name, schema in schemas.items()}
 
 
 def probe_tools(runtime: Runtime, bundle: Bundle) -> list[ProbeResult]:
