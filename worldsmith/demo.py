@@ -20,7 +20,7 @@ import os
 import time
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import anyio
 from pydantic import BaseModel, Field
@@ -28,6 +28,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from worldsmith.jsonvalue import JsonObject
 from worldsmith.ops.stack import Stack
 from worldsmith.settings import get_settings
 
@@ -77,6 +78,64 @@ class DemoOptions(BaseModel):
         )
 
 
+class DemoUrls(TypedDict):
+    prefect_ui: str
+    dashboard: str
+
+
+class DemoGeneration(TypedDict):
+    environments: int
+    good: int
+    failed: int
+    repaired_stage_runs: int
+
+
+class DemoSet(TypedDict):
+    name: str
+    members: int
+    train: int
+    validation: int
+
+
+class DemoMcp(TypedDict):
+    env: str
+    tasks: int
+    complete: int
+
+
+DemoEvaluation = TypedDict("DemoEvaluation", {"run_id": int, "pass@1": float, "episodes": int, "env_error_rate": float})
+
+DemoTraining = TypedDict(
+    "DemoTraining",
+    {
+        "run_id": int,
+        "steps": int,
+        "checkpoint": str,
+        "reward_first": float | None,
+        "reward_last": float | None,
+        "validation_pass@1_before": float | None,
+        "validation_pass@1_after": float | None,
+        "success_before": float,
+        "success_after": float,
+        "success_rollouts": int,
+    },
+)
+
+
+class DemoSummary(TypedDict, total=False):
+    """What the demonstration did, step by step (written as WORLDSMITH_HOME/demo-summary.json): its options, the
+    seconds of each step, the addresses, and the numbers of each step (present once the step ran)."""
+
+    options: JsonObject
+    seconds: dict[str, float]
+    urls: DemoUrls
+    generation: DemoGeneration
+    set: DemoSet
+    mcp: DemoMcp
+    evaluations: dict[str, DemoEvaluation]
+    training: DemoTraining
+
+
 def _solve_over_mcp(url: str, gateway: Any, env_id: str, task: Any) -> str:
     """Replay `task`'s reference solution through an MCP session, then verify it; returns the verdict."""
     from mcp import ClientSession
@@ -101,9 +160,9 @@ class Demo:
     def __init__(self, options: DemoOptions, console: Console):
         self.options, self.console = options, console
         self.stack = Stack.from_settings()
-        self.summary: dict[str, Any] = {"options": options.model_dump()}
+        self.summary: DemoSummary = {"options": options.model_dump()}
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> DemoSummary:
         # Flows in this process report to the stack's server; Prefect's console logging stays quiet.
         os.environ["PREFECT_API_URL"] = self.stack.api_url
         os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")
@@ -113,7 +172,8 @@ class Demo:
         ):  # the demo draws its own progress
             os.environ.setdefault(variable, "1")
         warnings.filterwarnings("ignore", category=FutureWarning)
-        seconds = self.summary["seconds"] = {}
+        seconds: dict[str, float] = {}
+        self.summary["seconds"] = seconds
         for step in (self.up, self.generate, self.curate, self.serve_over_mcp, self.evaluate, self.train):
             started = time.monotonic()
             step()
@@ -166,15 +226,14 @@ class Demo:
             table.add_column(column)
         for row in stages:
             table.add_row(
-                str(row["stage"]),
+                row["stage"],
                 str(row["invocations"]),
                 f"{row['first_attempt_success']:.2f}",
                 f"{row['repair_rate']:.2f}",
                 f"{row['failure_rate']:.2f}",
             )
         self.console.print(table)
-        # stage_summary's rows hold a float repair rate and an int count of invocations
-        repaired = sum(round(cast(float, r["repair_rate"]) * cast(int, r["invocations"])) for r in stages)
+        repaired = sum(round(r["repair_rate"] * r["invocations"]) for r in stages)
         self.summary["generation"] = {
             "environments": len(results),
             "good": len(good),
@@ -190,15 +249,19 @@ class Demo:
         self._step(3, f"curate the good environments into set {self.options.set_name!r}")
         query = SetQuery(require_passed=["expectations", "probes"], validation_fraction=0.1, seed=self.options.seed)
         result = curate(CurateParameters(name=self.options.set_name, query=query))
-        members = result["members"]
-        splits = {s: sum(1 for m in members if m["split"] == s) for s in ("train", "validation")}
-        verb = "created" if result["created"] else "reused"
+        splits = result.split_counts()
+        verb = "created" if result.created else "reused"
         self.console.print(
-            f"{verb} set {result['name']}: {len(members)} environments ({splits['train']} train, {splits['validation']} validation), "
-            f"{sum(m['tasks'] for m in members)} tasks",
+            f"{verb} set {result.name}: {len(result.members)} environments ({splits['train']} train, {splits['validation']} validation), "
+            f"{result.tasks} tasks",
             highlight=False,
         )
-        self.summary["set"] = {"name": result["name"], "members": len(members), **splits}
+        self.summary["set"] = {
+            "name": result.name,
+            "members": len(result.members),
+            "train": splits["train"],
+            "validation": splits["validation"],
+        }
 
     def serve_over_mcp(self) -> None:
         from worldsmith.bundle.loader import load_bundle

@@ -26,7 +26,7 @@ import types
 import typing
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, TypeAlias, Union
 
 import typer
 from pydantic import BaseModel
@@ -34,6 +34,11 @@ from pydantic.fields import FieldInfo
 
 UNSET: Any = inspect.Parameter.empty
 """No default: the option is required (or, inside an optional nested model, it turns the model on)."""
+
+OptionValue: TypeAlias = str | int | float | bool | enum.Enum | list[str] | None
+"""What an option's value is: a text, a number, a flag, a choice, a repeated option's texts; None: unset."""
+ConfigValues: TypeAlias = dict[str, "OptionValue | ConfigValues"]
+"""The config fields a command line set, nested as the config's models nest (`Config.model_validate(values)`)."""
 
 
 @dataclass(frozen=True)
@@ -203,10 +208,12 @@ def _lowercase_first(text: str) -> str:
     return text[:1].lower() + text[1:] if text[1:2].islower() else text
 
 
-def _set(values: dict[str, Any], path: str, value: Any) -> None:
+def _set(values: ConfigValues, path: str, value: OptionValue) -> None:
     *parents, leaf = path.split(".")
     for name in parents:
-        values = values.setdefault(name, {})
+        nested = values.setdefault(name, {})
+        assert isinstance(nested, dict), f"{path}: {name} is a field, not a nested model"
+        values = nested
     values[leaf] = value
 
 
@@ -216,10 +223,10 @@ def _given(ctx: typer.Context, parameter: str) -> bool:
     return source is not None and source.name not in ("DEFAULT", "DEFAULT_MAP")  # typer bundles click's enum privately
 
 
-def config_values(options: Sequence[ConfigOption], given: Mapping[str, Any]) -> dict[str, Any]:
-    """The nested field values of the options in `given` (by parameter name), for `Config(**values)`;
+def config_values(options: Sequence[ConfigOption], given: Mapping[str, OptionValue]) -> ConfigValues:
+    """The nested field values of the options in `given` (by parameter name), for `Config.model_validate(values)`;
     an optional nested model is left out unless its switch is among them."""
-    values: dict[str, Any] = {}
+    values: ConfigValues = {}
     for option in options:
         if option.parameter in given:
             for path in option.paths:
@@ -229,7 +236,8 @@ def config_values(options: Sequence[ConfigOption], given: Mapping[str, Any]) -> 
             *parents, leaf = option.switch_of.split(".")
             holder = values
             for name in parents:
-                holder = holder.get(name, {})
+                nested = holder.get(name, {})
+                holder = nested if isinstance(nested, dict) else {}
             holder.pop(leaf, None)
     return values
 

@@ -6,11 +6,11 @@ inputs are checked."""
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from worldsmith.cli.config_options import config_command, options_for
+from worldsmith.cli.config_options import ConfigValues, config_command, options_for
 from worldsmith.cli.console import failure, refusals, say
 from worldsmith.cli.sets import SET_QUERY_FLAGS
 from worldsmith.models.sets import SetQuery
@@ -52,7 +52,7 @@ CURATE_OPTIONS = options_for(
 @app.command("curate")
 @config_command(CURATE_OPTIONS)
 def curate_command(
-    fields: dict[str, Any],
+    fields: ConfigValues,
     as_json: Annotated[bool, typer.Option("--json", help="Print the set's name and members as JSON.")] = False,
 ) -> None:
     """Curate the catalog's good versions into an environment set with the `curate` flow.
@@ -62,20 +62,19 @@ def curate_command(
     from worldsmith.flows.curate import curate
 
     # a bad value is answered in one line by the root handler (cli/console.AnsweringGroup)
-    params = CurateParameters(**fields)
+    params = CurateParameters.model_validate(fields)
     _check(params.set_name(), params.query)
     from worldsmith.storage.publish import CatalogError
 
     with refusals(CatalogError):
         result = curate(params)
     if as_json:
-        print(json.dumps(result, indent=2))
+        print(json.dumps(result.model_dump(mode="json"), indent=2))
         return
-    members = result["members"]
-    splits = {s: sum(1 for m in members if m["split"] == s) for s in ("train", "validation")}
-    verb = "created set" if result["created"] else "set exists from the same query:"
+    splits = result.split_counts()
+    verb = "created set" if result.created else "set exists from the same query:"
     say(
-        f"{verb} {result['name']}: {len(members)} environment versions ({splits['train']} train, "
-        f"{splits['validation']} validation), {sum(m['tasks'] for m in members)} tasks",
+        f"{verb} {result.name}: {len(result.members)} environment versions ({splits['train']} train, "
+        f"{splits['validation']} validation), {result.tasks} tasks",
         highlight=False,
     )

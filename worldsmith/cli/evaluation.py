@@ -5,13 +5,13 @@ The flow imports Prefect, so it is imported when the command runs."""
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.table import Table
 
 from worldsmith.agent.policy_checks import preflight
-from worldsmith.cli.config_options import config_command, options_for
+from worldsmith.cli.config_options import ConfigValues, config_command, options_for
 from worldsmith.cli.console import console, refusals, say
 from worldsmith.tasks.parameters import EvaluateParameters
 
@@ -34,7 +34,7 @@ EVAL_OPTIONS = options_for(
 @app.command("eval")
 @config_command(EVAL_OPTIONS)
 def eval_command(
-    fields: dict[str, Any],
+    fields: ConfigValues,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Evaluate a policy on an environment set with the `evaluate` flow; stores an evaluation run."""
@@ -43,7 +43,7 @@ def eval_command(
     from worldsmith.storage.sets import members_in_split
 
     # a bad value is answered in one line by the root handler (cli/console.AnsweringGroup)
-    params = EvaluateParameters(**fields)
+    params = EvaluateParameters.model_validate(fields)
     with refusals():  # before the flow (and Prefect) starts
         members_in_split(open_catalog(), params.set_name, params.split)
     # an endpoint that is down or a model path that holds no model is refused before the run, and an endpoint

@@ -4,13 +4,11 @@ imports Prefect, so it is imported when the command runs."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import typer
 from rich.progress import Progress
 from rich.table import Table
 
-from worldsmith.cli.config_options import config_command, options_for
+from worldsmith.cli.config_options import ConfigValues, config_command, options_for
 from worldsmith.cli.console import console, failure
 from worldsmith.runtime.answers import one_line
 from worldsmith.tasks.parameters import GenerateParameters
@@ -23,10 +21,10 @@ GENERATE_OPTIONS = options_for(GenerateParameters, flags={"scenario_file": "--sc
 
 @app.command("generate")
 @config_command(GENERATE_OPTIONS)
-def generate_command(fields: dict[str, Any]) -> None:
+def generate_command(fields: ConfigValues) -> None:
     """Generate environments with the `generate` flow (configured Prefect API, or an ephemeral local one)."""
     # refused in one line (a replay:DIR without a recording...) before Prefect starts, by the root handler
-    params = GenerateParameters(**fields)
+    params = GenerateParameters.model_validate(fields)
     from worldsmith.flows.generate import TooFewGoodWorlds, run_generate
 
     ended: Exception | None = None  # the run ended Failed: its one line, after the progress bar and table

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, TypedDict
 
 import typer
 from rich.table import Table
 
-from worldsmith.cli.config_options import config_command, options_for
+from worldsmith.cli.config_options import ConfigValues, config_command, options_for
 from worldsmith.cli.console import console, refusals, say
 from worldsmith.models.sets import SetQuery
 from worldsmith.storage.objectstore import configured_store
@@ -27,13 +27,13 @@ CREATE_OPTIONS = options_for(SetQuery, flags=SET_QUERY_FLAGS)
 @app.command("create")
 @config_command(CREATE_OPTIONS)
 def sets_create(
-    fields: dict[str, Any], name: Annotated[str, typer.Argument(help="Name of the new set (sets are immutable).")]
+    fields: ConfigValues, name: Annotated[str, typer.Argument(help="Name of the new set (sets are immutable).")]
 ) -> None:
     """Create an environment set from a query over the catalog."""
     from worldsmith.storage.catalog import open_catalog
     from worldsmith.storage.sets import create_set, split_counts
 
-    query = SetQuery(**fields)  # a bad value is answered in one line by the root handler
+    query = SetQuery.model_validate(fields)  # a bad value is answered in one line by the root handler
     catalog = open_catalog()
     with refusals():
         made = create_set(catalog, name, query)
@@ -46,6 +46,16 @@ def sets_create(
     )
 
 
+class SetListing(TypedDict):
+    """A set as `sets ls --json` lists it: its members, and how many in each split."""
+
+    name: str
+    members: int
+    train: int
+    validation: int
+    created_at: str
+
+
 @app.command("ls")
 def sets_ls(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """List environment sets: members, and how many in each split."""
@@ -53,7 +63,7 @@ def sets_ls(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")]
     from worldsmith.storage.sets import set_summaries
 
     with open_catalog().session() as session:
-        rows: list[dict[str, Any]] = [
+        rows: list[SetListing] = [
             {
                 "name": summary.name,
                 "members": summary.members,

@@ -3,11 +3,11 @@ deployments, workers, dashboard) and the main job run on it (its options the fie
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
-from worldsmith.cli.config_options import config_command, options_for
+from worldsmith.cli.config_options import ConfigValues, config_command, options_for
 from worldsmith.cli.console import console, failure, say
 from worldsmith.demo import DemoOptions, run_demo
 from worldsmith.ops.services import ServiceError
@@ -85,12 +85,12 @@ DEMO_OPTIONS = options_for(DemoOptions)
 
 @app.command("demo")
 @config_command(DEMO_OPTIONS)
-def demo(fields: dict[str, Any]) -> None:
+def demo(fields: ConfigValues) -> None:
     """The main job on the embedded defaults: start the local stack, generate environments (faults on),
     curate them into a set, solve one over MCP, evaluate the reference and random policies, train the
     tiny model with GRPO on the CPU, and print a summary with the dashboard and Prefect UI addresses."""
     # a bad value is answered in one line by the root handler (cli/console.AnsweringGroup)
-    options = DemoOptions(**fields)
+    options = DemoOptions.model_validate(fields)
     try:
         code = run_demo(options, console)
     except ServiceError as exc:

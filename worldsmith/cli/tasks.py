@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, TypedDict
 
 import typer
 from rich.table import Table
@@ -40,6 +40,16 @@ def bundle_of(bundle_or_ref: str) -> tuple[Bundle, str]:
         return load_bundle(cached_bundle(version.ref, version.content_key)), version.ref
 
 
+class TaskListing(TypedDict):
+    """A task as `tasks ls --json` lists it."""
+
+    id: str
+    instruction: str
+    verifier: str
+    reference_solution: bool
+    solution_steps: int
+
+
 @app.command("ls")
 def tasks_ls(
     bundle_or_ref: Annotated[str, typer.Argument(help="A bundle directory, or ENV / ENV@VERSION in the catalog.")],
@@ -47,7 +57,7 @@ def tasks_ls(
 ) -> None:
     """List an environment's tasks: id, instruction, verifier, and whether it has a reference solution."""
     bundle, name = bundle_of(bundle_or_ref)
-    rows: list[dict[str, Any]] = [
+    rows: list[TaskListing] = [
         {
             "id": task.id,
             "instruction": task.instruction,

@@ -14,13 +14,13 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 from pydantic import BaseModel
 from rich.table import Table
 
-from worldsmith.cli.config_options import UNSET, config_command, option_for, options_for
+from worldsmith.cli.config_options import UNSET, ConfigValues, config_command, option_for, options_for
 from worldsmith.cli.console import console, refusals, say
 from worldsmith.training.config import TINY, CotrainConfig, TrainingConfig
 from worldsmith.training.memory import check_cuda, check_machine
@@ -45,7 +45,7 @@ TRAIN_OPTIONS = options_for(
     defaults={"model": TINY},  # the config requires a model; the command line's is the offline tiny one
 )
 
-COTRAIN_DEFAULTS: dict[str, Any] = {
+COTRAIN_DEFAULTS: dict[str, str | int | float] = {
     "policy.model": TINY,
     "policy.steps": 8,
     "policy.group_size": 4,
@@ -145,12 +145,12 @@ def _check_set(name: str, split: str) -> None:
 
 @app.command("train")
 @config_command(TRAIN_OPTIONS)
-def train_command(fields: dict[str, Any], as_json: JsonOption = False) -> None:
+def train_command(fields: ConfigValues, as_json: JsonOption = False) -> None:
     """Train a policy with multi-turn GRPO on an environment set (the `train` flow); stores a training run."""
     from worldsmith.flows.train import train
 
     # a bad value is answered in one line by the root handler (cli/console.AnsweringGroup)
-    config = TrainingConfig(**fields)
+    config = TrainingConfig.model_validate(fields)
     check_machine(config)  # one line before the flow starts (MachineUnfit, UserFixable: the root handler)
     _check_set(config.set_name, config.split)
     if config.nodes > 1:  # the other nodes' deployment (LaunchFailed, UserFixable: the root handler)
@@ -177,14 +177,14 @@ def resume_command(
 
 @app.command("cotrain")
 @config_command(COTRAIN_OPTIONS)
-def cotrain_command(fields: dict[str, Any], as_json: JsonOption = False) -> None:
+def cotrain_command(fields: ConfigValues, as_json: JsonOption = False) -> None:
     """Co-train a policy and a world model (the `cotrain` flow): per round, real rollouts -> world-model
     update -> GRPO on imagined rollouts mixed with real ones -> evaluation in the real worlds. The
     policy's and the world model's steps are per round."""
     from worldsmith.flows.cotrain import cotrain
 
     # a bad value is answered in one line by the root handler (cli/console.AnsweringGroup)
-    config = CotrainConfig(**fields)
+    config = CotrainConfig.model_validate(fields)
     check_machine(config.policy)
     check_cuda(config.world_model.profile)
     _check_set(config.policy.set_name, config.policy.split)

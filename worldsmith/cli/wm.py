@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 from rich.table import Table
@@ -14,7 +14,7 @@ from rich.table import Table
 from worldsmith.agent.trajectories import read_jsonl
 from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.loader import load_bundle
-from worldsmith.cli.config_options import config_command, options_for
+from worldsmith.cli.config_options import ConfigValues, config_command, options_for
 from worldsmith.cli.console import console, failure, say
 from worldsmith.runtime.episode import Runtime
 from worldsmith.training.config import WorldModelConfig
@@ -68,7 +68,7 @@ def wm_data(
 @app.command("train")
 @config_command(WM_TRAIN_OPTIONS)
 def wm_train(
-    fields: dict[str, Any],
+    fields: ConfigValues,
     transitions: Annotated[Path, typer.Argument(help="transitions.jsonl made by `wm data` (its train split is used).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print the run's record as JSON.")] = False,
 ) -> None:
@@ -78,7 +78,7 @@ def wm_train(
     from worldsmith.training.world_model_runs import train_world_model
 
     try:
-        config = WorldModelConfig(**fields)
+        config = WorldModelConfig.model_validate(fields)
         result = train_world_model(read_transitions(transitions), config)
     except (ValueError, FileNotFoundError, OSError) as exc:
         raise failure(str(exc).splitlines()[0]) from None

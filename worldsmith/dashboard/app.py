@@ -35,6 +35,7 @@ from worldsmith.dashboard.charts import all_charts
 from worldsmith.dashboard.data import summary
 from worldsmith.dashboard.filters import Filters, backend_choices, parse_night
 from worldsmith.dashboard.paging import PageRequest
+from worldsmith.dashboard.rows import StalledRow
 from worldsmith.storage.catalog import Catalog, open_catalog
 
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
@@ -91,7 +92,7 @@ def _links(request: Request, filters: Filters) -> dict[str, Callable[..., str]]:
     return {"here": here, "to": to}
 
 
-def stalled(prefect_api_url: str | None) -> list[dict[str, Any]] | None:
+def stalled(prefect_api_url: str | None) -> list[StalledRow] | None:
     """The deployments whose runs would not start (name, pool, problem with its fix), read from the Prefect API
     at `prefect_api_url`; None when there is no API to ask or it does not answer within a second."""
     if not prefect_api_url:

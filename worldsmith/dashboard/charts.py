@@ -7,12 +7,26 @@ what a browser shows can be checked against the catalog (the browser tests do).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
 
 import plotly.graph_objects as go
 import plotly.io as pio
 
 from worldsmith.dashboard.data import RATES
+from worldsmith.dashboard.rows import (
+    CotrainingRow,
+    CotrainLine,
+    EvaluationRate,
+    EvaluationRow,
+    FailureClasses,
+    GenerationByNight,
+    QualitySummary,
+    StageSeries,
+    Summary,
+    TrainingRow,
+    WorldRow,
+)
+from worldsmith.jsonvalue import JsonObject, JsonValue
 
 _LAYOUT = {
     "height": 320,
@@ -56,30 +70,30 @@ def short(label: str, chars: int = LABEL_CHARS) -> str:
     return f"{label[:head]}…{label[len(label) - (chars - head - 1) :]}"
 
 
-def value_axis(values: list[Any], title: str | None = None, **extra: Any) -> dict[str, Any]:
+def value_axis(values: Sequence[float | None], title: str | None = None, **extra: JsonValue) -> JsonObject:
     """A y axis from zero that stays 0..1 when there is nothing above zero to show (not -1..1)."""
-    axis: dict[str, Any] = {"rangemode": "tozero", "title": title, **extra}
+    axis: JsonObject = {"rangemode": "tozero", "title": title, **extra}
     if not any(isinstance(v, int | float) and v > 0 for v in values):
         axis["range"] = [0, 1]
     return axis
 
 
-def category_axis(labels: list[str], title: str | None = None) -> dict[str, Any]:
+def category_axis(labels: list[str], title: str | None = None) -> JsonObject:
     """An x axis of categories whose long labels are shortened and slanted so they never overlap."""
-    axis: dict[str, Any] = {"type": "category", "title": title, "automargin": True}
+    axis: JsonObject = {"type": "category", "title": title, "automargin": True}
     if any(len(label) > 10 for label in labels) or len(labels) > 12:
-        axis.update(tickangle=-35, tickvals=labels, ticktext=[short(label) for label in labels])
+        axis.update(tickangle=-35, tickvals=[*labels], ticktext=[short(label) for label in labels])
     return axis
 
 
-def _nightly(nights: list[str], values: list[Any], name: str) -> go.Bar | go.Scatter:
+def _nightly(nights: list[str], values: list[float | None], name: str) -> go.Bar | go.Scatter:
     """A per-night series: bars for up to BAR_NIGHTS nights, a line beyond."""
     if len(nights) <= BAR_NIGHTS:
         return go.Bar(x=nights, y=values, name=name)
     return go.Scatter(x=nights, y=values, name=name, mode="lines+markers", connectgaps=False)
 
 
-def generation_charts(generation: dict[str, Any]) -> dict[str, str]:
+def generation_charts(generation: GenerationByNight) -> dict[str, str]:
     """One chart per rate (first-attempt success, repair, failure) over the nights, a series per stage."""
     charts = {}
     for rate in RATES:
@@ -98,16 +112,23 @@ def generation_charts(generation: dict[str, Any]) -> dict[str, str]:
     return charts
 
 
-def _tokens(series: dict[str, list[Any]]) -> list[int | None]:
+def _tokens(series: StageSeries) -> list[float | None]:
     """Tokens in plus out per night (None where the stage did not run)."""
-    return [None if i is None else i + o for i, o in zip(series["tokens_in"], series["tokens_out"], strict=True)]
+    return [
+        None if i is None or o is None else i + o
+        for i, o in zip(series["tokens_in"], series["tokens_out"], strict=True)
+    ]
 
 
-def usage_charts(generation: dict[str, Any]) -> dict[str, str]:
+def _cost(series: StageSeries) -> list[float | None]:
+    return series["cost_usd"]
+
+
+def usage_charts(generation: GenerationByNight) -> dict[str, str]:
     """LLM cost and tokens (in plus out) per night, stacked by stage."""
     charts = {}
     for name, title, values, unit in (
-        ("generation-cost", "LLM cost per night (USD)", lambda series: series["cost_usd"], "USD"),
+        ("generation-cost", "LLM cost per night (USD)", _cost, "USD"),
         ("generation-tokens", "tokens per night (in + out)", _tokens, "tokens"),
     ):
         traces = {stage: values(series) for stage, series in generation["stages"].items()}
@@ -125,7 +146,7 @@ def usage_charts(generation: dict[str, Any]) -> dict[str, str]:
     return charts
 
 
-def failure_class_chart(failure_classes: dict[str, Any]) -> dict[str, str]:
+def failure_class_chart(failure_classes: FailureClasses) -> dict[str, str]:
     """Failed attempts per night, stacked by `stage: error class` (the most frequent; the rest as `other`)."""
     nights, series = failure_classes["nights"], failure_classes["series"]
     figure = go.Figure(
@@ -145,7 +166,7 @@ def failure_class_chart(failure_classes: dict[str, Any]) -> dict[str, str]:
     return {"failure-classes": _html("failure-classes", figure)}
 
 
-def environment_charts(environments: list[dict[str, Any]]) -> dict[str, str]:
+def environment_charts(environments: list[WorldRow]) -> dict[str, str]:
     """Cost per environment, and tokens in and out per environment (stacked): the rows given (the front
     page gives the most expensive few), ids shortened on the axis."""
     envs = [e["env_id"] for e in environments]
@@ -174,7 +195,7 @@ def environment_charts(environments: list[dict[str, Any]]) -> dict[str, str]:
     return {"env-cost": _html("env-cost", cost), "env-tokens": _html("env-tokens", tokens)}
 
 
-def quality_chart(quality: dict[str, Any]) -> dict[str, str]:
+def quality_chart(quality: QualitySummary) -> dict[str, str]:
     """Versions that passed and failed each quality check."""
     kinds = list(quality["checks"])
     figure = go.Figure(layout={**_LAYOUT, "title": "quality checks", "barmode": "group"})
@@ -188,7 +209,7 @@ def quality_chart(quality: dict[str, Any]) -> dict[str, str]:
 
 
 #: The rates of an evaluation run the chart shows, with their legend names.
-EVALUATION_RATES = {
+EVALUATION_RATES: dict[EvaluationRate, str] = {
     "pass@1": "pass@1",
     "env_error_rate": "env_error rate",
     "format_error_rate": "format_error rate",
@@ -196,7 +217,7 @@ EVALUATION_RATES = {
 }
 
 
-def evaluation_chart(evaluations: list[dict[str, Any]]) -> dict[str, str]:
+def evaluation_chart(evaluations: list[EvaluationRow]) -> dict[str, str]:
     """pass@1 and the env_error, format_error and agent_error rates of each evaluation run."""
     labels = [f"#{e['id']} {e['policy']} on {e['set']}" for e in evaluations]
     figure = go.Figure(
@@ -213,7 +234,7 @@ def evaluation_chart(evaluations: list[dict[str, Any]]) -> dict[str, str]:
     return {"evaluations": _html("evaluations", figure)}
 
 
-def training_chart(training: list[dict[str, Any]]) -> dict[str, str]:
+def training_chart(training: list[TrainingRow]) -> dict[str, str]:
     """Mean reward per step, a line per training run."""
     figure = go.Figure(layout={**_LAYOUT, "title": "reward per step", "xaxis": {"title": "step"}})
     for run in training:
@@ -223,7 +244,7 @@ def training_chart(training: list[dict[str, Any]]) -> dict[str, str]:
     return {"training": _html("training", figure)}
 
 
-def cotraining_chart(cotraining: list[dict[str, Any]]) -> dict[str, str]:
+def cotraining_chart(cotraining: list[CotrainingRow]) -> dict[str, str]:
     """Per co-training run and round: real success rate, evaluation pass@1 and the world model's accuracy on
     fresh real data."""
     figure = go.Figure(
@@ -234,19 +255,20 @@ def cotraining_chart(cotraining: list[dict[str, Any]]) -> dict[str, str]:
             "yaxis": {"range": [0, 1.05]},
         }
     )
+    lines: tuple[tuple[CotrainLine, str], ...] = (
+        ("real_success_rate", "real success"),
+        ("eval_pass@1", "eval pass@1"),
+        ("wm_accuracy_fresh", "world model accuracy"),
+    )
     for run in cotraining:
-        for key, label in (
-            ("real_success_rate", "real success"),
-            ("eval_pass@1", "eval pass@1"),
-            ("wm_accuracy_fresh", "world model accuracy"),
-        ):
+        for key, label in lines:
             figure.add_trace(
                 go.Scatter(x=run["steps"], y=run[key], name=f"run {run['id']}: {label}", mode="lines+markers")
             )
     return {"cotraining": _html("cotraining", figure)}
 
 
-def all_charts(summary: dict[str, Any]) -> dict[str, str]:
+def all_charts(summary: Summary) -> dict[str, str]:
     """Every chart of the page by name."""
     return {
         **generation_charts(summary["generation"]),

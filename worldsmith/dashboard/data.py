@@ -7,6 +7,7 @@ charts are drawn from exactly these values, so the JSON is the dashboard's numbe
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import func
@@ -25,6 +26,23 @@ from worldsmith.dashboard.drilldown import (
 )
 from worldsmith.dashboard.filters import Filters, backend_choices, night_of
 from worldsmith.dashboard.paging import TOP_N, PageRequest
+from worldsmith.dashboard.rows import (
+    CotrainingRow,
+    CotrainSeries,
+    EvaluationRow,
+    GenerationByNight,
+    NightRow,
+    NightUsage,
+    PassedFailed,
+    QualitySummary,
+    RunHead,
+    SetRow,
+    StageSeries,
+    Summary,
+    TrainingRow,
+    TrainingSeries,
+)
+from worldsmith.jsonvalue import JsonValue
 from worldsmith.models.catalog import (
     AttemptSums,
     EnvironmentSet,
@@ -49,7 +67,7 @@ def _usage_columns(table: type[AttemptSums]) -> tuple[Any, ...]:
     return usage_columns(table)[:4]
 
 
-def generation_by_night(session: Session, filters: Filters = NO_FILTERS) -> dict[str, Any]:
+def generation_by_night(session: Session, filters: Filters = NO_FILTERS) -> GenerationByNight:
     """Per night (UTC date of the attempts) and stage: first-attempt success, repair and failure rates,
     invocations (runs of the stage's repair loop: its attempts 1), attempts, tokens in and out and cost,
     as series aligned with `nights` (None where a stage did not run that night). Aggregated in SQL over the
@@ -67,7 +85,7 @@ def generation_by_night(session: Session, filters: Filters = NO_FILTERS) -> dict
         .where(real_stages(sums), *filters.rollups(sums))
         .group_by(sums.night, sums.stage)
     ).all()
-    cells: dict[tuple[str, str], dict[str, Any]] = {}
+    cells: dict[tuple[str, str], dict[str, float | None]] = {}
     for day, stage, n, first_ok, repaired, attempts, tokens_in, tokens_out, cost in rows:
         rates = (first_ok / n, repaired / n, (n - first_ok - repaired) / n) if n else (None, None, None)
         cells[(str(day), stage)] = {
@@ -81,7 +99,7 @@ def generation_by_night(session: Session, filters: Filters = NO_FILTERS) -> dict
     nights = sorted({n for n, _ in cells})
     stages = sorted({s for _, s in cells}, key=pipeline_order)
     keys = (*RATES, "invocations", "attempts", *USAGE)
-    series = {
+    series: dict[str, StageSeries] = {
         stage: {key: [cells[(n, stage)][key] if (n, stage) in cells else None for n in nights] for key in keys}
         for stage in stages
     }
@@ -106,7 +124,7 @@ def night_backends(session: Session, filters: Filters = NO_FILTERS) -> dict[str,
     return dict(backends)
 
 
-def generation_nights(session: Session, filters: Filters = NO_FILTERS) -> list[dict[str, Any]]:
+def generation_nights(session: Session, filters: Filters = NO_FILTERS) -> list[NightRow]:
     """Per night (oldest first): its backend(s), generation runs, worlds attempted, worlds published good
     and failed (failed versions, plus worlds an older catalog recorded as failing the pseudo-stage
     `environment`), stage attempts, tokens in and out and cost. Aggregated in SQL."""
@@ -141,7 +159,7 @@ def generation_nights(session: Session, filters: Filters = NO_FILTERS) -> list[d
     for day, count in legacy:
         worlds[str(day)]["failed"] += count
     backends = night_backends(session, filters)
-    rows = {
+    rows: dict[str, NightUsage] = {
         str(day): {
             "runs": runs,
             "worlds": attempted.get(day, 0),
@@ -152,7 +170,7 @@ def generation_nights(session: Session, filters: Filters = NO_FILTERS) -> list[d
         }
         for day, runs, attempts, tokens_in, tokens_out, cost in usage
     }
-    empty = {"runs": 0, "worlds": 0, "attempts": 0, "tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0}
+    empty: NightUsage = {"runs": 0, "worlds": 0, "attempts": 0, "tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0}
     return [
         {
             "night": day,
@@ -165,7 +183,7 @@ def generation_nights(session: Session, filters: Filters = NO_FILTERS) -> list[d
     ]
 
 
-def quality(session: Session, filters: Filters = NO_FILTERS) -> dict[str, Any]:
+def quality(session: Session, filters: Filters = NO_FILTERS) -> QualitySummary:
     """Published versions by status (failed worlds included), per quality check kind how many versions
     passed and failed, and the failed versions' reasons (their first words). Aggregated in SQL."""
     by_status = dict(
@@ -176,14 +194,18 @@ def quality(session: Session, filters: Filters = NO_FILTERS) -> dict[str, Any]:
             .order_by(EnvironmentVersion.status)
         ).all()
     )
-    checks: dict[str, dict[str, int]] = {}
+    checks: dict[str, PassedFailed] = {}
     for kind, passed, count in session.exec(
         select(QualityReport.kind, QualityReport.passed, func.count())
         .join(EnvironmentVersion, col(EnvironmentVersion.id) == QualityReport.version_id)
         .where(*filters.versions(session))
         .group_by(col(QualityReport.kind), col(QualityReport.passed))
     ).all():
-        checks.setdefault(kind, {"passed": 0, "failed": 0})["passed" if passed else "failed"] += count
+        counts = checks.setdefault(kind, {"passed": 0, "failed": 0})
+        if passed:
+            counts["passed"] += count
+        else:
+            counts["failed"] += count
     reasons: dict[str, int] = defaultdict(int)
     for reason, count in session.exec(
         select(EnvironmentVersion.failure_reason, func.count())
@@ -198,10 +220,10 @@ def quality(session: Session, filters: Filters = NO_FILTERS) -> dict[str, Any]:
     }
 
 
-def sets(session: Session) -> list[dict[str, Any]]:
+def sets(session: Session) -> list[SetRow]:
     """Each environment set (newest first) with its member counts per split (counted in SQL)."""
     counts = split_counts(session)
-    rows = []
+    rows: list[SetRow] = []
     for s in session.exec(select(EnvironmentSet).order_by(col(EnvironmentSet.id).desc())).all():
         members = counts.get(s.id, {}) if s.id is not None else {}
         rows.append(
@@ -216,18 +238,18 @@ def sets(session: Session) -> list[dict[str, Any]]:
     return rows
 
 
-def evaluations(session: Session) -> list[dict[str, Any]]:
+def evaluations(session: Session) -> list[EvaluationRow]:
     """Each evaluation run (oldest first): policy, set, status (and error when it failed), pass@1, pass@k (k = samples),
     env_error, format_error and agent_error rates."""
     names = set_names(session)
-    rows = []
+    rows: list[EvaluationRow] = []
     for run in session.exec(select(EvaluationRun).order_by(col(EvaluationRun.id))).all():
         overall = stored_overall(run.metrics)  # None while running, or failed
         rows.append(
             {
                 "id": run.id,
                 "policy": run.policy,
-                "world": run.metrics.get("world", "real"),
+                "world": _text(run.metrics, "world") or "real",
                 "set": names.get(run.set_id, "?"),
                 "samples": run.samples,
                 "status": run_status(run),
@@ -237,31 +259,25 @@ def evaluations(session: Session) -> list[dict[str, Any]]:
                 "format_error_rate": overall.format_error_rate if overall else None,
                 "agent_error_rate": overall.agent_error_rate if overall else None,
                 "episodes": overall.episodes if overall else None,
-                "error": run.metrics.get("error"),
+                "error": _text(run.metrics, "error"),
                 "started_at": run.started_at.isoformat(timespec="seconds"),
             }
         )
     return rows
 
 
-TRAINING_SERIES = (
-    "reward",
-    "success_rate",
-    "loss",
-    "reward_real",
-    "reward_imagined",
-    "judge_cost_usd",
-    "judge_latency_s",
-)
-COTRAIN_SERIES = ("real_success_rate", "eval_pass@1", "wm_accuracy_fresh", "imagined_rate", "stopped_rate", "wm_loss")
+def _text(record: Mapping[str, JsonValue], key: str) -> str | None:
+    """The text a stored record (a run's metrics or config) holds at `key`; None when it holds none."""
+    value = record.get(key)
+    return value if isinstance(value, str) else None
 
 
-def _runs(session: Session, keys: tuple[str, ...], cotrain: bool) -> list[dict[str, Any]]:
-    """Training runs (oldest first), co-training runs or the others, each with a series per key over its steps."""
+def _runs(session: Session, cotrain: bool) -> list[tuple[RunHead, Sequence[TrainingStep], str]]:
+    """Training runs (oldest first), co-training runs or the others: each one's head, steps and start."""
     names = set_names(session)
-    rows = []
+    rows: list[tuple[RunHead, Sequence[TrainingStep], str]] = []
     for run in session.exec(select(TrainingRun).order_by(col(TrainingRun.id))).all():
-        kind = run.config.get("kind", "grpo")
+        kind = _text(run.config, "kind") or "grpo"
         if (kind == "cotrain") != cotrain:
             continue
         steps = session.exec(
@@ -269,36 +285,66 @@ def _runs(session: Session, keys: tuple[str, ...], cotrain: bool) -> list[dict[s
         ).all()
         model = run.config.get("policy", {}).get("model") if cotrain else run.config.get("model")
         rows.append(
-            {
-                "id": run.id,
-                "kind": kind,
-                "model": model,
-                "set": names.get(run.set_id, "?"),
-                "status": run_status(run),
-                "error": run.metrics.get("error"),
-                "steps": [s.step for s in steps],
-                **{key: [s.metrics.get(key) for s in steps] for key in keys},
-                "started_at": run.started_at.isoformat(timespec="seconds"),
-            }
+            (
+                {
+                    "id": run.id,
+                    "kind": kind,
+                    "model": model,
+                    "set": names.get(run.set_id, "?"),
+                    "status": run_status(run),
+                    "error": _text(run.metrics, "error"),
+                    "steps": [s.step for s in steps],
+                },
+                steps,
+                run.started_at.isoformat(timespec="seconds"),
+            )
         )
     return rows
 
 
-def training(session: Session) -> list[dict[str, Any]]:
+def _series(steps: Sequence[TrainingStep], key: str) -> list[JsonValue]:
+    """The metric `key` of each step (None where a step has none)."""
+    return [s.metrics.get(key) for s in steps]
+
+
+def training(session: Session) -> list[TrainingRow]:
     """Each training run (GRPO, world model; oldest first) with its per-step reward, success rate and loss curves;
     in simulated training the real and imagined rollouts' rewards apart; with a judged reward the judge's cost
     and mean request latency per step (None where a step has none)."""
-    return _runs(session, TRAINING_SERIES, cotrain=False)
+
+    def series(steps: Sequence[TrainingStep]) -> TrainingSeries:
+        return {
+            "reward": _series(steps, "reward"),
+            "success_rate": _series(steps, "success_rate"),
+            "loss": _series(steps, "loss"),
+            "reward_real": _series(steps, "reward_real"),
+            "reward_imagined": _series(steps, "reward_imagined"),
+            "judge_cost_usd": _series(steps, "judge_cost_usd"),
+            "judge_latency_s": _series(steps, "judge_latency_s"),
+        }
+
+    return [{**head, **series(steps), "started_at": started} for head, steps, started in _runs(session, cotrain=False)]
 
 
-def cotraining(session: Session) -> list[dict[str, Any]]:
+def cotraining(session: Session) -> list[CotrainingRow]:
     """Each co-training run (oldest first) with its per-round series: real success rate, evaluation pass@1, the world
     model's accuracy on fresh real transitions, the share of imagined rollouts, the share of imagined calls stopped
     as uncertain, the world model's loss. Its `steps` are the round numbers."""
-    return _runs(session, COTRAIN_SERIES, cotrain=True)
+
+    def series(steps: Sequence[TrainingStep]) -> CotrainSeries:
+        return {
+            "real_success_rate": _series(steps, "real_success_rate"),
+            "eval_pass@1": _series(steps, "eval_pass@1"),
+            "wm_accuracy_fresh": _series(steps, "wm_accuracy_fresh"),
+            "imagined_rate": _series(steps, "imagined_rate"),
+            "stopped_rate": _series(steps, "stopped_rate"),
+            "wm_loss": _series(steps, "wm_loss"),
+        }
+
+    return [{**head, **series(steps), "started_at": started} for head, steps, started in _runs(session, cotrain=True)]
 
 
-def summary(session: Session, filters: Filters = NO_FILTERS, top: int = TOP_N) -> dict[str, Any]:
+def summary(session: Session, filters: Filters = NO_FILTERS, top: int = TOP_N) -> Summary:
     """Everything the front page shows, its generation numbers narrowed by `filters`; long lists (`environments`:
     the most expensive worlds, `failed_worlds`: the newest) are their first `top` rows, with their totals
     (`..._total`; the drill-down pages list the rest)."""

@@ -14,6 +14,16 @@ from sqlmodel import Session, col, select
 
 from worldsmith.dashboard.filters import Filters
 from worldsmith.dashboard.paging import Page, PageRequest, count_rows
+from worldsmith.dashboard.rows import (
+    AttemptRow,
+    FailureClasses,
+    NightRunRow,
+    NightStageRow,
+    StageWorldRow,
+    Usage,
+    VersionRow,
+    WorldRow,
+)
 from worldsmith.models.catalog import (
     NO_KEY,
     AttemptSums,
@@ -87,7 +97,7 @@ def usage_columns(table: type[AttemptSums] = StageRollup) -> tuple[Any, ...]:
     )
 
 
-def usage(attempts: int, tokens_in: Any, tokens_out: Any, cost: Any, seconds: Any) -> dict[str, Any]:
+def usage(attempts: int, tokens_in: Any, tokens_out: Any, cost: Any, seconds: Any) -> Usage:
     return {
         "attempts": int(attempts),
         "tokens_in": int(tokens_in),
@@ -97,7 +107,7 @@ def usage(attempts: int, tokens_in: Any, tokens_out: Any, cost: Any, seconds: An
     }
 
 
-def night_runs(session: Session, night: date, filters: Filters, request: PageRequest) -> Page:
+def night_runs(session: Session, night: date, filters: Filters, request: PageRequest) -> Page[NightRunRow]:
     """The generation runs with attempts on `night`, newest first: first and last attempt that night,
     worlds, attempts, failed attempts, tokens, cost, seconds and the Prefect flow run id (when the run id is one)."""
     query = (
@@ -113,7 +123,7 @@ def night_runs(session: Session, night: date, filters: Filters, request: PageReq
         .group_by(StageRollup.run_id)
         .order_by(func.min(StageRollup.first_at).desc(), StageRollup.run_id)
     )
-    rows = [
+    rows: list[NightRunRow] = [
         {
             "run_id": run_id,
             "flow_run_id": flow_run_id(run_id),
@@ -128,11 +138,11 @@ def night_runs(session: Session, night: date, filters: Filters, request: PageReq
     return Page(rows, count_rows(session, query), request)
 
 
-def night_stages(session: Session, night: date, filters: Filters) -> list[dict[str, Any]]:
+def night_stages(session: Session, night: date, filters: Filters) -> list[NightStageRow]:
     """Per stage that ran on `night` (pipeline order): worlds, invocations (attempts 1), first-attempt
     successes, repairs, failed attempts, usage, and its failure classes (error class -> failed attempts,
     most frequent first)."""
-    stages = {
+    stages: dict[str, NightStageRow] = {
         stage: {
             "stage": stage,
             "worlds": worlds,
@@ -177,7 +187,7 @@ def stage_worlds(
     filters: Filters,
     request: PageRequest,
     error_class: str | None = None,
-) -> Page:
+) -> Page[StageWorldRow]:
     """The worlds that ran `stage` on `night` (those that never succeeded first, then by env_id): attempts,
     failed attempts, whether it ended in a success, usage, the failure classes of its failed attempts, and
     its latest version's status. `error_class`: only worlds with a failed attempt of that class."""
@@ -194,13 +204,18 @@ def stage_worlds(
         .group_by(StageRollup.env_id)
         .order_by(succeeded, StageRollup.env_id)
     )
-    rows = {
-        env: {"env_id": env or None, "succeeded": bool(ok), "failed_attempts": int(failures or 0), **usage(*used)}
+    rows: dict[str, StageWorldRow] = {
+        env: {
+            "env_id": env or None,
+            "succeeded": bool(ok),
+            "failed_attempts": int(failures or 0),
+            **usage(*used),
+            "failure_classes": {},
+            "status": UNPUBLISHED,
+        }
         for env, ok, failures, *used in session.exec(request.apply(query)).all()
     }
     envs = [env for env in rows if env != NO_KEY]
-    for row in rows.values():
-        row.update(failure_classes={}, status=UNPUBLISHED)
     if envs:
         for env, error, count in session.exec(
             select(FailureRollup.env_id, FailureRollup.error_class, func.sum(FailureRollup.failures))
@@ -228,7 +243,7 @@ def latest_version_column(env_id: Any, column: Any) -> Any:
     )
 
 
-def worlds_page(session: Session, filters: Filters, request: PageRequest, status: str | None = None) -> Page:
+def worlds_page(session: Session, filters: Filters, request: PageRequest, status: str | None = None) -> Page[WorldRow]:
     """Worlds with stage attempts, most expensive first: usage over all their stage attempts and their latest
     version's status (`unpublished` when none), failed stage and failure reason. `status`: only worlds in it."""
     sums: type[StageRollup] | type[WorldRollup]
@@ -255,7 +270,7 @@ def worlds_page(session: Session, filters: Filters, request: PageRequest, status
         query = query.where(latest_status.is_(None))
     elif status is not None:
         query = query.where(latest_status == status)
-    rows = [
+    rows: list[WorldRow] = [
         {
             "env_id": env,
             "status": state or UNPUBLISHED,
@@ -268,7 +283,7 @@ def worlds_page(session: Session, filters: Filters, request: PageRequest, status
     return Page(rows, count_rows(session, query), request)
 
 
-def _version_row(version: EnvironmentVersion) -> dict[str, Any]:
+def _version_row(version: EnvironmentVersion) -> VersionRow:
     return {
         "env_id": version.env_id,
         "version": version.version,
@@ -281,7 +296,7 @@ def _version_row(version: EnvironmentVersion) -> dict[str, Any]:
     }
 
 
-def failed_worlds(session: Session, filters: Filters, request: PageRequest) -> Page:
+def failed_worlds(session: Session, filters: Filters, request: PageRequest) -> Page[VersionRow]:
     """Versions published as failed, newest first, with the stage they stopped at and the reason."""
     query = (
         select(EnvironmentVersion)
@@ -292,13 +307,13 @@ def failed_worlds(session: Session, filters: Filters, request: PageRequest) -> P
     return Page(rows, count_rows(session, query), request)
 
 
-def world_versions(session: Session, env_id: str) -> list[dict[str, Any]]:
+def world_versions(session: Session, env_id: str) -> list[VersionRow]:
     """Every published version of `env_id` (newest first): status, failed stage, reason, generator."""
     query = select(EnvironmentVersion).where(EnvironmentVersion.env_id == env_id)
     return [_version_row(v) for v in session.exec(query.order_by(col(EnvironmentVersion.version).desc())).all()]
 
 
-def _attempt_row(attempt: StageAttempt) -> dict[str, Any]:
+def _attempt_row(attempt: StageAttempt) -> AttemptRow:
     return {
         "id": attempt.id,
         "run_id": attempt.run_id,
@@ -317,7 +332,7 @@ def _attempt_row(attempt: StageAttempt) -> dict[str, Any]:
     }
 
 
-def world_attempts(session: Session, env_id: str, request: PageRequest, stage: str | None = None) -> Page:
+def world_attempts(session: Session, env_id: str, request: PageRequest, stage: str | None = None) -> Page[AttemptRow]:
     """The stage attempts of `env_id` (of `stage` when given), in the order they were made, each in full."""
     query = select(StageAttempt).where(StageAttempt.env_id == env_id)
     if stage is not None:
@@ -327,13 +342,13 @@ def world_attempts(session: Session, env_id: str, request: PageRequest, stage: s
     return Page(rows, count_rows(session, query), request)
 
 
-def attempt(session: Session, attempt_id: int) -> dict[str, Any] | None:
+def attempt(session: Session, attempt_id: int) -> AttemptRow | None:
     """One stage attempt in full, or None."""
     row = session.get(StageAttempt, attempt_id)
     return _attempt_row(row) if row is not None else None
 
 
-def failure_classes_by_night(session: Session, filters: Filters, top: int = 8) -> dict[str, Any]:
+def failure_classes_by_night(session: Session, filters: Filters, top: int = 8) -> FailureClasses:
     """Failed attempts per night by `stage: error class`, as series aligned with `nights` (every night with
     attempts): the `top` most frequent pairs, the rest summed as `other`. Aggregated in SQL over the rollups."""
     failed, sums = failures_by_night(filters), sums_by_night(filters)

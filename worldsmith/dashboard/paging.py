@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from sqlalchemy import func
 from sqlmodel import Session, select
 
 #: Rows per page of a list page, the most a request may ask for, and the rows of a front-page top-N table.
 PAGE_SIZE, MAX_PAGE_SIZE, TOP_N = 50, 500, 10
+
+Row = TypeVar("Row")
 
 
 @dataclass(frozen=True)
@@ -35,10 +37,10 @@ class PageRequest:
 
 
 @dataclass(frozen=True)
-class Page:
+class Page(Generic[Row]):
     """One page of a list: its rows, how many rows the whole list has, and where this page is in it."""
 
-    rows: list[dict[str, Any]]
+    rows: list[Row]
     total: int
     request: PageRequest = field(default_factory=PageRequest)
 

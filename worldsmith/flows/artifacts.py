@@ -6,7 +6,7 @@ written; the artifact keys are what the dashboard and the tests look up."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, cast
 from uuid import UUID
 
@@ -21,8 +21,10 @@ from prefect.futures import PrefectFuture, as_completed
 from sqlmodel import select
 
 from worldsmith.flows.links import dashboard_link
+from worldsmith.jsonvalue import JsonObject, JsonValue
 from worldsmith.llm.prompts import prompt_version
 from worldsmith.models.catalog import StageAttempt
+from worldsmith.models.curation import CurationResult
 from worldsmith.models.evaluation import EvaluationReport, EvaluationSummary
 from worldsmith.models.generation import WorldOutcome
 from worldsmith.models.training import CotrainResult, StepMetrics, TrainResult
@@ -33,9 +35,13 @@ from worldsmith.training.config import CotrainConfig, TrainingConfig
 from worldsmith.training.success import success_line
 
 
-def _rounded(row: dict[str, Any], columns: Sequence[str] | None = None) -> dict[str, Any]:
+def _rounded(row: Mapping[str, JsonValue], columns: Sequence[str] | None = None) -> JsonObject:
     """`row`'s `columns` (default: all) for display: floats rounded to 4 places, a missing column None."""
-    return {c: round(row[c], 4) if isinstance(row.get(c), float) else row.get(c) for c in columns or list(row)}
+
+    def shown(value: JsonValue) -> JsonValue:
+        return round(value, 4) if isinstance(value, float) else value
+
+    return {c: shown(row.get(c)) for c in columns or list(row)}
 
 
 def as_completed_with_progress(futures: list[PrefectFuture[Any]], key: str, description: str) -> Iterator[Any]:
@@ -52,7 +58,7 @@ def summarise_generation(params: GenerateParameters, run_id: str, results: list[
     with open_catalog().session() as session:
         attempts = session.exec(select(StageAttempt).where(StageAttempt.run_id == run_id)).all()
     create_table_artifact(
-        stage_summary(list(attempts)),
+        [dict(row) for row in stage_summary(list(attempts))],
         key="generation-stages",
         description="Per stage: first-attempt success, repair and failure rates, attempts, tokens, cost",
     )
@@ -77,18 +83,21 @@ def summarise_generation(params: GenerateParameters, run_id: str, results: list[
     get_run_logger().info("%d of %d environments good (%d failed)", good, len(results), counts["failed"])
 
 
-def summarise_curation(result: dict[str, Any]) -> None:
+def summarise_curation(result: CurationResult) -> None:
     """A curation run's table (the set's members) and summary (created or found, splits, tasks)."""
-    members = result["members"]
-    splits = {s: sum(1 for m in members if m["split"] == s) for s in ("train", "validation")}
-    create_table_artifact(members, key="curated-set-members", description=f"Members of set {result['name']}")
-    verb = "Created" if result["created"] else "Found existing"
+    members, splits = result.members, result.split_counts()
+    create_table_artifact(
+        [m.model_dump(mode="json") for m in members],
+        key="curated-set-members",
+        description=f"Members of set {result.name}",
+    )
+    verb = "Created" if result.created else "Found existing"
     create_markdown_artifact(
-        f"# Curation\n\n{verb} set `{result['name']}`: {len(members)} environment versions ({splits['train']} train, "
-        f"{splits['validation']} validation), {sum(m['tasks'] for m in members)} tasks.\n\n{dashboard_link('curate')}",
+        f"# Curation\n\n{verb} set `{result.name}`: {len(members)} environment versions ({splits['train']} train, "
+        f"{splits['validation']} validation), {result.tasks} tasks.\n\n{dashboard_link('curate')}",
         key="curation-summary",
     )
-    get_run_logger().info("set %s: %d members", result["name"], len(members))
+    get_run_logger().info("set %s: %d members", result.name, len(members))
 
 
 def summarise_evaluation(params: EvaluateParameters, result: EvaluationReport) -> None:
@@ -114,7 +123,7 @@ _JUDGE_COLUMNS = ("judge_requests", "judge_cache_hits", "judge_cost_usd", "judge
 _WORLD_COLUMNS = ("reward_real", "reward_imagined", "reward_gap", "real_start_rate")
 
 
-def step_table(log: list[StepMetrics], config: TrainingConfig) -> list[dict[str, Any]]:
+def step_table(log: list[StepMetrics], config: TrainingConfig) -> list[JsonObject]:
     """One row per logged step with the metrics people watch (rounded for display): with a judged reward
     also the judge's requests, cost and latency; in simulated training the real and imagined rewards apart."""
     columns: tuple[str, ...] = _STEP_COLUMNS

@@ -8,12 +8,11 @@ re-triggered run duplicates nothing); the same name with another query is refuse
 
 from __future__ import annotations
 
-from typing import Any
-
 from prefect import flow, task
 
 from worldsmith.flows.artifacts import summarise_curation
 from worldsmith.flows.run_names import named_after
+from worldsmith.models.curation import CuratedMember, CurationResult
 from worldsmith.models.sets import SetQuery
 from worldsmith.storage.catalog import open_catalog
 from worldsmith.storage.publish import CatalogError
@@ -22,7 +21,7 @@ from worldsmith.tasks.parameters import CurateParameters
 
 
 @task(name="create-set", retries=2, retry_delay_seconds=2, task_run_name="create-set-{name}")
-def make_set(name: str, query: SetQuery) -> dict[str, Any]:
+def make_set(name: str, query: SetQuery) -> CurationResult:
     """Create set `name` from `query`, or return it when it already exists from the same query."""
     catalog = open_catalog()
     with catalog.session() as session:
@@ -39,10 +38,10 @@ def make_set(name: str, query: SetQuery) -> dict[str, Any]:
         create_set(catalog, name, query)
     with catalog.session() as session:
         members = [
-            {"ref": v.ref, "split": split, "tasks": v.stats.get("tasks", 0), "tools": v.stats.get("tools", 0)}
+            CuratedMember(ref=v.ref, split=split, tasks=v.stats.get("tasks", 0), tools=v.stats.get("tools", 0))
             for v, split in members_of(session, get_set(session, name))
         ]
-    return {"name": name, "created": created, "members": members}
+    return CurationResult(name=name, created=created, members=members)
 
 
 @flow(
@@ -50,7 +49,7 @@ def make_set(name: str, query: SetQuery) -> dict[str, Any]:
     log_prints=True,
     flow_run_name=named_after("curate", "params", CurateParameters, lambda p: p.set_name()),
 )
-def curate(params: CurateParameters = CurateParameters()) -> dict[str, Any]:
+def curate(params: CurateParameters = CurateParameters()) -> CurationResult:
     """Build an environment set from the catalog's good versions; returns its name and members.
 
     Args:

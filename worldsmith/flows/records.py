@@ -11,6 +11,7 @@ from uuid import UUID
 
 from prefect.context import FlowRunContext
 
+from worldsmith.jsonvalue import JsonObject
 from worldsmith.models.catalog import EvaluationRun, TrainingRun
 from worldsmith.storage.catalog import open_catalog
 from worldsmith.storage.run_records import RunRow, add_run, fail_running, finish_run
@@ -46,13 +47,13 @@ def start_evaluation_run(params: EvaluateParameters) -> int:
     )
 
 
-def start_training_run(set_name: str, config: dict[str, Any]) -> int:
+def start_training_run(set_name: str, config: JsonObject) -> int:
     """A `running` training run of the current flow run on set `set_name` with `config`; returns its id."""
     return add_run(TrainingRun(set_id=_set_id(set_name), config=config, flow_run_id=current_flow_run_id()))
 
 
 @contextmanager
-def failed_on_error(table: type[RunRow], run_id: int, extra: Callable[[], dict[str, Any]] = dict) -> Iterator[None]:
+def failed_on_error(table: type[RunRow], run_id: int, extra: Callable[[], JsonObject] = dict) -> Iterator[None]:
     """Inside, any exception (an interrupt too) finishes run `run_id` of `table` as `failed`, its error
     the exception's type and message and `extra()` merged into its metrics, and propagates."""
     try:

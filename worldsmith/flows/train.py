@@ -19,7 +19,7 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
@@ -32,6 +32,7 @@ from worldsmith.flows.artifacts import summarise_training
 from worldsmith.flows.evaluate import evaluate
 from worldsmith.flows.records import current_flow_run_id, failed_on_error, mark_crashed, start_training_run
 from worldsmith.flows.run_names import named_after
+from worldsmith.jsonvalue import JsonObject
 from worldsmith.models.catalog import TrainingRun, TrainingStep
 from worldsmith.models.evaluation import EvaluationSummary
 from worldsmith.models.training import TrainerOutcome, TrainResult
@@ -158,7 +159,7 @@ class ReopenedRun(BaseModel):
 
     step: int
     directory: str
-    metrics: dict[str, Any]
+    metrics: JsonObject
 
 
 @task(name="reopen-training-run", cache_policy=NO_CACHE, task_run_name="reopen-run-{run_id}")
@@ -235,7 +236,7 @@ def train_policy(
 
 
 @task(name="store-checkpoint", retries=2, retry_delay_seconds=2, task_run_name="checkpoint-run-{run_id}-step-{step}")
-def store_checkpoint(run_id: int, directory: str, step: int, metrics: dict[str, Any]) -> str:
+def store_checkpoint(run_id: int, directory: str, step: int, metrics: JsonObject) -> str:
     """`directory` as a tar.gz in the object store and a checkpoint row of run `run_id`; returns the digest."""
     return save_checkpoint(run_id, Path(directory), step, metrics)
 

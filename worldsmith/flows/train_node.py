@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 from uuid import UUID
 
 from prefect import flow
@@ -40,8 +40,15 @@ API_PATIENCE_S = 60.0
 """How long a flow run node's state may go unread (the Prefect API failing) before the run fails."""
 
 
+class NodeFinished(TypedDict):
+    """A node of a multi-node run that finished: its rank and its training processes' log."""
+
+    node_rank: int
+    log: str
+
+
 @flow(name="train-node", log_prints=True, flow_run_name="train-node-{node_rank}-run-{request.run_id}")
-def train_node(request: TrainRequest, node_rank: int, rendezvous: Rendezvous) -> dict[str, Any]:
+def train_node(request: TrainRequest, node_rank: int, rendezvous: Rendezvous) -> NodeFinished:
     """Node `node_rank` of a multi-node training run; started by the run's node 0, not by hand.
 
     Args:

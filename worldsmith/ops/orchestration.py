@@ -14,6 +14,8 @@ from typing import Any
 
 import httpx
 
+from worldsmith.jsonvalue import JsonObject
+
 #: Seconds a request to the Prefect API may take.
 TIMEOUT_S = 3.0
 #: Heartbeats a worker may miss before it counts as gone (Prefect's foreman marks it offline then).
@@ -97,7 +99,8 @@ class Orchestration:
     deployments: list[DeploymentState]
     flow_runs: list[FlowRunState]
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> JsonObject:
+        """As JSON (`worldsmith status --json`)."""
         return asdict(self)
 
 

@@ -18,15 +18,15 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
 
 import httpx
 
+from worldsmith.jsonvalue import JsonObject, JsonValue
 from worldsmith.ops.services import Service, ServiceError, log_tail
 from worldsmith.settings import ConfigFile, get_settings
 
@@ -98,6 +98,14 @@ def _healthy(url: str) -> bool:
         return httpx.get(url, timeout=2.0).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def _object_at(holder: JsonObject, key: str, default: JsonObject | None = None) -> JsonObject:
+    """The JSON object at `key` of a job template (`default` when absent and given; KeyError when absent)."""
+    value = holder[key] if default is None else holder.get(key, default)
+    if not isinstance(value, dict):
+        raise ServiceError(f"a work pool's job template has {key!r} as {type(value).__name__}, not an object")
+    return value
 
 
 @dataclass
@@ -249,8 +257,8 @@ class Stack:
     # -- pools and deployments ------------------------------------------------------------------
 
     def job_template(
-        self, template: dict[str, Any] | None = None, pool: str = WorkPool.LOCAL, kind: str = PoolType.PROCESS
-    ) -> dict[str, Any]:
+        self, template: Mapping[str, JsonValue] | None = None, pool: str = WorkPool.LOCAL, kind: str = PoolType.PROCESS
+    ) -> JsonObject:
         """A base job template whose `env` default carries `worker_env()` (over the template's own
         defaults): `template` when given, else the one of `pool` on `kind` workers (Prefect's process
         template; `job_template_file` for docker and kubernetes)."""
@@ -260,10 +268,10 @@ class Stack:
             template = ProcessWorker.get_default_base_job_template()
         elif template is None:
             template = json.loads(job_template_file(pool, kind).read_text())
-        template = copy.deepcopy(template)
-        env = template["variables"]["properties"]["env"]
-        env["default"] = {**env.get("default", {}), **self.worker_env()}
-        return template
+        copied = copy.deepcopy(dict(template))
+        env = _object_at(_object_at(_object_at(copied, "variables"), "properties"), "env")
+        env["default"] = {**_object_at(env, "default", {}), **self.worker_env()}
+        return copied
 
     def pool_type(self, pool: str) -> str:
         """The type `pool` is created with: the one asked in `pool_types`, else process."""

@@ -3,9 +3,8 @@ runtime's execution probes, as checks to publish with it."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from worldsmith.bundle.contract import Bundle
+from worldsmith.jsonvalue import JsonObject
 from worldsmith.models.quality import QualityCheck
 from worldsmith.quality.expectations import validate_seed_data
 from worldsmith.quality.probe_results import ProbeResult
@@ -21,7 +20,7 @@ def probe_check(runtime: Runtime, bundle: Bundle, *, reuse: bool = False) -> Qua
     may), tasks not blocked, references accepted, untouched rejected, replay deterministic."""
     results = check_environment(runtime, bundle, reuse=reuse)
     failed = [r for r in results if not r.passed]
-    summary: dict[str, Any] = {"probes": len(results), "failed": len(failed)}
+    summary: JsonObject = {"probes": len(results), "failed": len(failed)}
     if failed:
         summary["reason"] = (
             f"{len(failed)} of {len(results)} probes failed "

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from worldsmith.bundle.contract import Bundle
+from worldsmith.jsonvalue import JsonObject
 from worldsmith.models.bundle import ToolSchema
 from worldsmith.quality.blocked import blocked_tasks
 from worldsmith.quality.probe_results import Probe, ProbeFailure, ProbeResult
@@ -94,8 +94,8 @@ class _Probed:
 def _probe_tool(
     prober: Prober,
     name: str,
-    valid: list[dict[str, Any]],
-    invalid: list[tuple[dict[str, Any], str]],
+    valid: list[JsonObject],
+    invalid: list[tuple[JsonObject, str]],
     budget: DeepProbeBudget,
 ) -> _Probed:
     """Run one tool's calls within `budget`: its valid calls stop after `writing_calls` wrote, all its

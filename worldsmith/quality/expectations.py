@@ -12,11 +12,13 @@ import sqlite3
 from typing import TYPE_CHECKING, Any
 
 from worldsmith.bundle.contract import Bundle
+from worldsmith.jsonvalue import JsonObject, JsonValue
 from worldsmith.models.quality import QualityCheck
 from worldsmith.quality.memo import SharedMemo, content_digest
 from worldsmith.quality.schema import TableSchema, read_schema
 
-if TYPE_CHECKING:  # Great Expectations is imported when a world is validated (it is slow to import)
+if TYPE_CHECKING:  # Great Expectations (and pandas) are imported when a world is validated (slow to import)
+    import pandas as pd
     from great_expectations.core.batch_definition import BatchDefinition
     from great_expectations.core.expectation_suite import ExpectationSuite
     from great_expectations.expectations import Expectation
@@ -62,13 +64,13 @@ def _context() -> BatchDefinition[None]:
     )
 
 
-def _suite(table: TableSchema, frame: Any, frames: dict[str, Any]) -> ExpectationSuite:
+def _suite(table: TableSchema, frame: pd.DataFrame, frames: dict[str, pd.DataFrame]) -> ExpectationSuite:
     """The expectation suite of one table; foreign keys become derived orphan columns of `frame`."""
     import great_expectations as gx
     import great_expectations.expectations as gxe
 
-    def meta(check: str, columns: list[str]) -> dict[str, Any]:
-        return {"check": check, "table": table.name, "columns": columns}
+    def meta(check: str, columns: list[str]) -> JsonObject:
+        return {"check": check, "table": table.name, "columns": [*columns]}
 
     expectations: list[Expectation] = [gxe.ExpectTableRowCountToBeBetween(min_value=1, meta=meta("not_empty", []))]
     for column in table.primary_key:
@@ -127,9 +129,10 @@ def _errors(result: Any) -> list[str]:
     return [v["exception_message"] for v in info.values() if isinstance(v, dict) and v.get("exception_message")]
 
 
-def _failure(result: Any) -> dict[str, Any]:
+def _failure(result: Any) -> JsonObject:
+    """A failed expectation's detail (stored in the check's details): where, which, the offending rows."""
     meta = result.expectation_config.meta or {}
-    detail: dict[str, Any] = {
+    detail: JsonObject = {
         "table": meta.get("table"),
         "columns": meta.get("columns"),
         "check": meta.get("check"),
@@ -140,7 +143,7 @@ def _failure(result: Any) -> dict[str, Any]:
         detail["observed"] = _plain(payload["observed_value"])
     if "unexpected_count" in payload:
         detail["unexpected_count"] = _plain(payload["unexpected_count"])
-        offending = []
+        offending: list[JsonValue] = []
         for entry in (payload.get("unexpected_index_list") or [])[:MAX_OFFENDING]:
             if isinstance(entry, dict):
                 row = {k: _plain(v) for k, v in entry.items()}
@@ -172,7 +175,7 @@ def _validated(world: bytes) -> QualityCheck:
     conn = sqlite3.connect(":memory:")
     conn.deserialize(world)
     tables = read_schema(conn)
-    frames: dict[str, Any] = {}
+    frames: dict[str, pd.DataFrame] = {}
     for table in tables:
         select = (
             f'SELECT rowid AS "{ROWID}", * FROM "{table.name}" ORDER BY rowid'
@@ -183,7 +186,7 @@ def _validated(world: bytes) -> QualityCheck:
     conn.close()
     batch_definition = _context()
     evaluated = 0
-    failures: list[dict[str, Any]] = []
+    failures: list[JsonObject] = []
     for table in tables:
         frame = frames[table.name].copy()
         suite = _suite(table, frame, frames)
@@ -193,11 +196,13 @@ def _validated(world: bytes) -> QualityCheck:
         )
         evaluated += len(result.results)
         failures.extend(_failure(r) for r in result.results if not r.success)
-    failures.sort(key=lambda f: (f["table"] or "", f["check"] or ""))
-    summary: dict[str, Any] = {"tables": len(tables), "expectations": evaluated, "failed": len(failures)}
+    failures.sort(key=lambda f: (str(f["table"] or ""), str(f["check"] or "")))
+    summary: JsonObject = {"tables": len(tables), "expectations": evaluated, "failed": len(failures)}
     if failures:
-        first = failures[0]
-        where = f"{first['table']}" + (f".{','.join(first['columns'])}" if first["columns"] else "")
+        first, columns = failures[0], failures[0]["columns"]
+        where = f"{first['table']}" + (
+            f".{','.join(map(str, columns))}" if isinstance(columns, list) and columns else ""
+        )
         summary["reason"] = (
             f"{len(failures)} of {evaluated} seed-data expectations failed (first: {where} {first['check']})"
         )

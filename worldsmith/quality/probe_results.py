@@ -6,9 +6,12 @@ fields (stages/routing.py, interop/report.py); `detail` is its account for peopl
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol, Self
+from typing import Protocol, Self
+
+from worldsmith.jsonvalue import JsonObject, JsonValue
 
 
 class Probe(StrEnum):
@@ -153,7 +156,7 @@ class ProbeResult:
         """The artifact at fault (None: it passed)."""
         return self.failure.owner if self.failure else None
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> JsonObject:
         """The result as stored in a quality check's details (JSON)."""
         return {
             "probe": self.probe.value,
@@ -167,17 +170,22 @@ class ProbeResult:
         }
 
     @classmethod
-    def from_record(cls, record: dict[str, Any]) -> Self:
+    def from_record(cls, record: Mapping[str, JsonValue]) -> Self:
         """The result `record` stores (ValueError for a failed one stored without its failure: catalogs
         written before failures were typed)."""
-        failure = record.get("failure")
+
+        def text(key: str) -> str | None:
+            value = record.get(key)
+            return value if isinstance(value, str) else None
+
+        failure = text("failure")
         return cls(
-            Probe(record["probe"]),
-            record["target"],
-            record["passed"],
-            record.get("detail", ""),
+            Probe(str(record["probe"])),
+            str(record["target"]),
+            record["passed"] is True,
+            text("detail") or "",
             ProbeFailure(failure) if failure else None,
-            record.get("cause"),
-            record.get("limit"),
-            record.get("refused_module"),
+            text("cause"),
+            text("limit"),
+            text("refused_module"),
         )

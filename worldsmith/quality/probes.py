@@ -9,12 +9,15 @@ from __future__ import annotations
 import json
 import random
 import sqlite3
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from worldsmith.bundle.contract import Bundle
+from worldsmith.jsonvalue import JsonObject, JsonValue
 from worldsmith.models.bundle import TaskSpec
 from worldsmith.models.results import DbDiff, ToolResult, VerifierResult
+from worldsmith.quality.json_schema import schema_list, schema_object
 from worldsmith.quality.memo import SharedMemo
 from worldsmith.quality.probe_results import Probe, ProbeFailure, ProbeResult
 from worldsmith.runtime.episode import Episode, Runtime
@@ -44,15 +47,16 @@ class SeedValues:
                             self.columns.setdefault(f"{table.rstrip('s')}_id", []).append(value)
         conn.close()
 
-    def value(self, name: str, schema: dict[str, Any]) -> Any:
-        if schema.get("examples"):  # documented example values (FastAPI apps carry them) come first
-            return schema["examples"][0]
+    def value(self, name: str, schema: Mapping[str, JsonValue]) -> Any:
+        if examples := schema_list(schema, "examples"):  # documented example values (FastAPI apps carry them) first
+            return examples[0]
         if "example" in schema:
             return schema["example"]
         if "enum" in schema:
-            return schema["enum"][0]
+            return schema_list(schema, "enum")[0]
         kinds = schema.get("type", "string")
         kind = next((k for k in kinds if k != "null"), "string") if isinstance(kinds, list) else kinds
+        kind = kind if isinstance(kind, str) else ""  # not a type name: no column fits, "test"
         python_types: dict[str, type | tuple[type, ...]] = {
             "integer": int,
             "number": (int, float),
@@ -72,16 +76,19 @@ class SeedValues:
         )
 
 
-def sample_arguments(tool: dict[str, Any], seeds: SeedValues) -> dict[str, Any]:
-    """Arguments for every required parameter of `tool`, drawn from the seed data where possible."""
-    params = tool["parameters"]
-    return {name: seeds.value(name, params["properties"][name]) for name in params.get("required", [])}
+def sample_arguments(tool: Mapping[str, JsonValue], seeds: SeedValues) -> JsonObject:
+    """Arguments for every required parameter of `tool` (a tools.json entry), drawn from the seed data where
+    possible."""
+    params = schema_object(tool, "parameters")
+    properties = schema_object(params, "properties")
+    schemas = {name: properties[name] for name in schema_list(params, "required") if isinstance(name, str)}
+    return {name: seeds.value(name, schema if isinstance(schema, dict) else {}) for name, schema in schemas.items()}
 
 
 def probe_tools(runtime: Runtime, bundle: Bundle) -> list[ProbeResult]:
     """Every tool runs: called with the arguments of a reference solution, else with seed-data
     arguments. A refusal (tool_error) counts as running; an env_error does not."""
-    calls: dict[str, dict[str, Any]] = {}
+    calls: dict[str, JsonObject] = {}
     for task in bundle.tasks:
         for step in task.solution:
             calls.setdefault(step.tool, step.arguments)

@@ -9,9 +9,9 @@ import json
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from worldsmith.bundle.contract import Bundle
+from worldsmith.jsonvalue import JsonObject
 from worldsmith.quality.memo import content_digest
 from worldsmith.quality.probes import excerpt
 from worldsmith.runtime.episode import SandboxEpisode
@@ -23,7 +23,7 @@ class CallOutcome:
     """One probe call's outcome: its result's status, error (with the sandbox limit it names and the
     module of a refused import), whether it changed the database and which tables."""
 
-    arguments: dict[str, Any]
+    arguments: JsonObject
     status: str
     error: str | None
     changed: bool
@@ -88,7 +88,7 @@ class Prober:
             self.episode.restore(None)
             self.dirty = False
 
-    def call(self, tool: str, arguments: dict[str, Any], *, look: bool = True) -> CallOutcome:
+    def call(self, tool: str, arguments: JsonObject, *, look: bool = True) -> CallOutcome:
         """Call `tool` on the pristine database; with `look`, the tables a writing call changed. A
         runtime fault around the call (its episode could not be restored or diffed) is its env_error."""
         key = (tool, json.dumps(arguments, sort_keys=True, default=str))
@@ -128,7 +128,7 @@ class References:
     """What replaying every reference solution showed: per tool the arguments it was called with and
     the tables its calls wrote; per task the step that ended in a ToolError."""
 
-    arguments: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    arguments: dict[str, list[JsonObject]] = field(default_factory=dict)
     footprints: dict[str, set[str]] = field(default_factory=dict)
     refused: dict[str, RefusedStep] = field(default_factory=dict)
 

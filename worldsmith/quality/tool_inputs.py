@@ -8,24 +8,28 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from worldsmith.jsonvalue import JsonObject, JsonValue
 from worldsmith.models.bundle import ToolSchema
+from worldsmith.quality.json_schema import schema_list, schema_number, schema_object
 from worldsmith.quality.schema import Range
 from worldsmith.quality.world_values import WorldValues, singular
 
 
-def _kinds(schema: dict[str, Any]) -> tuple[set[str], bool]:
+def _kinds(schema: Mapping[str, JsonValue]) -> tuple[set[str], bool]:
     """The JSON types a parameter schema accepts (anyOf/oneOf included), and whether null is one."""
     kinds: set[str] = set()
     declared = schema.get("type")
     if isinstance(declared, str):
         kinds.add(declared)
     elif isinstance(declared, list):
-        kinds.update(declared)
-    for option in schema.get("anyOf", []) + schema.get("oneOf", []):
-        kinds |= _kinds(option)[0]
+        kinds.update(k for k in declared if isinstance(k, str))
+    for option in schema_list(schema, "anyOf") + schema_list(schema, "oneOf"):
+        if isinstance(option, dict):
+            kinds |= _kinds(option)[0]
     nullable = "null" in kinds
     return (kinds - {"null"}) or ({"string"} if not schema.get("enum") else set()), nullable
 
@@ -73,13 +77,13 @@ def _boundaries(bounds: Range, kinds: set[str]) -> tuple[list[Any], list[Any]]:
 class ParameterValues:
     """The values one parameter is probed with."""
 
-    valid: list[Any] = field(default_factory=list)
-    invalid: list[tuple[Any, str]] = field(default_factory=list)  # (value, why it is invalid)
+    valid: list[JsonValue] = field(default_factory=list)
+    invalid: list[tuple[JsonValue, str]] = field(default_factory=list)  # (value, why it is invalid)
 
 
 def parameter_values(
     name: str,
-    schema: dict[str, Any],
+    schema: Mapping[str, JsonValue],
     values: WorldValues,
     tables: set[str],
     reference: list[Any],
@@ -88,11 +92,11 @@ def parameter_values(
     `reference` being the values the reference solutions pass it."""
     kinds, nullable = _kinds(schema)
     found = ParameterValues()
-    candidates: list[Any] = list(schema.get("examples") or [])
+    candidates: list[Any] = list(schema_list(schema, "examples"))
     if "example" in schema:
         candidates.append(schema["example"])
     candidates += [v for v in reference if v is not None]
-    enum, owned = list(schema.get("enum") or []), True
+    enum, owned = list(schema_list(schema, "enum")), True
     if not enum:  # a CHECK of a column of that name: invalid values only where it is the tool's table's
         enum, owned = values.enum(name, tables)
     candidates += enum
@@ -108,7 +112,7 @@ def parameter_values(
         candidates += values.column_values(name, tables)
     elif kinds == {"string"} and not enum:
         candidates += values.text_values(tables)
-    minimum, maximum = schema.get("minimum"), schema.get("maximum")
+    minimum, maximum = schema_number(schema, "minimum"), schema_number(schema, "maximum")
     bounds, owned = (Range(minimum, maximum), True) if minimum is not None or maximum is not None else (None, False)
     if bounds is None:
         bounds, owned = values.range(name, tables)
@@ -134,19 +138,19 @@ def parameter_values(
     return found
 
 
-def _composite(schema: dict[str, Any], kinds: set[str], values: WorldValues, tables: set[str]) -> Any:
+def _composite(schema: Mapping[str, JsonValue], kinds: set[str], values: WorldValues, tables: set[str]) -> JsonValue:
     """An array of one item, or an object of its required properties, drawn like parameters."""
     if "array" in kinds:
-        items = schema.get("items") or {}
+        items = schema_object(schema, "items")
         item_kinds, _ = _kinds(items)
         if item_kinds & {"array", "object"}:
             return [_composite(items, item_kinds, values, tables)]
         return [parameter_values("item", items, values, tables, []).valid[0]]
-    properties = schema.get("properties") or {}
+    required = schema_list(schema, "required")
     return {
         key: parameter_values(key, sub, values, tables, []).valid[0]
-        for key, sub in properties.items()
-        if key in schema.get("required", [])
+        for key, sub in schema_object(schema, "properties").items()
+        if key in required and isinstance(sub, dict)
     }
 
 
@@ -157,13 +161,13 @@ _HYPOTHESIS = threading.Lock()  # one Hypothesis run at a time in this process
 class ToolInputs:
     """The argument sets one tool is probed with, and the values Hypothesis combines into more."""
 
-    valid: list[dict[str, Any]]
-    invalid: list[tuple[dict[str, Any], str]]  # (arguments, what is invalid)
-    required: dict[str, list[Any]] = field(default_factory=dict)
-    optional: dict[str, list[Any]] = field(default_factory=dict)
+    valid: list[JsonObject]
+    invalid: list[tuple[JsonObject, str]]  # (arguments, what is invalid)
+    required: dict[str, list[JsonValue]] = field(default_factory=dict)
+    optional: dict[str, list[JsonValue]] = field(default_factory=dict)
 
 
-def combinations(inputs: dict[str, ToolInputs], count: int) -> dict[str, list[dict[str, Any]]]:
+def combinations(inputs: dict[str, ToolInputs], count: int) -> dict[str, list[JsonObject]]:
     """`count` Hypothesis draws (derandomized: the same every run) of one argument dict per tool: each
     required parameter one of its values, each optional one absent or one of its values. One run for
     every tool: a Hypothesis run costs more to start than to draw."""
@@ -178,7 +182,7 @@ def combinations(inputs: dict[str, ToolInputs], count: int) -> dict[str, list[di
         for name, found in inputs.items()
         if found.required or found.optional
     }
-    drawn: dict[str, list[dict[str, Any]]] = {name: [] for name in strategies}
+    drawn: dict[str, list[JsonObject]] = {name: [] for name in strategies}
     if not strategies:
         return drawn
 
@@ -192,7 +196,7 @@ def combinations(inputs: dict[str, ToolInputs], count: int) -> dict[str, list[di
         verbosity=Verbosity.quiet,
     )
     @given(st.fixed_dictionaries(strategies))
-    def collect(arguments: dict[str, dict[str, Any]]) -> None:
+    def collect(arguments: dict[str, JsonObject]) -> None:
         for name, one in arguments.items():
             drawn[name].append(one)
 
@@ -201,9 +205,7 @@ def combinations(inputs: dict[str, ToolInputs], count: int) -> dict[str, list[di
     return drawn
 
 
-def tool_inputs(
-    tool: ToolSchema, values: WorldValues, tables: set[str], references: list[dict[str, Any]]
-) -> ToolInputs:
+def tool_inputs(tool: ToolSchema, values: WorldValues, tables: set[str], references: list[JsonObject]) -> ToolInputs:
     """The valid and invalid argument sets `tool` is probed with: the reference solutions' arguments,
     each value of each parameter once (the others at their first value, optional ones absent), all
     optional ones present; and each invalid value of a parameter with the others valid."""
@@ -215,7 +217,7 @@ def tool_inputs(
         if isinstance(s, dict)
     }
     base = {p: per[p].valid[0] for p in required if per.get(p) and per[p].valid}
-    valid: list[dict[str, Any]] = [*references, dict(base)]
+    valid: list[JsonObject] = [*references, dict(base)]
     for p, found in per.items():
         valid += [{**base, p: v} for v in found.valid]
     valid.append({**base, **{p: f.valid[0] for p, f in per.items() if f.valid and f.valid[0] is not None}})
@@ -228,6 +230,6 @@ def tool_inputs(
     )
 
 
-def distinct(arguments: list[dict[str, Any]], bound: int) -> list[dict[str, Any]]:
+def distinct(arguments: list[JsonObject], bound: int) -> list[JsonObject]:
     """At most `bound` of `arguments`, each argument set once, in order."""
     return list({json.dumps(a, sort_keys=True, default=str): a for a in arguments}.values())[:bound]

@@ -13,7 +13,6 @@ read here replayed to it), which answers it as it always does.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, check_accept_headers
 from mcp.server.transport_security import DEFAULT_MAX_REQUEST_BODY_SIZE
@@ -23,6 +22,7 @@ from starlette.types import Message, Receive, Scope, Send
 
 from worldsmith.bundle.jsonvalues import TooDeep, check_nesting
 from worldsmith.errors import WorldsmithError
+from worldsmith.jsonvalue import JsonObject
 
 #: The header naming a session (bytes, as ASGI carries headers).
 SESSION_HEADER = MCP_SESSION_ID_HEADER.encode()
@@ -90,7 +90,7 @@ def replaying(body: bytes, receive: Receive) -> Receive:
     return again
 
 
-def tool_call(body: bytes) -> tuple[int | str, str, dict[str, Any]] | None:
+def tool_call(body: bytes) -> tuple[int | str, str, JsonObject] | None:
     """(id, tool name, arguments) of a body holding exactly one JSON-RPC `tools/call` request, or None."""
     try:
         message = json.loads(body)
@@ -111,7 +111,7 @@ def tool_call(body: bytes) -> tuple[int | str, str, dict[str, Any]] | None:
     return request_id, name, arguments or {}
 
 
-async def send_result(send: Send, session_id: str, request_id: int | str, result: dict[str, Any]) -> None:
+async def send_result(send: Send, session_id: str, request_id: int | str, result: JsonObject) -> None:
     """The JSON-RPC response carrying `result`, as the SDK's transport writes it in JSON-response mode."""
     body = json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}, separators=(",", ":")).encode()
     headers = [

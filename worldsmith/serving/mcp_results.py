@@ -15,6 +15,7 @@ import anyio
 import mcp_types as types
 
 from worldsmith.bundle.jsonvalues import TooDeep, check_nesting
+from worldsmith.jsonvalue import JsonObject
 from worldsmith.models.results import ToolResult
 from worldsmith.runtime.answers import answer, one_line
 from worldsmith.runtime.episode import Episode
@@ -57,7 +58,7 @@ def runtime_error_to_mcp(exc: Exception) -> types.CallToolResult:
     return error_result(f"environment error: {one_line(line)}")
 
 
-async def call(world: ServedWorld, episode: Episode, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+async def call(world: ServedWorld, episode: Episode, name: str, arguments: JsonObject) -> types.CallToolResult:
     """Tool `name` called in `episode` (in a thread), as the agent sees the result."""
     try:
         result = await anyio.to_thread.run_sync(episode.call_tool, name, arguments)

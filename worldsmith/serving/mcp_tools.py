@@ -39,6 +39,7 @@ import mcp_types as types
 from worldsmith.bundle.codepolicy import parse_source
 from worldsmith.bundle.contract import Bundle, jsonschema_error
 from worldsmith.bundle.toolspec import annotation_schema
+from worldsmith.jsonvalue import JsonObject
 from worldsmith.quality.probes import SeedValues, sample_arguments
 from worldsmith.runtime.answers import answer
 from worldsmith.runtime.episode import Runtime, SandboxEpisode
@@ -58,7 +59,7 @@ DESTROYING_VERBS = frozenset({
 })
 # fmt: on
 #: The output schema of a tool whose return type is unknown: its structured content is always an object.
-GENERIC_OUTPUT = {"type": "object"}
+GENERIC_OUTPUT: JsonObject = {"type": "object"}
 _VERB = re.compile(r"[a-z]+")
 
 
@@ -103,7 +104,7 @@ class _Replay:
         self.state = world
         self.faults = 0  # calls the environment failed (env_error): what they would have shown is unknown
 
-    def call(self, tool: str, arguments: dict[str, Any], seen: ToolEvidence) -> None:
+    def call(self, tool: str, arguments: JsonObject, seen: ToolEvidence) -> None:
         """Call `tool` once, recording what it did; a write is repeated with the same arguments, then undone."""
         result = self.episode.call_tool(tool, arguments)
         if not result.ok:
@@ -143,7 +144,7 @@ def observe(runtime: Runtime, bundle: Bundle) -> dict[str, ToolEvidence]:
             _OBSERVED.move_to_end(bundle.runtime_key)
             return _OBSERVED[bundle.runtime_key]
     evidence = {tool.name: ToolEvidence() for tool in bundle.tools}
-    runs: list[list[tuple[str, dict[str, Any]]]] = [
+    runs: list[list[tuple[str, JsonObject]]] = [
         [(step.tool, step.arguments) for step in task.solution] for task in bundle.tasks
     ]
     solved = {tool for run in runs for tool, _ in run}
@@ -172,7 +173,7 @@ def observe(runtime: Runtime, bundle: Bundle) -> dict[str, ToolEvidence]:
     return evidence
 
 
-def return_schemas(bundle: Bundle) -> dict[str, dict[str, Any]]:
+def return_schemas(bundle: Bundle) -> dict[str, JsonObject]:
     """JSON Schemas of the return annotations of `bundle`'s native tools, by tool name (the tools
     without one, or with one JSON Schema cannot say, are left out)."""
     if bundle.manifest.tools_kind is not None or "tools.py" not in bundle.files:
@@ -196,12 +197,12 @@ def return_schemas(bundle: Bundle) -> dict[str, dict[str, Any]]:
 class OutputShape:
     """How a tool's value becomes its structured content, and the schema that content follows."""
 
-    schema: dict[str, Any]
+    schema: JsonObject
     wrapped: bool | None  # True: always {"result": value}; False: the value itself; None: wrapped unless an object
     validator: jsonschema.protocols.Validator | None = None  # None: any object follows the schema
 
     @classmethod
-    def of(cls, returns: dict[str, Any] | None) -> OutputShape:
+    def of(cls, returns: JsonObject | None) -> OutputShape:
         """The shape of a tool whose return annotation has JSON Schema `returns` (None: unknown)."""
         if returns is None:
             return cls(GENERIC_OUTPUT, None)

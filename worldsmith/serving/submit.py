@@ -16,6 +16,7 @@ from worldsmith.agent.loop import judged_verdict
 from worldsmith.agent.rewards import RewardMap
 from worldsmith.bundle.contract import Bundle, jsonschema_error
 from worldsmith.bundle.jsonvalues import TooDeep, check_nesting
+from worldsmith.jsonvalue import JsonObject
 from worldsmith.models.verdict import Verdict
 from worldsmith.runtime.answers import answer, one_line
 from worldsmith.runtime.episode import Episode, Runtime
@@ -68,7 +69,7 @@ def is_submit(episode: Episode, name: str, *, verdicts: bool) -> bool:
     return name == SUBMIT_TOOL.name and verdicts and episode.task is not None
 
 
-def judge(runtime: Runtime, rewards: RewardMap, bundle: Bundle, episode: Episode, final_answer: str) -> dict[str, Any]:
+def judge(runtime: Runtime, rewards: RewardMap, bundle: Bundle, episode: Episode, final_answer: str) -> JsonObject:
     """The verdict of `episode` with `final_answer`, as an evaluation reaches it (agent/loop.py)."""
     task = episode.task
     assert task is not None  # submit is offered in task-bound sessions only (is_submit)
@@ -91,7 +92,7 @@ def judge(runtime: Runtime, rewards: RewardMap, bundle: Bundle, episode: Episode
 
 
 async def submit(
-    state: dict[str, Any], bundle: Bundle, arguments: dict[str, Any], *, runtime: Runtime, rewards: RewardMap
+    state: dict[str, Any], bundle: Bundle, arguments: JsonObject, *, runtime: Runtime, rewards: RewardMap
 ) -> types.CallToolResult:
     """`submit` in a task-bound session (its SDK state `state`): judge its episode with the final
     answer, then close it."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from typing import TypedDict
 
 from worldsmith.llm.backend import Usage
 from worldsmith.models.catalog import StageAttempt
@@ -65,7 +66,22 @@ def pipeline_position(stage: str) -> tuple[int, int, str]:
     return (stages.index(Stage(name)), steps.index(step) + 1 if step in steps else len(steps) + 1, stage)
 
 
-def stage_summary(attempts: list[StageAttempt]) -> list[dict[str, object]]:
+class StageSummary(TypedDict):
+    """One stage of a generation run: invocations (runs of its repair loop), first-attempt success, repair and
+    failure rates, mean attempts per invocation, tokens in and out and cost (USD)."""
+
+    stage: str
+    invocations: int
+    first_attempt_success: float
+    repair_rate: float
+    failure_rate: float
+    mean_attempts: float
+    tokens_in: int
+    tokens_out: int
+    cost_usd: float
+
+
+def stage_summary(attempts: list[StageAttempt]) -> list[StageSummary]:
     """Per stage, in pipeline order: invocations, first-attempt success, repair and failure rates, mean
     attempts, tokens and cost. An invocation is one run of a stage's repair loop (attempts 1, 2, ...)."""
     runs: dict[str, list[list[StageAttempt]]] = {}
@@ -74,7 +90,7 @@ def stage_summary(attempts: list[StageAttempt]) -> list[dict[str, object]]:
         if row.attempt == 1 or not per_stage or per_stage[-1][-1].env_id != row.env_id:
             per_stage.append([])
         per_stage[-1].append(row)
-    summary = []
+    summary: list[StageSummary] = []
     for stage, invocations in sorted(runs.items(), key=lambda item: pipeline_position(item[0])):
         n = len(invocations)
         first = sum(1 for inv in invocations if inv[0].outcome == "success")

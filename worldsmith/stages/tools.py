@@ -5,7 +5,7 @@ specification and asks for the code again."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 import jsonschema
 
@@ -13,6 +13,7 @@ from worldsmith.bundle.codepolicy import check_source
 from worldsmith.bundle.contract import Bundle, artifact_digest
 from worldsmith.bundle.sqlscript import build_world
 from worldsmith.bundle.toolspec import derive_tool_schemas
+from worldsmith.jsonvalue import JsonValue
 from worldsmith.llm.backend import Generator, Prompt
 from worldsmith.models.bundle import Manifest, ToolSchema
 from worldsmith.models.specs import ToolCode, ToolPlan
@@ -44,7 +45,7 @@ def check_plan(plan: ToolPlan) -> ToolPlan:
 def tools_only_bundle(
     work: EnvWork,
     tools_py: str,
-    tools: list[dict[str, Any]],
+    tools: Sequence[Mapping[str, JsonValue]],
     *,
     world: bytes | None = None,
     generator: Generator | None = None,

@@ -82,7 +82,7 @@ class EnvWork(BaseModel):
         return json.dumps([t.model_dump() for t in self.tool_plan.tools], indent=1) if self.tool_plan else "[]"
 
     def manifest(
-        self, generator: Generator, *, artifacts: dict[str, str] | None = None, stats: dict[str, Any] | None = None
+        self, generator: Generator, *, artifacts: dict[str, str] | None = None, stats: dict[str, int] | None = None
     ) -> Manifest:
         """This world's manifest: identity, scenario, clock and provenance (`generator`, the prompts'
         version, the seed), plus its `artifacts`' sha256 and its `stats` where given."""
