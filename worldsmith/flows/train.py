@@ -236,7 +236,7 @@ def train_policy(
 
 
 @task(name="store-checkpoint", retries=2, retry_delay_seconds=2, task_run_name="checkpoint-run-{run_id}-step-{step}")
-def store_checkpoint(run_id: int, directory: str, step: int, metrics: JsonObject) -> str:
+def store_checkpoint(run_id: int, directory: str, step: int, metrics: dict[str, float]) -> str:
     """`directory` as a tar.gz in the object store and a checkpoint row of run `run_id`; returns the digest."""
     return save_checkpoint(run_id, Path(directory), step, metrics)
 
