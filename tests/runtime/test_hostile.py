@@ -18,6 +18,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 from support.bundles import with_tools
 from support.limits import FAST_LIMITS, ISOLATIONS, code_process, isolated
@@ -302,8 +303,11 @@ def test_random_and_decimal_state_is_not_carried_between_calls(runtime, golden):
         # a write that depends on random replays exactly after the worker is lost: the seed is journaled
         assert episode.call_tool("save_draw").ok
         value = episode.call_tool("saved").value
-        episode._worker.process.kill()
-        episode._worker.process.wait()  # gone, and its episode processes with it
+        worker = episode._worker.process
+        descendants = psutil.Process(worker.pid).children(recursive=True)  # its template, episode processes
+        worker.kill()
+        worker.wait()
+        psutil.wait_procs(descendants)  # they die with it, one parent-death signal after another
         assert episode.call_tool("saved").value == value and episode.relocations == 1
 
 
