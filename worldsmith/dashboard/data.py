@@ -36,7 +36,7 @@ from worldsmith.models.catalog import (
     TrainingStep,
 )
 from worldsmith.models.evaluation import stored_overall
-from worldsmith.storage.run_listing import run_status, set_names
+from worldsmith.storage.run_listing import run_status, set_names, trained_model
 from worldsmith.storage.sets import split_counts
 
 RATES = ("first_attempt_success", "repair_rate", "failure_rate")
@@ -267,7 +267,7 @@ def _runs(session: Session, keys: tuple[str, ...], cotrain: bool) -> list[dict[s
         steps = session.exec(
             select(TrainingStep).where(TrainingStep.training_run_id == run.id).order_by(col(TrainingStep.step))
         ).all()
-        model = run.config.get("policy", {}).get("model") if cotrain else run.config.get("model")
+        model = trained_model(run, cotrain)
         rows.append(
             {
                 "id": run.id,
