@@ -424,7 +424,7 @@ def import_scenario(
         "tasks.jsonl": tasks_jsonl(scenario),
         "verifiers.py": verifiers,
     }
-    manifest = {
+    manifest: JsonObject = {
         "env_id": env_id,
         "scenario": {"name": scenario.name, "description": scenario.description, "categories": ["awm-import"]},
         "generator": {"backend": "awm-import"},
