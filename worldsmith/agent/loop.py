@@ -162,7 +162,7 @@ def judged_verdict(
     overreach = reference_run(runtime, bundle, task).footprint.overreach(episode.diff(bundle.world))
     if not overreach:
         return verdict, judged.evidence
-    return Verdict.partial, {**judged.evidence, "side_effects": overreach}
+    return Verdict.partial, {**judged.evidence, "side_effects": [*overreach]}
 
 
 def play_call(episode: Episode, tools: list[ToolSchemaJson], turn: int, call: ToolCall) -> tuple[ToolResult, Step]:

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
 
 import jsonschema
 
 from worldsmith.bundle.kinds import TOOLS_KINDS, VERIFIERS_KINDS, ToolsKind, VerifiersKind
+from worldsmith.jsonvalue import JsonValue
 from worldsmith.models.bundle import Manifest, TaskSpec, ToolSchema
 
 #: The manifest's file name; every other file of a bundle is an artifact hashed in it.
@@ -110,7 +111,7 @@ class Bundle:
         """A prepared JSON Schema validator of each tool's arguments."""
         return {t.name: jsonschema.Draft202012Validator(t.parameters) for t in self.tools}
 
-    def argument_error(self, name: str, arguments: dict[str, Any]) -> str | None:
+    def argument_error(self, name: str, arguments: Mapping[str, JsonValue]) -> str | None:
         """Why calling tool `name` with `arguments` is refused before it runs (an unknown tool, arguments
         that break its schema), or None: the agent-facing message of a `tool_error`."""
         validator = self.validators.get(name)
@@ -126,7 +127,9 @@ class Bundle:
         raise KeyError(name)
 
 
-def jsonschema_error(schema: dict[str, Any] | jsonschema.protocols.Validator, arguments: Any) -> str | None:
+def jsonschema_error(
+    schema: Mapping[str, JsonValue] | jsonschema.protocols.Validator, arguments: JsonValue | Mapping[str, JsonValue]
+) -> str | None:
     """The first reason `arguments` do not match `schema` (or a prepared validator), or None."""
     validator: jsonschema.protocols.Validator = (
         schema if hasattr(schema, "iter_errors") else jsonschema.Draft202012Validator(schema)

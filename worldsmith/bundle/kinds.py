@@ -29,10 +29,12 @@ from worldsmith.bundle.asgiapp import check_app_source, compile_app
 from worldsmith.bundle.codepolicy import check_source
 from worldsmith.bundle.jsonvalues import json_text
 from worldsmith.errors import WorldsmithError
+from worldsmith.jsonvalue import JsonObject
 from worldsmith.models.verdict import VERIFIER_VERDICTS, Verdict
 
-#: A tool as the worker calls it: with the call's arguments, on the episode it was opened for.
-Tool = Callable[[dict[str, Any]], Any]
+#: A tool as the worker calls it: with the call's arguments, on the episode it was opened for; it
+#: returns what its code returns (made JSON when the reply is written).
+Tool = Callable[[JsonObject], Any]
 
 
 class ToolsCode(TypedDict, total=False):
@@ -65,7 +67,7 @@ class Host(Protocol):
         """The routes of `env`'s app by tool name (each with `schema()`), the app run once first."""
         ...
 
-    def call_route(self, episode: Any, name: str, arguments: dict[str, Any]) -> Any:
+    def call_route(self, episode: Any, name: str, arguments: JsonObject) -> Any:
         """One request to the route of tool `name`: 4xx answers are refusals, 5xx answers faults."""
         ...
 
@@ -124,7 +126,7 @@ class ToolsKind(ABC):
     def open(self, host: Host, env: Any, episode: Any) -> dict[str, Tool]:
         """The episode's tools by name; EnvFault if a listed tool is missing."""
 
-    def schemas(self, host: Host, env: Any) -> list[dict[str, Any]] | None:
+    def schemas(self, host: Host, env: Any) -> list[JsonObject] | None:
         """The tool schemas the running code declares, or None where they are derived from the source."""
         return None
 
@@ -186,7 +188,7 @@ class AppTools(ToolsKind):
             raise EnvFault(f"app.py has no route with operation_id {', '.join(missing)}")
         return {name: _routed(host, episode, name) for name in routes}
 
-    def schemas(self, host: Host, env: Any) -> list[dict[str, Any]] | None:
+    def schemas(self, host: Host, env: Any) -> list[JsonObject] | None:
         return [route.schema() for route in host.start_app(env).values()]
 
 
@@ -214,7 +216,7 @@ class VerifiersKind(ABC):
         return verifier
 
     @abstractmethod
-    def verify(self, host: Host, episode: Any, name: str, answer: str) -> tuple[Verdict, dict[str, Any]]:
+    def verify(self, host: Host, episode: Any, name: str, answer: str) -> tuple[Verdict, JsonObject]:
         """Run verifier `name` on the episode's untouched and current databases and the agent's final
         `answer`: its verdict and the evidence a judge reads. EnvFault for an answer of the wrong shape."""
 
@@ -227,7 +229,7 @@ class NativeVerifiers(VerifiersKind):
     arities = (3,)
     signature = "(initial, final, answer)"
 
-    def verify(self, host: Host, episode: Any, name: str, answer: str) -> tuple[Verdict, dict[str, Any]]:
+    def verify(self, host: Host, episode: Any, name: str, answer: str) -> tuple[Verdict, JsonObject]:
         with host.databases(episode) as (initial, final):
             verifier = self.verifier(host, episode, name)
             text, _ = host.run(
@@ -250,7 +252,7 @@ class ReleaseVerifiers(VerifiersKind):
     untouched and the current database (in the episode's directory, its only readable files); its
     whole answer is the evidence, and it says complete or not (never partial)."""
 
-    def verify(self, host: Host, episode: Any, name: str, answer: str) -> tuple[Verdict, dict[str, Any]]:
+    def verify(self, host: Host, episode: Any, name: str, answer: str) -> tuple[Verdict, JsonObject]:
         verifier = self.verifier(host, episode, name)
         paths = host.database_files(episode)
         arguments = (*paths, answer) if self.takes_answer(verifier) else paths
@@ -265,7 +267,7 @@ class ReleaseVerifiers(VerifiersKind):
         return False
 
     @abstractmethod
-    def passed(self, result: dict[str, Any]) -> bool:
+    def passed(self, result: JsonObject) -> bool:
         """Whether the verifier's answer says the task is complete."""
 
 
@@ -281,7 +283,7 @@ class ReleaseCodeVerifiers(ReleaseVerifiers):
         code = verifier.__code__
         return code.co_argcount + code.co_kwonlyargcount >= 3
 
-    def passed(self, result: dict[str, Any]) -> bool:
+    def passed(self, result: JsonObject) -> bool:
         return result.get("result") == "complete"
 
 
@@ -293,7 +295,7 @@ class ReleaseSqlVerifiers(ReleaseVerifiers):
     arities = (2,)
     signature = "(initial_db_path, final_db_path)"
 
-    def passed(self, result: dict[str, Any]) -> bool:
+    def passed(self, result: JsonObject) -> bool:
         return result.get("all_checks_passed") is True
 
 

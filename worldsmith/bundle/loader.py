@@ -11,7 +11,6 @@ import json
 import sqlite3
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -27,6 +26,7 @@ from worldsmith.bundle.contract import (
 from worldsmith.bundle.errors import BundleError, BundleIssue
 from worldsmith.bundle.sqlscript import SqlFault, build_world
 from worldsmith.bundle.toolspec import derive_tool_schemas, function_signatures
+from worldsmith.jsonvalue import JsonObject
 from worldsmith.models.bundle import Manifest, TaskSpec, ToolSchema
 
 
@@ -123,7 +123,7 @@ def parse_tasks(text: str, issues: list[BundleIssue]) -> list[tuple[int, TaskSpe
 
 def _check_tasks(
     tasks: list[tuple[int, TaskSpec]],
-    tools: list[dict[str, Any]],
+    tools: list[JsonObject],
     verifiers_src: str,
     manifest: Manifest | None,
     issues: list[BundleIssue],
@@ -159,14 +159,15 @@ def _check_tasks(
                     )
                 )
                 continue
-            error = jsonschema_error(tool["parameters"], step.arguments)
+            parameters = tool["parameters"]  # a dict: derived, or checked as a ToolSchema (_recorded_tools)
+            error = jsonschema_error(parameters, step.arguments) if isinstance(parameters, dict) else None
             if error:
                 issues.append(
                     BundleIssue("tasks.jsonl", f"task {task.id!r}: solution step {number} ({step.tool}): {error}", line)
                 )
 
 
-def _stats(world: bytes, tools: list[dict[str, Any]], tasks: list[TaskSpec], files: dict[str, bytes]) -> dict[str, Any]:
+def _stats(world: bytes, tools: list[JsonObject], tasks: list[TaskSpec], files: dict[str, bytes]) -> dict[str, int]:
     conn = sqlite3.connect(":memory:")
     conn.deserialize(world)
     tables = [
@@ -188,7 +189,7 @@ def _stats(world: bytes, tools: list[dict[str, Any]], tasks: list[TaskSpec], fil
     }
 
 
-def _recorded_tools(text: str, issues: list[BundleIssue]) -> list[dict[str, Any]]:
+def _recorded_tools(text: str, issues: list[BundleIssue]) -> list[JsonObject]:
     """tools.json of an ASGI environment (recorded from its app's routes): a list of tool schemas."""
     try:
         data = json.loads(text)
@@ -202,7 +203,7 @@ def _recorded_tools(text: str, issues: list[BundleIssue]) -> list[dict[str, Any]
 
 def _validate(
     files: dict[str, bytes], issues: list[BundleIssue], manifest: Manifest | None = None
-) -> tuple[list[dict[str, Any]], list[TaskSpec], bytes | None]:
+) -> tuple[list[JsonObject], list[TaskSpec], bytes | None]:
     """Validate the source artifacts; returns the tool schemas, tasks and world bytes."""
     kind = tools_kind_of(manifest)
     texts = {name: _decode(files, name, issues) for name in kind.source_files}
@@ -212,7 +213,7 @@ def _validate(
     if texts["verifiers.py"] is not None:
         problems = check_source(texts["verifiers.py"], "verifiers.py")
         issues.extend(BundleIssue("verifiers.py", problem, line) for line, problem in problems)
-    tools: list[dict[str, Any]] = []
+    tools: list[JsonObject] = []
     if kind.derives_schemas:
         if code is not None:
             tools, tool_issues = derive_tool_schemas(code)
@@ -240,7 +241,7 @@ def sql_issues(faults: list[SqlFault]) -> list[BundleIssue]:
     ]
 
 
-def tools_json_bytes(tools: list[dict[str, Any]]) -> bytes:
+def tools_json_bytes(tools: list[JsonObject]) -> bytes:
     return (json.dumps(tools, indent=2, sort_keys=False) + "\n").encode()
 
 
@@ -278,7 +279,7 @@ def load_bundle(path: str | Path) -> Bundle:
     )
 
 
-def build_bundle(sources: Mapping[str, bytes | str], manifest: Manifest | dict[str, Any]) -> Bundle:
+def build_bundle(sources: Mapping[str, bytes | str], manifest: Manifest | JsonObject) -> Bundle:
     """Make a bundle from its five source files: derive tools.json and world.db, hash every
     artifact into the manifest, compute stats. Raises `BundleError` on any defect."""
     files = {name: (data.encode() if isinstance(data, str) else data) for name, data in sources.items()}

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import ast
 import re
-from typing import Any
 
 from worldsmith.bundle.codepolicy import parse_source
 from worldsmith.bundle.errors import BundleIssue
 from worldsmith.errors import WorldsmithError
+from worldsmith.jsonvalue import JsonObject, JsonValue
 
 FILE = "tools.py"
 _SECTION = re.compile(r"^\s*(Args|Arguments|Parameters|Returns|Return|Raises|Yields|Examples?|Notes?):\s*$")
 _ARG_LINE = re.compile(r"^\s*\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
-_SCALARS = {
+_SCALARS: dict[str, JsonObject] = {
     "str": {"type": "string"},
     "int": {"type": "integer"},
     "float": {"type": "number"},
@@ -33,7 +33,7 @@ class UnsupportedAnnotation(WorldsmithError, ValueError):
     """A type annotation no JSON Schema is written for; the message is the annotation's source."""
 
 
-def annotation_schema(node: ast.expr) -> dict[str, Any]:
+def annotation_schema(node: ast.expr) -> JsonObject:
     """JSON Schema of a type annotation written as an AST; UnsupportedAnnotation for one it cannot express."""
     if isinstance(node, ast.Constant) and node.value is None:
         return {"type": "null"}
@@ -59,7 +59,7 @@ def annotation_schema(node: ast.expr) -> dict[str, Any]:
             return _union(args)
         if base == "Literal":
             values = [ast.literal_eval(a) for a in args]
-            schema: dict[str, Any] = {"enum": values}
+            schema: JsonObject = {"enum": values}
             kinds = {type(v) for v in values}
             if len(kinds) == 1:
                 schema["type"] = {str: "string", int: "integer", bool: "boolean", float: "number"}.get(
@@ -69,15 +69,16 @@ def annotation_schema(node: ast.expr) -> dict[str, Any]:
     raise UnsupportedAnnotation(ast.unparse(node))
 
 
-def _union(members: list[ast.expr]) -> dict[str, Any]:
-    schemas: list[dict[str, Any]] = []
+def _union(members: list[ast.expr]) -> JsonObject:
+    schemas: list[JsonObject] = []
     for member in members:
         schema = annotation_schema(member)
-        schemas.extend(schema.get("anyOf", [schema]))
-    types = [s.get("type") for s in schemas]
+        nested = schema.get("anyOf")  # a union's own members (made below: schemas)
+        schemas.extend([s for s in nested if isinstance(s, dict)] if isinstance(nested, list) else [schema])
+    types: list[JsonValue] = [s.get("type") for s in schemas]
     if all(isinstance(t, str) for t in types) and all(set(s) == {"type"} for s in schemas):
         return {"type": types}
-    return {"anyOf": schemas}
+    return {"anyOf": [*schemas]}
 
 
 def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
@@ -107,14 +108,15 @@ def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
     return text, args
 
 
-def derive_tool_schemas(source: str) -> tuple[list[dict[str, Any]], list[BundleIssue]]:
-    """`tools.json` entries for every tool in `source`, and every defect that prevents one."""
+def derive_tool_schemas(source: str) -> tuple[list[JsonObject], list[BundleIssue]]:
+    """`tools.json` entries for every tool in `source` ({"name", "description", "parameters"}: a
+    `models.bundle.ToolSchema` as JSON), and every defect that prevents one."""
     issues: list[BundleIssue] = []
     try:
         tree = parse_source(source, FILE)
     except SyntaxError as exc:
         return [], [BundleIssue(FILE, f"syntax error: {exc.msg}", exc.lineno)]
-    tools: list[dict[str, Any]] = []
+    tools: list[JsonObject] = []
     for node in tree.body:
         if not isinstance(node, ast.FunctionDef) or node.name.startswith("_"):
             continue
@@ -144,8 +146,8 @@ def derive_tool_schemas(source: str) -> tuple[list[dict[str, Any]], list[BundleI
         positional_defaults = dict(zip([a.arg for a in params][::-1], node.args.defaults[::-1]))
         keyword_defaults = {a.arg: d for a, d in zip(node.args.kwonlyargs, node.args.kw_defaults) if d is not None}
         defaults = positional_defaults | keyword_defaults
-        properties: dict[str, Any] = {}
-        required: list[str] = []
+        properties: JsonObject = {}
+        required: list[JsonValue] = []
         for arg in arguments:
             line = arg.lineno
             if arg.annotation is None:

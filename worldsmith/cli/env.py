@@ -49,8 +49,8 @@ def env_tools(
     table.add_column("arguments")
     table.add_column("description")
     for tool in bundle.tools:
-        props = tool.parameters["properties"]
-        required = set(tool.parameters.get("required", []))
+        props = tool.argument_schemas()
+        required = set(tool.required_arguments())
         args = ", ".join(f"{n}{'' if n in required else '?'}: {p.get('type', 'any')}" for n, p in props.items())
         table.add_row(tool.name, args, tool.description)
     console.print(table)

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
 from worldsmith.cli.console import console
+
+if TYPE_CHECKING:
+    from worldsmith.storage.run_listing import ListedRun
 
 app = typer.Typer(help="List the runs the catalog records (generation, evaluation, training).", no_args_is_help=True)
 
@@ -30,7 +33,7 @@ def _metric(value: Any) -> str:
     return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
-def _summary(row: dict[str, Any]) -> str:
+def _summary(row: ListedRun) -> str:
     """The key metrics of a row in one cell (unrecorded ones left out)."""
     return ", ".join(f"{k.removesuffix('_rate')} {_metric(v)}" for k, v in row["metrics"].items() if v is not None)
 

@@ -54,7 +54,7 @@ from worldsmith.models.catalog import (
     TrainingStep,
 )
 from worldsmith.models.evaluation import stored_overall
-from worldsmith.storage.run_listing import run_status, set_names
+from worldsmith.storage.run_listing import run_status, set_names, trained_model
 from worldsmith.storage.sets import split_counts
 
 RATES = ("first_attempt_success", "repair_rate", "failure_rate")
@@ -283,7 +283,7 @@ def _runs(session: Session, cotrain: bool) -> list[tuple[RunHead, Sequence[Train
         steps = session.exec(
             select(TrainingStep).where(TrainingStep.training_run_id == run.id).order_by(col(TrainingStep.step))
         ).all()
-        model = run.config.get("policy", {}).get("model") if cotrain else run.config.get("model")
+        model = trained_model(run, cotrain)
         rows.append(
             (
                 {

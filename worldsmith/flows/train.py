@@ -171,8 +171,8 @@ def reopen_run(run_id: int, config: TrainingConfig, output: Path) -> ReopenedRun
     status, metrics, stored = run.status, dict(run.metrics), TrainingConfig.model_validate(run.config).model_dump()
     if status == "completed":
         raise ValueError(f"training run {run_id} completed; there is nothing to resume")
-    owner = metrics.get("process") or {}
-    if status == "running" and process_alive(owner):
+    owner = metrics.get("process")
+    if status == "running" and isinstance(owner, dict) and process_alive(owner):
         raise ValueError(
             f"training run {run_id} is still running (process {owner['pid']} on this host); stop it before resuming"
         )
@@ -194,7 +194,8 @@ def reopen_run(run_id: int, config: TrainingConfig, output: Path) -> ReopenedRun
         ):
             session.delete(row)
         session.commit()
-    resumed = [*metrics.get("resumed_from_steps", []), checkpoint.step]
+    earlier = metrics.get("resumed_from_steps")
+    resumed = [*(earlier if isinstance(earlier, list) else []), checkpoint.step]
     update_run(
         TrainingRun,
         run_id,

@@ -19,10 +19,11 @@ import hashlib
 import json
 import re
 import sqlite3
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal, TypedDict, TypeVar
 
 from worldsmith.bundle import sqlscript
 from worldsmith.bundle.codepolicy import parse_source
@@ -32,6 +33,7 @@ from worldsmith.bundle.kinds import APP_TOOLS, RELEASE_CODE_VERIFIERS, RELEASE_S
 from worldsmith.bundle.loader import build_bundle, tools_json_bytes
 from worldsmith.bundle.sqlscript import SqlBudget, Statement, bounded_connection, snapshot, split_statements
 from worldsmith.errors import WorldsmithError
+from worldsmith.jsonvalue import JsonObject, JsonValue
 from worldsmith.models.bundle import ENV_ID_PATTERN
 from worldsmith.runtime.episode import Runtime
 from worldsmith.runtime.errors import RuntimeFault
@@ -53,6 +55,33 @@ VERIFIER_FUNCTIONS = {"sql": "verify_task", "code": "verify_task_completion"}
 #: The verifiers kind of each mode.
 VERIFIERS_KIND_BY_MODE: dict[str, VerifiersKind] = {"sql": RELEASE_SQL_VERIFIERS, "code": RELEASE_CODE_VERIFIERS}
 SOLUTIONS_FILE = "solutions.json"
+
+_T = TypeVar("_T")
+#: A record of a release file with where it is (`FILE:LINE`).
+_Located = tuple[str, JsonObject]
+
+
+class ReferenceCall(TypedDict, total=False):
+    """One tool call of a reference solution in solutions.json."""
+
+    operation_id: str  # the tool
+    arguments: JsonObject | None
+
+
+class ReferenceSolution(TypedDict, total=False):
+    """One task's reference solution in solutions.json."""
+
+    task_idx: int
+    task: str  # its sentence
+    calls: list[ReferenceCall]
+    final_answer: str | None
+
+
+class ScenarioSolutions(TypedDict):
+    """One record of solutions.json (not part of the release): a scenario's reference solutions."""
+
+    scenario: str
+    solutions: list[ReferenceSolution]
 
 
 class AwmFormatError(WorldsmithError, ValueError):
@@ -84,16 +113,16 @@ class AwmScenario:
     name: str
     description: str
     tasks: list[str]
-    tables: list[dict[str, Any]]
+    tables: list[JsonObject]  # db_schema.tables: name, ddl, indexes
     inserts: list[str]
     app: str
     verifiers: dict[str, dict[int, str]]  # mode -> task index -> code
-    spec: dict[str, Any] = field(default_factory=dict)
-    solutions: dict[int, dict[str, Any]] = field(default_factory=dict)
+    spec: JsonObject = field(default_factory=dict)
+    solutions: dict[int, ReferenceSolution] = field(default_factory=dict)
 
 
-def _records(path: Path) -> list[tuple[int, dict[str, Any]]]:
-    rows = []
+def _records(path: Path) -> list[tuple[int, JsonObject]]:
+    rows: list[tuple[int, JsonObject]] = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         if not line.strip():
             continue
@@ -107,7 +136,7 @@ def _records(path: Path) -> list[tuple[int, dict[str, Any]]]:
     return rows
 
 
-def _field(record: dict[str, Any], name: str, kind: type, where: str) -> Any:
+def _field(record: Mapping[str, JsonValue], name: str, kind: type[_T], where: str) -> _T:
     value = record.get(name)
     if not isinstance(value, kind):
         raise AwmFormatError(f"{where}: field {name!r} is missing or not a {kind.__name__}")
@@ -121,9 +150,9 @@ def read_release(directory: Path, scenarios: list[str] | None = None) -> list[Aw
     missing = [name for name in FILES if not (directory / name).is_file()]
     if missing:
         raise AwmFormatError(f"{directory} lacks {', '.join(missing)} (see the AgentWorldModel-1K file layout)")
-    by_file: dict[str, dict[str, Any]] = {}
+    by_file: dict[str, dict[str, _Located]] = {name: {} for name, single in FILES.items() if single}
+    by_task: dict[str, dict[str, dict[int, _Located]]] = {name: {} for name, single in FILES.items() if not single}
     for name, single in FILES.items():
-        grouped: dict[str, Any] = {}
         for number, record in _records(directory / name):
             where = f"{name}:{number}"
             key = (
@@ -132,10 +161,9 @@ def read_release(directory: Path, scenarios: list[str] | None = None) -> list[Aw
                 else _field(record, "scenario", str, where)
             )
             if single:
-                grouped[key] = (where, record)
+                by_file[name][key] = (where, record)
             else:
-                grouped.setdefault(key, {})[int(_field(record, "task_idx", int, where))] = (where, record)
-        by_file[name] = grouped
+                by_task[name].setdefault(key, {})[int(_field(record, "task_idx", int, where))] = (where, record)
     solutions = _solutions(directory / SOLUTIONS_FILE)
     keys = sorted(by_file["gen_scenario.jsonl"])
     if scenarios:
@@ -145,15 +173,21 @@ def read_release(directory: Path, scenarios: list[str] | None = None) -> list[Aw
                 f"no scenario {', '.join(unknown)} in {directory} (it has: {', '.join(keys) or 'none'})"
             )
         keys = [k for k in keys if k in scenarios]
-    return [_scenario(key, by_file, solutions.get(key, {})) for key in keys]
+    return [_scenario(key, by_file, by_task, solutions.get(key, {})) for key in keys]
 
 
-def _scenario(key: str, by_file: dict[str, dict[str, Any]], solutions: dict[int, dict[str, Any]]) -> AwmScenario:
-    def one(name: str) -> tuple[str, dict[str, Any]]:
+def _scenario(
+    key: str,
+    by_file: dict[str, dict[str, _Located]],
+    by_task: dict[str, dict[str, dict[int, _Located]]],
+    solutions: dict[int, ReferenceSolution],
+) -> AwmScenario:
+    """Scenario `key` from the records of the one-per-scenario files (`by_file`) and the per-task ones (`by_task`)."""
+
+    def one(name: str) -> _Located:
         if key not in by_file[name]:
             raise AwmFormatError(f"{name}: no record for scenario {key!r}")
-        record: tuple[str, dict[str, Any]] = by_file[name][key]
-        return record
+        return by_file[name][key]
 
     where, scenario = one("gen_scenario.jsonl")
     where_t, tasks = one("gen_tasks.jsonl")
@@ -168,11 +202,12 @@ def _scenario(key: str, by_file: dict[str, dict[str, Any]], solutions: dict[int,
         for table in _field(_field(sample, "sample_data", dict, where_s), "tables", list, where_s)
         for stmt in _field(table, "insert_statements", list, where_s)
     ]
+    api_spec = spec.get("api_spec") or {}
     verifiers: dict[str, dict[int, str]] = {}
     for mode, name in VERIFIER_FILES.items():
         verifiers[mode] = {
             idx: _field(_field(record, "verification", dict, w), "code", str, w)
-            for idx, (w, record) in by_file[name].get(key, {}).items()
+            for idx, (w, record) in by_task[name].get(key, {}).items()
         }
     return AwmScenario(
         key=key,
@@ -183,12 +218,12 @@ def _scenario(key: str, by_file: dict[str, dict[str, Any]], solutions: dict[int,
         inserts=[str(s) for s in inserts],
         app=_field(env, "full_code", str, where_e),
         verifiers=verifiers,
-        spec=spec.get("api_spec") or {},
+        spec=api_spec if isinstance(api_spec, dict) else {},
         solutions=solutions,
     )
 
 
-def _solutions(path: Path) -> dict[str, dict[int, dict[str, Any]]]:
+def _solutions(path: Path) -> dict[str, dict[int, ReferenceSolution]]:
     """Reference solutions by scenario and task index (not part of the release; optional)."""
     if not path.is_file():
         return {}
@@ -208,7 +243,8 @@ def schema_sql(scenario: AwmScenario) -> str:
     lines = []
     for table in scenario.tables:
         lines.append(str(table.get("ddl", "")).strip())
-        lines.extend(str(index).strip() for index in table.get("indexes", []))
+        indexes = table.get("indexes", [])
+        lines.extend(str(index).strip() for index in (indexes if isinstance(indexes, list) else []))
     return "\n".join(line if line.endswith(";") else line + ";" for line in lines if line) + "\n"
 
 
@@ -388,7 +424,7 @@ def import_scenario(
         "tasks.jsonl": tasks_jsonl(scenario),
         "verifiers.py": verifiers,
     }
-    manifest = {
+    manifest: JsonObject = {
         "env_id": env_id,
         "scenario": {"name": scenario.name, "description": scenario.description, "categories": ["awm-import"]},
         "generator": {"backend": "awm-import"},

@@ -16,15 +16,29 @@ import ast
 import inspect
 import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from worldsmith.bundle.codepolicy import RUNTIME_MODULE, parse_source
 from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.jsonvalues import json_default
 from worldsmith.bundle.kinds import APP_TOOLS, NATIVE_VERIFIERS
 from worldsmith.bundle.sqlscript import split_statements
-from worldsmith.interop.awm import FILES, SOLUTIONS_FILE, VERIFIER_FILES, VERIFIER_FUNCTIONS, scenario_key
+from worldsmith.interop.awm import (
+    FILES,
+    SOLUTIONS_FILE,
+    VERIFIER_FILES,
+    VERIFIER_FUNCTIONS,
+    ScenarioSolutions,
+    scenario_key,
+)
+from worldsmith.jsonvalue import JsonObject, JsonValue
+from worldsmith.models.bundle import ToolSchema
+
+if TYPE_CHECKING:
+    from worldsmith.storage.catalog import Catalog
+    from worldsmith.storage.objectstore import ObjectStore
 
 _TABLE = re.compile(r'^\s*CREATE\s+TABLE\s+(?:IF\s+NOT\s+EXISTS\s+)?["`\[]?(\w+)', re.IGNORECASE)
 _INDEX = re.compile(r'\bON\s+["`\[]?(\w+)', re.IGNORECASE)
@@ -143,25 +157,25 @@ def _without_runtime_import(source: str) -> str:
     return "\n".join(lines)
 
 
-def _annotation(schema: dict[str, Any]) -> str:
+def _annotation(schema: Mapping[str, JsonValue]) -> str:
     """The app's type of a parameter: a Literal of its enum (so FastAPI refuses other values with 422,
     before the table's CHECK constraint would answer 500), else the JSON type's."""
-    values = [v for v in schema.get("enum") or [] if v is not None]
+    enum = schema.get("enum") or []
+    values = [v for v in enum if v is not None] if isinstance(enum, list) else []
     if values and all(isinstance(v, str | int) and not isinstance(v, bool) for v in values):
         return f"Literal[{', '.join(repr(v) for v in values)}]"
-    kinds = schema.get("type", "string")
-    kinds = kinds if isinstance(kinds, list) else [kinds]
-    names = [_TYPES.get(k, "Any") for k in kinds if k != "null"] or ["Any"]
+    kind = schema.get("type", "string")
+    kinds = kind if isinstance(kind, list) else [kind]
+    names = [_TYPES.get(k, "Any") if isinstance(k, str) else "Any" for k in kinds if k != "null"] or ["Any"]
     return names[0] if len(names) == 1 else "Any"
 
 
-def _model(tool: dict[str, Any]) -> tuple[str, str]:
+def _model(tool: ToolSchema) -> tuple[str, str]:
     """(class name, source) of the request body model of one tool."""
-    name = "".join(part.capitalize() for part in tool["name"].split("_")) + "Request"
-    params = tool["parameters"]
-    required = set(params.get("required", []))
+    name = "".join(part.capitalize() for part in tool.name.split("_")) + "Request"
+    required = set(tool.required_arguments())
     lines = [f"class {name}(BaseModel):"]
-    for field, schema in params.get("properties", {}).items():
+    for field, schema in tool.argument_schemas().items():
         described = f", description={schema['description']!r}" if schema.get("description") else ""
         if field in required:
             lines.append(f"    {field}: {_annotation(schema)} = Field(...{described})")
@@ -183,7 +197,7 @@ def app_source(bundle: Bundle) -> str:
     )
     parts = [prelude, _without_runtime_import(bundle.text("tools.py")).strip(), "\n\n# ---- one route per tool ----"]
     for tool in bundle.tools:
-        model, source = _model(tool.model_dump())
+        model, source = _model(tool)
         parts.append(source)
         parts.append(
             f"@app.post({f'/tools/{tool.name}'!r}, operation_id={tool.name!r}, summary={tool.description.splitlines()[0][:120]!r}, "
@@ -194,11 +208,11 @@ def app_source(bundle: Bundle) -> str:
     return "\n\n\n".join(parts) + "\n"
 
 
-def _spec(bundle: Bundle) -> dict[str, Any]:
-    endpoints = []
+def _spec(bundle: Bundle) -> JsonObject:
+    """The release's API spec of the tools: one POST endpoint each, its body parameters from the tool's schema."""
+    endpoints: list[JsonValue] = []
     for tool in bundle.tools:
-        params = tool.parameters
-        required = set(params.get("required", []))
+        required = set(tool.required_arguments())
         endpoints.append(
             {
                 "path": f"/tools/{tool.name}",
@@ -214,7 +228,7 @@ def _spec(bundle: Bundle) -> dict[str, Any]:
                         "required": name in required,
                         "description": schema.get("description", ""),
                     }
-                    for name, schema in params.get("properties", {}).items()
+                    for name, schema in tool.argument_schemas().items()
                 },
                 "response": {"type": "object", "description": "the tool's result"},
             }
@@ -222,24 +236,22 @@ def _spec(bundle: Bundle) -> dict[str, Any]:
     return {"api_groups": [{"group_name": "Tools", "endpoints": endpoints}]}
 
 
-def _tables(bundle: Bundle) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(db_schema tables, sample_data tables) from schema.sql and seed.sql."""
-    tables: dict[str, dict[str, Any]] = {}
+def _tables(bundle: Bundle) -> tuple[list[JsonValue], dict[str, list[JsonValue]]]:
+    """(db_schema tables, each table's insert statements) from schema.sql and seed.sql."""
+    ddl: dict[str, str] = {}
+    indexes: dict[str, list[JsonValue]] = {}
     for statement in split_statements(bundle.text("schema.sql")):
         table = _TABLE.match(statement.sql)
         if table:
-            tables[table.group(1)] = {
-                "name": table.group(1),
-                "ddl": statement.sql.strip().rstrip(";") + ";",
-                "indexes": [],
-            }
-        elif (index := _INDEX.search(statement.sql)) and index.group(1) in tables:
-            tables[index.group(1)]["indexes"].append(statement.sql.strip().rstrip(";") + ";")
-    samples: dict[str, list[str]] = {}
+            ddl[table.group(1)] = statement.sql.strip().rstrip(";") + ";"
+            indexes[table.group(1)] = []
+        elif (index := _INDEX.search(statement.sql)) and index.group(1) in ddl:
+            indexes[index.group(1)].append(statement.sql.strip().rstrip(";") + ";")
+    samples: dict[str, list[JsonValue]] = {}
     for statement in split_statements(bundle.text("seed.sql")):
         match = _INSERT.match(statement.sql)
         samples.setdefault(match.group(1) if match else "unknown", []).append(statement.sql.strip().rstrip(";") + ";")
-    return list(tables.values()), [{"table_name": name, "insert_statements": rows} for name, rows in samples.items()]
+    return [{"name": name, "ddl": ddl[name], "indexes": indexes[name]} for name in ddl], samples
 
 
 def _verifier_code(bundle: Bundle, task_index: int, mode: str) -> str:
@@ -258,8 +270,8 @@ def _verifier_code(bundle: Bundle, task_index: int, mode: str) -> str:
 def export_bundles(bundles: list[Bundle], directory: Path) -> Path:
     """Write `bundles` as one release directory (every file of the format plus solutions.json)."""
     directory.mkdir(parents=True, exist_ok=True)
-    out: dict[str, list[dict[str, Any]]] = {name: [] for name in FILES}
-    solutions = []
+    out: dict[str, list[JsonObject]] = {name: [] for name in FILES}
+    solutions: list[ScenarioSolutions] = []
     for bundle in bundles:
         scenario = bundle.manifest.scenario
         name = (
@@ -275,8 +287,10 @@ def export_bundles(bundles: list[Bundle], directory: Path) -> Path:
             {
                 "scenario": key,
                 "tables_count": len(tables),
-                "inserts_count": sum(len(s["insert_statements"]) for s in samples),
-                "sample_data": {"tables": samples},
+                "inserts_count": sum(len(rows) for rows in samples.values()),
+                "sample_data": {
+                    "tables": [{"table_name": name, "insert_statements": rows} for name, rows in samples.items()]
+                },
             }
         )
         imported = bundle.tools_kind is APP_TOOLS  # its app.py is already the release's FastAPI file
@@ -317,7 +331,7 @@ def export_bundles(bundles: list[Bundle], directory: Path) -> Path:
     return directory
 
 
-def export_set(set_name: str, directory: Path, store: Any, catalog: Any) -> list[str]:
+def export_set(set_name: str, directory: Path, store: ObjectStore, catalog: Catalog) -> list[str]:
     """Write the members of environment set `set_name` (fetched from the store) as a release
     directory; returns their refs."""
     import tempfile

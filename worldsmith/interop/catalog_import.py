@@ -9,7 +9,7 @@ cannot be published; it is reported with its defects.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from worldsmith.interop.awm import VerifierMode, import_scenario, read_release
 from worldsmith.interop.report import defects, import_check
@@ -22,6 +22,20 @@ from worldsmith.storage.objectstore import ObjectStore
 from worldsmith.storage.publish import publish
 
 
+class ImportRow(TypedDict):
+    """How one scenario's import went (`worldsmith import awm --json` prints the rows)."""
+
+    scenario: str  # the release's scenario key
+    env_id: str
+    ref: str | None  # the version published; None: not imported
+    status: str  # the version's status, or "not imported"
+    tools: int
+    tasks: int
+    inserts: int  # the seed inserts of the release
+    defects: list[dict[str, str]]  # {kind, target, detail} (interop/report.py)
+    reason: NotRequired[str | None]  # a published version's failure reason
+
+
 def import_release(
     directory: Path,
     runtime: Runtime,
@@ -30,14 +44,14 @@ def import_release(
     *,
     scenarios: list[str] | None = None,
     mode: VerifierMode = "code",
-) -> list[dict[str, Any]]:
+) -> list[ImportRow]:
     """Import and publish every (or each named) scenario; one report row per scenario."""
-    rows = []
+    rows: list[ImportRow] = []
     for scenario in read_release(directory, scenarios):
         imported = import_scenario(scenario, runtime, mode)
         probes = check_environment(runtime, imported.bundle, reuse=True) if imported.bundle is not None else []
         found = defects(imported, probes, scenario.app)
-        row: dict[str, Any] = {
+        row: ImportRow = {
             "scenario": scenario.key,
             "env_id": imported.env_id,
             "ref": None,
@@ -54,11 +68,9 @@ def import_release(
                 import_check(found),
             ]
             published = publish(imported.bundle, store, catalog, checks)
-            row.update(
-                ref=published.version.ref,
-                status=published.version.status,
-                tools=len(imported.bundle.tools),
-                reason=published.version.failure_reason,
-            )
+            row["ref"] = published.version.ref
+            row["status"] = published.version.status
+            row["tools"] = len(imported.bundle.tools)
+            row["reason"] = published.version.failure_reason
         rows.append(row)
     return rows

@@ -22,11 +22,11 @@ scenario at fault), never from the wording of a message.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
 from worldsmith.bundle.asgiapp import app_imports
 from worldsmith.bundle.codepolicy import APP_MODULES
 from worldsmith.interop.awm import APP, SEED, Imported
+from worldsmith.jsonvalue import JsonObject
 from worldsmith.models.quality import QualityCheck
 from worldsmith.quality.probe_results import ProbeFailure, ProbeResult
 
@@ -114,7 +114,8 @@ def defects(imported: Imported, probes: list[ProbeResult], app_source: str = "")
 def import_check(found: list[dict[str, str]]) -> QualityCheck:
     """The `import` quality check of a version: passed when nothing was found."""
     counts = Counter(d["kind"] for d in found)
-    summary: dict[str, Any] = {"defects": len(found), "by_kind": dict(sorted(counts.items()))}
+    by_kind: JsonObject = {kind: n for kind, n in sorted(counts.items())}
+    summary: JsonObject = {"defects": len(found), "by_kind": by_kind}
     if found:
         summary["reason"] = "import defects: " + ", ".join(f"{kind} x{n}" for kind, n in sorted(counts.items()))
-    return QualityCheck("import", not found, summary, found[:200])
+    return QualityCheck("import", not found, summary, [{**defect} for defect in found[:200]])

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from worldsmith.jsonvalue import JsonObject
 
 BUNDLE_FORMAT = "worldsmith-bundle/1"
 ENV_ID_PATTERN = re.compile(r"^[a-z][a-z0-9_]{1,63}$")
@@ -40,8 +42,10 @@ class Manifest(BaseModel):
     scenario: Scenario
     generator: GeneratorInfo = Field(default_factory=GeneratorInfo)
     artifacts: dict[str, str] = Field(default_factory=dict)
-    stats: dict[str, Any] = Field(default_factory=dict)
-    quality: dict[str, Any] = Field(default_factory=dict)
+    #: Counts by name (tables, rows, tools, tasks, lines_of_code, world_bytes; a failed world's: those known).
+    stats: dict[str, int] = Field(default_factory=dict)
+    #: Each quality check's summary by kind (storage/publish.py): {kind: {"passed": bool, ...}}.
+    quality: dict[str, JsonObject] = Field(default_factory=dict)
     #: The kinds of the environment's tools and verifiers, by name (worldsmith/bundle/kinds.py). Tools:
     #: unset, plain functions in tools.py (tools.json derived from them); "asgi", routes of the FastAPI
     #: app in app.py (tools.json recorded from its routes at import). Verifiers: unset, `verify(initial,
@@ -50,7 +54,7 @@ class Manifest(BaseModel):
     tools_kind: Literal["asgi"] | None = None
     verifiers_kind: Literal["awm-code", "awm-sql"] | None = None
     #: Where the environment came from when it was not generated here (e.g. the AWM release).
-    origin: dict[str, Any] | None = None
+    origin: JsonObject | None = None
     #: The world's "now" (ISO, UTC, to the second): what its tools' clock reads answer, so episodes
     #: replay to the same database. None: an older bundle (its origin may still carry one).
     clock: str | None = None
@@ -84,7 +88,7 @@ class SolutionStep(BaseModel):
     """One tool call of a reference solution."""
 
     tool: str
-    arguments: dict[str, Any] = Field(default_factory=dict)
+    arguments: JsonObject = Field(default_factory=dict)
 
 
 class TaskSpec(BaseModel):
@@ -102,4 +106,16 @@ class ToolSchema(BaseModel):
 
     name: str
     description: str
-    parameters: dict[str, Any]
+    parameters: JsonObject
+
+    def argument_schemas(self) -> dict[str, JsonObject]:
+        """The JSON Schema of each argument by name (`parameters["properties"]`; those that are objects)."""
+        properties = self.parameters.get("properties")
+        if not isinstance(properties, dict):
+            return {}
+        return {name: schema for name, schema in properties.items() if isinstance(schema, dict)}
+
+    def required_arguments(self) -> list[str]:
+        """The arguments `parameters["required"]` names."""
+        required = self.parameters.get("required")
+        return [name for name in required if isinstance(name, str)] if isinstance(required, list) else []

@@ -4,10 +4,11 @@ migrations in `worldsmith/storage/migrations/`."""
 from __future__ import annotations
 
 from datetime import UTC, date, datetime
-from typing import Any
 
 from sqlalchemy import JSON, BigInteger, Column, Index, UniqueConstraint
 from sqlmodel import Field, SQLModel
+
+from worldsmith.jsonvalue import JsonObject
 
 
 def utcnow() -> datetime:
@@ -62,8 +63,8 @@ class EnvironmentVersion(SQLModel, table=True):
     generator_model: str | None = None
     prompt_version: str | None = None
     seed: int | None = None
-    stats: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
-    quality: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    stats: dict[str, int] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    quality: dict[str, JsonObject] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     created_at: datetime = Field(default_factory=utcnow)
 
     @property
@@ -203,8 +204,8 @@ class QualityReport(SQLModel, table=True):
     version_id: int = Field(foreign_key="environment_versions.id", index=True)
     kind: str = Field(max_length=32, description="expectations | probes | import")
     passed: bool
-    summary: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
-    details: list[dict[str, Any]] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
+    summary: JsonObject = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    details: list[JsonObject] = Field(default_factory=list, sa_column=Column(JSON, nullable=False))
     created_at: datetime = Field(default_factory=utcnow)
 
 
@@ -215,7 +216,7 @@ class EnvironmentSet(SQLModel, table=True):
 
     id: int | None = Field(default=None, primary_key=True)
     name: str = Field(unique=True, max_length=128)
-    query: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    query: JsonObject = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     created_at: datetime = Field(default_factory=utcnow)
 
 
@@ -239,7 +240,7 @@ class EvaluationRun(SQLModel, table=True):
     policy: str = Field(max_length=256)
     samples: int = 1
     status: str = Field(default="running", max_length=16)
-    metrics: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    metrics: JsonObject = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     flow_run_id: str | None = Field(default=None, max_length=64)
     started_at: datetime = Field(default_factory=utcnow)
     finished_at: datetime | None = None
@@ -252,9 +253,9 @@ class TrainingRun(SQLModel, table=True):
 
     id: int | None = Field(default=None, primary_key=True)
     set_id: int | None = Field(default=None, foreign_key="environment_sets.id")
-    config: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    config: JsonObject = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     status: str = Field(default="running", max_length=16)
-    metrics: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    metrics: JsonObject = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     flow_run_id: str | None = Field(default=None, max_length=64)
     started_at: datetime = Field(default_factory=utcnow)
     finished_at: datetime | None = None
@@ -269,7 +270,7 @@ class TrainingStep(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     training_run_id: int = Field(foreign_key="training_runs.id")
     step: int
-    metrics: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    metrics: JsonObject = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     created_at: datetime = Field(default_factory=utcnow)
 
 
@@ -282,5 +283,5 @@ class Checkpoint(SQLModel, table=True):
     training_run_id: int = Field(foreign_key="training_runs.id", index=True)
     step: int
     digest: str = Field(max_length=71)
-    metrics: dict[str, Any] = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    metrics: JsonObject = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     created_at: datetime = Field(default_factory=utcnow)

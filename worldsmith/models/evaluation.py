@@ -8,9 +8,12 @@ training run's `before` and `after`) in the shape these models serialize to with
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
+
+from worldsmith.jsonvalue import JsonObject, JsonValue
 
 #: The prefix of a stored pass rate's key: `pass@1`, `pass@<k>`.
 PASS_AT = "pass@"
@@ -86,7 +89,7 @@ class EvaluationSummary(BaseModel):
         return {"run_id": data.get("run_id"), "scores": {k: v for k, v in data.items() if k != "run_id"}}
 
     @model_serializer(mode="wrap")
-    def _stored_shape(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+    def _stored_shape(self, handler: SerializerFunctionWrapHandler) -> JsonObject:
         fields = handler(self)
         return {"run_id": fields["run_id"], **fields["scores"]}
 
@@ -122,19 +125,19 @@ class EvaluationReport(BaseModel):
     simulation: SimulationCounts | None = Field(None, description="The world model's calls; None in the real worlds.")
     trajectories: TrajectoryFiles
 
-    def stored(self) -> dict[str, Any]:
+    def stored(self) -> JsonObject:
         """The metrics an evaluation run's record holds (JSON-ready)."""
         return self.model_dump(mode="json", exclude={"run_id"})
 
     @model_serializer(mode="wrap")
-    def _stored_shape(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        fields: dict[str, Any] = handler(self)
+    def _stored_shape(self, handler: SerializerFunctionWrapHandler) -> JsonObject:
+        fields: JsonObject = handler(self)
         if fields.get("simulation", ...) is None:
             del fields["simulation"]
         return fields
 
 
-def stored_overall(metrics: dict[str, Any]) -> EvaluationScores | None:
+def stored_overall(metrics: Mapping[str, JsonValue]) -> EvaluationScores | None:
     """The overall scores of an evaluation run's stored metrics; None while it runs or when it failed."""
     overall = metrics.get("overall")
     return None if overall is None else EvaluationScores.model_validate(overall)

@@ -4,7 +4,8 @@ quality reports (`worldsmith/storage/publish.py`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+
+from worldsmith.jsonvalue import JsonObject
 
 
 @dataclass
@@ -13,5 +14,5 @@ class QualityCheck:
 
     kind: str
     passed: bool
-    summary: dict[str, Any] = field(default_factory=dict)
-    details: list[dict[str, Any]] = field(default_factory=list)
+    summary: JsonObject = field(default_factory=dict)
+    details: list[JsonObject] = field(default_factory=list)

@@ -5,7 +5,9 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
+from typing_extensions import TypedDict  # pydantic reads a TypedDict of typing_extensions before Python 3.12
 
+from worldsmith.jsonvalue import JsonObject
 from worldsmith.models.verdict import Verdict
 
 
@@ -37,7 +39,7 @@ class VerifierResult(BaseModel):
     (`limit` and `refused_module` as a ToolResult's)."""
 
     status: Literal[Verdict.complete, Verdict.partial, Verdict.incomplete, Verdict.env_error]
-    evidence: dict[str, Any] = Field(default_factory=dict)
+    evidence: JsonObject = Field(default_factory=dict)
     error: str | None = None
     limit: str | None = None
     refused_module: str | None = None
@@ -47,18 +49,27 @@ class AppRoutes(BaseModel):
     """An ASGI app's tools (one JSON schema per route), or why the app does not load: `error`, with the
     sandbox `limit` it broke and the `refused_module` of a refused import (as a ToolResult's)."""
 
-    tools: list[dict[str, Any]] = Field(default_factory=list)
+    tools: list[JsonObject] = Field(default_factory=list)
     error: str | None = None
     limit: str | None = None
     refused_module: str | None = None
 
 
-class TableDiff(BaseModel):
-    """Rows of one table that changed between two snapshots, keyed by primary key."""
+class RowUpdate(TypedDict):
+    """A row present in both snapshots whose values differ: its primary key (column: value; the rowid
+    as `__rowid__` without one) and the row before and after (column: value)."""
 
-    inserted: list[dict[str, Any]] = Field(default_factory=list)
-    updated: list[dict[str, Any]] = Field(default_factory=list)  # {"key":..., "before":..., "after":...}
-    deleted: list[dict[str, Any]] = Field(default_factory=list)
+    key: JsonObject
+    before: JsonObject
+    after: JsonObject
+
+
+class TableDiff(BaseModel):
+    """Rows of one table that changed between two snapshots, keyed by primary key (each row column: value)."""
+
+    inserted: list[JsonObject] = Field(default_factory=list)
+    updated: list[RowUpdate] = Field(default_factory=list)
+    deleted: list[JsonObject] = Field(default_factory=list)
 
 
 class DbDiff(BaseModel):

@@ -3,10 +3,11 @@ structured-output schemas of LLM calls and the shape the procedural backend answ
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 from pydantic import BaseModel, Field
 
+from worldsmith.jsonvalue import JsonObject
 from worldsmith.models.bundle import Scenario, SolutionStep
 
 
@@ -76,7 +77,7 @@ class SeedSpec(BaseModel):
 class ToolSpecEntry(BaseModel):
     name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,63}$")
     description: str
-    parameters: dict[str, Any] = Field(description="JSON Schema of the arguments (type object).")
+    parameters: JsonObject = Field(description="JSON Schema of the arguments (type object).")
 
 
 class ToolPlan(BaseModel):
@@ -119,7 +120,7 @@ REVIEW_CATEGORIES: tuple[str, ...] = get_args(ReviewCategory)
 
 class ReviewCall(BaseModel):
     tool: str
-    arguments: dict[str, Any] = Field(default_factory=dict)
+    arguments: JsonObject = Field(default_factory=dict)
 
 
 class ReviewFinding(BaseModel):

@@ -8,10 +8,9 @@ co-training rounds' step rows, `--json` output; `model_validate` reads them back
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel, ConfigDict, Field
 
+from worldsmith.jsonvalue import JsonObject
 from worldsmith.models.evaluation import EvaluationSummary, SimulationCounts
 
 #: One logged optimizer step: its number (`step`) and its numeric metrics (loss, reward, ...).
@@ -74,7 +73,7 @@ class TrainResult(BaseModel):
         None, description="The step of the trainer checkpoint a resumed run continued from."
     )
 
-    def stored(self) -> dict[str, Any]:
+    def stored(self) -> JsonObject:
         """The metrics a training run's record holds (JSON-ready)."""
         return self.model_dump(mode="json", exclude={"log"})
 
@@ -89,7 +88,7 @@ class WorldModelTrainResult(BaseModel):
     steps: int
     log: list[StepMetrics] = Field(default_factory=list, description="The logged losses.")
 
-    def stored(self) -> dict[str, Any]:
+    def stored(self) -> JsonObject:
         """The metrics a world-model training run's record holds (JSON-ready)."""
         return self.model_dump(mode="json", exclude={"log"})
 
@@ -126,7 +125,7 @@ class CotrainRound(BaseModel):
     eval_pass_at_1: float | None = Field(None, alias="eval_pass@1")
     seconds: float
 
-    def stored(self) -> dict[str, Any]:
+    def stored(self) -> JsonObject:
         """The round's step row (JSON-ready; None values left out)."""
         return self.model_dump(mode="json", exclude_none=True)
 

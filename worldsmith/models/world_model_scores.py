@@ -4,9 +4,9 @@ scores overall and per environment, self-consistency, and the k-step compound er
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
+
+from worldsmith.jsonvalue import JsonObject
 
 
 class PrecisionRecall(BaseModel):
@@ -49,8 +49,8 @@ class OneStepScores(TransitionScores):
     self_consistency: SelfConsistency | None = None
 
     @model_serializer(mode="wrap")
-    def _printed_shape(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        fields: dict[str, Any] = handler(self)
+    def _printed_shape(self, handler: SerializerFunctionWrapHandler) -> JsonObject:
+        fields: JsonObject = handler(self)
         if fields.get("self_consistency", ...) is None:
             del fields["self_consistency"]
         return fields

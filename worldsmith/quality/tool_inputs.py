@@ -209,12 +209,10 @@ def tool_inputs(tool: ToolSchema, values: WorldValues, tables: set[str], referen
     """The valid and invalid argument sets `tool` is probed with: the reference solutions' arguments,
     each value of each parameter once (the others at their first value, optional ones absent), all
     optional ones present; and each invalid value of a parameter with the others valid."""
-    properties: dict[str, Any] = tool.parameters.get("properties") or {}
-    required = [p for p in tool.parameters.get("required", []) if p in properties]
+    properties = tool.argument_schemas()
+    required = [p for p in tool.required_arguments() if p in properties]
     per = {
-        p: parameter_values(p, s, values, tables, [r[p] for r in references if p in r])
-        for p, s in properties.items()
-        if isinstance(s, dict)
+        p: parameter_values(p, s, values, tables, [r[p] for r in references if p in r]) for p, s in properties.items()
     }
     base = {p: per[p].valid[0] for p in required if per.get(p) and per[p].valid}
     valid: list[JsonObject] = [*references, dict(base)]

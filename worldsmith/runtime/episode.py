@@ -18,12 +18,13 @@ import tempfile
 import threading
 import uuid
 from pathlib import Path
-from typing import Any, Protocol, Self
+from typing import Protocol, Self
 
 from pydantic import ValidationError
 
 from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.kinds import APP_TOOLS, ToolsKind
+from worldsmith.jsonvalue import JsonObject
 from worldsmith.models.bundle import TaskSpec
 from worldsmith.models.results import AppRoutes, DbDiff, ToolResult, VerifierResult
 from worldsmith.models.verdict import Verdict
@@ -52,7 +53,7 @@ class Episode(Protocol):
         """The tools' JSON Schemas (`tools.json`)."""
         ...
 
-    def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> ToolResult:
+    def call_tool(self, name: str, arguments: JsonObject | None = None) -> ToolResult:
         """Call tool `name`; bad arguments and refusals come back as `tool_error`, faults as `env_error`."""
         ...
 
@@ -83,9 +84,7 @@ def tool_schemas(bundle: Bundle) -> list[ToolSchemaJson]:
     ]
 
 
-def checked_call(
-    bundle: Bundle, name: str, arguments: dict[str, Any] | None
-) -> tuple[dict[str, Any], ToolResult | None]:
+def checked_call(bundle: Bundle, name: str, arguments: JsonObject | None) -> tuple[JsonObject, ToolResult | None]:
     """A call's arguments ({} for None) and, when the call is refused before any code runs (an
     unknown tool, arguments that break its schema), the `tool_error` that answers it."""
     arguments = {} if arguments is None else arguments
@@ -212,7 +211,7 @@ class SandboxEpisode:
         self.clock_skew_s = clock_skew_s  # sent with every request (`skew_s`)
         self.id = uuid.uuid4().hex
         self._lock = threading.Lock()
-        self._journal: list[tuple[str, dict[str, Any], int]] = []  # (tool, arguments, random seed)
+        self._journal: list[tuple[str, JsonObject, int]] = []  # (tool, arguments, random seed)
         self._calls = 0
         self._base: bytes | None = None  # database the journal starts from; None = world.db
         self._broken: str | None = None
@@ -320,7 +319,7 @@ class SandboxEpisode:
         """The tools' JSON Schemas (`tools.json`)."""
         return tool_schemas(self.bundle)
 
-    def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> ToolResult:
+    def call_tool(self, name: str, arguments: JsonObject | None = None) -> ToolResult:
         """Call tool `name`; bad arguments and refusals come back as `tool_error`, faults as `env_error`."""
         arguments, refusal = checked_call(self.bundle, name, arguments)
         if refusal is not None:

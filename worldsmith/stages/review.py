@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from worldsmith.agent.adversarial import Probe, judge_answer_variants, run_probes
 from worldsmith.bundle.contract import Bundle
+from worldsmith.jsonvalue import JsonObject
 from worldsmith.llm.backend import Generator, Prompt
 from worldsmith.models.quality import QualityCheck
 from worldsmith.models.specs import Review, ReviewFinding
@@ -64,7 +65,7 @@ class CheckedFinding:
     detail: str
     probed: bool = True
 
-    def record(self) -> dict[str, object]:
+    def record(self) -> JsonObject:
         f = self.finding
         return {
             "probe": f"review {f.category}",

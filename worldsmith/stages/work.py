@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any
 
 from pydantic import BaseModel, Field
 

@@ -17,7 +17,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, func, select
@@ -25,6 +25,7 @@ from sqlmodel import Session, col, func, select
 from worldsmith.bundle.contract import MANIFEST, Bundle, artifact_digest, sha256_hex
 from worldsmith.bundle.loader import load_bundle, manifest_bytes
 from worldsmith.errors import WorldsmithError
+from worldsmith.jsonvalue import JsonObject
 from worldsmith.models.bundle import Manifest
 from worldsmith.models.catalog import Artifact, Environment, EnvironmentVersion, QualityReport
 from worldsmith.models.quality import QualityCheck
@@ -55,7 +56,7 @@ class _Release:
     key: str
     status: str
     reason: str | None
-    quality: dict[str, Any] = field(default_factory=dict)
+    quality: dict[str, JsonObject] = field(default_factory=dict)
     checks: list[QualityCheck] = field(default_factory=list)
     failed_stage: str | None = None
     content_digest: str | None = None  # set: dedupe against versions holding the same digest
@@ -283,7 +284,45 @@ def fetch(ref: str, target: Path, store: ObjectStore, catalog: Catalog) -> Bundl
     return load_bundle(target)
 
 
-def version_record(session: Session, version: EnvironmentVersion) -> dict[str, Any]:
+class GeneratorRecord(TypedDict):
+    """Who wrote a version (its generator columns)."""
+
+    backend: str
+    model: str | None
+    prompt_version: str | None
+    seed: int | None
+
+
+class ReportRecord(TypedDict):
+    """One quality report of a version."""
+
+    kind: str
+    passed: bool
+    summary: JsonObject
+    details: list[JsonObject]
+
+
+class VersionRecord(TypedDict):
+    """A version as JSON (`catalog show --json`, a catalog export's `versions`)."""
+
+    ref: str
+    env_id: str
+    version: int
+    status: str
+    failure_reason: str | None
+    failed_stage: str | None
+    content_key: str
+    content_digest: str | None
+    manifest: str  # the manifest's digest
+    generator: GeneratorRecord
+    stats: dict[str, int]
+    quality: dict[str, JsonObject]
+    created_at: str  # ISO 8601
+    artifacts: dict[str, str]  # digest by file name
+    reports: list[ReportRecord]
+
+
+def version_record(session: Session, version: EnvironmentVersion) -> VersionRecord:
     """A JSON-ready description of a version with its artifacts and quality reports."""
     reports = session.exec(select(QualityReport).where(QualityReport.version_id == version.id)).all()
     return {

@@ -6,13 +6,15 @@ metrics and the Prefect flow run it ran in where one was recorded."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import TypedDict
 
 from sqlalchemy import case, func
 from sqlmodel import Session, col, select
 
+from worldsmith.jsonvalue import JsonObject, JsonValue
 from worldsmith.models.catalog import (
     EnvironmentSet,
     EnvironmentVersion,
@@ -40,6 +42,21 @@ class RunKind(StrEnum):
 _TRAINING_KINDS = {None: RunKind.TRAIN, "cotrain": RunKind.COTRAIN, "world_model": RunKind.WORLD_MODEL}
 
 
+class ListedRun(TypedDict):
+    """One run of the listing (`worldsmith runs ls --json` prints them as they are)."""
+
+    kind: str  # a RunKind's value
+    id: str  # a number for evaluation and training runs, the run id for generation runs
+    status: str | None  # None for generation runs
+    set: str | None  # the environment set's name
+    what: str  # what ran: policy, model or worlds
+    metrics: JsonObject  # the key metrics of its kind, by name (None: not recorded)
+    error: str | None
+    flow_run_id: str | None
+    started_at: str | None  # ISO 8601, UTC
+    finished_at: str | None  # a generation run's last attempt
+
+
 def run_status(run: EvaluationRun | TrainingRun) -> str:
     """The run's status, or `running (process gone)` for a run that reads `running` although the
     process that ran it on this host has died (killed outside a worker, so no hook failed it)."""
@@ -63,7 +80,13 @@ def flow_run_id(run_id: str) -> str | None:
         return None
 
 
-def generation_runs(session: Session, limit: int | None = None) -> list[dict[str, Any]]:
+def _error(run: EvaluationRun | TrainingRun) -> str | None:
+    """The error a failed run recorded in its metrics (None: none)."""
+    error = run.metrics.get("error")
+    return None if error is None else str(error)
+
+
+def generation_runs(session: Session, limit: int | None = None) -> list[ListedRun]:
     """Generation runs, newest first: first and last attempt, worlds attempted and how they ended
     (published good, published failed, neither: a duplicate of another world, or not finished),
     attempts, failed attempts, tokens and cost. Aggregated in SQL."""
@@ -101,7 +124,7 @@ def generation_runs(session: Session, limit: int | None = None) -> list[dict[str
             select(world_rows.c.run_id, published.c[1]).join(published, published.c.env_id == world_rows.c.env_id)
         ).all():
             outcomes[run_id]["good" if good else "failed"] += 1
-    rows = []
+    rows: list[ListedRun] = []
     for run_id, first, last, worlds_n, attempts, failed_attempts, tokens_in, tokens_out, cost in runs:
         good, failed = outcomes[run_id]["good"], outcomes[run_id]["failed"]
         rows.append(
@@ -136,15 +159,15 @@ def set_names(session: Session) -> dict[int | None, str]:
     return {s.id: s.name for s in session.exec(select(EnvironmentSet)).all()}
 
 
-def evaluation_runs(session: Session, limit: int | None = None) -> list[dict[str, Any]]:
+def evaluation_runs(session: Session, limit: int | None = None) -> list[ListedRun]:
     """Evaluation runs, newest first: policy, set, samples, pass@1, pass@k (k = samples), episodes and
     the env_error, agent_error and format_error rates."""
     names = set_names(session)
     query = select(EvaluationRun).order_by(col(EvaluationRun.started_at).desc(), col(EvaluationRun.id).desc())
-    rows = []
+    rows: list[ListedRun] = []
     for run in session.exec(query.limit(limit) if limit is not None else query).all():
         overall = stored_overall(run.metrics)  # None while running, or failed
-        metrics: dict[str, float | None] = {"pass@1": overall.pass_at_1 if overall else None}
+        metrics: JsonObject = {"pass@1": overall.pass_at_1 if overall else None}
         if run.samples > 1:
             metrics[f"pass@{run.samples}"] = overall.pass_at(run.samples) if overall else None
         metrics |= {
@@ -161,7 +184,7 @@ def evaluation_runs(session: Session, limit: int | None = None) -> list[dict[str
                 "set": names.get(run.set_id),
                 "what": f"{run.policy} ({run.metrics.get('world', 'real')} worlds, {run.samples} sample(s))",
                 "metrics": metrics,
-                "error": run.metrics.get("error"),
+                "error": _error(run),
                 "flow_run_id": run.flow_run_id,
                 "started_at": _iso(run.started_at),
                 "finished_at": _iso(run.finished_at),
@@ -170,7 +193,7 @@ def evaluation_runs(session: Session, limit: int | None = None) -> list[dict[str
     return rows
 
 
-def _training_metrics(kind: RunKind, run: TrainingRun, last_step: dict[str, Any]) -> dict[str, Any]:
+def _training_metrics(kind: RunKind, run: TrainingRun, last_step: Mapping[str, JsonValue]) -> JsonObject:
     """What says how a training run went: GRPO: steps, the last step's reward and success rate,
     validation pass@1 before and after; co-training: rounds, the last round's real success rate and
     evaluation; world model: steps and the last loss."""
@@ -193,19 +216,28 @@ def _training_metrics(kind: RunKind, run: TrainingRun, last_step: dict[str, Any]
     }
 
 
-def training_runs(session: Session, kinds: set[RunKind], limit: int | None = None) -> list[dict[str, Any]]:
+def trained_model(run: TrainingRun, cotrain: bool) -> JsonValue:
+    """The model a training run trained from, as its config records it: a co-training run's policy's."""
+    if not cotrain:
+        return run.config.get("model")
+    policy = run.config.get("policy", {})
+    return policy.get("model") if isinstance(policy, dict) else None
+
+
+def training_runs(session: Session, kinds: set[RunKind], limit: int | None = None) -> list[ListedRun]:
     """Training runs of `kinds` (train, cotrain, world-model), newest first, with their key metrics."""
     names = set_names(session)
-    rows = []
+    rows: list[ListedRun] = []
     query = select(TrainingRun).order_by(col(TrainingRun.started_at).desc(), col(TrainingRun.id).desc())
     for run in session.exec(query).all():
-        kind = _TRAINING_KINDS.get(run.config.get("kind"), RunKind.TRAIN)
+        config_kind = run.config.get("kind")
+        kind = _TRAINING_KINDS.get(config_kind if isinstance(config_kind, str) else None, RunKind.TRAIN)
         if kind not in kinds:
             continue
         last = session.exec(
             select(TrainingStep).where(TrainingStep.training_run_id == run.id).order_by(col(TrainingStep.step).desc())
         ).first()
-        model = run.config.get("policy", {}).get("model") if kind == RunKind.COTRAIN else run.config.get("model")
+        model = trained_model(run, cotrain=kind == RunKind.COTRAIN)
         rows.append(
             {
                 "kind": kind.value,
@@ -214,7 +246,7 @@ def training_runs(session: Session, kinds: set[RunKind], limit: int | None = Non
                 "set": names.get(run.set_id),
                 "what": str(model),
                 "metrics": _training_metrics(kind, run, last.metrics if last else {}),
-                "error": run.metrics.get("error"),
+                "error": _error(run),
                 "flow_run_id": run.flow_run_id,
                 "started_at": _iso(run.started_at),
                 "finished_at": _iso(run.finished_at),
@@ -225,13 +257,13 @@ def training_runs(session: Session, kinds: set[RunKind], limit: int | None = Non
     return rows
 
 
-def recorded_runs(session: Session, kind: RunKind | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+def recorded_runs(session: Session, kind: RunKind | None = None, limit: int | None = None) -> list[ListedRun]:
     """Every recorded run (or those of `kind`), newest first (by start), at most `limit` of them. Each row:
     kind, id (a number for evaluation and training runs, the run id for generation runs), status (None
     for generation runs), set, what ran (policy, model, worlds), key metrics, error, flow_run_id,
     started_at and finished_at (a generation run's last attempt)."""
     kinds = set(RunKind) if kind is None else {kind}
-    rows: list[dict[str, Any]] = []
+    rows: list[ListedRun] = []
     if RunKind.GENERATE in kinds:
         rows += generation_runs(session, limit)
     if RunKind.EVALUATE in kinds:

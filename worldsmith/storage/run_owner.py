@@ -6,23 +6,28 @@ from __future__ import annotations
 
 import os
 import socket
-from typing import Any
 
 import psutil
 
+from worldsmith.jsonvalue import JsonObject, JsonValue
 
-def this_process() -> dict[str, Any]:
-    """The process running a run: host, pid and start time (a pid is reused, the pair is not)."""
+
+def this_process() -> JsonObject:
+    """The process running a run: {"host", "pid", "started"}, its host, pid and start time (a pid is
+    reused, the pair is not)."""
     return {"host": socket.gethostname(), "pid": os.getpid(), "started": psutil.Process().create_time()}
 
 
-def process_alive(owner: dict[str, Any] | None) -> bool | None:
-    """Whether the process `owner` (from `this_process`) still runs: True or False when it ran on
-    this host, None when it ran on another host or none was recorded."""
-    if not owner or owner.get("host") != socket.gethostname():
+def process_alive(owner: JsonValue) -> bool | None:
+    """Whether the process `owner` (from `this_process`, as a run's metrics hold it) still runs: True or
+    False when it ran on this host, None when it ran on another host or none was recorded."""
+    if not isinstance(owner, dict) or owner.get("host") != socket.gethostname():
         return None
+    pid = owner["pid"]
+    if not isinstance(pid, int):
+        raise TypeError(f"a run's process id is a number, not {pid!r}")
     try:
-        same: bool = psutil.Process(owner["pid"]).create_time() == owner["started"]
+        same: bool = psutil.Process(pid).create_time() == owner["started"]
         return same
     except psutil.NoSuchProcess:
         return False

@@ -5,10 +5,11 @@ its flow run id (`worldsmith/flows/records.py` reads it and holds the `on_crashe
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
 
 from sqlmodel import col, select
 
+from worldsmith.jsonvalue import JsonValue
 from worldsmith.models.catalog import EvaluationRun, TrainingRun, TrainingStep, utcnow
 from worldsmith.storage.catalog import open_catalog
 from worldsmith.storage.run_owner import this_process
@@ -29,7 +30,7 @@ def add_run(row: RunRow) -> int:
         return run_id
 
 
-def finish_run(table: type[RunRow], run_id: int, status: str, metrics: dict[str, Any]) -> None:
+def finish_run(table: type[RunRow], run_id: int, status: str, metrics: Mapping[str, JsonValue]) -> None:
     """Set the run's status and finish time and merge `metrics` into its metrics."""
     update_run(table, run_id, metrics, status=status, finished=True)
 
@@ -37,7 +38,7 @@ def finish_run(table: type[RunRow], run_id: int, status: str, metrics: dict[str,
 def update_run(
     table: type[RunRow],
     run_id: int,
-    metrics: dict[str, Any],
+    metrics: Mapping[str, JsonValue],
     *,
     status: str | None = None,
     finished: bool = False,
@@ -57,10 +58,10 @@ def update_run(
         session.commit()
 
 
-def record_step(run_id: int, step: int, metrics: dict[str, Any]) -> None:
+def record_step(run_id: int, step: int, metrics: Mapping[str, JsonValue]) -> None:
     """A `training_steps` row of run `run_id`: one optimizer step, or one co-training round."""
     with open_catalog().session() as session:
-        session.add(TrainingStep(training_run_id=run_id, step=step, metrics=metrics))
+        session.add(TrainingStep(training_run_id=run_id, step=step, metrics=dict(metrics)))
         session.commit()
 
 

@@ -9,12 +9,13 @@ import random
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from sqlalchemy import func, insert
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import Session, col, select
 
+from worldsmith.jsonvalue import JsonObject
 from worldsmith.models.catalog import Environment, EnvironmentSet, EnvironmentSetMember, EnvironmentVersion
 from worldsmith.models.sets import SetQuery
 from worldsmith.storage.catalog import Catalog
@@ -156,7 +157,44 @@ def members_of(session: Session, env_set: EnvironmentSet) -> list[tuple[Environm
     return [(version, split) for version, split in rows]
 
 
-def set_manifest(session: Session, env_set: EnvironmentSet) -> dict[str, Any]:
+class SetMemberRecord(TypedDict):
+    """One member of a set as `set.json` lists it."""
+
+    ref: str
+    env_id: str
+    version: int
+    content_key: str
+    manifest: str  # the manifest's digest
+    split: str
+
+
+class SetManifest(TypedDict):
+    """A set as JSON (`set.json`, `sets show --json`)."""
+
+    format: str
+    name: str
+    query: JsonObject  # the SetQuery it was built from
+    created_at: str  # ISO 8601
+    members: list[SetMemberRecord]
+
+
+class TaskRow(TypedDict):
+    """One (env, task) row of an exported set's `tasks.jsonl` and `tasks.parquet`."""
+
+    set: str
+    env_id: str
+    version: int
+    ref: str
+    content_key: str
+    split: str
+    task_id: str
+    instruction: str
+    verifier: str
+    answer: str | None
+    solution: str  # the reference solution's steps as JSON text
+
+
+def set_manifest(session: Session, env_set: EnvironmentSet) -> SetManifest:
     """The set as JSON: its query and every member's version id, hashes and split."""
     return {
         "format": "worldsmith-set/1",
@@ -177,7 +215,7 @@ def set_manifest(session: Session, env_set: EnvironmentSet) -> dict[str, Any]:
     }
 
 
-def export_set(name: str, target: Path, store: ObjectStore, catalog: Catalog) -> dict[str, Any]:
+def export_set(name: str, target: Path, store: ObjectStore, catalog: Catalog) -> SetManifest:
     """Write set `name` into `target`: `set.json`, every member bundle under `bundles/ENV@V/`, and
     one row per (env, task) in `tasks.jsonl` and `tasks.parquet`."""
     import pyarrow as pa
@@ -186,7 +224,7 @@ def export_set(name: str, target: Path, store: ObjectStore, catalog: Catalog) ->
     with catalog.session() as session:
         manifest = set_manifest(session, get_set(session, name))
     target.mkdir(parents=True, exist_ok=True)
-    rows: list[dict[str, Any]] = []
+    rows: list[TaskRow] = []
     for member in manifest["members"]:
         bundle = fetch(member["ref"], target / "bundles" / member["ref"], store, catalog)
         for task in bundle.tasks:

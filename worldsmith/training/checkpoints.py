@@ -33,7 +33,7 @@ def save_checkpoint(run_id: int, directory: Path, step: int, metrics: dict[str, 
     numeric `metrics` (a final model's: `final` True); returns the digest."""
     digest = configured_store().put_bytes(tar_directory(directory))
     with open_catalog().session() as session:
-        session.add(Checkpoint(training_run_id=run_id, step=step, digest=digest, metrics=metrics))
+        session.add(Checkpoint(training_run_id=run_id, step=step, digest=digest, metrics={**metrics}))
         session.commit()
     return digest
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.loader import build_bundle
+from worldsmith.jsonvalue import JsonObject
 from worldsmith.models.bundle import TaskSpec
 
 SOURCES = ("schema.sql", "seed.sql", "tools.py", "tasks.jsonl", "verifiers.py")
@@ -132,7 +133,7 @@ def plant(bundle: Bundle, fault: str) -> PlantedFault:
     tasks = [TaskSpec.model_validate_json(line) for line in sources["tasks.jsonl"].splitlines() if line.strip()]
     targets = PLANTERS[fault](sources, tasks)
     sources["tasks.jsonl"] = "".join(json.dumps(task.model_dump()) + "\n" for task in tasks)
-    manifest = {"env_id": f"{bundle.env_id}_{fault}", "scenario": bundle.manifest.scenario.model_dump()}
+    manifest: JsonObject = {"env_id": f"{bundle.env_id}_{fault}", "scenario": bundle.manifest.scenario.model_dump()}
     if bundle.manifest.clock:
         manifest["clock"] = bundle.manifest.clock
     return PlantedFault(fault, build_bundle(sources, manifest), targets)

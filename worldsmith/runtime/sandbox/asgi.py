@@ -20,9 +20,11 @@ import importlib
 import json
 import re
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from worldsmith.jsonvalue import JsonObject, JsonValue
 
 #: The web stack an app may use, imported before the worker confines itself.
 FRAMEWORK_MODULES = (
@@ -137,13 +139,13 @@ class Route:
     query_params: list[str] = field(default_factory=list)
     body_fields: list[str] = field(default_factory=list)
     body_whole: str | None = None  # a body that is not an object: passed as this one argument
-    parameters: dict[str, Any] = field(default_factory=dict)
+    parameters: JsonObject = field(default_factory=dict)  # the JSON Schema of its arguments
 
-    def schema(self) -> dict[str, Any]:
+    def schema(self) -> JsonObject:
         return {"name": self.name, "description": self.description, "parameters": self.parameters}
 
 
-def _resolve(node: Any, components: dict[str, Any], depth: int = 0) -> Any:
+def _resolve(node: Any, components: Mapping[str, JsonObject], depth: int = 0) -> Any:
     """`node` with `#/components/schemas/...` references inlined (recursion cut at depth 8)."""
     if isinstance(node, dict):
         ref = node.get("$ref")
@@ -173,7 +175,7 @@ def routes_of(app: Any) -> dict[str, Route]:
                 path=path,
                 description=" ".join(x for x in (op.get("summary"), op.get("description")) if x) or op["operationId"],
             )
-            properties: dict[str, Any] = {}
+            properties: JsonObject = {}
             required: list[str] = []
             for param in op.get("parameters", []):
                 where = param.get("in")
@@ -202,14 +204,14 @@ def routes_of(app: Any) -> dict[str, Route]:
             route.parameters = {
                 "type": "object",
                 "properties": properties,
-                "required": sorted(set(required)),
+                "required": [*sorted(set(required))],
                 "additionalProperties": False,
             }
             routes[route.name] = route
     return routes
 
 
-def _split(route: Route, arguments: dict[str, Any]) -> tuple[str, list[tuple[str, str]], bytes | None]:
+def _split(route: Route, arguments: Mapping[str, JsonValue]) -> tuple[str, list[tuple[str, str]], bytes | None]:
     """(path, query pairs, JSON body) of a call: path parameters by name, then query parameters,
     the rest is the body. Raises KeyError naming a missing path parameter."""
     path = route.path
@@ -277,7 +279,7 @@ async def _request(
     return status, b"".join(chunks)
 
 
-def call(app: Any, route: Route, arguments: dict[str, Any]) -> tuple[int, Any]:
+def call(app: Any, route: Route, arguments: Mapping[str, JsonValue]) -> tuple[int, JsonValue]:
     """One call of `route` with flat `arguments`: (HTTP status, decoded JSON body or text)."""
     assert LOOP is not None, "preload() makes the event loop"
     path, query, body = _split(route, arguments)

@@ -23,10 +23,11 @@ import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import CodeType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from worldsmith.bundle.asgiapp import CLOCK, ENGINE_FACTORY
 from worldsmith.bundle.sqlscript import deserialize, snapshot
+from worldsmith.jsonvalue import JsonObject, JsonValue
 from worldsmith.runtime.errors import ToolError
 from worldsmith.runtime.sandbox import guard, worldclock
 from worldsmith.runtime.sandbox.episodedb import (
@@ -42,6 +43,9 @@ from worldsmith.runtime.sandbox.guard import SandboxViolation
 from worldsmith.runtime.sandbox.messages import Status, WorkerConfig
 from worldsmith.runtime.sandbox.protocol import truncated
 from worldsmith.runtime.sandbox.records import LoadedEnv, OpenEpisode
+
+if TYPE_CHECKING:  # loaded late, by ASGI workers only (worker._preload)
+    from worldsmith.runtime.sandbox.asgi import Route
 
 MAX_STDOUT = 64 * 1024
 
@@ -178,7 +182,7 @@ class SandboxHost:
         # no reset on return: the runtime, not the pool, ends the call's savepoint
         return create_engine("sqlite://", creator=connection, poolclass=NullPool, pool_reset_on_return=None)
 
-    def start_app(self, env: LoadedEnv) -> dict[str, Any]:
+    def start_app(self, env: LoadedEnv) -> dict[str, Route]:
         """Run app.py once (on a private copy of the world) and read its routes (by tool name)."""
         if env.app is not None:
             return env.routes
@@ -212,7 +216,7 @@ class SandboxHost:
         env.app, env.routes = apps[0], routes
         return env.routes
 
-    def call_route(self, episode: OpenEpisode, name: str, arguments: dict[str, Any]) -> Any:
+    def call_route(self, episode: OpenEpisode, name: str, arguments: JsonObject) -> JsonValue:
         """Send one request to the app as generated code: 4xx answers are the tool's refusals
         (ToolError), 5xx answers and exceptions are faults of the environment."""
         from worldsmith.runtime.sandbox import asgi

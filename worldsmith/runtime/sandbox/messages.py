@@ -18,9 +18,11 @@ The wire format is JSON: these types add no field and change no value, they name
 
 # No `from __future__ import annotations`: the annotations are read when each class is made, so that
 # `NotRequired` counts at run time too (`__required_keys__`; a string annotation hides it).
-from typing import Any, Literal, NotRequired, Required, TypedDict, cast, final
+from typing import Literal, NotRequired, Required, TypedDict, cast, final
 
 from worldsmith.bundle.kinds import ToolsCode
+from worldsmith.jsonvalue import JsonObject, JsonValue
+from worldsmith.runtime.sandbox.dbdiff import TableChanges
 
 #: How a request ended: done, refused as the agent's fault (a tool's refusal), or failed as the
 #: environment's fault (its code, or a sandbox limit it broke: `limit`).
@@ -130,7 +132,7 @@ class CallRequest(RequestFields):
     op: Literal["call"]
     episode: str
     tool: str
-    arguments: dict[str, Any]  # the tool's arguments: any JSON object
+    arguments: JsonObject  # the tool's arguments
 
 
 @final
@@ -238,7 +240,7 @@ class StatusOnly(TypedDict):
 class CallReply(TypedDict):
     """A tool call's answer."""
 
-    value: Any  # the tool's result: any JSON value
+    value: JsonValue  # the tool's result
     stdout: str  # what its code printed (cut)
     changed: bool  # whether it wrote to the episode's database
 
@@ -247,19 +249,19 @@ class VerifyReply(TypedDict):
     """A verifier's answer."""
 
     verdict: str  # a `Verdict`'s value
-    evidence: dict[str, Any]  # the verifier's evidence: any JSON object (or a marked excerpt)
+    evidence: JsonObject  # the verifier's evidence (or a marked excerpt)
 
 
 class DiffReply(TypedDict):
     """The rows two databases differ by."""
 
-    diff: dict[str, Any]  # per table: inserted, updated and deleted rows (`models.results.DbDiff`)
+    diff: dict[str, TableChanges]  # by table (`models.results.DbDiff`)
 
 
 class RoutesReply(TypedDict):
     """An ASGI environment's tools."""
 
-    tools: list[dict[str, Any]]  # one JSON schema per route
+    tools: list[JsonObject]  # one tool schema per route ({"name", "description", "parameters"})
 
 
 class PingReply(TypedDict):
@@ -289,13 +291,13 @@ class Reply(TypedDict, total=False):
     limit: str | None
     refused_module: str | None
     # the ops' parts
-    value: Any
+    value: JsonValue
     stdout: str
     changed: bool
     verdict: str
-    evidence: dict[str, Any]
-    diff: dict[str, Any]
-    tools: list[dict[str, Any]]
+    evidence: JsonObject
+    diff: dict[str, TableChanges]
+    tools: list[JsonObject]
     episodes: int
     envs: int
     processes: dict[str, int]

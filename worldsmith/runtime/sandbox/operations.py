@@ -20,11 +20,11 @@ import shutil
 import sqlite3
 import sys
 from collections.abc import Callable
-from typing import Any
 
 from worldsmith.bundle.jsonvalues import json_text
 from worldsmith.bundle.kinds import TOOLS_KINDS, VERIFIERS_KINDS, Tool
 from worldsmith.bundle.sqlscript import deserialize, restore, snapshot
+from worldsmith.jsonvalue import JsonObject
 from worldsmith.runtime.sandbox import dbdiff, episodedb
 from worldsmith.runtime.sandbox.episodedb import refuse_transaction_control, write_db
 from worldsmith.runtime.sandbox.failure import Failure
@@ -64,7 +64,7 @@ MAX_RESULT_BYTES = 4 * 1024 * 1024
 MAX_EVIDENCE_BYTES = 1024 * 1024  # a verifier's evidence as JSON, replaced by a marked excerpt beyond this
 
 
-def _capped_evidence(evidence: dict[str, Any]) -> dict[str, Any]:
+def _capped_evidence(evidence: JsonObject) -> JsonObject:
     """A verifier's evidence as sent back: whole up to MAX_EVIDENCE_BYTES of JSON, else a marked excerpt."""
     try:
         text = json_text(evidence)

@@ -11,10 +11,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from types import CodeType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from worldsmith.bundle.kinds import Tool, ToolsKind, VerifiersKind
 from worldsmith.runtime.sandbox.episodedb import EpisodeConnection
+
+if TYPE_CHECKING:  # loaded late, by ASGI workers only (worker._preload)
+    from worldsmith.runtime.sandbox.asgi import Route
 
 
 @dataclass
@@ -30,7 +33,7 @@ class LoadedEnv:
     tool_names: list[str]
     clock: str | None = None  # ISO instant the code's clock reads answer (None: the real time); see worldclock
     app: Any = None  # an app object, made on first use
-    routes: dict[str, Any] = field(default_factory=dict)
+    routes: dict[str, Route] = field(default_factory=dict)
     load_error: str | None = None  # strict isolation: why the tools do not load (checked once)
 
 
