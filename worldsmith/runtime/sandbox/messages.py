@@ -227,24 +227,16 @@ class StatusOnly(TypedDict):
 
 
 class CallReply(TypedDict):
-    """A tool call's answer."""
+    """A tool call's answer; its value comes as the reply's one blob, the JSON text of the tool's result."""
 
-    value: Any  # the tool's result: any JSON value
     stdout: str  # what its code printed (cut)
     changed: bool  # whether it wrote to the episode's database
 
 
 class VerifyReply(TypedDict):
-    """A verifier's answer."""
+    """A verifier's answer; its evidence comes as the reply's one blob, a JSON object (or a marked excerpt)."""
 
     verdict: str  # a `Verdict`'s value
-    evidence: dict[str, Any]  # the verifier's evidence: any JSON object (or a marked excerpt)
-
-
-class DiffReply(TypedDict):
-    """The rows two databases differ by."""
-
-    diff: dict[str, Any]  # per table: inserted, updated and deleted rows (`models.results.DbDiff`)
 
 
 class RoutesReply(TypedDict):
@@ -268,7 +260,7 @@ class ReapReply(TypedDict):
 
 
 #: What an op of the worker's answers, beyond its status: its part of the reply.
-OpReply = StatusOnly | CallReply | VerifyReply | DiffReply | RoutesReply | PingReply | ReapReply
+OpReply = StatusOnly | CallReply | VerifyReply | RoutesReply | PingReply | ReapReply
 
 
 class Reply(TypedDict, total=False):
@@ -279,13 +271,11 @@ class Reply(TypedDict, total=False):
     error: str | None
     limit: str | None
     refused_module: str | None
-    # the ops' parts
-    value: Any
+    # the ops' parts (what can be large comes as blobs: a call's value, a verifier's evidence, a diff's
+    # rows per table as `models.results.DbDiff` has them, each as JSON)
     stdout: str
     changed: bool
     verdict: str
-    evidence: dict[str, Any]
-    diff: dict[str, Any]
     tools: list[dict[str, Any]]
     episodes: int
     envs: int

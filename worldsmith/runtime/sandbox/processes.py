@@ -27,6 +27,7 @@ from worldsmith.runtime.sandbox.failure import Failure
 from worldsmith.runtime.sandbox.messages import Reply, Request, WorkerConfig, as_request, episode_of
 from worldsmith.runtime.sandbox.protocol import (
     EPISODE_OPS,
+    MAX_REPLY_HEADER,
     FrameReader,
     ProtocolClosed,
     ProtocolTimeout,
@@ -35,6 +36,7 @@ from worldsmith.runtime.sandbox.protocol import (
     encode,
     process_failure,
     process_wait,
+    reply_blob_limit,
     send_within,
     write_frame,
 )
@@ -203,7 +205,7 @@ class ForkedProcesses:
         if persistent:
             os.close(requests_r)
             os.set_blocking(requests_w, False)  # `_send` waits for room itself, up to the request's deadline
-        reader = FrameReader(replies_r, max_blobs=self.config["memory_mb"] * 1024 * 1024)
+        reader = FrameReader(replies_r, max_header=MAX_REPLY_HEADER, max_blobs=self.config["memory_mb"] * 1024 * 1024)
         return RunProcess(pid=pid, replies=reader, requests=requests_w if persistent else None)
 
     def _send(self, process: RunProcess, request: Request, blobs: list[bytes]) -> bool:
@@ -222,7 +224,7 @@ class ForkedProcesses:
         death, or for a reply outside the contract."""
         wait = self._wait(request)
         try:
-            frame, blobs = process.replies.read(time.monotonic() + wait)
+            frame, blobs = process.replies.read(time.monotonic() + wait, max_blobs=reply_blob_limit(request.get("op")))
             return accepted_reply(frame, request.get("id")), blobs
         except ProtocolTimeout:
             raise Failure("env_error", process_failure("timeout", f"{wait:g} s"), "timeout") from None
