@@ -54,7 +54,7 @@ from worldsmith.runtime.answers import answer, one_line
 from worldsmith.runtime.episode import Episode, Runtime
 from worldsmith.serving import hotpath
 from worldsmith.serving.affinity import Member
-from worldsmith.serving.mcp_results import call
+from worldsmith.serving.mcp_results import JsonAnswer, call_json
 from worldsmith.serving.served_world import ServedWorld, WorldUnavailable
 from worldsmith.serving.sessions import SUBMITTED_KEY, LiveSession, expire_idle_sessions
 from worldsmith.serving.submit import SUBMIT_TOOL, is_submit, submit_clash
@@ -203,10 +203,12 @@ class Gateway:
         request_id, name, arguments = found
         if is_submit(live.episode, name, verdicts=self.verdicts):
             return False
-        result = await call(live.world, live.episode, name, arguments)
-        await hotpath.send_result(
-            send, session_id, request_id, result.model_dump(by_alias=True, mode="json", exclude_none=True)
-        )
+        answered = await call_json(live.world, live.episode, name, arguments)
+        if isinstance(answered, JsonAnswer):
+            await hotpath.send_text_result(send, session_id, request_id, answered.text, answered.wrapped)
+        else:
+            result = answered.model_dump(by_alias=True, mode="json", exclude_none=True)
+            await hotpath.send_result(send, session_id, request_id, result)
         return True
 
     # -- HTTP -----------------------------------------------------------------------------------
