@@ -131,6 +131,15 @@ class Settings(BaseSettings):
     gateway_port: int = 8765
     gateway_session_idle_s: float = Field(900.0, gt=0, description="Idle MCP sessions (episodes) expire after this.")
     gateway_max_sessions: int = Field(4096, ge=1, description="Open MCP sessions per environment; more get HTTP 503.")
+    gateway_allowed_hosts: list[str] = Field(
+        default_factory=list,
+        description="Host names the gateway answers besides localhost, 127.0.0.1, [::1] and its own address (NAME: "
+        "any port; NAME:PORT); any other Host or Origin is refused (DNS rebinding).",
+    )
+    gateway_token_file: Path | None = Field(
+        None,
+        description="File holding the bearer token gateway callers must send (Authorization: Bearer); unset: none.",
+    )
 
     # Operations (docs/operations.md): the local Prefect server of `worldsmith up` and the dashboard
     prefect_port: int = Field(

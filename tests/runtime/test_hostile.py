@@ -1353,16 +1353,13 @@ def test_the_gateway_turns_what_a_call_can_raise_into_a_tool_error(golden, monke
 
     def hostile(self, name, arguments=None):
         if failure == "forged_deep_value":  # a reply no worker's own check let through
-            deep: list = []
-            for _ in range(500):
-                deep = [deep]
-            return ToolResult.model_construct(status="ok", value=deep, error=None, limit=None, stdout="", changed=False)
+            return ToolResult(status="ok"), b"[" * 500 + b"]" * 500
         raise RuntimeFault("sandbox workers keep dying; giving up") if failure == "runtime_fault" else failure
 
     async def calls(session):
         return await session.call_tool("get_customer", {"customer_id": 1}), await session.list_tools()
 
-    monkeypatch.setattr(SandboxEpisode, "call_tool", hostile)
+    monkeypatch.setattr(SandboxEpisode, "call_tool_text", hostile)  # what the gateway calls
     with Runtime(limits=FAST_LIMITS, workers=1) as rt:
         with BackgroundServer(Gateway(rt, [golden]).app()) as server:
             result, tools = _mcp_session(server.url, golden.env_id, calls)

@@ -45,9 +45,9 @@ from worldsmith.runtime.sandbox.worker import RUN_OPS
 pytestmark = pytest.mark.unit
 
 REQUESTS = get_args(Request)
-#: Fields of a `Reply` the run-time check leaves alone: any JSON (`value`), fields of ops the worker
-#: answers itself (never a request's process: ping, reap), and the runtime's own.
-UNCHECKED_REPLY_FIELDS = {"value", "episodes", "envs", "processes", "ending", *RUNTIME_FIELDS}
+#: Fields of a `Reply` the run-time check leaves alone: fields of ops the worker answers itself (never a
+#: request's process: ping, reap), and the runtime's own.
+UNCHECKED_REPLY_FIELDS = {"episodes", "envs", "processes", "ending", *RUNTIME_FIELDS}
 
 
 def runtime_types(annotation: Any) -> set[type]:
@@ -120,7 +120,6 @@ def test_the_run_time_reply_check_agrees_with_the_reply_type() -> None:
 def test_a_reply_is_accepted_less_the_runtime_s_fields() -> None:
     frame: dict[str, object] = {
         "status": "ok",
-        "value": {"rows": [1, 2]},
         "stdout": "",
         "changed": True,
         "seconds": 0.1,
@@ -129,7 +128,7 @@ def test_a_reply_is_accepted_less_the_runtime_s_fields() -> None:
         "channel": True,
     }
     reply = accepted_reply(frame, 7)
-    assert reply == {"status": "ok", "value": {"rows": [1, 2]}, "stdout": "", "changed": True, "retire": False}
+    assert reply == {"status": "ok", "stdout": "", "changed": True, "retire": False}
 
 
 @pytest.mark.parametrize(

@@ -156,6 +156,21 @@ def env_serve(
             "--max-loaded worlds; a session stays with the process that opened it (docs/operations.md).",
         ),
     ] = 1,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allow-host",
+            help="A Host name clients may use besides localhost, 127.0.0.1, [::1] and --host (NAME: any port; "
+            "NAME:PORT); repeat for more; added to WORLDSMITH_GATEWAY_ALLOWED_HOSTS. Other Host or Origin: 403.",
+        ),
+    ] = None,
+    token_file: Annotated[
+        Path | None,
+        typer.Option(
+            help="File holding a bearer token every caller must send (Authorization: Bearer TOKEN; else 401) "
+            "(default WORLDSMITH_GATEWAY_TOKEN_FILE: none).",
+        ),
+    ] = None,
     member: Annotated[str | None, typer.Option(hidden=True, help="Set by --processes: INDEX/N@PID:RUN_DIR.")] = None,
 ) -> None:
     """Serve bundles over MCP (streamable HTTP) at http://HOST:PORT/envs/<env_id>/mcp?task=<id>; each
@@ -168,11 +183,18 @@ def env_serve(
     worlds = _served_sources(sources or [], set_name)
     if not worlds:
         raise failure(f"set {set_name!r} has no members: add environments to it or serve others")
+    from worldsmith.serving.access import Access, read_token_file
     from worldsmith.serving.gateway import Gateway, serve
 
     host = host or settings.gateway_host
     port = port or settings.gateway_port
     session_idle = session_idle or settings.gateway_session_idle_s
+    token_file = token_file or settings.gateway_token_file
+    access = Access(  # AccessRefused (a host that is no name, a token file that cannot be used): one line
+        allowed_hosts=(*settings.gateway_allowed_hosts, *(allow_host or [])),
+        token=read_token_file(token_file) if token_file is not None else None,
+        bound=host,
+    )
 
     def serving() -> None:
         shown = worlds if len(worlds) <= 10 else worlds[:5]
@@ -180,9 +202,15 @@ def env_serve(
             say(f"serving {world.env_id} at http://{host}:{port}/envs/{world.env_id}/mcp", highlight=False)
         if len(shown) < len(worlds):
             say(f"... and {len(worlds) - len(shown)} more: http://{host}:{port}/envs lists them all", highlight=False)
+        if token_file is not None:
+            say(f"callers send Authorization: Bearer <the token in {token_file}>", highlight=False)
 
     if processes > 1 and member is None:
-        _supervise(worlds, sources or [], set_name, host, port, verdicts, session_idle, max_loaded, processes, serving)
+        options = [*(arg for name in allow_host or [] for arg in ("--allow-host", name))]
+        options += ["--token-file", str(token_file)] if token_file is not None else []
+        _supervise(
+            worlds, sources or [], set_name, host, port, verdicts, session_idle, max_loaded, processes, options, serving
+        )
         return
     from worldsmith.serving.affinity import Member
     from worldsmith.serving.supervisor import serve_member
@@ -197,12 +225,13 @@ def env_serve(
             verdicts=verdicts,
             max_loaded=max_loaded,
             member=Member.parse(member) if member is not None else None,
+            access=access,
         )
         if gateway.member is None:
             serving()
             serve(gateway, host, port)
         else:
-            serve_member(gateway.app(), gateway.member, host, port)
+            serve_member(gateway.app(), gateway.member, host, port, access=access)
 
 
 def _supervise(
@@ -215,10 +244,12 @@ def _supervise(
     session_idle: float,
     max_loaded: int,
     processes: int,
+    access_options: list[str],
     serving: Callable[[], None],
 ) -> None:
     """`env serve --processes N`: what one process would refuse refused here, then N gateway processes
-    of the same options (serving/supervisor.py) until interrupted."""
+    of the same options (serving/supervisor.py; `access_options`: --allow-host, --token-file) until
+    interrupted."""
     from worldsmith.serving.gateway import Gateway
     from worldsmith.serving.supervisor import check_port_free, supervise
 
@@ -229,4 +260,5 @@ def _supervise(
     command += ["--host", host, "--port", str(port), "--session-idle", repr(session_idle)]
     command += ["--max-loaded", str(max_loaded), "--processes", str(processes)]
     command += ["--verdicts"] if verdicts else []
+    command += access_options
     raise typer.Exit(supervise(command, processes, on_ready=serving))

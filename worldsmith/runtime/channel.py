@@ -23,12 +23,14 @@ from worldsmith.errors import WorldsmithError
 from worldsmith.runtime.sandbox.messages import EpisodeRequest, Reply
 from worldsmith.runtime.sandbox.protocol import (
     MAX_ERROR_CHARS,
+    MAX_REPLY_HEADER,
     FrameReader,
     ProtocolClosed,
     ProtocolTimeout,
     ProtocolViolation,
     accepted_reply,
     encode,
+    reply_blob_limit,
     send_within,
     truncated,
 )
@@ -45,11 +47,13 @@ class ChannelBroken(WorldsmithError):
 
 class EpisodeChannel:
     """The pipes to one episode's process (received close-on-exec): requests written within the
-    deadline, replies read and checked (`max_blobs`: the most bytes a reply's blobs may hold). `lock`
-    is held for each request (and by whoever gives the channel up)."""
+    deadline, replies read and checked (`max_blobs`: the most bytes a reply's blobs may hold;
+    `database_bytes`: the most a snapshot's may). `lock` is held for each request (and by whoever
+    gives the channel up)."""
 
-    def __init__(self, replies_fd: int, requests_fd: int, *, max_blobs: int):
-        self.reader = FrameReader(replies_fd, max_blobs=max_blobs)
+    def __init__(self, replies_fd: int, requests_fd: int, *, max_blobs: int, database_bytes: int):
+        self.reader = FrameReader(replies_fd, max_header=MAX_REPLY_HEADER, max_blobs=max_blobs)
+        self.database_bytes = database_bytes
         self.requests = requests_fd
         os.set_blocking(requests_fd, False)  # a process that stops reading cannot block the parent
         self.lock = threading.Lock()
@@ -69,7 +73,8 @@ class EpisodeChannel:
         if unsent == "broken":  # it died while reading the request
             raise ChannelBroken("crash")
         try:
-            frame, reply_blobs = self.reader.read(deadline)
+            limit = reply_blob_limit(request.get("op"), database_bytes=self.database_bytes)
+            frame, reply_blobs = self.reader.read(deadline, max_blobs=limit)
             reply = accepted_reply(frame, number)
         except ProtocolTimeout:
             raise ChannelBroken("timeout", f"{wait:g} s") from None

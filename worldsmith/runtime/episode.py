@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import shutil
 import tempfile
 import threading
@@ -37,8 +38,9 @@ from worldsmith.runtime.worker_handle import SandboxWorker
 from worldsmith.settings import get_settings
 from worldsmith.toolschema import ToolSchemaJson
 
-#: The fields of a worker's reply that make a `ToolResult` (the rest is the channel's own).
-_RESULT_FIELDS = frozenset(ToolResult.model_fields)
+#: The fields of a worker's reply that make a `ToolResult` (the rest is the channel's own; the value
+#: comes as the reply's blob).
+_RESULT_FIELDS = frozenset(ToolResult.model_fields) - {"value"}
 
 
 class Episode(Protocol):
@@ -287,17 +289,16 @@ class SandboxEpisode:
                 raise
         raise RuntimeFault("sandbox workers keep dying; giving up")
 
-    def _invalid_reply(self, problem: ValidationError) -> str:
+    def _invalid_reply(self, problem: ValidationError | str) -> str:
         """A well-framed reply whose content breaks the reply contract (generated code can reach the
         worker's encoder, e.g. through a class attribute of `json`): the worker is not trusted again.
         It is killed and this episode moves to a fresh one; returns the reason for the env_error."""
-        errors = problem.errors()
-        where = ".".join(str(part) for part in errors[0]["loc"]) if errors else ""
-        message = errors[0]["msg"] if errors else str(problem)
-        reason = (
-            f"sandbox limit protocol: the worker sent an invalid reply ({where or 'reply'}: {message}); "
-            "worker killed and replaced"
-        )
+        if isinstance(problem, ValidationError):
+            errors = problem.errors()
+            where = ".".join(str(part) for part in errors[0]["loc"]) if errors else ""
+            message = errors[0]["msg"] if errors else str(problem)
+            problem = f"{where or 'reply'}: {message}"
+        reason = f"sandbox limit protocol: the worker sent an invalid reply ({problem}); worker killed and replaced"
         self._worker.kill(reason)
         self._relocate()
         return reason
@@ -321,26 +322,44 @@ class SandboxEpisode:
 
     def call_tool(self, name: str, arguments: JsonObject | None = None) -> ToolResult:
         """Call tool `name`; bad arguments and refusals come back as `tool_error`, faults as `env_error`."""
+        result, text = self.call_tool_text(name, arguments)
+        if text is None:
+            return result
+        try:
+            result.value = json.loads(text)
+        except (ValueError, RecursionError) as exc:  # only a forged reply carries text json_text did not write
+            problem = f"the value is not JSON: {type(exc).__name__}"
+            return ToolResult(status="env_error", error=self._invalid_reply(problem), limit="protocol")
+        return result
+
+    def call_tool_text(self, name: str, arguments: JsonObject | None = None) -> tuple[ToolResult, bytes | None]:
+        """Call tool `name` as `call_tool` does, its value left as the JSON text the sandbox sent (at most
+        `MAX_RESULT_BYTES`, not checked here: a reply can be forged): the result, its `value` None, and
+        the value's text when the call succeeded (None otherwise). What the MCP gateway answers from,
+        without decoding a large value into objects (serving/mcp_results.py)."""
         arguments, refusal = checked_call(self.bundle, name, arguments)
         if refusal is not None:
-            return refusal
+            return refusal, None
         with self._lock:
             if self._broken:
-                return ToolResult(status="env_error", error=self._broken, limit="crash")
+                return ToolResult(status="env_error", error=self._broken, limit="crash"), None
             seed = self._next_seed()
             try:
-                reply, _ = self._request(
+                reply, blobs = self._request(
                     {"op": "call", "episode": self.id, "tool": name, "arguments": arguments, "seed": seed}
                 )
             except WorkerLost as lost:
-                return ToolResult(status="env_error", error=lost.reason, limit=lost.limit)
+                return ToolResult(status="env_error", error=lost.reason, limit=lost.limit), None
             try:
                 result = ToolResult.model_validate({k: v for k, v in reply.items() if k in _RESULT_FIELDS})
             except ValidationError as exc:
-                return ToolResult(status="env_error", error=self._invalid_reply(exc), limit="protocol")
+                return ToolResult(status="env_error", error=self._invalid_reply(exc), limit="protocol"), None
+            if result.ok and len(blobs) != 1:
+                problem = f"a result with {len(blobs)} values"
+                return ToolResult(status="env_error", error=self._invalid_reply(problem), limit="protocol"), None
             if result.ok and result.changed:
                 self._journal.append((name, arguments, seed))
-            return result
+            return result, blobs[0] if result.ok else None
 
     def snapshot(self) -> bytes:
         """The episode's database, serialized."""
@@ -365,11 +384,14 @@ class SandboxEpisode:
     def diff(self, before: bytes, after: bytes | None = None) -> DbDiff:
         """Rows inserted, updated and deleted per table from snapshot `before` to `after` (default: now)."""
         with self._lock:
-            reply, _ = self._request(
+            reply, blobs = self._request(
                 {"op": "diff", "episode": self.id}, [before] if after is None else [before, after], calls=10
             )
             self._raise_unless_ok(reply, "diff")
-            return DbDiff.model_validate({"tables": reply["diff"]})
+            try:
+                return DbDiff.model_validate({"tables": json.loads(blobs[0])})
+            except (IndexError, ValueError, RecursionError) as exc:  # ValidationError is a ValueError
+                raise RuntimeFault(f"diff failed: {self._invalid_reply(f'no diff: {type(exc).__name__}')}") from None
 
     def verify(self, answer: str = "") -> VerifierResult:
         """Run the task's verifier on the untouched and the current database plus the final `answer`."""
@@ -377,7 +399,7 @@ class SandboxEpisode:
             raise RuntimeFault("this episode has no task to verify")
         with self._lock:
             try:
-                reply, _ = self._request(
+                reply, blobs = self._request(
                     {"op": "verify", "episode": self.id, "verifier": self.task.verifier, "answer": answer}, calls=2
                 )
             except WorkerLost as lost:
@@ -390,11 +412,13 @@ class SandboxEpisode:
                         limit=reply.get("limit"),
                         refused_module=reply.get("refused_module"),
                     )
-                return VerifierResult.model_validate(
-                    {"status": reply.get("verdict"), "evidence": reply.get("evidence") or {}}
-                )
+                evidence = json.loads(blobs[0]) if blobs else None
+                return VerifierResult.model_validate({"status": reply.get("verdict"), "evidence": evidence or {}})
             except ValidationError as exc:
                 return VerifierResult(status=Verdict.env_error, error=self._invalid_reply(exc), limit="protocol")
+            except (ValueError, RecursionError) as exc:  # only a forged reply carries evidence json_text did not write
+                problem = f"the evidence is not JSON: {type(exc).__name__}"
+                return VerifierResult(status=Verdict.env_error, error=self._invalid_reply(problem), limit="protocol")
 
     @staticmethod
     def _raise_unless_ok(reply: Reply, what: str) -> None:

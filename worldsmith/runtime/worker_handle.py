@@ -33,12 +33,14 @@ from worldsmith.runtime.limits import SandboxLimits
 from worldsmith.runtime.sandbox.messages import EpisodeRequest, Hello, Reply, Request, as_reply, episode_of
 from worldsmith.runtime.sandbox.protocol import (
     EPISODE_OPS,
+    MAX_REPLY_HEADER,
     FrameReader,
     ProtocolClosed,
     ProtocolTimeout,
     ProtocolViolation,
     process_failure,
     process_wait,
+    reply_blob_limit,
     write_frame,
 )
 from worldsmith.runtime.worker_launch import StderrTail, launch_worker
@@ -84,7 +86,9 @@ class SandboxWorker:
             name=f"sandbox-stderr-{self.name}",
         ).start()
         # a worker cannot legitimately send more than its address space holds
-        self._reader = FrameReader(self.process.stdout.fileno(), max_blobs=limits.memory_mb * 1024 * 1024)
+        self._reader = FrameReader(
+            self.process.stdout.fileno(), max_header=MAX_REPLY_HEADER, max_blobs=limits.memory_mb * 1024 * 1024
+        )
         try:
             frame, _ = self._reader.read(time.monotonic() + limits.start_timeout_s)
         except (ProtocolClosed, ProtocolTimeout, ProtocolViolation) as exc:
@@ -129,7 +133,9 @@ class SandboxWorker:
                 self.kill(reason)
                 raise WorkerLost(reason, in_flight=False) from None
             try:
-                frame, reply_blobs = self._reader.read(time.monotonic() + timeout)
+                frame, reply_blobs = self._reader.read(
+                    time.monotonic() + timeout, max_blobs=reply_blob_limit(request.get("op"))
+                )
             except ProtocolTimeout:
                 reason = f"sandbox limit timeout: no reply within {timeout:g} s; worker killed and replaced"
                 self.kill(reason)
@@ -259,8 +265,13 @@ class SandboxWorker:
             reason = f"sandbox limit protocol: the worker handed over a channel badly ({problem}); worker killed"
             self.kill(reason)
             raise WorkerLost(reason, in_flight=True, limit="protocol")
-        # a reply's blobs are a snapshot of the episode's database at most: a file under the file size limit
-        channel = EpisodeChannel(fds[0], fds[1], max_blobs=(self.limits.file_size_mb + 1) * 1024 * 1024)
+        # a snapshot is of the episode's database: a file under the file size limit
+        channel = EpisodeChannel(
+            fds[0],
+            fds[1],
+            max_blobs=self.limits.memory_mb * 1024 * 1024,
+            database_bytes=(self.limits.file_size_mb + 1) * 1024 * 1024,
+        )
         with self._direct_lock:
             old = self._direct.pop(episode_id, None)
             for key in [key for key, c in self._direct.items() if c.closed]:

@@ -17,6 +17,9 @@ with `verdicts=True` adds a `submit` tool to task-bound sessions: the final answ
 evaluation judges it (the task's verifier, then the side-effect guard), returned with its reward and
 evidence; the episode then closes.
 
+Who may call is checked first (serving/access.py): a Host naming this gateway (loopback names by
+default), a browser Origin of its own, and the bearer token when one is set.
+
 A hostile environment is answered, never a traceback: an episode that cannot open (tools refused
 at import, source too deep to compile, a worker lost) is an MCP error on `initialize`, and a call
 that fails in the runtime (a worker that keeps dying, a result too deep to send) is a tool error
@@ -45,7 +48,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from worldsmith.agent.rewards import RewardMap
 from worldsmith.bundle.contract import Bundle
@@ -53,8 +56,9 @@ from worldsmith.failures import UserFixable
 from worldsmith.runtime.answers import answer, one_line
 from worldsmith.runtime.episode import Episode, Runtime
 from worldsmith.serving import hotpath
+from worldsmith.serving.access import Access
 from worldsmith.serving.affinity import Member
-from worldsmith.serving.mcp_results import call
+from worldsmith.serving.mcp_results import JsonAnswer, call_json
 from worldsmith.serving.served_world import ServedWorld, WorldUnavailable
 from worldsmith.serving.sessions import SUBMITTED_KEY, LiveSession, expire_idle_sessions
 from worldsmith.serving.submit import SUBMIT_TOOL, is_submit, submit_clash
@@ -76,7 +80,8 @@ class Gateway:
     tool of its own named `submit` (a world loaded later with one answers its sessions with an error).
     `member`: this gateway is one of several processes serving one port (serving/affinity.py); its
     sessions, loaded worlds and bounds (`max_sessions`, `max_loaded`, idle expiry) are its own, and `/envs`
-    reports its process index and this process's sessions."""
+    reports its process index and this process's sessions. `access`: who may call (default: clients
+    naming a loopback address, without a token)."""
 
     def __init__(
         self,
@@ -88,10 +93,12 @@ class Gateway:
         verdicts: bool = False,
         max_loaded: int = 64,
         member: Member | None = None,
+        access: Access | None = None,
     ):
         self.runtime = runtime
         self.sources = {s.env_id: s for s in self.check(worlds, verdicts=verdicts, max_loaded=max_loaded)}
         self.member = member
+        self.access = access or Access()
         self.session_idle_s = session_idle_s
         self.max_sessions = max_sessions
         self.verdicts = verdicts
@@ -203,10 +210,12 @@ class Gateway:
         request_id, name, arguments = found
         if is_submit(live.episode, name, verdicts=self.verdicts):
             return False
-        result = await call(live.world, live.episode, name, arguments)
-        await hotpath.send_result(
-            send, session_id, request_id, result.model_dump(by_alias=True, mode="json", exclude_none=True)
-        )
+        answered = await call_json(live.world, live.episode, name, arguments)
+        if isinstance(answered, JsonAnswer):
+            await hotpath.send_text_result(send, session_id, request_id, answered.text, answered.wrapped)
+        else:
+            result = answered.model_dump(by_alias=True, mode="json", exclude_none=True)
+            await hotpath.send_result(send, session_id, request_id, result)
         return True
 
     # -- HTTP -----------------------------------------------------------------------------------
@@ -232,9 +241,10 @@ class Gateway:
             return JSONResponse({"error": str(exc)}, status_code=503)
         return JSONResponse(task_listing(world.bundle))
 
-    def app(self) -> Starlette:
+    def app(self) -> ASGIApp:
         """The gateway as an ASGI app: `/envs/<env_id>/mcp` (MCP), `/envs/<env_id>/tasks`, `/envs` (the
-        index), `/healthz`. Worlds load at their first request and run while the app's lifespan runs."""
+        index), `/healthz`, behind `access`. Worlds load at their first request and run while the app's
+        lifespan runs."""
 
         @contextlib.asynccontextmanager
         async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -256,7 +266,7 @@ class Gateway:
             Route("/envs", endpoint=self._index),
             Route("/healthz", endpoint=lambda request: JSONResponse({"ok": True})),
         ]
-        return Starlette(routes=routes, lifespan=lifespan)
+        return self.access.guard(Starlette(routes=routes, lifespan=lifespan))
 
 
 def _no_env(env_id: str) -> JSONResponse:

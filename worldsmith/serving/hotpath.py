@@ -114,10 +114,54 @@ def tool_call(body: bytes) -> tuple[int | str, str, JsonObject] | None:
 async def send_result(send: Send, session_id: str, request_id: int | str, result: JsonObject) -> None:
     """The JSON-RPC response carrying `result`, as the SDK's transport writes it in JSON-response mode."""
     body = json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}, separators=(",", ":")).encode()
+    await _start(send, session_id, len(body))
+    await send({"type": "http.response.body", "body": body})
+
+
+#: A JSON text's bytes that a JSON string must escape, and their escapes (the text is checked ASCII:
+#: no other control character is in it, serving/jsontext.py).
+_ESCAPES = ((b"\\", b"\\\\"), (b'"', b'\\"'), (b"\n", b"\\n"), (b"\r", b"\\r"), (b"\t", b"\\t"))
+#: The most bytes of a value written at once.
+_PIECE = 64 * 1024
+
+
+def _escaped(text: bytes) -> bytes:
+    for raw, escape in _ESCAPES:
+        text = text.replace(raw, escape)
+    return text
+
+
+async def send_text_result(send: Send, session_id: str, request_id: int | str, text: bytes, wrapped: bool) -> None:
+    """The JSON-RPC response carrying a successful tool result whose value has the checked JSON text
+    `text` (serving/mcp_results.py `JsonAnswer`): the text as a JSON string in its text content, the
+    value itself (in `{"result": ...}` when `wrapped`) as its structured content; as the SDK writes a
+    `CallToolResult`, up to whitespace inside the value. Written in pieces of at most `_PIECE` bytes
+    of the value: the value is held once, not copied whole."""
+    head = (
+        b'{"jsonrpc":"2.0","id":' + json.dumps(request_id).encode() + b',"result":{"content":[{"type":"text","text":"'
+    )
+    middle = b'"}],"structuredContent":' + (b'{"result":' if wrapped else b"")
+    tail = (b"}" if wrapped else b"") + b',"isError":false,"resultType":"complete"}}'
+    escaped = len(text) + sum(text.count(raw) for raw, _ in _ESCAPES)
+    length = len(head) + escaped + len(middle) + len(text) + len(tail)
+    await _start(send, session_id, length)
+    if length <= _PIECE:
+        await send({"type": "http.response.body", "body": b"".join([head, _escaped(text), middle, text, tail])})
+        return
+    pieces = range(0, len(text), _PIECE)
+    await send({"type": "http.response.body", "body": head, "more_body": True})
+    for at in pieces:
+        await send({"type": "http.response.body", "body": _escaped(text[at : at + _PIECE]), "more_body": True})
+    await send({"type": "http.response.body", "body": middle, "more_body": True})
+    for at in pieces:
+        await send({"type": "http.response.body", "body": text[at : at + _PIECE], "more_body": True})
+    await send({"type": "http.response.body", "body": tail})
+
+
+async def _start(send: Send, session_id: str, length: int) -> None:
     headers = [
         (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
+        (b"content-length", str(length).encode()),
         (SESSION_HEADER, session_id.encode()),
     ]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
-    await send({"type": "http.response.body", "body": body})

@@ -30,6 +30,7 @@ import ast
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,7 +40,7 @@ import mcp_types as types
 from worldsmith.bundle.codepolicy import parse_source
 from worldsmith.bundle.contract import Bundle, jsonschema_error
 from worldsmith.bundle.toolspec import annotation_schema
-from worldsmith.jsonvalue import JsonObject
+from worldsmith.jsonvalue import JsonObject, JsonValue
 from worldsmith.quality.probes import SeedValues, sample_arguments
 from worldsmith.runtime.answers import answer
 from worldsmith.runtime.episode import Runtime, SandboxEpisode
@@ -200,17 +201,19 @@ class OutputShape:
     schema: JsonObject
     wrapped: bool | None  # True: always {"result": value}; False: the value itself; None: wrapped unless an object
     validator: jsonschema.protocols.Validator | None = None  # None: any object follows the schema
+    #: The JSON types the value may have, where that is all its schema says (None: it says more)
+    value_types: frozenset[str] | None = None
 
     @classmethod
     def of(cls, returns: JsonObject | None) -> OutputShape:
         """The shape of a tool whose return annotation has JSON Schema `returns` (None: unknown)."""
         if returns is None:
-            return cls(GENERIC_OUTPUT, None)
+            return cls(GENERIC_OUTPUT, None, value_types=JSON_TYPES)
         if returns.get("type") == "object":
             schema, wrapped = returns, False
         else:
             schema, wrapped = {"type": "object", "properties": {"result": returns}, "required": ["result"]}, True
-        return cls(schema, wrapped, jsonschema.Draft202012Validator(schema))
+        return cls(schema, wrapped, jsonschema.Draft202012Validator(schema), _types_only(returns))
 
     def structured(self, value: Any) -> tuple[Any, str | None]:
         """The structured content of `value`, and why it breaks the schema (None: it follows it)."""
@@ -219,6 +222,39 @@ class OutputShape:
         if self.validator is None:
             return content, None
         return content, jsonschema_error(self.validator, content)
+
+    def structured_kind(self, kind: str) -> tuple[bool, str | None] | None:
+        """For a value passed on as JSON text whose kind is `kind` (object, array or string, as
+        serving/jsontext.py tells): whether its structured content wraps it, and why it breaks the
+        schema (None: it follows it). None where only the value can tell (a scalar, or a schema that
+        says more than the type): decode it and call `structured`."""
+        if kind not in ("object", "array", "string") or self.value_types is None:
+            return None
+        wrap = self.wrapped if self.wrapped is not None else kind != "object"
+        if kind in self.value_types:
+            return wrap, None
+        where = "argument result: " if self.wrapped else ""
+        return wrap, f"{where}a JSON {kind} is not of type {', '.join(repr(t) for t in sorted(self.value_types))}"
+
+
+#: Every type a JSON Schema names.
+JSON_TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
+
+
+def _types_only(schema: Mapping[str, JsonValue]) -> frozenset[str] | None:
+    """The JSON types `schema` allows where that is all it says (`{}`: any; a union of such schemas),
+    else None."""
+    if set(schema) <= {"type", "description", "title"}:
+        named = schema.get("type")
+        if named is None:
+            return JSON_TYPES
+        names = [named] if isinstance(named, str) else named if isinstance(named, list) else []
+        return frozenset(n for n in names if isinstance(n, str)) or None
+    if set(schema) == {"anyOf"} and isinstance(schema["anyOf"], list):
+        members = [_types_only(member) if isinstance(member, dict) else None for member in schema["anyOf"]]
+        known = [m for m in members if m is not None]
+        return frozenset[str]().union(*known) if len(known) == len(members) else None
+    return None
 
 
 def output_shapes(bundle: Bundle) -> dict[str, OutputShape]:

@@ -31,6 +31,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from worldsmith.failures import UserFixable
+from worldsmith.serving.access import Access
 from worldsmith.serving.affinity import Affinity, Member
 
 #: The option naming a member process, appended to the command the supervisor runs.
@@ -95,12 +96,16 @@ def _unix_listener(path: Path) -> socket.socket:
     return sock
 
 
-def serve_member(app: ASGIApp, member: Member, host: str, port: int, *, log_level: str = "info") -> None:
+def serve_member(
+    app: ASGIApp, member: Member, host: str, port: int, *, access: Access | None = None, log_level: str = "info"
+) -> None:
     """Serve `app` as gateway process `member` on HOST:PORT (shared) and on its Unix socket, until
-    SIGINT/SIGTERM (raised again once stopped, as `uvicorn.run` does) or until its parent is gone."""
+    SIGINT/SIGTERM (raised again once stopped, as `uvicorn.run` does) or until its parent is gone.
+    `access`: who may call, checked before a request is forwarded to its session's owner."""
     sockets = [shared_listener(host, port), _unix_listener(member.socket_path())]
+    front = Affinity(app, member)
     config = uvicorn.Config(
-        Affinity(app, member),
+        access.guard(front) if access is not None else front,
         log_level=log_level,
         access_log=False,
         backlog=4096,

@@ -21,8 +21,7 @@ The wire format is JSON: these types add no field and change no value, they name
 from typing import Literal, NotRequired, Required, TypedDict, cast, final
 
 from worldsmith.bundle.kinds import ToolsCode
-from worldsmith.jsonvalue import JsonObject, JsonValue
-from worldsmith.runtime.sandbox.dbdiff import TableChanges
+from worldsmith.jsonvalue import JsonObject
 
 #: How a request ended: done, refused as the agent's fault (a tool's refusal), or failed as the
 #: environment's fault (its code, or a sandbox limit it broke: `limit`).
@@ -238,24 +237,16 @@ class StatusOnly(TypedDict):
 
 
 class CallReply(TypedDict):
-    """A tool call's answer."""
+    """A tool call's answer; its value comes as the reply's one blob, the JSON text of the tool's result."""
 
-    value: JsonValue  # the tool's result
     stdout: str  # what its code printed (cut)
     changed: bool  # whether it wrote to the episode's database
 
 
 class VerifyReply(TypedDict):
-    """A verifier's answer."""
+    """A verifier's answer; its evidence comes as the reply's one blob, a JSON object (or a marked excerpt)."""
 
     verdict: str  # a `Verdict`'s value
-    evidence: JsonObject  # the verifier's evidence (or a marked excerpt)
-
-
-class DiffReply(TypedDict):
-    """The rows two databases differ by."""
-
-    diff: dict[str, TableChanges]  # by table (`models.results.DbDiff`)
 
 
 class RoutesReply(TypedDict):
@@ -279,7 +270,7 @@ class ReapReply(TypedDict):
 
 
 #: What an op of the worker's answers, beyond its status: its part of the reply.
-OpReply = StatusOnly | CallReply | VerifyReply | DiffReply | RoutesReply | PingReply | ReapReply
+OpReply = StatusOnly | CallReply | VerifyReply | RoutesReply | PingReply | ReapReply
 
 
 class Reply(TypedDict, total=False):
@@ -290,13 +281,11 @@ class Reply(TypedDict, total=False):
     error: str | None
     limit: str | None
     refused_module: str | None
-    # the ops' parts
-    value: JsonValue
+    # the ops' parts (what can be large comes as blobs: a call's value, a verifier's evidence, a diff's
+    # rows per table as `models.results.DbDiff` has them, each as JSON)
     stdout: str
     changed: bool
     verdict: str
-    evidence: JsonObject
-    diff: dict[str, TableChanges]
     tools: list[JsonObject]
     episodes: int
     envs: int

@@ -34,7 +34,6 @@ from worldsmith.runtime.sandbox.messages import (
     CallRequest,
     CheckEnvRequest,
     CloseRequest,
-    DiffReply,
     DiffRequest,
     EpisodeRequest,
     LoadEnvRequest,
@@ -57,22 +56,21 @@ from worldsmith.runtime.sandbox.messages import (
     episode_of,
 )
 from worldsmith.runtime.sandbox.processes import ForkedProcesses
-from worldsmith.runtime.sandbox.protocol import truncated
+from worldsmith.runtime.sandbox.protocol import MAX_RESULT_BYTES, truncated
 from worldsmith.runtime.sandbox.records import LoadedEnv, OpenEpisode
 
-MAX_RESULT_BYTES = 4 * 1024 * 1024
 MAX_EVIDENCE_BYTES = 1024 * 1024  # a verifier's evidence as JSON, replaced by a marked excerpt beyond this
 
 
-def _capped_evidence(evidence: JsonObject) -> JsonObject:
-    """A verifier's evidence as sent back: whole up to MAX_EVIDENCE_BYTES of JSON, else a marked excerpt."""
+def _capped_evidence(evidence: JsonObject) -> bytes:
+    """A verifier's evidence as sent back, as JSON: whole up to MAX_EVIDENCE_BYTES, else a marked excerpt."""
     try:
         text = json_text(evidence)
     except (ValueError, TypeError, RecursionError) as exc:
         raise Failure("env_error", f"verifier evidence cannot be sent: {type(exc).__name__}: {exc}") from None
-    if len(text) <= MAX_EVIDENCE_BYTES:
-        return evidence
-    return {"truncated": truncated(text, MAX_EVIDENCE_BYTES)}
+    if len(text) > MAX_EVIDENCE_BYTES:
+        text = json.dumps({"truncated": truncated(text, MAX_EVIDENCE_BYTES)})
+    return text.encode()
 
 
 class Operations:
@@ -218,7 +216,7 @@ class Operations:
         self.episodes[episode.id] = episode
         return {}
 
-    def op_call(self, request: CallRequest, blobs: list[bytes]) -> CallReply:
+    def op_call(self, request: CallRequest, blobs: list[bytes]) -> tuple[CallReply, list[bytes]]:
         episode = self._episode(request)
         name = request["tool"]
         tool = self._tools(episode).get(name)
@@ -246,7 +244,7 @@ class Operations:
             self.host.current_conn = None
         episodedb.end_call(conn, commit=True)
         changed = episodedb.changed_since(conn, changes)
-        return {"value": json.loads(text), "stdout": stdout, "changed": changed}
+        return {"stdout": stdout, "changed": changed}, [text.encode()]  # ASCII: json_text escapes the rest
 
     def op_snapshot(self, request: SnapshotRequest, blobs: list[bytes]) -> tuple[StatusOnly, list[bytes]]:
         episode = self._episode(request)
@@ -266,20 +264,20 @@ class Operations:
         restore(episode.conn, blobs[0] if blobs else episode.env.world, transactions=refuse_transaction_control)
         return {}
 
-    def op_diff(self, request: DiffRequest, blobs: list[bytes]) -> DiffReply:
+    def op_diff(self, request: DiffRequest, blobs: list[bytes]) -> tuple[StatusOnly, list[bytes]]:
         before = deserialize(blobs[0], read_only=True)
         after = deserialize(blobs[1], read_only=True) if len(blobs) > 1 else self._episode(request).conn
         assert after is not None  # opened by _episode
         try:
-            return {"diff": dbdiff.diff(before, after)}
+            return {}, [json.dumps(dbdiff.diff(before, after), separators=(",", ":"), default=str).encode()]
         finally:
             before.close()
 
-    def op_verify(self, request: VerifyRequest, blobs: list[bytes]) -> VerifyReply:
+    def op_verify(self, request: VerifyRequest, blobs: list[bytes]) -> tuple[VerifyReply, list[bytes]]:
         episode = self._episode(request)
         kind = episode.env.verifiers_kind
         verdict, evidence = kind.verify(self.host, episode, request["verifier"], request.get("answer") or "")
-        return {"verdict": verdict.value, "evidence": _capped_evidence(evidence)}
+        return {"verdict": verdict.value}, [_capped_evidence(evidence)]
 
     def op_close(self, request: CloseRequest, blobs: list[bytes]) -> StatusOnly:
         episode = self.episodes.pop(request["episode"], None)

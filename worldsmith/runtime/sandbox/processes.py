@@ -42,6 +42,7 @@ from worldsmith.runtime.sandbox.messages import (
 )
 from worldsmith.runtime.sandbox.protocol import (
     EPISODE_OPS,
+    MAX_REPLY_HEADER,
     FrameReader,
     ProtocolClosed,
     ProtocolTimeout,
@@ -50,6 +51,7 @@ from worldsmith.runtime.sandbox.protocol import (
     encode,
     process_failure,
     process_wait,
+    reply_blob_limit,
     send_within,
     write_frame,
 )
@@ -227,7 +229,9 @@ class ForkedProcesses:
                         "env_error", f"sandbox worker cannot start a process for the request: {exc}"
                     ) from None
         os.set_blocking(spawned.requests, False)  # `send_within` waits for room itself, up to the deadline
-        reader = FrameReader(spawned.replies, max_blobs=self.config["memory_mb"] * 1024 * 1024)
+        reader = FrameReader(
+            spawned.replies, max_header=MAX_REPLY_HEADER, max_blobs=self.config["memory_mb"] * 1024 * 1024
+        )
         process = RunProcess(pid=spawned.pid, serial=spawned.serial, replies=reader, requests=spawned.requests)
         identity: RunIdentity = {
             "env": episode.env.key if episode is not None else env_of(request),
@@ -255,7 +259,7 @@ class ForkedProcesses:
         death, or for a reply outside the contract."""
         wait = self._wait(request)
         try:
-            frame, blobs = process.replies.read(time.monotonic() + wait)
+            frame, blobs = process.replies.read(time.monotonic() + wait, max_blobs=reply_blob_limit(request.get("op")))
             return accepted_reply(frame, request.get("id")), blobs
         except ProtocolTimeout:
             raise Failure("env_error", process_failure("timeout", f"{wait:g} s"), "timeout") from None

@@ -3,7 +3,11 @@
 A frame is a 4-byte big-endian length, a JSON header of that length, then the raw bytes of
 each blob whose length the header lists under "blobs". A reader checks every declared size against
 its limits before it reads (and reads in chunks, never allocating what was only declared), so a
-forged or oversized frame is a `ProtocolViolation`, not a memory error.
+forged or oversized frame is a `ProtocolViolation`, not a memory error. A header carries metadata:
+a reply's is bounded tightly (`MAX_REPLY_HEADER`: decoding JSON makes objects many times its size),
+and the bytes that can be large travel as blobs (a tool's value as its JSON text, a diff, a
+verifier's evidence), each reply's blobs bounded by what its request can legitimately answer
+(`reply_blob_limit`). A large blob is read straight into a buffer of its size, not copied after.
 
 What a frame's header says is typed in `messages` (requests, replies). Replies of a request's process
 (strict isolation) are read by whoever sent the request: the worker, or the parent on an episode's
@@ -13,6 +17,7 @@ direct channel (runtime/channel.py). Both hold them to one contract (`reply_prob
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
@@ -31,9 +36,17 @@ _LEN = struct.Struct(">I")
 #: data, which its tools can change anyway. Every other request for an episode (verification above
 #: all: a verdict never meets memory the episode's tools ran in) gets a process of its own.
 EPISODE_OPS = frozenset({"call", "snapshot", "diff"})
+#: The largest header of a request (written by the runtime itself: an environment's code included).
 MAX_HEADER = 64 * 1024 * 1024
+#: The largest header of a reply: its status, a cut error or stdout (`MAX_ERROR_CHARS` characters, at
+#: most 12 bytes each as JSON escapes them), a verdict, an app's routes. What a reply's code returns
+#: comes as a blob; a header beyond this was not written by the runtime.
+MAX_REPLY_HEADER = 1024 * 1024
 #: The most bytes one frame's blobs may hold together, unless a reader is given another limit.
 MAX_BLOBS = 4 * 1024 * 1024 * 1024
+#: The largest value of a tool call, as JSON text: the one blob of its reply.
+MAX_RESULT_BYTES = 4 * 1024 * 1024
+#: A blob past this size is read straight into the bytes object that holds it.
 _CHUNK = 1 << 20
 #: The error text of a reply is cut (and marked) beyond this many characters.
 MAX_ERROR_CHARS = 64 * 1024
@@ -103,14 +116,42 @@ class FrameReader:
             self._buffer += chunk
 
     def _take(self, size: int, deadline: float | None) -> bytes:
+        if size > _CHUNK and size > len(self._buffer):
+            return self._take_large(size, deadline)
         self._fill(size, deadline)
-        data = bytes(self._buffer[:size])
+        with memoryview(self._buffer) as view:
+            data = bytes(view[:size])
         del self._buffer[:size]
         return data
 
-    def read(self, deadline: float | None = None) -> tuple[dict[str, object], list[bytes]]:
+    def _take_large(self, size: int, deadline: float | None) -> bytes:
+        """`size` bytes read straight into the bytes object that holds them (what is buffered first):
+        one copy of a large blob in memory, not three. A `BytesIO` of that size lends its own buffer
+        to `readinto` and then hands it over as its value (CPython copies nothing when the sizes match)."""
+        held = io.BytesIO()
+        held.seek(size - 1)
+        held.write(b"\0")
+        have = len(self._buffer)
+        with held.getbuffer() as view:
+            view[:have] = self._buffer
+            self._buffer.clear()
+            while have < size:
+                if deadline is not None:
+                    wait = deadline - time.monotonic()
+                    if wait <= 0 or not ready(self.fd, wait):
+                        raise ProtocolTimeout(f"no reply within the deadline ({size - have} bytes missing)")
+                got = os.readv(self.fd, [view[have : have + _CHUNK]])
+                if not got:
+                    raise ProtocolClosed("pipe closed")
+                have += got
+        return held.getvalue()
+
+    def read(
+        self, deadline: float | None = None, *, max_blobs: int | None = None
+    ) -> tuple[dict[str, object], list[bytes]]:
         """The next frame, waiting at most until `deadline` (monotonic seconds; None: forever): its
-        header (a JSON object, not yet read as a message of `messages`) and its blobs."""
+        header (a JSON object, not yet read as a message of `messages`) and its blobs, together at
+        most `max_blobs` bytes (default: the reader's limit)."""
         (length,) = _LEN.unpack(self._take(_LEN.size, deadline))
         if length > self.max_header:
             raise ProtocolViolation(f"frame header of {length} bytes exceeds the limit of {self.max_header}")
@@ -121,10 +162,20 @@ class FrameReader:
         sizes = header.pop("blobs", []) if isinstance(header, dict) else None
         if not isinstance(sizes, list) or not all(type(n) is int and n >= 0 for n in sizes):
             raise ProtocolViolation("frame header does not declare its blobs as a list of sizes")
-        if sum(sizes) > self.max_blobs:
-            raise ProtocolViolation(f"frame declares {sum(sizes)} bytes of blobs, over the limit of {self.max_blobs}")
+        limit = self.max_blobs if max_blobs is None else min(max_blobs, self.max_blobs)
+        if sum(sizes) > limit:
+            raise ProtocolViolation(f"frame declares {sum(sizes)} bytes of blobs, over the limit of {limit}")
         blobs = [self._take(n, deadline) for n in sizes]
         return header, blobs
+
+
+def reply_blob_limit(op: object, *, database_bytes: int | None = None) -> int | None:
+    """The most bytes of blobs a reply to a request of `op` may declare (None: the reader's own limit):
+    a call's one blob is its value's JSON text; a snapshot's is the episode's database, where the
+    requester knows how large that can be (`database_bytes`: a file under the file size limit)."""
+    if op == "call":
+        return MAX_RESULT_BYTES
+    return database_bytes if op == "snapshot" else None
 
 
 def send_within(fd: int, data: bytes, deadline: float) -> str | None:
@@ -149,7 +200,7 @@ def send_within(fd: int, data: bytes, deadline: float) -> str | None:
 
 
 #: The type of every field of a request process's reply that the parent reads (`messages.Reply`;
-#: tests/runtime/test_protocol_messages.py holds the two together); `value` is any JSON.
+#: tests/runtime/test_protocol_messages.py holds the two together).
 _REPLY_FIELDS: dict[str, type | tuple[type, ...]] = {
     "status": str,
     "error": (str, type(None)),
@@ -158,8 +209,6 @@ _REPLY_FIELDS: dict[str, type | tuple[type, ...]] = {
     "stdout": str,
     "changed": bool,
     "verdict": str,
-    "evidence": dict,
-    "diff": dict,
     "tools": list,
     "retire": bool,
 }
