@@ -26,6 +26,8 @@ OUTSIDE: dict[str, str] = {
     "`except Exception` cannot swallow it; it never leaves the sandbox worker",
     "worldsmith.runtime.sandbox.failure.Failure": "the worker's outcome of an operation, sent as its reply; "
     "it never leaves the worker process",
+    "worldsmith.runtime.sandbox.template.TemplateLost": "the worker's template process is gone: the worker "
+    "says so on stderr and exits; it never leaves the worker process",
     "worldsmith.quality.tool_calls.Stopped": "control flow of the deep probes: raised by the prober, caught by deep_probes",
 }
 
