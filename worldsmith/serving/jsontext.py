@@ -63,6 +63,14 @@ _ELEMENTS = [_run(_value(n)) for n in range(_LEVELS + 1)]
 _MEMBERS = [_run(_STRING + _WS + rb":" + _WS + _value(n)) for n in range(_LEVELS + 1)]
 _KEY = re.compile(_STRING + _WS + rb":" + _WS)
 _SPACE = re.compile(_WS)
+
+
+def _after_space(data: bytes, pos: int = 0) -> int:
+    """Where the JSON whitespace at `pos` of `data` ends (`pos` itself when there is none)."""
+    match = _SPACE.match(data, pos)
+    return match.end() if match is not None else pos  # `_WS` matches anywhere: always a match
+
+
 _KINDS: dict[int, Kind] = {ord("{"): "object", ord("["): "array", ord('"'): "string"}
 
 
@@ -71,7 +79,7 @@ def check(data: bytes, max_nesting: int = MAX_NESTING) -> Kind:
     not one, or not ASCII; TooDeep ("result nested deeper than N levels") past `max_nesting` containers."""
     if not data.isascii():
         raise NotJson("the value is not ASCII text")
-    start = _SPACE.match(data).end()  # type: ignore[union-attr]  # `_WS` matches anywhere
+    start = _after_space(data)
     if start == len(data):
         raise NotJson("the value is empty")
     _Walk(data, max_nesting).value(start)
@@ -95,9 +103,9 @@ class _Walk:
             closing = self.open[-1]
             if pos < len(data) and data[pos] == closing:
                 self.open.pop()
-                pos = _SPACE.match(data, pos + 1).end()  # type: ignore[union-attr]
+                pos = _after_space(data, pos + 1)
             elif pos < len(data) and data[pos] == ord(","):
-                pos = _SPACE.match(data, pos + 1).end()  # type: ignore[union-attr]
+                pos = _after_space(data, pos + 1)
                 pos = self._members(pos, closing)
             else:
                 raise self._broken(pos)
@@ -138,10 +146,10 @@ class _Walk:
             raise TooDeep(f"result nested deeper than {self.max_nesting} levels")
         closing = ord("]") if data[pos] == ord("[") else ord("}")
         self.open.append(closing)
-        pos = _SPACE.match(data, pos + 1).end()  # type: ignore[union-attr]
+        pos = _after_space(data, pos + 1)
         if pos < len(data) and data[pos] == closing:  # empty (it did not match whole: it is too deep to)
             self.open.pop()
-            return _SPACE.match(data, pos + 1).end()  # type: ignore[union-attr]
+            return _after_space(data, pos + 1)
         return self._members(pos, closing)
 
     def _broken(self, pos: int) -> NotJson:
