@@ -41,12 +41,13 @@ from worldsmith.flows.run_names import named_after
 from worldsmith.flows.train import evaluate_split, plan, prepare_model, train
 from worldsmith.models.catalog import TrainingRun
 from worldsmith.models.evaluation import EvaluationReport, EvaluationSummary
+from worldsmith.models.sets import SplitName
 from worldsmith.models.training import CotrainResult, CotrainRound, StepMetrics, TrainResult, WorldModelTrainResult
 from worldsmith.models.world_model_scores import OneStepScores
 from worldsmith.runtime.episode import Runtime
 from worldsmith.settings import get_settings
 from worldsmith.storage.run_records import finish_run, record_step
-from worldsmith.tasks.parameters import EvaluateParameters, SplitName
+from worldsmith.tasks.parameters import EvaluateParameters
 from worldsmith.training.config import CotrainConfig, WorldModelConfig
 from worldsmith.training.world_model_runs import train_world_model
 from worldsmith.worldmodel.config import SimulationConfig

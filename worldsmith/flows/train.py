@@ -35,6 +35,7 @@ from worldsmith.flows.run_names import named_after
 from worldsmith.jsonvalue import JsonObject
 from worldsmith.models.catalog import TrainingRun, TrainingStep
 from worldsmith.models.evaluation import EvaluationSummary
+from worldsmith.models.sets import SplitName
 from worldsmith.models.training import TrainerOutcome, TrainResult
 from worldsmith.runtime.episode import Runtime
 from worldsmith.settings import get_settings
@@ -44,7 +45,7 @@ from worldsmith.storage.publish import CatalogError
 from worldsmith.storage.run_owner import process_alive, this_process
 from worldsmith.storage.run_records import finish_run, update_run
 from worldsmith.storage.sets import get_set, members_of
-from worldsmith.tasks.parameters import EvaluateParameters, SplitName
+from worldsmith.tasks.parameters import EvaluateParameters
 from worldsmith.training.checkpoints import fetch_checkpoint, latest_trainer_checkpoint, save_checkpoint
 from worldsmith.training.config import TINY, TrainingConfig
 

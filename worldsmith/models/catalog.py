@@ -6,9 +6,10 @@ from __future__ import annotations
 from datetime import UTC, date, datetime
 
 from sqlalchemy import JSON, BigInteger, Column, Index, UniqueConstraint
-from sqlmodel import Field, SQLModel
+from sqlmodel import AutoString, Field, SQLModel
 
 from worldsmith.jsonvalue import JsonObject
+from worldsmith.models.sets import VersionStatus
 
 
 def utcnow() -> datetime:
@@ -51,7 +52,7 @@ class EnvironmentVersion(SQLModel, table=True):
         "with deduplication (generated worlds), so one content is published once whatever its env_id",
     )
     manifest_digest: str = Field(max_length=71)
-    status: str = Field(default="good", max_length=16, description="good | failed")
+    status: VersionStatus = Field(default="good", sa_type=AutoString(length=16), description="good | failed")
     failure_reason: str | None = None
     failed_stage: str | None = Field(
         default=None,

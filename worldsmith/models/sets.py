@@ -10,6 +10,8 @@ from pydantic import BaseModel, Field
 
 #: What the catalog records of a version: it passed its checks, or it did not.
 VersionStatus = Literal["good", "failed"]
+#: Which of a set's splits a run reads (training rows, an evaluation).
+SplitName = Literal["all", "train", "validation"]
 
 
 class SetQuery(BaseModel):

@@ -29,6 +29,7 @@ from worldsmith.jsonvalue import JsonObject
 from worldsmith.models.bundle import Manifest
 from worldsmith.models.catalog import Artifact, Environment, EnvironmentVersion, QualityReport
 from worldsmith.models.quality import QualityCheck
+from worldsmith.models.sets import VersionStatus
 from worldsmith.storage.catalog import Catalog
 from worldsmith.storage.objectstore import ObjectStore
 
@@ -54,7 +55,7 @@ class _Release:
     manifest: Manifest
     files: dict[str, bytes]
     key: str
-    status: str
+    status: VersionStatus
     reason: str | None
     quality: dict[str, JsonObject] = field(default_factory=dict)
     checks: list[QualityCheck] = field(default_factory=list)
@@ -177,7 +178,7 @@ def publish(
     already holds is not published again: that version comes back as `duplicate`.
     """
     failed = [c for c in checks if not c.passed]
-    status = "failed" if failed else "good"
+    status: VersionStatus = "failed" if failed else "good"
     reason = "; ".join(f"{c.kind}: {c.summary.get('reason', 'failed')}" for c in failed) or None
     quality = {c.kind: {"passed": c.passed, **{k: v for k, v in c.summary.items() if k != "reason"}} for c in checks}
     release = _Release(

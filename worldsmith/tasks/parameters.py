@@ -16,14 +16,11 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from worldsmith.agent.policy_specs import SPEC_HELP, check_spec
 from worldsmith.llm.prompts import prompt_version
 from worldsmith.llm.recording import REPLAY_PREFIX, Recording, replay_directory
-from worldsmith.models.sets import SetQuery
+from worldsmith.models.sets import SetQuery, SplitName
 from worldsmith.settings import Settings, get_settings
 from worldsmith.worldmodel.config import SimulationConfig
 
 BACKENDS = ("procedural", "openai")
-
-#: Which of a set's splits an evaluation runs on.
-SplitName = Literal["all", "train", "validation"]
 
 
 class GenerateParameters(BaseModel):

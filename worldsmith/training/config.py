@@ -18,6 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, model_validator
 
 from worldsmith.agent.rewards import RewardMap
+from worldsmith.models.sets import SplitName
 from worldsmith.worldmodel.config import SimulationConfig
 
 TINY = "tiny"
@@ -97,7 +98,7 @@ class TrainingConfig(BaseModel):
         "`tiny`: a tiny Qwen3 model built offline from the set and warmed up on its reference solutions."
     )
     set_name: str = Field(description="Environment set whose train split gives the (env, task) rows.")
-    split: Literal["train", "validation", "all"] = Field("train", description="Split the training rows come from.")
+    split: SplitName = Field("train", description="Split the training rows come from.")
     profile: Literal["cpu-test", "gpu"] = Field(
         "cpu-test",
         description="cpu-test: fp32 on the CPU; gpu: bf16 compute over fp32 master weights (a frozen LoRA base in "
