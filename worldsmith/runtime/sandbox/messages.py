@@ -57,11 +57,14 @@ class Hello(TypedDict):
 
 class RunIdentity(TypedDict):
     """Strict isolation: the first frame a process forked for requests reads from the worker (before
-    any request): whose requests it serves. `directory` is the episode's, the one it may write."""
+    any request): whose requests it serves. `directory` is the episode's, the one it may write;
+    `skew_s` its clock skew (the first request's: an episode's requests all carry its own), which the
+    database's SQL clock is bound with when it opens (`worldclock.bind_sql`)."""
 
     env: str | None
     episode: str | None
     directory: str | None
+    skew_s: float | None
 
 
 # -- requests -----------------------------------------------------------------------------------

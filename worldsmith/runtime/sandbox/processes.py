@@ -237,6 +237,7 @@ class ForkedProcesses:
             "env": episode.env.key if episode is not None else env_of(request),
             "episode": episode.id if episode is not None else None,
             "directory": episode.directory if episode is not None else None,
+            "skew_s": request.get("skew_s"),
         }
         data = encode(identity) + encode(request, blobs)
         if send_within(process.requests, data, time.monotonic() + self._wait(request)) == "late":

@@ -19,6 +19,7 @@ and per request, by the worker's `template`), `records` (`LoadedEnv`, `OpenEpiso
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime
 import importlib
 import io
@@ -124,6 +125,8 @@ class Worker:
         if env is not None and identity["episode"] is not None and identity["directory"] is not None:
             episode = OpenEpisode(id=identity["episode"], env=env, conn=None, directory=identity["directory"])
             operations.episodes = {episode.id: episode}
+            with contextlib.suppress(ValueError):  # a bad clock: each request's `_set_clock` says so
+                worldclock.set_clock(env.clock, _skew(identity["skew_s"]))  # the SQL clock binds to it (bind_sql)
             operations.open_database(episode)  # the database and its journal: beside the file area, not in it
             writable.append(episode.directory)
         kernel.confine_run(writable)
