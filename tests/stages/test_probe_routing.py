@@ -43,6 +43,8 @@ OWNING_STEP = {
     F.REPLAY_DIFFERS_IN_TOOL: CODE,
     F.REPLAY_DIFFERS_IN_VERIFIER: VERIFIERS_STAGE,
     F.REPLAY_DIFFERS_IN_END_STATE: CODE,
+    F.BOUNDARY_INPUT_CRASHED: CODE,
+    F.TOOL_REPLAY_DIFFERS: CODE,
 }
 
 #: The import report's kind of each failure that broke no sandbox limit (issue 8's names; any other
@@ -65,6 +67,8 @@ DEFECT_KIND = {
     F.REPLAY_DIFFERS_IN_TOOL: "replay_differs",
     F.REPLAY_DIFFERS_IN_VERIFIER: "replay_differs",
     F.REPLAY_DIFFERS_IN_END_STATE: "replay_differs",
+    F.BOUNDARY_INPUT_CRASHED: "route_crashes",
+    F.TOOL_REPLAY_DIFFERS: "replay_differs",
 }
 
 

@@ -56,6 +56,8 @@ BY_FAILURE: dict[ProbeFailure, str] = {
     ProbeFailure.REPLAY_DIFFERS_IN_TOOL: "replay_differs",
     ProbeFailure.REPLAY_DIFFERS_IN_VERIFIER: "replay_differs",
     ProbeFailure.REPLAY_DIFFERS_IN_END_STATE: "replay_differs",
+    ProbeFailure.BOUNDARY_INPUT_CRASHED: "route_crashes",
+    ProbeFailure.TOOL_REPLAY_DIFFERS: "replay_differs",
 }
 
 

@@ -27,6 +27,8 @@ class Probe(StrEnum):
     REFERENCE_ACCEPTED = "reference accepted"
     UNTOUCHED_REJECTED = "untouched rejected"
     REPLAY_DETERMINISTIC = "replay deterministic"
+    BOUNDARY_INPUTS = "tool runs on boundary inputs"  # quality/input_probes.py
+    TOOL_DETERMINISTIC = "tool replay deterministic"  # quality/tool_replays.py
 
 
 class Artifact(StrEnum):
@@ -58,6 +60,8 @@ class ProbeFailure(StrEnum):
     REPLAY_DIFFERS_IN_TOOL = "replay differs in a tool"  # a result, or the database after a step
     REPLAY_DIFFERS_IN_VERIFIER = "replay differs in the verifier"  # its verdict
     REPLAY_DIFFERS_IN_END_STATE = "replay differs in the end state"
+    BOUNDARY_INPUT_CRASHED = "boundary input crashed"  # a boundary date, a quote, a NULL column ...
+    TOOL_REPLAY_DIFFERS = "tool replay differs"  # its calls replayed in another process
 
     @property
     def probe(self) -> Probe:
@@ -90,6 +94,8 @@ _FAILURES: dict[ProbeFailure, tuple[Probe, Artifact]] = {
     ProbeFailure.REPLAY_DIFFERS_IN_TOOL: (Probe.REPLAY_DETERMINISTIC, Artifact.TOOL_CODE),
     ProbeFailure.REPLAY_DIFFERS_IN_VERIFIER: (Probe.REPLAY_DETERMINISTIC, Artifact.VERIFIERS),
     ProbeFailure.REPLAY_DIFFERS_IN_END_STATE: (Probe.REPLAY_DETERMINISTIC, Artifact.TOOL_CODE),
+    ProbeFailure.BOUNDARY_INPUT_CRASHED: (Probe.BOUNDARY_INPUTS, Artifact.TOOL_CODE),
+    ProbeFailure.TOOL_REPLAY_DIFFERS: (Probe.TOOL_DETERMINISTIC, Artifact.TOOL_CODE),
 }
 
 

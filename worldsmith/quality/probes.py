@@ -273,5 +273,11 @@ def _probed(runtime: Runtime, bundle: Bundle, *, reuse: bool) -> list[ProbeResul
 
         crashed = frozenset(r.target for r in results if r.probe == Probe.TOOL_RUNS and not r.passed)
         results += deep_probes(runtime, bundle, skip=crashed, reuse=reuse)
+        from worldsmith.quality.input_probes import boundary_probes  # they build on this module
+        from worldsmith.quality.tool_replays import replay_tools
+
+        crashing = crashed | {r.target for r in results if r.probe == Probe.VALID_INPUTS and not r.passed}
+        results += boundary_probes(runtime, bundle, skip=crashing)
+        results += replay_tools(runtime, bundle, skip=crashed)
         results += probe_tasks(runtime, bundle)
     return results
