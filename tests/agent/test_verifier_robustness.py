@@ -181,6 +181,24 @@ def test_answer_variants_say_the_same_thing_otherwise():
     assert list_items("Order 1004 was shipped. It arrives soon.") == []
 
 
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("answer", "expected"),
+    [
+        ("$5,750.00", "5,750.00 USD"),
+        ("The total is €1,234,567.89.", "The total is 1,234,567.89 EUR."),
+        ("£ 12,000", "12,000 GBP"),
+        ("5,750.00", "$5,750.00"),
+        ("Paid 1,250.00 on 2026-03-05", "Paid $1,250.00 on March 5, 2026"),
+        ("$5750.00 and $12.50", "5,750.00 USD and 12.50 USD"),
+    ],
+)
+def test_amounts_with_separators_are_formatted_as_whole_numbers(answer, expected):
+    from worldsmith.agent.answer_variants import formatted
+
+    assert formatted(answer) == expected
+
+
 def _with_verifiers(bundle, verifiers_py: str):
     from worldsmith.bundle.loader import build_bundle
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from support.paths import GOLDEN
 
+from worldsmith.bundle.contract import artifact_digest
 from worldsmith.bundle.errors import BundleError
 from worldsmith.bundle.loader import load_bundle, rebuild_bundle_dir, write_bundle
 
@@ -189,6 +190,50 @@ def test_stale_tools_json_is_reported(copy):
     (copy / "tools.json").write_text(json.dumps(data, indent=2) + "\n")
     problems = issues_of(copy)
     assert any(p.startswith("tools.json: does not match") for p in problems)
+
+
+def _write_tools_json(path: Path, tools: list) -> None:
+    """Write tools.json as a hand-written world might, its manifest hash updated to match."""
+    data = (json.dumps(tools, sort_keys=True, separators=(",", ":")) + "\n").encode()
+    (path / "tools.json").write_bytes(data)
+    manifest = json.loads((path / "manifest.json").read_text())
+    manifest["artifacts"]["tools.json"] = artifact_digest(data)
+    (path / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def test_tools_json_spelled_differently_but_meaning_the_same_loads(copy, golden):
+    tools = json.loads((copy / "tools.json").read_text())[::-1]  # other tool order, key order, layout
+    for tool in tools:
+        tool["description"] = "  " + tool["description"].replace(" ", "\n    ") + "\n"
+        parameters = tool["parameters"]
+        parameters["required"] = parameters["required"][::-1]
+        if not parameters["required"]:
+            del parameters["required"]
+        for schema in parameters["properties"].values():
+            kinds = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+            if len(kinds) > 1:
+                del schema["type"]
+                schema["anyOf"] = [{"type": k} for k in kinds[::-1]]
+            else:
+                schema["type"] = kinds
+    _write_tools_json(copy, tools)
+    bundle = load_bundle(copy)
+    assert bundle.tools == golden.tools
+    assert bundle.files["tools.json"] == (copy / "tools.json").read_bytes()  # as written: its hash holds
+
+
+def test_tools_json_differing_in_meaning_names_the_tool_and_what_differs(copy):
+    tools = json.loads((copy / "tools.json").read_text())
+    by_name = {t["name"]: t for t in tools}
+    by_name["get_customer"]["parameters"]["properties"]["customer_id"]["type"] = "string"
+    by_name["list_orders"]["parameters"]["required"].append("status")
+    by_name["find_customer"]["description"] = "Look up a customer by name."
+    _write_tools_json(copy, tools)
+    problems = [p for p in issues_of(copy) if p.startswith("tools.json: does not match")]
+    assert len(problems) == 3, problems
+    assert any("'get_customer': parameters.properties.customer_id.type" in p for p in problems)
+    assert any("'list_orders': parameters.required" in p and "status" in p for p in problems)
+    assert any("'find_customer': description" in p and "by name" in p for p in problems)
 
 
 def test_rebuild_after_editing_sources_makes_it_load(copy):

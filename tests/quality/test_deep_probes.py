@@ -124,3 +124,38 @@ def test_an_imported_route_crashing_for_some_valid_ids_is_a_defect(runtime, tmp_
     assert row["status"] == "failed", row
     assert {d["target"] for d in row["defects"]} == {"get_book"}, row["defects"]
     assert any("internal server error" in d["detail"] for d in row["defects"]), row["defects"]
+
+
+# -- malformed inputs are never valid ones (issue 33, point 6) ---------------------------------------------
+
+DATE_PARAMETERS = [
+    {"type": "string", "description": "The day, as YYYY-MM-DD."},
+    {"type": "string", "format": "date", "description": "The day."},
+    {"type": "string", "description": "The day, an ISO 8601 date."},
+]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("schema", DATE_PARAMETERS, ids=["described", "format", "iso"])
+def test_a_date_parameter_is_probed_only_with_dates(golden, schema):
+    from datetime import date
+
+    from worldsmith.quality.probes import SeedValues, sample_arguments
+    from worldsmith.quality.tool_inputs import parameter_values
+    from worldsmith.quality.world_values import WorldValues
+
+    tool = {"name": "orders_on", "parameters": {"type": "object", "properties": {"day": schema}, "required": ["day"]}}
+    drawn = sample_arguments(tool, SeedValues(golden.world))["day"]
+    valid = parameter_values("day", schema, WorldValues(golden.world, 8), {"orders"}, []).valid
+    for value in [drawn, *valid]:
+        assert isinstance(value, str) and date.fromisoformat(value) and len(value) == 10, value
+    assert valid
+
+
+@pytest.mark.unit
+def test_a_string_without_a_declared_format_keeps_its_values(golden):
+    from worldsmith.quality.tool_inputs import parameter_values
+    from worldsmith.quality.world_values import WorldValues
+
+    schema = {"type": "string", "description": "Words to look for in product names."}
+    assert len(parameter_values("query", schema, WorldValues(golden.world, 8), {"products"}, []).valid) > 1

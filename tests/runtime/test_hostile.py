@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 from support.bundles import with_tools
-from support.limits import FAST_LIMITS, ISOLATIONS, code_process, isolated
+from support.limits import FAST_LIMITS, ISOLATIONS, PATIENT_LIMITS, code_process, isolated
 from support.paths import REPO
 
 from worldsmith.bundle import sqlscript
@@ -363,6 +363,44 @@ def test_the_runtimes_own_rollback_and_commit_still_work(runtime, golden):
         before = _email(episode)
         assert episode.call_tool("undo_then_write").ok
         assert _email(episode) == before and _email(episode, 2) == "kept@example.com"
+
+
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_the_sqlite3_context_manager_in_a_tool_is_the_runtimes_to_handle(golden, isolation):
+    """`with db:` sends COMMIT on leaving (ROLLBACK on an exception): the runtime's commit and
+    rollback instead, so a world written that way works; explicit transaction SQL stays refused."""
+    source = textwrap.dedent("""
+        def with_write(conn, email):
+            with conn:
+                conn.execute("UPDATE customers SET email = ? WHERE id = 1", (email,))
+            return "ok"
+
+        def with_failure(conn):
+            conn.execute("UPDATE customers SET email = 'before@example.com' WHERE id = 2")
+            try:
+                with conn:
+                    conn.execute("UPDATE customers SET email = 'inside@example.com' WHERE id = 1")
+                    raise ValueError("undo")
+            except ValueError:
+                pass
+            conn.execute("UPDATE customers SET email = 'after@example.com' WHERE id = 3")
+            return "ok"
+
+        def explicit_commit(conn):
+            conn.execute("UPDATE customers SET email = 'explicit@example.com' WHERE id = 1")
+            conn.execute("COMMIT")
+    """)
+    bundle = with_tools(golden, source, ["with_write", "with_failure", "explicit_commit"])
+    with Runtime(limits=isolated(PATIENT_LIMITS, isolation), workers=1) as rt, rt.open_episode(bundle) as episode:
+        before = {i: _email(episode, i) for i in (1, 2)}
+        assert episode.call_tool("with_write", {"email": "with@example.com"}).ok
+        assert episode.call_tool("with_write", {"email": "again@example.com"}).ok  # the savepoint survived
+        assert _email(episode) == "again@example.com"
+        assert episode.call_tool("with_failure").ok
+        assert _email(episode) == "again@example.com" and _email(episode, 2) == before[2]
+        assert _email(episode, 3) == "after@example.com"
+        result = episode.call_tool("explicit_commit")
+        assert result.status == "env_error" and "transaction control" in result.error, result
 
 
 # -- class 10: a valid world refused -------------------------------------------------------------

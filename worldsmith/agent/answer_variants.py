@@ -15,10 +15,12 @@ from datetime import date
 #: Quantities of four to seven digits, not part of a code (SP-4100), a decimal, a date or an id (#1004);
 #: longer runs of digits are left alone (account or phone numbers).
 _LONG_INTEGER = re.compile(r"(?<![\w.,/#-])(\d{4,7})(?=(\.\d+)?(?![\w/-]|[.,]\d))")
-#: An amount with a currency symbol in front.
-_SYMBOL_AMOUNT = re.compile(r"([$€£])\s?(\d+(?:\.\d+)?)")
-#: An amount with exactly two decimals and no currency symbol (a price).
-_BARE_PRICE = re.compile(r"(?<![\w.,$€£-])(\d+\.\d{2})(?![\w.])")
+#: A whole number, grouped by thousands (5,750) or not (5750).
+_NUMBER = r"(?:\d{1,3}(?:,\d{3})+|\d+)"
+#: An amount with a currency symbol in front, the whole number with its decimals.
+_SYMBOL_AMOUNT = re.compile(rf"([$€£])\s?({_NUMBER}(?:\.\d+)?)(?![\d,]\d)")
+#: An amount with exactly two decimals and no currency symbol (a price), the whole number.
+_BARE_PRICE = re.compile(rf"(?<![\w.,$€£-])({_NUMBER}\.\d{{2}})(?![\w.])")
 _ISO_DATE = re.compile(r"\b(\d{4})-(\d{2})-(\d{2})\b")
 _CODES = {"$": "USD", "€": "EUR", "£": "GBP"}
 _LIST_SEPARATORS = ("\n", "; ", ", ")
@@ -39,7 +41,8 @@ def _spelled_date(match: re.Match[str]) -> str:
 
 def formatted(answer: str) -> str:
     """`answer` with dates spelled out (March 5, 2026), amounts given a currency code instead of their
-    symbol or a symbol when they look like a price, and long integers grouped by thousands."""
+    symbol or a symbol when they look like a price (each amount whole, its separators kept: $5,750.00
+    becomes 5,750.00 USD), and long integers grouped by thousands."""
     if _SYMBOL_AMOUNT.search(answer):
         text = _SYMBOL_AMOUNT.sub(lambda m: f"{m[2]} {_CODES[m[1]]}", answer)
     else:

@@ -24,6 +24,7 @@ from worldsmith.bundle.contract import (
     verifiers_kind_of,
 )
 from worldsmith.bundle.errors import BundleError, BundleIssue
+from worldsmith.bundle.schemadiff import tool_schema_differences
 from worldsmith.bundle.sqlscript import SqlFault, build_world
 from worldsmith.bundle.toolspec import derive_tool_schemas, function_signatures
 from worldsmith.jsonvalue import JsonObject
@@ -245,6 +246,20 @@ def tools_json_bytes(tools: list[JsonObject]) -> bytes:
     return (json.dumps(tools, indent=2, sort_keys=False) + "\n").encode()
 
 
+def _written_tools_issues(written: bytes, derived: list[JsonObject]) -> list[BundleIssue]:
+    """tools.json as written against the schemas tools.py gives, by meaning (`schemadiff`): an issue
+    per tool and place that differs."""
+    try:
+        data = json.loads(written)
+    except ValueError as exc:
+        return [BundleIssue("tools.json", f"not JSON: {exc}")]
+    fix = "(rebuild with `worldsmith env build`)"
+    return [
+        BundleIssue("tools.json", f"does not match the signatures and docstrings of tools.py: {difference} {fix}")
+        for difference in tool_schema_differences(data, derived)
+    ]
+
+
 def load_bundle(path: str | Path) -> Bundle:
     """Read and fully validate the bundle directory at `path`; raise `BundleError` listing every defect."""
     root = Path(path)
@@ -253,13 +268,8 @@ def load_bundle(path: str | Path) -> Bundle:
         _check_hashes(manifest, files, issues)
     tools, tasks, world = _validate(files, issues, manifest)
     kind = tools_kind_of(manifest)
-    if kind.derives_schemas and "tools.json" in files and tools and files["tools.json"] != tools_json_bytes(tools):
-        issues.append(
-            BundleIssue(
-                "tools.json",
-                "does not match the signatures and docstrings of tools.py (rebuild with `worldsmith env build`)",
-            )
-        )
+    if kind.derives_schemas and "tools.json" in files and tools:
+        issues.extend(_written_tools_issues(files["tools.json"], tools))
     if "world.db" in files and world is not None and files["world.db"] != world:
         issues.append(
             BundleIssue("world.db", "does not match schema.sql + seed.sql (rebuild with `worldsmith env build`)")
@@ -267,7 +277,7 @@ def load_bundle(path: str | Path) -> Bundle:
     if issues:
         raise BundleError(issues)
     assert manifest is not None and world is not None
-    if kind.derives_schemas:
+    if kind.derives_schemas and "tools.json" not in files:
         files["tools.json"] = tools_json_bytes(tools)
     files["world.db"] = world
     return Bundle(

@@ -17,6 +17,7 @@ from worldsmith.bundle.contract import Bundle
 from worldsmith.jsonvalue import JsonObject, JsonValue
 from worldsmith.models.bundle import TaskSpec
 from worldsmith.models.results import DbDiff, ToolResult, VerifierResult
+from worldsmith.quality.input_formats import EXAMPLES, conforming, declared_format
 from worldsmith.quality.json_schema import schema_list, schema_object
 from worldsmith.quality.memo import SharedMemo
 from worldsmith.quality.probe_results import Probe, ProbeFailure, ProbeResult
@@ -69,6 +70,10 @@ class SeedValues:
             for c in self.columns.get(name, [])
             if wanted and isinstance(c, wanted) and not isinstance(c, bool) or kind == "boolean" and isinstance(c, bool)
         ]
+        candidates = conforming(candidates, schema, name)
+        if not candidates and (form := declared_format(schema, name)) is not None:  # any value of its format
+            seen = (v for values in self.columns.values() for v in values if isinstance(v, str))
+            candidates = conforming(seen, schema, name)[:1] or [EXAMPLES[form]]
         if candidates:
             return self.rng.choice(candidates) if self.rng else candidates[0]
         return {"integer": 1, "number": 1.0, "string": "test", "boolean": True, "array": [], "object": {}}.get(

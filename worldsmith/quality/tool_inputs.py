@@ -1,7 +1,8 @@
 """The arguments the deep probes call a tool with (quality/deep_probes.py): per parameter the valid values
 the seeded database, the schema and the reference solutions give (keys of the tables its id parameters
 name, values of CHECK-constrained enums, range boundaries, examples and defaults) and the invalid ones
-(unknown ids, values outside an enum, out of range); per tool each value once, the reference
+(unknown ids, values outside an enum, out of range); a string that does not fit the format the
+parameter declares (quality/input_formats.py) is never a valid value; per tool each value once, the reference
 solutions' arguments, and Hypothesis's derandomized combinations of them all."""
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from worldsmith.jsonvalue import JsonObject, JsonValue
 from worldsmith.models.bundle import ToolSchema
+from worldsmith.quality.input_formats import conforming
 from worldsmith.quality.json_schema import schema_list, schema_number, schema_object
 from worldsmith.quality.schema import Range
 from worldsmith.quality.world_values import WorldValues, singular
@@ -126,6 +128,7 @@ def parameter_values(
     fitting = [_typed(v, kinds) for v in candidates if _fits(_typed(v, kinds), kinds)]
     if not fitting and "string" in kinds:
         fitting = [str(v) for v in candidates if v is not None and not isinstance(v, (list, dict))]
+    fitting = conforming(fitting, schema, name)  # a malformed value (a date that is none) is no valid input
     if not fitting:
         fitting = [_composite(schema, kinds, values, tables)] if kinds & {"array", "object"} else []
     if not fitting:

@@ -3,7 +3,8 @@
 Tools receive an `EpisodeConnection` (ASGI apps' engines an `AppConnection`): commits, closes and
 connection settings are the runtime's, and while generated code runs SQL that opens, releases or
 rolls back a transaction is refused (`refuse_transaction_control`, the gate `bundle.sqlscript`
-installs). Every tool call runs between `begin_call` and `end_call`: inside the runtime's savepoint,
+installs); `with db:` gets the runtime's `commit()` and `rollback()` instead of its own COMMIT and
+ROLLBACK. Every tool call runs between `begin_call` and `end_call`: inside the runtime's savepoint,
 kept if the tool returns, rolled back if it fails. Connections are opened here, in memory (fast
 isolation) or on the episode's database file (strict isolation), hardened, watched by the guard's
 deadline and bound to the world's clock.
@@ -16,7 +17,7 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import GetSetDescriptorType, MemberDescriptorType
-from typing import Any
+from typing import Any, Literal
 
 from worldsmith.bundle.kinds import ToolsKind
 from worldsmith.bundle.sqlscript import deserialize, harden
@@ -63,6 +64,18 @@ class EpisodeConnection(sqlite3.Connection):
 
     def close(self) -> None:
         return None
+
+    def __enter__(self) -> EpisodeConnection:
+        return self
+
+    def __exit__(self, exc_type: object, exc_value: object, traceback: object) -> Literal[False]:
+        """`with db:` (sqlite3's context manager, which would send COMMIT or ROLLBACK itself): the
+        runtime's `commit()` on leaving, its `rollback()` on an exception, which goes on."""
+        if exc_type is None:
+            self.commit()
+        else:
+            self.rollback()
+        return False
 
     def executescript(self, *args: Any, **kwargs: Any) -> Any:
         raise sqlite3.NotSupportedError("executescript is not available to tools; use execute()")
