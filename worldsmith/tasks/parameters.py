@@ -16,6 +16,8 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from worldsmith.agent.policy_specs import SPEC_HELP, check_spec
 from worldsmith.llm.prompts import prompt_version
 from worldsmith.llm.recording import REPLAY_PREFIX, Recording, replay_directory
+from worldsmith.models.bundle import Scenario
+from worldsmith.models.jsonlines import read_models
 from worldsmith.models.sets import SetQuery
 from worldsmith.settings import Settings, get_settings
 from worldsmith.worldmodel.config import SimulationConfig
@@ -80,6 +82,8 @@ class GenerateParameters(BaseModel):
         """A file of seed scenarios that exists where the run starts (checked before any stage runs)."""
         if scenario_file and not Path(scenario_file).expanduser().is_file():
             raise ValueError(f"scenario file {scenario_file} not found; give a JSON lines file of seed scenarios")
+        if scenario_file:
+            read_models(Scenario, Path(scenario_file).expanduser(), "a scenario")  # JsonLinesError: file, line, field
         return scenario_file
 
     @field_validator("record")
