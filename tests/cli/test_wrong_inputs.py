@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support.paths import GOLDEN
 from typer.testing import CliRunner
 
 from worldsmith.cli import app
@@ -87,3 +88,18 @@ def test_a_model_path_that_is_not_there_is_one_line(home, args, words):
 def test_the_ephemeral_prefect_server_timing_out_names_the_setting_and_up():
     line = answer(RuntimeError("Timed out while attempting to connect to ephemeral Prefect API server."))
     assert line is not None and "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS" in line and "worldsmith up" in line
+
+
+def test_generate_refuses_to_record_into_a_file_before_the_flow(home, tmp_path):
+    (tmp_path / "afile").write_text("mine")
+    line = one_line_failure(["generate", "--record", str(tmp_path / "afile")])
+    assert f"{tmp_path / 'afile'} is a file, not a directory" in line
+
+
+@pytest.mark.parametrize("command", [["sets", "export", "s1"], ["export", "awm", "s1"]])
+def test_exporting_into_a_file_is_one_line(home, tmp_path, command):
+    for setup in (["catalog", "publish", str(GOLDEN), "--no-probes"], ["sets", "create", "s1"]):
+        assert CliRunner().invoke(app, setup).exit_code == 0
+    (tmp_path / "afile").write_text("mine")
+    line = one_line_failure([*command, str(tmp_path / "afile")])
+    assert f"cannot write into {tmp_path / 'afile'}: it exists and is not a directory" in line

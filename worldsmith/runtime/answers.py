@@ -59,6 +59,8 @@ def answer(exc: BaseException) -> str | None:
             "the temporary Prefect server this command starts did not answer in time (a busy machine): set "
             "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=120, or start the local stack with `worldsmith up`"
         )
+    if isinstance(exc, FileExistsError) and exc.filename:  # a directory to make where a file is
+        return f"cannot write into {exc.filename}: it exists and is not a directory; name another path"
     if isinstance(exc, (FileNotFoundError, IsADirectoryError, NotADirectoryError)) and exc.filename:
         return f"cannot use {exc.filename}: {exc.strerror}; check the path"
     if isinstance(exc, OSError) and exc.errno in _UNWRITABLE and exc.filename:

@@ -89,7 +89,13 @@ class GenerateParameters(BaseModel):
     @field_validator("record")
     @classmethod
     def _absolute_record(cls, record: str | None) -> str | None:
-        return str(Path(record).expanduser().resolve()) if record else None
+        """The recording directory made absolute; refused when it, or a folder above it, is a file."""
+        if not record:
+            return None
+        directory = Path(record).expanduser().resolve()
+        if blocking := next((p for p in (directory, *directory.parents) if p.exists() and not p.is_dir()), None):
+            raise ValueError(f"record: {blocking} is a file, not a directory; name a directory to record into")
+        return str(directory)
 
     @model_validator(mode="after")
     def _record_elsewhere(self) -> GenerateParameters:
