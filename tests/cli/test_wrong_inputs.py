@@ -45,8 +45,12 @@ def test_data_names_the_file_line_and_field_of_a_malformed_line(home, wrong_line
 
 @pytest.mark.parametrize("command", ["sft", "transitions"])
 def test_data_from_a_missing_file(home, tmp_path, command):
+    binary = tmp_path / "binary.jsonl"
+    binary.write_bytes(b"\xff\xfe\x00")
+    line = one_line_failure(["data", command, str(binary), str(tmp_path / "out")])
+    assert line.startswith(f"cannot read {binary}: not UTF-8 text"), line
     line = one_line_failure(["data", command, "/nonexistent/trajectories.jsonl", str(tmp_path / "out")])
-    assert "cannot read /nonexistent/trajectories.jsonl: No such file or directory" in line
+    assert line == "cannot use /nonexistent/trajectories.jsonl: No such file or directory; check the path"
 
 
 @pytest.mark.parametrize(

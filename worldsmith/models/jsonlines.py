@@ -35,13 +35,12 @@ def write_models(models: Iterable[BaseModel], path: Path) -> Path:
 
 
 def read_models(cls: type[M], path: Path, what: str) -> list[M]:
-    """The models of a JSON-lines file (blank lines skipped); a missing or unreadable file, or a malformed
-    line, raises JsonLinesError naming the file, the line, `what` it should have been and the field."""
+    """The models of a JSON-lines file (blank lines skipped); text that is not UTF-8, or a malformed line,
+    raises JsonLinesError naming the file, the line, `what` it should have been and the field."""
     try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise JsonLinesError(f"cannot read {path}: {reason}; give a JSON lines file, {what} per line") from None
+        text = path.read_text()  # a missing file, a directory: OSError naming it (the CLI's one line)
+    except UnicodeDecodeError as exc:
+        raise JsonLinesError(f"cannot read {path}: not UTF-8 text ({exc.reason}); give a JSON lines file") from None
     out = []
     for number, line in enumerate(text.splitlines(), start=1):
         if line.strip():
