@@ -56,6 +56,12 @@ class DemoOptions(BaseModel):
         64, ge=1, description="Rollouts per trained task that measure its success rate before and after GRPO."
     )
     set_name: str = Field("demo", description="Name of the environment set the demonstration curates.")
+    prefect_port: int | None = Field(
+        None, ge=0, le=65535, description="Port of the Prefect server (default WORLDSMITH_PREFECT_PORT; 0: any free)."
+    )
+    dashboard_port: int | None = Field(
+        None, ge=0, le=65535, description="Port of the dashboard (default WORLDSMITH_DASHBOARD_PORT; 0: any free)."
+    )
 
     def training_config(self) -> TrainingConfig:
         """The training stage's recipe (the tiny model's cache key derives from it: bench/tiny_prepare.py)."""
@@ -159,7 +165,7 @@ class Demo:
 
     def __init__(self, options: DemoOptions, console: Console):
         self.options, self.console = options, console
-        self.stack = Stack.from_settings()
+        self.stack = Stack.current().with_ports(options.prefect_port, options.dashboard_port)
         self.summary: DemoSummary = {"options": options.model_dump()}
 
     def run(self) -> DemoSummary:

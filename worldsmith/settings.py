@@ -128,7 +128,7 @@ class Settings(BaseSettings):
 
     # MCP gateway
     gateway_host: str = "127.0.0.1"
-    gateway_port: int = 8765
+    gateway_port: int = Field(8765, ge=0, le=65535, description="Port of `env serve` (0: any free port, printed).")
     gateway_session_idle_s: float = Field(900.0, gt=0, description="Idle MCP sessions (episodes) expire after this.")
     gateway_max_sessions: int = Field(4096, ge=1, description="Open MCP sessions per environment; more get HTTP 503.")
     gateway_allowed_hosts: list[str] = Field(

@@ -72,7 +72,7 @@ def _defaults(
         os.environ["PREFECT_HOME"] = str((home / "prefect").resolve())
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     if "PREFECT_API_URL" not in os.environ:  # flows report to the server of `worldsmith up` when it runs
-        local_stack = Stack.from_settings()
+        local_stack = Stack.current()
         if local_stack.server().pid() is not None:
             os.environ["PREFECT_API_URL"] = local_stack.api_url
 

@@ -13,7 +13,7 @@ import typer
 from rich.table import Table
 
 from worldsmith.cli.bundles import BundleArg, load_bundle_arg
-from worldsmith.cli.console import console, refusals, say
+from worldsmith.cli.console import console, failure, refusals, say
 from worldsmith.quality.checks import quality_checks
 from worldsmith.runtime.episode import Runtime
 from worldsmith.storage.objectstore import configured_store
@@ -162,7 +162,10 @@ def catalog_diff(
 @app.command("fetch")
 def catalog_fetch(
     ref: Annotated[str, typer.Argument(help="ENV or ENV@VERSION.")],
-    target: Annotated[Path, typer.Argument(help="Directory to write.")],
+    target: Annotated[Path, typer.Argument(help="Directory to write (new or empty, unless --force).")],
+    force: Annotated[
+        bool, typer.Option("--force", help="Write into a directory that holds files, or replace a file at TARGET.")
+    ] = False,
 ) -> None:
     """Write a version's bundle into a directory, byte for byte as published (a failed world that stopped
     before it was a bundle: its partial artifacts)."""
@@ -170,6 +173,13 @@ def catalog_fetch(
     from worldsmith.storage.catalog import open_catalog
     from worldsmith.storage.publish import fetch_files
 
+    if not force and (target.exists() or target.is_symlink()):
+        if not target.is_dir():
+            raise failure(f"{target} exists and is not a directory: name another path, or use --force to replace it")
+        if any(target.iterdir()):
+            raise failure(f"{target} exists and is not empty: name another path, or use --force to write into it")
+    if force and (target.is_file() or target.is_symlink()):
+        target.unlink()
     with refusals():
         version = fetch_files(ref, target, configured_store(), open_catalog())
     if version.failed_stage is not None:

@@ -124,7 +124,10 @@ def env_serve(
         str | None, typer.Option("--set", help="Also host every member of this environment set.")
     ] = None,
     host: Annotated[str | None, typer.Option(help="Interface to bind (default WORLDSMITH_GATEWAY_HOST).")] = None,
-    port: Annotated[int | None, typer.Option(help="Port (default WORLDSMITH_GATEWAY_PORT).")] = None,
+    port: Annotated[
+        int | None,
+        typer.Option(min=0, max=65535, help="Port (default WORLDSMITH_GATEWAY_PORT; 0: any free port, printed)."),
+    ] = None,
     verdicts: Annotated[
         bool,
         typer.Option(
@@ -185,9 +188,10 @@ def env_serve(
         raise failure(f"set {set_name!r} has no members: add environments to it or serve others")
     from worldsmith.serving.access import Access, read_token_file
     from worldsmith.serving.gateway import Gateway, serve
+    from worldsmith.serving.supervisor import listener
 
     host = host or settings.gateway_host
-    port = port or settings.gateway_port
+    port = port if port is not None else settings.gateway_port
     session_idle = session_idle or settings.gateway_session_idle_s
     token_file = token_file or settings.gateway_token_file
     access = Access(  # AccessRefused (a host that is no name, a token file that cannot be used): one line
@@ -206,6 +210,9 @@ def env_serve(
             say(f"callers send Authorization: Bearer <the token in {token_file}>", highlight=False)
 
     if processes > 1 and member is None:
+        if port == 0:  # the members share one port: chosen here, so that all of them bind the same
+            with listener(host, 0) as probe:
+                port = probe.getsockname()[1]
         options = [*(arg for name in allow_host or [] for arg in ("--allow-host", name))]
         options += ["--token-file", str(token_file)] if token_file is not None else []
         _supervise(
@@ -215,6 +222,11 @@ def env_serve(
     from worldsmith.serving.affinity import Member
     from worldsmith.serving.supervisor import serve_member
 
+    # one process: the port bound before anything starts (busy, not an address here: PortUnavailable's one line
+    # naming the option), so that "serving ... at" is printed once it listens, with the port chosen for --port 0
+    sock = listener(host, port) if member is None else None
+    if sock is not None:
+        port = sock.getsockname()[1]
     # SIGTERM/SIGHUP leave like Ctrl-C: the runtime closes its workers and removes its scratch directory
     with exit_on_termination(), Runtime() as runtime:
         gateway = Gateway(
@@ -227,10 +239,11 @@ def env_serve(
             member=Member.parse(member) if member is not None else None,
             access=access,
         )
-        if gateway.member is None:
+        if sock is not None:
             serving()
-            serve(gateway, host, port)
+            serve(gateway, sock)
         else:
+            assert gateway.member is not None  # member given: this process is one of --processes N
             serve_member(gateway.app(), gateway.member, host, port, access=access)
 
 

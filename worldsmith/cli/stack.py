@@ -31,15 +31,27 @@ def up(
             "(POOL=TYPE, e.g. gpu=kubernetes; repeatable; default process)."
         ),
     ] = None,
+    prefect_port: Annotated[
+        int | None,
+        typer.Option(
+            min=0, max=65535, help="Port of the Prefect server (default WORLDSMITH_PREFECT_PORT; 0: any free port)."
+        ),
+    ] = None,
+    dashboard_port: Annotated[
+        int | None,
+        typer.Option(
+            min=0, max=65535, help="Port of the dashboard (default WORLDSMITH_DASHBOARD_PORT; 0: any free port)."
+        ),
+    ] = None,
 ) -> None:
     """Start the local Prefect server, create the work pools, deploy deployments/prefect.yaml, start a
     worker on the local pool (and on each --worker pool) and the dashboard. Idempotent: what runs keeps
-    running, nothing is duplicated."""
+    running, nothing is duplicated. The ports are recorded under WORLDSMITH_HOME for `status` and `down`."""
     try:
         types = parse_pool_types(pool_type or ())
     except ServiceError as exc:
         raise failure(str(exc), code=2) from None
-    stack = Stack.from_settings(requested_workers(worker or ()), types)
+    stack = Stack.current(requested_workers(worker or ()), types).with_ports(prefect_port, dashboard_port)
     try:
         with console.status("bringing the local stack up (Prefect server, pools, deployments, worker, dashboard)"):
             state = stack.up(dashboard=dashboard)
@@ -61,23 +73,33 @@ def up(
 @app.command("down")
 def down() -> None:
     """Stop what `worldsmith up` started (workers, dashboard, Prefect server)."""
-    stopped = Stack.from_settings().down()
+    stopped = Stack.current().down()
     say("stopped: " + ", ".join(stopped) if stopped else "nothing was running")
 
 
 @app.command("dashboard")
 def dashboard_command(
     host: Annotated[str | None, typer.Option(help="Address to listen on (default WORLDSMITH_DASHBOARD_HOST).")] = None,
-    port: Annotated[int | None, typer.Option(help="Port (default WORLDSMITH_DASHBOARD_PORT).")] = None,
+    port: Annotated[
+        int | None,
+        typer.Option(min=0, max=65535, help="Port (default WORLDSMITH_DASHBOARD_PORT; 0: any free port, printed)."),
+    ] = None,
 ) -> None:
     """Serve the dashboard: generation outcomes per night, cost, quality, sets, evaluations, training."""
     import uvicorn
 
     from worldsmith.dashboard.app import dashboard_app
+    from worldsmith.serving.supervisor import listener
 
     settings = get_settings()
-    served = dashboard_app(prefect_ui_url=f"http://127.0.0.1:{settings.prefect_port}")
-    uvicorn.run(served, host=host or settings.dashboard_host, port=port or settings.dashboard_port, log_level="warning")
+    host = host or settings.dashboard_host
+    sock = listener(host, port if port is not None else settings.dashboard_port)  # busy: one line naming --port
+    served = dashboard_app(prefect_ui_url=Stack.current().ui_url)
+    say(f"dashboard at http://{host}:{sock.getsockname()[1]}", highlight=False)
+    try:
+        uvicorn.Server(uvicorn.Config(served, log_level="warning")).run(sockets=[sock])
+    finally:
+        sock.close()
 
 
 DEMO_OPTIONS = options_for(DemoOptions)

@@ -55,7 +55,7 @@ class PrefectStatus:
 
 def _local_stack() -> LocalStack:
     """The services of `worldsmith up` (pid or None) and the addresses of those that run."""
-    stack = Stack.from_settings()
+    stack = Stack.current()
     running = stack.running()
     services: list[ServiceStatus] = [
         {"name": s.name, "pid": running.get(s.name), "log": str(s.log_file)} for s in stack.services()

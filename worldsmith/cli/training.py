@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
@@ -21,7 +23,7 @@ from pydantic import BaseModel
 from rich.table import Table
 
 from worldsmith.cli.config_options import UNSET, ConfigValues, config_command, option_for, options_for
-from worldsmith.cli.console import console, refusals, say
+from worldsmith.cli.console import console, failure, refusals, say
 from worldsmith.training.config import TINY, CotrainConfig, TrainingConfig
 from worldsmith.training.memory import check_cuda, check_machine
 
@@ -106,6 +108,17 @@ def _flow_result(run: Callable[[], Record], as_json: bool) -> Record | None:
     return result
 
 
+def _check_model_path(model: str, option: str = "--model") -> None:
+    """Exit 2 with one line when `model` names a path (it holds a separator, or starts with . or ~)
+    that is not a directory on this machine: before the flow, not as the Hugging Face loader's traceback."""
+    path = Path(model).expanduser()
+    if model != TINY and (os.sep in model or model.startswith((".", "~"))) and not path.is_dir():
+        reason = "is not a directory" if path.exists() else "does not exist"
+        raise failure(
+            f"{option} {model}: {reason}; give a model directory, an id in the local Hugging Face cache, or {TINY}"
+        )
+
+
 def _report_training(config: TrainingConfig, result: TrainResult | None) -> None:
     """The validation table and final model of a finished training run (nothing when None: --json)."""
     if result is None:
@@ -152,6 +165,7 @@ def train_command(fields: ConfigValues, as_json: JsonOption = False) -> None:
     # a bad value is answered in one line by the root handler (cli/console.AnsweringGroup)
     config = TrainingConfig.model_validate(fields)
     check_machine(config)  # one line before the flow starts (MachineUnfit, UserFixable: the root handler)
+    _check_model_path(config.model)
     _check_set(config.set_name, config.split)
     if config.nodes > 1:  # the other nodes' deployment (LaunchFailed, UserFixable: the root handler)
         from worldsmith.flows.train_node import default_node_launcher
@@ -187,6 +201,8 @@ def cotrain_command(fields: ConfigValues, as_json: JsonOption = False) -> None:
     config = CotrainConfig.model_validate(fields)
     check_machine(config.policy)
     check_cuda(config.world_model.profile)
+    _check_model_path(config.policy.model)
+    _check_model_path(config.world_model.model, "--world-model")
     _check_set(config.policy.set_name, config.policy.split)
     result = _flow_result(lambda: cotrain(config, progress=not as_json), as_json)
     if result is None:

@@ -8,7 +8,21 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from worldsmith.failures import UserFixable
+
 M = TypeVar("M", bound=BaseModel)
+
+
+class JsonLinesError(UserFixable, ValueError):
+    """A JSON-lines file that cannot be read as the models it should hold: the message names the file,
+    the line and the field."""
+
+
+def _first_problem(exc: ValidationError) -> str:
+    """The first error of `exc` as `field a.b: message` (or the message alone when no field is at fault)."""
+    first = exc.errors()[0]
+    field = ".".join(str(part) for part in first["loc"])
+    return f"field {field}: {first['msg']}" if field else first["msg"]
 
 
 def write_models(models: Iterable[BaseModel], path: Path) -> Path:
@@ -21,13 +35,17 @@ def write_models(models: Iterable[BaseModel], path: Path) -> Path:
 
 
 def read_models(cls: type[M], path: Path, what: str) -> list[M]:
-    """The models of a JSON-lines file (blank lines skipped); a malformed line raises ValueError
-    naming the file, the line and `what` it should have been."""
+    """The models of a JSON-lines file (blank lines skipped); text that is not UTF-8, or a malformed line,
+    raises JsonLinesError naming the file, the line, `what` it should have been and the field."""
+    try:
+        text = path.read_text()  # a missing file, a directory: OSError naming it (the CLI's one line)
+    except UnicodeDecodeError as exc:
+        raise JsonLinesError(f"cannot read {path}: not UTF-8 text ({exc.reason}); give a JSON lines file") from None
     out = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         if line.strip():
             try:
                 out.append(cls.model_validate_json(line))
-            except (ValueError, ValidationError) as exc:
-                raise ValueError(f"{path}:{number}: not {what} ({str(exc).splitlines()[0]})") from None
+            except ValidationError as exc:
+                raise JsonLinesError(f"{path}:{number}: not {what}: {_first_problem(exc)}") from None
     return out

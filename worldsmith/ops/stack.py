@@ -7,12 +7,15 @@ workers need -> the deployments of `deployments/prefect.yaml` (package data, so 
 -> a worker on `local` and on each other requested pool -> the dashboard. Every step is idempotent:
 what runs keeps running, pools are created once (their settings updated), deploying again updates
 the deployments in place. down stops the services in the reverse order. State (the server's
-database, pid and log files) lives under WORLDSMITH_HOME.
+database, pid and log files) lives under WORLDSMITH_HOME; the ports the running stack uses are recorded
+there (`run/stack.json`), so that `status`, `down` and the commands reporting to its Prefect server find
+it whatever the settings say now (`Stack.current`).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib.util
 import json
 import os
@@ -121,6 +124,45 @@ class Stack:
     #: {pool: type} for pools `up` creates as docker or kubernetes pools (the others: process).
     pool_types: dict[str, str] = field(default_factory=dict)
     log: list[str] = field(default_factory=list)
+
+    @classmethod
+    def current(cls, workers: tuple[str, ...] = (DEFAULT_WORKER,), pool_types: dict[str, str] | None = None) -> Stack:
+        """The stack `worldsmith up` started, at the ports it recorded, while any of its services runs;
+        else the one of the settings."""
+        stack = cls.from_settings(workers, pool_types)
+        return stack.recorded() or stack
+
+    def recorded(self) -> Stack | None:
+        """This stack at the ports `up` recorded under its home, while any of its services runs (else None)."""
+        try:
+            ports = json.loads(self.record_file.read_text())
+            found = dataclasses.replace(
+                self,
+                prefect_port=int(ports["prefect_port"]),
+                dashboard_host=str(ports["dashboard_host"]),
+                dashboard_port=int(ports["dashboard_port"]),
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return found if found.running() else None
+
+    @property
+    def record_file(self) -> Path:
+        """Where `up` records the ports of the running stack."""
+        return self.home / "run" / "stack.json"
+
+    def with_ports(self, prefect_port: int | None = None, dashboard_port: int | None = None) -> Stack:
+        """This stack on other ports (None: as it is; 0: a free port of this machine, chosen now)."""
+        from worldsmith.localserver import free_port
+
+        def chosen(port: int | None, current: int, host: str) -> int:
+            return current if port is None else port or free_port(host)
+
+        return dataclasses.replace(
+            self,
+            prefect_port=chosen(prefect_port, self.prefect_port, "127.0.0.1"),
+            dashboard_port=chosen(dashboard_port, self.dashboard_port, self.dashboard_host),
+        )
 
     @classmethod
     def from_settings(
@@ -359,7 +401,39 @@ class Stack:
         unknown = set(self.workers) - set(POOLS)
         if unknown:
             raise ServiceError(f"unknown work pool(s) {sorted(unknown)}; known: {sorted(POOLS)}")
-        state = {"prefect-server": "started" if self.server().start() else "running"}
+        from worldsmith.serving.supervisor import check_port_free
+
+        running = self.recorded()
+        if running is not None and (running.prefect_port, running.dashboard_port) != (
+            self.prefect_port,
+            self.dashboard_port,
+        ):
+            raise ServiceError(
+                f"the local stack runs with the Prefect server on port {running.prefect_port} and the dashboard on "
+                f"port {running.dashboard_port}: stop it with `worldsmith down` before starting it on other ports"
+            )
+        server = self.server()
+        if server.pid() is None:  # another program on the port would answer our requests, or make ours exit
+            check_port_free("127.0.0.1", self.prefect_port, "--prefect-port (WORLDSMITH_PREFECT_PORT)")
+        if dashboard and self.dashboard().pid() is None:
+            check_port_free(
+                self.dashboard_host,
+                self.dashboard_port,
+                "--dashboard-port (WORLDSMITH_DASHBOARD_PORT)",
+                "WORLDSMITH_DASHBOARD_HOST",
+            )
+        self.record_file.parent.mkdir(parents=True, exist_ok=True)
+        self.record_file.write_text(
+            json.dumps(
+                {
+                    "prefect_port": self.prefect_port,
+                    "dashboard_host": self.dashboard_host,
+                    "dashboard_port": self.dashboard_port,
+                }
+            )
+            + "\n"
+        )
+        state = {"prefect-server": "started" if server.start() else "running"}
         created = self.ensure_pools()
         kinds = self.pool_kinds()
         pool: str
@@ -397,7 +471,9 @@ class Stack:
 
     def down(self) -> list[str]:
         """Stop every running service of the stack (workers and dashboard first); returns the stopped ones."""
-        return [service.name for service in reversed(self.services()) if service.stop()]
+        stopped = [service.name for service in reversed(self.services()) if service.stop()]
+        self.record_file.unlink(missing_ok=True)
+        return stopped
 
     def running(self) -> dict[str, int]:
         """Pid of each running service."""

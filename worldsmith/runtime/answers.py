@@ -28,6 +28,10 @@ def one_line(text: str) -> str:
     return line if len(line) <= MAX_ANSWER else line[:MAX_ANSWER] + " ..."
 
 
+#: What Prefect's RuntimeError says when the ephemeral API server a flow starts without PREFECT_API_URL is slow.
+EPHEMERAL_PREFECT_TIMEOUT = "Timed out while attempting to connect to ephemeral Prefect API"
+
+
 def answer(exc: BaseException) -> str | None:
     """The one line that answers `exc`, or None when it is not something bad input (a hostile bundle,
     a missing file) can cause."""
@@ -50,6 +54,13 @@ def answer(exc: BaseException) -> str | None:
         return f"sandbox worker lost: {exc.reason}"
     if isinstance(exc, RuntimeFault):
         return f"runtime refused: {exc}"
+    if isinstance(exc, RuntimeError) and EPHEMERAL_PREFECT_TIMEOUT in str(exc):  # Prefect's own, on a busy machine
+        return (
+            "the temporary Prefect server this command starts did not answer in time (a busy machine): set "
+            "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS=120, or start the local stack with `worldsmith up`"
+        )
+    if isinstance(exc, FileExistsError) and exc.filename:  # a directory to make where a file is
+        return f"cannot write into {exc.filename}: it exists and is not a directory; name another path"
     if isinstance(exc, (FileNotFoundError, IsADirectoryError, NotADirectoryError)) and exc.filename:
         return f"cannot use {exc.filename}: {exc.strerror}; check the path"
     if isinstance(exc, OSError) and exc.errno in _UNWRITABLE and exc.filename:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 import time
 from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Sequence
@@ -320,6 +321,11 @@ class _WorldEndpoint:
                 live.last_active = time.monotonic()
 
 
-def serve(gateway: Gateway, host: str, port: int, *, log_level: str = "info") -> None:
-    """Serve `gateway` until interrupted: no access log (a line per call costs as much as the call)."""
-    uvicorn.run(gateway.app(), host=host, port=port, log_level=log_level, access_log=False, backlog=4096)
+def serve(gateway: Gateway, sock: socket.socket, *, log_level: str = "info") -> None:
+    """Serve `gateway` on the listening socket `sock` (supervisor.listener) until interrupted (SIGINT/SIGTERM
+    raised again once stopped): no access log (a line per call costs as much as the call)."""
+    config = uvicorn.Config(gateway.app(), log_level=log_level, access_log=False, backlog=4096)
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    finally:
+        sock.close()

@@ -42,11 +42,11 @@ class PortUnavailable(UserFixable):
     """The port cannot be bound (the message names it)."""
 
 
-def _address(host: str, port: int) -> tuple[socket.AddressFamily, tuple[Any, ...]]:
+def _address(host: str, port: int, host_option: str = "--host") -> tuple[socket.AddressFamily, tuple[Any, ...]]:
     try:
         family, _, _, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
     except socket.gaierror as exc:
-        raise PortUnavailable(f"cannot bind {host}:{port}: {exc.strerror}; choose another --host") from None
+        raise PortUnavailable(f"cannot bind {host}:{port}: {exc.strerror}; choose another {host_option}") from None
     return family, address
 
 
@@ -56,16 +56,27 @@ def _tcp_socket(family: socket.AddressFamily) -> socket.socket:
     return socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
 
 
-def _unbindable(host: str, port: int, exc: OSError) -> PortUnavailable:
+def _unbindable(host: str, port: int, exc: OSError, port_option: str, host_option: str) -> PortUnavailable:
     """Why HOST:PORT cannot be bound, naming the option to change."""
-    option = "--host (an address of this machine)" if exc.errno == errno.EADDRNOTAVAIL else "--port"
-    return PortUnavailable(f"cannot bind {host}:{port}: {exc.strerror}; choose another {option}")
+    option = f"{host_option} (an address of this machine)" if exc.errno == errno.EADDRNOTAVAIL else port_option
+    busy = " (another program listens there)" if exc.errno == errno.EADDRINUSE else ""
+    return PortUnavailable(f"cannot bind {host}:{port}: {exc.strerror}{busy}; choose another {option}")
 
 
-def check_port_free(host: str, port: int) -> None:
+def check_port_free(host: str, port: int, port_option: str = "--port", host_option: str = "--host") -> None:
     """PortUnavailable unless HOST:PORT can be bound now (by anyone: another server, or another
-    supervisor's members, which a SO_REUSEPORT socket would otherwise join)."""
-    _bound(host, port, shared=False).close()
+    supervisor's members, which a SO_REUSEPORT socket would otherwise join); the message names the
+    options to change."""
+    _bound(host, port, shared=False, port_option=port_option, host_option=host_option).close()
+
+
+def listener(host: str, port: int, port_option: str = "--port", host_option: str = "--host") -> socket.socket:
+    """A socket listening on HOST:PORT (port 0: a free port the system chooses; `getsockname()` says
+    which), for a server to serve on: it listens before the server says where it serves. PortUnavailable
+    (a busy port, an address not of this machine) naming the option to change."""
+    sock = _bound(host, port, shared=False, port_option=port_option, host_option=host_option)
+    sock.listen(4096)
+    return sock
 
 
 def shared_listener(host: str, port: int) -> socket.socket:
@@ -73,9 +84,11 @@ def shared_listener(host: str, port: int) -> socket.socket:
     return _bound(host, port, shared=True)
 
 
-def _bound(host: str, port: int, *, shared: bool) -> socket.socket:
+def _bound(
+    host: str, port: int, *, shared: bool, port_option: str = "--port", host_option: str = "--host"
+) -> socket.socket:
     """A TCP socket bound to HOST:PORT (`shared`: with SO_REUSEPORT); PortUnavailable naming the option to change."""
-    family, address = _address(host, port)
+    family, address = _address(host, port, host_option)
     sock = _tcp_socket(family)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     if shared:
@@ -84,7 +97,7 @@ def _bound(host: str, port: int, *, shared: bool) -> socket.socket:
         sock.bind(address)
     except OSError as exc:
         sock.close()
-        raise _unbindable(host, port, exc) from None
+        raise _unbindable(host, port, exc, port_option, host_option) from None
     return sock
 
 

@@ -16,6 +16,8 @@ from pydantic import BaseModel, Field, field_validator, model_validator
 from worldsmith.agent.policy_specs import SPEC_HELP, check_spec
 from worldsmith.llm.prompts import prompt_version
 from worldsmith.llm.recording import REPLAY_PREFIX, Recording, replay_directory
+from worldsmith.models.bundle import Scenario
+from worldsmith.models.jsonlines import read_models
 from worldsmith.models.sets import SetQuery, SplitName
 from worldsmith.settings import Settings, get_settings
 from worldsmith.worldmodel.config import SimulationConfig
@@ -77,12 +79,20 @@ class GenerateParameters(BaseModel):
         """A file of seed scenarios that exists where the run starts (checked before any stage runs)."""
         if scenario_file and not Path(scenario_file).expanduser().is_file():
             raise ValueError(f"scenario file {scenario_file} not found; give a JSON lines file of seed scenarios")
+        if scenario_file:
+            read_models(Scenario, Path(scenario_file).expanduser(), "a scenario")  # JsonLinesError: file, line, field
         return scenario_file
 
     @field_validator("record")
     @classmethod
     def _absolute_record(cls, record: str | None) -> str | None:
-        return str(Path(record).expanduser().resolve()) if record else None
+        """The recording directory made absolute; refused when it, or a folder above it, is a file."""
+        if not record:
+            return None
+        directory = Path(record).expanduser().resolve()
+        if blocking := next((p for p in (directory, *directory.parents) if p.exists() and not p.is_dir()), None):
+            raise ValueError(f"record: {blocking} is a file, not a directory; name a directory to record into")
+        return str(directory)
 
     @model_validator(mode="after")
     def _record_elsewhere(self) -> GenerateParameters:
