@@ -35,7 +35,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from worldsmith.errors import WorldsmithError
 from worldsmith.flows.artifacts import as_completed_with_progress, summarise_generation
-from worldsmith.flows.interruption import STOP, Interrupted, stop_on_signals
+from worldsmith.flows.interruption import STOP, Interrupted, ignore_terminal_interrupts, stop_on_signals
 from worldsmith.flows.records import current_flow_run_id
 from worldsmith.flows.run_names import named_after
 from worldsmith.flows.world_builds import WorldProgress, build_world, log_scenario_repairs, publish_outcome
@@ -213,7 +213,7 @@ def run_generate(
     """Run the flow in this process (against the configured Prefect API or an ephemeral one). With
     `on_progress` (the CLI), the flow runs in a thread and this (main) thread turns SIGINT and SIGTERM
     into a stop: the flow run ends Cancelled, its finished worlds kept, and `Interrupted` (naming them)
-    is raised here; a second signal closes the run's sandboxes at once."""
+    is raised here; a second signal closes the run's sandboxes at once, a third exits at once."""
     params = params.dated()
 
     def worlds() -> list[WorldOutcome]:
@@ -226,6 +226,7 @@ def run_generate(
     errors: list[BaseException] = []
 
     def run() -> None:
+        ignore_terminal_interrupts()
         try:
             results.extend(worlds())
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
@@ -240,6 +241,8 @@ def run_generate(
             if stop.forced and not forced:  # asked twice: stop the sandboxes the stages in flight wait on
                 forced = True
                 GENERATION_RUNS.release_all()
+            if stop.times >= 3:  # asked three times: stop waiting for anything
+                os._exit(128 + stop.signum)
             while reported < len(finished):
                 on_progress(finished[reported])
                 reported += 1

@@ -5,8 +5,11 @@ flow in a thread of its own: `run_generate`) turns SIGINT and SIGTERM into `STOP
 the flow and its tasks look at it between stages (`STOP.check()`), so a world's stage in flight ends,
 a world that stopped is not recorded as failed, worlds already finished stay published, and the flow
 run ends Cancelled. A second signal asks for force (`STOP.forced`): the caller closes the run's
-sandbox runtimes, so a stage waiting on a sandbox ends at once. `Interrupted` is what the command
-raises then: its one line says what was kept and the command to run again to resume.
+sandbox runtimes, so a stage waiting on a sandbox ends at once; a third ends the process there and
+then (exit 128 + signal; the flow run is left as it was). `Interrupted` is what the command
+raises then: its one line says what was kept and the command to run again to resume. The flow's
+thread blocks SIGINT (`ignore_terminal_interrupts`), so the processes it starts (the temporary Prefect
+server above all) outlive a Ctrl-C sent to the whole process group long enough to record the stop.
 """
 
 from __future__ import annotations
@@ -43,9 +46,11 @@ class StopRequest:
         self._requested = threading.Event()
         self._forced = threading.Event()
         self.signum: int = signal.SIGINT
+        self.times = 0
 
     def request(self, signum: int) -> None:
-        """Ask the run to stop; asked again, force it."""
+        """Ask the run to stop; asked again, force it (`times` counts the asks)."""
+        self.times += 1
         if self._requested.is_set():
             self._forced.set()
             return
@@ -66,6 +71,7 @@ class StopRequest:
             raise Interrupted(f"stopped by {signal.Signals(self.signum).name}", self.signum)
 
     def clear(self) -> None:
+        self.times = 0
         self._requested.clear()
         self._forced.clear()
 
@@ -90,3 +96,11 @@ def stop_on_signals() -> Iterator[StopRequest]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def ignore_terminal_interrupts() -> None:
+    """Block SIGINT in the calling thread (a thread that runs a flow), and so in the processes it and
+    its threads start: the temporary Prefect server, Dask's local workers. Ctrl-C at a terminal goes
+    to the whole process group; those processes are stopped by the run as it ends (the Prefect server
+    last, after the flow run is set Cancelled), not by the keystroke."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
