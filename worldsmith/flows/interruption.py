@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -70,6 +70,9 @@ class StopRequest:
         if self.requested:
             raise Interrupted(f"stopped by {signal.Signals(self.signum).name}", self.signum)
 
+    def __reduce__(self) -> tuple[Callable[[], StopRequest], tuple[()]]:
+        return _this_process_stop, ()  # on a Dask worker: that process's own request (a signal is per process)
+
     def clear(self) -> None:
         self.times = 0
         self._requested.clear()
@@ -78,6 +81,10 @@ class StopRequest:
 
 #: This process's stop request (a signal stops the whole process, so there is one).
 STOP = StopRequest()
+
+
+def _this_process_stop() -> StopRequest:
+    return STOP
 
 
 @contextmanager
