@@ -4,7 +4,9 @@ Python imports this module at start-up in every process that has this directory 
 (see the `site` module). When WORLDSMITH_TEST_KILL_AFTER is `MODULE:FUNCTION:N`, the process
 SIGKILLs itself (with its process group, when it leads one) as soon as the Nth call of
 MODULE.FUNCTION has returned: killed at the same point on a fast machine and on a busy one, as
-a kill from outside at that moment would. Without the variable it does nothing.
+a kill from outside at that moment would. With WORLDSMITH_TEST_KILL_SIGNAL naming another signal
+(`SIGINT`, `SIGTERM`), it sends that one to itself alone instead, as Ctrl-C or `kill` would at that
+moment, and goes on. Without the variables it does nothing.
 """
 
 from __future__ import annotations
@@ -21,6 +23,10 @@ from typing import Any
 
 
 def _kill() -> None:
+    chosen = os.environ.get("WORLDSMITH_TEST_KILL_SIGNAL")
+    if chosen and chosen != "SIGKILL":
+        os.kill(os.getpid(), signal.Signals[chosen])
+        return
     if os.getpgid(0) == os.getpid():
         os.killpg(os.getpid(), signal.SIGKILL)
     os.kill(os.getpid(), signal.SIGKILL)

@@ -4,6 +4,11 @@ imports Prefect, so it is imported when the command runs."""
 
 from __future__ import annotations
 
+import shlex
+import signal
+import sys
+from typing import TYPE_CHECKING
+
 import typer
 from rich.progress import Progress
 from rich.table import Table
@@ -12,6 +17,9 @@ from worldsmith.cli.config_options import ConfigValues, config_command, options_
 from worldsmith.cli.console import console, failure
 from worldsmith.runtime.answers import one_line
 from worldsmith.tasks.parameters import GenerateParameters
+
+if TYPE_CHECKING:
+    from worldsmith.flows.interruption import Interrupted
 
 app = typer.Typer()
 
@@ -26,19 +34,25 @@ def generate_command(fields: ConfigValues) -> None:
     # refused in one line (a replay:DIR without a recording...) before Prefect starts, by the root handler
     params = GenerateParameters.model_validate(fields)
     from worldsmith.flows.generate import TooFewGoodWorlds, run_generate
+    from worldsmith.flows.interruption import Interrupted
 
     ended: Exception | None = None  # the run ended Failed: its one line, after the progress bar and table
+    stopped: Interrupted | None = None  # the run was stopped by a signal: its one line, after the progress bar
     # stdout stays the real one: Prefect serialises the run context for Dask workers
     with Progress(console=console, redirect_stdout=False, redirect_stderr=False) as progress:
         bar = progress.add_task(f"generating environments ({params.resolved_backend()})", total=params.count)
         try:
             results = run_generate(params, on_progress=lambda summary: progress.advance(bar))
+        except Interrupted as exc:  # Ctrl-C or SIGTERM: the finished worlds are kept
+            stopped = exc
         except TooFewGoodWorlds as exc:  # after the run's summary
             results, ended = exc.results, exc
         except Exception as exc:
             if not getattr(exc, "fatal", False):
                 raise
             results, ended = [], exc  # a fatal fault (wrong endpoint settings) stopped the run
+    if stopped is not None:
+        raise failure(interrupted_line(stopped, params), stopped.exit_code)
     if results:
         table = Table(title=f"{len(results)} environments")
         for column in ("env", "status", "stage"):
@@ -51,3 +65,16 @@ def generate_command(fields: ConfigValues) -> None:
     if ended is not None:
         raise failure(one_line(str(ended)), 1)
     raise typer.Exit(0 if all(r.good for r in results) else 1)
+
+
+def interrupted_line(stopped: Interrupted, params: GenerateParameters) -> str:
+    """The one line of a run stopped by a signal: what was kept, and the command that resumes it (this
+    one, its seed pinned: an unset seed is the day's, and a rerun tomorrow would make other worlds)."""
+    rerun = ["worldsmith", *sys.argv[1:]]
+    if params.seed is None:
+        rerun += ["--seed", str(params.resolved_seed())]
+    kept = f"{len(stopped.kept)} of {params.count} worlds kept"
+    return (
+        f"interrupted by {signal.Signals(stopped.signum).name}: {kept}, the rest not started or stopped "
+        f"unrecorded; to resume (finished stages reused, nothing duplicated), run: {shlex.join(rerun)}"
+    )

@@ -23,17 +23,19 @@ from __future__ import annotations
 import importlib
 import math
 import os
+import signal
 import socket
 import threading
 from collections.abc import Callable
 from typing import Any, cast
 
 from prefect import State, flow, get_run_logger, task
-from prefect.states import Failed
+from prefect.states import Cancelled, Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 
 from worldsmith.errors import WorldsmithError
 from worldsmith.flows.artifacts import as_completed_with_progress, summarise_generation
+from worldsmith.flows.interruption import STOP, Interrupted, ignore_terminal_interrupts, stop_on_signals
 from worldsmith.flows.records import current_flow_run_id
 from worldsmith.flows.run_names import named_after
 from worldsmith.flows.world_builds import WorldProgress, build_world, log_scenario_repairs, publish_outcome
@@ -44,7 +46,7 @@ from worldsmith.settings import get_settings
 from worldsmith.stages.scenario import load_scenarios
 from worldsmith.stages.work import EnvWork
 from worldsmith.tasks.generation import new_scenarios, resumable, transient_only
-from worldsmith.tasks.generation_run import release, resources
+from worldsmith.tasks.generation_run import GENERATION_RUNS, release, resources
 from worldsmith.tasks.parameters import GenerateParameters
 from worldsmith.tasks.run_resources import RunResources
 
@@ -83,14 +85,23 @@ class TooFewGoodWorlds(WorldsmithError):
 
 
 @task(name="build-environment", retries=2, retry_condition_fn=transient_only, task_run_name="build-{scenario.name}")
-def build_and_publish(params: GenerateParameters, run_id: str, scenario: Scenario) -> WorldOutcome:
+def build_and_publish(params: GenerateParameters, run_id: str, scenario: Scenario) -> WorldOutcome | State:
     """One environment: its stages built (`build_world`), then published: good, failed with its reason
     (with the partial artifacts of a world that stopped at a stage), or not again as a `duplicate` of a
     good version of another env.
 
     Never raises for this world's own failure: an unexpected exception is recorded as a failed attempt
     of its stage and the world published as failed. Raises a fatal fault, and a transient one while
-    Prefect has retries left."""
+    Prefect has retries left. Once the run is asked to stop (worldsmith/flows/interruption.py) it ends
+    Cancelled before its next stage, recording nothing."""
+    try:
+        return _build_and_publish(params, run_id, scenario)
+    except Interrupted as exc:
+        return Cancelled(message=str(exc))
+
+
+def _build_and_publish(params: GenerateParameters, run_id: str, scenario: Scenario) -> WorldOutcome:
+    STOP.check()
     r = resources(params, run_id)
     progress = WorldProgress(EnvWork.start(scenario, params.resolved_seed()), log=r.log, logger=get_run_logger())
     outcome = WorldOutcome(  # failed until published otherwise
@@ -122,7 +133,8 @@ def generate(params: GenerateParameters = GenerateParameters()) -> list[WorldOut
     """Generate `params.count` environments and publish them. Ends Failed (raising the fault, or
     `TooFewGoodWorlds`, in the caller, with no traceback logged) on a fatal fault, or after writing
     the summary when the share of good worlds is below `params.min_good_share`. Logs a line per
-    stage attempt that failed (world, stage, error class) as its world goes on.
+    stage attempt that failed (world, stage, error class) as its world goes on. Ends Cancelled, its
+    finished worlds published and no summary written, when the run is asked to stop (`STOP`).
 
     Args:
         params: The run: how many environments, the backend and model, seeds, attempts, the share of good worlds required.
@@ -136,13 +148,23 @@ def generate(params: GenerateParameters = GenerateParameters()) -> list[WorldOut
         scenarios = resumable(new_scenarios)(params, run_id, seeds)
         warming.join()
         log_scenario_repairs(get_run_logger(), run_id)
-        futures = [build_and_publish.submit(params, run_id, scenario) for scenario in scenarios]
+        futures = [build_and_publish.submit(params, run_id, scenario) for scenario in scenarios if not STOP.requested]
+        kept: list[WorldOutcome] = []
         for future in as_completed_with_progress(futures, "generation-progress", f"{len(futures)} environments"):
-            outcome = future.result()  # a world's own failure is in its outcome; a fatal fault raises here
+            if future.state.is_cancelled():
+                continue  # stopped before it finished: nothing recorded, a rerun builds it
+            outcome = cast(
+                WorldOutcome, future.result()
+            )  # a world's own failure is in its outcome; a fatal fault raises here
+            kept.append(outcome)
             if finished is not None:
                 finished.append(outcome)
-        results = [future.result() for future in futures]
+        if STOP.requested:
+            return Cancelled(message=f"stopped by {signal.Signals(STOP.signum).name}: {len(kept)} worlds kept")
+        results = [cast(WorldOutcome, future.result()) for future in futures]  # none cancelled: no stop
     except Exception as exc:
+        if STOP.requested:  # what a stage stopped mid-way raised: the run was asked to stop
+            return Cancelled(message=f"stopped by {signal.Signals(STOP.signum).name}")
         if not getattr(exc, "fatal", False):
             raise
         return Failed(message=one_line(str(exc)), data=exc)  # run-wide: the fault's one line, no traceback
@@ -188,7 +210,10 @@ def task_runner(concurrency: int) -> Any:
 def run_generate(
     params: GenerateParameters, on_progress: Callable[[WorldOutcome], None] | None = None
 ) -> list[WorldOutcome]:
-    """Run the flow in this process (against the configured Prefect API or an ephemeral one)."""
+    """Run the flow in this process (against the configured Prefect API or an ephemeral one). With
+    `on_progress` (the CLI), the flow runs in a thread and this (main) thread turns SIGINT and SIGTERM
+    into a stop: the flow run ends Cancelled, its finished worlds kept, and `Interrupted` (naming them)
+    is raised here; a second signal closes the run's sandboxes at once, a third exits at once."""
     params = params.dated()
 
     def worlds() -> list[WorldOutcome]:
@@ -201,20 +226,29 @@ def run_generate(
     errors: list[BaseException] = []
 
     def run() -> None:
+        ignore_terminal_interrupts()
         try:
             results.extend(worlds())
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
             errors.append(exc)
 
-    with FINISHED.holding(params.key(), []) as finished:
+    with FINISHED.holding(params.key(), []) as finished, stop_on_signals() as stop:
         worker = threading.Thread(target=run, name="generate-flow")
         worker.start()
-        reported = 0
+        reported, forced = 0, False
         while worker.is_alive() or reported < len(finished):
             worker.join(timeout=0.2)
+            if stop.forced and not forced:  # asked twice: stop the sandboxes the stages in flight wait on
+                forced = True
+                GENERATION_RUNS.release_all()
+            if stop.times >= 3:  # asked three times: stop waiting for anything
+                os._exit(128 + stop.signum)
             while reported < len(finished):
                 on_progress(finished[reported])
                 reported += 1
+        if stop.requested:
+            kept = [outcome.ref or outcome.env_id for outcome in finished]
+            raise Interrupted(f"{len(kept)} of {params.count} worlds kept", stop.signum, kept)
     if errors:
         raise errors[0]
     return results

@@ -17,6 +17,7 @@ from typing import cast
 from prefect.context import TaskRunContext
 from sqlmodel import col, select
 
+from worldsmith.flows.interruption import STOP, Interrupted
 from worldsmith.llm.backend import Generator
 from worldsmith.llm.errors import TransientFault
 from worldsmith.models.bundle import Manifest
@@ -98,6 +99,7 @@ class WorldProgress:
 
     def stage_runner(self, stage: Stage, run: StageRunner) -> StageRunner:
         def tracked(work: EnvWork, feedback: str | None) -> EnvWork:
+            STOP.check()  # a run asked to stop starts no stage
             self.stage = stage.value
             try:
                 self.work = run(work, feedback)
@@ -109,6 +111,7 @@ class WorldProgress:
 
     def validator(self, run: Validator) -> Validator:
         def tracked(work: EnvWork, round_number: int) -> Validation:
+            STOP.check()
             self.stage = Stage.VALIDATE.value
             try:
                 return run(work, round_number)
@@ -119,9 +122,10 @@ class WorldProgress:
 
 
 def fails_world_only(exc: Exception) -> bool:
-    """Whether `exc` fails its world only: not a fatal (run-wide) fault, and not a transient one that
-    Prefect runs the world's task again for (its retries left)."""
-    if getattr(exc, "fatal", False):
+    """Whether `exc` fails its world only: not a fatal (run-wide) fault, not a transient one that
+    Prefect runs the world's task again for (its retries left), and not raised once the run was asked
+    to stop (`Interrupted`, or what a stage stopped mid-way raised): no failure the world did not have."""
+    if getattr(exc, "fatal", False) or isinstance(exc, Interrupted) or STOP.requested:
         return False
     if isinstance(exc, TransientFault):
         context = TaskRunContext.get()
@@ -185,6 +189,8 @@ def build_world(
     try:
         return run_stages(progress.work, runners, validate, rounds=r.max_attempts)
     except Exception as exc:
+        if STOP.requested and not isinstance(exc, Interrupted):
+            raise Interrupted(f"world {progress.work.env_id} stopped in stage {progress.stage}", STOP.signum) from exc
         if not fails_world_only(exc):
             raise
         reason = record_crash(r.log, progress.work.env_id, progress.stage, exc)

@@ -15,7 +15,6 @@ import copy
 import hashlib
 import json
 import shutil
-import tempfile
 import threading
 import uuid
 from pathlib import Path
@@ -34,6 +33,7 @@ from worldsmith.runtime.errors import RuntimeFault, WorkerLost
 from worldsmith.runtime.limits import SandboxLimits
 from worldsmith.runtime.pool import WorkerPool
 from worldsmith.runtime.sandbox.messages import CallRequest, EpisodeRequest, LoadEnvRequest, Reply
+from worldsmith.runtime.scratch import new_scratch
 from worldsmith.runtime.worker_handle import SandboxWorker
 from worldsmith.settings import get_settings
 from worldsmith.toolschema import ToolSchemaJson
@@ -106,9 +106,10 @@ class Runtime:
         settings = get_settings()
         self.limits = limits or SandboxLimits.from_settings(settings)
         # Scratch space must be reachable by the workers' unprivileged uid: a fresh directory
-        # in the system temp dir (sticky, world-traversable) unless one is given.
+        # in the system temp dir (sticky, world-traversable) unless one is given; those that killed
+        # processes left there are swept first (worldsmith/runtime/scratch.py).
         self._own_scratch = scratch is None
-        root = scratch or Path(tempfile.mkdtemp(prefix="worldsmith-sandbox-"))
+        root = scratch or new_scratch()
         self.pool = WorkerPool(self.limits, workers or settings.worker_count(), root.resolve())
         self._app_pool: WorkerPool | None = (
             None  # workers with the web stack, started when an ASGI environment needs one

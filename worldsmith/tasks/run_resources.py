@@ -26,6 +26,7 @@ class RunResources(Generic[T]):
       tasks, also when it fails); a later `get` builds new ones.
     - `holding(run, resources)`: `resources` registered (not built) for the run while inside the
       `with` block, released on leaving it.
+    - `release_all()`: releases every run's (a process stopping at once).
     - Resources still registered when the process exits are closed then.
 
     Per process: nothing registered here travels to another process; each process running a run's
@@ -37,7 +38,7 @@ class RunResources(Generic[T]):
         self._close = close
         self._held: dict[Hashable, T] = {}
         self._lock = threading.Lock()
-        atexit.register(self._release_all)
+        atexit.register(self.release_all)
 
     def __reduce__(self) -> tuple[type[RunResources[T]], tuple[Callable[[T], object] | None]]:
         return type(self), (self._close,)  # an empty registry: resources stay in their process
@@ -68,6 +69,7 @@ class RunResources(Generic[T]):
         finally:
             self.release(run)
 
-    def _release_all(self) -> None:
+    def release_all(self) -> None:
+        """Release every run's resources (a process stopping at once)."""
         for run in list(self._held):
             self.release(run)

@@ -1,0 +1,113 @@
+"""Stopping a run on Ctrl-C (SIGINT) or SIGTERM: a request, not an exception thrown at a random point.
+
+`STOP` is this process's stop request. `stop_on_signals()` (the main thread of a command that runs a
+flow in a thread of its own: `run_generate`) turns SIGINT and SIGTERM into `STOP.request(signal)`;
+the flow and its tasks look at it between stages (`STOP.check()`), so a world's stage in flight ends,
+a world that stopped is not recorded as failed, worlds already finished stay published, and the flow
+run ends Cancelled. A second signal asks for force (`STOP.forced`): the caller closes the run's
+sandbox runtimes, so a stage waiting on a sandbox ends at once; a third ends the process there and
+then (exit 128 + signal; the flow run is left as it was). `Interrupted` is what the command
+raises then: its one line says what was kept and the command to run again to resume. The flow's
+thread blocks SIGINT (`ignore_terminal_interrupts`), so the processes it starts (the temporary Prefect
+server above all) outlive a Ctrl-C sent to the whole process group long enough to record the stop.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from worldsmith.failures import UserFixable
+
+#: The signals that stop a run.
+STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Interrupted(UserFixable):
+    """A run stopped by a signal: the message says what was kept and how to resume; exit 128 + signal.
+    `kept`: what the run finished and kept (a generation run's world refs), when the run says."""
+
+    def __init__(self, message: str, signum: int = signal.SIGINT, kept: list[str] | None = None):
+        super().__init__(message, exit_code=128 + signum)
+        self.signum = signum
+        self.kept = kept or []
+
+    def __reduce__(self) -> tuple[type, tuple[str, int, list[str]]]:
+        return type(self), (str(self), self.signum, self.kept)
+
+
+class StopRequest:
+    """Whether this process was asked to stop (and by which signal), and whether asked twice (force)."""
+
+    def __init__(self) -> None:
+        self._requested = threading.Event()
+        self._forced = threading.Event()
+        self.signum: int = signal.SIGINT
+        self.times = 0
+
+    def request(self, signum: int) -> None:
+        """Ask the run to stop; asked again, force it (`times` counts the asks)."""
+        self.times += 1
+        if self._requested.is_set():
+            self._forced.set()
+            return
+        self.signum = signum
+        self._requested.set()
+
+    @property
+    def requested(self) -> bool:
+        return self._requested.is_set()
+
+    @property
+    def forced(self) -> bool:
+        return self._forced.is_set()
+
+    def check(self) -> None:
+        """Raise `Interrupted` when a stop was requested (between two pieces of work)."""
+        if self.requested:
+            raise Interrupted(f"stopped by {signal.Signals(self.signum).name}", self.signum)
+
+    def __reduce__(self) -> tuple[Callable[[], StopRequest], tuple[()]]:
+        return _this_process_stop, ()  # on a Dask worker: that process's own request (a signal is per process)
+
+    def clear(self) -> None:
+        self.times = 0
+        self._requested.clear()
+        self._forced.clear()
+
+
+#: This process's stop request (a signal stops the whole process, so there is one).
+STOP = StopRequest()
+
+
+def _this_process_stop() -> StopRequest:
+    return STOP
+
+
+@contextmanager
+def stop_on_signals() -> Iterator[StopRequest]:
+    """Inside (in the main thread), SIGINT and SIGTERM request a stop (`STOP`) instead of raising;
+    the previous handlers come back on leaving. Elsewhere than the main thread, signals stay as they are."""
+    STOP.clear()
+    previous: dict[signal.Signals, Any] = {}
+    try:
+        for sig in STOPPING_SIGNALS:
+            previous[sig] = signal.signal(sig, lambda signum, frame: STOP.request(signum))
+    except ValueError:  # not the main thread
+        pass
+    try:
+        yield STOP
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def ignore_terminal_interrupts() -> None:
+    """Block SIGINT in the calling thread (a thread that runs a flow), and so in the processes it and
+    its threads start: the temporary Prefect server, Dask's local workers. Ctrl-C at a terminal goes
+    to the whole process group; those processes are stopped by the run as it ends (the Prefect server
+    last, after the flow run is set Cancelled), not by the keystroke."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
