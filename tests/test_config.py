@@ -251,7 +251,7 @@ def test_a_new_default_home_is_announced_once(place, monkeypatch):
 
 
 @pytest.mark.sandbox
-def test_a_child_process_elsewhere_reads_the_same_file_and_profile(place, monkeypatch):
+def test_a_child_process_started_elsewhere_reads_this_directorys_config(place, monkeypatch):
     """What a worker started from here needs (ConfigFile.environment) to use this directory's worldsmith.toml."""
     (place / "worldsmith.toml").write_text(CONFIG)
     monkeypatch.setenv("WORLDSMITH_PROFILE", "gpu")

@@ -44,7 +44,7 @@ def stub_exports(text: str) -> dict[str, tuple[str, str]]:
     return exported
 
 
-def test_all_the_lazy_map_and_the_stub_name_the_same_things() -> None:
+def test_the_three_lists_of_public_names_agree() -> None:
     names = worldsmith.__all__
     assert len(names) == len(set(names)), "a name listed twice in __all__"
     assert set(names) == {"__version__", *worldsmith._EXPORTS}

@@ -37,7 +37,7 @@ def run(*args: str, code: int = 0) -> str:
 
 
 @pytest.mark.sandbox
-def test_publish_fetch_and_check_the_copy(installation):
+def test_a_published_world_fetched_back_passes_its_checks(installation):
     out = run("catalog", "publish", str(GOLDEN))
     assert "published retail_store@1: good" in out
     assert "already published as retail_store@1" in run("catalog", "publish", str(GOLDEN), "--no-probes")
@@ -151,7 +151,7 @@ def test_catalog_export_import_between_installations(installation, monkeypatch):
 
 
 @pytest.mark.sandbox
-def test_publish_to_s3_and_fetch_back(installation, monkeypatch, s3_endpoint, s3_bucket):
+def test_a_world_published_to_s3_fetches_back_byte_for_byte(installation, monkeypatch, s3_endpoint, s3_bucket):
     monkeypatch.setenv("WORLDSMITH_STORE_URL", f"s3://{s3_bucket}/worlds")
     monkeypatch.setenv("WORLDSMITH_S3_ENDPOINT_URL", s3_endpoint)
     get_settings.cache_clear()

@@ -71,7 +71,7 @@ def test_sets_ls_lists_every_set_with_its_splits(worlds):
     assert "2 environment sets" in table and "all" in table and "two" in table
 
 
-def test_tasks_ls_of_a_directory_and_of_a_catalog_reference(worlds, golden):
+def test_tasks_ls_lists_the_same_tasks_from_a_directory_or_a_reference(worlds, golden):
     expected = [(t.id, t.verifier, bool(t.solution)) for t in golden.tasks]
     from_dir = json.loads(run("tasks", "ls", str(GOLDEN), "--json"))
     assert [(t["id"], t["verifier"], t["reference_solution"]) for t in from_dir] == expected
@@ -214,7 +214,7 @@ def test_models_fetch_writes_the_final_model_or_a_step(home, tmp_path):
 
 
 @pytest.mark.flow
-def test_curate_makes_a_set_once_and_refuses_before_prefect_starts(home, golden, prefect_api):
+def test_curate_makes_each_named_set_once(home, golden, prefect_api):
     clinic = procedural_bundle("clinic", 2)
     _publish([golden], passed=("expectations", "probes"))
     _publish([clinic], passed=("expectations",))
@@ -261,7 +261,7 @@ def test_status_when_nothing_runs_exits_0_saying_so(tmp_path):
 
 
 @pytest.mark.flow
-def test_status_shows_pools_workers_and_deployments_without_a_live_worker(home, prefect_api):
+def test_status_names_each_deployment_whose_pool_has_no_live_worker(home, prefect_api):
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import WorkPoolCreate
     from prefect.settings import PREFECT_API_URL  # the session's test server (a settings context, not os.environ)

@@ -46,7 +46,7 @@ def read_only(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
         subprocess.run(["umount", str(view)], capture_output=True)
 
 
-def test_a_read_only_home_lists_and_fetches_and_refuses_writes_in_one_line(read_only, tmp_path):
+def test_a_read_only_home_serves_reads_refusing_writes_in_one_line(read_only, tmp_path):
     source, view = read_only
     published = worldsmith(source / "home", "catalog", "publish", str(GOLDEN))
     assert published.returncode == 0, published.stdout + published.stderr

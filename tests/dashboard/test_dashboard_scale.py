@@ -152,7 +152,7 @@ def assert_rollups_match_the_attempts(catalog: Catalog) -> None:
             assert found == dict(counted), table.__name__
 
 
-def test_rollups_and_answers_equal_a_recomputation_from_the_attempts(catalog):
+def test_every_rollup_equals_a_recomputation_from_the_attempts(catalog):
     rows = synthetic_attempts(worlds=24, per_world=40)
     fill(catalog, rows)
     log = AttemptLog("live-run", catalog)  # the generation flow's own recording path, one attempt at a time

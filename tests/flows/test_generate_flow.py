@@ -240,7 +240,7 @@ def _crash(original, work, *args):
     raise IndexError("list index out of range")  # a bug anywhere below the stage (a backend, a check)
 
 
-def test_failed_worlds_are_published_as_failed_and_the_run_below_its_good_share_ends_failed(
+def test_a_run_below_its_good_share_ends_failed_publishing_its_failed_worlds_as_failed(
     prefect_api, home, monkeypatch, tables_at_a_fixed_width
 ):
     from worldsmith.dashboard.data import quality

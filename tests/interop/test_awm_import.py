@@ -117,7 +117,7 @@ def test_an_older_import_with_its_clock_in_origin_still_answers_it(app_bundle, r
         assert episode.call_tool("place_hold", {"book_id": 1, "pickup_branch_id": 2}).value["placed_at"] == instant
 
 
-def test_reference_solutions_complete_and_untouched_states_do_not(imported, runtime):
+def test_each_imported_verifier_tells_its_solved_state_from_the_untouched_one(imported, runtime):
     for task in imported.tasks:
         with runtime.open_episode(imported, task) as episode:
             untouched = episode.verify(task.answer or "")
@@ -289,7 +289,7 @@ PLANTED = {
 }
 
 
-def test_planted_defects_are_reported_by_name_and_published_as_failed(runtime, tmp_path):
+def test_each_planted_defect_fails_its_world_naming_the_defect(runtime, tmp_path):
     release = plant(tmp_path / "release", {f"defect_{kind}": edit for kind, edit in PLANTED.items()})
     catalog = Catalog(f"sqlite:///{tmp_path / 'catalog.db'}")
     rows = {row["scenario"]: row for row in import_release(release, runtime, LocalStore(tmp_path / "store"), catalog)}

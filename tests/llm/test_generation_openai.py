@@ -35,7 +35,7 @@ def llm_server():
         background.__exit__(None, None, None)
 
 
-def test_every_fault_is_handled_and_on_record(runtime, llm_server):
+def test_every_llm_fault_is_survived_with_a_record_of_it(runtime, llm_server):
     faults = {
         "tasks": ["slow", "malformed_json", "empty_choices"],
         "schema": ["sql_error"],

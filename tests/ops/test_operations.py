@@ -115,7 +115,7 @@ def test_gpu_job_templates_request_a_gpu_and_pass_the_deployments_env(template: 
 
 
 @pytest.mark.e2e
-def test_a_built_wheel_holds_the_deployments_and_up_finds_them_there(tmp_path: Path):
+def test_up_finds_the_deployments_inside_a_built_wheel(tmp_path: Path):
     """`pip wheel` of the project's files (a copy: the build writes into its tree), then the module
     `up` uses, imported from the unpacked wheel (no checkout around it), names the wheel's prefect.yaml."""
     source = tmp_path / "source"
@@ -332,7 +332,7 @@ def test_generation_deployment_runs_through_a_worker(stack):
 
 
 @pytest.mark.e2e
-def test_curation_and_training_deployments_run_through_workers_and_a_killed_run_resumes(stack):
+def test_a_training_run_killed_in_its_worker_resumes_through_the_deployments(stack):
     """The `curate` deployment makes set `ops` of the worlds generated above; a `train` flow run of it
     through a gpu worker, whose process is SIGKILLed once it has written step 2's metrics row (after
     its step-1 checkpoint), is marked crashed by the worker and its hook fails the catalog row; the
@@ -456,7 +456,7 @@ def _worker_processes(home: Path) -> int:
 
 
 @pytest.mark.e2e
-def test_up_twice_duplicates_nothing_and_down_stops_everything(stack, tmp_path: Path):
+def test_up_again_duplicates_nothing_then_down_stops_everything(stack, tmp_path: Path):
     """`worldsmith up --worker gpu` (the CLI, configured by environment variables) adds a gpu worker
     to the local one; `up` again with the same workers starts and deploys nothing twice."""
     full = Stack(stack.home, stack.prefect_port, stack.dashboard_host, stack.dashboard_port, workers=("local", "gpu"))

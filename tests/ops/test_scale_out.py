@@ -93,7 +93,7 @@ def fresh_database(server_url: str) -> str:
 
 
 @pytest.mark.timeout(420)
-def test_two_generation_hosts_share_only_the_catalog_and_the_bucket(
+def test_two_generation_hosts_share_only_the_central_catalog_with_its_bucket(
     prefect_api, postgres_url, s3_endpoint, s3_bucket, tmp_path
 ):
     """Two generate runs at once, in separate processes with separate WORLDSMITH_HOMEs, one PostgreSQL
@@ -250,7 +250,7 @@ def test_up_creates_each_pool_as_the_type_asked(prefect_api, tmp_path):
 
 
 @pytest.mark.unit
-def test_the_dockerfile_builds_from_the_checkout_and_starts_a_worker():
+def test_the_dockerfile_builds_a_worker_image_from_the_checkout():
     """Checked without docker: every path COPY takes exists in the checkout and .dockerignore keeps
     none of them out, torch is the lock's version, the build's own check (`worldsmith --version`)
     names a console script the project installs, and the command starts a Prefect worker (from the

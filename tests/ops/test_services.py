@@ -26,7 +26,7 @@ def sleeper(tmp_path, name: str = "sleeper") -> Service:
     )
 
 
-def test_start_waits_until_ready_and_is_idempotent_then_stop_ends_the_process(tmp_path):
+def test_a_service_starts_once_when_ready_then_stops_for_good(tmp_path):
     service = sleeper(tmp_path)
     assert service.start() is True
     pid = service.pid()

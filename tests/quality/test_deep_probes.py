@@ -53,7 +53,7 @@ def test_every_fault_class_has_a_probe_that_finds_it():
 
 
 @pytest.mark.parametrize("fault", FAULTS)
-def test_a_planted_fault_is_found_and_named(runtime, fault):
+def test_each_planted_fault_fails_the_probe_that_names_it(runtime, fault):
     probe, domain = FOUND_BY[fault]
     planted = plant(procedural_bundle(domain, 2), fault)
     if probe == "answer_variant":  # a verifier's false negatives: the reference's end state, reworded answers

@@ -30,7 +30,7 @@ def _bundles(runtime, scenario_name: str = "Amazon", seed: int = 2):
     return bundle_before_verifiers(work, generator), assemble(done, generator)
 
 
-def test_calls_made_ahead_are_reused_and_the_deep_probes_find_the_same(runtime):
+def test_calls_made_ahead_are_reused_without_changing_the_deep_probes_findings(runtime):
     ahead, bundle = _bundles(runtime)
     assert tool_behaviour_key(ahead) == tool_behaviour_key(bundle) and ahead.world == bundle.world
     cold = deep_probes(runtime, bundle)
@@ -45,7 +45,7 @@ def _some_tools(bundle, *names: str, count: int = 4):
     return dataclasses.replace(bundle, tasks=(), tools=tuple(kept[:count]))
 
 
-def test_a_crash_is_never_kept_and_is_found_again(runtime):
+def test_a_crashing_call_is_never_kept_so_the_deep_probes_find_it_again(runtime):
     """A crash may be a time limit hit under load or a lost worker: its call is made again, and the
     deep probes name the tool crashing on some valid inputs as without calls made ahead."""
     planted = plant(procedural_bundle("clinic", 3), "crash_on_some_inputs")

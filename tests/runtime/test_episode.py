@@ -18,7 +18,7 @@ def solve(episode, task, steps=None):
         assert result.ok, (step, result)
 
 
-def test_every_reference_solution_is_complete_and_untouched_state_is_not(runtime, golden):
+def test_every_golden_verifier_tells_its_solved_state_from_the_untouched_one(runtime, golden):
     for task in golden.tasks:
         with runtime.open_episode(golden, task.id) as episode:
             assert episode.verify("").status.value in ("incomplete", "partial")
@@ -48,7 +48,7 @@ def test_read_task_needs_the_answer(runtime, golden):
         assert episode.verify("It is SP-410.").status.value == "complete"
 
 
-def test_business_rule_refusal_is_a_tool_error_and_changes_nothing(runtime, golden):
+def test_a_business_rule_refusal_is_a_tool_error_leaving_the_state_unchanged(runtime, golden):
     with runtime.open_episode(golden) as episode:
         before = episode.snapshot()
         result = episode.call_tool("cancel_order", {"order_id": 1001, "reason": "changed my mind"})

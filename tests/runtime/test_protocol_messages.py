@@ -75,13 +75,13 @@ def test_every_request_type_is_served_by_the_handler_of_its_op_and_every_handler
         assert parameter is request_type, op
 
 
-def test_the_ops_run_in_processes_and_on_channels_are_ops_of_the_protocol() -> None:
+def test_every_op_run_in_a_process_or_on_a_channel_is_a_protocol_op() -> None:
     ops = {op_of(request_type) for request_type in REQUESTS}
     assert ops >= RUN_OPS
     assert EPISODE_OPS <= {op_of(request_type) for request_type in get_args(EpisodeRequest)} <= ops
 
 
-def test_every_request_carries_the_runtime_fields_and_the_fields_its_handler_needs() -> None:
+def test_every_request_carries_the_runtime_fields_with_those_its_handler_needs() -> None:
     runtime_fields = get_type_hints(RequestFields)
     for request_type in REQUESTS:
         hints = get_type_hints(request_type)
@@ -174,7 +174,7 @@ def test_a_request_crosses_a_pipe_as_the_json_it_was() -> None:
     assert blobs == [b"blob"]
 
 
-def test_the_episode_and_the_environment_a_request_names() -> None:
+def test_what_episode_or_environment_a_request_names() -> None:
     call: Request = {"op": "call", "episode": "e1", "tool": "t", "arguments": {}}
     load: Request = {"op": "load_env", "env": "k", "tools_kind": None, "verifiers": "", "tool_names": []}
     opened: Request = {"op": "open", "episode": "e2", "env": "k"}

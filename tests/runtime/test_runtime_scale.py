@@ -47,7 +47,7 @@ def holding_descriptors(count: int):
 
 
 @pytest.mark.timeout(120)
-def test_workers_start_serve_and_are_replaced_in_a_parent_holding_ten_thousand_descriptors(golden):
+def test_a_parent_holding_ten_thousand_descriptors_runs_its_workers_normally(golden):
     with holding_descriptors(HELD_DESCRIPTORS) as highest, Runtime(limits=PATIENT_LIMITS, workers=2) as runtime:
         task = golden.tasks[0].id
         first, second = runtime.open_episode(golden, task), runtime.open_episode(golden, task)
@@ -154,7 +154,7 @@ def test_a_long_call_does_not_hold_up_other_episodes_of_its_worker(golden):
 
 
 @pytest.mark.timeout(120)
-def test_direct_channels_are_capped_per_worker_and_their_processes_reaped(golden):
+def test_direct_channels_past_the_cap_of_a_worker_are_given_up_with_their_processes(golden):
     """Past `episode_processes` channels on a worker the least recently used idle one is given up: its
     process exits and is reaped; the episode's next call forks a fresh one on the same database."""
     limits = dataclasses.replace(isolated(PATIENT_LIMITS, "strict"), episode_processes=2)

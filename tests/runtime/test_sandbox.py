@@ -175,7 +175,7 @@ def hostile_bundle(golden):
 
 @pytest.mark.parametrize("isolation", ISOLATIONS)
 @pytest.mark.parametrize("tool", list(HOSTILE))
-def test_hostile_tool_is_contained_and_worker_replaced(runtimes, hostile_bundle, tool, isolation):
+def test_a_hostile_tool_is_contained_by_replacing_its_process(runtimes, hostile_bundle, tool, isolation):
     _, limit, words = HOSTILE[tool]
     hostile_runtime = runtimes(isolation, limit == "cpu")
     bystander = hostile_runtime.open_episode(hostile_bundle)  # shares the single worker
@@ -242,7 +242,7 @@ def test_other_episodes_survive_a_killed_worker(hostile_runtime, hostile_bundle)
             episode.close()
 
 
-def test_relative_paths_resolve_outside_the_episode_and_are_refused(hostile_runtime, golden):
+def test_a_relative_path_is_refused_as_outside_the_episode(hostile_runtime, golden):
     bundle = with_tools(
         golden,
         textwrap.dedent("""

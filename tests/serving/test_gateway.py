@@ -95,7 +95,7 @@ async def _session_run(url: str, calls, task: str | None = None):
             return await calls(session)
 
 
-def test_list_and_call_tools_over_http(served):
+def test_a_client_lists_then_calls_tools_over_http(served):
     async def calls(session):
         tools = (await session.list_tools()).tools
         found = await session.call_tool("find_customer", {"email": "maria.lopez@example.com"})
@@ -219,7 +219,7 @@ def test_many_environments_on_one_server(golden, tmp_path):
             assert anyio.run(both) == ["worldsmith/retail_store", "worldsmith/retail_store_copy"]
 
 
-def test_session_limit_refuses_with_503_and_frees_up(golden):
+def test_past_the_session_limit_a_new_session_is_refused_with_503_until_one_ends(golden):
     with Runtime(limits=PATIENT_LIMITS, workers=1) as runtime:
         gateway = Gateway(runtime, [golden], max_sessions=2)
         with BackgroundServer(gateway.app()) as server:
@@ -362,7 +362,7 @@ def test_tools_carry_their_schemas_as_written_output_schemas_and_observed_hints(
 # -- the opt-in verdict -------------------------------------------------------------------------------
 
 
-def test_submit_judges_the_end_state_like_an_evaluation_and_ends_the_episode(golden, runtime):
+def test_submit_ends_the_episode_with_the_verdict_an_evaluation_would_give(golden, runtime):
     gateway = Gateway(runtime, [golden], verdicts=True)
     place = golden.task("t02_place_and_pay")
     points = golden.task("t01_points_balance")
@@ -420,7 +420,7 @@ def test_verdicts_refuse_a_world_with_its_own_submit_tool(golden):
 # -- env serve: bundle directories, sets, catalog refs, a short idle limit, lazy loading ------------
 
 
-def test_env_serve_hosts_bundles_a_set_and_catalog_refs_loads_each_at_first_use_and_expires_idle_sessions(
+def test_env_serve_hosts_worlds_of_every_source_within_its_bounds(
     home, golden, tmp_path
 ):
     from worldsmith.bundle.loader import build_bundle, write_bundle
@@ -537,7 +537,7 @@ def inspector() -> Path:
     return launcher
 
 
-def test_the_mcp_inspector_cli_sees_hints_the_task_prompt_and_calls_tools(inspector, golden, runtime, tmp_path):
+def test_the_mcp_inspector_cli_sees_everything_the_gateway_serves(inspector, golden, runtime, tmp_path):
     task = golden.task("t01_points_balance")
     gateway = Gateway(runtime, [golden], verdicts=True)
 

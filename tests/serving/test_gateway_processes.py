@@ -160,7 +160,7 @@ def test_an_owner_leaving_mid_answer_is_an_owner_gone_with_nothing_sent(tmp_path
 
 @pytest.mark.sandbox
 @pytest.mark.timeout(240)
-def test_gateway_processes_share_a_port_and_each_session_stays_with_its_own_episode():
+def test_gateway_processes_sharing_a_port_keep_each_session_with_its_own_episode():
     proc, url = serve_process(str(GOLDEN), "--processes", "2")
     try:
         assert eventually(lambda: len(_members(proc)) == 2)

@@ -35,7 +35,7 @@ async def _session(url: str, env_id: str, calls=None):
             return init.server_info.name
 
 
-def test_worlds_load_at_first_use_and_idle_ones_unload_past_the_bound(golden, runtime):
+def test_the_gateway_keeps_at_most_its_bound_of_worlds_loaded_from_first_use(golden, runtime):
     loads: dict[str, int] = {}
 
     def source(env_id: str) -> WorldSource:
@@ -96,7 +96,7 @@ def test_worlds_load_at_first_use_and_idle_ones_unload_past_the_bound(golden, ru
     assert runtime.open_episodes == 0
 
 
-def test_calls_keep_a_session_alive_and_idle_ones_expire(golden):
+def test_calls_keep_a_session_alive_until_it_is_left_idle(golden):
     with Runtime(workers=1) as runtime:
         gateway = Gateway(runtime, [golden], session_idle_s=1.0)
         with BackgroundServer(gateway.app()) as server:

@@ -21,7 +21,7 @@ def worlds():
     return {"retail": procedural_bundle("retail", 0), "clinic": procedural_bundle("clinic", 0)}
 
 
-def test_the_default_curriculum_leaves_every_task_and_tool(worlds):
+def test_the_default_curriculum_changes_nothing(worlds):
     assert curriculum_bundles(worlds, Curriculum()) == worlds
 
 
@@ -43,7 +43,7 @@ def test_a_task_count_alone_keeps_each_bundles_tools(worlds):
 
 
 @pytest.mark.sandbox
-def test_lazy_rows_stop_one_call_short_and_answer_done(worlds, runtime):
+def test_lazy_rows_answer_done_one_call_short_of_the_solution(worlds, runtime):
     bundles = list(curriculum_bundles(worlds, Curriculum(tasks=2, tools="solution")).values())
     lazy, right = lazy_rows(runtime, bundles, 3), reference_rows(runtime, bundles, 3)
     solutions = [b.tasks[0].solution for b in bundles]

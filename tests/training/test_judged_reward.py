@@ -31,7 +31,7 @@ def judge_server(monkeypatch):
     get_settings.cache_clear()
 
 
-def test_a_judged_step_rewards_rulings_and_drops_failed_judgements(
+def test_a_judged_step_rewards_the_rulings_leaving_failed_judgements_out(
     tiny_model,
     one_task,  # noqa: F811
     runtime,
@@ -92,7 +92,7 @@ def test_the_judge_alone_reads_no_verifier_and_its_endpoint_failures_are_env_err
 
 
 @pytest.mark.unit
-def test_the_judge_key_comes_from_where_the_config_names_and_is_never_stored(judge_server, monkeypatch):
+def test_the_judge_key_is_read_from_the_variable_the_config_names_never_stored(judge_server, monkeypatch):
     config = JudgeConfig(model="judge", base_url=judge_server.url, api_key_variable="JUDGE_TEST_KEY")
     assert judge_endpoint(config).api_key == "sk-judge"
     assert "sk-judge" not in TrainingConfig(model="m", set_name="s", judge=config).model_dump_json()

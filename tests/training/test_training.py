@@ -296,7 +296,7 @@ def test_full_history_masks_exactly_the_tool_results(tiny_model, one_task, runti
     assert {r.rollout for r in trainer.last_rows} == {0, 1, 3}  # one row per scored rollout
 
 
-def test_three_steps_train_and_log_every_step(tiny_model, one_task, runtime, tmp_path):
+def test_each_of_three_training_steps_is_logged(tiny_model, one_task, runtime, tmp_path):
     trainer = make_trainer(tiny_model, one_task, runtime, tmp_path, steps=3)
     trainer.scripts = scripts_for(one_task)
     result = trainer.train()
@@ -305,7 +305,7 @@ def test_three_steps_train_and_log_every_step(tiny_model, one_task, runtime, tmp
     assert all(math.isfinite(entry["loss"]) and entry["reward"] == pytest.approx(0.0) for entry in logs)
 
 
-def test_lora_with_kl_trains_adapters_only_and_logs_kl(tiny_model, one_task, runtime, tmp_path):
+def test_lora_with_kl_trains_only_the_adapters_logging_the_kl(tiny_model, one_task, runtime, tmp_path):
     trainer = make_trainer(
         tiny_model,
         one_task,
@@ -540,7 +540,7 @@ def test_vllm_sampler_logprobs_become_trls_importance_correction(tiny_model, one
     assert logged["sampling/sampling_logp_difference/mean"] == pytest.approx(0.1, rel=1e-2)
 
 
-def test_a_model_failure_fails_the_step_and_is_never_scored(tiny_model, one_task, runtime, tmp_path):
+def test_a_model_failure_fails_the_step_before_any_scoring(tiny_model, one_task, runtime, tmp_path):
     """The model failing to generate (out of memory, say) is not the agent's failure: the step
     raises, naming it, before any reward or loss is computed."""
     trainer = make_trainer(tiny_model, one_task, runtime, tmp_path)
