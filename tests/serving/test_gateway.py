@@ -420,9 +420,7 @@ def test_verdicts_refuse_a_world_with_its_own_submit_tool(golden):
 # -- env serve: bundle directories, sets, catalog refs, a short idle limit, lazy loading ------------
 
 
-def test_env_serve_hosts_worlds_of_every_source_within_its_bounds(
-    home, golden, tmp_path
-):
+def test_env_serve_hosts_worlds_of_every_source_within_its_bounds(home, golden, tmp_path):
     from worldsmith.bundle.loader import build_bundle, write_bundle
     from worldsmith.storage.catalog import open_catalog
     from worldsmith.storage.objectstore import configured_store

@@ -172,11 +172,17 @@ def test_validation_sends_a_failed_check_back_to_the_earliest_owning_step_with_i
     assert _route([probes_check(untouched)]) == (Stage.VERIFIERS, None, "untouched rejected t1: complete")
 
 
-def test_validation_routes_seed_expectations_first_and_passes_what_passed():
+def test_validation_routes_failed_seed_expectations_before_failed_probes():
     expectations = QualityCheck("expectations", False, {"reason": "table notes is empty"}, [{"table": "notes"}])
     stage, step, error = _route([expectations, probes_check(failed(F.TOOL_CRASHED))])
     assert (stage, step) == SEED_STEP and "table notes is empty" in error
+
+
+def test_validation_passes_a_world_whose_checks_all_passed():
     assert _route([QualityCheck("expectations", True), QualityCheck("probes", True)]) is None
+
+
+def test_validation_routes_a_failed_check_naming_no_probe_to_the_verifiers():
     assert _route([QualityCheck("probes", False, {"failed": 0})]) == (Stage.VERIFIERS, None, "{'failed': 0}")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from support.patience import MOMENTS_S
 from worldsmith.runtime.limits import SandboxLimits
 
 #: Tight limits so hostile tests finish quickly.
@@ -27,5 +28,5 @@ def code_process(episode) -> int | None:
     worker = episode._worker
     if worker.limits.isolation == "fast":
         return worker.pid if worker.alive else None
-    reply, _ = worker.request({"op": "ping"}, timeout=30)
+    reply, _ = worker.request({"op": "ping"}, timeout=MOMENTS_S)
     return reply["processes"].get(episode.id)

@@ -52,9 +52,12 @@ def test_the_backend_is_openai_once_an_endpoint_is_configured(no_endpoint, monke
     assert GenerateParameters().resolved_backend() == "openai"
 
 
-def test_dated_fills_an_unset_seed_with_todays_utc_date_and_keeps_a_given_one(no_endpoint) -> None:
+def test_dated_fills_an_unset_seed_with_todays_utc_date(no_endpoint) -> None:
     dated = GenerateParameters(seed=None).dated()
     assert dated.seed == int(datetime.now(UTC).strftime("%Y%m%d")) and dated.backend == "procedural"
+
+
+def test_dated_keeps_a_given_seed() -> None:
     given = GenerateParameters(seed=7, backend="procedural")
     assert given.dated() is given
 

@@ -64,14 +64,18 @@ def test_a_judged_step_rewards_the_rulings_leaving_failed_judgements_out(
     assert log["judge_cost_usd"] > 0 and log["judge_latency_s"] > 0 and log["judge_seconds"] > 0
 
 
-@pytest.mark.sandbox
-def test_the_judge_alone_reads_no_verifier_and_its_endpoint_failures_are_env_errors(runtime, golden, judge_server):
-    task = golden.task("t01_points_balance")
-    solved = run_episode(runtime, golden, task, ReferencePolicy())
-    config = TrainingConfig(
+def _judge_alone(judge_server) -> TrainingConfig:
+    """A training config whose reward is the judge's alone, at `judge_server`."""
+    return TrainingConfig(
         model="m", set_name="s", reward="judge", judge={"model": "judge", "base_url": judge_server.url}
     )
-    judge = RewardJudge.for_training(config)
+
+
+@pytest.mark.sandbox
+def test_the_judge_alone_reads_no_verifier_answering_repeats_from_its_cache(runtime, golden, judge_server):
+    task = golden.task("t01_points_balance")
+    solved = run_episode(runtime, golden, task, ReferencePolicy())
+    judge = RewardJudge.for_training(_judge_alone(judge_server))
     metrics = judge.judge_rollouts([task, task], [solved, solved.model_copy(deep=True)])
     assert metrics["judge_requests"] == 1 and metrics["judge_cache_hits"] == 1
     prompt = judge_server.requests[-1]["messages"][1]["content"]
@@ -80,6 +84,10 @@ def test_the_judge_alone_reads_no_verifier_and_its_endpoint_failures_are_env_err
     later = judge.judge_rollouts([task], [solved.model_copy(deep=True)])  # a later step: the cache answers
     assert later["judge_requests"] == 0 and later["judge_cache_hits"] == 1
 
+
+@pytest.mark.sandbox
+def test_the_judges_endpoint_failures_are_env_errors(runtime, golden, judge_server):
+    task, config = golden.task("t01_points_balance"), _judge_alone(judge_server)
     down = RewardJudge.for_training(config.model_copy(update={"judge": JudgeConfig(base_url="http://127.0.0.1:9/v1")}))
     again = run_episode(runtime, golden, task, ReferencePolicy())
     assert down.judge_rollouts([task], [again])["judge_error_rate"] == 1.0

@@ -125,9 +125,7 @@ def start_and_kill_after_step_2(set_name: str, api_url: str) -> int:
 
 
 @pytest.mark.timeout(900)  # three training runs: about 45 s on 2 idle cores
-def test_a_killed_run_resumed_from_its_checkpoint_matches_an_uninterrupted_run(
-    resume_set, uninterrupted, tmp_path
-):
+def test_a_killed_run_resumed_from_its_checkpoint_matches_an_uninterrupted_run(resume_set, uninterrupted, tmp_path):
     from prefect.settings import PREFECT_API_URL
 
     _, whole_steps, whole_checkpoints = rows_of(uninterrupted.run_id)
