@@ -316,14 +316,18 @@ class RunWide(Exception):
 
 
 @pytest.mark.unit
-def test_only_a_fatal_fault_stops_the_run_and_the_cli_answers_it_in_one_line(monkeypatch):
-    from worldsmith.flows import generate as generate_flow
+def test_only_a_fatal_fault_stops_the_run():
     from worldsmith.flows.world_builds import fails_world_only
     from worldsmith.llm.errors import TransientFault
 
     assert fails_world_only(IndexError("list index out of range")) and fails_world_only(KeyError("tools"))
     assert fails_world_only(TransientFault("HTTP 503 after 3 retries"))  # outside a task: no retries left
     assert not fails_world_only(RunWide("the endpoint refused the API key: set WORLDSMITH_LLM_API_KEY"))
+
+
+@pytest.mark.unit
+def test_the_cli_answers_a_fatal_fault_in_one_line(monkeypatch):
+    from worldsmith.flows import generate as generate_flow
 
     def stopped(params, on_progress=None):
         raise RunWide("the endpoint refused the API key: set WORLDSMITH_LLM_API_KEY")

@@ -43,8 +43,9 @@ def retail():
     return procedural_bundle("retail", 3)
 
 
-@pytest.mark.unit
-def test_predicted_diffs_are_applied_part_by_part_and_bad_parts_named():
+def _applied_prediction() -> tuple[list[tuple], list[str]]:
+    """A predicted diff with sound and unsound parts applied to a three-order database: its orders
+    after, and the problems named."""
     conn = sqlite3.connect(":memory:", isolation_level=None)
     conn.executescript(
         "CREATE TABLE orders (id INTEGER PRIMARY KEY, status TEXT NOT NULL, note TEXT);"
@@ -66,11 +67,22 @@ def test_predicted_diffs_are_applied_part_by_part_and_bad_parts_named():
             'orders" ; DROP TABLE orders; --': {"deleted": [{"id": 3}]},
         },
     )
-    assert conn.execute("SELECT id, status FROM orders ORDER BY id").fetchall() == [
+    return conn.execute("SELECT id, status FROM orders ORDER BY id").fetchall(), problems
+
+
+@pytest.mark.unit
+def test_a_predicted_diff_applies_each_sound_part():
+    orders, _ = _applied_prediction()
+    assert orders == [
         (1, "paid"),
         (3, "paid"),
         (4, "new"),
     ]
+
+
+@pytest.mark.unit
+def test_a_predicted_diff_names_each_part_it_could_not_apply():
+    _, problems = _applied_prediction()
     assert problems == [
         "orders: update {'id': 99}: no such row",
         "orders: update names no column",
