@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.patience import PROCESS_S
 
 import worldsmith
 
@@ -85,7 +86,7 @@ def _newly_loaded(then: str = "") -> set[str]:
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": str(REPO)},
-        timeout=120,
+        timeout=PROCESS_S,
     )
     assert done.returncode == 0, done.stderr
     return set(done.stdout.split())

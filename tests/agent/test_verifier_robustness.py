@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from support.patience import MOMENTS_S
 from support.procedural import over_strict, procedural_work
 
 from worldsmith.agent.adversarial import probes_for, rates, run_probes
@@ -230,7 +231,7 @@ def test_the_verifiers_stage_has_an_over_strict_verifier_rewritten(runtime):
     work, verifiers = procedural_work(runtime)
     server = ScriptedLLM([json_reply(over_strict(verifiers)), json_reply(verifiers)])
     with server.serve() as background:
-        generator = OpenAIGenerator(model="m", base_url=f"{background.url}/v1", timeout_s=10.0, retries=1)
+        generator = OpenAIGenerator(model="m", base_url=f"{background.url}/v1", timeout_s=MOMENTS_S, retries=1)
         log = AttemptLog("strict")
         done = run_verifiers_stage(work, generator, runtime, log, max_attempts=3)
     first, second = log.attempts

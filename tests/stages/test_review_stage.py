@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from support.llm_server import ProceduralLLM, ScriptedLLM, json_reply
+from support.patience import MOMENTS_S
 from support.procedural import over_strict, procedural_work
 
 from worldsmith.llm.openai_backend import OpenAIGenerator
@@ -28,7 +29,7 @@ AMAZON = Scenario(
 
 def _generator(url: str) -> OpenAIGenerator:
     return OpenAIGenerator(
-        model="m", base_url=url, timeout_s=10.0, retries=1, prices={"m": {"input": 1.0, "output": 2.0}}
+        model="m", base_url=url, timeout_s=MOMENTS_S, retries=1, prices={"m": {"input": 1.0, "output": 2.0}}
     )
 
 

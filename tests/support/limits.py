@@ -12,7 +12,7 @@ from worldsmith.runtime.limits import SandboxLimits
 FAST_LIMITS = SandboxLimits(call_timeout_s=2.0, cpu_s=1.0, memory_mb=512, file_size_mb=1, grace_s=2.0)
 #: FAST_LIMITS with time limits that no well-behaved tool or verifier call comes near however busy
 #: the machine is: a call of milliseconds is never turned into a timeout by load.
-PATIENT_LIMITS = dataclasses.replace(FAST_LIMITS, call_timeout_s=60.0, cpu_s=30.0)
+PATIENT_LIMITS = dataclasses.replace(FAST_LIMITS, call_timeout_s=MOMENTS_S, cpu_s=MOMENTS_S / 2)
 #: The sandbox's isolation modes (docs/security.md): hostile tests run in each.
 ISOLATIONS = ("strict", "fast")
 
