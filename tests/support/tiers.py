@@ -23,6 +23,7 @@ sets a multiple of a guard (`@pytest.mark.timeout(2 * HANG_GUARD_S["e2e"])`), ne
 
 from __future__ import annotations
 
+import platform
 import sys
 from collections.abc import Iterator
 
@@ -65,6 +66,9 @@ class _InProcessOnly:
 
 
 sys.addaudithook(_InProcessOnly.hook)
+# The OpenAI SDK's request headers read platform.processor(), which runs `uname -p` once per process and
+# caches it: read it now, so the first unit test to build a client is not charged with that process.
+platform.processor()
 
 
 def tier_of(item: pytest.Item) -> str | None:
