@@ -15,6 +15,7 @@ import prefect.main  # noqa: F401
 import pytest
 from support.limits import PATIENT_LIMITS
 from support.paths import GOLDEN, REPO
+from support.patience import PROCESS_S
 
 from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.loader import load_bundle
@@ -44,7 +45,7 @@ def prefect_api():
     """One Prefect test server for the whole session (starting one costs about 10 s)."""
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness(server_startup_timeout=120):
+    with prefect_test_harness(server_startup_timeout=PROCESS_S):
         yield os.environ.get("PREFECT_API_URL")
 
 
@@ -197,6 +198,6 @@ def browser():
     for flag in CHROMIUM_FLAGS:
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(driver_path), options=options)
-    driver.set_page_load_timeout(60)
+    driver.set_page_load_timeout(PROCESS_S)
     yield driver
     driver.quit()

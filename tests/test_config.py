@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from support.paths import REPO as REPO
+from support.patience import PROCESS_S
 from typer.testing import CliRunner
 
 from worldsmith.cli import app
@@ -251,7 +252,7 @@ def test_a_new_default_home_is_announced_once(place, monkeypatch):
 
 
 @pytest.mark.sandbox
-def test_a_child_process_elsewhere_reads_the_same_file_and_profile(place, monkeypatch):
+def test_a_child_process_started_elsewhere_reads_this_directorys_config(place, monkeypatch):
     """What a worker started from here needs (ConfigFile.environment) to use this directory's worldsmith.toml."""
     (place / "worldsmith.toml").write_text(CONFIG)
     monkeypatch.setenv("WORLDSMITH_PROFILE", "gpu")
@@ -264,7 +265,7 @@ def test_a_child_process_elsewhere_reads_the_same_file_and_profile(place, monkey
         env={**env, **found.environment()},
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=PROCESS_S,
     )
     assert child.returncode == 0, child.stderr
     assert child.stdout.split() == ["gpu-model", str(place / "state")]
@@ -280,7 +281,7 @@ def test_a_secret_block_without_a_prefect_server_is_one_line(place):
         env={**env, "WORLDSMITH_HOME": str(place / "home")},
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=PROCESS_S,
     )
     assert done.returncode == 1 and done.stdout == "", done
     assert done.stderr.strip() == (

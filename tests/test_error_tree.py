@@ -221,7 +221,7 @@ def source() -> Source:
     return Source(PACKAGE)
 
 
-def test_every_exception_is_under_the_root_and_in_the_drawn_tree(source: Source) -> None:
+def test_every_exception_descends_from_the_root_as_the_drawn_tree_shows(source: Source) -> None:
     drawn = drawn_tree(ARCHITECTURE.read_text())
     assert drawn[0].name == "WorldsmithError" and drawn[0].parent is None
     assert tree_problems(source, drawn, ROOT, OUTSIDE) == []

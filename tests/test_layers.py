@@ -177,7 +177,7 @@ def test_no_package_imports_upward(imports: Imports) -> None:
     assert upward_imports(imports) == []
 
 
-def test_prefect_only_in_tasks_flows_and_entry_points(imports: Imports) -> None:
+def test_prefect_is_imported_only_by_tasks_flows_or_entry_points(imports: Imports) -> None:
     assert prefect_outside(imports) == []
 
 

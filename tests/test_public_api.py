@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.patience import PROCESS_S
 
 import worldsmith
 
@@ -44,7 +45,7 @@ def stub_exports(text: str) -> dict[str, tuple[str, str]]:
     return exported
 
 
-def test_all_the_lazy_map_and_the_stub_name_the_same_things() -> None:
+def test_the_three_lists_of_public_names_agree() -> None:
     names = worldsmith.__all__
     assert len(names) == len(set(names)), "a name listed twice in __all__"
     assert set(names) == {"__version__", *worldsmith._EXPORTS}
@@ -85,7 +86,7 @@ def _newly_loaded(then: str = "") -> set[str]:
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": str(REPO)},
-        timeout=120,
+        timeout=PROCESS_S,
     )
     assert done.returncode == 0, done.stderr
     return set(done.stdout.split())

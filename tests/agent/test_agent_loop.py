@@ -54,7 +54,7 @@ def call(name, **arguments):
     return PolicyTurn(message=Message(role="assistant", tool_calls=[ToolCall(id=name, name=name, arguments=arguments)]))
 
 
-def test_malformed_call_gives_minus_one_and_ends(runtime, golden):
+def test_a_malformed_call_ends_the_episode_with_reward_minus_one(runtime, golden):
     policy = Scripted([call("get_customer", customer_id=1), PolicyTurn(format_error="unparseable tool call: {oops")])
     trajectory = run_episode(runtime, golden, golden.task("t01_points_balance"), policy)
     assert trajectory.verdict == "format_error" and trajectory.reward == -1.0 and trajectory.turns == 2
@@ -87,8 +87,12 @@ def test_history_window_keeps_exactly_the_last_w_turns(runtime, golden):
     assert visible(messages, None) == messages and [m.content for m in visible(messages, 1)][2:] == ["2"]
 
 
-def test_max_turns_and_reward_map(runtime, golden):
+def test_max_turns_ends_an_episode_as_incomplete(runtime, golden):
     policy = Scripted([call("get_customer", customer_id=1)] * 5)
     trajectory = run_episode(runtime, golden, golden.task("t01_points_balance"), policy, EpisodeConfig(max_turns=3))
     assert trajectory.turns == 3 and trajectory.verdict == "incomplete"
+
+
+@pytest.mark.unit
+def test_the_reward_map_scores_verdicts_leaving_env_errors_unscored():
     assert RewardMap(partial=0.5).reward("partial") == 0.5 and RewardMap().reward("env_error") is None

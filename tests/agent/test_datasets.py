@@ -24,7 +24,7 @@ def trajectories(runtime, golden):
     return done
 
 
-def test_sft_rows_hold_complete_episodes_and_load(trajectories, tmp_path):
+def test_sft_rows_of_the_complete_episodes_load_as_datasets(trajectories, tmp_path):
     rows = sft_rows(trajectories)
     assert len(rows) == 10 and {r["task_id"] for r in rows} == {
         t.task_id for t in trajectories if t.verdict == "complete"
@@ -48,7 +48,7 @@ def test_turn_rows_hold_exactly_the_window(trajectories):
     assert task_rows[-1]["completion"][0]["role"] == "assistant" and not task_rows[-1]["completion"][0]["tool_calls"]
 
 
-def test_transitions_hold_action_observation_and_diff(trajectories, tmp_path):
+def test_each_step_is_a_transition_row_of_state_action_outcome(trajectories, tmp_path):
     rows = transition_rows(trajectories)
     assert len(rows) == sum(len(t.steps) for t in trajectories)
     paid = next(r for r in rows if r["task_id"] == "t04_return_headphones")

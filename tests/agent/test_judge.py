@@ -20,7 +20,7 @@ def llm():
         yield server
 
 
-def test_judge_reads_task_steps_answer_and_evidence(runtime, golden, llm):
+def test_the_judge_rules_on_the_whole_episode(runtime, golden, llm):
     task = golden.task("t04_return_headphones")
     llm.script(json_reply({"verdict": "agent_error", "reason": "the return was for the wrong item"}))
     trajectory = run_episode(runtime, golden, task, ReferencePolicy(), judge=LLMJudge("judge", base_url=llm.url))
@@ -32,7 +32,7 @@ def test_judge_reads_task_steps_answer_and_evidence(runtime, golden, llm):
     assert task.instruction in prompt and "request_return(" in prompt and "Verifier verdict: complete" in prompt
 
 
-def test_k_judges_vote_and_the_majority_rules(runtime, golden, llm):
+def test_the_majority_of_k_judges_rules(runtime, golden, llm):
     llm.script(
         json_reply({"verdict": "partial"}), json_reply({"verdict": "complete"}), json_reply({"verdict": "partial"})
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from support.patience import MOMENTS_S
 from support.procedural import over_strict, procedural_work
 
 from worldsmith.agent.adversarial import probes_for, rates, run_probes
@@ -61,26 +62,32 @@ def test_a_read_only_task_with_a_write_is_not_complete(runtime, golden):
     assert trajectory.verdict == "partial"  # the task's verifier notices the changed table itself here
 
 
-@pytest.mark.unit
-def test_footprint_compares_cells_rows_and_insert_counts():
-    reference = DbDiff.model_validate(
-        {
-            "tables": {
-                "orders": {
-                    "updated": [
-                        {
-                            "key": {"id": 1},
-                            "before": {"id": 1, "status": "paid", "note": ""},
-                            "after": {"id": 1, "status": "shipped", "note": ""},
-                        }
-                    ],
-                    "inserted": [{"id": 9}],
-                }
+#: A task's reference diff: one order's status changed, one order inserted.
+REFERENCE_DIFF = DbDiff.model_validate(
+    {
+        "tables": {
+            "orders": {
+                "updated": [
+                    {
+                        "key": {"id": 1},
+                        "before": {"id": 1, "status": "paid", "note": ""},
+                        "after": {"id": 1, "status": "shipped", "note": ""},
+                    }
+                ],
+                "inserted": [{"id": 9}],
             }
         }
-    )
-    footprint = Footprint.of(reference)
-    assert footprint.overreach(reference) == []
+    }
+)
+
+
+@pytest.mark.unit
+def test_a_footprint_admits_its_own_diff():
+    assert Footprint.of(REFERENCE_DIFF).overreach(REFERENCE_DIFF) == []
+
+
+@pytest.mark.unit
+def test_a_footprint_names_a_cell_the_task_does_not_change():
     other_column = DbDiff.model_validate(
         {
             "tables": {
@@ -96,11 +103,15 @@ def test_footprint_compares_cells_rows_and_insert_counts():
             }
         }
     )
-    assert footprint.overreach(other_column) == ["orders row {\"id\": 1} column 'note' changed"]
+    assert Footprint.of(REFERENCE_DIFF).overreach(other_column) == ["orders row {\"id\": 1} column 'note' changed"]
+
+
+@pytest.mark.unit
+def test_a_footprint_names_rows_beyond_the_tasks_count():
     more_rows = DbDiff.model_validate(
         {"tables": {"orders": {"inserted": [{"id": 9}, {"id": 10}]}, "audit": {"deleted": [{"id": 3}]}}}
     )
-    assert footprint.overreach(more_rows) == [
+    assert Footprint.of(REFERENCE_DIFF).overreach(more_rows) == [
         'audit row {"id": 3} deleted',
         "2 row(s) inserted into orders (the task needs 1)",
     ]
@@ -149,7 +160,7 @@ def test_imported_tasks_without_solutions_are_judged_by_their_verifiers(runtime,
 
 
 @pytest.mark.unit
-def test_the_guard_is_switchable_in_evaluate_and_train_parameters():
+def test_every_flow_that_verifies_can_switch_the_side_effects_guard():
     from worldsmith.tasks.parameters import EvaluateParameters
     from worldsmith.training.config import TrainingConfig
 
@@ -238,7 +249,7 @@ def test_the_verifiers_stage_has_an_over_strict_verifier_rewritten(runtime):
     work, verifiers = procedural_work(runtime)
     server = ScriptedLLM([json_reply(over_strict(verifiers)), json_reply(verifiers)])
     with server.serve() as background:
-        generator = OpenAIGenerator(model="m", base_url=f"{background.url}/v1", timeout_s=10.0, retries=1)
+        generator = OpenAIGenerator(model="m", base_url=f"{background.url}/v1", timeout_s=MOMENTS_S, retries=1)
         log = AttemptLog("strict")
         done = run_verifiers_stage(work, generator, runtime, log, max_attempts=3)
     first, second = log.attempts

@@ -60,7 +60,7 @@ def test_missing_directory(tmp_path):
     assert "bundle directory not found" in issues_of(tmp_path / "nope")[0]
 
 
-def test_hash_mismatch_names_file_and_both_hashes(copy):
+def test_a_hash_mismatch_names_the_file_with_both_hashes(copy):
     with (copy / "tools.py").open("a") as f:
         f.write("\n# tampered\n")
     problems = issues_of(copy)
@@ -70,7 +70,7 @@ def test_hash_mismatch_names_file_and_both_hashes(copy):
     )
 
 
-def test_sql_error_names_file_line_and_statement(copy):
+def test_an_sql_error_points_to_its_file_line_statement(copy):
     edit(copy, "seed.sql", "(3, 'Sofia Rossi'", "(3, 'Sofia Rossi', 'extra'")
     problems = issues_of(copy)
     hit = [p for p in problems if p.startswith("seed.sql:") and "SQL error" in p]

@@ -37,7 +37,7 @@ def run(*args: str, code: int = 0) -> str:
 
 
 @pytest.mark.sandbox
-def test_publish_fetch_and_check_the_copy(installation):
+def test_a_published_world_fetched_back_passes_its_checks(installation):
     out = run("catalog", "publish", str(GOLDEN))
     assert "published retail_store@1: good" in out
     assert "already published as retail_store@1" in run("catalog", "publish", str(GOLDEN), "--no-probes")
@@ -74,7 +74,13 @@ def test_a_version_that_fails_its_checks_is_published_as_failed(installation):
     ), out
 
 
-def test_ls_by_status_and_the_partial_artifacts_of_a_failed_world(installation):
+#: Why half_world, published by `_publish_a_good_world_beside_a_failed_one`, failed.
+HALF_WORLD_FAILURE = "stage tools raised IndexError: list index out of range"
+
+
+def _publish_a_good_world_beside_a_failed_one() -> bytes:
+    """Publish the golden world (good) and half_world (failed at stage tools with its partial artifacts:
+    the golden schema.sql, its work.json); returns that schema.sql."""
     from worldsmith.bundle.loader import load_bundle
     from worldsmith.storage.catalog import open_catalog
     from worldsmith.storage.objectstore import configured_store
@@ -83,22 +89,28 @@ def test_ls_by_status_and_the_partial_artifacts_of_a_failed_world(installation):
     run("catalog", "publish", str(GOLDEN), "--no-probes")
     golden = load_bundle(GOLDEN)
     manifest = golden.manifest.model_copy(update={"env_id": "half_world"})
-    reason = "stage tools raised IndexError: list index out of range"
     files = {"schema.sql": golden.files["schema.sql"], "work.json": b"{}\n"}
-    publish_failed(manifest, files, "tools", reason, configured_store(), open_catalog())
+    publish_failed(manifest, files, "tools", HALF_WORLD_FAILURE, configured_store(), open_catalog())
+    return golden.files["schema.sql"]
 
+
+def test_catalog_ls_lists_by_status(installation):
+    _publish_a_good_world_beside_a_failed_one()
     failed = json.loads(run("catalog", "ls", "--status", "failed", "--json"))
     assert [(r["ref"], r["status"], r["failed_stage"], r["failure_reason"]) for r in failed] == [
-        ("half_world@1", "failed", "tools", reason)
+        ("half_world@1", "failed", "tools", HALF_WORLD_FAILURE)
     ]
     good = json.loads(run("catalog", "ls", "--status", "good", "--json"))
     assert [(r["ref"], r["failure_reason"]) for r in good] == [("retail_store@1", None)]
     assert "half_world@1" in run("catalog", "ls", "--status", "failed") and "IndexError" in run("catalog", "ls")
     assert "--status" in run("catalog", "ls", "--status", "broken", code=2)
 
+
+def test_fetching_a_failed_world_gives_its_partial_artifacts(installation):
+    schema = _publish_a_good_world_beside_a_failed_one()
     out = run("catalog", "fetch", "half_world@1", str(installation / "half"))
     assert "partial artifacts of half_world@1" in out and "stage tools" in out
-    assert (installation / "half" / "schema.sql").read_bytes() == golden.files["schema.sql"]
+    assert (installation / "half" / "schema.sql").read_bytes() == schema
     assert "no good version" in run("catalog", "fetch", "half_world", str(installation / "none"), code=2)
 
 
@@ -152,7 +164,7 @@ def test_catalog_export_import_between_installations(installation, monkeypatch):
 
 
 @pytest.mark.sandbox
-def test_publish_to_s3_and_fetch_back(installation, monkeypatch, s3_endpoint, s3_bucket):
+def test_a_world_published_to_s3_fetches_back_byte_for_byte(installation, monkeypatch, s3_endpoint, s3_bucket):
     monkeypatch.setenv("WORLDSMITH_STORE_URL", f"s3://{s3_bucket}/worlds")
     monkeypatch.setenv("WORLDSMITH_S3_ENDPOINT_URL", s3_endpoint)
     get_settings.cache_clear()
@@ -162,9 +174,12 @@ def test_publish_to_s3_and_fetch_back(installation, monkeypatch, s3_endpoint, s3
         assert (installation / "from-s3" / name).read_bytes() == (GOLDEN / name).read_bytes()
 
 
-def test_bad_references_and_missing_files_are_answered_in_one_line(installation, tmp_path):
+def test_a_bad_reference_is_answered_in_one_line(installation):
     out = run("catalog", "show", "retail_store@" + "9" * 30, code=2)
     assert "bad reference" in out and "Traceback" not in out and len(out.strip().splitlines()) == 1
+
+
+def test_a_missing_input_file_is_answered_in_one_line(installation, tmp_path):
     missing = tmp_path / "no-such-trajectories.jsonl"
     for command in (["data", "sft"], ["wm", "data"]):
         out = run(*command, str(missing), str(tmp_path / "out"), code=2)

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from support.patience import PROCESS_S
 
 pytestmark = pytest.mark.e2e
 
@@ -42,7 +43,7 @@ def _top_level_modules(code: str, home: Path) -> set[str]:
         capture_output=True,
         text=True,
         env={**os.environ, "WORLDSMITH_HOME": str(home)},
-        timeout=300,
+        timeout=PROCESS_S,
     )
     assert done.returncode == 0, done.stderr
     return set(done.stdout.splitlines()[-1].split())  # SHOW_MODULES's line, not the words of a help text

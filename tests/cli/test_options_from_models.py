@@ -113,7 +113,7 @@ def test_every_field_of_the_model_is_an_option_of_the_command(derived: Derived) 
 
 
 @pytest.mark.parametrize("derived", COMMANDS, ids=str)
-def test_every_option_has_its_fields_default_and_description(derived: Derived) -> None:
+def test_every_option_carries_its_fields_default_with_its_description(derived: Derived) -> None:
     params = _click_params(derived.command)
     leaves = _leaves(derived.model)
     for option in derived.options:
@@ -201,7 +201,7 @@ class Probe(BaseModel):
     inner: Inner = Field(default_factory=lambda: Inner(size=5), description="Inner.")
 
 
-def test_a_field_added_to_a_model_is_an_option_with_its_type_default_and_help() -> None:
+def test_a_field_added_to_a_model_becomes_an_option_of_its_type() -> None:
     options = {o.flag: o for o in options_for(Probe)}
     assert set(options) == {"--name", "--mode", "--shade", "--tags", "--inner-size"}
     assert options["--shade"].default is Colour.RED and options["--shade"].help == "Shade."

@@ -12,6 +12,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import WebDriverWait
 from starlette.testclient import TestClient
+from support.patience import MOMENTS_S, PROCESS_S
 
 from worldsmith.dashboard import drilldown
 from worldsmith.dashboard.app import dashboard_app, flow_run_url
@@ -341,11 +342,14 @@ def test_summary_holds_the_catalogs_numbers(known):
     )
 
 
-def test_empty_catalog_renders_and_api_matches_summary(known, tmp_path):
+def test_an_empty_catalog_renders_a_page_saying_nothing_ran_yet(tmp_path):
     empty = Catalog(f"sqlite:///{tmp_path / 'empty.db'}")
     page = TestClient(dashboard_app(empty)).get("/")
     assert page.status_code == 200 and "No generation runs yet." in page.text and "No training runs yet." in page.text
     assert "No co-training runs yet." in page.text
+
+
+def test_the_page_draws_every_chart_of_the_summary_the_api_serves(known):
     client = TestClient(dashboard_app(known, prefect_ui_url="http://127.0.0.1:4200"))
     with known.session() as session:
         assert client.get("/api/summary").json() == json.loads(json.dumps(summary(session)))
@@ -377,9 +381,9 @@ def summary_of(catalog: Catalog, filters: Filters = Filters()) -> dict:
 @pytest.mark.sandbox
 def test_browser_renders_the_charts_with_the_catalogs_numbers(known, browser):
     with BackgroundServer(dashboard_app(known)) as server:
-        assert httpx.get(f"{server.url}/healthz").text == "ok"
+        assert httpx.get(f"{server.url}/healthz", timeout=MOMENTS_S).text == "ok"
         browser.get(server.url)
-        WebDriverWait(browser, 30).until(
+        WebDriverWait(browser, PROCESS_S).until(
             expected_conditions.presence_of_element_located((By.CSS_SELECTOR, "#chart-training .main-svg"))
         )
         charts = browser.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")
@@ -444,18 +448,22 @@ def failures_of(rows) -> int:
     return sum(1 for row in rows if row[4] != "success")
 
 
-def test_a_nights_runs_and_stages_with_failure_classes(known):
+def test_a_nights_runs_are_listed_with_their_usage(known):
     with known.session() as session:
         runs = drilldown.night_runs(session, NIGHT_1.date(), Filters(), PageRequest())
-        stages = drilldown.night_stages(session, NIGHT_1.date(), Filters())
         (prefect_run,) = drilldown.night_runs(session, NIGHT_2.date(), Filters(), PageRequest()).rows
-        stages_2 = drilldown.night_stages(session, NIGHT_2.date(), Filters())
     night_1 = [a for a in ATTEMPTS if a[0] == NIGHT_1]
     (run,) = runs.rows
     assert runs.total == 1 and run["run_id"] == RUNS[NIGHT_1] and run["flow_run_id"] is None and run["worlds"] == 2
     assert {key: run[key] for key in usage_of(night_1, seconds=True)} == usage_of(night_1, seconds=True)
     assert run["failed_attempts"] == failures_of(night_1)  # the pseudo-stage "environment" left out
     assert prefect_run["flow_run_id"] == RUNS[NIGHT_2]
+
+
+def test_a_nights_stages_are_listed_in_pipeline_order_with_their_failure_classes(known):
+    with known.session() as session:
+        stages = drilldown.night_stages(session, NIGHT_1.date(), Filters())
+        stages_2 = drilldown.night_stages(session, NIGHT_2.date(), Filters())
     assert [s["stage"] for s in stages] == ["tasks", "database:schema"]  # pipeline order, not alphabetical
     tasks, schema = stages
     assert (tasks["invocations"], tasks["first_attempt_success"], tasks["repaired"], tasks["failed_attempts"]) == (
@@ -469,18 +477,12 @@ def test_a_nights_runs_and_stages_with_failure_classes(known):
     assert stages_2[0]["failure_classes"] == {drilldown.UNCLASSIFIED: 1}
 
 
-def test_a_stages_worlds_a_worlds_versions_and_attempts(known):
+def test_a_stages_worlds_are_listed_the_unsuccessful_first(known):
     with known.session() as session:
         tasks = drilldown.stage_worlds(session, NIGHT_1.date(), "tasks", Filters(), PageRequest())
         classed = drilldown.stage_worlds(
             session, NIGHT_1.date(), "database:schema", Filters(), PageRequest(), error_class="SchemaError"
         )
-        versions = drilldown.world_versions(session, "c")
-        attempts = drilldown.world_attempts(session, "a", PageRequest())
-        second = drilldown.world_attempts(session, "a", PageRequest(limit=2, offset=2))
-        only_schema = drilldown.world_attempts(session, "a", PageRequest(), stage="database:schema")
-        unknown = drilldown.attempt(session, 10_000)
-        full = drilldown.attempt(session, attempts.rows[0]["id"])
     # b never got its tasks right: listed first; a's tasks succeeded at once
     assert [(w["env_id"], w["succeeded"], w["status"]) for w in tasks.rows] == [
         ("b", False, "unpublished"),
@@ -488,6 +490,11 @@ def test_a_stages_worlds_a_worlds_versions_and_attempts(known):
     ]
     assert tasks.rows[0]["failure_classes"] == {"TaskFormatError": 2} and tasks.rows[1]["failure_classes"] == {}
     assert [w["env_id"] for w in classed.rows] == ["a"] and classed.total == 1
+
+
+def test_a_worlds_versions_say_why_each_failed(known):
+    with known.session() as session:
+        versions = drilldown.world_versions(session, "c")
     assert versions == [
         {
             "env_id": "c",
@@ -500,6 +507,15 @@ def test_a_stages_worlds_a_worlds_versions_and_attempts(known):
             "created_at": NIGHT_2.isoformat(),
         }
     ]
+
+
+def test_a_worlds_attempts_page_by_stage_down_to_one_attempts_error(known):
+    with known.session() as session:
+        attempts = drilldown.world_attempts(session, "a", PageRequest())
+        second = drilldown.world_attempts(session, "a", PageRequest(limit=2, offset=2))
+        only_schema = drilldown.world_attempts(session, "a", PageRequest(), stage="database:schema")
+        unknown = drilldown.attempt(session, 10_000)
+        full = drilldown.attempt(session, attempts.rows[0]["id"])
     of_a = sorted((a for a in ATTEMPTS if a[1] == "a"), key=lambda a: a[3])  # made at night + attempt minutes
     assert attempts.total == len(of_a) and [(r["stage"], r["attempt"], r["outcome"]) for r in attempts.rows] == [
         (stage, attempt, outcome) for _, _, stage, attempt, outcome in of_a
@@ -624,14 +640,20 @@ def test_long_lists_are_pages_of_sql(crowded):
     assert 'class="next"' in listing.text and 'class="previous"' in listing.text
 
 
-def test_charts_read_with_one_night_long_ids_and_nothing_to_show():
+def test_a_chart_with_nothing_to_show_reads_zero_to_one():
     assert value_axis([0.0, None])["range"] == [0, 1] and "range" not in value_axis([0.0, 0.5])
+
+
+def test_long_ids_are_cut_apart_on_a_slanted_axis():
     from worldsmith.dashboard.charts import LABEL_CHARS, category_axis
 
     labels = [f"retail_store_inventory_and_returns_world_{i:04d}" for i in range(3)]
     axis = category_axis(labels)
     assert axis["tickvals"] == labels and all(len(t) <= LABEL_CHARS for t in axis["ticktext"])
     assert len(set(axis["ticktext"])) == len(labels) and axis["tickangle"]  # cut ids stay apart, slanted
+
+
+def test_one_night_charts_as_bars_on_a_readable_range():
     one_night = {
         "generation": {"nights": ["2026-11-01"], "stages": {"tasks": {**dict.fromkeys(RATES_AND_USAGE, [0.0])}}},
         "failure_classes": {"nights": [], "series": {}},
@@ -690,7 +712,7 @@ def test_drill_down_pages_link_night_stage_world_attempt(known):
     assert "YYYY-MM-DD" in client.get("/?date_from=yesterday").text
 
 
-def test_pages_filter_and_refresh(known):
+def test_filters_narrow_the_pages_with_their_links(known):
     client = TestClient(dashboard_app(known))
     narrowed = client.get("/?backend=openai").text
     assert 'tr data-night="2026-11-02"' in narrowed and 'tr data-night="2026-11-01"' not in narrowed
@@ -700,10 +722,14 @@ def test_pages_filter_and_refresh(known):
     assert client.get("/api/summary?category=retail").json() == json.loads(
         json.dumps(summary_of(known, Filters(category="retail")))
     )
-    assert '<meta http-equiv="refresh" content="30">' in client.get("/?refresh=30").text
-    assert 'http-equiv="refresh"' not in client.get("/").text and 'id="refresh"' in client.get("/").text
     runs = client.get(f"/nights/2026-11-01?run={RUNS[NIGHT_2]}").text
     assert "No generation runs this night." in runs
+
+
+def test_a_page_reloads_itself_only_when_asked(known):
+    client = TestClient(dashboard_app(known))
+    assert '<meta http-equiv="refresh" content="30">' in client.get("/?refresh=30").text
+    assert 'http-equiv="refresh"' not in client.get("/").text and 'id="refresh"' in client.get("/").text
 
 
 @pytest.mark.sandbox
@@ -720,7 +746,7 @@ def test_browser_walks_from_a_night_to_an_attempt(known, browser, tmp_path):
 
     with BackgroundServer(dashboard_app(known, prefect_ui_url=PREFECT)) as server:
         browser.get(server.url)
-        WebDriverWait(browser, 30).until(expected_conditions.presence_of_element_located(READY))
+        WebDriverWait(browser, PROCESS_S).until(expected_conditions.presence_of_element_located(READY))
         shoot("1-front")
         click("#table-nights tr[data-night='2026-11-01'] a.night")
         assert browser.find_element(By.TAG_NAME, "h2").text == "Night 2026-11-01 (UTC)"
@@ -745,7 +771,7 @@ def test_browser_walks_from_a_night_to_an_attempt(known, browser, tmp_path):
         browser.get(server.url)
         browser.find_element(By.NAME, "backend").send_keys("openai")
         click("#filters button[type='submit']")
-        WebDriverWait(browser, 30).until(expected_conditions.url_contains("backend=openai"))
+        WebDriverWait(browser, PROCESS_S).until(expected_conditions.url_contains("backend=openai"))
         nights = [
             e.get_attribute("data-night")
             for e in browser.find_elements(By.CSS_SELECTOR, "#table-nights tr[data-night]")
@@ -768,7 +794,7 @@ def test_browser_shows_a_crowded_night_with_long_ids_apart(crowded, browser, tmp
 
     with BackgroundServer(dashboard_app(crowded)) as server:
         browser.get(server.url)
-        WebDriverWait(browser, 30).until(expected_conditions.presence_of_element_located(READY))
+        WebDriverWait(browser, PROCESS_S).until(expected_conditions.presence_of_element_located(READY))
         browser.save_screenshot(str(tmp_path / "crowded-front.png"))
         print(f"dashboard screenshot: {tmp_path / 'crowded-front.png'}")
         assert len(browser.find_elements(By.CSS_SELECTOR, "#chart-env-cost .bars .point")) == 10  # the top 10 only

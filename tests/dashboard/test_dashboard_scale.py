@@ -18,6 +18,7 @@ import pytest
 from sqlalchemy import event, insert
 from sqlmodel import select
 from starlette.testclient import TestClient
+from support.patience import MOMENTS_S
 
 from worldsmith.dashboard import drilldown
 from worldsmith.dashboard.app import dashboard_app
@@ -152,7 +153,7 @@ def assert_rollups_match_the_attempts(catalog: Catalog) -> None:
             assert found == dict(counted), table.__name__
 
 
-def test_rollups_and_answers_equal_a_recomputation_from_the_attempts(catalog):
+def test_every_rollup_equals_a_recomputation_from_the_attempts(catalog):
     rows = synthetic_attempts(worlds=24, per_world=40)
     fill(catalog, rows)
     log = AttemptLog("live-run", catalog)  # the generation flow's own recording path, one attempt at a time
@@ -294,28 +295,30 @@ def test_healthz_answers_while_a_page_waits_on_the_catalog(tmp_path):
     holder.execute("BEGIN EXCLUSIVE")
     answers: dict[str, httpx.Response] = {}
     with BackgroundServer(dashboard_app(catalog)) as server:
-        page = threading.Thread(target=lambda: answers.update(page=httpx.get(f"{server.url}/", timeout=60)))
+        page = threading.Thread(target=lambda: answers.update(page=httpx.get(f"{server.url}/", timeout=MOMENTS_S)))
         page.start()
         try:
-            assert asked.wait(30)  # the page is in its first query, blocked
-            health = httpx.get(f"{server.url}/healthz", timeout=20)
+            assert asked.wait(MOMENTS_S)  # the page is in its first query, blocked
+            health = httpx.get(f"{server.url}/healthz", timeout=MOMENTS_S)
             assert health.text == "ok" and page.is_alive() and "page" not in answers
         finally:
             holder.execute("ROLLBACK")
             holder.close()
-            page.join(60)
+            page.join(MOMENTS_S)
     assert answers["page"].status_code == 200
     catalog.close()
 
 
-@pytest.mark.usefixtures("tables_at_a_fixed_width")
-def test_catalog_ls_lists_a_page_and_sets_create_counts_in_sql(home):
-    from typer.testing import CliRunner
+#: Environment versions in the catalog of the CLI's listing tests: every fifth one failed.
+MANY_WORLDS = 250
 
-    from worldsmith.cli import app
+
+@pytest.fixture()
+def many_versions(home) -> None:
+    """MANY_WORLDS environment versions in the home's catalog, w000@1 to w249@1, every fifth failed."""
     from worldsmith.storage.catalog import open_catalog
 
-    worlds = 250
+    worlds = MANY_WORLDS
     with open_catalog().session() as s:
         s.execute(
             insert(Environment),
@@ -337,18 +340,30 @@ def test_catalog_ls_lists_a_page_and_sets_create_counts_in_sql(home):
             ],
         )
 
-    def run(*args: str) -> str:
-        result = CliRunner().invoke(app, list(args))
-        assert result.exit_code == 0, result.output
-        return result.output
 
-    first = run("catalog", "ls")
+def _cli(*args: str) -> str:
+    from typer.testing import CliRunner
+
+    from worldsmith.cli import app
+
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@pytest.mark.usefixtures("tables_at_a_fixed_width")
+def test_catalog_ls_lists_one_page_of_many_versions(many_versions):
+    first = _cli("catalog", "ls")
     assert "250 environment versions, 1-100 shown" in first and "150 more: --offset 100" in first
     assert "w099@1" in first and "w100@1" not in first
-    last = run("catalog", "ls", "--offset", "200")
+    last = _cli("catalog", "ls", "--offset", "200")
     assert "w200@1" in last and "w199@1" not in last and "more:" not in last
-    assert len(json.loads(run("catalog", "ls", "--json"))) == worlds  # JSON: every row unless --limit
-    failed = json.loads(run("catalog", "ls", "--status", "failed", "--json", "--limit", "7", "--offset", "3"))
+    assert len(json.loads(_cli("catalog", "ls", "--json"))) == MANY_WORLDS  # JSON: every row unless --limit
+    failed = json.loads(_cli("catalog", "ls", "--status", "failed", "--json", "--limit", "7", "--offset", "3"))
     assert [r["ref"] for r in failed] == [f"w{i:03d}@1" for i in range(15, 50, 5)]
-    made = run("sets", "create", "all-good", "--validation-fraction", "0.1")
+
+
+@pytest.mark.usefixtures("tables_at_a_fixed_width")
+def test_sets_create_counts_its_members_in_sql(many_versions):
+    made = _cli("sets", "create", "all-good", "--validation-fraction", "0.1")
     assert "created set all-good: 200 environment versions (180 train, 20 validation)" in made

@@ -35,7 +35,7 @@ def env_set(home, golden):
     return "evalset"
 
 
-def test_reference_scores_one_and_random_clearly_less(prefect_api, env_set):
+def test_evaluation_tells_the_reference_policy_from_a_random_one(prefect_api, env_set):
     reference = run_evaluate(EvaluateParameters(set_name=env_set, policy="reference"))
     assert reference.overall.pass_at_1 == 1.0 and reference.overall.episodes == 30
     assert set(reference.per_env) == {"retail_store", "retail_2", "clinic_2"}
@@ -64,7 +64,7 @@ async def _artifact_keys(flow_run_id: str) -> set[str]:
     return {a.key for a in artifacts}
 
 
-def test_cli_eval_json_and_prefect_artifacts(prefect_api, env_set, tables_at_a_fixed_width):
+def test_cli_eval_answers_as_json_or_a_table_leaving_prefect_artifacts(prefect_api, env_set, tables_at_a_fixed_width):
     import asyncio
 
     result = CliRunner().invoke(app, ["eval", "--set", env_set, "--policy", "reference", "--json"])
@@ -81,7 +81,7 @@ def test_cli_eval_json_and_prefect_artifacts(prefect_api, env_set, tables_at_a_f
     assert table.exit_code == 0 and f"evaluation {report['run_id'] + 1}: random on evalset" in table.output
 
 
-def test_bad_policy_and_unknown_set_are_named(prefect_api, env_set):
+def test_a_bad_eval_request_is_refused_naming_the_bad_value(prefect_api, env_set):
     bad = CliRunner().invoke(app, ["eval", "--set", env_set, "--policy", "gpt"])
     assert bad.exit_code != 0 and "unknown policy 'gpt'" in bad.output
     missing = CliRunner().invoke(app, ["eval", "--set", "nope"])

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from sqlmodel import select
 from support.paths import REPO
+from support.patience import PROCESS_S
 from support.processes import killed_after
 from typer.testing import CliRunner
 
@@ -85,7 +86,6 @@ def generated_home(generated: Generated, monkeypatch: pytest.MonkeyPatch) -> Pat
     get_settings.cache_clear()
 
 
-@pytest.mark.timeout(900)  # the first to use `generated` waits for its run: about 25 s on 2 idle cores
 def test_generate_flow_publishes_environments_that_pass_env_check(generated, generated_home, monkeypatch):
     home, params, results, seen = generated_home, REFERENCE, generated.results, generated.seen
     assert [r.status for r in results] == ["good"] * params.count and len(seen) == params.count
@@ -192,17 +192,16 @@ def _log(home: Path) -> str:
 
 
 @pytest.mark.e2e
-@pytest.mark.timeout(900)  # two runs of `worldsmith generate`: about 25 s on 2 idle cores
 def test_killed_run_resumes_to_the_same_catalog(generated, tmp_path):
     """SIGKILLed once its first world is published, then run again: the catalog an uninterrupted run
     of the same parameters made (`generated`), each world once."""
     interrupted = tmp_path / "interrupted"
-    killed = _generate_process(interrupted, killed_after("worldsmith.storage.publish:publish")).wait(timeout=300)
+    killed = _generate_process(interrupted, killed_after("worldsmith.storage.publish:publish")).wait(timeout=PROCESS_S)
     assert killed == -signal.SIGKILL, _log(interrupted)  # SIGKILLed as soon as its first environment was published
     partial = _content(interrupted)
     assert len(partial) == 1, partial
 
-    assert _generate_process(interrupted, {}).wait(timeout=300) == 0, _log(interrupted)
+    assert _generate_process(interrupted, {}).wait(timeout=PROCESS_S) == 0, _log(interrupted)
     resumed = _content(interrupted)
     assert resumed == generated.content and len(resumed) == REFERENCE.count, (
         resumed ^ generated.content,
@@ -240,7 +239,7 @@ def _crash(original, work, *args):
     raise IndexError("list index out of range")  # a bug anywhere below the stage (a backend, a check)
 
 
-def test_failed_worlds_are_published_as_failed_and_the_run_below_its_good_share_ends_failed(
+def test_a_run_below_its_good_share_ends_failed_publishing_its_failed_worlds_as_failed(
     prefect_api, home, monkeypatch, tables_at_a_fixed_width
 ):
     from worldsmith.dashboard.data import quality
@@ -302,7 +301,6 @@ def test_failed_worlds_are_published_as_failed_and_the_run_below_its_good_share_
     assert run.state.type.value == "FAILED" and run.state.message == result.output.strip().splitlines()[-1]
 
 
-@pytest.mark.timeout(900)  # as the first test
 def test_generate_fans_out_on_a_dask_cluster(generated):
     assert [r.status for r in generated.results] == ["good"] * REFERENCE.count
     assert all(not r.built_by.endswith(f":{os.getpid()}") for r in generated.results)  # built in a Dask worker
@@ -316,14 +314,18 @@ class RunWide(Exception):
 
 
 @pytest.mark.unit
-def test_only_a_fatal_fault_stops_the_run_and_the_cli_answers_it_in_one_line(monkeypatch):
-    from worldsmith.flows import generate as generate_flow
+def test_only_a_fatal_fault_stops_the_run():
     from worldsmith.flows.world_builds import fails_world_only
     from worldsmith.llm.errors import TransientFault
 
     assert fails_world_only(IndexError("list index out of range")) and fails_world_only(KeyError("tools"))
     assert fails_world_only(TransientFault("HTTP 503 after 3 retries"))  # outside a task: no retries left
     assert not fails_world_only(RunWide("the endpoint refused the API key: set WORLDSMITH_LLM_API_KEY"))
+
+
+@pytest.mark.unit
+def test_the_cli_answers_a_fatal_fault_in_one_line(monkeypatch):
+    from worldsmith.flows import generate as generate_flow
 
     def stopped(params, on_progress=None):
         raise RunWide("the endpoint refused the API key: set WORLDSMITH_LLM_API_KEY")

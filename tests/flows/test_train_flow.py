@@ -36,10 +36,9 @@ def train_set(home):
     return published_set("trainset", [procedural_bundle("retail", 3), procedural_bundle("clinic", 3)], 0.5)
 
 
-def test_train_records_steps_checkpoint_and_evaluations_and_the_cli_answers_in_json(prefect_api, train_set, tmp_path):
+def test_cli_train_records_the_run_with_its_steps_checkpoint_evaluations(prefect_api, train_set, tmp_path):
     """`worldsmith train --json` (full history, TensorBoard, an output directory): the run, its steps,
-    the final model in the object store and the validation evaluated before and after, in the catalog;
-    then the CLI's refusals of what cannot run."""
+    the final model in the object store and the validation evaluated before and after, in the catalog."""
     runner = CliRunner()
     out = tmp_path / "run"
     args = [
@@ -101,6 +100,9 @@ def test_train_records_steps_checkpoint_and_evaluations_and_the_cli_answers_in_j
     assert result["before"]["run_id"] == evaluations[0].id and result["after"]["run_id"] == evaluations[1].id
     assert result["before"]["episodes"] == result["after"]["episodes"] == 10
 
+
+def test_cli_train_refuses_what_cannot_run_naming_why(prefect_api, train_set, tmp_path):
+    runner = CliRunner()
     refused = runner.invoke(app, ["train", "--set", train_set, "--history", "full", "--window", "2"])
     assert refused.exit_code == 2 and "window applies to history='windowed' only" in refused.output
     no_model = runner.invoke(app, ["train", "--set", train_set, "--model", str(tmp_path / "nowhere"), "--steps", "1"])

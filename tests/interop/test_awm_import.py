@@ -91,19 +91,23 @@ def test_every_route_answers_through_the_runtime(app_bundle, runtime):
             assert result.status == "ok", (endpoint["operation_id"], result.error)
 
 
-def test_refusals_are_tool_errors_and_undo_nothing_else(app_bundle, runtime):
+def test_an_apps_refusals_are_tool_errors_that_undo_nothing_else(app_bundle, runtime):
     with runtime.open_episode(app_bundle) as episode:
         missing = episode.call_tool("cancel_hold", {"hold_id": 999})
         assert missing.status == "tool_error" and "HTTP 404" in missing.error and "999" in missing.error
         first = episode.call_tool("place_hold", {"book_id": 1, "pickup_branch_id": 2})
         twice = episode.call_tool("place_hold", {"book_id": 1, "pickup_branch_id": 2})
         assert first.ok and first.changed and twice.status == "tool_error" and "HTTP 409" in twice.error
-        # the app's clock is the environment's fixed instant
-        assert first.value["placed_at"] == app_bundle.manifest.clock
         holds = episode.call_tool("list_my_holds", {}).value
         assert sum(h["book_id"] == 1 for h in holds) == 1
         bad = episode.call_tool("place_hold", {"book_id": "one", "pickup_branch_id": 2})
         assert bad.status == "tool_error" and "book_id" in bad.error
+
+
+def test_the_apps_clock_is_the_environments_fixed_instant(app_bundle, runtime):
+    with runtime.open_episode(app_bundle) as episode:
+        placed = episode.call_tool("place_hold", {"book_id": 1, "pickup_branch_id": 2})
+    assert placed.value["placed_at"] == app_bundle.manifest.clock
 
 
 def test_an_older_import_with_its_clock_in_origin_still_answers_it(app_bundle, runtime):
@@ -117,7 +121,7 @@ def test_an_older_import_with_its_clock_in_origin_still_answers_it(app_bundle, r
         assert episode.call_tool("place_hold", {"book_id": 1, "pickup_branch_id": 2}).value["placed_at"] == instant
 
 
-def test_reference_solutions_complete_and_untouched_states_do_not(imported, runtime):
+def test_each_imported_verifier_tells_its_solved_state_from_the_untouched_one(imported, runtime):
     for task in imported.tasks:
         with runtime.open_episode(imported, task) as episode:
             untouched = episode.verify(task.answer or "")
@@ -289,7 +293,7 @@ PLANTED = {
 }
 
 
-def test_planted_defects_are_reported_by_name_and_published_as_failed(runtime, tmp_path):
+def test_each_planted_defect_fails_its_world_naming_the_defect(runtime, tmp_path):
     release = plant(tmp_path / "release", {f"defect_{kind}": edit for kind, edit in PLANTED.items()})
     catalog = Catalog(f"sqlite:///{tmp_path / 'catalog.db'}")
     rows = {row["scenario"]: row for row in import_release(release, runtime, LocalStore(tmp_path / "store"), catalog)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from support.llm_server import ProceduralLLM, ScriptedLLM, error_reply
+from support.patience import MOMENTS_S
 
 from worldsmith.llm.openai_backend import OpenAIGenerator
 from worldsmith.models.bundle import Scenario
@@ -35,7 +36,7 @@ def llm_server():
         background.__exit__(None, None, None)
 
 
-def test_every_fault_is_handled_and_on_record(runtime, llm_server):
+def test_every_llm_fault_is_survived_with_a_record_of_it(runtime, llm_server):
     faults = {
         "tasks": ["slow", "malformed_json", "empty_choices"],
         "schema": ["sql_error"],
@@ -49,7 +50,7 @@ def test_every_fault_is_handled_and_on_record(runtime, llm_server):
         model="local-model",
         base_url=url,
         api_key="sk-local",
-        timeout_s=3.0,
+        timeout_s=3.0,  # the limit under test: the `slow` fault's answer comes only once the client gives up
         retries=3,
         backoff_s=0.05,
         prices={"local-model": {"input": 1.0, "output": 2.0}},
@@ -87,7 +88,7 @@ def test_exhausted_transient_faults_fail_the_stage_loudly(runtime, llm_server):
     from worldsmith.llm.errors import TransientFault
 
     _server, url = llm_server(faults={"tasks": ["http_500"] * 10})
-    generator = OpenAIGenerator(model="m", base_url=url, timeout_s=3.0, retries=2, backoff_s=0.01)
+    generator = OpenAIGenerator(model="m", base_url=url, timeout_s=MOMENTS_S, retries=2, backoff_s=0.01)
     log = AttemptLog("transient")
     with pytest.raises(TransientFault, match="3 attempts failed; last: InternalServerError"):
         build_environment(AMAZON, 0, generator, runtime, log)
@@ -96,7 +97,7 @@ def test_exhausted_transient_faults_fail_the_stage_loudly(runtime, llm_server):
 
 def test_context_length_fails_the_world_at_once_with_its_class(runtime, llm_server):
     server, url = llm_server(faults={"tasks": ["context_length"]})
-    generator = OpenAIGenerator(model="m", base_url=url, timeout_s=3.0, retries=2, backoff_s=0.01)
+    generator = OpenAIGenerator(model="m", base_url=url, timeout_s=MOMENTS_S, retries=2, backoff_s=0.01)
     log = AttemptLog("context")
     result = build_environment(AMAZON, 0, generator, runtime, log)
     assert not result.good and result.failed_stage == "tasks" and "context" in result.reason
@@ -108,7 +109,9 @@ def test_auth_failure_stops_the_world_after_one_request(runtime, llm_server):
     from worldsmith.llm.errors import EndpointAuthFault
 
     server, url = llm_server(faults={"tasks": ["http_401"] * 10})
-    generator = OpenAIGenerator(model="m", base_url=url, api_key="sk-bad", timeout_s=3.0, retries=2, backoff_s=0.01)
+    generator = OpenAIGenerator(
+        model="m", base_url=url, api_key="sk-bad", timeout_s=MOMENTS_S, retries=2, backoff_s=0.01
+    )
     log = AttemptLog("auth")
     with pytest.raises(EndpointAuthFault, match="WORLDSMITH_LLM_API_KEY") as info:
         build_environment(AMAZON, 0, generator, runtime, log)

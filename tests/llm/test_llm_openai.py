@@ -15,6 +15,7 @@ from support.llm_server import (
     text_reply,
     truncated_reply,
 )
+from support.patience import MOMENTS_S
 
 from worldsmith.llm.backend import Prompt
 from worldsmith.llm.errors import EndpointAuthFault, EndpointConfigFault, OutputFault, TransientFault
@@ -48,7 +49,7 @@ def generator(llm, **kwargs) -> OpenAIGenerator:
         "model": "test-model",
         "base_url": llm.url,
         "api_key": "sk-test",
-        "timeout_s": 30.0,
+        "timeout_s": MOMENTS_S,
         "retries": 3,
         "backoff_s": 0.05,
         "prices": {"test-model": {"input": 1.0, "output": 2.0}},
@@ -57,7 +58,7 @@ def generator(llm, **kwargs) -> OpenAIGenerator:
     return OpenAIGenerator(**options)
 
 
-def test_structured_output_with_usage_and_cost(llm):
+def test_a_structured_answer_is_parsed_with_its_usage_priced(llm):
     result = generator(llm).generate(PROMPT, TaskList)
     assert result.spec == TaskList(**GOOD)
     assert result.usage.calls == 1 and result.usage.tokens_in > 0 and result.usage.tokens_out > 0
@@ -111,9 +112,9 @@ def test_500s_are_retried_with_backoff_then_give_up(llm):
     assert len(info.value.usage.retries) == 3
 
 
-def test_slow_response_times_out_and_is_retried(llm):
+def test_a_stalled_answer_is_retried_after_the_client_timeout(llm):
     llm.script(stalled_reply(GOOD), json_reply(GOOD))  # the first answer comes only once the client gives up
-    result = generator(llm, timeout_s=0.5).generate(PROMPT, TaskList)
+    result = generator(llm, timeout_s=0.5).generate(PROMPT, TaskList)  # the limit under test
     assert result.usage.calls == 2 and "APITimeoutError" in result.usage.retries[0] and result.spec == TaskList(**GOOD)
 
 

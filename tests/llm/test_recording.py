@@ -53,7 +53,7 @@ def test_a_replay_answers_as_the_recorded_run_did(runtime, tmp_path: Path):
     assert (generator.backend, generator.model) == ("replay", ProceduralGenerator.model)
 
 
-def test_a_request_the_recording_lacks_is_a_fatal_miss_naming_stage_world_and_directory(tmp_path: Path):
+def test_a_request_missing_from_the_recording_is_a_fatal_miss_naming_where_to_look(tmp_path: Path):
     recorder = RecordingGenerator(ProceduralGenerator(seed=1), tmp_path / "rec")
     context = {"scenario": SHOP.model_dump(), "seed": 1, "env_id": "corner_shop_1"}
     recorder.generate(Prompt("tasks", "Write tasks.", f"World: {SHOP.name}", context), TaskList)
@@ -91,7 +91,7 @@ def test_threads_recording_at_once_keep_every_answer_whole(tmp_path: Path):
     assert sorted(replay.generate(same, TaskList).raw for _ in answers) == sorted(answers)  # each ask its own answer
 
 
-def test_scenario_dedup_embeddings_are_recorded_and_replayed_with_their_model(tmp_path: Path):
+def test_scenario_dedup_embeddings_replay_with_their_recorded_model(tmp_path: Path):
     from worldsmith.llm.openai_backend import OpenAIGenerator
 
     with ProceduralLLM().serve() as background:

@@ -19,9 +19,12 @@ pytestmark = pytest.mark.unit
 SCENARIO = {"name": "Shop", "description": "a shop", "categories": ["retail"]}
 
 
-def test_the_golden_manifest_and_tasks_parse() -> None:
+def test_the_golden_manifest_parses() -> None:
     manifest = Manifest.model_validate_json((GOLDEN / "manifest.json").read_text())
     assert manifest.env_id == "retail_store" and manifest.artifacts
+
+
+def test_the_golden_tasks_parse_each_with_its_solution() -> None:
     tasks = read_models(TaskSpec, GOLDEN / "tasks.jsonl", "a task")
     assert tasks and all(task.solution for task in tasks)
 
@@ -51,7 +54,7 @@ def test_models_round_trip_through_json_lines(tmp_path: Path) -> None:
     assert read_models(TaskSpec, path, "a task") == tasks
 
 
-def test_a_malformed_line_is_named_by_file_and_line(tmp_path: Path) -> None:
+def test_a_malformed_jsonl_line_is_named_by_its_location(tmp_path: Path) -> None:
     path = tmp_path / "tasks.jsonl"
     path.write_text('{"id": "t1", "instruction": "x", "verifier": "v", "solution": []}\n\n{"id": ""}\n')
     with pytest.raises(ValueError, match=rf"{path}:3: not a task"):

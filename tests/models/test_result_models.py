@@ -83,19 +83,27 @@ def test_scores_round_trip_through_their_stored_shape():
         EvaluationScores.model_validate({k: v for k, v in STORED_SCORES.items() if not k.startswith("pass@")})
 
 
-def test_scores_of_trajectories_are_typed_and_stored_as_before():
-    batch = [
+def _scored_batch() -> list[Trajectory]:
+    """Two samples of each of two tasks: t1 complete once, t2 partial once and once an env_error."""
+    return [
         trajectory("shop", "t1", "complete", 1.0),
         trajectory("shop", "t1", "agent_error", 0.0),
         trajectory("shop", "t2", "partial", 0.1),
         trajectory("shop", "t2", "env_error", None),
     ]
+
+
+def test_scores_count_each_typed_verdict_of_the_trajectories():
+    batch = _scored_batch()
     assert all(isinstance(t.verdict, Verdict) for t in batch)
     result = scores(batch, k=2)
     assert (result.episodes, result.tasks, result.k) == (4, 2, 2)
     assert result.pass_at_1 == 0.25 and result.pass_at_k == 0.5  # t1: 1 of 2 complete; t2's env_error left out
     assert result.env_error_rate == result.agent_error_rate == 0.25 and result.mean_reward == pytest.approx(1.1 / 3)
-    assert list(result.model_dump()) == [
+
+
+def test_scores_of_trajectories_are_stored_under_their_old_keys():
+    assert list(scores(_scored_batch(), k=2).model_dump()) == [
         "episodes",
         "tasks",
         "pass@1",
@@ -108,7 +116,7 @@ def test_scores_of_trajectories_are_typed_and_stored_as_before():
     ]
 
 
-def test_an_evaluation_report_is_stored_without_its_run_id_and_read_back_from_an_old_record():
+def test_an_evaluation_report_is_stored_without_its_run_id():
     overall = EvaluationScores.model_validate(STORED_SCORES)
     report = EvaluationReport(
         run_id=7, overall=overall, per_env={"shop": overall}, trajectories=TrajectoryFiles(**FILES)
@@ -126,7 +134,10 @@ def test_an_evaluation_report_is_stored_without_its_run_id_and_read_back_from_an
     )
     simulated = report.model_copy(update={"world": "simulated:code", "simulation": counts})
     assert simulated.stored()["simulation"] == counts.model_dump() and list(simulated.stored())[3] == "simulation"
-    # an evaluation run's metrics as the catalog holds them, written before agent errors were counted
+
+
+def test_an_evaluation_report_reads_back_from_a_record_older_than_agent_errors():
+    """An evaluation run's metrics as the catalog holds them, written before agent errors were counted."""
     record = {
         "parameters": {"set_name": "s", "policy": "reference"},
         "process": {"pid": 1, "host": "h"},
@@ -220,18 +231,21 @@ def test_the_training_steps_result_file_round_trips(tmp_path):
     assert success_line(outcome.success) == "0.000 -> 0.500 (8 rollouts each)"
 
 
-def test_a_train_result_is_stored_without_its_log_and_older_records_load():
-    before = EvaluationSummary.model_validate({"run_id": 4, **STORED_SCORES})
-    result = TrainResult(
+def _train_result() -> TrainResult:
+    return TrainResult(
         run_id=9,
         model="/m/tiny",
         final="/out/final",
         checkpoint="c0ffee",
         steps=2,
-        before=before,
+        before=EvaluationSummary.model_validate({"run_id": 4, **STORED_SCORES}),
         success=SuccessRates(before=SuccessRate(rate=0.0, rollouts=8), after=SuccessRate(rate=0.5, rollouts=8)),
         log=[{"step": 1, "reward": 0.1}],
     )
+
+
+def test_a_train_result_is_stored_without_its_log():
+    result = _train_result()
     stored = result.stored()
     assert list(stored) == [
         "run_id",
@@ -247,13 +261,16 @@ def test_a_train_result_is_stored_without_its_log_and_older_records_load():
     ]
     assert stored["before"] == {"run_id": 4, **STORED_SCORES} and stored["after"] is None
     assert TrainResult.model_validate(stored) == result.model_copy(update={"log": []})
-    # a training run's metrics stored before success rates and resuming were recorded
+    world_model = WorldModelTrainResult(run_id=2, model="/wm", checkpoint="d", steps=3, log=[{"loss": 1.0, "step": 3}])
+    assert world_model.stored() == {"run_id": 2, "model": "/wm", "checkpoint": "d", "steps": 3}
+
+
+def test_a_train_result_stored_before_success_rates_or_resuming_loads():
+    stored = _train_result().stored()
     old = {k: v for k, v in stored.items() if k not in ("success", "resumed_from", "simulation")}
     old["before"] = {"run_id": 4, **OLD_SCORES}
     read = TrainResult.model_validate({**old, "process": {"pid": 1}})
     assert read.success is None and read.resumed_from is None and read.before.scores.agent_error_rate is None
-    world_model = WorldModelTrainResult(run_id=2, model="/wm", checkpoint="d", steps=3, log=[{"loss": 1.0, "step": 3}])
-    assert world_model.stored() == {"run_id": 2, "model": "/wm", "checkpoint": "d", "steps": 3}
 
 
 def test_a_cotrain_round_is_stored_by_its_recorded_names():
@@ -294,7 +311,7 @@ def test_world_model_scores_leave_out_self_consistency_with_one_sample():
     assert OneStepScores.model_validate(sampled.model_dump()) == sampled
 
 
-def test_the_run_listing_and_the_dashboard_read_stored_records(home):
+def test_every_reader_of_stored_run_records_sees_the_same_metrics(home):
     from worldsmith.dashboard.data import evaluations
     from worldsmith.models.catalog import EvaluationRun, TrainingRun
     from worldsmith.storage.catalog import open_catalog

@@ -28,6 +28,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 from sqlmodel import select
 from support.paths import REPO as REPO
+from support.patience import MOMENTS_S, PROCESS_S
 from support.processes import killed_after
 
 from worldsmith.localserver import free_port
@@ -37,10 +38,7 @@ from worldsmith.ops.stack import DEPLOYMENTS_DIR, DEPLOYMENTS_FILE, WORKER_SETTI
 from worldsmith.stages.attempts import pipeline_position
 from worldsmith.storage.catalog import Catalog
 
-pytestmark = [
-    pytest.mark.unit,
-    pytest.mark.timeout(900),
-]  # real services, workers and training runs: up to a minute each on 2 idle cores
+pytestmark = pytest.mark.unit  # what needs no server; the tests of the stack are e2e (its tier's hang guard)
 DEPLOYMENTS = {
     "nightly-generation": ("generate", "local"),
     "curate": ("curate", "local"),
@@ -71,39 +69,69 @@ def _undescribed(schema: dict) -> list[str]:
     return missing
 
 
-def test_every_deployment_form_field_has_a_description_and_internal_parameters_are_hidden():
+def _form_schemas() -> dict[str, dict]:
     """The schemas `prefect deploy` sends for the deployments' run forms (what the Prefect UI renders)."""
+    schemas = {}
     for name, spec in _deployment_specs().items():
         module, function = spec["entrypoint"].rsplit(".", 1)
-        schema = parameter_schema(getattr(importlib.import_module(module), function).fn).model_dump()
-        assert not INTERNAL_PARAMETERS & set(schema["properties"]), name
+        schemas[name] = parameter_schema(getattr(importlib.import_module(module), function).fn).model_dump()
+    return schemas
+
+
+def test_every_deployment_form_field_has_a_description():
+    for name, schema in _form_schemas().items():
         assert _undescribed(schema) == [], name
 
 
-def test_deployments_carry_the_worker_settings_and_the_gpu_forms_default_to_the_gpu_profile():
-    specs = _deployment_specs()
-    for name, spec in specs.items():
+def test_no_deployment_form_shows_an_internal_parameter():
+    for name, schema in _form_schemas().items():
+        assert not INTERNAL_PARAMETERS & set(schema["properties"]), name
+
+
+def test_every_deployment_carries_the_worker_settings_but_no_secret():
+    for name, spec in _deployment_specs().items():
         env = spec["work_pool"]["job_variables"]["env"]
         assert env == {key: f"{{{{ ${key} }}}}" for key in WORKER_SETTINGS}, name
     assert not any("KEY" in key or "SECRET" in key for key in WORKER_SETTINGS)
+
+
+def test_the_gpu_forms_default_to_the_gpu_profile():
+    specs = _deployment_specs()
     assert specs["train"]["parameters"]["config"]["profile"] == "gpu"
     cotrain = specs["cotrain"]["parameters"]["config"]
     assert cotrain["policy"]["profile"] == cotrain["world_model"]["profile"] == "gpu"
 
 
-@pytest.mark.parametrize("template", GPU_JOB_TEMPLATES)
-def test_gpu_job_templates_request_a_gpu_and_pass_the_deployments_env(template: str):
-    """A job template rendered as a worker renders it: variable defaults, the deployment's job
-    variables merged into `env` (prefect.workers.base), placeholders filled."""
+#: A deployment's job variables for `env`, as a worker merges them into the job template's.
+DEPLOYMENT_ENV = {key: f"value of {key}" for key in WORKER_SETTINGS}
+
+
+def _rendered(template: str) -> tuple[dict, dict]:
+    """The job `template` renders as a worker renders it (variable defaults, the deployment's job
+    variables merged into `env` (prefect.workers.base), placeholders filled), and its variables."""
     base = json.loads((DEPLOYMENTS_DIR / template).read_text())
     properties = base["variables"]["properties"]
     variables = {name: field["default"] for name, field in properties.items() if "default" in field}
-    deployment_env = {key: f"value of {key}" for key in WORKER_SETTINGS}
-    variables["env"] = {**variables["env"], **deployment_env}
+    variables["env"] = {**variables["env"], **DEPLOYMENT_ENV}
     variables.setdefault("command", "python -m prefect.engine")
-    job = apply_values(base["job_configuration"], variables)
+    return apply_values(base["job_configuration"], variables), variables
+
+
+@pytest.mark.parametrize("template", GPU_JOB_TEMPLATES)
+def test_a_gpu_job_template_describes_every_variable(template: str):
+    properties = json.loads((DEPLOYMENTS_DIR / template).read_text())["variables"]["properties"]
     assert all(field.get("description") for field in properties.values())
-    assert job["env"]["HF_HUB_OFFLINE"] == "1" and deployment_env.items() <= job["env"].items()
+
+
+@pytest.mark.parametrize("template", GPU_JOB_TEMPLATES)
+def test_a_gpu_job_template_passes_the_deployments_env(template: str):
+    job, _ = _rendered(template)
+    assert job["env"]["HF_HUB_OFFLINE"] == "1" and DEPLOYMENT_ENV.items() <= job["env"].items()
+
+
+@pytest.mark.parametrize("template", GPU_JOB_TEMPLATES)
+def test_a_gpu_job_template_requests_one_gpu_in_its_image(template: str):
+    job, variables = _rendered(template)
     if "job_manifest" in job:  # kubernetes
         (container,) = job["job_manifest"]["spec"]["template"]["spec"]["containers"]
         assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
@@ -115,7 +143,7 @@ def test_gpu_job_templates_request_a_gpu_and_pass_the_deployments_env(template: 
 
 
 @pytest.mark.e2e
-def test_a_built_wheel_holds_the_deployments_and_up_finds_them_there(tmp_path: Path):
+def test_up_finds_the_deployments_inside_a_built_wheel(tmp_path: Path):
     """`pip wheel` of the project's files (a copy: the build writes into its tree), then the module
     `up` uses, imported from the unpacked wheel (no checkout around it), names the wheel's prefect.yaml."""
     source = tmp_path / "source"
@@ -145,7 +173,7 @@ def test_a_built_wheel_holds_the_deployments_and_up_finds_them_there(tmp_path: P
         ],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=PROCESS_S,
     )
     assert built.returncode == 0, built.stdout + built.stderr
     (wheel,) = tmp_path.glob("worldsmith-*.whl")
@@ -159,7 +187,7 @@ def test_a_built_wheel_holds_the_deployments_and_up_finds_them_there(tmp_path: P
         cwd=tmp_path,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=PROCESS_S,
     )
     assert found.returncode == 0, found.stderr
     path = Path(found.stdout.strip())
@@ -180,7 +208,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
         stack.down()
 
 
-def _cli(stack: Stack, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+def _cli(stack: Stack, *args: str) -> subprocess.CompletedProcess:
     """Run the `prefect` CLI against the stack's server, in the stack's environment (as a worker host would)."""
     return subprocess.run(
         [sys.executable, "-m", "prefect", "--no-prompt", *args],
@@ -188,12 +216,14 @@ def _cli(stack: Stack, *args: str, timeout: float = 600) -> subprocess.Completed
         env={**os.environ, **stack.env()},
         capture_output=True,
         text=True,
-        timeout=timeout,
+        timeout=PROCESS_S,
     )
 
 
 def _api(stack: Stack, method: str, path: str, **body) -> object:
-    response = httpx.request(method, f"{stack.api_url}{path}", json=body if method == "POST" else None, timeout=30)
+    response = httpx.request(
+        method, f"{stack.api_url}{path}", json=body if method == "POST" else None, timeout=MOMENTS_S
+    )
     response.raise_for_status()
     return response.json()
 
@@ -202,12 +232,12 @@ def _deployments(stack: Stack) -> dict[str, dict]:
     return {d["name"]: d for d in _api(stack, "POST", "/deployments/filter")}
 
 
-def _run_through_worker(stack: Stack, deployment: str, pool: str, parameters: dict, timeout: float = 600) -> dict:
+def _run_through_worker(stack: Stack, deployment: str, pool: str, parameters: dict) -> dict:
     """`prefect deployment run` then `prefect worker start --run-once` on `pool`; returns the flow run."""
     started = _cli(stack, "deployment", "run", deployment, "--params", json.dumps(parameters))
     assert started.returncode == 0, started.stdout + started.stderr
     flow_run_id = re.search(r"UUID: ([0-9a-f-]{36})", started.stdout).group(1)
-    worked = _cli(stack, "worker", "start", "--pool", pool, "--type", "process", "--run-once", timeout=timeout)
+    worked = _cli(stack, "worker", "start", "--pool", pool, "--type", "process", "--run-once")
     assert worked.returncode == 0, worked.stdout[-3000:] + worked.stderr[-3000:]
     flow_run = _api(stack, "GET", f"/flow_runs/{flow_run_id}")
     assert flow_run["state"]["type"] == "COMPLETED", (flow_run["state"], worked.stdout[-3000:] + worked.stderr[-3000:])
@@ -218,10 +248,18 @@ def _catalog(stack: Stack) -> Catalog:
     return Catalog(f"sqlite:///{stack.home / 'catalog.db'}")
 
 
+def _pools(stack: Stack) -> dict[str, dict]:
+    return {p["name"]: p for p in _api(stack, "POST", "/work_pools/filter")}
+
+
 @pytest.mark.e2e
-def test_up_creates_the_pools_and_deploys_every_deployment(stack):
-    pools = {p["name"]: p for p in _api(stack, "POST", "/work_pools/filter")}
+def test_up_creates_both_work_pools(stack):
+    pools = _pools(stack)
     assert {name: pools[name]["type"] for name in ("local", "gpu")} == {"local": "process", "gpu": "process"}
+
+
+@pytest.mark.e2e
+def test_up_deploys_every_deployment_to_its_pool_on_its_schedule(stack):
     deployments = _deployments(stack)
     assert set(deployments) == set(DEPLOYMENTS)
     flows = {f["id"]: f["name"] for f in _api(stack, "POST", "/flows/filter")}
@@ -237,6 +275,11 @@ def test_up_creates_the_pools_and_deploys_every_deployment(stack):
     assert deployments["nightly-generation"]["parameters"] == {
         "params": {"count": 10, "backend": None, "model": None, "scenario_file": None, "seed": None, "record": None}
     }
+
+
+@pytest.mark.e2e
+def test_the_deployed_forms_are_the_typed_parameter_models(stack):
+    deployments = _deployments(stack)
     # the training deployment's form is the typed TrainingConfig: nested fields, descriptions, enums
     schema = deployments["train"]["parameter_openapi_schema"]
     config = schema["definitions"]["TrainingConfig"]
@@ -264,26 +307,36 @@ def test_up_creates_the_pools_and_deploys_every_deployment(stack):
         and knobs["world_model"]["$ref"] == "#/definitions/WorldModelConfig"
     )
     assert knobs["real_share"]["default"] == 0.2 and "uncertainty" in knobs["uncertainty_threshold"]["description"]
-    # the settings a worker's flow runs need travel with the pools and the deployments, resolved at deploy time
-    settings = stack.worker_env()
+
+
+@pytest.mark.e2e
+def test_the_worker_settings_travel_with_the_pools_to_every_deployment(stack):
+    """What a worker's flow runs need, resolved at deploy time."""
+    settings, pools = stack.worker_env(), _pools(stack)
     assert settings["WORLDSMITH_HOME"] == str(stack.home) and set(settings) == set(WORKER_SETTINGS)
     assert all(pools[p]["base_job_template"]["variables"]["properties"]["env"]["default"] == settings for p in pools)
-    assert all(d["job_variables"] == {"env": settings} for d in deployments.values())
-    # with no worker running, every deployment says its runs would wait, and how to start a worker
+    assert all(d["job_variables"] == {"env": settings} for d in _deployments(stack).values())
+
+
+@pytest.mark.e2e
+def test_without_a_live_worker_every_deployment_says_how_to_start_one(stack):
     stalled = {d.name: d.problem for d in stalled_deployments(stack.api_url)}
     assert set(stalled) == {f"{flow}/{name}" for name, (flow, _) in DEPLOYMENTS.items()}
     assert "no live worker" in stalled["train/train"] and "worldsmith up --worker gpu" in stalled["train/train"]
     assert stalled_deployments(f"http://127.0.0.1:{free_port()}/api") is None
-    # the gpu pool's Docker and Kubernetes job templates are valid work pool templates for Prefect
+
+
+@pytest.mark.e2e
+def test_the_gpu_job_templates_are_valid_work_pool_templates_for_prefect(stack):
     for kind, template in zip(("docker", "kubernetes"), GPU_JOB_TEMPLATES):
         body = json.loads((DEPLOYMENTS_DIR / template).read_text())
         created = httpx.post(
             f"{stack.api_url}/work_pools/",
             json={"name": f"gpu-{kind}", "type": kind, "base_job_template": body},
-            timeout=30,
+            timeout=MOMENTS_S,
         )
         assert created.status_code == 201, created.text
-        assert httpx.delete(f"{stack.api_url}/work_pools/gpu-{kind}", timeout=30).status_code == 204
+        assert httpx.delete(f"{stack.api_url}/work_pools/gpu-{kind}", timeout=MOMENTS_S).status_code == 204
 
 
 @pytest.mark.e2e
@@ -332,7 +385,7 @@ def test_generation_deployment_runs_through_a_worker(stack):
 
 
 @pytest.mark.e2e
-def test_curation_and_training_deployments_run_through_workers_and_a_killed_run_resumes(stack):
+def test_a_training_run_killed_in_its_worker_resumes_through_the_deployments(stack):
     """The `curate` deployment makes set `ops` of the worlds generated above; a `train` flow run of it
     through a gpu worker, whose process is SIGKILLed once it has written step 2's metrics row (after
     its step-1 checkpoint), is marked crashed by the worker and its hook fails the catalog row; the
@@ -375,7 +428,7 @@ def test_curation_and_training_deployments_run_through_workers_and_a_killed_run_
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        timeout=600,
+        timeout=PROCESS_S,
     )
     output = worked.stdout.decode(errors="replace")
     killed_run = _api(stack, "GET", f"/flow_runs/{flow_run_id}")
@@ -415,12 +468,16 @@ def test_curation_and_training_deployments_run_through_workers_and_a_killed_run_
 
 
 @pytest.mark.e2e
-def test_prefect_ui_lists_the_deployments_and_renders_the_training_form(stack, browser):
+def test_prefect_ui_lists_every_deployment_with_its_schedule(stack, browser):
     browser.get(f"{stack.ui_url}/deployments")
-    WebDriverWait(browser, 60).until(
+    WebDriverWait(browser, PROCESS_S).until(
         lambda d: all(name in d.find_element(By.TAG_NAME, "body").text for name in DEPLOYMENTS)
     )
     assert "At 02:00 AM every day" in browser.find_element(By.TAG_NAME, "body").text
+
+
+@pytest.mark.e2e
+def test_prefect_ui_renders_the_training_form_from_its_model(stack, browser):
     train_id = _deployments(stack)["train"]["id"]
     browser.get(f"{stack.ui_url}/deployments/deployment/{train_id}/run")
     labels = (
@@ -434,7 +491,9 @@ def test_prefect_ui_lists_the_deployments_and_renders_the_training_form(stack, b
         "Lora (Optional)",
         "Rank (Optional)",
     )
-    WebDriverWait(browser, 60).until(lambda d: "Group Size (Optional)" in d.find_element(By.TAG_NAME, "body").text)
+    WebDriverWait(browser, PROCESS_S).until(
+        lambda d: "Group Size (Optional)" in d.find_element(By.TAG_NAME, "body").text
+    )
     text = browser.find_element(By.TAG_NAME, "body").text
     assert all(label in text for label in labels)
     assert "Rollouts per (env, task) row; advantages are normalised within the group." in text
@@ -456,7 +515,7 @@ def _worker_processes(home: Path) -> int:
 
 
 @pytest.mark.e2e
-def test_up_twice_duplicates_nothing_and_down_stops_everything(stack, tmp_path: Path):
+def test_up_again_duplicates_nothing_then_down_stops_everything(stack, tmp_path: Path):
     """`worldsmith up --worker gpu` (the CLI, configured by environment variables) adds a gpu worker
     to the local one; `up` again with the same workers starts and deploys nothing twice."""
     full = Stack(stack.home, stack.prefect_port, stack.dashboard_host, stack.dashboard_port, workers=("local", "gpu"))
@@ -474,7 +533,7 @@ def test_up_twice_duplicates_nothing_and_down_stops_everything(stack, tmp_path: 
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=PROCESS_S,
     )
     assert first.returncode == 0, first.stdout + first.stderr
     for line in ("prefect-server: running", "worker-local: started", "worker-gpu: started", "dashboard: started"):
@@ -488,10 +547,10 @@ def test_up_twice_duplicates_nothing_and_down_stops_everything(stack, tmp_path: 
     assert full.running() == pids and {n: d["id"] for n, d in _deployments(full).items()} == deployments
     assert len(_deployments(full)["nightly-generation"]["schedules"]) == 1
     assert len(_api(full, "POST", "/work_pools/filter")) == 2 and _worker_processes(full.home) == 2
-    assert httpx.get(f"{full.dashboard_url}/healthz").text == "ok"
+    assert httpx.get(f"{full.dashboard_url}/healthz", timeout=MOMENTS_S).text == "ok"
 
     assert set(full.down()) == {"worker-local", "worker-gpu", "dashboard", "prefect-server"}
     assert full.running() == {} and _worker_processes(full.home) == 0
-    with pytest.raises(httpx.HTTPError):
-        httpx.get(f"{full.api_url}/health", timeout=2)
+    with pytest.raises(httpx.ConnectError):  # refused: no server there (a slow one would answer within MOMENTS_S)
+        httpx.get(f"{full.api_url}/health", timeout=MOMENTS_S)
     assert full.down() == []

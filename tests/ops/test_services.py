@@ -7,12 +7,15 @@ import sys
 
 import psutil
 import pytest
+from support.patience import PROCESS_S
 
 from worldsmith.ops.services import Service, ServiceError
 
 pytestmark = pytest.mark.e2e
 
-SLEEPER = "import pathlib, sys, time; pathlib.Path(sys.argv[1]).write_text('up'); print('serving', flush=True); time.sleep(600)"
+#: A process that runs until it is stopped.
+FOREVER = "import threading; threading.Event().wait()"
+SLEEPER = f"import pathlib, sys; pathlib.Path(sys.argv[1]).write_text('up'); print('serving', flush=True); {FOREVER}"
 
 
 def sleeper(tmp_path, name: str = "sleeper") -> Service:
@@ -22,11 +25,11 @@ def sleeper(tmp_path, name: str = "sleeper") -> Service:
         [sys.executable, "-c", SLEEPER, str(ready_file)],
         tmp_path / "run",
         ready=ready_file.exists,
-        start_timeout_s=20,
+        start_timeout_s=PROCESS_S,
     )
 
 
-def test_start_waits_until_ready_and_is_idempotent_then_stop_ends_the_process(tmp_path):
+def test_a_service_starts_once_when_ready_then_stops_for_good(tmp_path):
     service = sleeper(tmp_path)
     assert service.start() is True
     pid = service.pid()
@@ -44,7 +47,7 @@ def test_a_service_that_dies_while_starting_reports_its_log(tmp_path):
         [sys.executable, "-c", "import sys; print('bad configuration: port taken'); sys.exit(3)"],
         tmp_path / "run",
         ready=lambda: False,
-        start_timeout_s=20,
+        start_timeout_s=PROCESS_S,
     )
     with pytest.raises(ServiceError, match="broken exited while starting(.|\n)*bad configuration: port taken"):
         broken.start()
@@ -54,10 +57,10 @@ def test_a_service_that_dies_while_starting_reports_its_log(tmp_path):
 def test_a_service_never_ready_is_stopped_after_the_timeout(tmp_path):
     hung = Service(
         "hung",
-        [sys.executable, "-c", "import time; time.sleep(600)"],
+        [sys.executable, "-c", FOREVER],
         tmp_path / "run",
         ready=lambda: False,
-        start_timeout_s=1.5,
+        start_timeout_s=1.5,  # the limit under test
     )
     with pytest.raises(ServiceError, match="not ready after 2 s"):
         hung.start()

@@ -88,7 +88,7 @@ def test_clean_world_passes(golden):
 
 
 @pytest.mark.parametrize("defect", list(DEFECTS))
-def test_planted_defect_is_caught_and_named(golden, defect):
+def test_each_planted_defect_fails_the_check_that_names_it(golden, defect):
     kwargs, table, check_name, offending = DEFECTS[defect]
     check = validate_world(plant(golden.world, *kwargs.get("statements", ()), declare=kwargs.get("declare")))
     assert not check.passed

@@ -4,14 +4,15 @@ they computed and reach the same outcome."""
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import pytest
+from support.patience import PROCESS_S, wait_until
 from support.procedural import procedural_work
 
 from worldsmith.llm.procedural.backend import ProceduralGenerator, procedural_bundle
 from worldsmith.llm.procedural.faults import plant
 from worldsmith.models.specs import VerifierCode
+from worldsmith.quality import ahead as checks_ahead
 from worldsmith.quality.ahead import ChecksAhead
 from worldsmith.quality.deep_probes import deep_probes, prepare_tool_calls
 from worldsmith.quality.expectations import validate_world
@@ -30,7 +31,7 @@ def _bundles(runtime, scenario_name: str = "Amazon", seed: int = 2):
     return bundle_before_verifiers(work, generator), assemble(done, generator)
 
 
-def test_calls_made_ahead_are_reused_and_the_deep_probes_find_the_same(runtime):
+def test_calls_made_ahead_are_reused_without_changing_the_deep_probes_findings(runtime):
     ahead, bundle = _bundles(runtime)
     assert tool_behaviour_key(ahead) == tool_behaviour_key(bundle) and ahead.world == bundle.world
     cold = deep_probes(runtime, bundle)
@@ -45,7 +46,7 @@ def _some_tools(bundle, *names: str, count: int = 4):
     return dataclasses.replace(bundle, tasks=(), tools=tuple(kept[:count]))
 
 
-def test_a_crash_is_never_kept_and_is_found_again(runtime):
+def test_a_crashing_call_is_never_kept_so_the_deep_probes_find_it_again(runtime):
     """A crash may be a time limit hit under load or a lost worker: its call is made again, and the
     deep probes name the tool crashing on some valid inputs as without calls made ahead."""
     planted = plant(procedural_bundle("clinic", 3), "crash_on_some_inputs")
@@ -58,16 +59,19 @@ def test_a_crash_is_never_kept_and_is_found_again(runtime):
     assert deep_probes(runtime, bundle, reuse=True) == cold
 
 
-def test_checks_ahead_run_while_the_model_answers_and_stop_at_once_for_an_instant_answer(runtime):
-    world = procedural_bundle("retail", 7)  # a world no other test probes
-    tools_only = _some_tools(world)
-    instant = ChecksAhead(runtime, tools_only).start()
+def test_checks_ahead_make_no_call_for_an_instant_answer(runtime, monkeypatch):
+    monkeypatch.setattr(checks_ahead, "AHEAD_AFTER_S", PROCESS_S)  # an answer before the delay, however busy
+    instant = ChecksAhead(runtime, _some_tools(procedural_bundle("retail", 7))).start()
     instant.stop()  # the answer came at once: no sandbox call was made for it
     assert instant.calls_made == 0
+
+
+def test_checks_ahead_made_while_the_model_answers_are_kept(runtime, monkeypatch):
+    monkeypatch.setattr(checks_ahead, "AHEAD_AFTER_S", 0.0)  # a slow answer: the delay is past at once
+    world = procedural_bundle("retail", 7)  # a world no other test probes
+    tools_only = _some_tools(world)
     slow = ChecksAhead(runtime, tools_only).start()
-    deadline = time.monotonic() + 120
-    while not slow.done and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: slow.done, "the checks ahead to finish", within_s=PROCESS_S)
     slow.stop()
     assert slow.done and slow.calls_made > 0
     assert prepare_tool_calls(runtime, tools_only) == 0  # made ahead: all kept

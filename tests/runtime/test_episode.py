@@ -18,7 +18,7 @@ def solve(episode, task, steps=None):
         assert result.ok, (step, result)
 
 
-def test_every_reference_solution_is_complete_and_untouched_state_is_not(runtime, golden):
+def test_every_golden_verifier_tells_its_solved_state_from_the_untouched_one(runtime, golden):
     for task in golden.tasks:
         with runtime.open_episode(golden, task.id) as episode:
             assert episode.verify("").status.value in ("incomplete", "partial")
@@ -48,7 +48,7 @@ def test_read_task_needs_the_answer(runtime, golden):
         assert episode.verify("It is SP-410.").status.value == "complete"
 
 
-def test_business_rule_refusal_is_a_tool_error_and_changes_nothing(runtime, golden):
+def test_a_business_rule_refusal_is_a_tool_error_leaving_the_state_unchanged(runtime, golden):
     with runtime.open_episode(golden) as episode:
         before = episode.snapshot()
         result = episode.call_tool("cancel_order", {"order_id": 1001, "reason": "changed my mind"})
@@ -69,34 +69,48 @@ def test_arguments_are_validated_against_the_schema(runtime, golden):
         assert unknown.status == "tool_error" and "unknown tool" in unknown.error
 
 
-def test_episodes_are_isolated_and_reset_is_a_fresh_copy(runtime, golden):
-    a = runtime.open_episode(golden)
-    b = runtime.open_episode(golden)
-    try:
+def _email_of_customer_6(episode) -> str:
+    return episode.call_tool("get_customer", {"customer_id": 6}).value["email"]
+
+
+def test_an_episode_never_sees_another_episodes_writes(runtime, golden):
+    with runtime.open_episode(golden) as a, runtime.open_episode(golden) as b:
         assert a.call_tool("update_customer_email", {"customer_id": 6, "email": "a@example.com"}).ok
-        assert b.call_tool("get_customer", {"customer_id": 6}).value["email"] == "emma.wright@example.com"
-        assert a.call_tool("get_customer", {"customer_id": 6}).value["email"] == "a@example.com"
-        a.reset()
-        assert a.call_tool("get_customer", {"customer_id": 6}).value["email"] == "emma.wright@example.com"
-    finally:
-        a.close()
-        b.close()
+        assert _email_of_customer_6(b) == "emma.wright@example.com"
+        assert _email_of_customer_6(a) == "a@example.com"
 
 
-def test_snapshot_diff_and_restore(runtime, golden):
+def test_reset_gives_the_episode_a_fresh_copy_of_the_world(runtime, golden):
     with runtime.open_episode(golden) as episode:
-        start = episode.snapshot()
-        order = episode.call_tool(
-            "create_order",
-            {"customer_id": 5, "items": [{"sku": "CB-020", "quantity": 2}], "shipping_address": "1 Test Way"},
-        )
-        assert order.ok and order.changed and order.value["id"] == 1013
-        paid = episode.snapshot()
+        assert episode.call_tool("update_customer_email", {"customer_id": 6, "email": "a@example.com"}).ok
+        episode.reset()
+        assert _email_of_customer_6(episode) == "emma.wright@example.com"
+
+
+def _ordered(episode):
+    """Snapshots of `episode` before and after it orders two CB-020s (the order's id is checked)."""
+    start = episode.snapshot()
+    order = episode.call_tool(
+        "create_order",
+        {"customer_id": 5, "items": [{"sku": "CB-020", "quantity": 2}], "shipping_address": "1 Test Way"},
+    )
+    assert order.ok and order.changed and order.value["id"] == 1013
+    return start, episode.snapshot()
+
+
+def test_a_diff_counts_the_rows_a_call_changed(runtime, golden):
+    with runtime.open_episode(golden) as episode:
+        start, _ = _ordered(episode)
         diff = episode.diff(start)
         assert diff.counts()["orders"] == {"inserted": 1, "updated": 0, "deleted": 0}
         assert diff.counts()["products"] == {"inserted": 0, "updated": 1, "deleted": 0}
         stock = diff.tables["products"].updated[0]
         assert stock["key"] == {"id": 8} and stock["before"]["stock"] - stock["after"]["stock"] == 2
+
+
+def test_restore_returns_an_episode_to_a_snapshot(runtime, golden):
+    with runtime.open_episode(golden) as episode:
+        start, paid = _ordered(episode)
         episode.restore(start)
         assert episode.diff(start).empty
         assert episode.diff(start, paid).counts()["order_items"]["inserted"] == 1
@@ -161,10 +175,13 @@ def test_verifier_faults_are_env_errors(runtime, golden):
         assert "attempt to write a readonly database" in verdict.error or "not authorized" in verdict.error
 
 
-def test_episode_without_task_cannot_verify_and_closed_episode_refuses(runtime, golden):
-    episode = runtime.open_episode(golden)
-    with pytest.raises(RuntimeFault):
+def test_an_episode_without_a_task_cannot_verify(runtime, golden):
+    with runtime.open_episode(golden) as episode, pytest.raises(RuntimeFault):
         episode.verify("")
+
+
+def test_a_closed_episode_refuses_further_use(runtime, golden):
+    episode = runtime.open_episode(golden)
     episode.close()
     episode.close()  # idempotent
     with pytest.raises(RuntimeFault):

@@ -23,6 +23,7 @@ import pytest
 from support.bundles import with_tools
 from support.limits import FAST_LIMITS, ISOLATIONS, PATIENT_LIMITS, code_process, isolated
 from support.paths import REPO
+from support.patience import MOMENTS_S, PROCESS_S, wait_until
 
 from worldsmith.bundle import sqlscript
 from worldsmith.bundle.contract import Bundle, artifact_digest
@@ -93,10 +94,8 @@ def test_hostile_bundle_sql_is_a_clean_build_error_naming_the_statement(golden, 
     sources = _sources(golden, **extra)
     last_line = sources["seed.sql"].decode().rstrip("\n").count("\n") + 1
     before = _resident()
-    started = time.monotonic()
-    with pytest.raises(BundleError) as caught:
+    with pytest.raises(BundleError) as caught:  # endless: only the budget ends it
         build_bundle(sources, _manifest(golden))
-    assert time.monotonic() - started < tight_budget.total_s + 2
     assert _resident() - before < tight_budget.memory_bytes + 256 * 1024 * 1024
     [issue] = [i for i in caught.value.issues if "budget" in i.problem]
     assert issue.file == "seed.sql" and issue.line == last_line, issue
@@ -106,11 +105,9 @@ def test_hostile_bundle_sql_is_a_clean_build_error_naming_the_statement(golden, 
 @pytest.mark.unit
 def test_memory_bound_stops_a_statement_before_its_time_bound():
     budget = sqlscript.SqlBudget(statement_s=30.0, total_s=30.0, memory_bytes=64 * 1024 * 1024)
-    started = time.monotonic()
     world, faults = sqlscript.build_world("CREATE TABLE t (x);", f"INSERT INTO t {BLOATING};", budget=budget)
     assert world is None
-    assert "memory budget" in faults[0].problem and faults[0].line == 1
-    assert time.monotonic() - started < 10
+    assert "memory budget" in faults[0].problem and faults[0].line == 1  # not the time budget: stopped before it
 
 
 @pytest.mark.unit
@@ -121,14 +118,31 @@ def test_schema_check_is_bounded_too():
     assert faults and "time budget" in faults[0].problem and faults[0].file == "schema.sql"
 
 
+class _WorkClock:
+    """A build's clock that advances one tick each time it is read (the budget meter reads it once
+    per `check_every` SQLite instructions): time measured in work, the same on any machine."""
+
+    def __init__(self, tick_s: float):
+        self.now, self.tick_s = 0.0, tick_s
+
+    def monotonic(self) -> float:
+        self.now += self.tick_s
+        return self.now
+
+
 @pytest.mark.unit
-def test_total_budget_stops_many_slow_statements():
-    budget = sqlscript.SqlBudget(statement_s=0.4, total_s=1.0)
-    slow = f"INSERT INTO t {ENDLESS} SELECT n FROM r WHERE n < 0;\n"  # never ends, returns nothing
-    started = time.monotonic()
-    _, faults = sqlscript.build_world("CREATE TABLE t (x);", slow * 10, budget=budget)
-    assert time.monotonic() - started < 3
-    assert len(faults) == 1 and "budget" in faults[0].problem
+def test_total_budget_stops_many_slow_statements(monkeypatch):
+    """Statements each well within their own budget, together past the build's: the build stops there."""
+    monkeypatch.setattr(sqlscript, "time", _WorkClock(tick_s=0.01))  # the build's budget: 100 clock reads
+    budget = sqlscript.SqlBudget(statement_s=30.0, total_s=1.0)
+    slow = (
+        "INSERT INTO t WITH RECURSIVE r(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM r WHERE n < 300) SELECT n FROM r;\n"
+    )
+    statements = 200
+    _, faults = sqlscript.build_world("CREATE TABLE t (x);", slow * statements, budget=budget)
+    [fault] = faults
+    assert "time budget of 1 s" in fault.problem and "statement's" not in fault.problem, fault
+    assert fault.line is not None and fault.line < statements  # stopped before the last statement ran
 
 
 @pytest.mark.unit
@@ -290,17 +304,25 @@ RANDOM_TOOLS = textwrap.dedent("""
 """)
 
 
-def test_random_and_decimal_state_is_not_carried_between_calls(runtime, golden):
+@pytest.fixture(scope="module")
+def random_tools(golden: Bundle) -> Bundle:
+    return with_tools(golden, RANDOM_TOOLS, ["set_state", "draw", "save_draw", "saved"])
+
+
+def test_no_call_inherits_the_random_seed_or_decimal_context_another_set(runtime, random_tools):
     import random
 
-    bundle = with_tools(golden, RANDOM_TOOLS, ["set_state", "draw", "save_draw", "saved"])
-    with runtime.open_episode(bundle) as episode, runtime.open_episode(bundle) as other:
+    with runtime.open_episode(random_tools) as episode, runtime.open_episode(random_tools) as other:
         assert episode.call_tool("set_state").ok
         drawn = [episode.call_tool("draw").value, other.call_tool("draw").value, episode.call_tool("draw").value]
         assert all(d["random"] != random.Random(42).random() for d in drawn), drawn
         assert all(d["seventh"] == "0.1428571428571428571428571429" for d in drawn), drawn
         assert len({d["random"] for d in drawn}) == 3  # each call its own seed
-        # a write that depends on random replays exactly after the worker is lost: the seed is journaled
+
+
+def test_a_write_drawn_from_random_replays_exactly_on_a_fresh_worker(runtime, random_tools):
+    """The seed of each call is journaled: replayed after the worker is lost, the write is the same."""
+    with runtime.open_episode(random_tools) as episode:
         assert episode.call_tool("save_draw").ok
         value = episode.call_tool("saved").value
         worker = episode._worker.process
@@ -326,7 +348,7 @@ TRANSACTION_CONTROL = [
 
 
 @pytest.mark.parametrize("swallow", [False, True], ids=["raised", "swallowed"])
-def test_transaction_control_from_tool_sql_is_refused_and_writes_of_a_failed_call_vanish(runtime, golden, swallow):
+def test_transaction_control_from_tool_sql_is_refused_leaving_no_write_behind(runtime, golden, swallow):
     statements = json.dumps(TRANSACTION_CONTROL)
     source = textwrap.dedent(f"""
         def tx_escape(conn):
@@ -349,7 +371,7 @@ def test_transaction_control_from_tool_sql_is_refused_and_writes_of_a_failed_cal
         assert _email(bystander, 2) == "b@example.com"
 
 
-def test_the_runtimes_own_rollback_and_commit_still_work(runtime, golden):
+def test_a_tools_rollback_then_commit_keeps_only_the_later_write(runtime, golden):
     source = textwrap.dedent("""
         def undo_then_write(conn):
             conn.execute("UPDATE customers SET email = 'undone@example.com' WHERE id = 1")
@@ -406,7 +428,7 @@ def test_the_sqlite3_context_manager_in_a_tool_is_the_runtimes_to_handle(golden,
 # -- class 10: a valid world refused -------------------------------------------------------------
 
 
-def test_tools_annotated_with_sqlite3_types_load_and_check_isinstance(runtime, golden):
+def test_tools_annotated_with_sqlite3_types_see_real_sqlite3_objects(runtime, golden):
     source = textwrap.dedent('''
         import sqlite3
 
@@ -480,7 +502,7 @@ def test_a_tool_module_that_fails_to_import_is_a_failed_probe(runtime, golden, m
 # -- class 4: oversized errors, results and evidence ---------------------------------------------
 
 
-def test_huge_tool_error_is_truncated_and_the_worker_goes_on(runtime, golden):
+def test_a_huge_tool_error_is_truncated_without_retiring_the_worker(runtime, golden):
     source = "def loud_refusal(conn):\n    raise ToolError('x' * 70_000_000)\n"
     bundle = with_tools(golden, source, ["loud_refusal"])
     with runtime.open_episode(bundle) as bystander, runtime.open_episode(bundle) as culprit:
@@ -557,13 +579,13 @@ def test_forged_frames_are_refused_before_allocating(frame):
     try:
         os.write(write, frame)
         with pytest.raises(ProtocolViolation):
-            FrameReader(read, max_blobs=1 << 30).read(time.monotonic() + 2)
+            FrameReader(read, max_blobs=1 << 30).read()  # the whole frame is in the pipe: no deadline
     finally:
         os.close(read)
         os.close(write)
 
 
-def test_a_worker_sending_a_forged_frame_is_killed_and_its_episode_ends_as_env_error(runtime, golden):
+def test_a_worker_sending_a_forged_frame_is_killed_failing_the_call_as_a_protocol_env_error(runtime, golden):
     with runtime.open_episode(golden) as bystander, runtime.open_episode(golden) as culprit:
         assert bystander.call_tool("update_customer_email", {"customer_id": 2, "email": "b@example.com"}).ok
         worker = runtime.pool.workers()[0]
@@ -594,7 +616,7 @@ def test_request_raises_worker_lost_on_a_forged_frame(runtime, golden):
     worker._reader = FrameReader(read)
     try:
         with pytest.raises(WorkerLost) as lost:
-            worker.request({"op": "ping"}, timeout=5)
+            worker.request({"op": "ping"}, timeout=MOMENTS_S)
     finally:
         os.close(read)
         os.close(write)
@@ -618,8 +640,8 @@ def test_a_stderr_flood_does_not_grow_the_parent(flood):
     tail = StderrTail()
     before = _resident()
     assert process.stderr is not None
-    tail.drain(process.stderr.fileno())
-    process.wait(timeout=60)
+    tail.drain(process.stderr.fileno())  # to the end of its stderr: it is exiting
+    process.wait()
     assert _resident() - before < 32 * 1024 * 1024
     assert tail.tail(1) == "last words"
     assert all(len(line) < 3000 for line in tail.tail(40).split(" | "))
@@ -705,7 +727,7 @@ def test_ipc_objects_of_a_worker_are_refused_or_die_with_it(mode):
         capture_output=True,
         text=True,
         env=WORKER_ENV,
-        timeout=60,
+        timeout=PROCESS_S,
     )
     leaked = _host_has(key, queue.encode())
     assert proc.returncode == 0, proc.stderr
@@ -910,20 +932,21 @@ def test_env_serve_removes_its_scratch_directory_when_stopped(golden, tmp_path, 
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
+
+    def serving() -> bool:
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=MOMENTS_S).close()
+        except OSError:
+            return False
+        return True
+
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
-            assert time.monotonic() < deadline, "env serve did not start serving"
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.2)
+        wait_until(serving, "env serve to accept connections", within_s=PROCESS_S)
         made = [p.name for p in temp.iterdir()]
         assert any(name.startswith("worldsmith-sandbox-") for name in made), made
         proc.send_signal(signum)
-        proc.wait(timeout=30)
+        proc.wait(timeout=PROCESS_S)
         assert list(temp.iterdir()) == []
     finally:
         if proc.poll() is None:
@@ -933,7 +956,7 @@ def test_env_serve_removes_its_scratch_directory_when_stopped(golden, tmp_path, 
 
 
 @pytest.mark.parametrize("isolation", ISOLATIONS)
-def test_a_forged_reply_content_retires_the_worker_and_the_episode_goes_on(golden, isolation):
+def test_a_forged_reply_content_moves_the_episode_to_a_fresh_worker(golden, isolation):
     """Code that reaches the worker's own encoder (a class attribute of `json`, which the module
     fingerprint does not see) makes well-framed replies that break the reply contract: the call is an
     env_error, the worker is killed, and the episode moves to a fresh worker with its writes."""
@@ -1164,15 +1187,14 @@ def test_hooks_installed_on_a_connection_never_run_in_the_trusted_diff(golden, i
             assert hooked.call_tool("hooks_ran").value == []
 
 
-@pytest.mark.unit
-def test_the_diff_reads_tables_whatever_their_names_and_computed_columns():
-    """Quoting and computed columns: a table name with quotes reads as itself, and a virtual column
-    computed by a function of the writer's connection neither runs it nor fails the diff."""
+def _odd_table_diff() -> tuple[dict, list]:
+    """The diff of one insert into a table named with a quote whose virtual column is computed by a
+    function of the writer's connection, and the values that function was called with meanwhile."""
     import sqlite3
 
     from worldsmith.runtime.sandbox import dbdiff
 
-    ran = []
+    ran: list = []
     conn = sqlite3.connect(":memory:", isolation_level=None)
     conn.create_function("mine", 1, lambda value: ran.append(value) or value, deterministic=True)
     conn.execute('CREATE TABLE "odd""name" (id INTEGER PRIMARY KEY, a TEXT, v TEXT AS (mine(a)) VIRTUAL)')
@@ -1180,7 +1202,18 @@ def test_the_diff_reads_tables_whatever_their_names_and_computed_columns():
     before.deserialize(conn.serialize())
     conn.execute("""INSERT INTO "odd""name" (a) VALUES ('x')""")
     ran.clear()
-    assert dbdiff.diff(before, conn) == {'odd"name': {"inserted": [{"id": 1, "a": "x"}], "updated": [], "deleted": []}}
+    return dbdiff.diff(before, conn), ran
+
+
+@pytest.mark.unit
+def test_the_diff_reads_a_table_named_with_quotes_as_itself():
+    diff, _ = _odd_table_diff()
+    assert diff == {'odd"name': {"inserted": [{"id": 1, "a": "x"}], "updated": [], "deleted": []}}
+
+
+@pytest.mark.unit
+def test_the_diff_runs_no_function_of_a_computed_column():
+    _, ran = _odd_table_diff()
     assert ran == []
 
 
@@ -1213,7 +1246,7 @@ def test_nesting_is_checked_without_recursion():
 
 
 @pytest.mark.parametrize("depth", [950, 100_000])
-def test_a_result_nested_too_deep_is_an_env_error_and_the_worker_goes_on(runtime, golden, depth):
+def test_a_result_nested_too_deep_is_an_env_error_that_retires_nothing(runtime, golden, depth):
     source = f"def nested(conn):\n    r = []\n    for _ in range({depth}):\n        r = [r]\n    return r\n"
     bundle = with_tools(golden, source, ["nested"])
     with runtime.open_episode(bundle) as bystander, runtime.open_episode(bundle) as culprit:
@@ -1334,7 +1367,7 @@ GATEWAY_ATTACKS = textwrap.dedent("""
 """)
 
 
-def test_the_gateway_answers_hostile_calls_with_tool_errors_and_the_session_goes_on(golden, caplog):
+def test_the_gateway_answers_each_hostile_call_with_a_tool_error_in_a_session_that_goes_on(golden, caplog):
     import threading
 
     from worldsmith.localserver import BackgroundServer
@@ -1344,7 +1377,16 @@ def test_the_gateway_answers_hostile_calls_with_tool_errors_and_the_session_goes
     hostile = with_tools(golden, GATEWAY_ATTACKS, names)
 
     def kill_the_workers_once_spinning(rt: Runtime) -> None:
-        time.sleep(0.5)
+        import psutil
+
+        def cpu_s() -> float:
+            tree = [
+                p for w in rt.pool.workers() for p in [psutil.Process(w.pid), *psutil.Process(w.pid).children(True)]
+            ]
+            return sum(sum(p.cpu_times()[:2]) for p in tree)
+
+        idle = cpu_s()
+        wait_until(lambda: cpu_s() - idle > FAST_LIMITS.cpu_s / 4, "the spin call to spin")  # under its cpu limit
         for worker in rt.pool.workers():
             worker.process.kill()
 
@@ -1445,9 +1487,7 @@ def test_an_imported_world_with_endless_sql_is_a_clean_import_error_naming_the_s
     (scenario,) = read_release(AWM_SAMPLE)
     hostile = dataclasses.replace(scenario, tables=scenario.tables + tables, inserts=scenario.inserts + inserts)
     before = _resident()
-    started = time.monotonic()
-    imported = import_scenario(hostile, runtime)
-    assert time.monotonic() - started < tight_budget.total_s + 2
+    imported = import_scenario(hostile, runtime)  # endless: only the budget ends it
     assert _resident() - before < tight_budget.memory_bytes + 256 * 1024 * 1024
     assert imported.bundle is None
     [defect] = [str(d) for d in imported.defects if "budget" in str(d)]
@@ -1489,7 +1529,7 @@ SPINNING = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("isolation", ISOLATIONS)
-def test_an_exception_text_and_connection_attributes_of_generated_code_run_under_the_guard(golden, isolation):
+def test_generated_code_the_worker_calls_back_into_runs_under_the_guard(golden, isolation):
     bundle = with_tools(golden, SPINNING, ["loud_fault", "loud_refusal", "plant"])
     with Runtime(limits=isolated(FAST_LIMITS, isolation), workers=1) as rt, rt.open_episode(bundle) as episode:
         assert episode.call_tool("get_customer", {"customer_id": 1}).ok
@@ -1510,12 +1550,12 @@ def test_a_reader_that_goes_away_is_told_apart_from_one_too_slow():
     failed request by it): a process gone before it, gone while reading it, or not reading in time."""
     import threading
 
-    def outcome(reader_action) -> str | None:
+    def outcome(reader_action, deadline_s: float) -> str | None:
         read_end, write_end = os.pipe()
         os.set_blocking(write_end, False)
-        threading.Timer(0.1, reader_action, args=(read_end,)).start()
+        threading.Thread(target=reader_action, args=(read_end,)).start()
         try:
-            return send_within(write_end, b"x" * (1 << 20), time.monotonic() + 2.0)
+            return send_within(write_end, b"x" * (1 << 20), time.monotonic() + deadline_s)
         finally:
             os.close(write_end)
 
@@ -1525,9 +1565,9 @@ def test_a_reader_that_goes_away_is_told_apart_from_one_too_slow():
 
     gone_read, gone_write = os.pipe()
     os.close(gone_read)
-    assert send_within(gone_write, b"x", time.monotonic() + 1) == "gone"
+    assert send_within(gone_write, b"x", time.monotonic() + MOMENTS_S) == "gone"
     os.close(gone_write)
-    assert outcome(leaves_after_a_little) == "broken"
+    assert outcome(leaves_after_a_little, MOMENTS_S) == "broken"  # it reads a little (once there is some), then goes
     slow: list[int] = []
-    assert outcome(slow.append) == "late"  # it never reads
+    assert outcome(slow.append, 0.2) == "late"  # it never reads: the deadline (the subject here) passes
     os.close(slow[0])

@@ -152,7 +152,7 @@ def test_the_same_escape_reaches_a_neighbour_under_fast_isolation(bypassing_work
             assert "mine@example.com" in seen["emails"] and seen["episodes"] == 2
 
 
-def test_modules_reach_no_module_outside_the_allowlist_and_are_read_only(golden):
+def test_an_allowed_module_reaches_no_module_beyond_the_allowlist_nor_can_be_rebound(golden):
     """`pathlib.os.sys.modules` led from an allowed module to the worker's guard (switching it off):
     generated code gets read-only views of allowed modules, without modules outside the allowlist."""
     source = textwrap.dedent("""

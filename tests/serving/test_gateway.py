@@ -10,8 +10,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -24,6 +22,7 @@ from mcp.shared.exceptions import MCPError
 from support.catalog import published_set
 from support.limits import PATIENT_LIMITS
 from support.paths import GOLDEN, REPO
+from support.patience import MOMENTS_S, PROCESS_S, wait_until
 from typer.testing import CliRunner
 
 from worldsmith.bundle.contract import Bundle
@@ -50,17 +49,21 @@ def serve_process(*args: str, env: dict[str, str] | None = None) -> tuple[subpro
         stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
+
+    def healthy() -> bool:
+        if proc.poll() is not None:
             raise RuntimeError(f"env serve did not start: {proc.stdout.read().decode()}")
-        time.sleep(0.1)
+        try:
+            return httpx.get(f"{url}/healthz", timeout=MOMENTS_S).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_until(healthy, "env serve to answer /healthz", within_s=PROCESS_S)
+    except BaseException:
+        proc.kill()
+        raise
+    return proc, url
 
 
 @pytest.fixture(scope="module")
@@ -69,22 +72,17 @@ def served() -> str:
     proc, url = serve_process(str(GOLDEN))
     yield url
     proc.terminate()
-    proc.wait(timeout=30)
+    proc.wait(timeout=PROCESS_S)
+
+
+def _index(url: str) -> dict:
+    """The gateway's index at `url` (/envs): its worlds, sessions and loaded worlds."""
+    return httpx.get(f"{url}/envs", timeout=MOMENTS_S).json()
 
 
 def renamed(golden: Bundle, env_id: str) -> Bundle:
     """The golden bundle as `env_id` (same files, its own content key)."""
     return dataclasses.replace(golden, manifest=golden.manifest.model_copy(update={"env_id": env_id}), root=None)
-
-
-def eventually(condition: Callable[[], bool], within_s: float = 60.0) -> bool:
-    """Whether `condition` holds within `within_s` (polled; as soon as it holds, however busy the machine)."""
-    deadline = time.monotonic() + within_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 async def _session_run(url: str, calls, task: str | None = None):
@@ -95,7 +93,7 @@ async def _session_run(url: str, calls, task: str | None = None):
             return await calls(session)
 
 
-def test_list_and_call_tools_over_http(served):
+def test_a_client_lists_then_calls_tools_over_http(served):
     async def calls(session):
         tools = (await session.list_tools()).tools
         found = await session.call_tool("find_customer", {"email": "maria.lopez@example.com"})
@@ -124,7 +122,7 @@ def test_verification_is_not_reachable_by_the_agent(served):
     tools, attempt = anyio.run(_session_run, served, calls)
     assert not any("verif" in t.name or "reward" in t.name for t in tools)
     assert attempt.is_error and "unknown tool" in attempt.content[0].text
-    assert httpx.get(f"{served}/envs/retail_store/verify").status_code == 404
+    assert httpx.get(f"{served}/envs/retail_store/verify", timeout=MOMENTS_S).status_code == 404
 
 
 def test_unknown_task_is_refused_when_connecting(served):
@@ -163,32 +161,49 @@ def test_64_concurrent_sessions_with_conflicting_writes_stay_independent(served)
         assert stock.structured_content["stock"] == 0  # 3 in stock, each session bought all 3
 
 
-def test_sessions_close_their_episodes_and_idle_ones_expire(golden):
+@pytest.fixture(scope="module")
+def gateway_runtime():
+    """One sandbox worker for the gateways of the tests that count the runtime's open episodes (each
+    counts from what it found open)."""
     with Runtime(limits=PATIENT_LIMITS, workers=1) as runtime:
-        gateway = Gateway(runtime, [golden], session_idle_s=5.0)  # far longer than a client takes between its requests
-        with BackgroundServer(gateway.app()) as server:
-            url = f"{server.url}/envs/retail_store/mcp?task=t04_return_headphones"
+        yield runtime
 
-            async def polite():  # ends its session (HTTP DELETE)
-                async with streamable_http_client(url) as (read, write):
+
+def test_a_session_its_client_ends_closes_its_episode(golden, gateway_runtime):
+    runtime, before = gateway_runtime, gateway_runtime.open_episodes
+    gateway = Gateway(runtime, [golden])  # the default idle limit: only the client's DELETE ends the session
+    with BackgroundServer(gateway.app()) as server:
+        url = f"{server.url}/envs/retail_store/mcp?task=t04_return_headphones"
+
+        async def polite():  # ends its session (HTTP DELETE)
+            async with streamable_http_client(url) as (read, write):
+                async with ClientSession(read, write) as session:
+                    await session.initialize()
+                    await session.call_tool("get_order", {"order_id": 1002})
+                    assert len(gateway.sessions) == 1 and runtime.open_episodes == before + 1
+
+        anyio.run(polite)
+        wait_until(lambda: not gateway.sessions, "the ended session to close")
+        assert runtime.open_episodes == before
+
+
+def test_an_idle_session_expires_closing_its_episode(golden, gateway_runtime):
+    runtime, before = gateway_runtime, gateway_runtime.open_episodes
+    gateway = Gateway(runtime, [golden], session_idle_s=5.0)  # the limit under test
+    with BackgroundServer(gateway.app()) as server:
+        url = f"{server.url}/envs/retail_store/mcp?task=t04_return_headphones"
+
+        async def vanishing():  # leaves without ending its session
+            async with httpx2.AsyncClient() as http:
+                async with streamable_http_client(url, http_client=http, terminate_on_close=False) as (read, write):
                     async with ClientSession(read, write) as session:
                         await session.initialize()
                         await session.call_tool("get_order", {"order_id": 1002})
-                        assert len(gateway.sessions) == 1 and runtime.open_episodes == 1
+            assert len(gateway.sessions) == 1
 
-            anyio.run(polite)
-            assert eventually(lambda: not gateway.sessions) and runtime.open_episodes == 0
-
-            async def vanishing():  # leaves without ending its session
-                async with httpx2.AsyncClient() as http:
-                    async with streamable_http_client(url, http_client=http, terminate_on_close=False) as (read, write):
-                        async with ClientSession(read, write) as session:
-                            await session.initialize()
-                            await session.call_tool("get_order", {"order_id": 1002})
-                assert len(gateway.sessions) == 1
-
-            anyio.run(vanishing)
-            assert eventually(lambda: not gateway.sessions) and runtime.open_episodes == 0
+        anyio.run(vanishing)
+        wait_until(lambda: not gateway.sessions, "the idle session to expire")
+        assert runtime.open_episodes == before
 
 
 def test_many_environments_on_one_server(golden, tmp_path):
@@ -204,7 +219,7 @@ def test_many_environments_on_one_server(golden, tmp_path):
     with Runtime(limits=PATIENT_LIMITS, workers=1) as runtime:
         gateway = Gateway(runtime, [golden, load_bundle(tmp_path / "copy")])
         with BackgroundServer(gateway.app()) as server:
-            index = httpx.get(f"{server.url}/envs").json()
+            index = httpx.get(f"{server.url}/envs", timeout=MOMENTS_S).json()
             assert set(index["envs"]) == {"retail_store", "retail_store_copy"}
 
             async def both():
@@ -219,33 +234,36 @@ def test_many_environments_on_one_server(golden, tmp_path):
             assert anyio.run(both) == ["worldsmith/retail_store", "worldsmith/retail_store_copy"]
 
 
-def test_session_limit_refuses_with_503_and_frees_up(golden):
-    with Runtime(limits=PATIENT_LIMITS, workers=1) as runtime:
-        gateway = Gateway(runtime, [golden], max_sessions=2)
-        with BackgroundServer(gateway.app()) as server:
-            url = f"{server.url}/envs/retail_store/mcp"
-            opening = {
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-11-25",
-                    "capabilities": {},
-                    "clientInfo": {"name": "test", "version": "1"},
-                },
-            }
-            headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
-            ids = []
-            for _ in range(2):
-                response = httpx.post(url, json=opening, headers=headers)
-                assert response.status_code == 200
-                ids.append(response.headers["mcp-session-id"])
-            refused = httpx.post(url, json=opening, headers=headers)
-            assert refused.status_code == 503 and "Too many open sessions" in refused.text
-            assert runtime.open_episodes == 2
-            assert httpx.delete(url, headers={"mcp-session-id": ids[0]}).status_code == 200
-            assert eventually(lambda: runtime.open_episodes == 1)
-            assert httpx.post(url, json=opening, headers=headers).status_code == 200
+def test_past_the_session_limit_a_new_session_is_refused_with_503_until_one_ends(golden, gateway_runtime):
+    runtime, before = gateway_runtime, gateway_runtime.open_episodes
+    gateway = Gateway(runtime, [golden], max_sessions=2)
+    with BackgroundServer(gateway.app()) as server:
+        url = f"{server.url}/envs/retail_store/mcp"
+        opening = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "test", "version": "1"},
+            },
+        }
+        headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+        ids = []
+        for _ in range(2):
+            response = httpx.post(url, json=opening, headers=headers, timeout=MOMENTS_S)
+            assert response.status_code == 200
+            ids.append(response.headers["mcp-session-id"])
+        refused = httpx.post(url, json=opening, headers=headers, timeout=MOMENTS_S)
+        assert refused.status_code == 503 and "Too many open sessions" in refused.text
+        assert runtime.open_episodes == before + 2
+        assert httpx.delete(url, headers={"mcp-session-id": ids[0]}, timeout=MOMENTS_S).status_code == 200
+        wait_until(lambda: runtime.open_episodes == before + 1, "the ended session's episode to close")
+        again = httpx.post(url, json=opening, headers=headers, timeout=MOMENTS_S)
+        assert again.status_code == 200
+        for session_id in (ids[1], again.headers["mcp-session-id"]):  # the worker's episodes, left as found
+            httpx.delete(url, headers={"mcp-session-id": session_id}, timeout=MOMENTS_S)
 
 
 # -- what an outside agent is told: instructions, prompt, task listing ------------------------------
@@ -259,13 +277,23 @@ async def _opened(url: str, calls, task: str | None = None, env_id: str = "retai
             return await calls(session, await session.initialize())
 
 
-def test_the_bound_task_is_sent_as_instructions_and_prompt_and_tasks_are_listed(served, golden):
+def test_a_session_bound_to_a_task_is_given_it_as_instructions_with_a_prompt(served, golden):
     task = golden.task("t02_place_and_pay")
 
     async def bound(session, init):
         prompt = await session.get_prompt("task")
         names = {t.name for t in (await session.list_tools()).tools}
         return init.instructions, (await session.list_prompts()).prompts, prompt, names
+
+    instructions, prompts, prompt, names = anyio.run(_opened, served, bound, task.id)
+    assert task.instruction in instructions and golden.manifest.scenario.name in instructions
+    assert "submit" not in instructions and "submit" not in names  # plain serving: no verdicts
+    assert [(p.name, p.title) for p in prompts] == [("task", task.id)]
+    assert [(m.role, m.content.text) for m in prompt.messages] == [("user", task.instruction)]
+
+
+def test_an_unbound_session_finds_the_tasks_as_resources(served, golden):
+    task = golden.task("t02_place_and_pay")
 
     async def unbound(session, init):
         listed = (await session.list_resources()).resources
@@ -275,19 +303,13 @@ def test_the_bound_task_is_sent_as_instructions_and_prompt_and_tasks_are_listed(
             await session.get_prompt("task")
         return init.instructions, (await session.list_prompts()).prompts, listed, listing, one
 
-    instructions, prompts, prompt, names = anyio.run(_opened, served, bound, task.id)
-    assert task.instruction in instructions and golden.manifest.scenario.name in instructions
-    assert "submit" not in instructions and "submit" not in names  # plain serving: no verdicts
-    assert [(p.name, p.title) for p in prompts] == [("task", task.id)]
-    assert [(m.role, m.content.text) for m in prompt.messages] == [("user", task.instruction)]
-
     instructions, prompts, listed, listing, one = anyio.run(_opened, served, unbound)
     assert f"worldsmith://{golden.env_id}/tasks" in instructions and not prompts
     assert {r.uri for r in listed} == {f"worldsmith://{golden.env_id}/tasks"} | {
         f"worldsmith://{golden.env_id}/tasks/{t.id}" for t in golden.tasks
     }
     rows = json.loads(listing.contents[0].text)
-    assert rows == httpx.get(f"{served}/envs/{golden.env_id}/tasks").json()
+    assert rows == httpx.get(f"{served}/envs/{golden.env_id}/tasks", timeout=MOMENTS_S).json()
     assert [(r["id"], r["instruction"]) for r in rows] == [(t.id, t.instruction) for t in golden.tasks]
     assert all(set(r) == {"id", "instruction", "mcp"} for r in rows)  # no verifier, solution or answer
     assert one.contents[0].text == task.instruction
@@ -321,7 +343,20 @@ def _writes(runtime: Runtime, bundle: Bundle) -> dict[str, bool]:
     return wrote
 
 
-def test_tools_carry_their_schemas_as_written_output_schemas_and_observed_hints(golden, runtime):
+@dataclasses.dataclass
+class ServedTools:
+    """What one session saw of the golden world with choices spelled out (`_with_choices`): its tools
+    as listed, and three calls: a status outside the enum, a limit past the maximum, a paid listing."""
+
+    bundle: Bundle
+    tools: dict
+    bad_status: object
+    too_many: object
+    listed: object
+
+
+@pytest.fixture(scope="module")
+def served_tools(golden, runtime) -> ServedTools:
     bundle = _with_choices(golden)
     gateway = Gateway(runtime, [bundle])
 
@@ -333,16 +368,29 @@ def test_tools_carry_their_schemas_as_written_output_schemas_and_observed_hints(
         return tools, bad_status, too_many, listed
 
     with BackgroundServer(gateway.app()) as server:
-        tools, bad_status, too_many, listed = anyio.run(_opened, server.url, calls)
-    assert {name: t.input_schema for name, t in tools.items()} == {t.name: t.parameters for t in bundle.tools}
+        return ServedTools(bundle, *anyio.run(_opened, server.url, calls))
+
+
+def test_tools_are_served_with_their_input_schemas_as_written(served_tools):
+    tools, bad_status, too_many = served_tools.tools, served_tools.bad_status, served_tools.too_many
+    assert {name: t.input_schema for name, t in tools.items()} == {
+        t.name: t.parameters for t in served_tools.bundle.tools
+    }
     assert None in tools["list_orders"].input_schema["properties"]["status"]["enum"]
     assert bad_status.is_error and "is not one of" in bad_status.content[0].text
     assert too_many.is_error and "is greater than the maximum of 100" in too_many.content[0].text
-    # output schemas from the return annotations: `-> dict` is an object, `-> list` comes as {"result": [...]}
+
+
+def test_tools_carry_output_schemas_from_their_return_annotations(served_tools):
+    """`-> dict` is an object, `-> list` comes as {"result": [...]}."""
+    tools, listed = served_tools.tools, served_tools.listed
     assert tools["get_customer"].output_schema == {"type": "object"}
     assert tools["list_orders"].output_schema["properties"]["result"] == {"type": "array"}
     assert not listed.is_error and all(o["status"] == "paid" for o in listed.structured_content["result"])
 
+
+def test_tools_carry_the_hints_their_observed_writes_allow(served_tools, runtime):
+    bundle, tools = served_tools.bundle, served_tools.tools
     wrote = _writes(runtime, bundle)
     hints = {name: t.annotations for name, t in tools.items()}
     assert all(h.open_world_hint is False for h in hints.values())
@@ -362,7 +410,7 @@ def test_tools_carry_their_schemas_as_written_output_schemas_and_observed_hints(
 # -- the opt-in verdict -------------------------------------------------------------------------------
 
 
-def test_submit_judges_the_end_state_like_an_evaluation_and_ends_the_episode(golden, runtime):
+def test_submit_ends_the_episode_with_the_verdict_an_evaluation_would_give(golden, runtime):
     gateway = Gateway(runtime, [golden], verdicts=True)
     place = golden.task("t02_place_and_pay")
     points = golden.task("t01_points_balance")
@@ -420,9 +468,7 @@ def test_verdicts_refuse_a_world_with_its_own_submit_tool(golden):
 # -- env serve: bundle directories, sets, catalog refs, a short idle limit, lazy loading ------------
 
 
-def test_env_serve_hosts_bundles_a_set_and_catalog_refs_loads_each_at_first_use_and_expires_idle_sessions(
-    home, golden, tmp_path
-):
+def test_env_serve_hosts_worlds_of_every_source_within_its_bounds(home, golden, tmp_path):
     from worldsmith.bundle.loader import build_bundle, write_bundle
     from worldsmith.storage.catalog import open_catalog
     from worldsmith.storage.objectstore import configured_store
@@ -446,13 +492,13 @@ def test_env_serve_hosts_bundles_a_set_and_catalog_refs_loads_each_at_first_use_
         "retail_store_copy@1",
         "--verdicts",
         "--session-idle",
-        "2",
+        "2",  # the limit under test
         "--max-loaded",
         "1",
         env={"WORLDSMITH_HOME": str(home)},
     )
     try:
-        index = httpx.get(f"{url}/envs").json()
+        index = _index(url)
         assert set(index["envs"]) == {"retail_store", "retail_store_copy", "dir_world", "dir_broken"}
         assert index["session_idle_s"] == 2 and index["verdicts"] is True
         assert index["loaded"] == [] and index["max_loaded"] == 1  # nothing loaded before its first session
@@ -466,9 +512,9 @@ def test_env_serve_hosts_bundles_a_set_and_catalog_refs_loads_each_at_first_use_
                         return [t.name for t in (await session.list_tools()).tools]
 
         assert "submit" in anyio.run(vanishing)
-        assert httpx.get(f"{url}/envs").json()["sessions"] == 1
-        assert eventually(lambda: httpx.get(f"{url}/envs").json()["sessions"] == 0, within_s=30)
-        assert httpx.get(f"{url}/envs").json()["loaded"] == ["retail_store_copy"]
+        assert _index(url)["sessions"] == 1
+        wait_until(lambda: _index(url)["sessions"] == 0, "the vanished client's session to expire")
+        assert _index(url)["loaded"] == ["retail_store_copy"]
 
         async def polite():
             async with streamable_http_client(f"{url}/envs/dir_world/mcp") as (read, write):
@@ -477,17 +523,18 @@ def test_env_serve_hosts_bundles_a_set_and_catalog_refs_loads_each_at_first_use_
                     return await session.call_tool("get_customer", {"customer_id": 1})
 
         assert not anyio.run(polite).is_error
-        assert eventually(lambda: httpx.get(f"{url}/envs").json()["loaded"] == ["dir_world"])  # the bound: 1
+        wait_until(lambda: _index(url)["loaded"] == ["dir_world"], "the idle world to unload")  # the bound: 1
         refused = httpx.post(
             f"{url}/envs/dir_broken/mcp",
             json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}},
             headers={"accept": "application/json, text/event-stream"},
+            timeout=MOMENTS_S,
         )
         message = refused.json()["error"]["message"]
         assert refused.status_code == 503 and "dir_broken" in message and "tools.py" in message and "\n" not in message
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        proc.wait(timeout=PROCESS_S)
 
 
 @pytest.mark.unit
@@ -530,14 +577,14 @@ def inspector() -> Path:
             [npm, "install", "--prefix", str(INSPECTOR_DIR), "--no-audit", "--no-fund", INSPECTOR_PACKAGE],
             capture_output=True,
             text=True,
-            timeout=600,
+            timeout=PROCESS_S,
         )
         if done.returncode != 0:
             _unavailable(f"npm could not install {INSPECTOR_PACKAGE}: {done.stderr.strip()[-500:]}")
     return launcher
 
 
-def test_the_mcp_inspector_cli_sees_hints_the_task_prompt_and_calls_tools(inspector, golden, runtime, tmp_path):
+def test_the_mcp_inspector_cli_sees_everything_the_gateway_serves(inspector, golden, runtime, tmp_path):
     task = golden.task("t01_points_balance")
     gateway = Gateway(runtime, [golden], verdicts=True)
 
@@ -546,7 +593,7 @@ def test_the_mcp_inspector_cli_sees_hints_the_task_prompt_and_calls_tools(inspec
             [str(inspector), "--cli", url, *args],
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=PROCESS_S,
             env=dict(os.environ, HOME=str(tmp_path)),
         )
         assert done.returncode == 0, done.stdout + done.stderr

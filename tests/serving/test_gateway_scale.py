@@ -11,7 +11,9 @@ import httpx
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from test_gateway import eventually, renamed
+from support.limits import PATIENT_LIMITS
+from support.patience import MOMENTS_S, wait_until
+from test_gateway import renamed
 
 from worldsmith.bundle.contract import Bundle
 from worldsmith.localserver import BackgroundServer
@@ -35,7 +37,7 @@ async def _session(url: str, env_id: str, calls=None):
             return init.server_info.name
 
 
-def test_worlds_load_at_first_use_and_idle_ones_unload_past_the_bound(golden, runtime):
+def test_the_gateway_keeps_at_most_its_bound_of_worlds_loaded_from_first_use(golden, runtime):
     loads: dict[str, int] = {}
 
     def source(env_id: str) -> WorldSource:
@@ -53,11 +55,13 @@ def test_worlds_load_at_first_use_and_idle_ones_unload_past_the_bound(golden, ru
     gateway = Gateway(runtime, worlds, max_loaded=2)
     assert not loads  # naming 201 worlds loads none
     with BackgroundServer(gateway.app()) as server:
-        index = httpx.get(f"{server.url}/envs").json()
+        index = httpx.get(f"{server.url}/envs", timeout=MOMENTS_S).json()
         assert len(index["envs"]) == 201 and index["loaded"] == [] and index["max_loaded"] == 2
 
         assert anyio.run(_session, server.url, names[-1]) == f"worldsmith/{names[-1]}"  # routed by env_id
-        assert loads == {names[-1]: 1} and httpx.get(f"{server.url}/envs").json()["loaded"] == [names[-1]]
+        assert loads == {names[-1]: 1} and httpx.get(f"{server.url}/envs", timeout=MOMENTS_S).json()["loaded"] == [
+            names[-1]
+        ]
 
         async def held_while_others_load():
             """A session on names[0] stays open while two other worlds load and serve sessions."""
@@ -72,23 +76,24 @@ def test_worlds_load_at_first_use_and_idle_ones_unload_past_the_bound(golden, ru
             return await _session(server.url, names[0], calls)
 
         assert not anyio.run(held_while_others_load).is_error
-        assert eventually(lambda: len(gateway.loaded) <= 2)  # names[0] idle again: back under the bound
+        wait_until(lambda: len(gateway.loaded) <= 2, "names[0], idle again, to unload")  # back under the bound
         assert names[-1] not in gateway.loaded  # unloaded: idle and least recently used
         anyio.run(_session, server.url, names[-1])
         assert loads[names[-1]] == 2  # loaded again when next used
 
-        tasks = httpx.get(f"{server.url}/envs/{names[5]}/tasks")  # a listing loads its world too
+        tasks = httpx.get(f"{server.url}/envs/{names[5]}/tasks", timeout=MOMENTS_S)  # a listing loads its world too
         assert (
             tasks.status_code == 200
             and loads[names[5]] == 1
             and [t["id"] for t in tasks.json()] == [t.id for t in golden.tasks]
         )
-        missing = httpx.get(f"{server.url}/envs/no_such_world/tasks")
+        missing = httpx.get(f"{server.url}/envs/no_such_world/tasks", timeout=MOMENTS_S)
         assert missing.status_code == 404 and "no environment 'no_such_world'" in missing.text
         refused = httpx.post(
             f"{server.url}/envs/unreachable/mcp",
             json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}},
             headers={"accept": "application/json, text/event-stream"},
+            timeout=MOMENTS_S,
         )
         assert refused.status_code == 503 and "the store cannot be reached" in refused.json()["error"]["message"]
         assert anyio.run(_session, server.url, names[5])  # the server goes on; names[5] was loaded once
@@ -96,17 +101,18 @@ def test_worlds_load_at_first_use_and_idle_ones_unload_past_the_bound(golden, ru
     assert runtime.open_episodes == 0
 
 
-def test_calls_keep_a_session_alive_and_idle_ones_expire(golden):
-    with Runtime(workers=1) as runtime:
-        gateway = Gateway(runtime, [golden], session_idle_s=1.0)
+def test_calls_keep_a_session_alive_until_it_is_left_idle(golden):
+    idle_s = 1.0  # the limit under test
+    with Runtime(limits=PATIENT_LIMITS, workers=1) as runtime:
+        gateway = Gateway(runtime, [golden], session_idle_s=idle_s)
         with BackgroundServer(gateway.app()) as server:
 
             async def calling_past_the_idle_limit(session):
                 start = time.monotonic()
-                while time.monotonic() - start < 2.5:  # > 2 idle periods, a call every 0.3 s
+                while time.monotonic() - start < 2 * idle_s:  # calls for two idle periods, a tenth of one apart
                     result = await session.call_tool("get_customer", {"customer_id": 1})
                     assert not result.is_error, result
-                    await anyio.sleep(0.3)
+                    await anyio.sleep(idle_s / 10)
                 return len(gateway.sessions)
 
             async def run():
@@ -118,8 +124,8 @@ def test_calls_keep_a_session_alive_and_idle_ones_expire(golden):
                         await session.initialize()
                         return await calling_past_the_idle_limit(session)
 
-            assert anyio.run(run) == 1  # still open after 2.5 s of calls
-            assert eventually(lambda: not gateway.sessions, within_s=30)  # then left idle: expired
+            assert anyio.run(run) == 1  # still open after two idle periods of calls
+            wait_until(lambda: not gateway.sessions, "the session left idle to expire")
             assert runtime.open_episodes == 0
 
 
@@ -138,19 +144,25 @@ def test_a_session_is_known_only_at_its_own_world(golden, runtime):
             },
         }
         headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
-        opened = httpx.post(f"{server.url}/envs/world_a/mcp", json=opening, headers=headers)
+        opened = httpx.post(f"{server.url}/envs/world_a/mcp", json=opening, headers=headers, timeout=MOMENTS_S)
         session = {**headers, "mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
         call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "get_customer", "arguments": {}}}
-        assert httpx.get(f"{server.url}/envs/world_b/tasks").status_code == 200  # world_b loaded
+        assert httpx.get(f"{server.url}/envs/world_b/tasks", timeout=MOMENTS_S).status_code == 200  # world_b loaded
         assert list(gateway.loaded) == ["world_a", "world_b"]
-        assert httpx.post(f"{server.url}/envs/world_b/mcp", json=call, headers=session).status_code == 404
-        answered = httpx.post(f"{server.url}/envs/world_a/mcp", json=call, headers=session)
+        assert (
+            httpx.post(f"{server.url}/envs/world_b/mcp", json=call, headers=session, timeout=MOMENTS_S).status_code
+            == 404
+        )
+        answered = httpx.post(f"{server.url}/envs/world_a/mcp", json=call, headers=session, timeout=MOMENTS_S)
         assert answered.status_code == 200 and answered.json()["id"] == 2
         assert answered.json()["result"]["isError"]  # customer_id is required: the tool's error, in the session
-        assert httpx.delete(f"{server.url}/envs/world_a/mcp", headers=session).status_code == 200
-        assert httpx.post(f"{server.url}/envs/world_a/mcp", json=call, headers=session).status_code == 404
-        assert eventually(lambda: runtime.open_episodes == 0)
-        assert eventually(lambda: len(gateway.loaded) == 1)  # world_a idle: back under the bound
+        assert httpx.delete(f"{server.url}/envs/world_a/mcp", headers=session, timeout=MOMENTS_S).status_code == 200
+        assert (
+            httpx.post(f"{server.url}/envs/world_a/mcp", json=call, headers=session, timeout=MOMENTS_S).status_code
+            == 404
+        )
+        wait_until(lambda: runtime.open_episodes == 0, "the ended session's episode to close")
+        wait_until(lambda: len(gateway.loaded) == 1, "world_a, idle, to unload")  # back under the bound
 
 
 def test_observed_tool_evidence_is_kept_for_a_bounded_number_of_worlds(golden, runtime, monkeypatch):

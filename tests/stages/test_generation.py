@@ -26,7 +26,7 @@ def draft_bundle(domain, seed):
     return procedural_bundle(domain.key, seed)
 
 
-def test_at_least_twelve_domains_and_every_seed_scenario_maps_to_one():
+def test_every_seed_scenario_maps_to_one_of_at_least_twelve_domains():
     assert len(DOMAINS) >= 12
     counts = Counter(domain_for(s).key for s in SEEDS)
     assert sum(counts.values()) == 100 and len(counts) >= 12
@@ -98,7 +98,7 @@ def test_scenarios_expand_without_near_duplicates():
     assert accepted == [] and "near-duplicate of 'Amazon'" in dropped[0]
 
 
-def test_the_same_scenario_and_seed_give_the_same_world():
+def test_a_scenario_built_twice_from_one_seed_gives_the_same_world():
     assert world_for(SEEDS[5], 1).tools_py == world_for(SEEDS[5], 1).tools_py
 
 

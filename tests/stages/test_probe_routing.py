@@ -83,12 +83,12 @@ def probes_check(*results: ProbeResult) -> QualityCheck:
 # -- the typed result ------------------------------------------------------------------------------
 
 
-def test_every_failure_kind_is_routed_and_reported_deliberately():
+def test_every_failure_kind_has_a_deliberate_route_with_a_report():
     assert set(OWNING_STEP) == set(ProbeFailure) == set(DEFECT_KIND) == set(BY_FAILURE)
 
 
 @pytest.mark.parametrize("failure", list(ProbeFailure))
-def test_a_failure_is_its_probes_and_a_failed_result_carries_it(failure):
+def test_a_failed_result_carries_its_failure_with_the_failures_probe(failure):
     result = failed(failure)
     assert result.probe == failure.probe and not result.passed and result.failure is failure
     assert result.owner is failure.owner
@@ -104,7 +104,7 @@ def test_a_result_cannot_pass_with_a_failure_nor_fail_without_one_or_with_anothe
     assert ProbeResult.passing(Probe.TOOL_RUNS, "t", "ok").owner is None
 
 
-def test_a_failure_quoting_an_outcome_carries_its_sandbox_limit_and_refused_module():
+def test_a_failure_quoting_an_outcome_carries_its_sandbox_limit_with_the_refused_module():
     tool = ToolResult(status="env_error", error="sandbox limit import: ...", limit="import", refused_module="socket")
     result = ProbeResult.quoting(F.TOOL_CRASHED, "t", "boom", tool, "step 1 (t)")
     assert (result.limit, result.refused_module, result.cause) == ("import", "socket", "step 1 (t)")
@@ -176,11 +176,17 @@ def test_validation_sends_a_failed_check_back_to_the_earliest_owning_step_with_i
     assert _route([probes_check(untouched)]) == (Stage.VERIFIERS, None, "untouched rejected t1: complete")
 
 
-def test_validation_routes_seed_expectations_first_and_passes_what_passed():
+def test_validation_routes_failed_seed_expectations_before_failed_probes():
     expectations = QualityCheck("expectations", False, {"reason": "table notes is empty"}, [{"table": "notes"}])
     stage, step, error = _route([expectations, probes_check(failed(F.TOOL_CRASHED))])
     assert (stage, step) == SEED_STEP and "table notes is empty" in error
+
+
+def test_validation_passes_a_world_whose_checks_all_passed():
     assert _route([QualityCheck("expectations", True), QualityCheck("probes", True)]) is None
+
+
+def test_validation_routes_a_failed_check_naming_no_probe_to_the_verifiers():
     assert _route([QualityCheck("probes", False, {"failed": 0})]) == (Stage.VERIFIERS, None, "{'failed': 0}")
 
 
@@ -221,7 +227,7 @@ def test_the_report_reads_no_message():
     assert probe_defect(failed(F.UNTOUCHED_VERIFIER_CRASHED, "complete: " + words)) == "verifier_raises"
 
 
-def test_import_problems_are_reported_by_their_part_and_limit():
+def test_import_problems_are_reported_by_their_part_with_their_limit():
     imported = Imported(
         "s",
         "env",
@@ -256,7 +262,7 @@ def test_import_problems_are_reported_by_their_part_and_limit():
     assert found[4]["detail"] == "tools.json: no tools (line 1)"
 
 
-def test_failed_probes_and_refused_imports_join_the_report_and_its_check():
+def test_failed_probes_join_refused_imports_in_the_import_report():
     crash = failed(F.TOOL_CRASHED, "sandbox limit import: ...", "list_branches", limit="import", refused_module="ssl")
     satisfied = failed(F.UNTOUCHED_ACCEPTED, "complete: {}", "t04")
     passed = ProbeResult.passing(Probe.TOOL_RUNS, "get_book", "ok")

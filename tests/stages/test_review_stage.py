@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from support.llm_server import ProceduralLLM, ScriptedLLM, json_reply
+from support.patience import MOMENTS_S
 from support.procedural import over_strict, procedural_work
 
 from worldsmith.llm.openai_backend import OpenAIGenerator
@@ -28,11 +29,11 @@ AMAZON = Scenario(
 
 def _generator(url: str) -> OpenAIGenerator:
     return OpenAIGenerator(
-        model="m", base_url=url, timeout_s=10.0, retries=1, prices={"m": {"input": 1.0, "output": 2.0}}
+        model="m", base_url=url, timeout_s=MOMENTS_S, retries=1, prices={"m": {"input": 1.0, "output": 2.0}}
     )
 
 
-def test_review_is_off_by_default_and_for_the_procedural_backend(runtime):
+def test_review_is_off_by_default_even_asked_for_the_procedural_backend(runtime):
     assert GenerateParameters().review is False and GenerateParameters(review=True).review is True
     log = AttemptLog("procedural")
     result = build_environment(AMAZON, 2, ProceduralGenerator(seed=2), runtime, log, review=True)
@@ -54,7 +55,7 @@ def test_a_reviewed_world_records_the_reviews_cost(runtime):
     assert check.passed and check.summary["findings"] == 0
 
 
-def test_findings_become_probes_and_a_confirmed_one_a_repair(runtime):
+def test_review_findings_become_probes_whose_confirmed_ones_are_repaired(runtime):
     work, verifiers = procedural_work(runtime)
     strict = work.model_copy(update={"verifiers": VerifierCode.model_validate(over_strict(verifiers))})
     count = next(s for s in verifiers["solutions"] if s["answer"])

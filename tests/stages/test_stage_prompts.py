@@ -63,7 +63,7 @@ def _seed_rows(user: str) -> list[str]:
     return user.split("\nSeed rows")[1].split("\n\nTools:")[0].splitlines()
 
 
-def test_verifiers_prompt_shows_the_seed_rows_the_tasks_name_and_the_next_ids(runtime):
+def test_the_verifiers_prompt_shows_the_seed_rows_each_task_names_with_the_next_ids(runtime):
     scenario, seed = SCENARIOS[0], 4
     recorder = Recorder(seed=seed)
     result = build_environment(scenario, seed, recorder, runtime, AttemptLog("prompts"))
@@ -90,7 +90,7 @@ def test_verifiers_prompt_shows_the_seed_rows_the_tasks_name_and_the_next_ids(ru
 
 
 @pytest.mark.unit
-def test_seed_view_counts_autoincrement_follows_foreign_keys_and_stays_bounded():
+def test_the_seed_view_shows_the_rows_a_task_needs_within_its_bound():
     schema = (
         "CREATE TABLE owners (id INTEGER PRIMARY KEY AUTOINCREMENT, email TEXT NOT NULL);\n"
         "CREATE TABLE pets (id INTEGER PRIMARY KEY, owner_id INTEGER NOT NULL REFERENCES owners(id), name TEXT);\n"
@@ -118,7 +118,7 @@ def _first_text_entity(scenario, seed) -> str:
 
 
 @pytest.mark.unit
-def test_coverage_feeds_a_missing_entity_back_to_the_seed_step_and_keeps_the_schema():
+def test_coverage_feeds_a_missing_entity_back_to_the_seed_step_only():
     scenario, seed = SCENARIOS[1], 3
     renamed, newcomer = _first_text_entity(scenario, seed), "Zelda Quartermaine"
 

@@ -42,11 +42,18 @@ def test_publish_fetch_round_trip_byte_for_byte(catalog, golden, tmp_path):
     assert again.manifest.version == 1
 
 
-def test_identical_content_is_a_noop_and_new_content_gets_the_next_version(catalog, golden, tmp_path):
+def test_publishing_identical_content_again_changes_nothing(catalog, golden, tmp_path):
     store = LocalStore(tmp_path / "store")
     v1 = publish(golden, store, catalog).version
     same = publish(load_bundle(GOLDEN), store, catalog)
     assert not same.created and same.version.id == v1.id
+    with catalog.session() as session:
+        assert [v.version for v in session.exec(select(EnvironmentVersion)).all()] == [1]
+
+
+def test_new_content_is_published_as_the_next_version(catalog, golden, tmp_path):
+    store = LocalStore(tmp_path / "store")
+    publish(golden, store, catalog)
     v2 = publish(edited(golden, b"('SAVE10',   10,", b"('SAVE10',   11,"), store, catalog).version
     assert (v2.env_id, v2.version) == ("retail_store", 2)
     with catalog.session() as session:
@@ -57,7 +64,7 @@ def test_identical_content_is_a_noop_and_new_content_gets_the_next_version(catal
             resolve(session, "retail_store@7")
 
 
-def test_failed_checks_publish_as_failed_and_are_not_the_latest_good(catalog, golden, tmp_path):
+def test_a_version_failing_its_checks_is_published_as_failed_never_as_latest_good(catalog, golden, tmp_path):
     from worldsmith.models.quality import QualityCheck
 
     store = LocalStore(tmp_path / "store")
@@ -112,7 +119,7 @@ class FlakyS3(S3Store):
 
 
 @pytest.mark.sandbox
-def test_s3_fault_mid_publish_leaves_no_rows_and_a_retry_completes(catalog, golden, s3_bucket, s3_endpoint):
+def test_an_s3_fault_mid_publish_leaves_no_rows_for_the_retry_to_complete(catalog, golden, s3_bucket, s3_endpoint):
     from botocore.exceptions import EndpointConnectionError
 
     flaky = FlakyS3(s3_bucket, "worlds", endpoint_url=s3_endpoint, good=3)

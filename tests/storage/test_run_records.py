@@ -40,7 +40,7 @@ class FlowRunStub:
         self.id = UUID(flow_run_id)
 
 
-def test_crashed_flow_runs_fail_their_running_rows_and_their_subflows(prefect_api, home):
+def test_a_crashed_flow_run_fails_the_running_rows_of_its_whole_flow_tree(prefect_api, home):
     assert current_flow_run_id() is None  # outside any flow
     crashed, other = outer(), outer()
     with open_catalog().session() as session:

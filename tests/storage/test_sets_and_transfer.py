@@ -67,21 +67,26 @@ def test_set_from_query_with_deterministic_split(populated):
     assert [(v.ref, s) for v, s in again] == [(v.ref, s) for v, s in members]
 
 
-def test_sampling_count_and_failures(populated):
+def test_a_set_holds_the_versions_its_query_samples_or_picks_by_status(populated):
     _, catalog = populated
     create_set(catalog, "sample", SetQuery(count=4, seed=3, validation_fraction=0.25))
     with catalog.session() as session:
         members = members_of(session, get_set(session, "sample"))
     assert len(members) == 4 and sum(s == "validation" for _, s in members) == 1
+    create_set(catalog, "failed-ones", SetQuery(status="failed"))
+    with catalog.session() as session:
+        assert [v.ref for v, _ in members_of(session, get_set(session, "failed-ones"))] == ["broken_world@1"]
+
+
+def test_a_set_that_cannot_be_made_is_refused_naming_why(populated):
+    _, catalog = populated
+    create_set(catalog, "taken", SetQuery(count=1))
     with pytest.raises(CatalogError, match="already exists"):
-        create_set(catalog, "sample", SetQuery())
+        create_set(catalog, "taken", SetQuery())
     with pytest.raises(CatalogError, match="fewer than count=50"):
         create_set(catalog, "too-many", SetQuery(count=50))
     with pytest.raises(CatalogError, match="no environment version matches"):
         create_set(catalog, "nothing", SetQuery(categories=["space"]))
-    create_set(catalog, "failed-ones", SetQuery(status="failed"))
-    with catalog.session() as session:
-        assert [v.ref for v, _ in members_of(session, get_set(session, "failed-ones"))] == ["broken_world@1"]
 
 
 def test_export_set_for_external_trainers(populated, tmp_path):

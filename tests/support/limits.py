@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 
+from support.patience import MOMENTS_S
 from worldsmith.runtime.limits import SandboxLimits
 
 #: Tight limits so hostile tests finish quickly.
 FAST_LIMITS = SandboxLimits(call_timeout_s=2.0, cpu_s=1.0, memory_mb=512, file_size_mb=1, grace_s=2.0)
 #: FAST_LIMITS with time limits that no well-behaved tool or verifier call comes near however busy
 #: the machine is: a call of milliseconds is never turned into a timeout by load.
-PATIENT_LIMITS = dataclasses.replace(FAST_LIMITS, call_timeout_s=60.0, cpu_s=30.0)
+PATIENT_LIMITS = dataclasses.replace(FAST_LIMITS, call_timeout_s=MOMENTS_S, cpu_s=MOMENTS_S / 2)
 #: The sandbox's isolation modes (docs/security.md): hostile tests run in each.
 ISOLATIONS = ("strict", "fast")
 
@@ -27,5 +28,5 @@ def code_process(episode) -> int | None:
     worker = episode._worker
     if worker.limits.isolation == "fast":
         return worker.pid if worker.alive else None
-    reply, _ = worker.request({"op": "ping"}, timeout=30)
+    reply, _ = worker.request({"op": "ping"}, timeout=MOMENTS_S)
     return reply["processes"].get(episode.id)

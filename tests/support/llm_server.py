@@ -22,12 +22,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from support.patience import MOMENTS_S
 from worldsmith.localserver import BackgroundServer
 
-#: A stalled reply (and the `slow` fault) answers after this long if the client never hangs up.
-STALL_LIMIT_S = 60.0
-#: A reply waiting for company answers after this long if the company never comes.
-TOGETHER_LIMIT_S = 10.0
+#: A stalled reply (and the `slow` fault) answers after this long if the client never hangs up (a hang guard).
+STALL_LIMIT_S = MOMENTS_S
+#: A reply waiting for company answers after this long if the company never comes (a hang guard: company
+#: that comes late under load is still company).
+TOGETHER_LIMIT_S = MOMENTS_S
 
 
 @dataclass

@@ -16,7 +16,9 @@ A `unit` test that starts a process fails at that point (an audit hook refuses `
 `os.fork` and `os.posix_spawn` while it runs): the tier's speed is kept by the machine, not by habit.
 
 Each tier has a hang guard (pytest-timeout), far above what its tests need even on a loaded machine:
-a guard, not a measure. A test that knows its work sets its own `@pytest.mark.timeout(N)`.
+a guard, not a measure. It is the one knob of the suite's patience: the waits inside tests name the
+constants of support/patience.py, derived from these guards. A test whose work is larger than its tier's
+sets a multiple of a guard (`@pytest.mark.timeout(2 * HANG_GUARD_S["e2e"])`), never a number of its own.
 """
 
 from __future__ import annotations

@@ -52,9 +52,12 @@ def test_the_backend_is_openai_once_an_endpoint_is_configured(no_endpoint, monke
     assert GenerateParameters().resolved_backend() == "openai"
 
 
-def test_dated_fills_an_unset_seed_with_todays_utc_date_and_keeps_a_given_one(no_endpoint) -> None:
+def test_dated_fills_an_unset_seed_with_todays_utc_date(no_endpoint) -> None:
     dated = GenerateParameters(seed=None).dated()
     assert dated.seed == int(datetime.now(UTC).strftime("%Y%m%d")) and dated.backend == "procedural"
+
+
+def test_dated_keeps_a_given_seed() -> None:
     given = GenerateParameters(seed=7, backend="procedural")
     assert given.dated() is given
 
@@ -64,7 +67,7 @@ def test_the_seed_a_run_uses_is_the_given_one_else_todays_utc_date() -> None:
     assert GenerateParameters(seed=None).resolved_seed() == int(datetime.now(UTC).strftime("%Y%m%d"))
 
 
-def test_the_key_ignores_how_many_and_how_fast_but_not_what_is_made() -> None:
+def test_the_key_changes_with_what_is_made_only() -> None:
     base = GenerateParameters(seed=1)
     assert base.key() == GenerateParameters(seed=1, count=99, concurrency=16, min_good_share=0.9).key()
     assert base.key() != GenerateParameters(seed=2).key()

@@ -46,12 +46,18 @@ def test_built_once_per_run_however_many_tasks_ask_at_once() -> None:
     assert registry.find("run-a") is found[0] and registry.find("run-c") is None
 
 
-def test_release_closes_once_and_a_later_get_builds_anew() -> None:
+def test_release_closes_a_runs_resource_once() -> None:
     registry: RunResources[Resource] = RunResources(close=Resource.close)
     first = registry.get("run", lambda: Resource("first"))
     assert registry.release("run") is first and first.closed == 1
     assert registry.release("run") is None and first.closed == 1  # released already: nothing to close
     assert registry.find("run") is None
+
+
+def test_a_get_after_release_builds_anew() -> None:
+    registry: RunResources[Resource] = RunResources(close=Resource.close)
+    registry.get("run", lambda: Resource("first"))
+    registry.release("run")
     assert registry.get("run", lambda: Resource("second")).name == "second"
 
 

@@ -21,19 +21,23 @@ def worlds():
     return {"retail": procedural_bundle("retail", 0), "clinic": procedural_bundle("clinic", 0)}
 
 
-def test_the_default_curriculum_leaves_every_task_and_tool(worlds):
+def test_the_default_curriculum_changes_nothing(worlds):
     assert curriculum_bundles(worlds, Curriculum()) == worlds
 
 
-def test_the_shortest_solutions_are_chosen_and_show_only_their_tools(worlds):
+def test_a_curriculum_chooses_the_shortest_solutions(worlds):
     chosen = curriculum_bundles(worlds, Curriculum(tasks=3, tools="solution"))
     tasks = {key: bundle.tasks[0] for key, bundle in chosen.items()}
     assert len(chosen) == 3 and all(len(b.tasks) == 1 for b in chosen.values())
     others = [solution_size(t) for w in worlds.values() for t in w.tasks if t not in tasks.values() and t.solution]
     assert max(solution_size(t) for t in tasks.values()) <= min(others)
-    for key, bundle in chosen.items():
-        assert key == f"{key.split('#')[0]}#{tasks[key].id}"
-        assert {t.name for t in bundle.tools} == {s.tool for s in tasks[key].solution}
+
+
+def test_a_solution_curriculum_shows_each_task_only_its_solutions_tools(worlds):
+    for key, bundle in curriculum_bundles(worlds, Curriculum(tasks=3, tools="solution")).items():
+        (task,) = bundle.tasks
+        assert key == f"{key.split('#')[0]}#{task.id}"
+        assert {t.name for t in bundle.tools} == {s.tool for s in task.solution}
 
 
 def test_a_task_count_alone_keeps_each_bundles_tools(worlds):
@@ -43,7 +47,7 @@ def test_a_task_count_alone_keeps_each_bundles_tools(worlds):
 
 
 @pytest.mark.sandbox
-def test_lazy_rows_stop_one_call_short_and_answer_done(worlds, runtime):
+def test_lazy_rows_answer_done_one_call_short_of_the_solution(worlds, runtime):
     bundles = list(curriculum_bundles(worlds, Curriculum(tasks=2, tools="solution")).values())
     lazy, right = lazy_rows(runtime, bundles, 3), reference_rows(runtime, bundles, 3)
     solutions = [b.tasks[0].solution for b in bundles]

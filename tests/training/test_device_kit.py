@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from support.paths import REPO as ROOT
+from support.patience import PROCESS_S
 
 pytestmark = pytest.mark.e2e
 ABSENT = (
@@ -55,7 +56,7 @@ def run_python(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     """Run the worker's Python on this repository (as bench/device_env.sh puts it on the path)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WORLDSMITH_HOME": str(tmp_path / "home")}
     return subprocess.run(
-        [worker_python(tmp_path), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+        [worker_python(tmp_path), *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=PROCESS_S
     )
 
 
@@ -86,7 +87,6 @@ def test_grpo_smoke_needs_no_orchestration_stack(tmp_path):
     assert summary["logged"] == 1 and summary["device"] == "cpu" and summary["bf16"] is False
 
 
-@pytest.mark.timeout(600)
 def test_grpo_smoke_trains_a_local_checkpoint(tmp_path, tiny_model):
     """--model with a checkpoint directory (no tiny model built, no warm-up), full history (the
     windowed one runs above): a step's times, tokens per second and share of weights changed."""

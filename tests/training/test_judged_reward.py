@@ -31,7 +31,7 @@ def judge_server(monkeypatch):
     get_settings.cache_clear()
 
 
-def test_a_judged_step_rewards_rulings_and_drops_failed_judgements(
+def test_a_judged_step_rewards_the_rulings_leaving_failed_judgements_out(
     tiny_model,
     one_task,  # noqa: F811
     runtime,
@@ -64,14 +64,18 @@ def test_a_judged_step_rewards_rulings_and_drops_failed_judgements(
     assert log["judge_cost_usd"] > 0 and log["judge_latency_s"] > 0 and log["judge_seconds"] > 0
 
 
-@pytest.mark.sandbox
-def test_the_judge_alone_reads_no_verifier_and_its_endpoint_failures_are_env_errors(runtime, golden, judge_server):
-    task = golden.task("t01_points_balance")
-    solved = run_episode(runtime, golden, task, ReferencePolicy())
-    config = TrainingConfig(
+def _judge_alone(judge_server) -> TrainingConfig:
+    """A training config whose reward is the judge's alone, at `judge_server`."""
+    return TrainingConfig(
         model="m", set_name="s", reward="judge", judge={"model": "judge", "base_url": judge_server.url}
     )
-    judge = RewardJudge.for_training(config)
+
+
+@pytest.mark.sandbox
+def test_the_judge_alone_reads_no_verifier_answering_repeats_from_its_cache(runtime, golden, judge_server):
+    task = golden.task("t01_points_balance")
+    solved = run_episode(runtime, golden, task, ReferencePolicy())
+    judge = RewardJudge.for_training(_judge_alone(judge_server))
     metrics = judge.judge_rollouts([task, task], [solved, solved.model_copy(deep=True)])
     assert metrics["judge_requests"] == 1 and metrics["judge_cache_hits"] == 1
     prompt = judge_server.requests[-1]["messages"][1]["content"]
@@ -80,6 +84,10 @@ def test_the_judge_alone_reads_no_verifier_and_its_endpoint_failures_are_env_err
     later = judge.judge_rollouts([task], [solved.model_copy(deep=True)])  # a later step: the cache answers
     assert later["judge_requests"] == 0 and later["judge_cache_hits"] == 1
 
+
+@pytest.mark.sandbox
+def test_the_judges_endpoint_failures_are_env_errors(runtime, golden, judge_server):
+    task, config = golden.task("t01_points_balance"), _judge_alone(judge_server)
     down = RewardJudge.for_training(config.model_copy(update={"judge": JudgeConfig(base_url="http://127.0.0.1:9/v1")}))
     again = run_episode(runtime, golden, task, ReferencePolicy())
     assert down.judge_rollouts([task], [again])["judge_error_rate"] == 1.0
@@ -92,7 +100,7 @@ def test_the_judge_alone_reads_no_verifier_and_its_endpoint_failures_are_env_err
 
 
 @pytest.mark.unit
-def test_the_judge_key_comes_from_where_the_config_names_and_is_never_stored(judge_server, monkeypatch):
+def test_the_judge_key_is_read_from_the_variable_the_config_names_never_stored(judge_server, monkeypatch):
     config = JudgeConfig(model="judge", base_url=judge_server.url, api_key_variable="JUDGE_TEST_KEY")
     assert judge_endpoint(config).api_key == "sk-judge"
     assert "sk-judge" not in TrainingConfig(model="m", set_name="s", judge=config).model_dump_json()

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from support.bundles import with_tools
+from support.patience import MOMENTS_S
 from support.scripts import call_text
 
 from worldsmith.agent.hf_policy import render_prompt
@@ -145,12 +146,18 @@ def make_trainer(
 
 
 @pytest.mark.unit
-def test_group_advantages_are_group_relative_and_skip_env_errors():
+def test_group_advantages_are_relative_to_their_group():
+    spread = 2**0.5 + 1e-4  # each group's own std (+ 1e-4)
+    assert group_advantages([1.0, -1.0, 1.0, 1.0], 2) == pytest.approx([1 / spread, -1 / spread, 0.0, 0.0])
+    assert group_advantages([1.0, 1.0, 1.0, 1.0], 4) == [0.0] * 4  # no spread, no signal
+    assert group_advantages([1.0, 0.0], 2, "none") == [0.5, -0.5]
+
+
+@pytest.mark.unit
+def test_an_env_error_rollout_gets_no_advantage_nor_moves_its_groups_baseline():
     advantages = group_advantages([1.0, 0.0, None, -1.0, 1.0, 1.0, 1.0, 1.0], 4)
     assert advantages[:4] == pytest.approx([1 / 1.0001, 0.0, 0.0, -1 / 1.0001])
-    assert advantages[4:] == [0.0] * 4  # no spread, no signal
     assert group_advantages([None, None], 2) == [0.0, 0.0]
-    assert group_advantages([1.0, 0.0], 2, "none") == [0.5, -0.5]
     with pytest.raises(ValueError, match="groups of 3"):
         group_advantages([1.0, 0.0], 3)
 
@@ -197,7 +204,7 @@ def test_batcher_waits_for_every_live_episode():
         t.start()
     batcher.serve()  # returns once every episode retired
     for t in threads:
-        t.join(timeout=10)
+        t.join(timeout=MOMENTS_S)
     # batches in index order, shrinking as episodes end, whatever the thread timing; the model
     # works only on the serving thread (the trainer's, which owns the CUDA device and any vLLM engine)
     assert seen == [[[0], [1], [2]], [[1], [2]], [[3]]]
@@ -234,7 +241,7 @@ def test_an_interrupted_batcher_fails_the_waiting_episodes_instead_of_hanging():
     with pytest.raises(KeyboardInterrupt):
         batcher.serve()
     for t in threads:
-        t.join(timeout=10)
+        t.join(timeout=MOMENTS_S)
     assert not any(t.is_alive() for t in threads)
     assert errors == ["rollouts stopped: KeyboardInterrupt"] * 4
 
@@ -296,7 +303,7 @@ def test_full_history_masks_exactly_the_tool_results(tiny_model, one_task, runti
     assert {r.rollout for r in trainer.last_rows} == {0, 1, 3}  # one row per scored rollout
 
 
-def test_three_steps_train_and_log_every_step(tiny_model, one_task, runtime, tmp_path):
+def test_each_of_three_training_steps_is_logged(tiny_model, one_task, runtime, tmp_path):
     trainer = make_trainer(tiny_model, one_task, runtime, tmp_path, steps=3)
     trainer.scripts = scripts_for(one_task)
     result = trainer.train()
@@ -305,7 +312,7 @@ def test_three_steps_train_and_log_every_step(tiny_model, one_task, runtime, tmp
     assert all(math.isfinite(entry["loss"]) and entry["reward"] == pytest.approx(0.0) for entry in logs)
 
 
-def test_lora_with_kl_trains_adapters_only_and_logs_kl(tiny_model, one_task, runtime, tmp_path):
+def test_lora_with_kl_trains_only_the_adapters_logging_the_kl(tiny_model, one_task, runtime, tmp_path):
     trainer = make_trainer(
         tiny_model,
         one_task,
@@ -540,7 +547,7 @@ def test_vllm_sampler_logprobs_become_trls_importance_correction(tiny_model, one
     assert logged["sampling/sampling_logp_difference/mean"] == pytest.approx(0.1, rel=1e-2)
 
 
-def test_a_model_failure_fails_the_step_and_is_never_scored(tiny_model, one_task, runtime, tmp_path):
+def test_a_model_failure_fails_the_step_before_any_scoring(tiny_model, one_task, runtime, tmp_path):
     """The model failing to generate (out of memory, say) is not the agent's failure: the step
     raises, naming it, before any reward or loss is computed."""
     trainer = make_trainer(tiny_model, one_task, runtime, tmp_path)

@@ -43,7 +43,7 @@ def test_a_full_history_configuration_survives_its_stored_form():
     assert TrainingConfig.model_validate_json(config.model_dump_json()) == config
 
 
-def test_json_schema_has_descriptions_enums_and_nested_fields():
+def test_the_json_schema_describes_each_field_with_its_constraints():
     schema = TrainingConfig.model_json_schema()
     properties = schema["properties"]
     assert properties["history"]["enum"] == ["windowed", "full"] and properties["profile"]["enum"] == [

@@ -36,15 +36,22 @@ def padded(lengths: list[tuple[int, int]], group: list[int]) -> int:
     return len(group) * (max(lengths[i][0] for i in group) + max(lengths[i][1] for i in group))
 
 
-def test_micro_batches_hold_every_row_once_longest_first_and_under_the_budget():
-    lengths = [(30, 5), (10, 2), (50, 40), (12, 3), (31, 4), (5, 1), (200, 10), (11, 2)]
-    groups = micro_batches(lengths, 100)
-    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+#: (prompt, completion) token lengths of eight rows; row 6 alone is longer than a budget of 100.
+LENGTHS = [(30, 5), (10, 2), (50, 40), (12, 3), (31, 4), (5, 1), (200, 10), (11, 2)]
+
+
+def test_micro_batches_hold_every_row_once():
+    groups = micro_batches(LENGTHS, 100)
+    assert sorted(i for g in groups for i in g) == list(range(len(LENGTHS)))
+
+
+def test_micro_batches_go_longest_first_within_the_budget():
+    groups = micro_batches(LENGTHS, 100)
     order = [i for g in groups for i in g]
-    assert [sum(lengths[i]) for i in order] == sorted((sum(x) for x in lengths), reverse=True)
+    assert [sum(LENGTHS[i]) for i in order] == sorted((sum(x) for x in LENGTHS), reverse=True)
     assert groups[0] == [6]  # longer than the budget: alone
-    assert all(padded(lengths, g) <= 100 for g in groups if len(g) > 1)
-    assert micro_batches(lengths, 10_000) == [order]  # everything fits: one pass
+    assert all(padded(LENGTHS, g) <= 100 for g in groups if len(g) > 1)
+    assert micro_batches(LENGTHS, 10_000) == [order]  # everything fits: one pass
 
 
 def test_processes_even_out_their_passes_by_halving_groups_then_adding_empty_ones():
@@ -147,12 +154,17 @@ def test_a_token_budget_too_large_is_refused_with_one_that_fits():
     assert check_fits(fitting, QWEN3_4B.params, 139 * GIB, QWEN3_4B).peak <= 0.9 * 139 * GIB
 
 
-def test_memory_grows_with_the_token_budget_and_the_guessed_shape_errs_on_the_safe_side():
-    small, large = (
-        TrainingConfig(model="m", set_name="s", profile="gpu", max_tokens_per_micro_batch=n) for n in (8192, 65536)
-    )
+def _gpu_config(max_tokens_per_micro_batch: int) -> TrainingConfig:
+    return TrainingConfig(model="m", set_name="s", profile="gpu", max_tokens_per_micro_batch=max_tokens_per_micro_batch)
+
+
+def test_memory_grows_with_the_token_budget():
+    small, large = _gpu_config(8192), _gpu_config(65536)
     assert estimate_memory(large, QWEN3_4B, 139 * GIB).peak > estimate_memory(small, QWEN3_4B, 139 * GIB).peak
-    guessed = ModelShape.from_params(QWEN3_4B.params)
+
+
+def test_a_model_shape_guessed_from_its_size_errs_on_the_safe_side():
+    large, guessed = _gpu_config(65536), ModelShape.from_params(QWEN3_4B.params)
     assert estimate_memory(large, guessed, 139 * GIB).peak >= estimate_memory(large, QWEN3_4B, 139 * GIB).peak
 
 

@@ -32,7 +32,7 @@ def rollout(world: str, verdict: str, reward: float | None) -> Trajectory:
     )  # fmt: skip
 
 
-def test_real_and_imagined_rewards_are_logged_apart():
+def test_real_rewards_are_logged_apart_from_imagined_ones():
     imagined = "simulated:hf:wm"
     step = [
         rollout("real", "complete", 1.0),

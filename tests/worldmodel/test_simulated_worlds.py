@@ -45,8 +45,9 @@ def retail():
     return procedural_bundle("retail", 3)
 
 
-@pytest.mark.unit
-def test_predicted_diffs_are_applied_part_by_part_and_bad_parts_named():
+def _applied_prediction() -> tuple[list[tuple], list[str]]:
+    """A predicted diff with sound and unsound parts applied to a three-order database: its orders
+    after, and the problems named."""
     conn = sqlite3.connect(":memory:", isolation_level=None)
     conn.executescript(
         "CREATE TABLE orders (id INTEGER PRIMARY KEY, status TEXT NOT NULL, note TEXT);"
@@ -68,11 +69,22 @@ def test_predicted_diffs_are_applied_part_by_part_and_bad_parts_named():
             'orders" ; DROP TABLE orders; --': {"deleted": [{"id": 3}]},
         },
     )
-    assert conn.execute("SELECT id, status FROM orders ORDER BY id").fetchall() == [
+    return conn.execute("SELECT id, status FROM orders ORDER BY id").fetchall(), problems
+
+
+@pytest.mark.unit
+def test_a_predicted_diff_applies_each_sound_part():
+    orders, _ = _applied_prediction()
+    assert orders == [
         (1, "paid"),
         (3, "paid"),
         (4, "new"),
     ]
+
+
+@pytest.mark.unit
+def test_a_predicted_diff_names_each_part_it_could_not_apply():
+    _, problems = _applied_prediction()
     assert problems == [
         "orders: update {'id': 99}: no such row",
         "orders: update names no column",
@@ -118,7 +130,7 @@ def test_the_code_world_model_reproduces_real_episodes(golden, retail, runtime):
     assert code.stats.calls > 0 and code.stats.as_dict()["invalid_rate"] == 0.0
 
 
-def test_a_static_world_model_changes_nothing_and_the_real_verifier_judges_it(retail, runtime):
+def test_a_static_world_model_changes_nothing_for_the_real_verifier_to_see(retail, runtime):
     static = SimulatedRuntime(runtime, SimulationConfig(world_model="static"))
     writing = [t for t in retail.tasks if run_episode(runtime, retail, t, ReferencePolicy()).steps[-1].diff]
     assert writing
@@ -148,7 +160,7 @@ class Scripted:
         return self.answers.pop(0)
 
 
-def test_uncertain_invalid_and_failing_world_models_stop_the_episode(retail, runtime):
+def test_a_world_model_that_is_uncertain_invalid_or_failing_stops_the_episode(retail, runtime):
     task = next(t for t in retail.tasks if len(t.solution) >= 3)
     good = Prediction(observation=Observation(status="ok", value={"id": 1}), diff={})
     other = Prediction(observation=Observation(status="ok", value={"id": 2}), diff={})
@@ -251,7 +263,7 @@ def test_a_local_causal_lm_simulates_deterministically_across_threads(golden, ru
 
 
 @pytest.mark.unit
-def test_real_groups_take_exactly_their_share_and_come_first():
+def test_real_groups_take_exactly_their_share_from_the_first_group_on():
     for share in (0.0, 0.2, 0.25, 0.5, 1 / 3, 1.0):
         picks = [real_group(i, share) for i in range(60)]
         assert [sum(picks[:n]) for n in range(1, 61)] == [math.ceil(n * share - 1e-9) for n in range(1, 61)]
@@ -267,7 +279,7 @@ def retail_set(home):
 
 
 @pytest.mark.flow
-def test_simulated_evaluation_through_the_flow_and_the_cli(prefect_api, retail_set):
+def test_simulated_evaluation_runs_through_the_flow_as_through_the_cli(prefect_api, retail_set):
     from worldsmith.flows.evaluate import evaluate
     from worldsmith.tasks.parameters import EvaluateParameters
 
@@ -292,7 +304,7 @@ def test_simulated_evaluation_through_the_flow_and_the_cli(prefect_api, retail_s
 
 
 @pytest.mark.flow
-def test_simulated_training_mixes_real_and_imagined_groups(prefect_api, retail_set):
+def test_simulated_training_mixes_imagined_groups_among_real_ones(prefect_api, retail_set):
     from worldsmith.flows.train import train
     from worldsmith.training.config import TrainingConfig
 
@@ -319,7 +331,7 @@ def test_simulated_training_mixes_real_and_imagined_groups(prefect_api, retail_s
 
 
 @pytest.mark.flow
-def test_cotraining_rounds_run_and_record_their_metrics(prefect_api, home):
+def test_each_cotraining_round_records_its_metrics(prefect_api, home):
     """Two rounds on a small procedural world with a warmed-up tiny policy: real rollouts, a tiny
     world model trained on them (round 2 continues round 1's and is first scored on round 2's fresh
     transitions), GRPO with imagined and real rollout groups, a real evaluation; each round's

@@ -77,7 +77,7 @@ def test_transitions_replay_every_call_with_env_disjoint_splits(worlds, trajecto
     )
 
 
-def test_oracle_scores_are_perfect_and_compound_error_zero(transitions):
+def test_the_oracle_world_model_scores_perfectly(transitions):
     report = evaluate_world_model(OracleWorldModel(), transitions, k=4, samples=2)
     one = report.one_step
     assert (one.observation_exact, one.outcome_agreement, one.invalid_rate) == (1.0, 1.0, 0.0)
