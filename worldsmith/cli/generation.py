@@ -25,6 +25,11 @@ def generate_command(fields: ConfigValues) -> None:
     """Generate environments with the `generate` flow (configured Prefect API, or an ephemeral local one)."""
     # refused in one line (a replay:DIR without a recording...) before Prefect starts, by the root handler
     params = GenerateParameters.model_validate(fields)
+    if params.resolved_backend() == "openai":  # an endpoint that cannot answer: one line, before any work
+        from worldsmith.llm.endpoint_check import check_endpoint, configured_endpoint
+
+        model_setting = "--model" if params.model else "WORLDSMITH_LLM_MODEL"
+        check_endpoint(configured_endpoint("the model endpoint", params.model, model_setting))
     from worldsmith.flows.generate import TooFewGoodWorlds, run_generate
 
     ended: Exception | None = None  # the run ended Failed: its one line, after the progress bar and table

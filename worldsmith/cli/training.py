@@ -147,16 +147,14 @@ def _check_set(name: str, split: str) -> None:
 @config_command(TRAIN_OPTIONS)
 def train_command(fields: ConfigValues, as_json: JsonOption = False) -> None:
     """Train a policy with multi-turn GRPO on an environment set (the `train` flow); stores a training run."""
-    from worldsmith.flows.train import train
+    from worldsmith.flows.train import check_can_train, train
 
     # a bad value is answered in one line by the root handler (cli/console.AnsweringGroup)
     config = TrainingConfig.model_validate(fields)
-    check_machine(config)  # one line before the flow starts (MachineUnfit, UserFixable: the root handler)
+    # one line before the flow starts (UserFixable, by the root handler): the machine, the other nodes'
+    # deployment, the judge's endpoint
+    check_can_train(config)
     _check_set(config.set_name, config.split)
-    if config.nodes > 1:  # the other nodes' deployment (LaunchFailed, UserFixable: the root handler)
-        from worldsmith.flows.train_node import default_node_launcher
-
-        default_node_launcher()
     _report_training(config, _flow_result(lambda: train(config, progress=not as_json), as_json))
 
 
