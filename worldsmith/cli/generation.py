@@ -10,6 +10,7 @@ from rich.table import Table
 
 from worldsmith.cli.config_options import ConfigValues, config_command, options_for
 from worldsmith.cli.console import console, failure
+from worldsmith.cli.run_log import flow_logs
 from worldsmith.runtime.answers import one_line
 from worldsmith.tasks.parameters import GenerateParameters
 
@@ -34,7 +35,7 @@ def generate_command(fields: ConfigValues) -> None:
 
     ended: Exception | None = None  # the run ended Failed: its one line, after the progress bar and table
     # stdout stays the real one: Prefect serialises the run context for Dask workers
-    with Progress(console=console, redirect_stdout=False, redirect_stderr=False) as progress:
+    with flow_logs("generate"), Progress(console=console, redirect_stdout=False, redirect_stderr=False) as progress:
         bar = progress.add_task(f"generating environments ({params.resolved_backend()})", total=params.count)
         try:
             results = run_generate(params, on_progress=lambda summary: progress.advance(bar))

@@ -22,6 +22,7 @@ from rich.table import Table
 
 from worldsmith.cli.config_options import UNSET, ConfigValues, config_command, option_for, options_for
 from worldsmith.cli.console import console, refusals, say
+from worldsmith.cli.run_log import flow_logs
 from worldsmith.training.config import TINY, CotrainConfig, TrainingConfig
 from worldsmith.training.memory import check_cuda, check_machine
 
@@ -92,13 +93,13 @@ COTRAIN_OPTIONS = [
 ]
 
 
-def _flow_result(run: Callable[[], Record], as_json: bool) -> Record | None:
-    """Run a training flow for a command: a ValueError (a model that is not on this machine, a set
+def _flow_result(command: str, run: Callable[[], Record], as_json: bool) -> Record | None:
+    """Run a training flow for `command`, its Prefect log lines in a log file (cli/run_log.py): a ValueError (a model that is not on this machine, a set
     without tasks) or a catalog refusal exits 2 with its message; with --json the record is printed
     and None returned."""
     from worldsmith.storage.publish import CatalogError
 
-    with refusals(ValueError, CatalogError):
+    with refusals(ValueError, CatalogError), flow_logs(command):
         result = run()
     if as_json:
         print(json.dumps(result.model_dump(mode="json"), indent=2, default=str))
@@ -155,7 +156,7 @@ def train_command(fields: ConfigValues, as_json: JsonOption = False) -> None:
     # deployment, the judge's endpoint
     check_can_train(config)
     _check_set(config.set_name, config.split)
-    _report_training(config, _flow_result(lambda: train(config, progress=not as_json), as_json))
+    _report_training(config, _flow_result("train", lambda: train(config, progress=not as_json), as_json))
 
 
 @app.command("resume")
@@ -170,7 +171,7 @@ def resume_command(
     with refusals(ValueError):
         config = stored_config(run_id)
     check_machine(config)
-    _report_training(config, _flow_result(lambda: resume_training(run_id, progress=not as_json), as_json))
+    _report_training(config, _flow_result("resume", lambda: resume_training(run_id, progress=not as_json), as_json))
 
 
 @app.command("cotrain")
@@ -186,7 +187,7 @@ def cotrain_command(fields: ConfigValues, as_json: JsonOption = False) -> None:
     check_machine(config.policy)
     check_cuda(config.world_model.profile)
     _check_set(config.policy.set_name, config.policy.split)
-    result = _flow_result(lambda: cotrain(config, progress=not as_json), as_json)
+    result = _flow_result("cotrain", lambda: cotrain(config, progress=not as_json), as_json)
     if result is None:
         return
     table = Table(title=f"co-training run {result.run_id} on {config.policy.set_name}")
