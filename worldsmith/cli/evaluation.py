@@ -52,7 +52,7 @@ def eval_command(
     preflight(params.policy)
     with (
         refusals(),
-        flow_logs("eval"),
+        flow_logs("eval", announce=not as_json),
         console.status(f"evaluating {params.policy} on {params.set_name}", spinner="dots"),
     ):
         result = run_evaluate(params)

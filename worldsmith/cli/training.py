@@ -99,7 +99,7 @@ def _flow_result(command: str, run: Callable[[], Record], as_json: bool) -> Reco
     and None returned."""
     from worldsmith.storage.publish import CatalogError
 
-    with refusals(ValueError, CatalogError), flow_logs(command):
+    with refusals(ValueError, CatalogError), flow_logs(command, announce=not as_json):
         result = run()
     if as_json:
         print(json.dumps(result.model_dump(mode="json"), indent=2, default=str))
