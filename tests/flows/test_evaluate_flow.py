@@ -139,14 +139,19 @@ def test_an_unreachable_policy_is_refused_before_the_run(env_set, monkeypatch):
 def test_an_endpoint_failing_mid_run_fails_the_run_not_the_agent(prefect_api, env_set, monkeypatch):
     """The endpoint answers the preflight's model listing but refuses every completion (401): the run
     fails with one line naming the key's setting; no episode is scored as agent_error."""
+    from support.console_capture import prefect_console
     from support.llm_server import ScriptedLLM, error_reply
 
+    terminal = prefect_console(monkeypatch)
     llm = ScriptedLLM([error_reply(401) for _ in range(64)])
     with llm.serve() as server:
         monkeypatch.setenv("WORLDSMITH_LLM_BASE_URL", f"{server.url}/v1")
         get_settings.cache_clear()
         result = CliRunner().invoke(app, ["eval", "--set", env_set, "--policy", "openai:some-model"])
     assert result.exit_code == 1 and "refused the API key" in result.output.splitlines()[-1]
+    # quiet: the log file's name and the one line, not the 401 once per task (Prefect's lines: the log file)
+    assert len(result.output.strip().splitlines()) == 2 and result.output.startswith("log: "), result.output
+    assert terminal.getvalue() == ""
     assert "WORLDSMITH_LLM_API_KEY" in result.output
     with open_catalog().session() as session:
         (run,) = session.exec(select(EvaluationRun)).all()

@@ -90,8 +90,10 @@ async def until_hung_up(request: Request) -> None:
 class ScriptedLLM:
     """The server's state: a queue of replies (the last one repeats) and the requests seen."""
 
-    def __init__(self, replies: list[Reply] | None = None):
+    def __init__(self, replies: list[Reply] | None = None, models: list[str] | Reply | None = None):
         self.replies = list(replies or [])
+        #: GET /v1/models: these models listed, this reply (an HTTP error), or 404 (no listing) when None
+        self.models = models
         self.requests: list[dict[str, Any]] = []
         self.times: list[float] = []
         self.in_flight = self.peak_in_flight = 0  # counted on the server's one event loop
@@ -171,6 +173,15 @@ class ScriptedLLM:
             }
         )
 
+    async def listing(self, request: Request) -> JSONResponse:
+        """The model listing (`models`), its scripted error, or 404 when there is none."""
+        if isinstance(self.models, Reply):
+            return await self._answer(request, {}, self.models)
+        if self.models is None:
+            return JSONResponse({"error": {"message": "no model listing", "type": "invalid_request_error"}}, 404)
+        data = [{"id": m, "object": "model", "created": 0, "owned_by": "tests"} for m in self.models]
+        return JSONResponse({"object": "list", "data": data})
+
     async def embeddings(self, request: Request) -> JSONResponse:
         """Bag-of-words vectors over a fixed hashed vocabulary: similar texts get similar vectors."""
         import hashlib
@@ -198,6 +209,7 @@ class ScriptedLLM:
             routes=[
                 Route("/v1/chat/completions", self.completions, methods=["POST"]),
                 Route("/v1/embeddings", self.embeddings, methods=["POST"]),
+                Route("/v1/models", self.listing, methods=["GET"]),
             ]
         )
 

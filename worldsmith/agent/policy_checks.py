@@ -9,56 +9,36 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from worldsmith.failures import UserFixable
-from worldsmith.settings import get_settings
+from worldsmith.llm.endpoint_check import (
+    Endpoint,
+    EndpointUnavailable,
+    check_endpoint,
+    configured_endpoint,
+    endpoint_problem,
+)
 
-PREFLIGHT_TIMEOUT_S = 10.0
 
-
-class PolicyUnavailable(UserFixable):
+class PolicyUnavailable(EndpointUnavailable):
     """The policy's model cannot answer (endpoint down, key refused, no such model); the message names the fix."""
 
-    exit_code = 1
+
+def policy_endpoint(model: str) -> Endpoint:
+    """The configured endpoint (WORLDSMITH_LLM_*) as policy `openai:<model>` uses it."""
+    return configured_endpoint("the policy endpoint", model, model_setting="the model of --policy")
 
 
 def endpoint_failure(exc: BaseException, model: str) -> PolicyUnavailable | None:
     """`exc` of the openai client as PolicyUnavailable when it is the infrastructure's failure
     (connection, timeout, key, missing model, server error after the client's retries), else None."""
-    import openai
-
-    base_url = get_settings().llm_base_url or "the OpenAI API"
-    if isinstance(exc, openai.AuthenticationError | openai.PermissionDeniedError):
-        return PolicyUnavailable(f"the policy endpoint {base_url} refused the API key; set WORLDSMITH_LLM_API_KEY")
-    if isinstance(exc, openai.NotFoundError):
-        return PolicyUnavailable(f"the policy endpoint {base_url} has no model {model!r}; check the model name")
-    if isinstance(exc, openai.APIConnectionError):  # includes timeouts
-        return PolicyUnavailable(
-            f"the policy endpoint {base_url} cannot be reached ({type(exc).__name__}); "
-            "start it or set WORLDSMITH_LLM_BASE_URL"
-        )
-    if isinstance(exc, openai.InternalServerError | openai.RateLimitError):
-        return PolicyUnavailable(f"the policy endpoint {base_url} keeps failing ({exc.status_code}); retry later")
-    return None
+    problem = endpoint_problem(exc, policy_endpoint(model))
+    return None if problem is None else PolicyUnavailable(problem)
 
 
 def _check_endpoint(model: str) -> None:
-    import openai
-
-    settings = get_settings()
-    client = openai.OpenAI(
-        base_url=settings.llm_base_url,
-        api_key=settings.llm_key() or "not-needed",
-        timeout=PREFLIGHT_TIMEOUT_S,
-        max_retries=1,
-    )
     try:
-        client.models.list()
-    except openai.NotFoundError:  # an endpoint without a model listing: reachable, and that is what we can know
-        return
-    except openai.APIError as exc:
-        failure = endpoint_failure(exc, model)
-        if failure is not None:
-            raise failure from None
+        check_endpoint(policy_endpoint(model))
+    except EndpointUnavailable as exc:
+        raise PolicyUnavailable(str(exc)) from None
 
 
 def _looks_like_path(target: str) -> bool:

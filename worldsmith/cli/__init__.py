@@ -35,6 +35,7 @@ from worldsmith.cli import (
     wm,
 )
 from worldsmith.cli.console import AnsweringGroup, quiet_expected_failures
+from worldsmith.cli.run_log import VERBOSE
 from worldsmith.ops.stack import Stack
 from worldsmith.settings import get_settings
 
@@ -62,9 +63,15 @@ def _defaults(
             "--version", callback=_print_version, is_eager=True, help="Print the version of worldsmith and exit."
         ),
     ] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option("--verbose", help="Show the flow runs' log lines on the terminal (always in the log file named)."),
+    ] = False,
 ) -> None:
     """Keep Prefect's local state under WORLDSMITH_HOME and its analytics off unless configured; use the
-    local stack's Prefect server when `worldsmith up` started one and no PREFECT_API_URL is set."""
+    local stack's Prefect server when `worldsmith up` started one and no PREFECT_API_URL is set. Without
+    `--verbose`, Prefect's log lines of a command's flow runs go to a log file only (cli/run_log.py)."""
+    VERBOSE["on"] = verbose
     quiet_expected_failures()  # a flow run's expected failure: its one line, not Prefect's traceback
     home = get_settings().ensure_home()  # a new home at the default place is announced on stderr
     if "PREFECT_HOME" not in os.environ:

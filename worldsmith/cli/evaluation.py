@@ -13,6 +13,7 @@ from rich.table import Table
 from worldsmith.agent.policy_checks import preflight
 from worldsmith.cli.config_options import ConfigValues, config_command, options_for
 from worldsmith.cli.console import console, refusals, say
+from worldsmith.cli.run_log import flow_logs
 from worldsmith.tasks.parameters import EvaluateParameters
 
 app = typer.Typer()
@@ -49,7 +50,11 @@ def eval_command(
     # an endpoint that is down or a model path that holds no model is refused before the run, and an endpoint
     # failing during it ends the run (PolicyUnavailable: one line, exit 1, by the root handler): not the agent
     preflight(params.policy)
-    with refusals(), console.status(f"evaluating {params.policy} on {params.set_name}", spinner="dots"):
+    with (
+        refusals(),
+        flow_logs("eval", announce=not as_json),
+        console.status(f"evaluating {params.policy} on {params.set_name}", spinner="dots"),
+    ):
         result = run_evaluate(params)
     if as_json:
         print(json.dumps(result.model_dump(mode="json"), indent=2, default=str))

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from worldsmith.cli.config_options import ConfigValues, config_command, options_for
 from worldsmith.cli.console import console, failure
+from worldsmith.cli.run_log import flow_logs
 from worldsmith.runtime.answers import one_line
 from worldsmith.tasks.parameters import GenerateParameters
 
@@ -33,13 +34,18 @@ def generate_command(fields: ConfigValues) -> None:
     """Generate environments with the `generate` flow (configured Prefect API, or an ephemeral local one)."""
     # refused in one line (a replay:DIR without a recording...) before Prefect starts, by the root handler
     params = GenerateParameters.model_validate(fields)
+    if params.resolved_backend() == "openai":  # an endpoint that cannot answer: one line, before any work
+        from worldsmith.llm.endpoint_check import check_endpoint, configured_endpoint
+
+        model_setting = "--model" if params.model else "WORLDSMITH_LLM_MODEL"
+        check_endpoint(configured_endpoint("the model endpoint", params.model, model_setting))
     from worldsmith.flows.generate import TooFewGoodWorlds, run_generate
     from worldsmith.flows.interruption import Interrupted
 
     ended: Exception | None = None  # the run ended Failed: its one line, after the progress bar and table
     stopped: Interrupted | None = None  # the run was stopped by a signal: its one line, after the progress bar
     # stdout stays the real one: Prefect serialises the run context for Dask workers
-    with Progress(console=console, redirect_stdout=False, redirect_stderr=False) as progress:
+    with flow_logs("generate"), Progress(console=console, redirect_stdout=False, redirect_stderr=False) as progress:
         bar = progress.add_task(f"generating environments ({params.resolved_backend()})", total=params.count)
         try:
             results = run_generate(params, on_progress=lambda summary: progress.advance(bar))

@@ -24,6 +24,7 @@ from rich.table import Table
 
 from worldsmith.cli.config_options import UNSET, ConfigValues, config_command, option_for, options_for
 from worldsmith.cli.console import console, failure, refusals, say
+from worldsmith.cli.run_log import flow_logs
 from worldsmith.training.config import TINY, CotrainConfig, TrainingConfig
 from worldsmith.training.memory import check_cuda, check_machine
 
@@ -94,13 +95,13 @@ COTRAIN_OPTIONS = [
 ]
 
 
-def _flow_result(run: Callable[[], Record], as_json: bool) -> Record | None:
-    """Run a training flow for a command: a ValueError (a model that is not on this machine, a set
+def _flow_result(command: str, run: Callable[[], Record], as_json: bool) -> Record | None:
+    """Run a training flow for `command`, its Prefect log lines in a log file (cli/run_log.py): a ValueError (a model that is not on this machine, a set
     without tasks) or a catalog refusal exits 2 with its message; with --json the record is printed
     and None returned."""
     from worldsmith.storage.publish import CatalogError
 
-    with refusals(ValueError, CatalogError):
+    with refusals(ValueError, CatalogError), flow_logs(command, announce=not as_json):
         result = run()
     if as_json:
         print(json.dumps(result.model_dump(mode="json"), indent=2, default=str))
@@ -160,18 +161,16 @@ def _check_set(name: str, split: str) -> None:
 @config_command(TRAIN_OPTIONS)
 def train_command(fields: ConfigValues, as_json: JsonOption = False) -> None:
     """Train a policy with multi-turn GRPO on an environment set (the `train` flow); stores a training run."""
-    from worldsmith.flows.train import train
+    from worldsmith.flows.train import check_can_train, train
 
     # a bad value is answered in one line by the root handler (cli/console.AnsweringGroup)
     config = TrainingConfig.model_validate(fields)
-    check_machine(config)  # one line before the flow starts (MachineUnfit, UserFixable: the root handler)
     _check_model_path(config.model)
+    # one line before the flow starts (UserFixable, by the root handler): the machine, the other nodes'
+    # deployment, the judge's endpoint
+    check_can_train(config)
     _check_set(config.set_name, config.split)
-    if config.nodes > 1:  # the other nodes' deployment (LaunchFailed, UserFixable: the root handler)
-        from worldsmith.flows.train_node import default_node_launcher
-
-        default_node_launcher()
-    _report_training(config, _flow_result(lambda: train(config, progress=not as_json), as_json))
+    _report_training(config, _flow_result("train", lambda: train(config, progress=not as_json), as_json))
 
 
 @app.command("resume")
@@ -186,7 +185,7 @@ def resume_command(
     with refusals(ValueError):
         config = stored_config(run_id)
     check_machine(config)
-    _report_training(config, _flow_result(lambda: resume_training(run_id, progress=not as_json), as_json))
+    _report_training(config, _flow_result("resume", lambda: resume_training(run_id, progress=not as_json), as_json))
 
 
 @app.command("cotrain")
@@ -204,7 +203,7 @@ def cotrain_command(fields: ConfigValues, as_json: JsonOption = False) -> None:
     _check_model_path(config.policy.model)
     _check_model_path(config.world_model.model, "--world-model")
     _check_set(config.policy.set_name, config.policy.split)
-    result = _flow_result(lambda: cotrain(config, progress=not as_json), as_json)
+    result = _flow_result("cotrain", lambda: cotrain(config, progress=not as_json), as_json)
     if result is None:
         return
     table = Table(title=f"co-training run {result.run_id} on {config.policy.set_name}")

@@ -14,7 +14,8 @@ is not published again (reported as `duplicate`).
 
 One world's failure never fails the run: a stage out of attempts or an unexpected exception fails
 that world only (recorded, published as failed with its partial artifacts and reason). Only a fatal
-(run-wide) fault stops the run. After the summary artifacts, a run whose share of good worlds is
+(run-wide) fault, or the scenario stage failing (before any world exists: `ScenarioStageFailed`), stops
+the run, Failed with one line. After the summary artifacts, a run whose share of good worlds is
 below `min_good_share` ends Failed (raising `TooFewGoodWorlds` in the caller), so Prefect can alert.
 """
 
@@ -84,6 +85,25 @@ class TooFewGoodWorlds(WorldsmithError):
         return type(self), (str(self), self.results)  # the results survive a trip through a result store
 
 
+class ScenarioStageFailed(WorldsmithError):
+    """The scenario stage failed after its attempts (answers that are no scenarios, an endpoint failing
+    through its retries): no world exists yet to fail alone, so the run ends Failed with this one line
+    (run-wide, like a fatal fault)."""
+
+    fatal = True
+
+
+def expand_or_fail(params: GenerateParameters, run_id: str, seeds: list[Scenario]) -> list[Scenario]:
+    """The run's new scenarios (the `scenario` stage task); a failure of the stage that is not a fatal
+    fault as `ScenarioStageFailed`, its one line naming the stage and why."""
+    try:
+        return resumable(new_scenarios)(params, run_id, seeds)
+    except Exception as exc:
+        if getattr(exc, "fatal", False):
+            raise
+        raise ScenarioStageFailed(one_line(f"the scenario stage failed, no world was built: {exc}")) from exc
+
+
 @task(name="build-environment", retries=2, retry_condition_fn=transient_only, task_run_name="build-{scenario.name}")
 def build_and_publish(params: GenerateParameters, run_id: str, scenario: Scenario) -> WorldOutcome | State:
     """One environment: its stages built (`build_world`), then published: good, failed with its reason
@@ -145,7 +165,7 @@ def generate(params: GenerateParameters = GenerateParameters()) -> list[WorldOut
     seeds = load_scenarios(params.scenario_file)
     warming = warm_imports(wait=params.backend != "openai")
     try:
-        scenarios = resumable(new_scenarios)(params, run_id, seeds)
+        scenarios = expand_or_fail(params, run_id, seeds)
         warming.join()
         log_scenario_repairs(get_run_logger(), run_id)
         futures = [build_and_publish.submit(params, run_id, scenario) for scenario in scenarios if not STOP.requested]

@@ -255,9 +255,9 @@ def check_can_train(config: TrainingConfig) -> None:
 
         default_node_launcher()
     if config.reward != "verifier":
-        from worldsmith.training.judged_reward import judge_endpoint
+        from worldsmith.training.judged_reward import check_judge
 
-        judge_endpoint(config.judge)
+        check_judge(config.judge)
 
 
 def validation_before(

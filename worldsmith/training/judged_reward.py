@@ -95,6 +95,31 @@ def judge_endpoint(config: JudgeConfig) -> Endpoint:
     return Endpoint(model, config.base_url or settings.llm_base_url, key, settings.llm_prices.get(model, {}))
 
 
+def check_judge(config: JudgeConfig) -> None:
+    """Before a judged run: the judge's endpoint (`judge_endpoint`) asked once whether it can answer
+    (llm/endpoint_check.py); EndpointUnavailable naming the URL and the setting to fix when not."""
+    from worldsmith.llm.endpoint_check import Endpoint as Checked
+    from worldsmith.llm.endpoint_check import check_endpoint
+
+    endpoint = judge_endpoint(config)
+    if config.api_key_variable:
+        key_setting = config.api_key_variable
+    elif config.api_key_block:
+        key_setting = f"the Prefect Secret block {config.api_key_block} (judge.api_key_block)"
+    else:
+        key_setting = "judge.api_key_variable" if config.base_url else "WORLDSMITH_LLM_API_KEY"
+    checked = Checked(
+        "the judge endpoint",
+        endpoint.base_url,
+        endpoint.api_key,
+        endpoint.model,
+        base_url_setting="judge.base_url" if config.base_url else "WORLDSMITH_LLM_BASE_URL",
+        key_setting=key_setting,
+        model_setting="judge.model" if config.model else "WORLDSMITH_LLM_MODEL",
+    )
+    check_endpoint(checked)
+
+
 @dataclass
 class Ruling:
     """A judge's ruling on one rollout (`verdict` None: the judge failed) and what it cost."""
