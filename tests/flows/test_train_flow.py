@@ -106,10 +106,10 @@ def test_cli_train_refuses_what_cannot_run_naming_why(prefect_api, train_set, tm
     refused = runner.invoke(app, ["train", "--set", train_set, "--history", "full", "--window", "2"])
     assert refused.exit_code == 2 and "window applies to history='windowed' only" in refused.output
     no_model = runner.invoke(app, ["train", "--set", train_set, "--model", str(tmp_path / "nowhere"), "--steps", "1"])
-    assert (
-        no_model.exit_code != 0
-        and "is neither a model directory nor in the local Hugging Face cache" in no_model.output
-    )
+    assert no_model.exit_code == 2 and no_model.output.splitlines() == [
+        f"--model {tmp_path / 'nowhere'}: does not exist; give a model directory, an id in the local Hugging Face "
+        "cache, or tiny"
+    ]
     if not torch.cuda.is_available():
         no_gpu = runner.invoke(app, ["train", "--set", train_set, "--profile", "gpu", "--steps", "1"])
         assert no_gpu.exit_code == 2 and "profile 'gpu' needs a CUDA device" in no_gpu.output

@@ -18,12 +18,12 @@ import textwrap
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 from support.bundles import with_tools
 from support.limits import FAST_LIMITS, ISOLATIONS, PATIENT_LIMITS, code_process, isolated
 from support.paths import REPO
 from support.patience import MOMENTS_S, PROCESS_S, wait_until
+from support.processes import kill_worker
 
 from worldsmith.bundle import sqlscript
 from worldsmith.bundle.contract import Bundle, artifact_digest
@@ -325,11 +325,7 @@ def test_a_write_drawn_from_random_replays_exactly_on_a_fresh_worker(runtime, ra
     with runtime.open_episode(random_tools) as episode:
         assert episode.call_tool("save_draw").ok
         value = episode.call_tool("saved").value
-        worker = episode._worker.process
-        descendants = psutil.Process(worker.pid).children(recursive=True)  # its template, episode processes
-        worker.kill()
-        worker.wait()
-        psutil.wait_procs(descendants)  # they die with it, one parent-death signal after another
+        kill_worker(episode._worker.process)
         assert episode.call_tool("saved").value == value and episode.relocations == 1
 
 

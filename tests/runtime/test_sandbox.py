@@ -17,6 +17,7 @@ from support.bundles import with_tools
 from support.limits import FAST_LIMITS, ISOLATIONS, PATIENT_LIMITS, code_process, isolated
 from support.paths import REPO
 from support.patience import PROCESS_S
+from support.processes import kill_worker
 
 from worldsmith.bundle.contract import artifact_digest
 from worldsmith.runtime.episode import Runtime
@@ -233,9 +234,7 @@ def test_other_episodes_survive_a_killed_worker(hostile_runtime, hostile_bundle)
     try:
         for i, episode in enumerate(episodes):
             assert episode.call_tool("update_customer_email", {"customer_id": 3, "email": f"s{i}@example.com"}).ok
-        killed = hostile_runtime.pool.workers()[0].process
-        killed.kill()  # e.g. the OOM killer
-        killed.wait()  # gone, and its episode processes with it (they could answer until then)
+        kill_worker(hostile_runtime.pool.workers()[0].process)  # e.g. the OOM killer
         for i, episode in enumerate(episodes):
             assert episode.call_tool("get_customer", {"customer_id": 3}).value["email"] == f"s{i}@example.com"
             assert episode.relocations == 1

@@ -165,10 +165,10 @@ def train_command(fields: ConfigValues, as_json: JsonOption = False) -> None:
 
     # a bad value is answered in one line by the root handler (cli/console.AnsweringGroup)
     config = TrainingConfig.model_validate(fields)
-    _check_model_path(config.model)
     # one line before the flow starts (UserFixable, by the root handler): the machine, the other nodes'
     # deployment, the judge's endpoint
     check_can_train(config)
+    _check_model_path(config.model)
     _check_set(config.set_name, config.split)
     _report_training(config, _flow_result("train", lambda: train(config, progress=not as_json), as_json))
 
