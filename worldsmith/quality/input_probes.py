@@ -10,11 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from worldsmith.bundle.contract import Bundle
-from worldsmith.jsonvalue import JsonObject
 from worldsmith.quality.boundary_inputs import BoundaryCall, boundary_calls, entity_tables, nulled_world
 from worldsmith.quality.probe_results import Probe, ProbeFailure, ProbeResult
 from worldsmith.quality.probes import excerpt
-from worldsmith.quality.tool_calls import CallOutcome, Prober
+from worldsmith.quality.tool_calls import CallOutcome, Prober, reference_arguments
 from worldsmith.quality.tool_inputs import distinct, tool_inputs
 from worldsmith.quality.tool_tables import named_tables
 from worldsmith.quality.world_values import WorldValues
@@ -70,10 +69,7 @@ def boundary_probes(
     values = WorldValues(bundle.world, budget.values_per_parameter)
     tools = [t for t in bundle.tools if t.name not in skip]
     named = {t.name: named_tables(t, values.tables) for t in tools}
-    references: dict[str, list[JsonObject]] = {}
-    for task in bundle.tasks:
-        for step in task.solution:
-            references.setdefault(step.tool, []).append(dict(step.arguments))
+    references = reference_arguments(bundle)
     nulled = nulled_world(bundle.world, values, entity_tables(tools, values, named))
     results: list[ProbeResult] = []
     with runtime.open_episode(bundle) as episode, runtime.open_episode(bundle) as null_episode:

@@ -133,6 +133,15 @@ class References:
     refused: dict[str, RefusedStep] = field(default_factory=dict)
 
 
+def reference_arguments(bundle: Bundle) -> dict[str, list[JsonObject]]:
+    """The arguments each tool is called with in the tasks' reference solutions, by tool name."""
+    arguments: dict[str, list[JsonObject]] = {}
+    for task in bundle.tasks:
+        for step in task.solution:
+            arguments.setdefault(step.tool, []).append(dict(step.arguments))
+    return arguments
+
+
 def replay_references(prober: Prober, bundle: Bundle) -> References:
     """Replay every task's reference solution on `prober`'s episode, each from the pristine database."""
     found = References()

@@ -19,6 +19,7 @@ from worldsmith.jsonvalue import JsonObject
 from worldsmith.models.results import ToolResult
 from worldsmith.quality.probe_results import Probe, ProbeFailure, ProbeResult
 from worldsmith.quality.probes import REPLAY_CLOCK_SKEW_S, excerpt
+from worldsmith.quality.tool_calls import reference_arguments
 from worldsmith.quality.tool_inputs import distinct, tool_inputs
 from worldsmith.quality.tool_tables import named_tables
 from worldsmith.quality.world_values import WorldValues
@@ -48,10 +49,7 @@ def tool_sequences(
 ) -> dict[str, list[JsonObject]]:
     """The calls each tool (but those in `skip`) is replayed with."""
     values = WorldValues(bundle.world, 8)
-    references: dict[str, list[JsonObject]] = {}
-    for task in bundle.tasks:
-        for step in task.solution:
-            references.setdefault(step.tool, []).append(dict(step.arguments))
+    references = reference_arguments(bundle)
     return {
         tool.name: distinct(
             tool_inputs(tool, values, named_tables(tool, values.tables), references.get(tool.name, [])).valid,
