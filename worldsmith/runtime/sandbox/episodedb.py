@@ -168,15 +168,11 @@ def write_db(path: str, data: bytes) -> None:
     of its name removed first) and renamed over the old one; stale side files are removed."""
     directory, name = os.path.split(path)
     os.makedirs(directory, exist_ok=True)
-    dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    dir_fd = open_directory(directory)
     try:
         fresh = name + ".new"
-        remove_at(dir_fd, fresh)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        with open(os.open(fresh, flags, 0o600, dir_fd=dir_fd), "wb") as handle:
-            handle.write(data)
-        for suffix in DATABASE_SIDE_FILES:
-            remove_at(dir_fd, name + suffix)
+        create_at(dir_fd, fresh, data, 0o600)
+        remove_side_files_at(dir_fd, name)
         os.replace(fresh, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     finally:
         os.close(dir_fd)
@@ -186,14 +182,35 @@ def remove_db(path: str) -> None:
     """Remove the database file at `path` and its side files, if any (nothing is followed)."""
     directory, name = os.path.split(path)
     try:
-        dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        dir_fd = open_directory(directory)
     except FileNotFoundError:
         return
     try:
-        for stale in (name, name + ".new", *(name + suffix for suffix in DATABASE_SIDE_FILES)):
-            remove_at(dir_fd, stale)
+        remove_at(dir_fd, name)
+        remove_at(dir_fd, name + ".new")
+        remove_side_files_at(dir_fd, name)
     finally:
         os.close(dir_fd)
+
+
+def open_directory(path: str) -> int:
+    """A descriptor of the directory at `path`, opened without following a link."""
+    return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+
+
+def create_at(dir_fd: int, name: str, data: bytes, mode: int) -> None:
+    """`data` as a new file `name` of the directory open as `dir_fd`: any entry of that name (a link, a
+    pipe) is removed first, never followed, and the file is made afresh (`O_EXCL`)."""
+    remove_at(dir_fd, name)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    with open(os.open(name, flags, mode, dir_fd=dir_fd), "wb") as handle:
+        handle.write(data)
+
+
+def remove_side_files_at(dir_fd: int, name: str) -> None:
+    """Remove database `name`'s side files (journal, WAL, shared memory) of the directory open as `dir_fd`."""
+    for suffix in DATABASE_SIDE_FILES:
+        remove_at(dir_fd, name + suffix)
 
 
 def remove_at(dir_fd: int, name: str) -> None:

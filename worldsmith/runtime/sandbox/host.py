@@ -32,11 +32,12 @@ from worldsmith.runtime.errors import ToolError
 from worldsmith.runtime.sandbox import guard, worldclock
 from worldsmith.runtime.sandbox.episodedb import (
     APP_SAVEPOINT,
-    DATABASE_SIDE_FILES,
     SAVEPOINT,
     AppConnection,
+    create_at,
+    open_directory,
     refuse_transaction_control,
-    remove_at,
+    remove_side_files_at,
 )
 from worldsmith.runtime.sandbox.failure import Failure
 from worldsmith.runtime.sandbox.guard import SandboxViolation
@@ -252,14 +253,11 @@ class SandboxHost:
         os.makedirs(episode.directory, exist_ok=True)
         assert episode.conn is not None  # opened by Operations._episode
         current = snapshot(episode.conn, transactions=refuse_transaction_control)
-        dir_fd = os.open(episode.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        dir_fd = open_directory(episode.directory)
         try:
             for name, data in (("initial.db", episode.env.world), ("final.db", current)):
-                for stale in (name, *(name + suffix for suffix in DATABASE_SIDE_FILES)):
-                    remove_at(dir_fd, stale)
-                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-                with open(os.open(name, flags, 0o444, dir_fd=dir_fd), "wb") as handle:
-                    handle.write(data)
+                remove_side_files_at(dir_fd, name)
+                create_at(dir_fd, name, data, 0o444)
         finally:
             os.close(dir_fd)
         return os.path.join(episode.directory, "initial.db"), os.path.join(episode.directory, "final.db")
