@@ -267,7 +267,9 @@ class Gateway:
             Route("/envs", endpoint=self._index),
             Route("/healthz", endpoint=lambda request: JSONResponse({"ok": True})),
         ]
-        return self.access.guard(Starlette(routes=routes, lifespan=lifespan))
+        app = Starlette(routes=routes, lifespan=lifespan)
+        # one of --processes N: `supervisor.serve_member` checks who calls in front, before it forwards
+        return self.access.guard(app) if self.member is None else app
 
 
 def _no_env(env_id: str) -> JSONResponse:
