@@ -54,6 +54,7 @@ class EpisodeChannel:
         os.set_blocking(requests_fd, False)  # a process that stops reading cannot block the parent
         self.lock = threading.Lock()
         self.closed = False
+        self.pid: int | None = None  # the process's, as its worker said when it handed the pipes over
 
     def request(
         self, request: EpisodeRequest, blobs: list[bytes] | tuple[bytes, ...], wait: float, *, number: int

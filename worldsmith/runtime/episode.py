@@ -36,6 +36,8 @@ from worldsmith.settings import get_settings
 
 #: The fields of a worker's reply that make a `ToolResult` (the rest is the channel's own).
 _RESULT_FIELDS = frozenset(ToolResult.model_fields)
+#: Requests after which what the episode holds is read again (a call's own reading may refuse it: `call_tool`).
+_MEASURED_AFTER = frozenset({"snapshot", "diff", "verify", "restore"})
 
 
 class Episode(Protocol):
@@ -227,6 +229,7 @@ class SandboxEpisode:
                 if reply["status"] != "ok":
                     pool.release(worker)
                     raise RuntimeFault(f"opening an episode of {self.bundle.env_id} failed: {reply.get('error')}")
+                worker.totals.opened(self.id, reply.get("area"), len(self.bundle.world))
                 for tool, arguments, seed in self._journal:
                     call: CallRequest = {
                         "op": "call",
@@ -242,6 +245,7 @@ class SandboxEpisode:
                             f"episode state lost: replaying {tool} on a new worker failed ({replayed.get('error')})"
                         )
                         break
+                worker.totals.measure(self.id, call=False)
                 return worker
             except WorkerLost:
                 pool.release(worker)
@@ -267,7 +271,10 @@ class SandboxEpisode:
         crashes = 0
         for _ in range(4):
             try:
-                return self._worker.episode_request(self.id, request, blobs, timeout=self._timeout(calls))
+                answered = self._worker.episode_request(self.id, request, blobs, timeout=self._timeout(calls))
+                if request["op"] in _MEASURED_AFTER:
+                    self._worker.totals.measure(self.id, call=False)
+                return answered
             except WorkerLost as lost:
                 self._relocate()
                 if not lost.in_flight:
@@ -294,9 +301,20 @@ class SandboxEpisode:
         return reason
 
     def _relocate(self) -> None:
+        self._worker.totals.closed(self.id)
         self._pool.release(self._worker)
         self.relocations += 1
         self._worker = self._place()
+
+    def _undo(self) -> None:
+        """Undo a call its world's totals refused (runtime/totals.py): the episode's process stopped, its
+        database and file area dropped, and the episode opened afresh from its base with its journal
+        replayed, as a move to a fresh worker does (the refused call is not in the journal)."""
+        try:
+            self._worker.episode_request(self.id, {"op": "close", "episode": self.id}, timeout=self._timeout())
+        except WorkerLost:
+            pass
+        self._relocate()
 
     def _next_seed(self) -> int:
         """The seed of `random` for this episode's next call: reset before every call (no call sees
@@ -325,10 +343,14 @@ class SandboxEpisode:
                 )
             except WorkerLost as lost:
                 return ToolResult(status="env_error", error=lost.reason, limit=lost.limit)
+            over = self._worker.totals.measure(self.id, call=True)
             try:
                 result = ToolResult.model_validate({k: v for k, v in reply.items() if k in _RESULT_FIELDS})
             except ValidationError as exc:
                 return ToolResult(status="env_error", error=self._invalid_reply(exc), limit="protocol")
+            if over is not None:  # what it left or took past its world's limits: undone, the others go on
+                self._undo()  # a limit the call's own answer names (it broke it first) is the answer
+                return result if result.limit else ToolResult(status="env_error", error=over.error, limit=over.limit)
             if result.ok and result.changed:
                 self._journal.append((name, arguments, seed))
             return result
@@ -404,6 +426,7 @@ class SandboxEpisode:
             except WorkerLost:
                 pass
             finally:
+                self._worker.totals.closed(self.id)
                 self._pool.release(self._worker)
                 self.runtime._forget(self)
 

@@ -113,7 +113,16 @@ def tool_call(body: bytes) -> tuple[int | str, str, dict[str, Any]] | None:
 
 async def send_result(send: Send, session_id: str, request_id: int | str, result: dict[str, Any]) -> None:
     """The JSON-RPC response carrying `result`, as the SDK's transport writes it in JSON-response mode."""
-    body = json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}, separators=(",", ":")).encode()
+    await _send(send, session_id, {"jsonrpc": "2.0", "id": request_id, "result": result})
+
+
+async def send_error(send: Send, session_id: str, request_id: int | str, code: int, message: str) -> None:
+    """The JSON-RPC error response `code` saying `message`, as the SDK's transport writes an MCPError."""
+    await _send(send, session_id, {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}})
+
+
+async def _send(send: Send, session_id: str, response: dict[str, Any]) -> None:
+    body = json.dumps(response, separators=(",", ":")).encode()
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import anyio
 import mcp_types as types
 
 from worldsmith.bundle.jsonvalues import TooDeep, check_nesting
@@ -58,9 +57,10 @@ def runtime_error_to_mcp(exc: Exception) -> types.CallToolResult:
 
 
 async def call(world: ServedWorld, episode: Episode, name: str, arguments: dict[str, Any]) -> types.CallToolResult:
-    """Tool `name` called in `episode` (in a thread), as the agent sees the result."""
+    """Tool `name` called in `episode` (in a thread of the world's calls lane), as the agent sees the
+    result; WorldBusy (serving/lanes.py) when the world has as many calls as its limits allow."""
     try:
-        result = await anyio.to_thread.run_sync(episode.call_tool, name, arguments)
+        result = await world.lanes.call(episode.call_tool, name, arguments)
     except Exception as exc:  # the runtime's refusals, answered like a failed call
         if answer(exc) is None:
             raise

@@ -36,6 +36,7 @@ from worldsmith.runtime.sandbox.messages import (
     DiffRequest,
     EpisodeRequest,
     LoadEnvRequest,
+    OpenReply,
     OpenRequest,
     PingReply,
     PingRequest,
@@ -121,7 +122,7 @@ class Operations:
     def op_check_env(self, request: CheckEnvRequest, blobs: list[bytes]) -> StatusOnly:
         """Open the environment's tools once on a private copy of its world (strict isolation's load check)."""
         env = self.envs[request["env"]]
-        conn = episodedb.memory_connection(env.world, env.tools_kind, env.clock)
+        conn = episodedb.memory_connection(env.world, env.tools_kind, env.clock, self._database_bytes(env))
         env.tools_kind.open(
             self.host, env, OpenEpisode(id="check", env=env, conn=conn, directory=self._new_directory())
         )
@@ -157,7 +158,9 @@ class Operations:
         env = episode.env
         os.makedirs(episode.directory, exist_ok=True)
         try:
-            episode.conn = episodedb.file_connection(episode.db_path, env.world, env.tools_kind, env.clock)
+            episode.conn = episodedb.file_connection(
+                episode.db_path, env.world, env.tools_kind, env.clock, self._database_bytes(env)
+            )
         except (sqlite3.Error, OSError) as exc:
             episode.open_error = f"the episode's database does not open: {type(exc).__name__}: {exc}"
 
@@ -175,7 +178,7 @@ class Operations:
             episode.tools = episode.env.tools_kind.open(self.host, episode.env, episode)
         return episode.tools
 
-    def op_open(self, request: OpenRequest, blobs: list[bytes]) -> StatusOnly:
+    def op_open(self, request: OpenRequest, blobs: list[bytes]) -> OpenReply:
         env = self.envs.get(request["env"])
         if env is None:
             raise Failure("env_error", f"environment {request['env']} is not loaded in this worker")
@@ -190,12 +193,18 @@ class Operations:
             if blobs:
                 write_db(episode.db_path, blobs[0])
             self.episodes[episode.id] = episode
-            return {}
-        conn = episodedb.memory_connection(blobs[0] if blobs else env.world, env.tools_kind, env.clock)
+            return {"area": os.path.basename(directory)}
+        conn = episodedb.memory_connection(
+            blobs[0] if blobs else env.world, env.tools_kind, env.clock, self._database_bytes(env)
+        )
         episode = OpenEpisode(id=request["episode"], env=env, conn=conn, directory=directory)
         self._tools(episode)
         self.episodes[episode.id] = episode
-        return {}
+        return {"area": os.path.basename(directory)}
+
+    def _database_bytes(self, env: LoadedEnv) -> int:
+        """The most an episode's database of `env` may hold: its world and the growth an episode is allowed."""
+        return len(env.world) + int(self.config.get("episode_db_growth_mb", 8)) * 1024 * 1024
 
     def op_call(self, request: CallRequest, blobs: list[bytes]) -> CallReply:
         episode = self._episode(request)
@@ -218,6 +227,11 @@ class Operations:
                 raise Failure(
                     "env_error", f"tool result of {len(text)} bytes exceeds {MAX_RESULT_BYTES}", "result_size"
                 )
+        except Failure as failure:
+            episodedb.end_call(conn, commit=False)
+            if failure.limit is None and episodedb.DATABASE_FULL in failure.error:  # its writes met max_page_count
+                raise Failure("env_error", self._database_full(episode, failure.error), "database_size") from None
+            raise
         except BaseException:
             episodedb.end_call(conn, commit=False)
             raise
@@ -226,6 +240,15 @@ class Operations:
         episodedb.end_call(conn, commit=True)
         changed = episodedb.changed_since(conn, changes)
         return {"value": json.loads(text), "stdout": stdout, "changed": changed}
+
+    def _database_full(self, episode: OpenEpisode, error: str) -> str:
+        """The answer of a call whose writes did not fit its episode's database (or the disk)."""
+        growth = int(self.config.get("episode_db_growth_mb", 8))
+        return (
+            f"sandbox limit database_size: the episode's database may hold "
+            f"{self._database_bytes(episode.env) / 1048576:.1f} MB (its world's and {growth} MB more, "
+            f"WORLDSMITH_SANDBOX_EPISODE_DB_GROWTH_MB), or the disk is full: {error}"
+        )
 
     def op_snapshot(self, request: SnapshotRequest, blobs: list[bytes]) -> tuple[StatusOnly, list[bytes]]:
         episode = self._episode(request)
@@ -243,6 +266,7 @@ class Operations:
         episode = self._episode(request)
         assert episode.conn is not None  # opened by _episode
         restore(episode.conn, blobs[0] if blobs else episode.env.world, transactions=refuse_transaction_control)
+        episodedb.limit_growth(episode.conn, self._database_bytes(episode.env))  # deserialize forgot it
         return {}
 
     def op_diff(self, request: DiffRequest, blobs: list[bytes]) -> DiffReply:
@@ -282,4 +306,6 @@ class Operations:
         contract or ran code that broke a limit): stop the process and say how it ended."""
         grace = request.get("grace_s")
         grace_s = float(grace) if isinstance(grace, (int, float)) else 0.0
-        return {"ending": self.processes.reap_handed(request.get("episode"), grace_s)}
+        pid = request.get("pid")
+        only = pid if isinstance(pid, int) else None
+        return {"ending": self.processes.reap_handed(request.get("episode"), grace_s, only)}

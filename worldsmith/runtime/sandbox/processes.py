@@ -94,8 +94,7 @@ class ForkedProcesses:
                 _stop(process)  # gone since its last call: its next one starts afresh
                 process = None
             if process is None:
-                while len(self.live) >= max(int(self.config.get("episode_processes", 128)), 1):
-                    self.stop_least_recent()
+                self._make_room()
                 process = self._spawn(request, blobs, persistent=True)
             try:
                 reply, reply_blobs = self._answer(process, request)
@@ -105,12 +104,14 @@ class ForkedProcesses:
             if reply.pop("retire", False):  # it ran code that broke a limit: its next call starts afresh
                 _stop(process)
             elif request.get("direct") is True and self._hand_over(episode_id, process):
-                reply["channel"] = True
+                reply["channel"], reply["pid"] = True, process.pid
             else:
                 self.live[episode_id] = process
+                reply["pid"] = process.pid
             return reply, reply_blobs
         if episode_id in self.live:  # it holds the episode's database (locked): it goes, its next call forks anew
             self.stop_episode_process(episode_id)
+        self._make_room()
         process = self._spawn(request, blobs, persistent=False)
         try:
             reply, reply_blobs = self._answer(process, request)
@@ -118,6 +119,23 @@ class ForkedProcesses:
             return reply, reply_blobs
         finally:
             _stop(process)
+
+    def _make_room(self) -> None:
+        """Before forking: no more than `episode_processes` processes alive, ever (those handed to the
+        parent counted, the ended ones reaped first): kept ones stopped, the least recently used
+        first. The parent gives up (and has this worker reap) handed ones before it asks for a fork
+        that needs their room (runtime/worker_handle.py), so that a busy one is never stopped here;
+        where it did not, the request is an env_error naming the limit."""
+        self.sweep_handed()
+        cap = max(int(self.config.get("episode_processes", 128)), 1)
+        while len(self.live) + len(self.handed) >= cap:
+            if not self.stop_least_recent():
+                raise Failure(
+                    "env_error",
+                    f"sandbox limit processes: the worker's {cap} episode processes are all in use "
+                    "(WORLDSMITH_SANDBOX_EPISODE_PROCESSES)",
+                    "processes",
+                )
 
     def stop_least_recent(self) -> bool:
         """Stop the episode process used least recently; False if none is kept."""
@@ -148,10 +166,11 @@ class ForkedProcesses:
         self.handed[episode_id] = process.pid
         return True
 
-    def reap_handed(self, episode_id: str | None, grace_s: float = 0.0) -> str | None:
-        """Stop the process of `episode_id` handed to the parent (if any), given `grace_s` to end by
-        itself; returns how it ended (also when `sweep_handed` found it ended)."""
-        if not isinstance(episode_id, str):
+    def reap_handed(self, episode_id: str | None, grace_s: float = 0.0, only: int | None = None) -> str | None:
+        """Stop the process of `episode_id` handed to the parent (if any; with `only`, if it is still that
+        pid: a later one is the episode's next process), given `grace_s` to end by itself; returns how it
+        ended (also when `sweep_handed` found it ended)."""
+        if not isinstance(episode_id, str) or (only is not None and self.handed.get(episode_id, only) != only):
             return None
         pid = self.handed.pop(episode_id, None)
         ended = self.ended.pop(episode_id, None)

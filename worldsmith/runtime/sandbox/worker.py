@@ -223,7 +223,7 @@ def main() -> None:
     os.makedirs(scratch, exist_ok=True)
     if os.geteuid() == 0:
         os.chown(scratch, config["uid"], config["uid"])
-    guard.GUARD = Guard(frameworks=frameworks)
+    guard.GUARD = Guard(frameworks=frameworks, call_files=int(config.get("call_files", 64)))
     strict = config.get("isolation") == "strict"
     layers = kernel.confine(
         uid=config["uid"],

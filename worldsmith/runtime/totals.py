@@ -1,0 +1,259 @@
+"""What one world's worker holds on the machine, in total: memory and disk (issue 32, point 6).
+
+A process's rlimits bound each episode process (address space) and each file (size), not their sum:
+three episode processes of one worker held 2.3 GB against its 2 GB limit, one call wrote 160 MB in
+2,010 files, and every session's database could grow to the file size limit. cgroups would count the
+sum, but where they are not ours to write (this machine: cgroup v1, mounted read-only), the parent
+keeps the sums itself for each worker (`WorldTotals`; a worker serves one world, runtime/pool.py):
+
+- **memory**: the worker's resident memory, plus for each episode process the anonymous memory it
+  holds beyond what the worker held when it was forked (`/proc/<pid>/statm`: resident less file-backed
+  pages; what a process shares with the worker is counted once, in the worker). Pages a process
+  copies on write (at most the worker's own anonymous memory, about 15 MB) are not seen;
+- **disk**: each episode's database file and journal, and its file area (every entry counted, never
+  followed; bytes as allocated, so a sparse file counts what it holds);
+- **processes** are counted where they are made (runtime/sandbox/processes.py, runtime/worker_handle.py).
+
+Memory and files change only while a request runs, so an episode's figures are read again after each of
+its requests (`measure`, a few microseconds: one `statm`, two `stat`s, a listing of its usually empty
+file area). A call that takes its world past a limit, or writes more than a call may, is refused
+(`Refusal`): the caller answers it as an env_error naming the limit and undoes it (runtime/episode.py).
+Only a call whose own figure grew is refused: the other episodes go on.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from worldsmith.runtime.limits import SandboxLimits
+from worldsmith.settings import env_name
+
+_PAGE = os.sysconf("SC_PAGE_SIZE")
+_MB = 1024 * 1024
+#: The name of an episode's file area, as the worker draws it (128 random bits in hex).
+_AREA_NAME = frozenset("0123456789abcdef")
+#: The directory of a worker's scratch directory holding its episodes' databases (sandbox/records.py).
+DATABASES = "databases"
+
+
+def memory_of(pid: int) -> tuple[int, int] | None:
+    """(resident, anonymous) bytes of process `pid` (anonymous: resident less file-backed), or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as handle:
+            fields = handle.read().split()
+    except OSError:
+        return None
+    resident = int(fields[1]) * _PAGE
+    return resident, resident - int(fields[2]) * _PAGE
+
+
+def children(pid: int) -> set[int] | None:
+    """The pids of process `pid`'s children (None where the kernel does not list them)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", "rb") as handle:
+            return {int(child) for child in handle.read().split()}
+    except OSError:
+        return None
+
+
+def area_usage(path: str, most: int) -> tuple[int, int]:
+    """(bytes allocated, entries) under directory `path`, nothing followed, counting stops past `most`
+    entries; (0, 0) if it does not exist."""
+    size = entries = 0
+    pending = [path]
+    while pending and entries <= most:
+        try:
+            listing = os.scandir(pending.pop())
+        except OSError:
+            continue
+        with listing:
+            for entry in listing:
+                entries += 1
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        pending.append(entry.path)
+                    else:
+                        size += entry.stat(follow_symlinks=False).st_blocks * 512
+                except OSError:
+                    pass
+                if entries > most:
+                    break
+    return size, entries
+
+
+def file_size(path: str) -> tuple[int, int]:
+    """(bytes, 1) of the file at `path`, not followed; (0, 0) if there is none."""
+    try:
+        return os.lstat(path).st_size, 1
+    except OSError:
+        return 0, 0
+
+
+@dataclass(frozen=True)
+class Held:
+    """What one episode holds: its process's memory (beyond the worker's), its database's bytes and
+    files (the file and its journal), its file area's bytes and entries."""
+
+    memory: int = 0
+    database: int = 0
+    database_files: int = 0
+    area: int = 0
+    area_files: int = 0
+
+    @property
+    def disk(self) -> int:
+        return self.database + self.area
+
+    @property
+    def files(self) -> int:
+        return self.database_files + self.area_files
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A call refused for what it made its episode or its world hold: `limit`, and the line saying it."""
+
+    limit: str
+    error: str
+
+
+@dataclass
+class _Episode:
+    area: str  # its file area's name in the worker's scratch directory
+    database_limit: int  # the bytes its database may hold
+    pid: int | None = None  # its process (strict isolation), while the parent knows it
+    baseline: int = 0  # the worker's anonymous memory when that process was first seen
+    held: Held = Held()
+
+
+class WorldTotals:
+    """The totals of the worker `pid` with scratch directory `scratch` (its world's), against `limits`
+    (memory: `memory_mb`; disk: `world_disk_mb`, `world_files`; a call: `call_files` and
+    `file_size_mb`; a database: the world's bytes and `episode_db_growth_mb`). Thread-safe enough for
+    its callers: each episode's entry is touched by that episode's requests only (one at a time), and
+    the sums are recomputed from the entries."""
+
+    def __init__(self, limits: SandboxLimits, scratch: Path, pid: int, *, processes: bool):
+        self.limits = limits
+        self.scratch = scratch
+        self.pid = pid
+        self.processes = processes  # strict isolation: episode processes, whose memory is counted
+        self.worker_memory = 0
+        self.worker_anonymous = 0
+        self._episodes: dict[str, _Episode] = {}
+
+    # -- what the worker says ----------------------------------------------------------------
+    def opened(self, episode_id: str, area: object, world_bytes: int) -> None:
+        """Episode `episode_id` opened in the worker with file area `area` (its name, as the worker sent it)."""
+        if isinstance(area, str) and len(area) == 32 and set(area) <= _AREA_NAME:
+            growth = self.limits.episode_db_growth_mb * _MB
+            self._episodes[episode_id] = _Episode(area=area, database_limit=world_bytes + growth)
+
+    def area(self, episode_id: str) -> Path | None:
+        """Where episode `episode_id`'s file area is (None: not open in this worker)."""
+        episode = self._episodes.get(episode_id)
+        return self.scratch / episode.area if episode is not None else None
+
+    def closed(self, episode_id: str) -> None:
+        self._episodes.pop(episode_id, None)
+
+    def process(self, episode_id: str, pid: int | None) -> None:
+        """Episode `episode_id`'s process is now `pid` (None: it has none, or the parent no longer knows it)."""
+        episode = self._episodes.get(episode_id)
+        if episode is not None and episode.pid != pid:
+            episode.pid, episode.baseline = pid, self.worker_anonymous
+            episode.held = replace(episode.held, memory=0)
+
+    def measure_worker(self) -> None:
+        """Read the worker's own memory again (after one of its requests)."""
+        self.worker_memory, self.worker_anonymous = memory_of(self.pid) or (0, 0)
+
+    # -- totals ---------------------------------------------------------------------------------
+    @property
+    def memory(self) -> int:
+        return self.worker_memory + sum(e.held.memory for e in list(self._episodes.values()))
+
+    @property
+    def disk(self) -> int:
+        return sum(e.held.disk for e in list(self._episodes.values()))
+
+    @property
+    def files(self) -> int:
+        return sum(e.held.files for e in list(self._episodes.values()))
+
+    def measure(self, episode_id: str, *, call: bool) -> Refusal | None:
+        """Read again what episode `episode_id` holds, after one of its requests; for a `call`, the
+        Refusal when it wrote more than a call may or took its world past a limit it grew towards."""
+        episode = self._episodes.get(episode_id)
+        if episode is None:
+            return None
+        before = episode.held
+        limits = self.limits
+        memory = 0
+        if self.processes and episode.pid is not None:
+            measured = memory_of(episode.pid)
+            if measured is None:
+                episode.pid = None
+            else:
+                memory = max(0, measured[1] - episode.baseline)
+        database = os.path.join(self.scratch, DATABASES, episode.area + ".db")
+        db_bytes, db_files = file_size(database)
+        journal_bytes, journal_files = file_size(database + "-journal")
+        area, area_files = area_usage(os.path.join(self.scratch, episode.area), limits.world_files)
+        held = episode.held = Held(memory, db_bytes + journal_bytes, db_files + journal_files, area, area_files)
+        if not call:
+            return None
+        if held.area_files - before.area_files > limits.call_files:
+            return Refusal(
+                "call_files",
+                f"sandbox limit call_files: the call left {held.area_files - before.area_files} new files in its "
+                f"episode's file area, more than the {limits.call_files} a call may ({env_name('sandbox_call_files')})",
+            )
+        if held.area - before.area > limits.file_size_mb * _MB:
+            return Refusal(
+                "call_size",
+                f"sandbox limit call_size: the call wrote {_mb(held.area - before.area)} in its episode's file area, "
+                f"more than the {limits.file_size_mb} MB a call may ({env_name('sandbox_file_size_mb')})",
+            )
+        if db_bytes > episode.database_limit:
+            return Refusal(
+                "database_size",
+                f"sandbox limit database_size: the episode's database holds {_mb(db_bytes)}, more than the "
+                f"{_mb(episode.database_limit)} it may (its world's and {env_name('sandbox_episode_db_growth_mb')})",
+            )
+        if held.memory > before.memory and self.memory > limits.memory_mb * _MB and self._still_over():
+            return Refusal(
+                "world_memory",
+                f"sandbox limit world_memory: the call took its world's processes to {_mb(self.memory)}, more than "
+                f"the {limits.memory_mb} MB they may hold together ({env_name('sandbox_memory_mb')}); "
+                "its episode process was stopped",
+            )
+        if held.disk > before.disk and self.disk > limits.world_disk_mb * _MB:
+            return Refusal(
+                "world_disk",
+                f"sandbox limit world_disk: the call took its world's episodes to {_mb(self.disk)} on disk, more "
+                f"than the {limits.world_disk_mb} MB they may hold together ({env_name('sandbox_world_disk_mb')})",
+            )
+        if held.files > before.files and self.files > limits.world_files:
+            return Refusal(
+                "world_files",
+                f"sandbox limit world_files: the call took its world's episodes to {self.files} files, more than "
+                f"the {limits.world_files} they may hold together ({env_name('sandbox_world_files')})",
+            )
+        return None
+
+    def _still_over(self) -> bool:
+        """Whether the memory total is over its limit once processes the worker stopped by itself (the
+        least recently used, past the process cap) are no longer counted."""
+        alive = children(self.pid)
+        if alive is not None:
+            for episode in list(self._episodes.values()):
+                if episode.pid is not None and episode.pid not in alive:
+                    episode.pid, episode.held = None, replace(episode.held, memory=0)
+        return self.memory > self.limits.memory_mb * _MB
+
+
+def _mb(size: int) -> str:
+    return f"{size / _MB:.1f} MB"
