@@ -6,7 +6,9 @@ The real one: `Runtime` owns the sandbox worker pool; `Runtime.open_episode(bund
 episode's own forked process; fast: in the worker's memory; made from `world.db` bytes, so a reset
 is a copy). The parent keeps each episode's journal of successful writing calls: if its
 worker dies or is retired (because some episode's code broke a limit), the episode is
-reopened on a fresh worker and the journal replayed, so other episodes go on untouched.
+reopened on a fresh worker and the journal replayed, so other episodes go on untouched. A call that
+takes its world past a total (runtime/totals.py) is undone the same way: its episode reopened from its
+base and its journal replayed, the call an env_error naming the limit.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ Only a call whose own figure grew is refused: the other episodes go on.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -36,15 +37,22 @@ _MB = 1024 * 1024
 _AREA_NAME = frozenset("0123456789abcdef")
 #: The directory of a worker's scratch directory holding its episodes' databases (sandbox/records.py).
 DATABASES = "databases"
+#: Longer than the coarse clock file times are stamped with (a tick of the kernel's timer).
+_CLOCK_TICK_NS = 50_000_000
 
 
 def memory_of(pid: int) -> tuple[int, int] | None:
     """(resident, anonymous) bytes of process `pid` (anonymous: resident less file-backed), or None if it is gone."""
     try:
-        with open(f"/proc/{pid}/statm", "rb") as handle:
-            fields = handle.read().split()
+        fd = os.open(f"/proc/{pid}/statm", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        fields = os.read(fd, 256).split()
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     resident = int(fields[1]) * _PAGE
     return resident, resident - int(fields[2]) * _PAGE
 
@@ -121,11 +129,28 @@ class Refusal:
 
 @dataclass
 class _Episode:
-    area: str  # its file area's name in the worker's scratch directory
+    area: str  # its file area: a directory of the worker's scratch directory
+    database: str  # its database file (strict isolation; its journal beside it)
     database_limit: int  # the bytes its database may hold
     pid: int | None = None  # its process (strict isolation), while the parent knows it
     baseline: int = 0  # the worker's anonymous memory when that process was first seen
     held: Held = Held()
+    # the area's status change time when it was last listed empty, and when that was (ns): unchanged
+    # since well before that listing, it is empty still (an entry made or removed changes it)
+    empty_since: tuple[int, int] | None = None
+
+    def area_usage(self, most: int) -> tuple[int, int]:
+        """What its file area holds (`area_usage`), listed only when it may have changed."""
+        try:
+            changed = os.lstat(self.area).st_ctime_ns
+        except OSError:
+            return 0, 0
+        if self.empty_since is not None and self.empty_since[0] == changed < self.empty_since[1] - _CLOCK_TICK_NS:
+            return 0, 0
+        listed = time.time_ns()
+        size, entries = area_usage(self.area, most)
+        self.empty_since = (changed, listed) if entries == 0 else None
+        return size, entries
 
 
 class WorldTotals:
@@ -135,11 +160,11 @@ class WorldTotals:
     its callers: each episode's entry is touched by that episode's requests only (one at a time), and
     the sums are recomputed from the entries."""
 
-    def __init__(self, limits: SandboxLimits, scratch: Path, pid: int, *, processes: bool):
+    def __init__(self, limits: SandboxLimits, scratch: Path, pid: int, *, strict: bool):
         self.limits = limits
         self.scratch = scratch
         self.pid = pid
-        self.processes = processes  # strict isolation: episode processes, whose memory is counted
+        self.strict = strict  # episode processes, whose memory is counted, and database files (else in memory)
         self.worker_memory = 0
         self.worker_anonymous = 0
         self._episodes: dict[str, _Episode] = {}
@@ -148,13 +173,16 @@ class WorldTotals:
     def opened(self, episode_id: str, area: object, world_bytes: int) -> None:
         """Episode `episode_id` opened in the worker with file area `area` (its name, as the worker sent it)."""
         if isinstance(area, str) and len(area) == 32 and set(area) <= _AREA_NAME:
-            growth = self.limits.episode_db_growth_mb * _MB
-            self._episodes[episode_id] = _Episode(area=area, database_limit=world_bytes + growth)
+            self._episodes[episode_id] = _Episode(
+                area=os.path.join(self.scratch, area),
+                database=os.path.join(self.scratch, DATABASES, area + ".db"),
+                database_limit=world_bytes + self.limits.episode_db_growth_mb * _MB,
+            )
 
     def area(self, episode_id: str) -> Path | None:
         """Where episode `episode_id`'s file area is (None: not open in this worker)."""
         episode = self._episodes.get(episode_id)
-        return self.scratch / episode.area if episode is not None else None
+        return Path(episode.area) if episode is not None else None
 
     def closed(self, episode_id: str) -> None:
         self._episodes.pop(episode_id, None)
@@ -167,8 +195,10 @@ class WorldTotals:
             episode.held = replace(episode.held, memory=0)
 
     def measure_worker(self) -> None:
-        """Read the worker's own memory again (after one of its requests)."""
-        self.worker_memory, self.worker_anonymous = memory_of(self.pid) or (0, 0)
+        """Read the worker's own memory again (after one of its requests; strict isolation: under fast
+        isolation its episodes share it, and its address space limit bounds it)."""
+        if self.strict:
+            self.worker_memory, self.worker_anonymous = memory_of(self.pid) or (0, 0)
 
     # -- totals ---------------------------------------------------------------------------------
     @property
@@ -191,17 +221,16 @@ class WorldTotals:
             return None
         before = episode.held
         limits = self.limits
-        memory = 0
-        if self.processes and episode.pid is not None:
-            measured = memory_of(episode.pid)
+        memory = db_bytes = db_files = journal_bytes = journal_files = 0
+        if self.strict:
+            measured = memory_of(episode.pid) if episode.pid is not None else None
             if measured is None:
                 episode.pid = None
             else:
                 memory = max(0, measured[1] - episode.baseline)
-        database = os.path.join(self.scratch, DATABASES, episode.area + ".db")
-        db_bytes, db_files = file_size(database)
-        journal_bytes, journal_files = file_size(database + "-journal")
-        area, area_files = area_usage(os.path.join(self.scratch, episode.area), limits.world_files)
+            db_bytes, db_files = file_size(episode.database)
+            journal_bytes, journal_files = file_size(episode.database + "-journal")
+        area, area_files = episode.area_usage(limits.world_files)
         held = episode.held = Held(memory, db_bytes + journal_bytes, db_files + journal_files, area, area_files)
         if not call:
             return None

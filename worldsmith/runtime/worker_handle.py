@@ -4,7 +4,9 @@ A worker is one confined child process serving one request at a time; callers on
 it through a lock (`request`). Under strict isolation an episode's calls, snapshots and diffs go to
 the episode's own process directly once the worker has handed its pipes over (runtime/channel.py;
 `episode_request`), so they neither wait for the worker nor pass through it; such a process that
-fails a request is stopped by the worker, which goes on. A request to the worker that overruns its
+fails a request is stopped by the worker, which goes on. Before a request that may fork, room is made
+within `episode_processes` (`_make_room`), and what the worker and its episodes hold is counted in
+`totals` (runtime/totals.py). A request to the worker that overruns its
 deadline gets the worker killed; a worker whose reply says it ran code that broke a limit is retired
 right after; either way `WorkerLost` says why, and the pool (runtime/pool.py) starts a fresh worker
 in its place. Nothing a worker sends can grow the parent without bound: frames are checked against
@@ -104,7 +106,7 @@ class SandboxWorker:
         self.pid = hello["pid"]
         self.layers = hello["layers"]
         # what this worker and its episodes hold, in total (runtime/totals.py)
-        self.totals = WorldTotals(limits, self.scratch, self.pid, processes=self._handover is not None)
+        self.totals = WorldTotals(limits, self.scratch, self.pid, strict=limits.isolation == "strict")
         self.totals.measure_worker()
 
     def stderr_tail(self, lines: int = 5) -> str:

@@ -117,7 +117,8 @@ DATABASE_FULL = "database or disk is full"
 def limit_growth(conn: sqlite3.Connection, max_bytes: int) -> None:
     """Let hardened episode connection `conn`'s database hold at most `max_bytes` (SQLite's
     `max_page_count`: a write past it fails with DATABASE_FULL; tool SQL cannot change it, PRAGMAs
-    being refused). Its authorizer steps aside for the PRAGMA and is put back as `harden` set it."""
+    being refused). Its authorizer steps aside for the PRAGMA and is put back as `harden` set it.
+    Setting it reads the database into SQLite's cache: done at an episode's first call, not at its open."""
     sqlite3.Connection.set_authorizer(conn, None)
     try:
         page_size = int(sqlite3.Connection.execute(conn, "PRAGMA page_size").fetchone()[0])
@@ -126,21 +127,18 @@ def limit_growth(conn: sqlite3.Connection, max_bytes: int) -> None:
         harden(conn, transactions=refuse_transaction_control)
 
 
-def memory_connection(data: bytes, tools_kind: ToolsKind, clock: str | None, max_bytes: int) -> EpisodeConnection:
-    """A private in-memory episode database holding `data` (at most `max_bytes`), hardened and watched."""
+def memory_connection(data: bytes, tools_kind: ToolsKind, clock: str | None) -> EpisodeConnection:
+    """A private in-memory episode database holding `data`, hardened and watched."""
     conn = deserialize(data, factory=connection_class(tools_kind), transactions=refuse_transaction_control)
-    limit_growth(conn, max_bytes)
     conn.row_factory = sqlite3.Row
     guard.GUARD.watch(conn)
     worldclock.bind_sql(conn, clock)
     return conn
 
 
-def file_connection(
-    path: str, world: bytes, tools_kind: ToolsKind, clock: str | None, max_bytes: int
-) -> EpisodeConnection:
-    """The episode's database file at `path` (at most `max_bytes`), opened like an in-memory episode
-    database (strict isolation); made from the world on first use. Called before the process confines itself to the
+def file_connection(path: str, world: bytes, tools_kind: ToolsKind, clock: str | None) -> EpisodeConnection:
+    """The episode's database file at `path`, opened like an in-memory episode database (strict
+    isolation); made from the world on first use. Called before the process confines itself to the
     episode's file area: the file and its rollback journal are opened here and SQLite keeps both
     open from then on (exclusive locking), so nothing the process runs later opens either by path."""
     if not os.path.exists(path):
@@ -157,7 +155,6 @@ def file_connection(
     execute(conn, f"PRAGMA user_version = {version}")
     execute(conn, "ROLLBACK")
     harden(conn, transactions=refuse_transaction_control)
-    limit_growth(conn, max_bytes)
     conn.row_factory = sqlite3.Row
     guard.GUARD.watch(conn)
     worldclock.bind_sql(conn, clock)

@@ -122,7 +122,7 @@ class Operations:
     def op_check_env(self, request: CheckEnvRequest, blobs: list[bytes]) -> StatusOnly:
         """Open the environment's tools once on a private copy of its world (strict isolation's load check)."""
         env = self.envs[request["env"]]
-        conn = episodedb.memory_connection(env.world, env.tools_kind, env.clock, self._database_bytes(env))
+        conn = episodedb.memory_connection(env.world, env.tools_kind, env.clock)
         env.tools_kind.open(
             self.host, env, OpenEpisode(id="check", env=env, conn=conn, directory=self._new_directory())
         )
@@ -158,9 +158,7 @@ class Operations:
         env = episode.env
         os.makedirs(episode.directory, exist_ok=True)
         try:
-            episode.conn = episodedb.file_connection(
-                episode.db_path, env.world, env.tools_kind, env.clock, self._database_bytes(env)
-            )
+            episode.conn = episodedb.file_connection(episode.db_path, env.world, env.tools_kind, env.clock)
         except (sqlite3.Error, OSError) as exc:
             episode.open_error = f"the episode's database does not open: {type(exc).__name__}: {exc}"
 
@@ -194,9 +192,7 @@ class Operations:
                 write_db(episode.db_path, blobs[0])
             self.episodes[episode.id] = episode
             return {"area": os.path.basename(directory)}
-        conn = episodedb.memory_connection(
-            blobs[0] if blobs else env.world, env.tools_kind, env.clock, self._database_bytes(env)
-        )
+        conn = episodedb.memory_connection(blobs[0] if blobs else env.world, env.tools_kind, env.clock)
         episode = OpenEpisode(id=request["episode"], env=env, conn=conn, directory=directory)
         self._tools(episode)
         self.episodes[episode.id] = episode
@@ -214,6 +210,9 @@ class Operations:
             raise Failure("tool_error", f"unknown tool {name!r}")
         conn = episode.conn
         assert conn is not None
+        if not episode.bounded:  # its database may grow by its allowance at most (set here, at first need)
+            episodedb.limit_growth(conn, self._database_bytes(episode.env))
+            episode.bounded = True
         arguments = request.get("arguments") or {}
         changes = episodedb.begin_call(conn, episode.env.tools_kind)
         self.host.current_conn = conn
@@ -266,7 +265,7 @@ class Operations:
         episode = self._episode(request)
         assert episode.conn is not None  # opened by _episode
         restore(episode.conn, blobs[0] if blobs else episode.env.world, transactions=refuse_transaction_control)
-        episodedb.limit_growth(episode.conn, self._database_bytes(episode.env))  # deserialize forgot it
+        episode.bounded = False  # a database deserialized afresh: bounded again at the next call
         return {}
 
     def op_diff(self, request: DiffRequest, blobs: list[bytes]) -> DiffReply:

@@ -3,8 +3,8 @@
 Under strict isolation the worker (the zygote) runs no generated code and never opens an episode's
 database: every request of `worker.RUN_OPS` is served by a process forked from it
 (`ForkedProcesses.serve`). Tool calls, snapshots and diffs go to their episode's own process, kept
-between requests (at most `episode_processes`, the least recently used stopped first) and, where the
-parent asks, handed to the parent (its pipes over the channel socket) so that its next requests skip
+between requests (no more than `episode_processes` alive, those handed to the parent counted: the
+least recently used kept one stopped first, `_make_room`) and, where the parent asks, handed to the parent (its pipes over the channel socket) so that its next requests skip
 the worker; every other request gets a process of its own, gone with its answer. One process at a
 time has an episode's database open. A process past the request's deadline, dead, or answering
 outside the reply contract is stopped and the request is a `Failure` (env_error, with its limit).
@@ -79,12 +79,13 @@ class ForkedProcesses:
     def serve(self, request: Request, blobs: list[bytes], open_episodes: Container[str]) -> tuple[Reply, list[bytes]]:
         """Serve a request of `worker.RUN_OPS` in a process forked from this worker (which runs no generated
         code itself and stays clean) and return its checked reply. Tool calls, snapshots and diffs go to
-        their episode's own process, forked at its first request and kept (at most `episode_processes`,
-        the least recently used stopped first); every other request (verification above all) gets a
+        their episode's own process, forked at its first request and kept (no more than
+        `episode_processes` alive: `_make_room`); every other request (verification above all) gets a
         process of its own, gone with its answer (the episode's own process is stopped first: one process
         at a time has an episode's database open, and keeps it locked). A process past the request's
         deadline, dead, or answering outside the reply contract is stopped and the request is an
-        env_error; its episode's next call forks a fresh one. `open_episodes`: the worker's, by id."""
+        env_error; its episode's next call forks a fresh one. The reply of an episode's process carries its
+        `pid` (the parent counts what it holds: runtime/totals.py). `open_episodes`: the worker's, by id."""
         episode_id = episode_of(request)
         self.sweep_handed()
         self.reap_handed(episode_id)  # the parent gave its channel up: the process goes before another opens
@@ -123,13 +124,20 @@ class ForkedProcesses:
     def _make_room(self) -> None:
         """Before forking: no more than `episode_processes` processes alive, ever (those handed to the
         parent counted, the ended ones reaped first): kept ones stopped, the least recently used
-        first. The parent gives up (and has this worker reap) handed ones before it asks for a fork
-        that needs their room (runtime/worker_handle.py), so that a busy one is never stopped here;
-        where it did not, the request is an env_error naming the limit."""
+        first. Handed ones are the parent's to give up: it does so before it asks for a fork that needs
+        their room (runtime/worker_handle.py), so a busy one is never stopped here; one it gave up
+        exits at the end of its pipe, and is waited for up to the grace period. Past that, the request
+        is an env_error naming the limit."""
         self.sweep_handed()
         cap = max(int(self.config.get("episode_processes", 128)), 1)
+        deadline = time.monotonic() + float(self.config.get("grace_s", 2.0))
         while len(self.live) + len(self.handed) >= cap:
-            if not self.stop_least_recent():
+            if self.stop_least_recent():
+                continue
+            if self.handed and time.monotonic() < deadline:
+                time.sleep(0.002)
+                self.sweep_handed()
+            else:
                 raise Failure(
                     "env_error",
                     f"sandbox limit processes: the worker's {cap} episode processes are all in use "
