@@ -356,9 +356,11 @@ class SandboxWorker:
 
     def _forget(self, episode_id: str, channel: EpisodeChannel) -> None:
         with self._direct_lock:
-            if self._direct.get(episode_id) is channel:
+            current = self._direct.get(episode_id) is channel
+            if current:
                 del self._direct[episode_id]
-        self.totals.process(episode_id, None)
+        if current:
+            self.totals.process(episode_id, None)
 
     def _stop(self) -> None:
         if self.process.poll() is None:

@@ -8,9 +8,9 @@ Answers are JSON bodies (the SDK's JSON-response mode), not SSE streams; a `tool
 session is answered by the gateway itself (`serving/hotpath.py`), every other request by the MCP SDK.
 Each loaded world has lanes of gateway threads of its own (serving/lanes.py): a slow or busy world's
 calls wait, or past its limits are refused, without holding up another world's requests, and its
-`initialize` and `tools/list` never wait behind its tool calls. Each MCP session is one isolated episode (its task chosen with `?task=<id>` when connecting), opened at
-`initialize` and closed when the client ends the session or it has no request in flight for the idle
-limit (the gateway expires idle sessions itself, counting hot-path calls as activity). Agents see the
+`initialize` and `tools/list` never wait behind its tool calls. Each MCP session is one isolated
+episode (its task chosen with `?task=<id>` when connecting), opened at `initialize` and closed when
+the client ends the session or it has no request in flight for the idle limit (the gateway expires idle sessions itself, counting hot-path calls as activity). Agents see the
 tools (described as `serving/mcp_tools.py` says: schemas and observed behaviour hints), the bound task's instruction
 (the `instructions` of `initialize` and prompt `task`) and the task list (resource
 `worldsmith://<env_id>/tasks`, and `GET /envs/<env_id>/tasks` for harnesses choosing a task before

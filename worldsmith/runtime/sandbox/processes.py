@@ -4,8 +4,8 @@ Under strict isolation the worker (the zygote) runs no generated code and never 
 database: every request of `worker.RUN_OPS` is served by a process forked from it
 (`ForkedProcesses.serve`). Tool calls, snapshots and diffs go to their episode's own process, kept
 between requests (no more than `episode_processes` alive, those handed to the parent counted: the
-least recently used kept one stopped first, `_make_room`) and, where the parent asks, handed to the parent (its pipes over the channel socket) so that its next requests skip
-the worker; every other request gets a process of its own, gone with its answer. One process at a
+least recently used kept one stopped first, `_make_room`) and, where the parent asks, handed to the
+parent (its pipes over the channel socket) so that its next requests skip the worker; every other request gets a process of its own, gone with its answer. One process at a
 time has an episode's database open. A process past the request's deadline, dead, or answering
 outside the reply contract is stopped and the request is a `Failure` (env_error, with its limit).
 
