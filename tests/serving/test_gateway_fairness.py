@@ -2,8 +2,10 @@
 
 Before: 60 sessions whose first calls hit a 4.5 s tool held every thread the gateway shared between its
 worlds, and another world's `initialize` waited 94 s. Each world now has lanes of its own
-(serving/lanes.py). What is checked is order, not time: another world's `initialize`, `tools/list`
-and call are answered while every call of the slow world is still held; and a world past its own
+(serving/lanes.py), and a worker hands each episode's process to the parent before it serves its first
+call (runtime/sandbox/processes.py), so first calls no longer queue on the worker. What is checked is
+order, not time: another world's `initialize`, `tools/list` and call, and the slow world's own next
+`initialize`, are answered while every call of the slow world is still held; and a world past its own
 limits is refused at once, with an MCP error naming the limit, while its held calls are still held.
 """
 
@@ -104,15 +106,20 @@ def test_a_slow_world_does_not_hold_up_another_worlds_initialize_listing_or_call
                     await _until(lambda: _held(gateway, "slow_world") == SLOW_SESSIONS, slow)
                     other = asyncio.create_task(other_world())
                     done, _ = await asyncio.wait([other, *slow], return_when=asyncio.FIRST_COMPLETED)
-                    held = sum(not t.done() for t in slow)
                     answered = other.result() if other in done else None
+                    # the slow world's own `initialize` waits for none of its calls either
+                    own = asyncio.create_task(_open(http, slow_url))
+                    done, _ = await asyncio.wait([own, *slow], return_when=asyncio.FIRST_COMPLETED)
+                    opened = own in done and bool(own.result())
+                    held = sum(not t.done() for t in slow)
                     for task in slow:
                         task.cancel()
-                    return answered, held
+                    return answered, opened, held
 
-            answered, held = asyncio.run(scenario())
+            answered, opened, held = asyncio.run(scenario())
             assert answered == (f"worldsmith/{golden.env_id}", 16, False)
-            assert held == SLOW_SESSIONS  # every slow call was still held when the other world was served
+            assert opened
+            assert held == SLOW_SESSIONS  # every slow call was still held when both were answered
         finally:
             _release(runtime)
 

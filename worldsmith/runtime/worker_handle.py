@@ -79,6 +79,7 @@ class SandboxWorker:
         self._direct: collections.OrderedDict[str, EpisodeChannel] = collections.OrderedDict()
         self._direct_lock = threading.Lock()
         self._forks = 0  # requests under way that may fork a process (`_make_room`)
+        self._adopted: dict[str, EpisodeChannel] = {}  # channels adopted held for their first request
         theirs: socket.socket | None = None
         if limits.isolation == "strict":
             self._handover, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -171,7 +172,7 @@ class SandboxWorker:
             if reply.get("retire"):
                 self.kill("retired after running code that broke a sandbox limit")
             elif handed and episode_id is not None:  # handed over only for an open episode's request
-                self._adopt(episode_id, pid if isinstance(pid, int) else None)
+                self._adopt(episode_id, pid if isinstance(pid, int) else None, held=reply.get("unserved") is True)
             self.totals.measure_worker()
             if episode_id is not None and isinstance(pid, int):
                 self.totals.process(episode_id, pid)
@@ -207,7 +208,21 @@ class SandboxWorker:
                         return answered
         direct = request.copy()
         direct["direct"] = True  # the worker hands the episode process's pipes over with its reply
-        return self._forking(direct, blobs, timeout)
+        reply, reply_blobs = self._forking(direct, blobs, timeout)
+        if reply.pop("unserved", False) is not True:
+            return reply, reply_blobs
+        # a process forked for it and handed over before it served it (the worker waits for no call): the
+        # request goes on its channel, held since it was adopted; where it was not, through the worker
+        with self._direct_lock:
+            channel = self._adopted.pop(episode_id, None)
+        if channel is not None:
+            try:
+                answered = self._on_channel(episode_id, channel, request, blobs, timeout)
+            finally:
+                channel.lock.release()
+            if answered is not None:
+                return answered
+        return self._forking(request, blobs, timeout)
 
     def _forking(
         self, request: EpisodeRequest, blobs: list[bytes] | tuple[bytes, ...], timeout: float
@@ -305,9 +320,10 @@ class SandboxWorker:
         ending = reply.get("ending")
         return ending if isinstance(ending, str) else None
 
-    def _adopt(self, episode_id: str, pid: int | None) -> None:
+    def _adopt(self, episode_id: str, pid: int | None, *, held: bool) -> None:
         """Take the pipes the worker just handed over for `episode_id`, of its process `pid` (under the
-        request lock); a hand-over that is not exactly that is a protocol violation of the worker (killed)."""
+        request lock; `held`: its channel's lock taken for the caller, who sends it its first request); a
+        hand-over that is not exactly that is a protocol violation of the worker (killed)."""
         assert self._handover is not None
         fds: list[int] = []
         flags = 0
@@ -333,7 +349,13 @@ class SandboxWorker:
         # a reply's blobs are a snapshot of the episode's database at most: a file under the file size limit
         channel = EpisodeChannel(fds[0], fds[1], max_blobs=(self.limits.file_size_mb + 1) * 1024 * 1024)
         channel.pid = pid
-        with self._direct_lock:  # within `episode_processes`: room was made before the fork (`_make_room`)
+        if held:
+            channel.lock.acquire()
+        with self._direct_lock:
+            if held:
+                self._adopted[episode_id] = (
+                    channel  # within `episode_processes`: room was made before the fork (`_make_room`)
+                )
             old = self._direct.pop(episode_id, None)
             self._direct[episode_id] = channel
         if old is not None:

@@ -306,6 +306,7 @@ class Reply(TypedDict, total=False):
     retire: bool  # the request's code broke a limit: the process that ran it is not to run more
     id: int  # the request's `id`
     channel: bool  # the episode process's pipes came with the reply (a `direct` request)
+    unserved: bool  # ... of a process forked for it that has not served it: the parent sends it the request
     pid: int  # the pid of the episode's process that answered (strict isolation; set by the worker)
 
 

@@ -96,7 +96,13 @@ class ForkedProcesses:
                 process = None
             if process is None:
                 self._make_room()
-                process = self._spawn(request, blobs, persistent=True)
+                direct = request.get("direct") is True
+                process = self._spawn(request, blobs, persistent=True, unserved=direct)
+                if direct and self._hand_over(episode_id, process):  # the parent sends it the request itself
+                    return {"status": "ok", "channel": True, "unserved": True, "pid": process.pid}, []
+                if direct and not self._send(process, request, blobs):
+                    _stop(process)
+                    raise Failure("env_error", process_failure("crash", "ended before its request"), "crash")
             try:
                 reply, reply_blobs = self._answer(process, request)
             except Failure:
@@ -193,8 +199,10 @@ class ForkedProcesses:
                 del self.handed[episode_id]
                 self.ended[episode_id] = _ending(status)
 
-    def _spawn(self, request: Request, blobs: list[bytes], *, persistent: bool) -> RunProcess:
-        """Fork a process that serves `request` (and, if `persistent`, the requests sent to it after).
+    def _spawn(self, request: Request, blobs: list[bytes], *, persistent: bool, unserved: bool = False) -> RunProcess:
+        """Fork a process that serves `request` (and, if `persistent`, the requests sent to it after;
+        `unserved`: it becomes `request`'s process but waits for its requests, that one included, on its
+        pipe: it is handed to the parent at once, so that this worker never waits for a call).
         Short of descriptors or processes, kept episode processes are stopped (least recent first)
         until it can; failing that the request is an env_error."""
         while True:
@@ -221,7 +229,8 @@ class ForkedProcesses:
                 if persistent:
                     os.close(requests_w)
                 self._become(request, (replies_w, requests_r))
-                _serve_requests(self._handle, request, blobs, replies_w, requests_r if persistent else None)
+                first = None if unserved else request
+                _serve_requests(self._handle, first, blobs, replies_w, requests_r if persistent else None)
             except BaseException:  # noqa: BLE001 - the worker reports the missing reply
                 code = 70
             finally:
@@ -277,14 +286,17 @@ class ForkedProcesses:
         return {episode: process.pid for episode, process in self.live.items()} | self.handed
 
 
-def _serve_requests(handle: Handler, request: Request, blobs: list[bytes], out_fd: int, in_fd: int | None) -> None:
-    """In a forked process: answer the request it was forked for, then (persistent) each request
-    the worker sends, until the worker closes the pipe."""
+def _serve_requests(
+    handle: Handler, request: Request | None, blobs: list[bytes], out_fd: int, in_fd: int | None
+) -> None:
+    """In a forked process: answer the request it was forked for (None: none yet), then (persistent)
+    each request its requester sends, until the pipe is closed."""
     out = os.fdopen(out_fd, "wb")
     requests = FrameReader(in_fd) if in_fd is not None else None
     while True:
-        reply, reply_blobs = handle(request, blobs)
-        write_frame(out, reply, reply_blobs)
+        if request is not None:
+            reply, reply_blobs = handle(request, blobs)
+            write_frame(out, reply, reply_blobs)
         if requests is None:
             return
         try:
