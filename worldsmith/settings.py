@@ -107,16 +107,39 @@ class Settings(BaseSettings):
     )
     sandbox_call_timeout_s: float = Field(5.0, gt=0, description="Wall-clock limit of one tool or verifier call.")
     sandbox_cpu_s: float = Field(5.0, gt=0, description="CPU seconds one call may use.")
-    sandbox_memory_mb: int = Field(2048, ge=256, description="Address-space limit of one worker process.")
+    sandbox_memory_mb: int = Field(
+        2048,
+        ge=256,
+        description="Address-space limit of each worker process, and the memory a worker, its template and its "
+        "episode processes (one world's) hold together.",
+    )
     sandbox_file_size_mb: int = Field(16, ge=1, description="Largest file a worker may write.")
     sandbox_uid: int = Field(65534, description="Unprivileged uid (and gid) workers drop to when started as root.")
     sandbox_episode_processes: int = Field(
         128,
         ge=1,
         description=(
-            "strict isolation: episode processes a worker keeps between calls (a few MB each); past it the least "
-            "recently used goes and its next call forks again. Keep it at or above the sessions a worker serves."
+            "strict isolation: episode processes alive per worker, at most (a few MB each; those serving the parent "
+            "directly counted); past it the least recently used idle one goes and its next call forks again. Keep it "
+            "at or above the sessions a worker serves."
         ),
+    )
+    sandbox_call_files: int = Field(
+        64,
+        ge=1,
+        description="Files one call may open for writing in its episode's file area (together at most "
+        "sandbox_file_size_mb); past it the call is an env_error naming the limit.",
+    )
+    sandbox_episode_db_growth_mb: int = Field(
+        8, ge=0, description="How much an episode's database may grow beyond its world's; past it writes fail."
+    )
+    sandbox_world_disk_mb: int = Field(
+        4096,
+        ge=16,
+        description="Bytes one worker's episodes (one world's) hold on disk together: databases and file areas.",
+    )
+    sandbox_world_files: int = Field(
+        65536, ge=64, description="Files one worker's episodes (one world's) hold together: databases and file areas."
     )
     sandbox_isolation: Literal["strict", "fast"] = Field(
         "strict",
@@ -139,6 +162,20 @@ class Settings(BaseSettings):
     gateway_token_file: Path | None = Field(
         None,
         description="File holding the bearer token gateway callers must send (Authorization: Bearer); unset: none.",
+    )
+    gateway_world_calls: int = Field(
+        32, ge=1, description="Tool calls of one served world running at once (each in a thread); more wait."
+    )
+    gateway_world_waiting: int = Field(
+        1024,
+        ge=0,
+        description="Tool calls of one served world waiting for a running one; more are refused with an MCP error.",
+    )
+    gateway_world_control: int = Field(
+        8,
+        ge=1,
+        description="Episodes of one served world opening or closing at once (initialize, session ends, the "
+        "first tools/list), in threads of their own: never behind its tool calls.",
     )
 
     # Operations (docs/operations.md): the local Prefect server of `worldsmith up` and the dashboard

@@ -1,9 +1,10 @@
 """An episode's direct channel (strict isolation): the parent's own pipes to the episode's process.
 
 A worker serves one request at a time. Under strict isolation it forks each episode's process at the
-episode's first call and, when the parent asks (`direct`), hands the parent that process's pipes
-(SCM_RIGHTS over a socket pair made when the worker starts, runtime/worker_handle.py): the episode's next
-calls, snapshots and diffs (`EPISODE_OPS`) go to the process directly, without the worker's read,
+episode's first call and, when the parent asks (`direct`), hands the parent that process's pipes before
+the process serves anything (SCM_RIGHTS over a socket pair made when the worker starts,
+runtime/worker_handle.py): the episode's calls, snapshots and diffs (`EPISODE_OPS`), that first one
+included, go to the process directly, the worker waiting for none of them, without the worker's read,
 re-encode and relay, and episodes of one worker run their calls side by side. The parent holds those
 replies to the same contract as the worker does (`protocol.accepted_reply`, the request's id, the frame
 size limits, the same deadline). A process that times out, dies, breaks the contract or reports that
@@ -58,6 +59,7 @@ class EpisodeChannel:
         os.set_blocking(requests_fd, False)  # a process that stops reading cannot block the parent
         self.lock = threading.Lock()
         self.closed = False
+        self.pid: int | None = None  # the process's, as its worker said when it handed the pipes over
 
     def request(
         self, request: EpisodeRequest, blobs: list[bytes] | tuple[bytes, ...], wait: float, *, number: int

@@ -6,7 +6,9 @@ The real one: `Runtime` owns the sandbox worker pool; `Runtime.open_episode(bund
 episode's own forked process; fast: in the worker's memory; made from `world.db` bytes, so a reset
 is a copy). The parent keeps each episode's journal of successful writing calls: if its
 worker dies or is retired (because some episode's code broke a limit), the episode is
-reopened on a fresh worker and the journal replayed, so other episodes go on untouched.
+reopened on a fresh worker and the journal replayed, so other episodes go on untouched. A call that
+takes its world past a total (runtime/totals.py) is undone the same way: its episode reopened from its
+base and its journal replayed, the call an env_error naming the limit.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ from worldsmith.toolschema import ToolSchemaJson
 #: The fields of a worker's reply that make a `ToolResult` (the rest is the channel's own; the value
 #: comes as the reply's blob).
 _RESULT_FIELDS = frozenset(ToolResult.model_fields) - {"value"}
+#: Requests after which what the episode holds is read again (a call's own reading may refuse it: `call_tool`).
+_MEASURED_AFTER = frozenset({"snapshot", "diff", "verify", "restore"})
 
 
 class Episode(Protocol):
@@ -239,6 +243,7 @@ class SandboxEpisode:
                 if reply["status"] != "ok":
                     pool.release(worker)
                     raise RuntimeFault(f"opening an episode of {self.bundle.env_id} failed: {reply.get('error')}")
+                worker.totals.opened(self.id, reply.get("area"), len(self.bundle.world))
                 for tool, arguments, seed in self._journal:
                     call: CallRequest = {
                         "op": "call",
@@ -254,6 +259,7 @@ class SandboxEpisode:
                             f"episode state lost: replaying {tool} on a new worker failed ({replayed.get('error')})"
                         )
                         break
+                worker.totals.measure(self.id, call=False)
                 return worker
             except WorkerLost:
                 pool.release(worker)
@@ -279,7 +285,10 @@ class SandboxEpisode:
         crashes = 0
         for _ in range(4):
             try:
-                return self._worker.episode_request(self.id, request, blobs, timeout=self._timeout(calls))
+                answered = self._worker.episode_request(self.id, request, blobs, timeout=self._timeout(calls))
+                if request["op"] in _MEASURED_AFTER:
+                    self._worker.totals.measure(self.id, call=False)
+                return answered
             except WorkerLost as lost:
                 self._relocate()
                 if not lost.in_flight:
@@ -305,9 +314,20 @@ class SandboxEpisode:
         return reason
 
     def _relocate(self) -> None:
+        self._worker.totals.closed(self.id)
         self._pool.release(self._worker)
         self.relocations += 1
         self._worker = self._place()
+
+    def _undo(self) -> None:
+        """Undo a call its world's totals refused (runtime/totals.py): the episode's process stopped, its
+        database and file area dropped, and the episode opened afresh from its base with its journal
+        replayed, as a move to a fresh worker does (the refused call is not in the journal)."""
+        try:
+            self._worker.episode_request(self.id, {"op": "close", "episode": self.id}, timeout=self._timeout())
+        except WorkerLost:
+            pass
+        self._relocate()
 
     def _next_seed(self) -> int:
         """The seed of `random` for this episode's next call: reset before every call (no call sees
@@ -351,10 +371,16 @@ class SandboxEpisode:
                 )
             except WorkerLost as lost:
                 return ToolResult(status="env_error", error=lost.reason, limit=lost.limit), None
+            over = self._worker.totals.measure(self.id, call=True)
             try:
                 result = ToolResult.model_validate({k: v for k, v in reply.items() if k in _RESULT_FIELDS})
             except ValidationError as exc:
                 return ToolResult(status="env_error", error=self._invalid_reply(exc), limit="protocol"), None
+            if over is not None:  # what it left or took past its world's limits: undone, the others go on
+                self._undo()  # a limit the call's own answer names (it broke it first) is the answer
+                if result.limit:
+                    return result, None
+                return ToolResult(status="env_error", error=over.error, limit=over.limit), None
             if result.ok and len(blobs) != 1:
                 problem = f"a result with {len(blobs)} values"
                 return ToolResult(status="env_error", error=self._invalid_reply(problem), limit="protocol"), None
@@ -438,6 +464,7 @@ class SandboxEpisode:
             except WorkerLost:
                 pass
             finally:
+                self._worker.totals.closed(self.id)
                 self._pool.release(self._worker)
                 self.runtime._forget(self)
 

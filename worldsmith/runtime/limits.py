@@ -31,6 +31,14 @@ class SandboxLimits:
     #: strict isolation: episode processes a worker keeps between calls (the least recently used goes first);
     #: below the sessions a worker serves, every call forks again (128 sessions on 2 workers kept 32 each: x8 slower)
     episode_processes: int = 128
+    #: files a call may open for writing in its episode's file area (its bytes there: at most `file_size_mb`)
+    call_files: int = 64
+    #: how much an episode's database may grow beyond its world's (SQLite's max_page_count)
+    episode_db_growth_mb: int = 8
+    #: what one worker's episodes (one world's) hold on disk together: bytes, and files (runtime/totals.py);
+    #: memory: the worker and its episode processes together hold at most `memory_mb`
+    world_disk_mb: int = 4096
+    world_files: int = 65536
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None) -> SandboxLimits:
@@ -43,4 +51,8 @@ class SandboxLimits:
             uid=s.sandbox_uid,
             isolation=s.sandbox_isolation,
             episode_processes=s.sandbox_episode_processes,
+            call_files=s.sandbox_call_files,
+            episode_db_growth_mb=s.sandbox_episode_db_growth_mb,
+            world_disk_mb=s.sandbox_world_disk_mb,
+            world_files=s.sandbox_world_files,
         )

@@ -4,7 +4,9 @@ A worker is one confined child process serving one request at a time; callers on
 it through a lock (`request`). Under strict isolation an episode's calls, snapshots and diffs go to
 the episode's own process directly once the worker has handed its pipes over (runtime/channel.py;
 `episode_request`), so they neither wait for the worker nor pass through it; such a process that
-fails a request is stopped by the worker, which goes on. A request to the worker that overruns its
+fails a request is stopped by the worker, which goes on. Before a request that may fork, room is made
+within `episode_processes` (`_make_room`), and what the worker and its episodes hold is counted in
+`totals` (runtime/totals.py). A request to the worker that overruns its
 deadline gets the worker killed; a worker whose reply says it ran code that broke a limit is retired
 right after; either way `WorkerLost` says why, and the pool (runtime/pool.py) starts a fresh worker
 in its place. Nothing a worker sends can grow the parent without bound: frames are checked against
@@ -30,7 +32,15 @@ from typing import cast
 from worldsmith.runtime.channel import ChannelBroken, EpisodeChannel
 from worldsmith.runtime.errors import RuntimeFault, WorkerLost
 from worldsmith.runtime.limits import SandboxLimits
-from worldsmith.runtime.sandbox.messages import EpisodeRequest, Hello, Reply, Request, as_reply, episode_of
+from worldsmith.runtime.sandbox.messages import (
+    EpisodeRequest,
+    Hello,
+    ReapRequest,
+    Reply,
+    Request,
+    as_reply,
+    episode_of,
+)
 from worldsmith.runtime.sandbox.protocol import (
     EPISODE_OPS,
     MAX_REPLY_HEADER,
@@ -43,6 +53,7 @@ from worldsmith.runtime.sandbox.protocol import (
     reply_blob_limit,
     write_frame,
 )
+from worldsmith.runtime.totals import WorldTotals
 from worldsmith.runtime.worker_launch import StderrTail, launch_worker
 
 
@@ -69,6 +80,8 @@ class SandboxWorker:
         self._handover: socket.socket | None = None
         self._direct: collections.OrderedDict[str, EpisodeChannel] = collections.OrderedDict()
         self._direct_lock = threading.Lock()
+        self._forks = 0  # requests under way that may fork a process (`_make_room`)
+        self._adopted: dict[str, EpisodeChannel] = {}  # channels adopted held for their first request
         theirs: socket.socket | None = None
         if limits.isolation == "strict":
             self._handover, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -97,6 +110,9 @@ class SandboxWorker:
         hello = cast(Hello, frame)  # written before the worker ran any generated code
         self.pid = hello["pid"]
         self.layers = hello["layers"]
+        # what this worker and its episodes hold, in total (runtime/totals.py)
+        self.totals = WorldTotals(limits, self.scratch, self.pid, strict=limits.isolation == "strict")
+        self.totals.measure_worker()
 
     def stderr_tail(self, lines: int = 5) -> str:
         return self._stderr.tail(lines)
@@ -157,11 +173,15 @@ class SandboxWorker:
                 raise WorkerLost(reason, in_flight=True, limit="protocol")
             reply = as_reply(frame)
             handed = reply.pop("channel", False) is True and request.get("direct") is True
+            pid = reply.pop("pid", None)  # the worker's word: a process's own `pid` is dropped (RUNTIME_FIELDS)
             episode_id = episode_of(request)
             if reply.get("retire"):
                 self.kill("retired after running code that broke a sandbox limit")
             elif handed and episode_id is not None:  # handed over only for an open episode's request
-                self._adopt(episode_id)
+                self._adopt(episode_id, pid if isinstance(pid, int) else None, held=reply.get("unserved") is True)
+            self.totals.measure_worker()
+            if episode_id is not None and isinstance(pid, int):
+                self.totals.process(episode_id, pid)
             return reply, reply_blobs
 
     # -- direct channels (strict isolation) -------------------------------------------------------
@@ -176,6 +196,8 @@ class SandboxWorker:
             return self.request(request, blobs, timeout=timeout)
         if request.get("op") not in EPISODE_OPS:
             self._give_up(episode_id)
+            if request.get("op") == "verify":  # a process of its own
+                return self._forking(request, blobs, timeout)
             return self.request(request, blobs, timeout=timeout)
         with self._direct_lock:
             channel = self._direct.get(episode_id)
@@ -192,7 +214,70 @@ class SandboxWorker:
                         return answered
         direct = request.copy()
         direct["direct"] = True  # the worker hands the episode process's pipes over with its reply
-        return self.request(direct, blobs, timeout=timeout)
+        reply, reply_blobs = self._forking(direct, blobs, timeout)
+        if reply.pop("unserved", False) is not True:
+            return reply, reply_blobs
+        # a process forked for it and handed over before it served it (the worker waits for no call): the
+        # request goes on its channel, held since it was adopted; where it was not, through the worker
+        with self._direct_lock:
+            channel = self._adopted.pop(episode_id, None)
+        if channel is not None:
+            try:
+                answered = self._on_channel(episode_id, channel, request, blobs, timeout)
+            finally:
+                channel.lock.release()
+            if answered is not None:
+                return answered
+        return self._forking(request, blobs, timeout)
+
+    def _forking(
+        self, request: EpisodeRequest, blobs: list[bytes] | tuple[bytes, ...], timeout: float
+    ) -> tuple[Reply, list[bytes]]:
+        """`request` through the worker, which may fork a process for it: room made first (`_make_room`)."""
+        admitted = self._make_room(time.monotonic() + timeout)
+        try:
+            return self.request(request, blobs, timeout=timeout)
+        finally:
+            if admitted:
+                with self._direct_lock:
+                    self._forks -= 1
+
+    def _make_room(self, deadline: float) -> bool:
+        """Before a request that may fork a process (an episode's, which has no channel; a
+        verification's): wait until the channels held and the forks admitted leave room for one more
+        within `episode_processes`, giving idle channels up (the least recently used first; the worker
+        stops and reaps their processes) and otherwise waiting for a request to end, until `deadline`.
+        True once admitted (counted in `_forks` until its request ends); False at the deadline, when the
+        worker, which never forks past the cap (sandbox/processes.py), answers the request itself."""
+        cap = max(self.limits.episode_processes, 1)
+        while True:
+            idle: tuple[str, EpisodeChannel] | None = None
+            with self._direct_lock:
+                for key in [key for key, c in self._direct.items() if c.closed]:
+                    del self._direct[key]
+                if len(self._direct) + self._forks < cap:
+                    self._forks += 1
+                    return True
+                for key, channel in self._direct.items():
+                    if channel.lock.acquire(blocking=False):
+                        idle = key, channel
+                        break
+            if idle is not None:
+                self._give_back(*idle)
+            elif time.monotonic() < deadline:
+                time.sleep(0.002)  # every process is in a request: the first to end makes room
+            else:
+                return False
+
+    def _give_back(self, episode_id: str, channel: EpisodeChannel) -> None:
+        """Close `channel` (its lock held here, released after) and have the worker stop and reap its process."""
+        try:
+            closed = channel.closed
+            self._drop(episode_id, channel)
+        finally:
+            channel.lock.release()
+        if not closed:
+            self._reap(episode_id, limit=None, pid=channel.pid)
 
     def _on_channel(
         self,
@@ -226,22 +311,24 @@ class SandboxWorker:
                 pass  # this reply stands; the episode moves to a fresh worker at its next request
         return reply, reply_blobs
 
-    def _reap(self, episode_id: str, *, grace_s: float = 0.0, limit: str | None) -> str | None:
-        """Have the worker stop and reap the process of `episode_id` whose channel was given up; how
-        it ended (None: not known, the worker had reaped it before). A dead worker took its processes
-        with it: WorkerLost, in flight with `limit` (the request's failure; None: the request never
-        reached the process, or was answered)."""
+    def _reap(self, episode_id: str, *, grace_s: float = 0.0, limit: str | None, pid: int | None = None) -> str | None:
+        """Have the worker stop and reap the process of `episode_id` whose channel was given up (with
+        `pid`: only if it is still that one); how it ended (None: not known, the worker had reaped it
+        before). A dead worker took its processes with it: WorkerLost, in flight with `limit` (the
+        request's failure; None: the request never reached the process, or was answered)."""
+        reap: ReapRequest = {"op": "reap", "episode": episode_id, "grace_s": grace_s}
+        if pid is not None:
+            reap["pid"] = pid
         try:
-            reply, _ = self.request(
-                {"op": "reap", "episode": episode_id, "grace_s": grace_s}, timeout=grace_s + self.limits.grace_s + 5
-            )
+            reply, _ = self.request(reap, timeout=grace_s + self.limits.grace_s + 5)
         except WorkerLost as lost:
             raise WorkerLost(lost.reason, in_flight=limit is not None, limit=limit) from None
         ending = reply.get("ending")
         return ending if isinstance(ending, str) else None
 
-    def _adopt(self, episode_id: str) -> None:
-        """Take the pipes the worker just handed over for `episode_id` (under the request lock); a
+    def _adopt(self, episode_id: str, pid: int | None, *, held: bool) -> None:
+        """Take the pipes the worker just handed over for `episode_id`, of its process `pid` (under the
+        request lock; `held`: its channel's lock taken for the caller, who sends it its first request); a
         hand-over that is not exactly that is a protocol violation of the worker (killed)."""
         assert self._handover is not None
         fds: list[int] = []
@@ -272,24 +359,16 @@ class SandboxWorker:
             max_blobs=self.limits.memory_mb * 1024 * 1024,
             database_bytes=(self.limits.file_size_mb + 1) * 1024 * 1024,
         )
+        channel.pid = pid
+        if held:
+            channel.lock.acquire()
         with self._direct_lock:
+            if held:
+                self._adopted[episode_id] = channel  # room was made before the fork (`_make_room`)
             old = self._direct.pop(episode_id, None)
-            for key in [key for key, c in self._direct.items() if c.closed]:
-                del self._direct[key]
             self._direct[episode_id] = channel
-            excess = len(self._direct) - max(self.limits.episode_processes, 1)
-            others = [(key, c) for key, c in self._direct.items() if key != episode_id]
         if old is not None:
             old.close()
-        for key, other in others:  # the least recently used idle ones end (their processes exit)
-            if excess <= 0:
-                break
-            if other.lock.acquire(blocking=False):
-                try:
-                    self._drop(key, other)
-                finally:
-                    other.lock.release()
-                excess -= 1
 
     def _give_up(self, episode_id: str) -> None:
         """Close `episode_id`'s direct channel, if it has one (the worker stops its process before
@@ -299,6 +378,7 @@ class SandboxWorker:
         if channel is not None:
             with channel.lock:
                 channel.close()
+            self.totals.process(episode_id, None)
 
     def _drop(self, episode_id: str, channel: EpisodeChannel) -> None:
         """Close `channel` (held by the caller) and forget it."""
@@ -307,8 +387,11 @@ class SandboxWorker:
 
     def _forget(self, episode_id: str, channel: EpisodeChannel) -> None:
         with self._direct_lock:
-            if self._direct.get(episode_id) is channel:
+            current = self._direct.get(episode_id) is channel
+            if current:
                 del self._direct[episode_id]
+        if current:
+            self.totals.process(episode_id, None)
 
     def _stop(self) -> None:
         if self.process.poll() is None:

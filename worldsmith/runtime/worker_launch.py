@@ -45,6 +45,8 @@ def launch_worker(
         "grace_s": limits.grace_s,
         "isolation": limits.isolation,
         "episode_processes": limits.episode_processes,
+        "call_files": limits.call_files,
+        "episode_db_growth_mb": limits.episode_db_growth_mb,
         "frameworks": frameworks,
         "channel_fd": channel_fd,
     }

@@ -6,9 +6,11 @@ their first session or task listing; past `max_loaded` loaded worlds, the least 
 with no open episode and no request in flight is unloaded (its MCP server stopped, its bundle dropped).
 Answers are JSON bodies (the SDK's JSON-response mode), not SSE streams; a `tools/call` in an established
 session is answered by the gateway itself (`serving/hotpath.py`), every other request by the MCP SDK.
-Each MCP session is one isolated episode (its task chosen with `?task=<id>` when connecting), opened at
-`initialize` and closed when the client ends the session or it has no request in flight for the idle
-limit (the gateway expires idle sessions itself, counting hot-path calls as activity). Agents see the
+Each loaded world has lanes of gateway threads of its own (serving/lanes.py): a slow or busy world's
+calls wait, or past its limits are refused, without holding up another world's requests, and its
+`initialize` and `tools/list` never wait behind its tool calls. Each MCP session is one isolated
+episode (its task chosen with `?task=<id>` when connecting), opened at `initialize` and closed when
+the client ends the session or it has no request in flight for the idle limit (the gateway expires idle sessions itself, counting hot-path calls as activity). Agents see the
 tools (described as `serving/mcp_tools.py` says: schemas and observed behaviour hints), the bound task's instruction
 (the `instructions` of `initialize` and prompt `task`) and the task list (resource
 `worldsmith://<env_id>/tasks`, and `GET /envs/<env_id>/tasks` for harnesses choosing a task before
@@ -59,6 +61,7 @@ from worldsmith.runtime.episode import Episode, Runtime
 from worldsmith.serving import hotpath
 from worldsmith.serving.access import Access
 from worldsmith.serving.affinity import Member
+from worldsmith.serving.lanes import WORLD_BUSY, ServingLimits, WorldBusy
 from worldsmith.serving.mcp_results import JsonAnswer, call_json
 from worldsmith.serving.served_world import ServedWorld, WorldUnavailable
 from worldsmith.serving.sessions import SUBMITTED_KEY, LiveSession, expire_idle_sessions
@@ -82,7 +85,8 @@ class Gateway:
     `member`: this gateway is one of several processes serving one port (serving/affinity.py); its
     sessions, loaded worlds and bounds (`max_sessions`, `max_loaded`, idle expiry) are its own, and `/envs`
     reports its process index and this process's sessions. `access`: who may call (default: clients
-    naming a loopback address, without a token)."""
+    naming a loopback address, without a token). `limits`: how much of the gateway one world may hold
+    (serving/lanes.py; default: the settings)."""
 
     def __init__(
         self,
@@ -95,8 +99,10 @@ class Gateway:
         max_loaded: int = 64,
         member: Member | None = None,
         access: Access | None = None,
+        limits: ServingLimits | None = None,
     ):
         self.runtime = runtime
+        self.limits = limits or ServingLimits.from_settings()
         self.sources = {s.env_id: s for s in self.check(worlds, verdicts=verdicts, max_loaded=max_loaded)}
         self.member = member
         self.access = access or Access()
@@ -163,7 +169,7 @@ class Gateway:
             raise WorldUnavailable(
                 f"{bundle.env_id} has a tool named {SUBMIT_TOOL.name!r}: it is served without verdicts"
             )
-        world = ServedWorld(bundle, self._server, max_sessions=self.max_sessions)
+        world = ServedWorld(bundle, self._server, max_sessions=self.max_sessions, limits=self.limits)
         await self._task_group.start(world.run)
         self.loaded[source.env_id] = world
         logger.info("loaded %s (%s); %d worlds loaded", source.env_id, source.origin, len(self.loaded))
@@ -211,7 +217,11 @@ class Gateway:
         request_id, name, arguments = found
         if is_submit(live.episode, name, verdicts=self.verdicts):
             return False
-        answered = await call_json(live.world, live.episode, name, arguments)
+        try:
+            answered = await call_json(live.world, live.episode, name, arguments)
+        except WorldBusy as busy:
+            await hotpath.send_error(send, session_id, request_id, WORLD_BUSY, str(busy))
+            return True
         if isinstance(answered, JsonAnswer):
             await hotpath.send_text_result(send, session_id, request_id, answered.text, answered.wrapped)
         else:

@@ -113,7 +113,16 @@ def tool_call(body: bytes) -> tuple[int | str, str, JsonObject] | None:
 
 async def send_result(send: Send, session_id: str, request_id: int | str, result: JsonObject) -> None:
     """The JSON-RPC response carrying `result`, as the SDK's transport writes it in JSON-response mode."""
-    body = json.dumps({"jsonrpc": "2.0", "id": request_id, "result": result}, separators=(",", ":")).encode()
+    await _send(send, session_id, {"jsonrpc": "2.0", "id": request_id, "result": result})
+
+
+async def send_error(send: Send, session_id: str, request_id: int | str, code: int, message: str) -> None:
+    """The JSON-RPC error response `code` saying `message`, as the SDK's transport writes an MCPError."""
+    await _send(send, session_id, {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}})
+
+
+async def _send(send: Send, session_id: str, response: JsonObject) -> None:
+    body = json.dumps(response, separators=(",", ":")).encode()
     await _start(send, session_id, len(body))
     await send({"type": "http.response.body", "body": body})
 

@@ -19,7 +19,6 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-import anyio
 import mcp_types as types
 
 from worldsmith.bundle.jsonvalues import TooDeep, check_nesting
@@ -120,10 +119,12 @@ def checked_text(text: bytes, shape: OutputShape | None) -> JsonAnswer | types.C
 async def call_json(
     world: ServedWorld, episode: Episode, name: str, arguments: JsonObject
 ) -> JsonAnswer | types.CallToolResult:
-    """Tool `name` called in `episode` (in a thread), as the agent sees the result: a successful value
-    as its checked JSON text where that tells all (`checked_text`), any other answer as a result."""
+    """Tool `name` called in `episode` (in a thread of the world's calls lane), as the agent sees the
+    result: a successful value as its checked JSON text where that tells all (`checked_text`), any
+    other answer as a result. WorldBusy (serving/lanes.py) when the world has as many calls as its
+    limits allow."""
     try:
-        result, text = await anyio.to_thread.run_sync(_call_text, episode, name, arguments)
+        result, text = await world.lanes.call(_call_text, episode, name, arguments)
     except Exception as exc:  # the runtime's refusals, answered like a failed call
         if answer(exc) is None:
             raise
@@ -133,10 +134,10 @@ async def call_json(
         return tool_result_to_mcp(result, shape)
     if len(text) <= _CHECKED_INLINE:
         return checked_text(text, shape)
-    return await anyio.to_thread.run_sync(checked_text, text, shape)
+    return await world.lanes.call(checked_text, text, shape, admitted=True)  # the call was admitted
 
 
 async def call(world: ServedWorld, episode: Episode, name: str, arguments: JsonObject) -> types.CallToolResult:
-    """Tool `name` called in `episode` (in a thread), as the agent sees the result (its value decoded)."""
+    """Tool `name` called in `episode` as `call_json` calls it, as the agent sees the result (its value decoded)."""
     answered = await call_json(world, episode, name, arguments)
     return answered.result() if isinstance(answered, JsonAnswer) else answered

@@ -1,8 +1,9 @@
 """A world the gateway has loaded (`ServedWorld`), and a world it cannot serve now (`WorldUnavailable`).
 
 A loaded world holds its bundle, the MCP server and session manager answering its sessions (running
-from `run` until `unload`), its tools as MCP lists them (observed once, at the first listing), and
-`active`: its open episodes plus its requests in flight. The gateway (serving/gateway.py) counts
+from `run` until `unload`), its tools as MCP lists them (observed once, at the first listing), its lanes
+of gateway threads (serving/lanes.py: no other world's requests wait for them), and `active`: its open
+episodes plus its requests in flight. The gateway (serving/gateway.py) counts
 `active` and unloads a world only at 0.
 """
 
@@ -19,6 +20,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from worldsmith.bundle.contract import Bundle
 from worldsmith.errors import WorldsmithError
 from worldsmith.runtime.episode import Runtime
+from worldsmith.serving.lanes import ServingLimits, WorldLanes
 from worldsmith.serving.mcp_tools import mcp_tools, observe, output_shapes
 
 
@@ -28,12 +30,21 @@ class WorldUnavailable(WorldsmithError):
 
 class ServedWorld:
     """A loaded world: its bundle, its MCP server (made by `server` from the world) and session
-    manager (running while loaded, at most `max_sessions` sessions), and what its tools look like.
-    `active` counts its open episodes and its requests in flight: a world is unloaded only at 0."""
+    manager (running while loaded, at most `max_sessions` sessions), what its tools look like, and its
+    lanes (`limits`: how much of the gateway it may hold). `active` counts its open episodes and its
+    requests in flight: a world is unloaded only at 0."""
 
-    def __init__(self, bundle: Bundle, server: Callable[[ServedWorld], Server], *, max_sessions: int):
+    def __init__(
+        self,
+        bundle: Bundle,
+        server: Callable[[ServedWorld], Server],
+        *,
+        max_sessions: int,
+        limits: ServingLimits | None = None,
+    ):
         self.env_id = bundle.env_id
         self.bundle = bundle
+        self.lanes = WorldLanes(bundle.env_id, limits or ServingLimits())
         self.outputs = output_shapes(bundle)
         self.tasks = {t.id: t for t in bundle.tasks}
         self.active = 0
@@ -52,7 +63,7 @@ class ServedWorld:
         """The tools as MCP lists them; their hints are observed once, at the first listing."""
         async with self._describing:
             if self._tools is None:
-                evidence = await anyio.to_thread.run_sync(observe, runtime, self.bundle)
+                evidence = await self.lanes.control(observe, runtime, self.bundle)
                 self._tools = mcp_tools(self.bundle, self.outputs, evidence)
         return self._tools
 

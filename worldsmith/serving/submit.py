@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import anyio
 import mcp_types as types
 
 from worldsmith.agent.loop import judged_verdict
@@ -21,6 +20,7 @@ from worldsmith.models.verdict import Verdict
 from worldsmith.runtime.answers import answer, one_line
 from worldsmith.runtime.episode import Episode, Runtime
 from worldsmith.serving.mcp_results import error_result, text_result
+from worldsmith.serving.served_world import ServedWorld
 from worldsmith.serving.sessions import CLOSE_KEY, EPISODE_KEY, SUBMITTED_KEY
 
 SUBMIT_TOOL = types.Tool(
@@ -92,20 +92,22 @@ def judge(runtime: Runtime, rewards: RewardMap, bundle: Bundle, episode: Episode
 
 
 async def submit(
-    state: dict[str, Any], bundle: Bundle, arguments: JsonObject, *, runtime: Runtime, rewards: RewardMap
+    state: dict[str, Any], world: ServedWorld, arguments: JsonObject, *, runtime: Runtime, rewards: RewardMap
 ) -> types.CallToolResult:
-    """`submit` in a task-bound session (its SDK state `state`): judge its episode with the final
-    answer, then close it."""
+    """`submit` in a task-bound session (its SDK state `state`) of `world`: judge its episode with the
+    final answer (in the world's calls lane), then close it. WorldBusy, with nothing judged or closed,
+    when the world's lanes are full (serving/lanes.py)."""
     problem = jsonschema_error(SUBMIT_TOOL.input_schema, arguments)
     if problem is not None:
         return error_result(f"error: invalid arguments for submit: {problem}")
     episode: Episode = state[EPISODE_KEY]
     assert episode.task is not None  # submit is offered in task-bound sessions only (is_submit)
+    world.lanes.admit()
     state[SUBMITTED_KEY] = True  # before any await: a second submit is refused, not judged again
     final = arguments.get("answer", "")
     final = final if isinstance(final, str) else json.dumps(final)
     try:
-        outcome = await anyio.to_thread.run_sync(judge, runtime, rewards, bundle, episode, final)
+        outcome = await world.lanes.call(judge, runtime, rewards, world.bundle, episode, final)
         check_nesting(outcome)
     except TooDeep as exc:
         outcome = {"task": episode.task.id, "status": "env_error", "reward": None, "evidence": {}}

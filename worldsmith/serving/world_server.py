@@ -29,6 +29,7 @@ from worldsmith.bundle.contract import Bundle
 from worldsmith.models.bundle import TaskSpec
 from worldsmith.runtime.answers import answer, one_line
 from worldsmith.runtime.episode import Episode, Runtime
+from worldsmith.serving.lanes import WORLD_BUSY, WorldBusy
 from worldsmith.serving.mcp_results import call, error_result
 from worldsmith.serving.served_world import ServedWorld
 from worldsmith.serving.sessions import CLOSE_KEY, EPISODE_KEY, SUBMITTED_KEY, LiveSession
@@ -124,7 +125,7 @@ def world_server(
         if task_id is not None and task_id not in tasks:
             raise MCPError(code=INVALID_PARAMS, message=f"{bundle.env_id} has no task {task_id!r}")
         try:
-            episode = await anyio.to_thread.run_sync(runtime.open_episode, bundle, task_id)
+            episode = await world.lanes.control(runtime.open_episode, bundle, task_id)
         except Exception as exc:  # what a hostile environment can cause is answered
             refusal = _refused_episode(bundle.env_id, exc)
             if refusal is None:
@@ -143,7 +144,7 @@ def world_server(
             closing.append(True)
             try:
                 with anyio.CancelScope(shield=True):
-                    await anyio.to_thread.run_sync(episode.close)
+                    await world.lanes.control(episode.close)
             finally:
                 live_sessions.pop(session_id, None)
                 done_with(world)
@@ -174,9 +175,12 @@ def world_server(
             raise MCPError(code=INVALID_PARAMS, message="no episode for this session; reconnect")
         if connection.state.get(SUBMITTED_KEY):
             return error_result("error: this episode was submitted and has ended; open a new session to try again")
-        if is_submit(episode, params.name, verdicts=verdicts):
-            return await submit(connection.state, bundle, params.arguments or {}, runtime=runtime, rewards=rewards)
-        return await call(world, episode, params.name, params.arguments or {})
+        try:
+            if is_submit(episode, params.name, verdicts=verdicts):
+                return await submit(connection.state, world, params.arguments or {}, runtime=runtime, rewards=rewards)
+            return await call(world, episode, params.name, params.arguments or {})
+        except WorldBusy as busy:
+            raise MCPError(code=WORLD_BUSY, message=str(busy)) from None
 
     async def list_prompts(
         ctx: ServerRequestContext, params: types.PaginatedRequestParams | None

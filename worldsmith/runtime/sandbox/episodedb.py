@@ -123,6 +123,23 @@ def connection_class(tools_kind: ToolsKind) -> type[EpisodeConnection]:
     return AppConnection if tools_kind.app_transactions else EpisodeConnection
 
 
+#: What SQLite says when a write does not fit (`max_page_count`, or a full disk): SQLITE_FULL's message.
+DATABASE_FULL = "database or disk is full"
+
+
+def limit_growth(conn: sqlite3.Connection, max_bytes: int) -> None:
+    """Let hardened episode connection `conn`'s database hold at most `max_bytes` (SQLite's
+    `max_page_count`: a write past it fails with DATABASE_FULL; tool SQL cannot change it, PRAGMAs
+    being refused). Its authorizer steps aside for the PRAGMA and is put back as `harden` set it.
+    Setting it reads the database into SQLite's cache: done at an episode's first call, not at its open."""
+    sqlite3.Connection.set_authorizer(conn, None)
+    try:
+        page_size = int(sqlite3.Connection.execute(conn, "PRAGMA page_size").fetchone()[0])
+        sqlite3.Connection.execute(conn, f"PRAGMA max_page_count = {max(max_bytes // page_size, 1)}")
+    finally:
+        harden(conn, transactions=refuse_transaction_control)
+
+
 def memory_connection(data: bytes, tools_kind: ToolsKind, clock: str | None) -> EpisodeConnection:
     """A private in-memory episode database holding `data`, hardened and watched."""
     conn = deserialize(data, factory=connection_class(tools_kind), transactions=refuse_transaction_control)

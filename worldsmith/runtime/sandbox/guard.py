@@ -54,10 +54,13 @@ def _exact_path(path: Any) -> str | bytes:
 class Guard:
     """The worker's single guard: install once, then run generated code inside `untrusted()`."""
 
-    def __init__(self, frameworks: bool = False) -> None:
+    def __init__(self, frameworks: bool = False, call_files: int = 64) -> None:
         self.active = False
         self.frameworks = frameworks
         self.episode_dir: str | None = None
+        # files a run of generated code may open for writing in its episode's directory, and how many it has
+        self.call_files = call_files
+        self._written = 0
         self.violations: list[SandboxViolation] = []
         paths = ["stdlib", "platstdlib"] + (["purelib", "platlib"] if frameworks else [])
         self.read_roots = tuple(sorted({os.path.realpath(p) for p in (sysconfig.get_path(n) for n in paths) if p}))
@@ -238,11 +241,18 @@ class Guard:
             real = self._real_path(path)
         except Exception:  # noqa: BLE001
             raise self.refuse("filesystem", f"open of {path!r} refused") from None
-        if real is not None and self._in_episode(real):
-            return
         writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
             isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND)
         )
+        if real is not None and self._in_episode(real):
+            self._written += 1 if writing else 0
+            if self._written > self.call_files:
+                raise self.refuse(
+                    "call_files",
+                    f"a call may open at most {self.call_files} files for writing in its episode's directory "
+                    "(WORLDSMITH_SANDBOX_CALL_FILES)",
+                )
+            return
         if not writing and real is not None and self._in_read_roots(real, itself=False):
             return  # the standard library, for lazy imports of allowed modules
         raise self.refuse(
@@ -280,6 +290,7 @@ class Guard:
         self._wall_s, self._cpu_s = wall_s, cpu_s
         self._deadline = time.monotonic() + wall_s
         self.episode_dir = episode_dir
+        self._written = 0
         signal.setitimer(signal.ITIMER_REAL, wall_s)
         signal.setitimer(signal.ITIMER_PROF, cpu_s)
         self.active = True

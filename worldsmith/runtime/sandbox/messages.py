@@ -8,7 +8,7 @@ the episode's own process where it has one (strict isolation).
 
 A reply is one `Reply`: its `status`, a failure's `error`, `limit` and `refused_module`, its op's
 fields (each op's part is a `TypedDict` of its own, what the worker's operations return) and the
-runtime's fields (`seconds`, `retire`, `id`, `channel`). A reply of a request's process is held to
+runtime's fields (`seconds`, `retire`, `id`, `channel`, `pid`). A reply of a request's process is held to
 the reply contract (`protocol.accepted_reply`) before it is read as a `Reply`; a frame of the parent
 is read as a `Request` as it comes (`as_request`: the parent built it from these types), a frame of
 the worker as a `Reply` once its id is the request's (`as_reply`).
@@ -40,7 +40,9 @@ class WorkerConfig(TypedDict):
     cpu_s: float  # CPU time per run of generated code
     grace_s: float
     isolation: Literal["strict", "fast"]
-    episode_processes: int  # strict isolation: the episode processes it keeps
+    episode_processes: int  # strict isolation: the episode processes alive at once, at most
+    call_files: int  # files a call may open for writing in its episode's file area
+    episode_db_growth_mb: int  # how much an episode's database may grow beyond its world's
     frameworks: bool  # it imports the web stack of ASGI environments before it confines itself
     channel_fd: int | None  # strict isolation: its end of the socket episode processes' pipes go over
     recursion_limit: NotRequired[int]  # default 1000
@@ -193,6 +195,7 @@ class ReapRequest(RequestFields):
     op: Literal["reap"]
     episode: str
     grace_s: float
+    pid: NotRequired[int]  # only if its process is still this one (the parent made room for another fork)
 
 
 #: A request the parent sends for an open episode (`SandboxEpisode`, `SandboxWorker.episode_request`).
@@ -239,6 +242,12 @@ class StatusOnly(TypedDict):
     """The part of an op's reply that answers with its status alone (load, open, restore, close ...)."""
 
 
+class OpenReply(TypedDict):
+    """An opened episode: the name of its file area (its database's too, under strict isolation)."""
+
+    area: str
+
+
 class CallReply(TypedDict):
     """A tool call's answer; its value comes as the reply's one blob, the JSON text of the tool's result."""
 
@@ -273,7 +282,7 @@ class ReapReply(TypedDict):
 
 
 #: What an op of the worker's answers, beyond its status: its part of the reply.
-OpReply = StatusOnly | CallReply | VerifyReply | RoutesReply | PingReply | ReapReply
+OpReply = StatusOnly | OpenReply | CallReply | VerifyReply | RoutesReply | PingReply | ReapReply
 
 
 class Reply(TypedDict, total=False):
@@ -294,11 +303,14 @@ class Reply(TypedDict, total=False):
     envs: int
     processes: dict[str, int]
     ending: str | None
+    area: str  # `open`: the name of the episode's file area (the parent counts what it holds)
     # the runtime's
     seconds: float  # how long the worker took
     retire: bool  # the request's code broke a limit: the process that ran it is not to run more
     id: int  # the request's `id`
     channel: bool  # the episode process's pipes came with the reply (a `direct` request)
+    unserved: bool  # ... of a process forked for it that has not served it: the parent sends it the request
+    pid: int  # the pid of the episode's process that answered (strict isolation; set by the worker)
 
 
 def as_reply(frame: dict[str, object]) -> Reply:

@@ -37,6 +37,7 @@ from worldsmith.runtime.sandbox.messages import (
     DiffRequest,
     EpisodeRequest,
     LoadEnvRequest,
+    OpenReply,
     OpenRequest,
     PingReply,
     PingRequest,
@@ -194,7 +195,7 @@ class Operations:
             episode.tools = episode.env.tools_kind.open(self.host, episode.env, episode)
         return episode.tools
 
-    def op_open(self, request: OpenRequest, blobs: list[bytes]) -> StatusOnly:
+    def op_open(self, request: OpenRequest, blobs: list[bytes]) -> OpenReply:
         env = self.envs.get(request["env"])
         if env is None:
             raise Failure("env_error", f"environment {request['env']} is not loaded in this worker")
@@ -209,12 +210,16 @@ class Operations:
             if blobs:
                 write_db(episode.db_path, blobs[0])
             self.episodes[episode.id] = episode
-            return {}
+            return {"area": os.path.basename(directory)}
         conn = episodedb.memory_connection(blobs[0] if blobs else env.world, env.tools_kind, env.clock)
         episode = OpenEpisode(id=request["episode"], env=env, conn=conn, directory=directory)
         self._tools(episode)
         self.episodes[episode.id] = episode
-        return {}
+        return {"area": os.path.basename(directory)}
+
+    def _database_bytes(self, env: LoadedEnv) -> int:
+        """The most an episode's database of `env` may hold: its world and the growth an episode is allowed."""
+        return len(env.world) + int(self.config.get("episode_db_growth_mb", 8)) * 1024 * 1024
 
     def op_call(self, request: CallRequest, blobs: list[bytes]) -> tuple[CallReply, list[bytes]]:
         episode = self._episode(request)
@@ -224,6 +229,9 @@ class Operations:
             raise Failure("tool_error", f"unknown tool {name!r}")
         conn = episode.conn
         assert conn is not None
+        if not episode.bounded:  # its database may grow by its allowance at most (set here, at first need)
+            episodedb.limit_growth(conn, self._database_bytes(episode.env))
+            episode.bounded = True
         arguments = request.get("arguments") or {}
         changes = episodedb.begin_call(conn, episode.env.tools_kind)
         self.host.current_conn = conn
@@ -237,6 +245,11 @@ class Operations:
                 raise Failure(
                     "env_error", f"tool result of {len(text)} bytes exceeds {MAX_RESULT_BYTES}", "result_size"
                 )
+        except Failure as failure:
+            episodedb.end_call(conn, commit=False)
+            if failure.limit is None and episodedb.DATABASE_FULL in failure.error:  # its writes met max_page_count
+                raise Failure("env_error", self._database_full(episode, failure.error), "database_size") from None
+            raise
         except BaseException:
             episodedb.end_call(conn, commit=False)
             raise
@@ -245,6 +258,15 @@ class Operations:
         episodedb.end_call(conn, commit=True)
         changed = episodedb.changed_since(conn, changes)
         return {"stdout": stdout, "changed": changed}, [text.encode()]  # ASCII: json_text escapes the rest
+
+    def _database_full(self, episode: OpenEpisode, error: str) -> str:
+        """The answer of a call whose writes did not fit its episode's database (or the disk)."""
+        growth = int(self.config.get("episode_db_growth_mb", 8))
+        return (
+            f"sandbox limit database_size: the episode's database may hold "
+            f"{self._database_bytes(episode.env) / 1048576:.1f} MB (its world's and {growth} MB more, "
+            f"WORLDSMITH_SANDBOX_EPISODE_DB_GROWTH_MB), or the disk is full: {error}"
+        )
 
     def op_snapshot(self, request: SnapshotRequest, blobs: list[bytes]) -> tuple[StatusOnly, list[bytes]]:
         episode = self._episode(request)
@@ -262,6 +284,7 @@ class Operations:
         episode = self._episode(request)
         assert episode.conn is not None  # opened by _episode
         restore(episode.conn, blobs[0] if blobs else episode.env.world, transactions=refuse_transaction_control)
+        episode.bounded = False  # a database deserialized afresh: bounded again at the next call
         return {}
 
     def op_diff(self, request: DiffRequest, blobs: list[bytes]) -> tuple[StatusOnly, list[bytes]]:
@@ -301,4 +324,6 @@ class Operations:
         contract or ran code that broke a limit): stop the process and say how it ended."""
         grace = request.get("grace_s")
         grace_s = float(grace) if isinstance(grace, (int, float)) else 0.0
-        return {"ending": self.processes.reap_handed(request.get("episode"), grace_s)}
+        pid = request.get("pid")
+        only = pid if isinstance(pid, int) else None
+        return {"ending": self.processes.reap_handed(request.get("episode"), grace_s, only)}

@@ -7,10 +7,12 @@ and before any episode's request) does, so that a process inherits nothing the w
 other episodes. A process gets its episode's identity and then its requests on its own pipe from the
 worker (`_run_child`); requests and answers never pass through the template.
 
-Tool calls, snapshots and diffs go to their episode's own process, kept between requests (at most
-`episode_processes`, the least recently used stopped first) and, where the parent asks, handed to the
-parent (its pipes over the channel socket) so that its next requests skip the worker; every other
-request gets a process of its own, gone with its answer. One process at a time has an episode's
+Tool calls, snapshots and diffs go to their episode's own process, kept between requests and, where
+the parent asks, handed to the parent (its pipes over the channel socket) as soon as it is forked,
+before it serves anything, so that its requests, the first included, skip the worker; every other
+request gets a process of its own, gone with its answer. No more than `episode_processes` are alive at
+once, those handed to the parent counted (`_make_room`: the least recently used kept one stopped
+first). One process at a time has an episode's
 database open. A process past the request's deadline, dead, or answering outside the reply contract
 is stopped and the request is a `Failure` (env_error, with its limit).
 
@@ -125,13 +127,16 @@ class ForkedProcesses:
     ) -> tuple[Reply, list[bytes]]:
         """Serve a request of `worker.RUN_OPS` in a process forked by the template (which runs no
         generated code and never sees a request) and return its checked reply. Tool calls, snapshots
-        and diffs go to their episode's own process, forked at its first request and kept (at most
-        `episode_processes`, the least recently used stopped first); every other request (verification
-        above all) gets a process of its own, gone with its answer (the episode's own process is
-        stopped first: one process at a time has an episode's database open, and keeps it locked). A
-        process past the request's deadline, dead, or answering outside the reply contract is stopped
-        and the request is an env_error; its episode's next call forks a fresh one. `open_episodes`:
-        the worker's, by id."""
+        and diffs go to their episode's own process, forked at its first request and kept (no more than
+        `episode_processes` alive: `_make_room`); where the request asks for a `direct` channel, the
+        process is handed to the parent before it serves anything, and the reply says so (`unserved`):
+        the parent sends it the request itself, so the worker waits for no call. Every other request
+        (verification above all) gets a process of its own, gone with its answer (the episode's own
+        process is stopped first: one process at a time has an episode's database open, and keeps it
+        locked). A process past the request's deadline, dead, or answering outside the reply contract is
+        stopped and the request is an env_error; its episode's next call forks a fresh one. The reply of
+        an episode's process carries its `pid` (the parent counts what it holds: runtime/totals.py).
+        `open_episodes`: the worker's, by id."""
         episode_id = episode_of(request)
         self.reap_handed(episode_id)  # the parent gave its channel up: the process goes before another opens
         episode = open_episodes.get(episode_id) if episode_id is not None else None
@@ -141,9 +146,14 @@ class ForkedProcesses:
                 self._stop(process)  # gone since its last call: its next one starts afresh
                 process = None
             if process is None:
-                while len(self.live) >= max(int(self.config.get("episode_processes", 128)), 1):
-                    self.stop_least_recent()
-                process = self._spawn(request, blobs, episode)
+                self._make_room()
+                direct = request.get("direct") is True
+                process = self._spawn(request, blobs, episode, unserved=direct)
+                if direct and self._hand_over(episode.id, process):  # the parent sends it the request itself
+                    return {"status": "ok", "channel": True, "unserved": True, "pid": process.pid}, []
+                if direct and not self._send(process, request, blobs):
+                    self._stop(process)
+                    raise Failure("env_error", process_failure("crash", "ended before its request"), "crash")
             try:
                 reply, reply_blobs = self._answer(process, request)
             except Failure:
@@ -152,12 +162,14 @@ class ForkedProcesses:
             if reply.pop("retire", False):  # it ran code that broke a limit: its next call starts afresh
                 self._stop(process)
             elif request.get("direct") is True and self._hand_over(episode.id, process):
-                reply["channel"] = True
+                reply["channel"], reply["pid"] = True, process.pid
             else:
                 self.live[episode.id] = process
+                reply["pid"] = process.pid
             return reply, reply_blobs
         if episode_id in self.live:  # it holds the episode's database (locked): it goes, its next call forks anew
             self.stop_episode_process(episode_id)
+        self._make_room()
         process = self._spawn(request, blobs, episode)
         try:
             reply, reply_blobs = self._answer(process, request)
@@ -165,6 +177,32 @@ class ForkedProcesses:
             return reply, reply_blobs
         finally:
             self._stop(process)
+
+    def _make_room(self) -> None:
+        """Before forking: no more than `episode_processes` processes alive, ever (those handed to the
+        parent counted, the ended ones forgotten first): kept ones stopped, the least recently used
+        first. Handed ones are the parent's to give up: it does so before it asks for a fork that needs
+        their room (runtime/worker_handle.py), so a busy one is never stopped here; one it gave up
+        exits at the end of its pipe, and is waited for up to the grace period. Past that, the request
+        is an env_error naming the limit."""
+        cap = max(int(self.config.get("episode_processes", 128)), 1)
+        if len(self.live) + len(self.handed) < cap:
+            return
+        self.sweep_handed()  # asks the template: only when the cap is reached
+        deadline = time.monotonic() + float(self.config.get("grace_s", 2.0))
+        while len(self.live) + len(self.handed) >= cap:
+            if self.stop_least_recent():
+                continue
+            if self.handed and time.monotonic() < deadline:
+                time.sleep(0.002)
+                self.sweep_handed()
+            else:
+                raise Failure(
+                    "env_error",
+                    f"sandbox limit processes: the worker's {cap} episode processes are all in use "
+                    "(WORLDSMITH_SANDBOX_EPISODE_PROCESSES)",
+                    "processes",
+                )
 
     def stop_least_recent(self) -> bool:
         """Stop the episode process used least recently; False if none is kept."""
@@ -195,10 +233,13 @@ class ForkedProcesses:
         self.handed[episode_id] = (process.pid, process.serial)
         return True
 
-    def reap_handed(self, episode_id: str | None, grace_s: float = 0.0) -> str | None:
-        """Stop the process of `episode_id` handed to the parent (if any), given `grace_s` to end by
-        itself; returns how it ended (also when `sweep_handed` found it ended)."""
+    def reap_handed(self, episode_id: str | None, grace_s: float = 0.0, only: int | None = None) -> str | None:
+        """Stop the process of `episode_id` handed to the parent (if any; with `only`, if it is still that
+        pid: a later one is the episode's next process), given `grace_s` to end by itself; returns how it
+        ended (also when `sweep_handed` found it ended)."""
         if not isinstance(episode_id, str):
+            return None
+        if only is not None and episode_id in self.handed and self.handed[episode_id][0] != only:
             return None
         handed = self.handed.pop(episode_id, None)
         ended = self.ended.pop(episode_id, None)
@@ -215,10 +256,14 @@ class ForkedProcesses:
                 del self.handed[episode_id]
                 self.ended[episode_id] = _ending(statuses[serial])
 
-    def _spawn(self, request: Request, blobs: list[bytes], episode: OpenEpisode | None) -> RunProcess:
+    def _spawn(
+        self, request: Request, blobs: list[bytes], episode: OpenEpisode | None, *, unserved: bool = False
+    ) -> RunProcess:
         """A process forked by the template, told whose it is (`episode`'s, else the request's
-        environment's) and given `request`. Short of descriptors or processes, kept episode processes
-        are stopped (least recent first) until it can; failing that the request is an env_error."""
+        environment's) and given `request` (`unserved`: not given it; it waits for its requests, that
+        one included, on its pipe: it is handed to the parent at once, so that this worker never waits
+        for a call). Short of descriptors or processes, kept episode processes are stopped (least
+        recent first) until it can; failing that the request is an env_error."""
         while True:
             try:
                 spawned = self._template().spawn()
@@ -239,7 +284,7 @@ class ForkedProcesses:
             "directory": episode.directory if episode is not None else None,
             "skew_s": request.get("skew_s"),
         }
-        data = encode(identity) + encode(request, blobs)
+        data = encode(identity) + (b"" if unserved else encode(request, blobs))
         if send_within(process.requests, data, time.monotonic() + self._wait(request)) == "late":
             self._stop(process)
             raise Failure("env_error", process_failure("timeout", f"{self._wait(request):g} s"), "timeout")

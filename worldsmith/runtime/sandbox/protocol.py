@@ -217,7 +217,7 @@ _VERDICTS = frozenset(verdict.value for verdict in Verdict)
 
 
 #: Reply fields of the runtime's own (the requester's), not the process's: dropped once a reply is accepted.
-RUNTIME_FIELDS = ("seconds", "id", "channel")
+RUNTIME_FIELDS = ("seconds", "id", "channel", "unserved", "pid")
 
 
 def reply_problem(reply: Mapping[str, object], request_id: int | None) -> str | None:

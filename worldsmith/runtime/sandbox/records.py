@@ -58,6 +58,7 @@ class OpenEpisode:
     directory: str
     tools: dict[str, Tool] | None = None
     open_error: str | None = None  # strict isolation: why its database did not open in this process
+    bounded: bool = False  # its connection's growth is limited (`episodedb.limit_growth`, at its first call)
 
     @property
     def db_path(self) -> str:

@@ -256,7 +256,7 @@ def main() -> None:
     os.makedirs(scratch, exist_ok=True)
     if os.geteuid() == 0:
         os.chown(scratch, config["uid"], config["uid"])
-    guard.GUARD = Guard(frameworks=frameworks)
+    guard.GUARD = Guard(frameworks=frameworks, call_files=int(config.get("call_files", 64)))
     strict = config.get("isolation") == "strict"
     # strict: the socket pair to the template (`template.py`), made now: the seccomp layer forbids it after
     control = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET) if strict else None
