@@ -519,7 +519,7 @@ def serve(args: argparse.Namespace) -> None:
         return
     from worldsmith.serving.gateway import Gateway
     from worldsmith.serving.gateway import serve as serve_gateway
-    from worldsmith.serving.supervisor import serve_member, supervise
+    from worldsmith.serving.supervisor import listener, serve_member, supervise
 
     if args.processes > 1 and args.member is None:
         command = [sys.executable, __file__, "--serve", kind, "--port", str(port), "--workers", str(workers)]
@@ -531,14 +531,14 @@ def serve(args: argparse.Namespace) -> None:
             serve_member(gateway.app(), gateway.member, "127.0.0.1", port, log_level="warning")
             return
         if profile is None:
-            serve_gateway(gateway, "127.0.0.1", port, log_level="warning")
+            serve_gateway(gateway, listener("127.0.0.1", port), log_level="warning")
             return
         import cProfile
 
         profiler = cProfile.Profile()
         profiler.enable()
         try:
-            serve_gateway(gateway, "127.0.0.1", port, log_level="warning")
+            serve_gateway(gateway, listener("127.0.0.1", port), log_level="warning")
         finally:
             profiler.disable()
             profiler.dump_stats(profile)
