@@ -144,7 +144,7 @@ class Settings(BaseSettings):
     sandbox_isolation: Literal["strict", "fast"] = Field(
         "strict",
         description=(
-            "strict: every request that runs generated code gets a process of its own, forked from a clean worker; "
+            "strict: every request that runs generated code gets a process of its own, forked from a clean template process; "
             "fast: episodes of one environment share their worker (only for vetted worlds). See docs/security.md."
         ),
     )

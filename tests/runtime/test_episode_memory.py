@@ -110,8 +110,9 @@ def test_an_episode_process_holds_nothing_of_other_sessions(world, golden, reque
 
 @pytest.mark.timeout(180)
 def test_a_lost_template_costs_its_worker_not_its_episodes(golden):
-    """The template dying (it runs no generated code: only from outside) leaves the worker nothing clean
-    to fork from: it exits, and its episodes move to a fresh worker by journal replay, as for a crash."""
+    """The template dying (a native world's runs no generated code: only from outside) leaves the
+    worker nothing clean to fork from: it exits, and its episodes move to a fresh worker by journal
+    replay, as for a crash."""
     with Runtime(limits=isolated(PATIENT_LIMITS, "strict"), workers=1) as rt:
         with rt.open_episode(golden) as first:
             assert first.call_tool("update_customer_email", {"customer_id": 2, "email": "kept@example.com"}).ok

@@ -130,6 +130,11 @@ class ToolsKind(ABC):
         """The tool schemas the running code declares, or None where they are derived from the source."""
         return None
 
+    def build_shared(self, host: Host, env: Any) -> None:
+        """Build what every episode of `env` shares, once, before any episode exists (under strict
+        isolation, in the template every episode's process is forked from): nothing for most kinds."""
+        return None
+
 
 class NativeTools(ToolsKind):
     """Plain functions of tools.py: `tool(conn, **arguments)`; tools.json derived from their signatures."""
@@ -190,6 +195,9 @@ class AppTools(ToolsKind):
 
     def schemas(self, host: Host, env: Any) -> list[JsonObject] | None:
         return [route.schema() for route in host.start_app(env).values()]
+
+    def build_shared(self, host: Host, env: Any) -> None:
+        host.start_app(env)  # the app and its routes, built on a private copy of the world
 
 
 def _routed(host: Host, episode: Any, name: str) -> Tool:

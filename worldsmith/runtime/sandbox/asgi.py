@@ -11,6 +11,7 @@ started for ASGI environments (before the worker confines itself), never in stdl
   the JSON body), as fastapi-mcp and the AWM release expose them.
 - `call(app, route, arguments)` sends one HTTP request through the app (an ASGI scope, no
   socket, no server) and returns the status and the decoded body.
+- `warm(app, namespace)` builds what the stack would build at the app's first request.
 """
 
 from __future__ import annotations
@@ -209,6 +210,30 @@ def routes_of(app: Any) -> dict[str, Route]:
             }
             routes[route.name] = route
     return routes
+
+
+#: The path of the request `warm` sends: no route's (operation paths start with "/"; this one is
+#: refused before any endpoint runs).
+UNROUTED_PATH = "/.worldsmith-warm"
+
+
+def warm(app: Any, namespace: Mapping[str, Any]) -> None:
+    """Build now what the web stack builds lazily at an app's first request, so that processes forked
+    after share it instead of each building it at its first call: SQLAlchemy's mappers configured and
+    a SELECT of each mapped class of the app's module (`namespace`) compiled, and one request to a
+    path no route serves (the middleware stack built, the router's matching run). No endpoint runs."""
+    from sqlalchemy import Engine, select
+    from sqlalchemy.orm import Session, configure_mappers
+
+    configure_mappers()
+    values = list(namespace.values())
+    mapped = [v for v in values if isinstance(v, type) and getattr(v, "__mapper__", None) is not None]
+    for engine in [v for v in values if isinstance(v, Engine)]:
+        with Session(engine) as session:
+            for cls in mapped:
+                session.scalars(select(cls).limit(1)).all()
+    assert LOOP is not None, "preload() makes the event loop"
+    LOOP.run_until_complete(_request(app, "GET", UNROUTED_PATH, [], None))
 
 
 def _split(route: Route, arguments: Mapping[str, JsonValue]) -> tuple[str, list[tuple[str, str]], bytes | None]:

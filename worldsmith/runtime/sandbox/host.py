@@ -184,7 +184,8 @@ class SandboxHost:
         return create_engine("sqlite://", creator=connection, poolclass=NullPool, pool_reset_on_return=None)
 
     def start_app(self, env: LoadedEnv) -> dict[str, Route]:
-        """Run app.py once (on a private copy of the world) and read its routes (by tool name)."""
+        """Run app.py once (on a private copy of the world), read its routes (by tool name) and build
+        what its first request would (`asgi.warm`)."""
         if env.app is not None:
             return env.routes
         from worldsmith.runtime.sandbox import asgi
@@ -211,6 +212,7 @@ class SandboxHost:
             if not apps:
                 raise Failure("env_error", "app.py defines no FastAPI application")
             routes, _ = self.run(lambda: asgi.routes_of(apps[0]), episode=None, files=("app.py",))
+            self.run(lambda: asgi.warm(apps[0], namespace), episode=None, files=("app.py",))
         finally:
             self.current_conn = None
             sqlite3.Connection.close(scratch)

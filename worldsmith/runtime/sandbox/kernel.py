@@ -354,6 +354,48 @@ def seccomp(allowed: frozenset[str] = frozenset()) -> int:
     return len(_DENIED[machine]) - len(allowed & _DENIED[machine].keys())
 
 
+_BPF_JSET_K = 0x45
+_CLONE_VM, _CLONE_VFORK, _CLONE_THREAD = 0x100, 0x4000, 0x10000
+
+
+def thread_filter_program(machine: str) -> list[tuple[int, int, int, int]]:
+    """The BPF program of `forbid_threads`: EPERM for a `clone` sharing the caller's memory
+    (CLONE_THREAD, CLONE_VM, CLONE_VFORK) and for `vfork`, ENOSYS for `clone3` (libc falls back to
+    clone); a plain fork and everything else allowed (the filters below it still apply)."""
+    clone, vfork = _DENIED[machine]["clone"], _DENIED[machine].get("vfork")  # aarch64 has no vfork
+    prog = [
+        (_BPF_LD_W_ABS, 0, 0, 4),  # seccomp_data.arch
+        (_BPF_JEQ_K, 1, 0, _AUDIT_ARCH[machine]),
+        (_BPF_RET_K, 0, 0, _RET_KILL_PROCESS),
+        (_BPF_LD_W_ABS, 0, 0, 0),  # seccomp_data.nr
+    ]
+    prog += [(_BPF_JEQ_K, 0, 1, _CLONE3), (_BPF_RET_K, 0, 0, _RET_ERRNO | errno.ENOSYS)]  # its flags are not readable
+    if vfork is not None:
+        prog += [(_BPF_JEQ_K, 0, 1, vfork), (_BPF_RET_K, 0, 0, _RET_ERRNO | errno.EPERM)]
+    prog += [
+        (_BPF_JEQ_K, 0, 3, clone),
+        (_BPF_LD_W_ABS, 0, 0, 16),  # seccomp_data.args[0], its low word: clone's flags on both machines
+        (_BPF_JSET_K, 0, 1, _CLONE_THREAD | _CLONE_VM | _CLONE_VFORK),
+        (_BPF_RET_K, 0, 0, _RET_ERRNO | errno.EPERM),
+        (_BPF_RET_K, 0, 0, _RET_ALLOW),
+    ]
+    return prog
+
+
+def forbid_threads() -> None:
+    """No thread, no process sharing this one's memory, from now on in this process and all it forks
+    (a seccomp filter on clone's flags): the template (`template.py`) installs it before it runs an
+    app's code, so nothing that code started can outlive the run there. OSError without seccomp."""
+    machine = platform.machine()
+    if machine not in _AUDIT_ARCH:
+        raise OSError(errno.ENOSYS, f"no seccomp table for {machine}")
+    prog = thread_filter_program(machine)
+    filters = (_SockFilter * len(prog))(*[_SockFilter(*ins) for ins in prog])
+    fprog = _SockFprog(len(prog), filters)
+    if _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        raise _fail("prctl(SECCOMP)")
+
+
 def _attempt(layers: dict[str, str], name: str, action: Callable[[], object]) -> None:
     """Apply one layer, recording "on (detail)" or "off: reason" under `name`."""
     try:

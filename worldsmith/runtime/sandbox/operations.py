@@ -17,6 +17,7 @@ import gc
 import json
 import os
 import shutil
+import signal
 import sqlite3
 import sys
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from worldsmith.bundle.jsonvalues import json_text
 from worldsmith.bundle.kinds import TOOLS_KINDS, VERIFIERS_KINDS, Tool
 from worldsmith.bundle.sqlscript import deserialize, restore, snapshot
 from worldsmith.jsonvalue import JsonObject
-from worldsmith.runtime.sandbox import dbdiff, episodedb
+from worldsmith.runtime.sandbox import dbdiff, episodedb, guard, worldclock
 from worldsmith.runtime.sandbox.episodedb import refuse_transaction_control, write_db
 from worldsmith.runtime.sandbox.failure import Failure
 from worldsmith.runtime.sandbox.host import SandboxHost, app_module_name
@@ -137,6 +138,32 @@ class Operations:
             if reply.get("status") != "ok":
                 env.load_error = str(reply.get("error"))
         return {}
+
+    def build_shared(self) -> None:
+        """Strict isolation, in the template, before it forks anything: build once what every episode
+        of the loaded environment shares (an ASGI environment's app: `ToolsKind.build_shared`), so
+        that no episode's process builds it again. The code runs under the guard as anywhere; if it
+        fails or breaks a limit, what it built is dropped and each process builds it (and reports
+        why it does not build) as before."""
+        handlers = {number: signal.getsignal(number) for number in signal.valid_signals()}
+        callbacks = list(gc.callbacks)
+        for env in self.envs.values():
+            before = len(guard.GUARD.violations)
+            try:
+                worldclock.set_clock(env.clock, 0.0)  # module-level clock reads: the world's, no episode's skew
+                env.tools_kind.build_shared(self.host, env)
+            except Exception:  # noqa: BLE001 - each process that builds it again reports it
+                env.app, env.routes = None, {}
+                sys.modules.pop(app_module_name(env.key), None)
+                del guard.GUARD.violations[before:]  # the processes forked from here start clean
+        # what code past the guard could have left to run here later, undone where Python can undo it
+        for number, handler in handlers.items():
+            if handler is not None and signal.getsignal(number) is not handler:
+                signal.signal(number, handler)
+        gc.callbacks[:] = callbacks
+        sys.settrace(None)
+        sys.setprofile(None)
+        gc.freeze()  # what was built stays out of the processes' collections (their pages shared)
 
     def op_check_env(self, request: CheckEnvRequest, blobs: list[bytes]) -> StatusOnly:
         """Open the environment's tools once on a private copy of its world (strict isolation's load check)."""

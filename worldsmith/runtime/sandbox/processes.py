@@ -111,7 +111,7 @@ class ForkedProcesses:
         template first (it drops the worker's channels)."""
         if self._control is None:
             raise Failure("env_error", "sandbox worker fault: no socket to a template (strict isolation only)")
-        self.template = start_template(self._control, prepare, self._run_child)
+        self.template = start_template(self._control, prepare, self._run_child, self.config["call_timeout_s"])
         try:  # the worker forks nothing more (its heap is no clean source): a filter on top of its own
             kernel.seccomp(kernel.ZYGOTE_ALLOWED - FORKS)
         except OSError:
@@ -125,8 +125,8 @@ class ForkedProcesses:
     def serve(
         self, request: Request, blobs: list[bytes], open_episodes: Mapping[str, OpenEpisode]
     ) -> tuple[Reply, list[bytes]]:
-        """Serve a request of `worker.RUN_OPS` in a process forked by the template (which runs no
-        generated code and never sees a request) and return its checked reply. Tool calls, snapshots
+        """Serve a request of `worker.RUN_OPS` in a process forked by the template (which runs
+        generated code only before it forks, and never sees a request) and return its checked reply. Tool calls, snapshots
         and diffs go to their episode's own process, forked at its first request and kept (no more than
         `episode_processes` alive: `_make_room`); where the request asks for a `direct` channel, the
         process is handed to the parent before it serves anything, and the reply says so (`unserved`):

@@ -7,8 +7,11 @@ generated code or reads an episode's data is forked by the template, never by th
 heap keeps what it decoded for episodes (first calls' arguments, final answers, databases' bytes,
 freed or not): a process inherits nothing of another episode's requests, answers or bytes.
 
-The template runs no generated code and never sees a request: the worker speaks to it over a
-sequenced-packet socket pair made before the worker confined itself, one small JSON message a packet:
+The template never sees a request. The one generated code it runs is an ASGI environment's app,
+built once in `prepare` before it forks anything (on a private copy of the world, under the guard and
+with threads denied: docs/security.md, "An imported app, built once"), so that every episode's
+process starts with the app built. The worker speaks to it over a sequenced-packet socket pair made
+before the worker confined itself, one small JSON message a packet:
 
 - `spawn`: it makes two pipes and forks; the child (`child(requests_fd, replies_fd)`, which never
   returns) reads its requests from the first and writes its replies to the second, and the worker
@@ -64,14 +67,16 @@ class Spawned:
 class TemplateProcess:
     """The worker's side of its template: fork a process, stop one, ask which ended."""
 
-    def __init__(self, pid: int, control: socket.socket):
+    def __init__(self, pid: int, control: socket.socket, prepare_s: float = 0.0):
         self.pid = pid
         self._control = control
+        self._prepare_s = prepare_s  # how long its first answer may also wait (it prepares first)
         self.lost: str | None = None  # why it is taken for lost, once it is
 
     def _ask(self, message: dict[str, object], extra_s: float = 0.0) -> tuple[dict[str, object], list[int]]:
         if self.lost is not None:
             raise TemplateLost(self.lost)
+        extra_s, self._prepare_s = extra_s + self._prepare_s, 0.0
         try:
             self._control.send(json.dumps(message).encode())
             if not ready(self._control.fileno(), ANSWER_S + extra_s):
@@ -131,9 +136,11 @@ def start_template(
     control: tuple[socket.socket, socket.socket],
     prepare: Callable[[], None],
     child: Callable[[int, int], None],
+    prepare_s: float = 0.0,
 ) -> TemplateProcess:
-    """Fork the template: it runs `prepare` (drop what is not its own), then serves the worker's
-    messages on its end of `control` until the worker goes; each process it forks runs `child`."""
+    """Fork the template: it runs `prepare` (drop what is not its own, build what every episode
+    shares: up to `prepare_s` more for its first answer), then serves the worker's messages on its
+    end of `control` until the worker goes; each process it forks runs `child`."""
     mine, theirs = control
     pid = os.fork()
     if pid == 0:
@@ -148,7 +155,7 @@ def start_template(
         finally:
             os._exit(code)
     theirs.close()  # the template's end: with it closed here, a template gone is an error at once
-    return TemplateProcess(pid, mine)
+    return TemplateProcess(pid, mine, prepare_s)
 
 
 class _Children:

@@ -104,11 +104,15 @@ class Worker:
     def _become_template(self) -> None:
         """In the template, freshly forked: drop the worker's channels (to the parent, for requests and
         for handing pipes over); its stdin becomes /dev/null. It holds the loaded environment, no
-        episode."""
+        episode. Then, unable to start a thread from now on (`kernel.forbid_threads`), it builds what
+        the environment's episodes share (an ASGI app: `Operations.build_shared`), before it forks any."""
         os.dup2(1, 0)  # the request channel becomes /dev/null (as stdout is); SQLite never takes fds 0-2
         self.out.close()  # the reply channel to the parent
         for fd in self.processes.inherited_fds():  # the channel socket (no process is forked yet)
             os.close(fd)
+        with contextlib.suppress(OSError):  # no seccomp here: the guard refuses threads to generated code
+            kernel.forbid_threads()
+        self.operations.build_shared()
 
     def _become_run_process(self, identity: RunIdentity) -> None:
         """In a process the template forked, told whose it is: forget the environments but its own, take

@@ -1,0 +1,107 @@
+"""An imported (ASGI) world under strict isolation builds its app once, in the template (issue 32).
+
+The template builds the app before it forks any process, on a private copy of the world; every
+episode's process is a copy of it, so no episode builds the app again, and none sees what another
+did to the app's memory: each mutates its own copy. The app here is the AWM-format sample with
+`list_branches` changed to answer (as a refusal, so the tool's schema stays) when its module was
+run, and how many calls this process's copy of it has counted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+
+import psutil
+import pytest
+from support.limits import PATIENT_LIMITS, code_process, isolated
+from support.paths import REPO
+
+from worldsmith.runtime.episode import Runtime
+
+pytestmark = pytest.mark.sandbox
+
+STAMPED = (
+    "MAX_RENEWALS = 2\n",
+    "MAX_RENEWALS = 2\nimport time as _stamp_clock\nBUILT_AT = _stamp_clock.perf_counter_ns()\nCALLS = []\n",
+)
+COUNTING = (
+    "async def list_branches():\n",
+    "async def list_branches():\n"
+    "    CALLS.append(1)\n"
+    '    raise HTTPException(status_code=418, detail=f"built {BUILT_AT} calls {len(CALLS)}")\n',
+)
+
+
+@pytest.fixture(scope="module")
+def stamped():
+    """The AWM-format sample imported, its app changed as the module docstring says."""
+    from worldsmith.interop.awm import import_scenario, read_release
+
+    (scenario,) = read_release(REPO / "tests" / "data" / "awm_format_sample")
+    with Runtime(limits=PATIENT_LIMITS, workers=1) as runtime:
+        bundle = import_scenario(scenario, runtime).bundle
+    assert bundle is not None
+    app = bundle.text("app.py")
+    for old, new in (STAMPED, COUNTING):
+        assert old in app
+        app = app.replace(old, new, 1)
+    artifacts = {**bundle.manifest.artifacts, "app.py": "sha256:" + hashlib.sha256(app.encode()).hexdigest()}
+    return dataclasses.replace(
+        bundle,
+        files={**bundle.files, "app.py": app.encode()},
+        manifest=bundle.manifest.model_copy(update={"artifacts": artifacts}),
+    )
+
+
+def stamp(episode) -> tuple[int, int]:
+    """(when the app's module ran, how many calls this process's copy of the app has counted)."""
+    result = episode.call_tool("list_branches", {})
+    assert result.status == "tool_error", result
+    built, calls = re.search(r"built (\d+) calls (\d+)", result.error).groups()
+    return int(built), int(calls)
+
+
+@pytest.mark.timeout(300)
+def test_the_app_is_built_once_and_each_episode_has_its_own_copy(stamped):
+    with Runtime(limits=isolated(PATIENT_LIMITS, "strict"), workers=1) as rt:
+        with rt.open_episode(stamped) as first, rt.open_episode(stamped) as second:
+            built, calls = stamp(first)
+            assert calls == 1
+            assert stamp(first) == (built, 2)  # the episode's process keeps its app between calls
+            assert stamp(second) == (built, 1)  # the same build, but not the first episode's copy of it
+            assert code_process(first) != code_process(second)
+            first.reset()  # its next call is served by a process forked afresh
+            assert stamp(first) == (built, 1)
+            # built before any of them, in the template: the worker's one child, their parent
+            (template,) = psutil.Process(first._worker.pid).children()
+            assert {code_process(first), code_process(second)} <= {p.pid for p in template.children()}
+        with rt.open_episode(stamped) as third:
+            assert stamp(third) == (built, 1)
+
+
+def test_the_templates_thread_filter_refuses_threads_but_not_forks():
+    """`kernel.forbid_threads`, installed in the template before it runs app code: nothing that code
+    starts can run beside the template's loop, and the template still forks its processes."""
+    import os
+    import threading
+
+    from worldsmith.runtime.sandbox import kernel
+
+    pid = os.fork()
+    if pid == 0:  # the filter stays with this child
+        code = 1
+        try:
+            kernel.no_new_privs()  # what an unprivileged process needs to install a filter
+            kernel.forbid_threads()
+            try:
+                threading.Thread(target=lambda: None).start()
+            except RuntimeError:
+                grandchild = os.fork()
+                if grandchild == 0:
+                    os._exit(7)
+                code = 0 if os.waitstatus_to_exitcode(os.waitpid(grandchild, 0)[1]) == 7 else 2
+        finally:
+            os._exit(code)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
