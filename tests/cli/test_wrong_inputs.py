@@ -62,6 +62,13 @@ def test_generate_names_the_line_and_field_of_a_malformed_scenario(home, wrong_l
     assert f"{wrong_lines[case]}:2: not a scenario" in line and words in line, line
 
 
+def test_generate_refuses_a_scenario_file_with_no_scenarios(home, tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n\n")
+    line = one_line_failure(["generate", "--scenarios", str(empty)])
+    assert f"scenario file {empty} holds no scenarios" in line, line
+
+
 def test_catalog_fetch_into_an_existing_file_names_force(home, tmp_path):
     target = tmp_path / "a-file"
     target.write_text("mine")

@@ -130,6 +130,8 @@ def test_an_unreachable_policy_is_refused_before_the_run(env_set, monkeypatch):
     get_settings.cache_clear()
     down = CliRunner().invoke(app, ["eval", "--set", env_set, "--policy", "openai:some-model"])
     assert down.exit_code == 1 and "cannot be reached" in _one_line(down) and "WORLDSMITH_LLM_BASE_URL" in down.output
+    judged = CliRunner().invoke(app, ["eval", "--set", env_set, "--policy", "reference", "--judge", "judge-model"])
+    assert judged.exit_code == 1 and "the judge endpoint" in _one_line(judged) and "cannot be reached" in judged.output
     missing = CliRunner().invoke(app, ["eval", "--set", env_set, "--policy", "hf:/nonexistent/model"])
     assert missing.exit_code == 1 and "no model at /nonexistent/model" in _one_line(missing)
     with open_catalog().session() as session:

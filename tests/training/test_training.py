@@ -560,3 +560,60 @@ def test_a_model_failure_fails_the_step_before_any_scoring(tiny_model, one_task,
     with pytest.raises(RuntimeError, match=r"generation failed during rollouts: .*CUDA out of memory"):
         trainer.train()
     assert all(torch.equal(before[n], p) for n, p in trainer.model.named_parameters())
+
+
+def flat_scripts(bundle: Bundle, group_size: int) -> list[list[str]]:
+    """A group that cannot teach: every rollout answers without calling anything (all reward 0)."""
+    return [["I do not know.<|im_end|>"]] * group_size
+
+
+def scripted_rounds(trainer, rounds: list[list[list[str]]]) -> list[int]:
+    """Make `trainer`'s successive rollout rounds follow `rounds` (the last repeats); returns the
+    number of entries each round played, as it goes."""
+    played: list[int] = []
+    scripted = trainer.rollouts
+
+    def rollouts(inputs):
+        trainer.scripts = rounds[min(len(played), len(rounds) - 1)]
+        played.append(len(inputs))
+        return scripted(inputs)
+
+    trainer.rollouts = rollouts
+    return played
+
+
+def test_dynamic_sampling_replaces_a_group_that_cannot_teach(tiny_model, one_task, runtime, tmp_path):
+    """The first group's rewards are all equal: it is replaced by a group of a task drawn from the
+    set, whose mixed rewards then make the step (counted as refilled, not skipped)."""
+    trainer = make_trainer(tiny_model, one_task, runtime, tmp_path, refill_rounds=2)
+    played = scripted_rounds(trainer, [flat_scripts(one_task, 4), scripts_for(one_task)])
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    log = trainer.state.log_history[0]
+    assert played == [4, 4]  # one refill round sufficed; the second was not needed
+    assert log["groups_refilled"] == 1.0 and log["skipped_step"] == 0.0
+    assert {r.rollout for r in trainer.last_rows} == {0, 1, 3}  # the refilled group's rows make the batch
+    assert any(not torch.equal(before[n], p) for n, p in trainer.model.named_parameters())
+
+
+@pytest.mark.parametrize("guarded", [True, False], ids=["skip_step", "without-skip"])
+def test_skip_step_leaves_weights_and_moments_as_they_were(
+    tiny_model, one_task, runtime, tmp_path, guarded, monkeypatch
+):
+    """Step 1 teaches; step 2's only group cannot (no refill): its optimizer step is skipped, so the
+    weights and AdamW's moments stay as step 1 left them. Without the skip (the control), AdamW's
+    momentum moves the weights on that zero-gradient step."""
+    one = make_trainer(tiny_model, one_task, runtime, tmp_path / "one", refill_rounds=0)
+    one.train()
+    if not guarded:
+        monkeypatch.setattr("worldsmith.training.trainer.has_signal", lambda advantages: True)
+    two = make_trainer(tiny_model, one_task, runtime, tmp_path / "two", refill_rounds=0, steps=2)
+    scripted_rounds(two, [scripts_for(one_task), flat_scripts(one_task, 4)])
+    two.train()
+    same = all(torch.equal(p, q) for p, q in zip(one.model.parameters(), two.model.parameters(), strict=True))
+    steps = {int(state["step"]) for state in two.optimizer.optimizer.state.values()}
+    if guarded:
+        assert same and steps == {1}
+        assert [entry["skipped_step"] for entry in two.state.log_history if "loss" in entry] == [0.0, 1.0]
+    else:
+        assert not same and steps == {2}

@@ -14,6 +14,7 @@ from worldsmith.agent.policy_checks import preflight
 from worldsmith.cli.config_options import ConfigValues, config_command, options_for
 from worldsmith.cli.console import console, refusals, say
 from worldsmith.cli.run_log import flow_logs
+from worldsmith.llm.endpoint_check import check_endpoint, configured_endpoint
 from worldsmith.tasks.parameters import EvaluateParameters
 
 app = typer.Typer()
@@ -50,6 +51,8 @@ def eval_command(
     # an endpoint that is down or a model path that holds no model is refused before the run, and an endpoint
     # failing during it ends the run (PolicyUnavailable: one line, exit 1, by the root handler): not the agent
     preflight(params.policy)
+    if params.judge_model is not None:  # the judge's endpoint too: a judge that cannot answer is refused here
+        check_endpoint(configured_endpoint("the judge endpoint", params.judge_model, model_setting="--judge"))
     with (
         refusals(),
         flow_logs("eval", announce=not as_json),

@@ -79,8 +79,9 @@ class GenerateParameters(BaseModel):
         """A file of seed scenarios that exists where the run starts (checked before any stage runs)."""
         if scenario_file and not Path(scenario_file).expanduser().is_file():
             raise ValueError(f"scenario file {scenario_file} not found; give a JSON lines file of seed scenarios")
-        if scenario_file:
-            read_models(Scenario, Path(scenario_file).expanduser(), "a scenario")  # JsonLinesError: file, line, field
+        # JsonLinesError: file, line, field
+        if scenario_file and not read_models(Scenario, Path(scenario_file).expanduser(), "a scenario"):
+            raise ValueError(f"scenario file {scenario_file} holds no scenarios; give one JSON object per line")
         return scenario_file
 
     @field_validator("record")

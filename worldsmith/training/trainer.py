@@ -55,6 +55,7 @@ from worldsmith.training.rows import (
     take_rows,
     windowed_rows,
 )
+from worldsmith.training.signal import SkippableStep, flat_groups, has_signal, refill
 
 if TYPE_CHECKING:
     import torch
@@ -260,6 +261,7 @@ class WorldGRPOTrainer(GRPOTrainer):
         self.last_rollouts: list[Trajectory] = []
         self.last_rows: list[TrainingRow] = []
         self.judge: Any = None
+        self.step_guard: SkippableStep | None = None
         if config.reward != "verifier":
             from worldsmith.training.judged_reward import RewardJudge
 
@@ -372,9 +374,7 @@ class WorldGRPOTrainer(GRPOTrainer):
         """`inputs`: rows of the task dataset (`TaskRow`), as TRL hands them over."""
         mode = "train" if self.model.training else "eval"  # type: ignore[union-attr]  # set by TRL's __init__
         device = self.accelerator.device
-        tasks = [TaskRef(bundle=x["bundle"], task_id=x["task_id"]) for x in inputs]
-        trajectories = self.rollouts(tasks)
-        judged = self.judge.judge_rollouts([self._task(x) for x in tasks], trajectories) if self.judge else {}
+        inputs, trajectories = self._teaching_rollouts(mode, inputs)
         scored = [{**x, "verdict": t.verdict} for x, t in zip(inputs, trajectories, strict=True)]
         rewards_all = self._calculate_rewards(
             scored, [x["prompt"] for x in inputs], [t.answer for t in trajectories], [[] for _ in inputs]
@@ -383,6 +383,9 @@ class WorldGRPOTrainer(GRPOTrainer):
         advantages_all = group_advantages(rewards, self.num_generations, self.scale_rewards)
         start = self.accelerator.process_index * len(inputs)
         advantages = advantages_all[start : start + len(inputs)]
+        if mode == "train" and self.step_guard is not None:  # the same on every process: advantages are global
+            self.step_guard.skip = not has_signal(advantages_all)
+            self._metrics[mode]["skipped_step"].append(float(self.step_guard.skip))
 
         build = windowed_rows if self.config.history == "windowed" else full_row
         rows = [row for i, (t, a) in enumerate(zip(trajectories, advantages, strict=True)) for row in build(t, a, i)]
@@ -398,9 +401,46 @@ class WorldGRPOTrainer(GRPOTrainer):
         if self.use_vllm and self.vllm_importance_sampling_correction:
             self._correct_for_sampler(mode, batch, loss_mask)
         self._log_rollouts(mode, trajectories, rewards_all, rows)
-        for key, value in judged.items():
-            self._metrics[mode][key].append(value)
         return batch
+
+    def _judged_rollouts(self, mode: str, inputs: Sequence[TaskRef]) -> list[Trajectory]:
+        """One rollout per entry, judged when the reward has a judge (its metrics logged per round)."""
+        tasks = [TaskRef(bundle=x["bundle"], task_id=x["task_id"]) for x in inputs]
+        trajectories = self.rollouts(tasks)
+        if self.judge is not None:
+            for key, value in self.judge.judge_rollouts([self._task(x) for x in tasks], trajectories).items():
+                self._metrics[mode][key].append(value)
+        return trajectories
+
+    def _teaching_rollouts(self, mode: str, inputs: list[Any]) -> tuple[list[Any], list[Trajectory]]:
+        """The step's rows and rollouts, dynamic sampling applied: a group whose rewards are all equal
+        (signal.flat_groups) is replaced by a group of a row drawn from the dataset, for up to
+        `refill_rounds` rounds (seeded by config seed, step and process); the count replaced is logged."""
+        inputs, trajectories = list(inputs), self._judged_rollouts(mode, inputs)
+        n, refilled = self.num_generations, 0
+        rng = random.Random(f"refill:{self.config.seed}:{self.state.global_step}:{self.accelerator.process_index}")
+        for _ in range(self.config.refill_rounds if mode == "train" else 0):
+            flat = flat_groups([self.config.rewards.reward(t.verdict) for t in trajectories], n)
+            if not flat:
+                break
+            dataset: Any = self.train_dataset  # the task dataset (`task_dataset`): rows by index
+            fresh = [dataset[i] for i in refill(len(dataset), len(flat), rng) for _ in range(n)]
+            more = self._judged_rollouts(mode, fresh)
+            for k, group in enumerate(flat):
+                inputs[group * n : (group + 1) * n] = fresh[k * n : (k + 1) * n]
+                trajectories[group * n : (group + 1) * n] = more[k * n : (k + 1) * n]
+            refilled += len(flat)
+        if mode == "train":
+            self._metrics[mode]["groups_refilled"].append(float(refilled))
+        return inputs, trajectories
+
+    def create_optimizer(self, model: Any = None) -> Any:
+        """The Trainer's optimizer, its `step` skippable (signal.SkippableStep) for steps without signal."""
+        optimizer = super().create_optimizer(model)
+        if not isinstance(optimizer.step, SkippableStep):
+            self.step_guard = SkippableStep(optimizer.step)
+            optimizer.step = self.step_guard  # type: ignore[method-assign]  # wrapped in place: accelerate calls it
+        return optimizer
 
     def _task(self, entry: TaskRef) -> TaskSpec:
         """The task of a dataset entry."""
