@@ -7,19 +7,22 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from datetime import UTC, datetime
 
 import pytest
 from support.llm_server import ProceduralLLM, ScriptedLLM, json_reply
 from support.patience import MOMENTS_S
 
 from worldsmith.llm.openai_backend import OpenAIGenerator
+from worldsmith.models.catalog import Environment
 from worldsmith.quality.seedview import seed_view
 from worldsmith.stages.attempts import AttemptLog
 from worldsmith.stages.history import ANSWERS_CHARS, Fault, StepHistory
 from worldsmith.stages.pipeline import build_environment
-from worldsmith.stages.scenario import expand_scenarios, load_scenarios
+from worldsmith.stages.scenario import catalog_names, expand_scenarios, load_scenarios, taken_lines
 from worldsmith.stages.task_list import run_tasks_stage
 from worldsmith.stages.work import EnvWork
+from worldsmith.storage.catalog import Catalog
 
 pytestmark = pytest.mark.unit
 
@@ -90,6 +93,22 @@ def test_answers_over_the_budget_keep_the_parts_their_failures_name_and_say_what
     oldest = text.split("=== Attempt 1: rejected")[1].split("=== Attempt 2")[0]
     assert "import json" in oldest and "def tool_0(conn):" in oldest and "def tool_5(conn):" not in oldest
     assert "[cut from this answer to fit the prompt (7 parts no failure names): tools_py: tool_1, tool_2" in oldest
+
+
+def test_the_names_taken_are_the_catalogs_worlds_newest_first(tmp_path):
+    catalog = Catalog(f"sqlite:///{tmp_path / 'catalog.db'}")
+    with catalog.session() as session:
+        session.add(
+            Environment(env_id="paws_1", scenario_name="Paws Palace", created_at=datetime(2026, 1, 1, tzinfo=UTC))
+        )
+        session.add(
+            Environment(env_id="paws_2", scenario_name="Paws Palace", created_at=datetime(2026, 1, 2, tzinfo=UTC))
+        )
+        session.add(
+            Environment(env_id="tutor_1", scenario_name="Tutor Town", created_at=datetime(2026, 1, 3, tzinfo=UTC))
+        )
+    assert catalog_names(catalog) == ["Tutor Town", "Paws Palace"] and catalog_names(None) == []
+    assert taken_lines(["a", "b", "c"], limit=2) == "- a\n- b\n(and 1 more, not shown)"
 
 
 def test_the_scenario_prompt_lists_the_names_taken():
