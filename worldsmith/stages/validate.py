@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from worldsmith.bundle.contract import Bundle
 from worldsmith.llm.backend import Generator, Usage
@@ -42,18 +43,31 @@ class Validation:
 Validator = Callable[[EnvWork, int], Validation]
 
 
-Route = tuple[Stage, str | None, str, list[Fault], str]
+class Route(NamedTuple):
+    """Where a failed check goes back to, and what it tells that step: the error, typed failures, evidence."""
+
+    stage: Stage
+    step: str | None
+    error: str
+    faults: list[Fault]
+    evidence: str
 
 
-def _route(checks: list[QualityCheck]) -> Route | None:
-    """Where the first failed check goes back to: (stage, step, error, faults, evidence). Of a check's failed probes, those of
-    the earliest stage go back (routing.owning_step): the later stages run again after it anyway."""
+def _route(checks: list[QualityCheck]) -> tuple[Stage, str | None, str] | None:
+    """Where the first failed check goes back to: (stage, step, error) of `_routed`."""
+    route = _routed(checks)
+    return None if route is None else (route.stage, route.step, route.error)
+
+
+def _routed(checks: list[QualityCheck]) -> Route | None:
+    """Where the first failed check goes back to. Of a check's failed probes, those of the earliest stage go
+    back (routing.owning_step): the later stages run again after it anyway."""
     for check in checks:
         if check.passed:
             continue
         if check.kind == "expectations":
             reason = str(check.summary.get("reason"))
-            return (
+            return Route(
                 Stage.DATABASE,
                 "seed",
                 f"the seed data breaks the schema's expectations: {reason}; {check.details[:3]}",
@@ -70,7 +84,7 @@ def _route(checks: list[QualityCheck]) -> Route | None:
         error = "; ".join(f"{r.probe} {r.target}: {r.detail}" for r in owned) or str(check.summary)
         faults = [Fault(kind=str(r.failure or r.probe), subject=r.target) for r in owned]
         evidence = "\n".join(f"{r.target}: {r.cause}" for r in owned if r.cause)
-        return stage, step, error, faults, evidence
+        return Route(stage, step, error, faults, evidence)
     return None
 
 
@@ -92,7 +106,7 @@ def run_validate_stage(
         )
         return Validation(None, [], Stage.VERIFIERS, str(failed))
     checks = quality_checks(bundle, runtime, reuse=True)  # the verifiers stage probed this very bundle
-    route = _route(checks)
+    route = _routed(checks)
     usage = Usage(seconds=time.perf_counter() - started)
     if route is None:
         log.record(env_id=work.env_id, stage=Stage.VALIDATE.value, attempt=attempt, outcome="success", usage=usage)
