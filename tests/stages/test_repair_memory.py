@@ -140,6 +140,8 @@ def test_the_schema_steps_conventions_reach_the_seed_tools_and_verifiers_prompts
     for stage in ("seed", "tool_plan", "tool_code", "verifiers"):
         (user,) = [_user(b) for (s, _), b in zip(server.served, server.requests, strict=True) if s == stage]
         assert stated in user.split("The world's conventions (follow them):")[1], stage
+        if stage != "seed":  # the tools and verifiers see the seeded rows, each table with its next id
+            assert "the next inserted row gets id" in user.split("Seed rows")[1], stage
 
 
 def test_the_seed_excerpt_holds_the_rows_a_task_names_or_filters_on_beyond_the_first_rows():
