@@ -1,7 +1,8 @@
 """Stage `database`: the schema, then seed rows that make every task possible. Each is executed
 on a fresh database; every statement must succeed (foreign keys enforced), and the seeded database
 must hold every entity the tasks name (the coverage check). Feedback for the seed step
-(`work.resume_step == "seed"`) keeps the schema and asks for the seed again."""
+(`work.resume_step == "seed"`) keeps the schema and asks for the seed again. The schema step's answer
+may state the world's conventions (`Conventions`), kept in `work.conventions` for every later prompt."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Stage `tools`: a tool specification, then tools.py implementing it. The code must pass the
 static policy, match the specification, and every tool must run in the sandbox (a refusal counts
 as running; a crash does not). Feedback for the code step (`work.resume_step == "code"`) keeps the
-specification and asks for the code again."""
+specification and asks for the code again. Both prompts show the world's conventions and a bounded view
+of the seeded rows (seedview.seed_view: the rows the tasks name, then the tables they filter on)."""
 
 from __future__ import annotations
 
