@@ -45,12 +45,14 @@ class Recorder:
     rewrite: Rewrite = lambda prompt, text: text
     seed: int = 0
     prompts: list[Prompt] = field(default_factory=list)
+    answers: list[str] = field(default_factory=list)  # the answers to the seed step, in order
     backend: str = "procedural"
     model: str = "procedural-recorded"
 
     def generate(self, prompt: Prompt, spec: type[Spec]) -> Generation[Spec]:
         self.prompts.append(prompt)
         text = self.rewrite(prompt, ProceduralGenerator(seed=self.seed).answer_text(prompt))
+        self.answers += [text] if prompt.stage == "seed" else []
         usage = Usage(calls=1)
         return Generation(decode(text, spec, usage), usage, text)
 
@@ -175,6 +177,9 @@ def test_a_seed_error_found_by_validation_goes_to_the_seed_step_with_the_schema_
     first, second = recorder.asked("seed")
     assert not first.context["feedback"] and empty in second.context["feedback"]
     assert second.context["feedback"] in second.user
+    # the validation's error is the error of the accepted answer, shown whole in the repair prompt
+    shown = second.user.split("=== Attempt 1: rejected")[1]
+    assert empty in shown.split("Answer:")[0] and json.loads(recorder.answers[0])["seed_sql"] in shown
     assert len(recorder.asked("schema")) == 1 and len(recorder.asked("tasks")) == 1
     assert len(recorder.asked("tool_plan")) == 2  # the stages after the database run again
 

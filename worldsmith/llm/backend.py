@@ -43,7 +43,8 @@ class Generation(Generic[Spec]):
 class PromptContext(TypedDict, total=False):
     """The structured facts behind a prompt's text. A world's stages give its scenario (as
     `Scenario.model_dump()`), seed, env_id and the repair feedback of the previous attempt (None on a
-    first try); the scenario stage gives the example scenarios, how many to propose, its round and feedback."""
+    first try); the scenario stage gives the example scenarios, how many to propose, its round, the names
+    taken (shown in the prompt, at most scenario.TAKEN_SHOWN) and feedback."""
 
     scenario: JsonObject
     seed: int
@@ -52,6 +53,7 @@ class PromptContext(TypedDict, total=False):
     examples: list[JsonObject]
     count: int
     round: int
+    taken: list[str]
 
 
 @dataclass

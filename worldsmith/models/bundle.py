@@ -22,6 +22,52 @@ class Scenario(BaseModel):
     categories: list[str] = Field(default_factory=list)
 
 
+class SeededBranch(BaseModel):
+    """Which outcome the seed data sets up for one conditional task ("refund if within 30 days": which side)."""
+
+    task_id: str
+    branch: str = Field(description="The branch the seed data makes true, e.g. 'the order is 12 days old: refund'.")
+
+
+class Conventions(BaseModel):
+    """The conventions of one world, written once (by the schema step) and shown to every later stage, so
+    the seed, the tools and the verifiers agree on them. Every field may be empty (not stated)."""
+
+    codes: str = Field(
+        default="",
+        description="The format of codes and identifiers the world shows (confirmation codes, order numbers, "
+        "SKUs) and how a tool makes a new one, e.g. 'confirmation codes are CNF-<6 digits>, "
+        "CNF- plus the new booking id zero-padded'.",
+    )
+    timestamps: str = Field(
+        default="",
+        description="How dates and times are stored, e.g. 'dates YYYY-MM-DD; instants YYYY-MM-DDTHH:MM:SS in UTC'.",
+    )
+    units: str = Field(
+        default="",
+        description="Units of amounts, e.g. 'money as integer cents in *_cents columns; distances in miles'.",
+    )
+    rules: list[str] = Field(
+        default_factory=list,
+        description="Fees and business rules the tools enforce and the verifiers expect, one a line, e.g. "
+        "'cancelling less than 24 h before the start costs a fee of 10% of the price'.",
+    )
+    seeded_branches: list[SeededBranch] = Field(
+        default_factory=list, description="For each task whose outcome depends on the data: the branch seeded."
+    )
+
+    def lines(self) -> str:
+        """The conventions as the prompts of later stages state them."""
+        parts = [
+            f"- {label}: {text}"
+            for label, text in (("codes", self.codes), ("dates and times", self.timestamps), ("units", self.units))
+            if text.strip()
+        ]
+        parts += [f"- rule: {rule}" for rule in self.rules if rule.strip()]
+        parts += [f"- task {b.task_id} is seeded for: {b.branch}" for b in self.seeded_branches]
+        return "\n".join(parts)
+
+
 class GeneratorInfo(BaseModel):
     """Who wrote the bundle: backend, model, prompt version and seed."""
 
@@ -58,6 +104,9 @@ class Manifest(BaseModel):
     #: The world's "now" (ISO, UTC, to the second): what its tools' clock reads answer, so episodes
     #: replay to the same database. None: an older bundle (its origin may still carry one).
     clock: str | None = None
+    #: The world's conventions (formats, units, rules, seeded branches) as its generation wrote them; None:
+    #: an older bundle, or one not generated here.
+    conventions: Conventions | None = None
 
     @field_validator("format")
     @classmethod

@@ -8,7 +8,7 @@ from typing import Literal, get_args
 from pydantic import BaseModel, Field
 
 from worldsmith.jsonvalue import JsonObject
-from worldsmith.models.bundle import Scenario, SolutionStep
+from worldsmith.models.bundle import Conventions, Scenario, SolutionStep
 
 
 class ScenarioBatch(BaseModel):
@@ -66,6 +66,10 @@ class SchemaSpec(BaseModel):
     """Stage `database`, step 1: the schema."""
 
     schema_sql: str = Field(min_length=10, description="CREATE TABLE / CREATE INDEX statements for SQLite.")
+    conventions: Conventions | None = Field(
+        default=None,
+        description="The world's conventions, which the seed data, the tools and the verifiers will follow.",
+    )
 
 
 class SeedSpec(BaseModel):

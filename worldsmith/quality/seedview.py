@@ -1,11 +1,14 @@
 """The seeded database as the later stages need to see it: which rows hold the values the tasks
 name (the coverage check after seeding), and a bounded view of the rows the tasks touch with the
-ids the next inserted rows will get (what a stateless model writing verifiers and reference
+ids the next inserted rows will get (what a stateless model writing tools, verifiers and reference
 solutions needs).
 
 A task names records by literal values: its `entities`, the acting user's identifier, and the
 quoted strings, emails, `#<number>` ids and codes of its instruction. A value matches a cell when
-they are equal as text, case-insensitively, or as numbers (42, "42" and "#42" match 42)."""
+they are equal as text, case-insensitively, or as numbers (42, "42" and "#42" match 42). A task also
+names the records whose text values its instruction holds as words (an unquoted "Maria Lopez"), and
+the tables it filters on: those its words name ("the cheapest walker": walkers) and those the tools
+read; the view shows their rows after the first rows of every table."""
 
 from __future__ import annotations
 
@@ -20,6 +23,10 @@ from worldsmith.models.specs import TaskList
 
 #: The most characters a seed view takes in a prompt.
 SEED_VIEW_CHARS = 12_000
+#: ... in the tools stage's prompts (formats of codes, timestamps and amounts; the rows the tasks touch).
+TOOLS_VIEW_CHARS = 6_000
+#: The shortest text value matched as words of an instruction.
+MENTION_CHARS = 4
 #: Rows shown of a table no task names (the first ones by rowid).
 SAMPLE_ROWS = 3
 CELL_CHARS = 80
@@ -31,6 +38,8 @@ _QUOTED = re.compile(r"'([^'\n]{1,120})'|\"([^\"\n]{1,120})\"|“([^”\n]{1,120
 _EMAIL = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 _HASH_ID = re.compile(r"#\s?(\d+)")
 _CODE = re.compile(r"\b(?=[A-Z0-9-]*\d)(?=[A-Z0-9-]*[A-Z])[A-Z0-9]+(?:-[A-Z0-9]+)*\b")
+_QUERIED = re.compile(r"\b(?:FROM|JOIN|INTO|UPDATE)\s+[\"`\[]?(\w+)", re.IGNORECASE)
+_WORD = re.compile(r"[a-z][a-z0-9_]*")
 
 
 def _key(value: Any) -> str | None:
@@ -164,17 +173,57 @@ def _cell(value: Any) -> str:
     return text if len(text) <= CELL_CHARS else text[: CELL_CHARS - 4] + "...'"
 
 
-def seed_view(world: bytes, named: Iterable[str], limit: int = SEED_VIEW_CHARS) -> str:
+def mentioned_values(tables: list[Table], texts: Iterable[str]) -> set[str]:
+    """The keys of the text cells (at least MENTION_CHARS long, with a letter) that `texts` hold as whole
+    words, case aside: the records an instruction names without quotes."""
+    blob = "\n".join(texts).casefold()
+    if not blob:
+        return set()
+    cells = {_key(v) for t in tables for _, row in t.rows for v in row if isinstance(v, str)}
+    return {
+        k
+        for k in cells
+        if k and len(k) >= MENTION_CHARS and re.search("[a-z]", k) and re.search(rf"(?<!\w){re.escape(k)}(?!\w)", blob)
+    }
+
+
+def _stem(word: str) -> str:
+    for suffix in ("ies", "es", "s"):
+        if word.endswith(suffix) and len(word) > len(suffix) + 2:
+            return word[: -len(suffix)] + ("y" if suffix == "ies" else "")
+    return word
+
+
+def filtered_tables(tables: list[Table], texts: Iterable[str], tools_py: str = "") -> list[str]:
+    """The tables the tasks filter on: those a word of `texts` names (a table's name or its last word,
+    singular or plural), then those the queries of `tools_py` read or write, in order."""
+    words = {_stem(w) for text in texts for w in _WORD.findall(text.casefold())}
+    by_words = [t.name for t in tables if {_stem(t.name.casefold()), _stem(t.name.casefold().split("_")[-1])} & words]
+    names = {t.name.casefold(): t.name for t in tables}
+    queried = [names[m.casefold()] for m in _QUERIED.findall(tools_py) if m.casefold() in names]
+    return list(dict.fromkeys(by_words + queried))
+
+
+def seed_view(
+    world: bytes,
+    named: Iterable[str],
+    limit: int = SEED_VIEW_CHARS,
+    *,
+    texts: Iterable[str] = (),
+    tools_py: str = "",
+) -> str:
     """Each table's columns, row count and next id, with its rows that hold a `named` value (text in
-    any column; a number as the primary key), the rows those reference by foreign key and the rows
-    referencing them, and its first few rows; at most about `limit` characters (rows named first,
-    then referenced, referencing, first rows)."""
+    any column; a number as the primary key) or a value `texts` (the tasks' instructions) hold as words,
+    the rows those reference by foreign key and the rows referencing them, its first few rows, then the
+    rows of the tables the tasks filter on (`filtered_tables`, `tools_py` the tools' code); at most about
+    `limit` characters (rows named first, then referenced, referencing, first rows, filtered tables')."""
     tables = _open(world)
+    texts = list(texts)
     by_name = {t.name: t for t in tables}
     keys = set().union(set(), *(literal_keys(v) for v in named))
     numbers = {k for k in keys if re.fullmatch(r"-?\d+", k)}
-    texts = keys - numbers
-    matched = {t.name: t.named(texts, numbers) for t in tables}
+    texts_named = (keys - numbers) | mentioned_values(tables, texts)
+    matched = {t.name: t.named(texts_named, numbers) for t in tables}
     referenced: dict[str, list[int]] = {t.name: [] for t in tables}
     referencing: dict[str, list[int]] = {t.name: [] for t in tables}
     for table in tables:
@@ -188,9 +237,12 @@ def seed_view(world: bytes, named: Iterable[str], limit: int = SEED_VIEW_CHARS) 
             wanted = {parent_keys[i] for i in matched[parent.name]}
             referencing[table.name] += [i for i, k in enumerate(child_keys) if k in wanted]
     first = {t.name: list(range(min(SAMPLE_ROWS, len(t.rows)))) for t in tables}
+    filtered: dict[str, list[int]] = {t.name: [] for t in tables}
+    for name in filtered_tables(tables, texts, tools_py) if texts or tools_py else []:
+        filtered[name] = list(range(len(by_name[name].rows)))
     shown: dict[str, set[int]] = {t.name: set() for t in tables}
     used = sum(len(_head(t)) + MORE_ROWS_CHARS for t in tables)
-    for tier in (matched, referenced, referencing, first):
+    for tier in (matched, referenced, referencing, first, filtered):
         for table in tables:
             for i in dict.fromkeys(tier[table.name]):
                 cost = len(_row(table, i)) + 1

@@ -15,7 +15,7 @@ from worldsmith.runtime.episode import Runtime
 from worldsmith.stages.attempts import AttemptLog
 from worldsmith.stages.database import run_database_stage
 from worldsmith.stages.order import ENVIRONMENT_STAGES, STEPS, Stage
-from worldsmith.stages.repair import StageFailed, feedback_text
+from worldsmith.stages.repair import StageFailed
 from worldsmith.stages.review import review_enabled, run_review_stage, with_review
 from worldsmith.stages.task_list import run_tasks_stage
 from worldsmith.stages.tools import run_tools_stage
@@ -42,10 +42,17 @@ class BuildResult:
         return self.bundle is not None and self.failed_stage is None
 
 
+def rejected_step(stage: Stage, step: str | None) -> str:
+    """The record name of the step a failed validation sends back to (`step` None: the stage's first)."""
+    steps = STEPS.get(stage)
+    return stage.step(step or steps[0]) if steps else stage.value
+
+
 def run_stages(work: EnvWork, stages: Mapping[Stage, StageRunner], validate: Validator, rounds: int) -> BuildResult:
     """Run `stages` (one runner for each of ENVIRONMENT_STAGES) in order, then `validate`; a failed validation
     sends its error back to the stage it names, which runs again with the error fed back to the step it names
-    (`work.resume_step`; the steps before it kept), and the stages after it run again. At most `rounds`
+    (`work.resume_step`; the steps before it kept), that step's latest answer recorded as rejected in
+    `work.history` (its repair prompt carries every attempt), and the stages after it run again. At most `rounds`
     rounds; never raises for semantic faults (they end in a failed result)."""
     start, feedback = 0, None
     try:
@@ -55,9 +62,14 @@ def run_stages(work: EnvWork, stages: Mapping[Stage, StageRunner], validate: Val
             validation = validate(work, round_number)
             if validation.back_to is None:
                 return BuildResult(work.env_id, validation.bundle, validation.checks)
-            start, feedback = ENVIRONMENT_STAGES.index(validation.back_to), feedback_text(validation.error, "")
+            start, feedback = ENVIRONMENT_STAGES.index(validation.back_to), validation.error
             assert validation.step is None or validation.step in STEPS[validation.back_to], validation.step
-            work = work.model_copy(update={"resume_step": validation.step})
+            work = work.rejected(
+                rejected_step(validation.back_to, validation.step),
+                validation.error,
+                validation.faults,
+                validation.evidence,
+            ).model_copy(update={"resume_step": validation.step})
         return BuildResult(
             work.env_id,
             validation.bundle,

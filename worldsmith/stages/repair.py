@@ -1,5 +1,6 @@
 """The execute-and-repair loop every stage runs: ask the generator, execute what it wrote, and on
-a semantic fault feed the concrete error back into the next attempt, at most `max_attempts` times.
+a semantic fault ask again with every earlier attempt of the step fed back (its answer, error, evidence
+and typed failures: stages/history.py), at most `max_attempts` times.
 Every attempt is recorded with its class: an output fault's kind (invalid_json, truncated, refusal...),
 the check's kind (sql_error...), or the request fault's. Transient faults (the endpoint failing through
 its own retries) propagate for Prefect to retry; a request the endpoint rejects for good (context_length)
@@ -8,7 +9,7 @@ fails the stage at once; a fatal fault (auth) propagates to stop the run."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 from pydantic import BaseModel
@@ -17,18 +18,22 @@ from worldsmith.errors import WorldsmithError
 from worldsmith.llm.backend import Generator, Prompt, Usage
 from worldsmith.llm.errors import GenerationFault, OutputFault, TransientFault
 from worldsmith.stages.attempts import AttemptLog
+from worldsmith.stages.history import Fault, StepHistory
 
 Spec = TypeVar("Spec", bound=BaseModel)
 Result = TypeVar("Result")
-FEEDBACK_CHARS = 4000
 
 
 class CheckFailed(WorldsmithError):
-    """What the stage wrote did not survive execution; `kind` classifies it (sql_error, tool_crash...)."""
+    """What the stage wrote did not survive execution; `kind` classifies it (sql_error, tool_crash...).
+    `faults` are its typed failures (default: one of `kind` about the message's first line), `evidence`
+    what the checks saw, where the message does not say it already."""
 
-    def __init__(self, kind: str, message: str):
+    def __init__(self, kind: str, message: str, faults: Iterable[Fault] = (), evidence: str = ""):
         super().__init__(message)
         self.kind = kind
+        self.faults = list(faults) or [Fault(kind=kind, subject=message.split("\n")[0][:200])]
+        self.evidence = evidence
 
 
 class StageFailed(WorldsmithError):
@@ -47,17 +52,6 @@ def _retried(usage: Usage) -> str:
     return f"\n(transient faults retried within this attempt: {'; '.join(usage.retries)})" if usage.retries else ""
 
 
-def feedback_text(error: str, output: str) -> str:
-    """The repair feedback of a rejected answer: the error, then the answer (`output`, shown truncated;
-    left out when empty, as when a later check of the whole environment rejected it)."""
-    shown = output if len(output) <= FEEDBACK_CHARS else output[:FEEDBACK_CHARS] + "\n... (truncated)"
-    answer = f"\n\nYour previous answer was:\n{shown}" if shown else ""
-    return (
-        f"Your previous answer was rejected. The error was:\n{error}{answer}\n\n"
-        "Fix the problem and answer again in full."
-    )
-
-
 def run_with_repair(
     *,
     stage: str,
@@ -69,10 +63,17 @@ def run_with_repair(
     log: AttemptLog,
     max_attempts: int = 5,
     first_feedback: str | None = None,
+    history: StepHistory | None = None,
 ) -> Result:
-    """Run one stage to success or StageFailed. `prompt(feedback)` builds each attempt's request.
-    Raises TransientFault (for Prefect to retry) and fatal faults (to stop the run) after recording them."""
-    feedback = first_feedback
+    """Run one stage to success or StageFailed. `prompt(feedback)` builds each attempt's request, the
+    feedback being the repair prompt of `history` (the step's earlier attempts, this run's added to it as
+    they are made) once an attempt failed. `first_feedback`, a later check's error about the latest
+    accepted answer, makes the first attempt a repair. Raises TransientFault (for Prefect to retry) and
+    fatal faults (to stop the run) after recording them."""
+    history = history if history is not None else StepHistory()
+    if first_feedback is not None and not history.awaits_repair():
+        history.reject_latest(first_feedback)
+    feedback = history.repair_text() if first_feedback is not None else None
     error, error_class = "no attempt made", None
     for attempt in range(1, max_attempts + 1):
         started = time.perf_counter()
@@ -106,7 +107,8 @@ def run_with_repair(
                 raise
             if not isinstance(fault, OutputFault):  # the endpoint rejects the request itself: no repair helps
                 raise StageFailed(stage, attempt, error, error_class) from fault
-            feedback = feedback_text(error, fault.text)
+            history.add(fault.text, error, faults=[Fault(kind=fault.kind)], checked=False)
+            feedback = history.repair_text()
             continue
         usage = generation.usage
         try:
@@ -123,9 +125,11 @@ def run_with_repair(
                 error_class=failed.kind,
                 error_text=str(failed) + _retried(usage),
             )
-            feedback = feedback_text(error, generation.raw)
+            history.add(generation.raw, error, failed.evidence, failed.faults)
+            feedback = history.repair_text()
             continue
         usage.seconds = time.perf_counter() - started
+        history.add(generation.raw)
         retried = "; ".join(usage.retries) or None  # transient faults the client recovered from
         log.record(
             env_id=env_id,

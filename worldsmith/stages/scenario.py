@@ -1,22 +1,28 @@
 """Stage `scenario`: expand seed scenarios (by default the ones in worldsmith/data/) into new ones.
 Near-duplicates (of the seeds, of each other, of already accepted ones) are rejected by cosine
-similarity: of embeddings when an embeddings endpoint is configured, of TF-IDF vectors otherwise.
+similarity: of embeddings when an embeddings endpoint is configured, of TF-IDF vectors otherwise; so is
+a seed's or this run's name. The prompt lists the names taken (this run's first, then those of the
+catalog's worlds, which a new world had better not reuse, then the seeds'; at most TAKEN_SHOWN).
 Asks again until `count` are accepted or the attempts run out."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from sqlmodel import col, select
 
 from worldsmith.llm.backend import Generator, Prompt, PromptContext
 from worldsmith.llm.prompts import render
 from worldsmith.models.bundle import Scenario
+from worldsmith.models.catalog import Environment
 from worldsmith.models.jsonlines import read_models
 from worldsmith.models.specs import ScenarioBatch
 from worldsmith.stages.attempts import AttemptLog
 from worldsmith.stages.order import Stage
 from worldsmith.stages.repair import CheckFailed, run_with_repair
+from worldsmith.storage.catalog import Catalog
 
 if TYPE_CHECKING:
     import numpy as np
@@ -24,6 +30,8 @@ if TYPE_CHECKING:
 
 DUPLICATE_COSINE = 0.85
 EXAMPLES = 8
+#: The most taken names a scenario prompt lists.
+TAKEN_SHOWN = 300
 
 Embed = Callable[[list[str]], list[list[float]]]
 
@@ -55,6 +63,22 @@ def similarity(texts: list[str], embed: Embed | None = None) -> NDArray[np.float
     )
     matrix: NDArray[np.float64] = cosine_similarity(vectors)  # sklearn is untyped
     return matrix
+
+
+def catalog_names(catalog: Catalog | None) -> list[str]:
+    """The scenario names of the catalog's worlds, newest first (none without a catalog)."""
+    if catalog is None:
+        return []
+    with catalog.session() as session:
+        rows = session.exec(select(Environment.scenario_name).order_by(col(Environment.created_at).desc()))
+        return list(dict.fromkeys(rows))
+
+
+def taken_lines(names: Sequence[str], limit: int = TAKEN_SHOWN) -> str:
+    """The taken `names` as the scenario prompt lists them: one a line, at most `limit`, the rest counted."""
+    shown = "\n".join(f"- {name}" for name in names[:limit])
+    hidden = len(names) - limit
+    return shown + (f"\n(and {hidden} more, not shown)" if hidden > 0 else "") if names else "- (none)"
 
 
 def novel(
@@ -93,8 +117,10 @@ def expand_scenarios(
     *,
     max_attempts: int = 5,
     embed: Embed | None = None,
+    taken: Sequence[str] = (),
 ) -> list[Scenario]:
-    """`count` new scenarios in the spirit of `seeds`, none a near-duplicate of another or of a seed."""
+    """`count` new scenarios in the spirit of `seeds`, none a near-duplicate of another or of a seed; the
+    prompt lists the `taken` names (the catalog's worlds') with the seeds' and this run's."""
     accepted: list[Scenario] = []
     for round_number in range(max_attempts):
         missing = count - len(accepted)
@@ -102,13 +128,18 @@ def expand_scenarios(
             break
         examples = seeds[round_number * EXAMPLES % max(len(seeds), 1) :][:EXAMPLES] or seeds[:EXAMPLES]
 
+        names = list(dict.fromkeys([s.name for s in accepted] + list(taken) + [s.name for s in seeds]))
+
         def prompt(extra: str | None) -> Prompt:
             listing = "\n".join(f"- {s.name}: {s.description}" for s in examples)
-            system, user = render("scenario", examples=listing, count=missing, feedback=extra or "")
+            system, user = render(
+                "scenario", examples=listing, count=missing, taken=taken_lines(names), feedback=extra or ""
+            )
             context: PromptContext = {
                 "examples": [s.model_dump() for s in seeds],
                 "count": missing,
                 "round": round_number,
+                "taken": names[:TAKEN_SHOWN],
                 "feedback": extra,
             }
             return Prompt("scenario", system, user, context)

@@ -1,7 +1,8 @@
 """Stage `tools`: a tool specification, then tools.py implementing it. The code must pass the
 static policy, match the specification, and every tool must run in the sandbox (a refusal counts
 as running; a crash does not). Feedback for the code step (`work.resume_step == "code"`) keeps the
-specification and asks for the code again."""
+specification and asks for the code again. Both prompts show the world's conventions and a bounded view
+of the seeded rows (seedview.seed_view: the rows the tasks name, then the tables they filter on)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ from worldsmith.llm.backend import Generator, Prompt
 from worldsmith.models.bundle import Manifest, ToolSchema
 from worldsmith.models.specs import ToolCode, ToolPlan
 from worldsmith.quality.probes import probe_tools
+from worldsmith.quality.seedview import TOOLS_VIEW_CHARS, named_by_tasks, seed_view
 from worldsmith.runtime.episode import Runtime
 from worldsmith.stages.attempts import AttemptLog
+from worldsmith.stages.history import Fault
 from worldsmith.stages.order import Stage
 from worldsmith.stages.repair import CheckFailed, run_with_repair
 from worldsmith.stages.work import EnvWork
@@ -29,16 +32,26 @@ def check_plan(plan: ToolPlan) -> ToolPlan:
     names = [t.name for t in plan.tools]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
-        raise CheckFailed("duplicate_tools", f"tool names must be unique; repeated: {', '.join(repeated)}")
+        raise CheckFailed(
+            "duplicate_tools",
+            f"tool names must be unique; repeated: {', '.join(repeated)}",
+            [Fault(kind="duplicate_tools", subject=n) for n in repeated],
+        )
     for tool in plan.tools:
         try:
             jsonschema.Draft202012Validator.check_schema(tool.parameters)
         except jsonschema.SchemaError as exc:
             raise CheckFailed(
-                "bad_schema", f"tool {tool.name}: parameters are not a valid JSON Schema: {exc.message}"
+                "bad_schema",
+                f"tool {tool.name}: parameters are not a valid JSON Schema: {exc.message}",
+                [Fault(kind="bad_schema", subject=tool.name)],
             ) from None
         if tool.parameters.get("type") != "object":
-            raise CheckFailed("bad_schema", f"tool {tool.name}: parameters must be a JSON Schema of type object")
+            raise CheckFailed(
+                "bad_schema",
+                f"tool {tool.name}: parameters must be a JSON Schema of type object",
+                [Fault(kind="bad_schema", subject=tool.name)],
+            )
     return plan
 
 
@@ -75,12 +88,18 @@ def run_tools_stage(
     max_attempts: int,
     feedback: str | None = None,
 ) -> EnvWork:
+    spec_step, code_step = Stage.TOOLS.step("spec"), Stage.TOOLS.step("code")
+    spec_history, code_history = work.history_of(spec_step), work.history_of(code_step)
+    world, _ = build_world(work.schema_sql or "", work.seed_sql or "")
+    named = named_by_tasks(work.tasks) if work.tasks else []
+    rows = seed_view(world, named, limit=TOOLS_VIEW_CHARS, texts=work.task_texts()) if world else "(none)"
+
     def plan_prompt(extra: str | None) -> Prompt:
-        return work.prompt("tool_plan", extra, schema=work.schema_sql, tasks=work.task_lines())
+        return work.prompt("tool_plan", extra, schema=work.schema_sql, tasks=work.task_lines(), seed_rows=rows)
 
     kept_plan = work.tool_plan if feedback is not None and work.resume_step == "code" else None
     plan = kept_plan or run_with_repair(
-        stage=Stage.TOOLS.step("spec"),
+        stage=spec_step,
         env_id=work.env_id,
         generator=generator,
         prompt=plan_prompt,
@@ -89,29 +108,42 @@ def run_tools_stage(
         log=log,
         max_attempts=max_attempts,
         first_feedback=feedback,
+        history=spec_history,
     )
     planned = work.model_copy(update={"tool_plan": plan})
 
     def code_prompt(extra: str | None) -> Prompt:
-        return work.prompt("tool_code", extra, schema=work.schema_sql, tools=planned.tool_lines())
+        return work.prompt("tool_code", extra, schema=work.schema_sql, tools=planned.tool_lines(), seed_rows=rows)
 
     def check_code(code: ToolCode) -> str:
         problems = check_source(code.tools_py, "tools.py")
         if problems:
-            raise CheckFailed("code_policy", "\n".join(f"tools.py:{line}: {problem}" for line, problem in problems))
+            raise CheckFailed(
+                "code_policy",
+                "\n".join(f"tools.py:{line}: {problem}" for line, problem in problems),
+                [Fault(kind="code_policy", subject=problem[:200]) for _, problem in problems],
+            )
         tools, issues = derive_tool_schemas(code.tools_py)
         if issues:
             raise CheckFailed("tool_contract", "\n".join(str(i) for i in issues))
         missing = sorted({t.name for t in plan.tools} - {t["name"] for t in tools})
         if missing:
-            raise CheckFailed("missing_tools", f"tools.py does not implement: {', '.join(missing)}")
+            raise CheckFailed(
+                "missing_tools",
+                f"tools.py does not implement: {', '.join(missing)}",
+                [Fault(kind="missing_tools", subject=name) for name in missing],
+            )
         failures = [r for r in probe_tools(runtime, tools_only_bundle(work, code.tools_py, tools)) if not r.passed]
         if failures:
-            raise CheckFailed("tool_crash", "\n".join(f"calling {r.target} raised: {r.detail}" for r in failures))
+            raise CheckFailed(
+                "tool_crash",
+                "\n".join(f"calling {r.target} raised: {r.detail}" for r in failures),
+                [Fault(kind=str(r.failure or "tool_crash"), subject=r.target) for r in failures],
+            )
         return code.tools_py
 
     tools_py = run_with_repair(
-        stage=Stage.TOOLS.step("code"),
+        stage=code_step,
         env_id=work.env_id,
         generator=generator,
         prompt=code_prompt,
@@ -120,5 +152,7 @@ def run_tools_stage(
         log=log,
         max_attempts=max_attempts,
         first_feedback=feedback if kept_plan else None,
+        history=code_history,
     )
-    return planned.model_copy(update={"tools_py": tools_py, "resume_step": None})
+    histories = work.remembering({spec_step: spec_history, code_step: code_history})
+    return planned.model_copy(update={"tools_py": tools_py, "resume_step": None, "history": histories})

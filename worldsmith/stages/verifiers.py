@@ -19,6 +19,7 @@ from worldsmith.quality.probes import check_environment
 from worldsmith.quality.seedview import named_by_tasks, seed_view
 from worldsmith.runtime.episode import Runtime
 from worldsmith.stages.attempts import AttemptLog
+from worldsmith.stages.history import Fault
 from worldsmith.stages.order import Stage
 from worldsmith.stages.repair import CheckFailed, run_with_repair
 from worldsmith.stages.routing import owning_step
@@ -43,8 +44,10 @@ def seeded_world(work: EnvWork) -> bytes:
 
 def seed_rows(work: EnvWork, world: bytes | None = None) -> str:
     """The bounded view of the seeded database the verifiers prompt shows: the rows the tasks name and
-    their neighbours, a few rows of every table, each table's next id (seedview.seed_view)."""
-    return seed_view(world or seeded_world(work), named_by_tasks(work.tasks) if work.tasks else [])
+    their neighbours, a few rows of every table, the rows of the tables the tasks filter on (by their
+    words and the tools' queries), each table's next id (seedview.seed_view)."""
+    named = named_by_tasks(work.tasks) if work.tasks else []
+    return seed_view(world or seeded_world(work), named, texts=work.task_texts(), tools_py=work.tools_py or "")
 
 
 def bundle_before_verifiers(work: EnvWork, generator: Generator, world: bytes | None = None) -> Bundle:
@@ -94,7 +97,12 @@ def run_verifiers_stage(
                 if any(r.probe == Probe.UNTOUCHED_REJECTED for r in failures)
                 else "reference_rejected"
             )
-            raise CheckFailed(kind, "\n".join(f"{r.probe} failed for task {r.target}: {r.detail}" for r in failures))
+            raise CheckFailed(
+                kind,
+                "\n".join(f"{r.probe} failed for task {r.target}: {r.detail}" for r in failures),
+                [Fault(kind=str(r.failure), subject=r.target) for r in failures],
+                "\n".join(f"task {r.target}: {r.cause}" for r in failures if r.cause),
+            )
         rejected = [] if any(not r.passed for r in probed) else answer_variant_failures(runtime, bundle)
         if rejected:  # only once every reference is accepted: a variant then fails on its wording alone
             raise CheckFailed(
@@ -105,9 +113,11 @@ def run_verifiers_stage(
                     f"task {p.task_id}, {p.variant} answer {p.answer!r}: {p.verdict} {str(p.evidence)[:300]}"
                     for p in rejected[:8]
                 ),
+                [Fault(kind="verifier_false_negative", subject=p.task_id) for p in rejected],
             )
         return code
 
+    history = work.history_of(Stage.VERIFIERS.value)
     with ahead:
         code = run_with_repair(
             stage=Stage.VERIFIERS.value,
@@ -119,5 +129,6 @@ def run_verifiers_stage(
             log=log,
             max_attempts=max_attempts,
             first_feedback=feedback,
+            history=history,
         )
-    return work.model_copy(update={"verifiers": code})
+    return work.model_copy(update={"verifiers": code, "history": work.remembering({Stage.VERIFIERS.value: history})})

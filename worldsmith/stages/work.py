@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Iterable, Mapping
 
 from pydantic import BaseModel, Field
 
@@ -12,8 +13,9 @@ from worldsmith.bundle.clock import CLOCK_EPOCH, world_clock
 from worldsmith.bundle.kinds import NATIVE_TOOLS
 from worldsmith.llm.backend import Generator, Prompt, PromptContext
 from worldsmith.llm.prompts import prompt_version, render
-from worldsmith.models.bundle import GeneratorInfo, Manifest, Scenario
+from worldsmith.models.bundle import Conventions, GeneratorInfo, Manifest, Scenario
 from worldsmith.models.specs import TaskList, ToolPlan, VerifierCode
+from worldsmith.stages.history import Fault, StepHistory
 
 
 def env_id_for(scenario: Scenario, seed: int) -> str:
@@ -41,11 +43,35 @@ class EnvWork(BaseModel):
     #: The step of the next stage run to start from (order.STEPS), the steps before it kept: set when a
     #: validation failure belongs to a later step than the stage's first; the stage clears it.
     resume_step: str | None = None
+    #: The world's conventions, as the schema step wrote them (None: not stated); every later prompt shows them.
+    conventions: Conventions | None = None
+    #: Every attempt of each step so far, by its record name (`tools:code`, `verifiers`): what repair
+    #: prompts carry (stages/history.py).
+    history: dict[str, StepHistory] = Field(default_factory=dict)
 
     @classmethod
     def start(cls, scenario: Scenario, seed: int) -> EnvWork:
         """The environment of `scenario` and `seed` before any stage ran, under its stable id."""
         return cls(scenario=scenario, seed=seed, env_id=env_id_for(scenario, seed), now=world_clock(scenario, seed))
+
+    def history_of(self, step: str) -> StepHistory:
+        """A copy of the attempts of `step` so far (the stage adds its own and keeps the copy: `remembering`)."""
+        return self.history.get(step, StepHistory()).model_copy(deep=True)
+
+    def remembering(self, steps: Mapping[str, StepHistory]) -> dict[str, StepHistory]:
+        """This work's history with the histories of `steps` (by record name) replaced."""
+        return {**self.history, **steps}
+
+    def rejected(self, step: str, error: str, faults: Iterable[Fault] = (), evidence: str = "") -> EnvWork:
+        """This work with the latest answer of `step` rejected by a later check (validation, the review)."""
+        history = self.history_of(step)
+        history.reject_latest(error, faults, evidence)
+        return self.model_copy(update={"history": {**self.history, step: history}})
+
+    def conventions_lines(self) -> str:
+        """The world's conventions as the prompts after the schema step state them."""
+        lines = self.conventions.lines() if self.conventions else ""
+        return lines or "- none stated: follow the schema and the seed rows shown"
 
     def context(self, feedback: str | None = None) -> PromptContext:
         """The structured facts behind every prompt of this environment."""
@@ -60,6 +86,7 @@ class EnvWork(BaseModel):
             description=self.scenario.description,
             now=self.now,
             acting_user=self.acting_user_line(),
+            conventions=self.conventions_lines(),
             feedback=feedback or "",
             **values,
         )
@@ -76,6 +103,10 @@ class EnvWork(BaseModel):
             named = f" [existing records: {', '.join(repr(e) for e in task.entities)}]" if task.entities else ""
             lines.append(f"- {task.id}: {task.instruction}{named}")
         return "\n".join(lines)
+
+    def task_texts(self) -> list[str]:
+        """The tasks' instructions (what the seed views match the records and tables they name against)."""
+        return [task.instruction for task in self.tasks.tasks] if self.tasks else []
 
     def tool_lines(self) -> str:
         return json.dumps([t.model_dump() for t in self.tool_plan.tools], indent=1) if self.tool_plan else "[]"
@@ -95,6 +126,7 @@ class EnvWork(BaseModel):
             generator=info,
             artifacts=artifacts or {},
             stats=stats or {},
+            conventions=self.conventions,
         )
 
     def partial_files(self) -> dict[str, bytes]:

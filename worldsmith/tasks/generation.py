@@ -24,7 +24,7 @@ from worldsmith.settings import get_settings
 from worldsmith.stages.database import run_database_stage
 from worldsmith.stages.order import Stage
 from worldsmith.stages.review import run_review_stage
-from worldsmith.stages.scenario import expand_scenarios
+from worldsmith.stages.scenario import catalog_names, expand_scenarios
 from worldsmith.stages.task_list import run_tasks_stage
 from worldsmith.stages.tools import run_tools_stage
 from worldsmith.stages.validate import Validation, run_validate_stage
@@ -88,7 +88,13 @@ def llm_stage(stage: Stage, task_run_name: str | None = None) -> Callable[[Calla
 def new_scenarios(params: GenerateParameters, run_id: str, seeds: list[Scenario]) -> list[Scenario]:
     r = resources(params, run_id)
     return expand_scenarios(
-        seeds, params.count, r.generator, r.log, max_attempts=r.max_attempts, embed=embedder(r.generator)
+        seeds,
+        params.count,
+        r.generator,
+        r.log,
+        max_attempts=r.max_attempts,
+        embed=embedder(r.generator),
+        taken=catalog_names(r.log.catalog),
     )
 
 

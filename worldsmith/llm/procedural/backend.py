@@ -26,6 +26,7 @@ from worldsmith.jsonvalue import JsonObject, JsonValue
 from worldsmith.llm.backend import Generation, Prompt, PromptContext, Spec, Usage, decode
 from worldsmith.llm.procedural.blocks import DOMAINS
 from worldsmith.llm.procedural.compose import compose
+from worldsmith.llm.procedural.conventions import conventions_of
 from worldsmith.llm.procedural.drafts import WorldDraft
 from worldsmith.llm.procedural.mapping import domain_for, domains_to_expand
 from worldsmith.models.bundle import Scenario
@@ -127,7 +128,7 @@ class ProceduralGenerator:
                 ],
             }
         if prompt.stage == "schema":
-            return {"schema_sql": world.schema_sql}
+            return {"schema_sql": world.schema_sql, "conventions": conventions_of(world).model_dump()}
         if prompt.stage == "seed":
             return {"seed_sql": world.seed_sql}
         if prompt.stage == "tool_plan":
