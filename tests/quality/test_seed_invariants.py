@@ -42,8 +42,8 @@ def _slot_20_open(seed_sql: str) -> str:
     return planted
 
 
-@pytest.mark.unit
-def test_the_written_world_keeps_its_slot_invariants_and_a_planted_open_slot_is_named_with_its_rows():
+@pytest.mark.sandbox
+def test_the_written_world_keeps_its_slot_invariants_and_a_planted_open_slot_is_named_with_its_rows(runtime):
     assert broken_invariants(zocdoc_bundle().world, SLOT_INVARIANTS) == []
     sources = zocdoc_sources()
     sources["seed.sql"] = _slot_20_open(sources["seed.sql"])
@@ -52,7 +52,7 @@ def test_the_written_world_keeps_its_slot_invariants_and_a_planted_open_slot_is_
     assert violation.invariant.id == "open_slot_has_no_active_appointment" and violation.error is None
     assert len(violation.rows) == 1 and violation.rows[0].startswith("slot_id=20, confirmation_code=")
     # validation: the seed's probe fails, typed, and the route sends it to the seed step with the rows
-    results = seed_invariant_probes(planted)
+    results = seed_invariant_probes(runtime, planted)
     failed = [r for r in results if not r.passed]
     assert [(r.failure, r.target) for r in failed] == [
         (ProbeFailure.SEED_BREAKS_INVARIANT, "open_slot_has_no_active_appointment")
@@ -90,7 +90,7 @@ def test_invariant_sql_is_one_select_run_read_only_with_its_rows_and_time_bounde
     monkeypatch.setattr(invariant_sql, "INVARIANT_BUDGET", SqlBudget(statement_s=0.2, total_s=1.0))
     endless = "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n) SELECT x FROM n WHERE x < 0"
     (stopped,) = broken_invariants(world, [stated(endless)])
-    assert stopped.error is not None and "time budget" in stopped.error
+    assert stopped.error is not None and "ran out of its time" in stopped.error
     assert broken_invariants(world, [stated("SELECT id FROM patients WHERE 0")]) == []  # the world untouched
 
 
@@ -156,3 +156,18 @@ def test_the_procedural_worlds_end_states_keep_their_invariants(runtime, domain)
     assert {r.target for r in results if r.probe == Probe.END_STATE_INVARIANTS} == {
         t.id for t in bundle.tasks if t.solution
     }
+
+
+@pytest.mark.sandbox
+def test_invariant_queries_of_an_episode_run_read_only_and_bounded_in_its_worker(runtime):
+    bundle = zocdoc_bundle()
+    endless = "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n) SELECT x FROM n WHERE x < 0"
+    with runtime.open_episode(bundle) as episode:
+        before = episode.snapshot()
+        deleted, stopped, some = episode.query(
+            ["DELETE FROM appointments", endless, "SELECT id FROM availability_slots ORDER BY id"], 3, 0.2, 2.0
+        )
+        assert episode.snapshot() == before
+    assert deleted["error"] is not None and "not authorized" in deleted["error"]
+    assert stopped["error"] is not None and "ran out of its time" in stopped["error"]
+    assert some == {"rows": [{"id": 1}, {"id": 2}, {"id": 3}], "more": True, "error": None}

@@ -2,31 +2,38 @@
 statement and one SELECT returning the rows that break it. Read and checked here; `broken_invariants` runs
 them on a database (the seed, a reference solution's end state).
 
-Invariant SQL is generated, so untrusted: it runs as the seed's SQL does (sqlscript.py), never on a
-database anything else reads: on a private in-memory copy, through a hardened read-only connection (no
-write, ATTACH, extension or unsafe PRAGMA), under a time and memory budget (`INVARIANT_BUDGET`, SQLite
-interrupted past it), and at most `MAX_ROWS` of its rows are read. Stdlib and pydantic models only.
+Invariant SQL is generated, so untrusted: it runs through readquery.py (a hardened read-only connection: no
+write, ATTACH, extension or unsafe PRAGMA; interrupted past its time, `INVARIANT_BUDGET`; at most
+`MAX_ROWS` of its rows read), never on a database anything else reads: on an end state, in the episode's
+sandbox worker (`SandboxEpisode.query`, quality/invariants.py); on the seed the database stage has just
+built, on a private in-memory copy in the process that built it, as the seed's own SQL ran.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pydantic import TypeAdapter, ValidationError
 
-from worldsmith.bundle.sqlscript import BudgetMeter, SqlBudget, Statement, deserialize
+from worldsmith.bundle.readquery import Cell, QueryOutcome, read_queries_on
+from worldsmith.bundle.sqlscript import SqlBudget, Statement
 from worldsmith.models.bundle import Invariant
 
 #: The optional bundle file holding a world's invariants (a JSON list of `Invariant`).
 INVARIANTS_FILE = "invariants.json"
-#: What checking all of one world's invariants on one database may cost (each query, and all together).
-INVARIANT_BUDGET = SqlBudget(statement_s=2.0, total_s=10.0, memory_bytes=256 * 1024 * 1024)
+#: How long checking one world's invariants on one database may take (each query, and all together).
+INVARIANT_BUDGET = SqlBudget(statement_s=2.0, total_s=10.0)
 #: The offending rows read of a broken invariant (the rest are counted as "more").
 MAX_ROWS = 5
 _SHOWN_CHARS = 120
 _LIST = TypeAdapter(list[Invariant])
+
+#: Runs read-only queries on one database, bounded: (queries, max rows, seconds a query, seconds in all) ->
+#: their outcomes, in order (`readquery.run_read_queries`: here, or in an episode's sandbox worker).
+QueryRunner = Callable[[list[str], int, float, float], list[QueryOutcome]]
 
 
 def parse_invariants(text: str) -> tuple[list[Invariant], list[str]]:
@@ -90,34 +97,40 @@ class InvariantViolation:
         return f"{head} is broken by these rows: {'; '.join(self.rows)}{more}"
 
 
-def _shown(row: sqlite3.Row) -> str:
-    text = ", ".join(f"{key}={row[key]!r}" for key in row.keys())  # noqa: SIM118 (a Row iterates its values)
+def _shown(row: dict[str, Cell]) -> str:
+    text = ", ".join(f"{key}={value!r}" for key, value in row.items())
     return text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + "..."
 
 
-def broken_invariants(world: bytes, invariants: list[Invariant] | tuple[Invariant, ...]) -> list[InvariantViolation]:
-    """The invariants that do not hold on serialized database `world` (see the module docstring for how
-    their SQL runs), in the order given; [] when every one holds."""
+def violations(
+    invariants: list[Invariant] | tuple[Invariant, ...], outcomes: list[QueryOutcome]
+) -> list[InvariantViolation]:
+    """The invariants broken according to `outcomes` (their queries' outcomes, in the same order)."""
+    broken = []
+    for invariant, outcome in zip(invariants, outcomes, strict=True):
+        if outcome["error"] is not None:
+            broken.append(InvariantViolation(invariant, error=outcome["error"]))
+        elif outcome["rows"]:
+            shown = tuple(_shown(row) for row in outcome["rows"])
+            broken.append(InvariantViolation(invariant, shown, more=outcome["more"]))
+    return broken
+
+
+def check_queries(runner: QueryRunner, invariants: list[Invariant] | tuple[Invariant, ...]) -> list[InvariantViolation]:
+    """The invariants broken on the database `runner` queries (bounded by INVARIANT_BUDGET and MAX_ROWS)."""
     if not invariants:
         return []
-    broken: list[InvariantViolation] = []
-    meter = BudgetMeter(INVARIANT_BUDGET)
-    conn = deserialize(world, read_only=True)
-    try:
-        conn.row_factory = sqlite3.Row
-        conn.set_progress_handler(meter, INVARIANT_BUDGET.check_every)
-        for invariant in invariants:
-            try:
-                with meter.statement():
-                    rows = conn.execute(invariant.sql).fetchmany(MAX_ROWS + 1)
-            except sqlite3.Error as exc:
-                reason = f"it ran out of {meter.exceeded}" if meter.exceeded else f"{type(exc).__name__}: {exc}"
-                broken.append(InvariantViolation(invariant, error=reason))
-                continue
-            if rows:
-                shown = tuple(_shown(row) for row in rows[:MAX_ROWS])
-                broken.append(InvariantViolation(invariant, shown, more=len(rows) > MAX_ROWS))
-    finally:
-        conn.close()
-        meter.close()
-    return broken
+    budget = INVARIANT_BUDGET
+    outcomes = runner([i.sql for i in invariants], MAX_ROWS, budget.statement_s, budget.total_s)
+    return violations(invariants, outcomes)
+
+
+def broken_invariants(world: bytes, invariants: list[Invariant] | tuple[Invariant, ...]) -> list[InvariantViolation]:
+    """The invariants that do not hold on serialized database `world`, checked in this process on a private
+    read-only copy (the database stage's check of the seed it has just built, as the seed's own SQL ran),
+    in the order given; [] when every one holds."""
+
+    def here(queries: list[str], max_rows: int, query_s: float, total_s: float) -> list[QueryOutcome]:
+        return read_queries_on(world, queries, max_rows=max_rows, query_s=query_s, total_s=total_s)
+
+    return check_queries(here, invariants)

@@ -1,5 +1,6 @@
 """The world's invariants as execution probes (`invariants.json`, bundle/invariants.py): the seed keeps every
-one, and so does the end state of every reference solution.
+one, and so does the end state of every reference solution. Their queries run in the episode's sandbox
+worker (`SandboxEpisode.query`), read-only and bounded, as all generated code runs.
 
 - `seed keeps invariants`, per invariant: its query returns no row of the seed (else `seed breaks
   invariant`, the seed's fault, naming the offending rows), and runs at all within its budget (else
@@ -14,15 +15,17 @@ one, and so does the end state of every reference solution.
 from __future__ import annotations
 
 from worldsmith.bundle.contract import Bundle
-from worldsmith.bundle.invariants import InvariantViolation, broken_invariants
+from worldsmith.bundle.invariants import InvariantViolation, check_queries
 from worldsmith.models.bundle import Invariant, TaskSpec
 from worldsmith.quality.probe_results import Probe, ProbeFailure, ProbeResult
 from worldsmith.runtime.episode import Runtime
 
 
-def seed_invariant_probes(bundle: Bundle) -> list[ProbeResult]:
-    """One result per invariant of `bundle`: whether its seed keeps it."""
-    broken = {v.invariant.id: v for v in broken_invariants(bundle.world, bundle.invariants)}
+def seed_invariant_probes(runtime: Runtime, bundle: Bundle) -> list[ProbeResult]:
+    """One result per invariant of `bundle`: whether its seed keeps it (checked in a fresh episode's worker)."""
+    with runtime.open_episode(bundle) as episode:
+        checked = check_queries(episode.query, bundle.invariants)
+    broken = {v.invariant.id: v for v in checked}
     results = []
     for invariant in bundle.invariants:
         violation = broken.get(invariant.id)
@@ -43,7 +46,7 @@ def _end_state_probe(runtime: Runtime, bundle: Bundle, task: TaskSpec, kept: lis
                 break
             if not outcome.changed:
                 continue
-            broken: list[InvariantViolation] = broken_invariants(episode.snapshot(), kept)
+            broken: list[InvariantViolation] = check_queries(episode.query, kept)
             if broken:
                 where = f"step {number} ({step.tool})"
                 detail = f"after {where}: " + "; ".join(v.describe() for v in broken)
@@ -56,7 +59,7 @@ def invariant_probes(runtime: Runtime, bundle: Bundle) -> list[ProbeResult]:
     on end states: a broken one is the seed's to fix first). [] for a world that states no invariant."""
     if not bundle.invariants:
         return []
-    results = seed_invariant_probes(bundle)
+    results = seed_invariant_probes(runtime, bundle)
     kept_ids = {r.target for r in results if r.passed}
     kept = [i for i in bundle.invariants if i.id in kept_ids]
     if kept:
