@@ -146,7 +146,7 @@ def test_generate_flow_publishes_environments_that_pass_env_check(generated, gen
     # run makes that world again, byte for byte, and does not publish it a second time.
     fetched = load_bundle(home.parent / "copy")
     twin = build_bundle(
-        {name: fetched.files[name] for name in NATIVE_TOOLS.source_files},
+        {n: fetched.files[n] for n in NATIVE_TOOLS.source_files + NATIVE_TOOLS.optional_files if n in fetched.files},
         fetched.manifest.model_copy(update={"env_id": "twin_world", "version": None}),
     )
     monkeypatch.setenv("WORLDSMITH_CATALOG_URL", f"sqlite:///{home.parent / 'twins.db'}")

@@ -33,6 +33,7 @@ FOUND_BY = {
     "blocked_task_refused_step": (Probe.TASK_NOT_BLOCKED, "hr"),
     "wall_clock_read": (Probe.REPLAY_DETERMINISTIC, "retail"),
     "over_strict_answer_check": ("answer_variant", "hr"),  # the verifiers stage's answer-variant probes
+    "seed_breaks_invariant": (Probe.SEED_INVARIANTS, "education"),  # quality/invariants.py
 }
 
 

@@ -45,6 +45,9 @@ OWNING_STEP = {
     F.REPLAY_DIFFERS_IN_END_STATE: CODE,
     F.BOUNDARY_INPUT_CRASHED: CODE,
     F.TOOL_REPLAY_DIFFERS: CODE,
+    F.SEED_BREAKS_INVARIANT: SEED_STEP,
+    F.INVARIANT_QUERY_FAILED: (Stage.DATABASE, "schema"),  # the invariants are stated with the schema
+    F.TOOL_BREAKS_INVARIANT: CODE,
 }
 
 #: The import report's kind of each failure that broke no sandbox limit (issue 8's names; any other
@@ -69,6 +72,9 @@ DEFECT_KIND = {
     F.REPLAY_DIFFERS_IN_END_STATE: "replay_differs",
     F.BOUNDARY_INPUT_CRASHED: "route_crashes",
     F.TOOL_REPLAY_DIFFERS: "replay_differs",
+    F.SEED_BREAKS_INVARIANT: "seed_breaks_invariant",
+    F.INVARIANT_QUERY_FAILED: "invariant_query_failed",
+    F.TOOL_BREAKS_INVARIANT: "tool_breaks_invariant",
 }
 
 
@@ -147,7 +153,12 @@ def test_each_failure_goes_to_the_step_that_makes_the_artifact_at_fault(failure)
 def test_the_owner_names_the_artifact_whose_step_is_asked():
     assert {failure.owner for failure in ProbeFailure} == set(Artifact)
     for failure in ProbeFailure:
-        expected = {CODE: Artifact.TOOL_CODE, SEED_STEP: Artifact.SEED, VERIFIERS_STAGE: Artifact.VERIFIERS}
+        expected = {
+            CODE: Artifact.TOOL_CODE,
+            SEED_STEP: Artifact.SEED,
+            VERIFIERS_STAGE: Artifact.VERIFIERS,
+            (Stage.DATABASE, "schema"): Artifact.INVARIANTS,
+        }
         assert failure.owner is expected[OWNING_STEP[failure]]
 
 

@@ -99,6 +99,7 @@ def test_review_findings_become_probes_whose_confirmed_ones_are_repaired(runtime
         assert not check.passed and check.summary == {
             "findings": 4,
             "confirmed": 1,
+            "outcomes": {"not_confirmed": 3, "confirmed": 1},
             "categories": {"tool_crash": 1, "clock_or_randomness": 1, "missing_tool": 1, "verifier_too_strict": 1},
         }
         asked = len(server.requests)

@@ -16,10 +16,11 @@ from functools import cached_property
 from pathlib import Path
 
 import jsonschema
+from pydantic import TypeAdapter
 
 from worldsmith.bundle.kinds import TOOLS_KINDS, VERIFIERS_KINDS, ToolsKind, VerifiersKind
 from worldsmith.jsonvalue import JsonValue
-from worldsmith.models.bundle import Manifest, TaskSpec, ToolSchema
+from worldsmith.models.bundle import Invariant, Manifest, TaskSpec, ToolSchema
 
 #: The manifest's file name; every other file of a bundle is an artifact hashed in it.
 MANIFEST = "manifest.json"
@@ -99,6 +100,12 @@ class Bundle:
         """What sandbox workers load this version under: its content key and, where its clock is
         fixed, the instant its clock reads answer (part of its behaviour, not of its artifacts)."""
         return f"{self.key}@{self.clock}" if self.clock else self.key
+
+    @cached_property
+    def invariants(self) -> tuple[Invariant, ...]:
+        """The world's invariants (`invariants.json`; none in a bundle without it), checked by the loader."""
+        data = self.files.get("invariants.json")
+        return tuple(TypeAdapter(list[Invariant]).validate_json(data)) if data else ()
 
     def task(self, task_id: str) -> TaskSpec:
         for task in self.tasks:

@@ -91,6 +91,8 @@ class ToolsKind(ABC):
     #: Files a bundle of this kind is written from, and files derived from them when it is built.
     source_files: ClassVar[tuple[str, ...]]
     derived_files: ClassVar[tuple[str, ...]]
+    #: Source files a bundle of any kind may have or not (bundles written before them stay valid).
+    optional_files: ClassVar[tuple[str, ...]] = ("invariants.json",)
     #: The file whose code runs as the tools (error locations point into it).
     code_file: ClassVar[str]
     #: Whether the code runs only in workers that imported the web stack.
@@ -101,7 +103,8 @@ class ToolsKind(ABC):
 
     @property
     def artifact_files(self) -> tuple[str, ...]:
-        return self.source_files + self.derived_files
+        """Every file a bundle of this kind may have besides its manifest (the optional ones included)."""
+        return self.source_files + self.optional_files + self.derived_files
 
     @property
     def derives_schemas(self) -> bool:

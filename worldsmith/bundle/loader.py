@@ -24,6 +24,7 @@ from worldsmith.bundle.contract import (
     verifiers_kind_of,
 )
 from worldsmith.bundle.errors import BundleError, BundleIssue
+from worldsmith.bundle.invariants import INVARIANTS_FILE, parse_invariants
 from worldsmith.bundle.schemadiff import tool_schema_differences
 from worldsmith.bundle.sqlscript import SqlFault, build_world
 from worldsmith.bundle.toolspec import derive_tool_schemas, function_signatures
@@ -51,7 +52,7 @@ def _read_files(root: Path) -> tuple[dict[str, bytes], Manifest | None, list[Bun
             issues.append(BundleIssue(name, "missing file"))
         else:
             files[name] = path.read_bytes()
-    for name in kind.derived_files:
+    for name in kind.optional_files + kind.derived_files:
         if (root / name).is_file():
             files[name] = (root / name).read_bytes()
     return files, manifest, issues
@@ -225,6 +226,10 @@ def _validate(
     if texts["schema.sql"] is not None and texts["seed.sql"] is not None:
         world, faults = build_world(texts["schema.sql"], texts["seed.sql"])
         issues.extend(sql_issues(faults))
+    if INVARIANTS_FILE in files:
+        invariants_text = _decode(files, INVARIANTS_FILE, issues)
+        stated = parse_invariants(invariants_text)[1] if invariants_text is not None else []
+        issues.extend(BundleIssue(INVARIANTS_FILE, problem) for problem in stated)
     tasks: list[TaskSpec] = []
     if texts["tasks.jsonl"] is not None:
         parsed = parse_tasks(texts["tasks.jsonl"], issues)
@@ -282,7 +287,7 @@ def load_bundle(path: str | Path) -> Bundle:
     files["world.db"] = world
     return Bundle(
         manifest=manifest,
-        files={name: files[name] for name in kind.artifact_files},
+        files={name: files[name] for name in kind.artifact_files if name in files},
         tasks=tuple(tasks),
         tools=tuple(ToolSchema.model_validate(t) for t in tools),
         root=root,
@@ -290,7 +295,7 @@ def load_bundle(path: str | Path) -> Bundle:
 
 
 def build_bundle(sources: Mapping[str, bytes | str], manifest: Manifest | JsonObject) -> Bundle:
-    """Make a bundle from its five source files: derive tools.json and world.db, hash every
+    """Make a bundle from its source files (the optional `invariants.json` included where given): derive tools.json and world.db, hash every
     artifact into the manifest, compute stats. Raises `BundleError` on any defect."""
     files = {name: (data.encode() if isinstance(data, str) else data) for name, data in sources.items()}
     base = manifest if isinstance(manifest, Manifest) else Manifest.model_validate(manifest)
@@ -303,7 +308,7 @@ def build_bundle(sources: Mapping[str, bytes | str], manifest: Manifest | JsonOb
     if kind.derives_schemas:
         files["tools.json"] = tools_json_bytes(tools)
     files["world.db"] = world
-    files = {name: files[name] for name in kind.artifact_files}
+    files = {name: files[name] for name in kind.artifact_files if name in files}
     final = base.model_copy(
         update={
             "artifacts": {name: artifact_digest(data) for name, data in files.items()},
@@ -336,6 +341,7 @@ def rebuild_bundle_dir(path: str | Path) -> Bundle:
     files, manifest, issues = _read_files(root)
     if issues or manifest is None:
         raise BundleError(issues)
-    bundle = build_bundle({n: files[n] for n in tools_kind_of(manifest).source_files}, manifest)
+    kind = tools_kind_of(manifest)
+    bundle = build_bundle({n: files[n] for n in kind.source_files + kind.optional_files if n in files}, manifest)
     write_bundle(bundle, root)
     return bundle

@@ -185,7 +185,7 @@ def build_world(
     }
     validate = progress.validator(partial(resumable(validate_environment), params, run_id))
     if review_enabled(params.review, r.generator):  # the model's review once validation passes
-        validate = with_review(validate, partial(resumable(review_world), params, run_id), r.runtime)
+        validate = with_review(validate, partial(resumable(review_world), params, run_id), r.runtime, r.log)
     try:
         return run_stages(progress.work, runners, validate, rounds=r.max_attempts)
     except Exception as exc:

@@ -58,6 +58,9 @@ BY_FAILURE: dict[ProbeFailure, str] = {
     ProbeFailure.REPLAY_DIFFERS_IN_END_STATE: "replay_differs",
     ProbeFailure.BOUNDARY_INPUT_CRASHED: "route_crashes",
     ProbeFailure.TOOL_REPLAY_DIFFERS: "replay_differs",
+    ProbeFailure.SEED_BREAKS_INVARIANT: "seed_breaks_invariant",
+    ProbeFailure.INVARIANT_QUERY_FAILED: "invariant_query_failed",
+    ProbeFailure.TOOL_BREAKS_INVARIANT: "tool_breaks_invariant",
 }
 
 

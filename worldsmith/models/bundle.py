@@ -150,6 +150,16 @@ class TaskSpec(BaseModel):
     answer: str | None = None
 
 
+class Invariant(BaseModel):
+    """One entry of `invariants.json` (optional): a rule every state of the world keeps, stated in one line
+    (`statement`) and as a read-only query (`sql`, one SELECT) that returns the rows breaking it, none when
+    it holds. Checked on the seed and on every reference solution's end state (bundle/invariants.py)."""
+
+    id: str = Field(pattern=r"^[a-z][a-z0-9_]{0,63}$")
+    statement: str = Field(min_length=5, description="The rule in one line, e.g. 'a booked slot has one appointment'.")
+    sql: str = Field(min_length=10, description="One SELECT returning the rows that break the rule (none: it holds).")
+
+
 class ToolSchema(BaseModel):
     """One entry of `tools.json`: name, description and JSON Schema of the arguments."""
 

@@ -8,7 +8,7 @@ from typing import Literal, get_args
 from pydantic import BaseModel, Field
 
 from worldsmith.jsonvalue import JsonObject
-from worldsmith.models.bundle import Conventions, Scenario, SolutionStep
+from worldsmith.models.bundle import Conventions, Invariant, Scenario, SolutionStep
 
 
 class ScenarioBatch(BaseModel):
@@ -70,6 +70,12 @@ class SchemaSpec(BaseModel):
         default=None,
         description="The world's conventions, which the seed data, the tools and the verifiers will follow.",
     )
+    invariants: list[Invariant] = Field(
+        default_factory=list,
+        max_length=20,
+        description="Rules every state of the world keeps (e.g. 'a booked slot has exactly one active "
+        "appointment'), each one SELECT returning the rows that break it.",
+    )
 
 
 class SeedSpec(BaseModel):
@@ -102,11 +108,23 @@ class TaskSolution(BaseModel):
     answer: str | None = None
 
 
+class FindingDispute(BaseModel):
+    """A repairing stage's disagreement with a review finding it was sent: the finding's id and why."""
+
+    finding: str = Field(description="The finding's id as the repair names it, e.g. 'review-2'.")
+    reason: str = Field(min_length=5)
+
+
 class VerifierCode(BaseModel):
     """Stage `verifiers`: verifiers.py with one verify_<task_id> per task, and reference solutions."""
 
     verifiers_py: str = Field(min_length=10)
     solutions: list[TaskSolution] = Field(min_length=1)
+    disputed: list[FindingDispute] = Field(
+        default_factory=list,
+        description="Review findings sent back as repairs that you judge are no defect: each by its id "
+        "(e.g. 'review-2') with your reason; leave them unrepaired.",
+    )
 
 
 #: The audit categories of the review stage (the paper's audit of generated worlds).
@@ -141,7 +159,15 @@ class ReviewFinding(BaseModel):
         "(values from the seed data) that crashes it or gives another result at another time.",
     )
     answer: str | None = Field(
-        None, description="verifier_too_strict: a correct final answer to the task that its verifier would reject."
+        None,
+        description="verifier_too_strict: a correct final answer to the task that its verifier would reject; "
+        "verifier_too_lenient (optional): the final answer given with the state `build` makes.",
+    )
+    build: list[ReviewCall] | None = Field(
+        None,
+        description="verifier_too_lenient: the tool calls, from the untouched world, that make the wrong end "
+        "state its verifier would accept; verifier_too_strict (optional): the calls that make a correct end "
+        "state other than the reference solution's, which its verifier would reject with `answer`.",
     )
 
 

@@ -29,6 +29,8 @@ class Probe(StrEnum):
     REPLAY_DETERMINISTIC = "replay deterministic"
     BOUNDARY_INPUTS = "tool runs on boundary inputs"  # quality/input_probes.py
     TOOL_DETERMINISTIC = "tool replay deterministic"  # quality/tool_replays.py
+    SEED_INVARIANTS = "seed keeps invariants"  # quality/invariants.py
+    END_STATE_INVARIANTS = "end state keeps invariants"  # quality/invariants.py
 
 
 class Artifact(StrEnum):
@@ -37,6 +39,7 @@ class Artifact(StrEnum):
     TOOL_CODE = "tool code"
     SEED = "seed"
     VERIFIERS = "verifiers"  # the verifiers and the tasks' reference solutions, written together
+    INVARIANTS = "invariants"  # the world's invariants, stated with its schema
 
 
 class ProbeFailure(StrEnum):
@@ -62,6 +65,9 @@ class ProbeFailure(StrEnum):
     REPLAY_DIFFERS_IN_END_STATE = "replay differs in the end state"
     BOUNDARY_INPUT_CRASHED = "boundary input crashed"  # a boundary date, a quote, a NULL column ...
     TOOL_REPLAY_DIFFERS = "tool replay differs"  # its calls replayed in another process
+    SEED_BREAKS_INVARIANT = "seed breaks invariant"  # an invariant's query returns rows of the seed
+    INVARIANT_QUERY_FAILED = "invariant query failed"  # it does not run (or not within its budget)
+    TOOL_BREAKS_INVARIANT = "tool breaks invariant"  # a reference step's call left rows that break one
 
     @property
     def probe(self) -> Probe:
@@ -96,6 +102,9 @@ _FAILURES: dict[ProbeFailure, tuple[Probe, Artifact]] = {
     ProbeFailure.REPLAY_DIFFERS_IN_END_STATE: (Probe.REPLAY_DETERMINISTIC, Artifact.TOOL_CODE),
     ProbeFailure.BOUNDARY_INPUT_CRASHED: (Probe.BOUNDARY_INPUTS, Artifact.TOOL_CODE),
     ProbeFailure.TOOL_REPLAY_DIFFERS: (Probe.TOOL_DETERMINISTIC, Artifact.TOOL_CODE),
+    ProbeFailure.SEED_BREAKS_INVARIANT: (Probe.SEED_INVARIANTS, Artifact.SEED),
+    ProbeFailure.INVARIANT_QUERY_FAILED: (Probe.SEED_INVARIANTS, Artifact.INVARIANTS),
+    ProbeFailure.TOOL_BREAKS_INVARIANT: (Probe.END_STATE_INVARIANTS, Artifact.TOOL_CODE),
 }
 
 

@@ -285,4 +285,7 @@ def _probed(runtime: Runtime, bundle: Bundle, *, reuse: bool) -> list[ProbeResul
         results += boundary_probes(runtime, bundle, skip=crashing)
         results += replay_tools(runtime, bundle, skip=crashed)
         results += probe_tasks(runtime, bundle)
+        from worldsmith.quality.invariants import invariant_probes  # it runs solutions as this module does
+
+        results += invariant_probes(runtime, bundle)
     return results

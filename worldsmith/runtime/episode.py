@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 import shutil
 import threading
 import uuid
@@ -26,6 +27,7 @@ from pydantic import ValidationError
 
 from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.kinds import APP_TOOLS, ToolsKind
+from worldsmith.bundle.readquery import QueryOutcome, outcomes_from_json
 from worldsmith.jsonvalue import JsonObject
 from worldsmith.models.bundle import TaskSpec
 from worldsmith.models.results import AppRoutes, DbDiff, ToolResult, VerifierResult
@@ -34,7 +36,7 @@ from worldsmith.runtime.arguments import accepts
 from worldsmith.runtime.errors import RuntimeFault, WorkerLost
 from worldsmith.runtime.limits import SandboxLimits
 from worldsmith.runtime.pool import WorkerPool
-from worldsmith.runtime.sandbox.messages import CallRequest, EpisodeRequest, LoadEnvRequest, Reply
+from worldsmith.runtime.sandbox.messages import CallRequest, EpisodeRequest, LoadEnvRequest, QueryRequest, Reply
 from worldsmith.runtime.scratch import new_scratch
 from worldsmith.runtime.worker_handle import SandboxWorker
 from worldsmith.settings import get_settings
@@ -419,6 +421,31 @@ class SandboxEpisode:
                 return DbDiff.model_validate({"tables": json.loads(blobs[0])})
             except (IndexError, ValueError, RecursionError) as exc:  # ValidationError is a ValueError
                 raise RuntimeFault(f"diff failed: {self._invalid_reply(f'no diff: {type(exc).__name__}')}") from None
+
+    def query(self, queries: list[str], max_rows: int, query_s: float, total_s: float) -> list[QueryOutcome]:
+        """Run read-only `queries` (generated: a world's invariants) on a copy of the episode's database in
+        its worker (`bundle/readquery.py`: hardened read-only, each within `query_s` seconds and all within
+        `total_s`, at most `max_rows` rows of each read): their outcomes, in order."""
+        request: QueryRequest = {
+            "op": "query",
+            "episode": self.id,
+            "queries": queries,
+            "max_rows": max_rows,
+            "query_s": query_s,
+            "total_s": total_s,
+        }
+        with self._lock:
+            reply, blobs = self._request(request, calls=max(1, math.ceil(total_s / self.runtime.limits.call_timeout_s)))
+            self._raise_unless_ok(reply, "query")
+            try:
+                outcomes = outcomes_from_json(blobs[0])  # checked: a reply can be forged
+            except (IndexError, ValueError, RecursionError) as exc:  # ValidationError is a ValueError
+                raise RuntimeFault(
+                    f"query failed: {self._invalid_reply(f'no outcomes: {type(exc).__name__}')}"
+                ) from None
+            if len(outcomes) != len(queries):
+                raise RuntimeFault(f"query failed: {self._invalid_reply(f'{len(outcomes)} outcomes')}")
+            return outcomes
 
     def verify(self, answer: str = "") -> VerifierResult:
         """Run the task's verifier on the untouched and the current database plus the final `answer`."""

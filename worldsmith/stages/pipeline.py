@@ -105,5 +105,6 @@ def build_environment(
 
     validate: Validator = validate_world
     if review_enabled(review, generator):
-        validate = with_review(validate_world, lambda w: run_review_stage(w, generator, log, max_attempts), runtime)
+        review_world = lambda w: run_review_stage(w, generator, log, max_attempts)  # noqa: E731
+        validate = with_review(validate_world, review_world, runtime, log)
     return run_stages(EnvWork.start(scenario, seed), stages, validate, rounds=max_attempts)

@@ -15,6 +15,7 @@ MAKER: dict[Artifact, tuple[Stage, str | None]] = {
     Artifact.TOOL_CODE: (Stage.TOOLS, "code"),
     Artifact.SEED: (Stage.DATABASE, "seed"),
     Artifact.VERIFIERS: (Stage.VERIFIERS, None),  # the verifiers and the reference solutions
+    Artifact.INVARIANTS: (Stage.DATABASE, "schema"),  # stated with the schema
 }
 
 

@@ -10,10 +10,11 @@ from collections.abc import Iterable, Mapping
 from pydantic import BaseModel, Field
 
 from worldsmith.bundle.clock import CLOCK_EPOCH, world_clock
+from worldsmith.bundle.invariants import INVARIANTS_FILE, invariants_json
 from worldsmith.bundle.kinds import NATIVE_TOOLS
 from worldsmith.llm.backend import Generator, Prompt, PromptContext
 from worldsmith.llm.prompts import prompt_version, render
-from worldsmith.models.bundle import Conventions, GeneratorInfo, Manifest, Scenario
+from worldsmith.models.bundle import Conventions, GeneratorInfo, Invariant, Manifest, Scenario
 from worldsmith.models.specs import TaskList, ToolPlan, VerifierCode
 from worldsmith.stages.history import Fault, StepHistory
 
@@ -36,6 +37,7 @@ class EnvWork(BaseModel):
     now: str = Field(default_factory=lambda: CLOCK_EPOCH.isoformat())  # the world's clock (world_clock)
     tasks: TaskList | None = None
     schema_sql: str | None = None
+    invariants: list[Invariant] = Field(default_factory=list)  # stated with the schema (bundle/invariants.py)
     seed_sql: str | None = None
     tool_plan: ToolPlan | None = None
     tools_py: str | None = None
@@ -143,7 +145,8 @@ class EnvWork(BaseModel):
         return files
 
     def sources(self) -> dict[str, str]:
-        """The five source files of the bundle (all stages must have run)."""
+        """The source files of the bundle: the five, and `invariants.json` where the schema stated any (all
+        stages must have run)."""
         assert self.tasks and self.schema_sql and self.seed_sql and self.tools_py and self.verifiers
         solutions = {s.task_id: s for s in self.verifiers.solutions}
         lines = []
@@ -168,4 +171,6 @@ class EnvWork(BaseModel):
             "verifiers.py": self.verifiers.verifiers_py,
         }
         assert set(files) == set(NATIVE_TOOLS.source_files)
+        if self.invariants:
+            files[INVARIANTS_FILE] = invariants_json(self.invariants).decode()
         return files

@@ -20,6 +20,7 @@ from faker import Faker
 
 from worldsmith.bundle.clock import world_clock
 from worldsmith.bundle.contract import Bundle
+from worldsmith.bundle.invariants import INVARIANTS_FILE, invariants_json
 from worldsmith.bundle.loader import build_bundle
 from worldsmith.bundle.toolspec import derive_tool_schemas
 from worldsmith.jsonvalue import JsonObject, JsonValue
@@ -70,6 +71,7 @@ def procedural_bundle(domain_key: str, seed: int) -> Bundle:
         "tools.py": world.tools_py,
         "tasks.jsonl": tasks,
         "verifiers.py": world.verifiers_py,
+        INVARIANTS_FILE: invariants_json(world.invariants).decode(),
     }
     domain = next(d for d in DOMAINS if d.key == domain_key)
     return build_bundle(sources, {"env_id": f"{domain_key}_{seed}", "scenario": {"name": domain.title}})
@@ -128,7 +130,11 @@ class ProceduralGenerator:
                 ],
             }
         if prompt.stage == "schema":
-            return {"schema_sql": world.schema_sql, "conventions": conventions_of(world).model_dump()}
+            return {
+                "schema_sql": world.schema_sql,
+                "conventions": conventions_of(world).model_dump(),
+                "invariants": [i.model_dump() for i in world.invariants],
+            }
         if prompt.stage == "seed":
             return {"seed_sql": world.seed_sql}
         if prompt.stage == "tool_plan":

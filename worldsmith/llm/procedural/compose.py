@@ -12,6 +12,7 @@ from faker import Faker
 from worldsmith.llm.procedural.agent_tasks import make_tasks, verifiers_py
 from worldsmith.llm.procedural.blocks import Domain, Entity, Field
 from worldsmith.llm.procedural.drafts import Rows, SeedRow, SeedValue, WorldDraft
+from worldsmith.llm.procedural.invariants import world_invariants
 from worldsmith.llm.procedural.names import foreign_keys, ident, singular_of, words
 from worldsmith.llm.procedural.variety import vary
 
@@ -421,6 +422,7 @@ def _draft(domain: Domain, seed: int, today: date | None) -> WorldDraft:
         seed_sql=seed_sql(domain, rows, today),
         tools_py=source,
         tool_names=names,
+        invariants=world_invariants(domain),
     )
     draft.tasks = make_tasks(domain, rows, set(names), random.Random(seed + 1))
     draft.verifiers_py = verifiers_py(draft.tasks)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TypeAlias
 
 from worldsmith.llm.procedural.blocks import Domain
-from worldsmith.models.bundle import SolutionStep
+from worldsmith.models.bundle import Invariant, SolutionStep
 
 #: A seed column's value: INTEGER (ids, numbers, money in cents, booleans as 0/1) or TEXT.
 SeedValue: TypeAlias = int | str
@@ -46,3 +46,4 @@ class WorldDraft:
     tool_names: list[str]
     tasks: list[TaskDraft] = field(default_factory=list)
     verifiers_py: str = ""
+    invariants: list[Invariant] = field(default_factory=list)

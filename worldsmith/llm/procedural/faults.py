@@ -22,8 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from worldsmith.bundle.contract import Bundle
+from worldsmith.bundle.invariants import INVARIANTS_FILE
 from worldsmith.bundle.loader import build_bundle
 from worldsmith.jsonvalue import JsonObject
+from worldsmith.llm.procedural.faults_seed import SEED_PLANTERS
 from worldsmith.models.bundle import TaskSpec
 
 SOURCES = ("schema.sql", "seed.sql", "tools.py", "tasks.jsonl", "verifiers.py")
@@ -122,6 +124,7 @@ PLANTERS: dict[str, Callable[[dict[str, str], list[TaskSpec]], frozenset[str]]] 
     "blocked_task_refused_step": _blocked_task_refused_step,
     "wall_clock_read": _wall_clock_read,
     "over_strict_answer_check": _over_strict_answer_check,
+    **SEED_PLANTERS,
 }
 #: Every planted fault class, in the order the benchmark reports them.
 FAULTS = tuple(PLANTERS)
@@ -129,7 +132,7 @@ FAULTS = tuple(PLANTERS)
 
 def plant(bundle: Bundle, fault: str) -> PlantedFault:
     """`bundle` (a procedural world) rebuilt with one fault of class `fault` (one of `FAULTS`)."""
-    sources = {name: bundle.files[name].decode() for name in SOURCES}
+    sources = {name: bundle.files[name].decode() for name in (*SOURCES, INVARIANTS_FILE) if name in bundle.files}
     tasks = [TaskSpec.model_validate_json(line) for line in sources["tasks.jsonl"].splitlines() if line.strip()]
     targets = PLANTERS[fault](sources, tasks)
     sources["tasks.jsonl"] = "".join(json.dumps(task.model_dump()) + "\n" for task in tasks)

@@ -164,6 +164,20 @@ class DiffRequest(RequestFields):
 
 
 @final
+class QueryRequest(RequestFields):
+    """Run read-only `queries` (a world's invariants) on a copy of the episode's database, each within
+    `query_s` seconds and all within `total_s`, at most `max_rows` rows of each read; their outcomes come
+    as the reply's one blob, a JSON list of `bundle.readquery.QueryOutcome`."""
+
+    op: Literal["query"]
+    episode: str
+    queries: list[str]
+    max_rows: int
+    query_s: float
+    total_s: float
+
+
+@final
 class VerifyRequest(RequestFields):
     """Run the task's verifier `verifier` on the episode, with the agent's final `answer`."""
 
@@ -199,7 +213,9 @@ class ReapRequest(RequestFields):
 
 
 #: A request the parent sends for an open episode (`SandboxEpisode`, `SandboxWorker.episode_request`).
-EpisodeRequest = CallRequest | SnapshotRequest | RestoreRequest | DiffRequest | VerifyRequest | CloseRequest
+EpisodeRequest = (
+    CallRequest | SnapshotRequest | RestoreRequest | DiffRequest | QueryRequest | VerifyRequest | CloseRequest
+)
 #: Any request (spelled out: a type checker narrows a flat union by the fields its members have).
 Request = (
     LoadEnvRequest
@@ -213,6 +229,7 @@ Request = (
     | SnapshotRequest
     | RestoreRequest
     | DiffRequest
+    | QueryRequest
     | VerifyRequest
     | CloseRequest
 )

@@ -24,6 +24,7 @@ from collections.abc import Callable
 
 from worldsmith.bundle.jsonvalues import json_text
 from worldsmith.bundle.kinds import TOOLS_KINDS, VERIFIERS_KINDS, Tool
+from worldsmith.bundle.readquery import run_read_queries
 from worldsmith.bundle.sqlscript import deserialize, restore, snapshot
 from worldsmith.jsonvalue import JsonObject
 from worldsmith.runtime.sandbox import dbdiff, episodedb, guard, worldclock
@@ -42,6 +43,7 @@ from worldsmith.runtime.sandbox.messages import (
     OpenRequest,
     PingReply,
     PingRequest,
+    QueryRequest,
     ReapReply,
     ReapRequest,
     Request,
@@ -322,6 +324,22 @@ class Operations:
             return {}, [json.dumps(dbdiff.diff(before, after), separators=(",", ":"), default=str).encode()]
         finally:
             before.close()
+
+    def op_query(self, request: QueryRequest, blobs: list[bytes]) -> tuple[StatusOnly, list[bytes]]:
+        episode = self._episode(request)
+        assert episode.conn is not None  # opened by _episode
+        copy = deserialize(snapshot(episode.conn, transactions=refuse_transaction_control), read_only=True)
+        try:
+            outcomes = run_read_queries(
+                copy,
+                list(request["queries"]),
+                max_rows=int(request["max_rows"]),
+                query_s=float(request["query_s"]),
+                total_s=float(request["total_s"]),
+            )
+        finally:
+            copy.close()
+        return {}, [json.dumps(outcomes, separators=(",", ":")).encode()]
 
     def op_verify(self, request: VerifyRequest, blobs: list[bytes]) -> tuple[VerifyReply, list[bytes]]:
         episode = self._episode(request)

@@ -58,7 +58,7 @@ EXTRA_PRELOAD = ("_strptime", "encodings.idna", "encodings.ascii", "encodings.la
 
 #: Requests that run generated code or read an episode's database. Under strict isolation each runs
 #: in a process forked by the worker's template (`template.py`), never in the worker itself.
-RUN_OPS = frozenset({"call", "verify", "snapshot", "diff", "routes", "check_env"})
+RUN_OPS = frozenset({"call", "verify", "snapshot", "diff", "query", "routes", "check_env"})
 
 #: An op of the worker's (`Operations.op_<name>`): its part of the reply, with the reply's blobs where
 #: it has any. Each takes its own op's request (`messages`): the request's op picks it.
