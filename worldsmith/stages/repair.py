@@ -1,7 +1,8 @@
 """The execute-and-repair loop every stage runs: ask the generator, execute what it wrote, and on
 a semantic fault feed the concrete error back into the next attempt, at most `max_attempts` times.
 Every attempt is recorded with its class: an output fault's kind (invalid_json, truncated, refusal...),
-the check's kind (sql_error...), or the request fault's. Transient faults (the endpoint failing through
+the check's kind (sql_error...), or the request fault's; and with its trace: the prompt sent, the model's
+answer, the spec decoded from it, the check's evidence. Transient faults (the endpoint failing through
 its own retries) propagate for Prefect to retry; a request the endpoint rejects for good (context_length)
 fails the stage at once; a fatal fault (auth) propagates to stop the run."""
 
@@ -14,9 +15,10 @@ from typing import TypeVar
 from pydantic import BaseModel
 
 from worldsmith.errors import WorldsmithError
+from worldsmith.jsonvalue import JsonObject
 from worldsmith.llm.backend import Generator, Prompt, Usage
 from worldsmith.llm.errors import GenerationFault, OutputFault, TransientFault
-from worldsmith.stages.attempts import AttemptLog
+from worldsmith.stages.attempts import AttemptLog, AttemptTrace
 
 Spec = TypeVar("Spec", bound=BaseModel)
 Result = TypeVar("Result")
@@ -24,11 +26,13 @@ FEEDBACK_CHARS = 4000
 
 
 class CheckFailed(WorldsmithError):
-    """What the stage wrote did not survive execution; `kind` classifies it (sql_error, tool_crash...)."""
+    """What the stage wrote did not survive execution; `kind` classifies it (sql_error, tool_crash...);
+    `evidence`: the records that show it (failed probes' records, kept with the attempt)."""
 
-    def __init__(self, kind: str, message: str):
+    def __init__(self, kind: str, message: str, evidence: list[JsonObject] | None = None):
         super().__init__(message)
         self.kind = kind
+        self.evidence = evidence or []
 
 
 class StageFailed(WorldsmithError):
@@ -76,8 +80,9 @@ def run_with_repair(
     error, error_class = "no attempt made", None
     for attempt in range(1, max_attempts + 1):
         started = time.perf_counter()
+        request = prompt(feedback)
         try:
-            generation = generator.generate(prompt(feedback), spec)
+            generation = generator.generate(request, spec)
         except TransientFault as fault:
             log.record(
                 env_id=env_id,
@@ -87,6 +92,7 @@ def run_with_repair(
                 usage=getattr(fault, "usage", None),
                 error_class=fault.kind,
                 error_text=str(fault),
+                trace=AttemptTrace(request),
             )
             raise
         except GenerationFault as fault:
@@ -101,6 +107,7 @@ def run_with_repair(
                 usage=usage,
                 error_class=error_class,
                 error_text=error + _retried(usage),
+                trace=AttemptTrace(request, fault.text or None),
             )
             if fault.fatal:
                 raise
@@ -122,6 +129,7 @@ def run_with_repair(
                 usage=usage,
                 error_class=failed.kind,
                 error_text=str(failed) + _retried(usage),
+                trace=AttemptTrace(request, generation.raw, generation.spec, failed.evidence),
             )
             feedback = feedback_text(error, generation.raw)
             continue
@@ -135,6 +143,7 @@ def run_with_repair(
             usage=usage,
             error_class="retried" if retried else None,
             error_text=retried,
+            trace=AttemptTrace(request, generation.raw, generation.spec),
         )
         return result
     raise StageFailed(stage, max_attempts, error, error_class)

@@ -107,7 +107,11 @@ def run_tools_stage(
             raise CheckFailed("missing_tools", f"tools.py does not implement: {', '.join(missing)}")
         failures = [r for r in probe_tools(runtime, tools_only_bundle(work, code.tools_py, tools)) if not r.passed]
         if failures:
-            raise CheckFailed("tool_crash", "\n".join(f"calling {r.target} raised: {r.detail}" for r in failures))
+            raise CheckFailed(
+                "tool_crash",
+                "\n".join(f"calling {r.target} raised: {r.detail}" for r in failures),
+                [r.record() for r in failures],
+            )
         return code.tools_py
 
     tools_py = run_with_repair(

@@ -94,7 +94,11 @@ def run_verifiers_stage(
                 if any(r.probe == Probe.UNTOUCHED_REJECTED for r in failures)
                 else "reference_rejected"
             )
-            raise CheckFailed(kind, "\n".join(f"{r.probe} failed for task {r.target}: {r.detail}" for r in failures))
+            raise CheckFailed(
+                kind,
+                "\n".join(f"{r.probe} failed for task {r.target}: {r.detail}" for r in failures),
+                [r.record() for r in failures],
+            )
         rejected = [] if any(not r.passed for r in probed) else answer_variant_failures(runtime, bundle)
         if rejected:  # only once every reference is accepted: a variant then fails on its wording alone
             raise CheckFailed(
