@@ -252,6 +252,12 @@ class Demo:
                 f"{row['failure_rate']:.2f}",
             )
         self.console.print(table)
+        for failed in (r for r in results if r.status == "failed"):
+            self.console.print(
+                f"failed world {failed.env_id} (stage {failed.failed_stage}): its failing prompt, answer and files "
+                f"are on {self.stack.dashboard_url}/failed-worlds",
+                highlight=False,
+            )
         repaired = sum(round(r["repair_rate"] * r["invocations"]) for r in stages)
         self.summary["generation"] = {
             "environments": len(results),
