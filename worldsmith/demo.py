@@ -1,7 +1,8 @@
 """`worldsmith demo`: the main job on the embedded defaults, the whole loop on one machine.
 
 up (local Prefect server, work pools, deployments, worker, dashboard) -> generate ~10 environments
-with the offline procedural backend, faults on so the repair loops work -> curate the good ones
+with the offline procedural backend, faults on so the repair loops work (and one fault that survives
+repair, so the dashboard has a failed world to open) -> curate the good ones
 into a set -> serve one over the MCP gateway and solve its tasks through the MCP client -> evaluate
 the reference and random policies -> a short GRPO run of the tiny model on the CPU, with a curriculum
 (TrainingConfig.curriculum) that lets it learn: the train tasks with the shortest reference solutions,
@@ -43,6 +44,13 @@ class DemoOptions(BaseModel):
     envs: int = Field(10, ge=2, le=100, description="Environments to generate.")
     fault_rate: float = Field(
         0.3, ge=0, le=1, description="Share of first attempts that fail like LLM output (repairs happen)."
+    )
+    persistent_fault_rate: float = Field(
+        0.15,
+        ge=0,
+        le=1,
+        description="Share of worlds whose seed fault survives every repair (they fail: the failed-worlds page "
+        "has one to open).",
     )
     seed: int = Field(0, description="Seed of generation, curation, evaluation and training.")
     random_samples: int = Field(2, ge=1, description="Episodes per task of the random policy.")
@@ -210,7 +218,12 @@ class Demo:
         o = self.options
         self._step(2, f"generate {o.envs} environments (procedural backend, fault rate {o.fault_rate})")
         params = GenerateParameters(
-            count=o.envs, backend="procedural", seed=o.seed, fault_rate=o.fault_rate, concurrency=2
+            count=o.envs,
+            backend="procedural",
+            seed=o.seed,
+            fault_rate=o.fault_rate,
+            persistent_fault_rate=o.persistent_fault_rate,
+            concurrency=2,
         )
         with Progress(
             TextColumn("{task.description}"),
@@ -239,6 +252,12 @@ class Demo:
                 f"{row['failure_rate']:.2f}",
             )
         self.console.print(table)
+        for failed in (r for r in results if r.status == "failed"):
+            self.console.print(
+                f"failed world {failed.env_id} (stage {failed.failed_stage}): its failing prompt, answer and files "
+                f"are on {self.stack.dashboard_url}/failed-worlds",
+                highlight=False,
+            )
         repaired = sum(round(r["repair_rate"] * r["invocations"]) for r in stages)
         self.summary["generation"] = {
             "environments": len(results),

@@ -164,6 +164,7 @@ def test_demo_main_job_runs_end_to_end(tmp_path):
             and generation["good"] >= 2
         )
         assert generation["repaired_stage_runs"] > 0  # faults were on: repairs happened
+        assert generation["failed"] >= 1  # a fault survived repair: the failed-worlds page has a world to open
         assert summary["set"]["members"] == generation["good"] and summary["set"]["validation"] >= 1
         assert summary["mcp"]["complete"] == summary["mcp"]["tasks"] > 0
         assert summary["evaluations"]["reference"]["pass@1"] == 1.0 and summary["evaluations"]["random"]["pass@1"] < 1.0
@@ -187,6 +188,8 @@ def test_demo_main_job_runs_end_to_end(tmp_path):
             shown["training"][0]["steps"]
         ) == steps
         assert len(shown["environments"]) == envs
+        failed = httpx.get(f"{urls['dashboard']}/failed-worlds", timeout=MOMENTS_S).text
+        assert 'class="failing-attempt"' in failed  # its failing attempt one click away
         runs = httpx.post(f"{urls['prefect_ui']}/api/flow_runs/filter", json={}, timeout=MOMENTS_S).json()
         flows = {
             f["id"]: f["name"]

@@ -277,8 +277,17 @@ def test_a_run_below_its_good_share_ends_failed_publishing_its_failed_worlds_as_
         artifacts = {env: set(version_record(session, v)["artifacts"]) for env, v in versions.items()}
         attempts = session.exec(select(StageAttempt)).all()
         by_status = quality(session)["versions"]
-    assert artifacts[crashed] >= {"schema.sql", "seed.sql", "work.json", "manifest.json"}  # what it got to
-    assert "tools.py" not in artifacts[crashed] and artifacts[exhausted] == {"work.json", "manifest.json"}
+    assert artifacts[crashed] >= {"schema.sql", "seed.sql", "work.json", "manifest.json", "FAILED.md"}  # what it got to
+    assert "tools.py" not in artifacts[crashed] and "failed_attempt/error.txt" in artifacts[crashed]
+    assert artifacts[exhausted] == {  # its tasks, then the schema's last attempt: prompt, answer, error
+        "work.json",
+        "manifest.json",
+        "task_list.json",
+        "FAILED.md",
+        "failed_attempt/messages.json",
+        "failed_attempt/answer.txt",
+        "failed_attempt/error.txt",
+    }
     assert by_status == {"failed": 2, "good": 1}  # what the dashboard counts
     crash_rows = [a for a in attempts if a.error_class == "IndexError"]
     assert [(a.env_id, a.stage, a.outcome) for a in crash_rows] == [(crashed, "tools", "failure")]

@@ -171,6 +171,7 @@ def catalog_fetch(
     before it was a bundle: its partial artifacts)."""
     from worldsmith.bundle.loader import load_bundle
     from worldsmith.storage.catalog import open_catalog
+    from worldsmith.storage.failed_worlds import FAILED_ATTEMPT, NOTE
     from worldsmith.storage.publish import fetch_files
 
     if not force and (target.exists() or target.is_symlink()):
@@ -185,7 +186,12 @@ def catalog_fetch(
     if version.failed_stage is not None:
         say(
             f"fetched the partial artifacts of {version.ref} into {target}: a failed world that stopped at stage "
-            f"{version.failed_stage} ({version.failure_reason}), no bundle to load",
+            f"{version.failed_stage} ({version.failure_reason}), no bundle to load"
+            + (
+                f"; {NOTE} says what failed, {FAILED_ATTEMPT}/ holds its failing attempt"
+                if (target / NOTE).is_file()
+                else ""
+            ),
             highlight=False,
         )
         return

@@ -36,7 +36,9 @@ from worldsmith.dashboard.data import summary
 from worldsmith.dashboard.filters import Filters, backend_choices, parse_night
 from worldsmith.dashboard.paging import PageRequest
 from worldsmith.dashboard.rows import StalledRow
+from worldsmith.dashboard.trace import attempt_trace, failing_attempts
 from worldsmith.storage.catalog import Catalog, open_catalog
+from worldsmith.storage.objectstore import ObjectStore, configured_store
 
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 _TEMPLATES = Environment(
@@ -104,14 +106,21 @@ def stalled(prefect_api_url: str | None) -> list[StalledRow] | None:
 
 
 def dashboard_app(
-    catalog: Catalog | None = None, prefect_ui_url: str | None = None, prefect_api_url: str | None = None
+    catalog: Catalog | None = None,
+    prefect_ui_url: str | None = None,
+    prefect_api_url: str | None = None,
+    store: ObjectStore | None = None,
 ) -> Starlette:
-    """The dashboard over `catalog` (default: the configured one); links to `prefect_ui_url` when given. The front
-    page names the deployments whose runs would not start, from `prefect_api_url` (default: `prefect_ui_url`/api)."""
+    """The dashboard over `catalog` (default: the configured one) and, for the attempts' traces, `store` (default:
+    the configured one); links to `prefect_ui_url` when given. The front page names the deployments whose runs
+    would not start, from `prefect_api_url` (default: `prefect_ui_url`/api)."""
     prefect_api_url = prefect_api_url or (f"{prefect_ui_url.rstrip('/')}/api" if prefect_ui_url else None)
 
     def session() -> AbstractContextManager[Session]:
         return (catalog or open_catalog()).session()
+
+    def object_store() -> ObjectStore:
+        return store or configured_store()
 
     def render(template: str, request: Request, filters: Filters, db: Session, **context: Any) -> HTMLResponse:
         refresh = request.query_params.get("refresh", "")
@@ -183,7 +192,8 @@ def dashboard_app(
         filters = _filters(request)
         with session() as db:
             failed = drilldown.failed_worlds(db, filters, _page_request(request))
-            return render("failed_worlds.html.j2", request, filters, db, failed=failed)
+            failing = failing_attempts(db, [(w["env_id"], w["failed_stage"]) for w in failed.rows])
+            return render("failed_worlds.html.j2", request, filters, db, failed=failed, failing=failing)
 
     def world_page(request: Request) -> HTMLResponse:
         filters, env_id = _filters(request), request.path_params["env_id"]
@@ -203,7 +213,8 @@ def dashboard_app(
             attempt = drilldown.attempt(db, request.path_params["attempt_id"])
             if attempt is None:
                 raise HTTPException(404, "no such stage attempt")
-            return render("attempt.html.j2", request, filters, db, attempt=attempt)
+            trace = attempt_trace(db, object_store(), request.path_params["attempt_id"])
+            return render("attempt.html.j2", request, filters, db, attempt=attempt, trace=trace)
 
     def api_summary(request: Request) -> JSONResponse:
         filters = _filters(request)

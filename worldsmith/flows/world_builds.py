@@ -31,6 +31,7 @@ from worldsmith.stages.review import review_enabled, with_review
 from worldsmith.stages.validate import Validation, Validator
 from worldsmith.stages.work import EnvWork
 from worldsmith.storage.catalog import open_catalog
+from worldsmith.storage.failed_worlds import failed_world_files
 from worldsmith.storage.objectstore import configured_store
 from worldsmith.storage.publish import Published, publish, publish_failed
 from worldsmith.tasks.generation import (
@@ -162,14 +163,14 @@ def failed_manifest(work: EnvWork, generator: Generator) -> Manifest:
 def publish_world(result: BuildResult, work: EnvWork, generator: Generator) -> Published:
     """Publish a world's outcome: its bundle (good, or failed by its checks; not again when a good version
     of another env holds identical artifacts), or, when it stopped before it was a bundle, its partial
-    artifacts as a failed version with the stage and reason."""
+    artifacts as a failed version with the stage and reason, the failing attempt's trace and a note
+    (storage/failed_worlds.py)."""
     store, catalog = configured_store(), open_catalog()
     if result.bundle is not None:
         return publish(result.bundle, store, catalog, result.checks, dedupe=True)
     assert result.failed_stage and result.reason
-    return publish_failed(
-        failed_manifest(work, generator), work.partial_files(), result.failed_stage, result.reason, store, catalog
-    )
+    files = failed_world_files(work.env_id, work.partial_files(), result.failed_stage, result.reason, catalog, store)
+    return publish_failed(failed_manifest(work, generator), files, result.failed_stage, result.reason, store, catalog)
 
 
 def build_world(

@@ -36,23 +36,21 @@ from worldsmith.llm.backend import Generation, Generator, Prompt, Spec, Usage, d
 from worldsmith.llm.errors import GenerationFault, OutputFault, TransientFault
 
 #: Attributes of a generator that shape its answers to one prompt (those it has are part of the key).
-GENERATION_PARAMETERS: tuple[Literal["temperature", "max_tokens", "seed", "fault_rate"], ...] = (
-    "temperature",
-    "max_tokens",
-    "seed",
-    "fault_rate",
-)
+GENERATION_PARAMETERS: tuple[
+    Literal["temperature", "max_tokens", "seed", "fault_rate", "persistent_fault_rate"], ...
+] = ("temperature", "max_tokens", "seed", "fault_rate", "persistent_fault_rate")
 REPLAY_PREFIX = "replay:"
 
 
 class GenerationParameters(TypedDict, total=False):
     """The GENERATION_PARAMETERS a generator has, by name (the openai backend's temperature and
-    max_tokens, the procedural backend's seed and fault_rate)."""
+    max_tokens, the procedural backend's seed, fault_rate and persistent_fault_rate)."""
 
     temperature: float
     max_tokens: int
     seed: int
     fault_rate: float
+    persistent_fault_rate: float
 
 
 @final

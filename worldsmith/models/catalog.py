@@ -111,6 +111,22 @@ class StageAttempt(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow, index=True)
 
 
+class AttemptArtifact(SQLModel, table=True):
+    """One thing a stage attempt sent or got, stored by digest in the object store (worldsmith/storage/
+    attempt_artifacts.py): the prompt's messages, the model's answer, a file it wrote, the check's evidence."""
+
+    __tablename__ = "attempt_artifacts"
+    __table_args__ = (UniqueConstraint("attempt_id", "name"),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    attempt_id: int = Field(foreign_key="stage_attempts.id", index=True)
+    name: str = Field(max_length=128, description="messages.json, answer.txt, evidence.json or a file's name")
+    kind: str = Field(max_length=16, description="prompt | answer | file | evidence")
+    digest: str = Field(max_length=71)
+    size: int = Field(description="bytes stored")
+    full_size: int = Field(description="bytes the attempt made: more than `size` when the stored text was cut")
+
+
 #: A rollup's `env_id` of attempts that name no world (a run's scenario stage), and `error_class` of failed
 #: attempts that recorded no class: the rollups' keys are never NULL.
 NO_KEY = ""

@@ -1,24 +1,100 @@
 """The record of every stage attempt: kept in memory for the run's summary and written to the
-catalog's stage-attempt table as it happens."""
+catalog's stage-attempt table as it happens, with its trace (the prompt's messages, the model's answer, the
+files it wrote, its check's evidence) in the object store (storage/attempt_artifacts.py)."""
 
 from __future__ import annotations
 
+import json
+import re
 import threading
 from dataclasses import dataclass, field
 from typing import TypedDict
 
-from worldsmith.llm.backend import Usage
+from pydantic import BaseModel
+
+from worldsmith.jsonvalue import JsonObject
+from worldsmith.llm.backend import Prompt, Usage
 from worldsmith.models.catalog import StageAttempt
 from worldsmith.stages.order import STEPS, Stage
+from worldsmith.storage.attempt_artifacts import (
+    ANSWER,
+    EVIDENCE,
+    MAX_ARTIFACT_BYTES,
+    MESSAGES,
+    ArtifactKind,
+    AttemptFile,
+    bounded,
+    store_attempt_files,
+)
 from worldsmith.storage.catalog import Catalog
+from worldsmith.storage.objectstore import ObjectStore
+
+#: Fields of a spec that hold a file's text, by suffix: `schema_sql` is `schema.sql`, `tools_py` is `tools.py`.
+FILE_FIELD = re.compile(r"^(\w+)_(sql|py)$")
+
+
+class ChatMessage(TypedDict):
+    """One message of a prompt as sent (messages.json)."""
+
+    role: str
+    content: str
+
+
+def spec_files(spec: BaseModel) -> dict[str, str]:
+    """The files a decoded answer holds, by name: each text field named like `schema_sql` as `schema.sql`, and
+    its other fields (when it has any) as `<spec in snake case>.json` (TaskList: `task_list.json`)."""
+    files: dict[str, str] = {}
+    rest: set[str] = set()
+    for name in type(spec).model_fields:
+        value, match = getattr(spec, name), FILE_FIELD.match(name)
+        if match and isinstance(value, str):
+            files[f"{match.group(1)}.{match.group(2)}"] = value
+        else:
+            rest.add(name)
+    if rest:
+        snake = re.sub(r"(?<!^)(?=[A-Z])", "_", type(spec).__name__).lower()
+        files[f"{snake}.json"] = spec.model_dump_json(include=rest, indent=2) + "\n"
+    return files
+
+
+@dataclass
+class AttemptTrace:
+    """What one attempt sent and got, as far as it got: the prompt, the model's raw answer, the spec decoded
+    from it, and the evidence of the check that rejected it (probe records, failed quality checks)."""
+
+    prompt: Prompt | None = None
+    answer: str | None = None
+    spec: BaseModel | None = None
+    evidence: list[JsonObject] = field(default_factory=list)
+
+    def files(self) -> list[AttemptFile]:
+        """Its artifacts to store: messages.json, answer.txt, the spec's files, evidence.json (those it has)."""
+        found: list[AttemptFile] = []
+        if self.prompt is not None:
+            messages: list[ChatMessage] = [
+                {"role": "system", "content": self.prompt.system},
+                {"role": "user", "content": self.prompt.user},
+            ]
+            whole = json.dumps(messages, indent=2)
+            shown = [{**m, "content": bounded(m["content"], MAX_ARTIFACT_BYTES // 2)} for m in messages]
+            found.append(AttemptFile(MESSAGES, ArtifactKind.PROMPT, json.dumps(shown, indent=2), len(whole.encode())))
+        if self.answer is not None:
+            found.append(AttemptFile.of(ANSWER, ArtifactKind.ANSWER, self.answer))
+        if self.spec is not None:
+            found += [AttemptFile.of(n, ArtifactKind.FILE, text) for n, text in spec_files(self.spec).items()]
+        if self.evidence:
+            found.append(AttemptFile.of(EVIDENCE, ArtifactKind.EVIDENCE, json.dumps(self.evidence, indent=2)))
+        return found
 
 
 @dataclass
 class AttemptLog:
-    """Attempts of one generation run (`run_id`); `catalog` None keeps them in memory only."""
+    """Attempts of one generation run (`run_id`); `catalog` None keeps them in memory only; with `store`
+    too, each attempt's trace is kept there, linked from its row."""
 
     run_id: str
     catalog: Catalog | None = None
+    store: ObjectStore | None = None
     attempts: list[StageAttempt] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
@@ -32,6 +108,7 @@ class AttemptLog:
         usage: Usage | None = None,
         error_class: str | None = None,
         error_text: str | None = None,
+        trace: AttemptTrace | None = None,
     ) -> StageAttempt:
         usage = usage or Usage()
         row = StageAttempt(
@@ -50,6 +127,10 @@ class AttemptLog:
         if self.catalog is not None:
             with self.catalog.session() as session:
                 session.add(row)
+                if self.store is not None and trace is not None:
+                    session.flush()
+                    assert row.id is not None  # flushed: numbered
+                    store_attempt_files(session, self.store, row.id, trace.files())
         with self._lock:
             self.attempts.append(row)
         return row

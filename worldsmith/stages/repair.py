@@ -2,7 +2,8 @@
 a semantic fault ask again with every earlier attempt of the step fed back (its answer, error, evidence
 and typed failures: stages/history.py), at most `max_attempts` times.
 Every attempt is recorded with its class: an output fault's kind (invalid_json, truncated, refusal...),
-the check's kind (sql_error...), or the request fault's. Transient faults (the endpoint failing through
+the check's kind (sql_error...), or the request fault's; and with its trace: the prompt sent, the model's
+answer, the spec decoded from it, the check's evidence. Transient faults (the endpoint failing through
 its own retries) propagate for Prefect to retry; a request the endpoint rejects for good (context_length)
 fails the stage at once; a fatal fault (auth) propagates to stop the run."""
 
@@ -15,9 +16,10 @@ from typing import TypeVar
 from pydantic import BaseModel
 
 from worldsmith.errors import WorldsmithError
+from worldsmith.jsonvalue import JsonObject
 from worldsmith.llm.backend import Generator, Prompt, Usage
 from worldsmith.llm.errors import GenerationFault, OutputFault, TransientFault
-from worldsmith.stages.attempts import AttemptLog
+from worldsmith.stages.attempts import AttemptLog, AttemptTrace
 from worldsmith.stages.history import Fault, StepHistory
 
 Spec = TypeVar("Spec", bound=BaseModel)
@@ -27,13 +29,22 @@ Result = TypeVar("Result")
 class CheckFailed(WorldsmithError):
     """What the stage wrote did not survive execution; `kind` classifies it (sql_error, tool_crash...).
     `faults` are its typed failures (default: one of `kind` about the message's first line), `evidence`
-    what the checks saw, where the message does not say it already."""
+    what the checks saw, where the message does not say it already (for the repair prompt), `records`
+    the records that show it (failed probes' records, kept with the attempt's trace)."""
 
-    def __init__(self, kind: str, message: str, faults: Iterable[Fault] = (), evidence: str = ""):
+    def __init__(
+        self,
+        kind: str,
+        message: str,
+        faults: Iterable[Fault] = (),
+        evidence: str = "",
+        records: list[JsonObject] | None = None,
+    ):
         super().__init__(message)
         self.kind = kind
         self.faults = list(faults) or [Fault(kind=kind, subject=message.split("\n")[0][:200])]
         self.evidence = evidence
+        self.records = records or []
 
 
 class StageFailed(WorldsmithError):
@@ -77,8 +88,9 @@ def run_with_repair(
     error, error_class = "no attempt made", None
     for attempt in range(1, max_attempts + 1):
         started = time.perf_counter()
+        request = prompt(feedback)
         try:
-            generation = generator.generate(prompt(feedback), spec)
+            generation = generator.generate(request, spec)
         except TransientFault as fault:
             log.record(
                 env_id=env_id,
@@ -88,6 +100,7 @@ def run_with_repair(
                 usage=getattr(fault, "usage", None),
                 error_class=fault.kind,
                 error_text=str(fault),
+                trace=AttemptTrace(request),
             )
             raise
         except GenerationFault as fault:
@@ -102,6 +115,7 @@ def run_with_repair(
                 usage=usage,
                 error_class=error_class,
                 error_text=error + _retried(usage),
+                trace=AttemptTrace(request, fault.text or None),
             )
             if fault.fatal:
                 raise
@@ -124,6 +138,7 @@ def run_with_repair(
                 usage=usage,
                 error_class=failed.kind,
                 error_text=str(failed) + _retried(usage),
+                trace=AttemptTrace(request, generation.raw, generation.spec, failed.records),
             )
             history.add(generation.raw, error, failed.evidence, failed.faults)
             feedback = history.repair_text()
@@ -139,6 +154,7 @@ def run_with_repair(
             usage=usage,
             error_class="retried" if retried else None,
             error_text=retried,
+            trace=AttemptTrace(request, generation.raw, generation.spec),
         )
         return result
     raise StageFailed(stage, max_attempts, error, error_class)

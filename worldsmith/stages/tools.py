@@ -139,6 +139,7 @@ def run_tools_stage(
                 "tool_crash",
                 "\n".join(f"calling {r.target} raised: {r.detail}" for r in failures),
                 [Fault(kind=str(r.failure or "tool_crash"), subject=r.target) for r in failures],
+                records=[r.record() for r in failures],
             )
         return code.tools_py
 

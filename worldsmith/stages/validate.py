@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from worldsmith.bundle.contract import Bundle
+from worldsmith.jsonvalue import JsonObject, JsonValue
 from worldsmith.llm.backend import Generator, Usage
 from worldsmith.models.quality import QualityCheck
 from worldsmith.quality.checks import failed_probes, quality_checks
 from worldsmith.runtime.episode import Runtime
-from worldsmith.stages.attempts import AttemptLog
+from worldsmith.stages.attempts import AttemptLog, AttemptTrace
 from worldsmith.stages.history import Fault
 from worldsmith.stages.order import ENVIRONMENT_STAGES, Stage
 from worldsmith.stages.repair import CheckFailed
@@ -88,6 +89,12 @@ def _routed(checks: list[QualityCheck]) -> Route | None:
     return None
 
 
+def failed_check(check: QualityCheck) -> JsonObject:
+    """A failed quality check as the validate attempt's evidence: its kind, summary and details."""
+    details: list[JsonValue] = list(check.details)
+    return {"check": check.kind, "summary": check.summary, "details": details}
+
+
 def run_validate_stage(
     work: EnvWork, generator: Generator, runtime: Runtime, log: AttemptLog, attempt: int
 ) -> Validation:
@@ -120,5 +127,6 @@ def run_validate_stage(
         error_class=f"back_to_{stage.step(step) if step else stage}",
         error_text=error,
         usage=usage,
+        trace=AttemptTrace(evidence=[failed_check(c) for c in checks if not c.passed]),
     )
     return Validation(bundle, checks, stage, error, step, faults, evidence)

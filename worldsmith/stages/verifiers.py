@@ -102,6 +102,7 @@ def run_verifiers_stage(
                 "\n".join(f"{r.probe} failed for task {r.target}: {r.detail}" for r in failures),
                 [Fault(kind=str(r.failure), subject=r.target) for r in failures],
                 "\n".join(f"task {r.target}: {r.cause}" for r in failures if r.cause),
+                records=[r.record() for r in failures],
             )
         rejected = [] if any(not r.passed for r in probed) else answer_variant_failures(runtime, bundle)
         if rejected:  # only once every reference is accepted: a variant then fails on its wording alone

@@ -15,6 +15,7 @@ from worldsmith.settings import get_settings
 from worldsmith.stages.attempts import AttemptLog
 from worldsmith.stages.scenario import Embed
 from worldsmith.storage.catalog import open_catalog
+from worldsmith.storage.objectstore import configured_store
 from worldsmith.tasks.parameters import GenerateParameters
 from worldsmith.tasks.run_resources import RunResources
 
@@ -47,7 +48,11 @@ def make_generator(params: GenerateParameters) -> Generator:
     else:
         from worldsmith.llm.procedural.backend import ProceduralGenerator
 
-        generator = ProceduralGenerator(seed=params.resolved_seed(), fault_rate=params.fault_rate)
+        generator = ProceduralGenerator(
+            seed=params.resolved_seed(),
+            fault_rate=params.fault_rate,
+            persistent_fault_rate=params.persistent_fault_rate,
+        )
     return RecordingGenerator(generator, Path(params.record)) if params.record else generator
 
 
@@ -66,7 +71,7 @@ def resources(params: GenerateParameters, run_id: str) -> GenerationResources:
     """This process's resources for the run, built on first use by whichever task needs them."""
 
     def build() -> GenerationResources:
-        generator, log = make_generator(params), AttemptLog(run_id, open_catalog())
+        generator, log = make_generator(params), AttemptLog(run_id, open_catalog(), configured_store())
         return GenerationResources(generator, Runtime(workers=sandbox_workers(params)), log, params.max_attempts)
 
     return GENERATION_RUNS.get((params.key(), run_id), build)

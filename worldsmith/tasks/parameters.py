@@ -49,6 +49,13 @@ class GenerateParameters(BaseModel):
     fault_rate: float = Field(
         0.0, ge=0.0, le=1.0, description="Procedural backend: share of first attempts that fail like LLM output."
     )
+    persistent_fault_rate: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="Procedural backend: share of worlds whose seed data keeps a broken foreign key through every "
+        "repair, so they fail at database:seed (a failure to open on the dashboard).",
+    )
     review: bool = Field(
         False,
         description="After validation, the model reviews each world for suspected bugs; each finding is probed and a "

@@ -5,6 +5,9 @@ blocks (see compose.py), in the stage's spec, as JSON text decoded by the same p
 output. With `fault_rate` > 0, a stage's first attempt fails the way LLM output fails (bad JSON,
 truncation, SQL errors, a seed row breaking a foreign key, tool code that raises, a verifier that
 accepts the untouched state); once the error is fed back (context["feedback"]), it answers right.
+With `persistent_fault_rate` > 0, that share of worlds gets a fault no repair fixes: every answer to
+their seed request keeps a row pointing at a parent that does not exist (another one each time), so
+the world fails at stage database:seed after its attempts, with a failure to open.
 """
 
 from __future__ import annotations
@@ -88,9 +91,10 @@ class ProceduralGenerator:
     backend = "procedural"
     model = MODEL
 
-    def __init__(self, *, seed: int = 0, fault_rate: float = 0.0):
+    def __init__(self, *, seed: int = 0, fault_rate: float = 0.0, persistent_fault_rate: float = 0.0):
         self.seed = seed
         self.fault_rate = fault_rate
+        self.persistent_fault_rate = persistent_fault_rate
 
     # -- correct answers ------------------------------------------------------------------
     def _scenarios(self, context: PromptContext) -> JsonObject:
@@ -155,8 +159,9 @@ class ProceduralGenerator:
         raise ValueError(f"the procedural backend has no answer for stage {prompt.stage!r}")
 
     # -- faults ---------------------------------------------------------------------------
-    def _faulty(self, stage: str, answer: JsonObject) -> str:
-        """The answer as a first LLM attempt might get it wrong, as text."""
+    def _faulty(self, stage: str, answer: JsonObject, missing_parent: int = 9999) -> str:
+        """The answer as a first LLM attempt might get it wrong, as text (a seed row pointing at parent
+        `missing_parent`, which does not exist)."""
         text = json.dumps(answer)
         if stage in ("scenario", "tasks", "tool_plan"):
             return text[: len(text) * 2 // 3]  # truncated JSON
@@ -167,7 +172,7 @@ class ProceduralGenerator:
         elif stage == "seed":  # a child row pointing at a parent that does not exist
             answer["seed_sql"] = re.sub(
                 r"(INSERT INTO \w+ \(id, (\w+_id),.*?VALUES\n    \(1, )(\d+)",
-                r"\g<1>9999",
+                rf"\g<1>{missing_parent}",
                 str(answer["seed_sql"]),
                 count=1,
                 flags=re.DOTALL,
@@ -188,11 +193,24 @@ class ProceduralGenerator:
             )
         return json.dumps(answer)
 
+    def persistent_fault(self, prompt: Prompt) -> bool:
+        """Whether `prompt` is a seed request of a world whose seed fault survives every repair (a share
+        `persistent_fault_rate` of worlds, drawn from the scenario's name and the seed)."""
+        name = prompt.context.get("scenario", {}).get("name")
+        return (
+            prompt.stage == "seed"
+            and self.persistent_fault_rate > 0
+            and _chance(self.seed, name, "persistent") < self.persistent_fault_rate
+        )
+
     def answer_text(self, prompt: Prompt, *, fault: bool | None = None) -> str:
         """The model-like text answer to `prompt`: faulty on a first attempt with probability
-        `fault_rate` (or exactly when `fault` says so)."""
+        `fault_rate` (or exactly when `fault` says so), and on every attempt of a `persistent_fault`."""
         answer = self._answer(prompt)
         context = prompt.context
+        if fault is None and self.persistent_fault(prompt):  # the parent it points at moves with the feedback
+            moved = int(hashlib.sha256(str(context.get("feedback")).encode()).hexdigest()[:4], 16) % 900
+            return self._faulty(prompt.stage, answer, missing_parent=9000 + moved)
         if fault is None:
             first_try = not context.get("feedback")
             fault = (
