@@ -30,6 +30,9 @@ def test_an_answers_files_are_its_text_fields_and_the_rest_as_json():
     assert spec_files(SchemaSpec(schema_sql="CREATE TABLE t (id INTEGER);")) == {
         "schema.sql": "CREATE TABLE t (id INTEGER);"
     }
+    rule = {"id": "one_row", "statement": "t holds at most one row", "sql": "SELECT id FROM t LIMIT -1 OFFSET 1"}
+    stated = spec_files(SchemaSpec(schema_sql="CREATE TABLE t (id INTEGER);", invariants=[rule]))
+    assert json.loads(stated["schema_spec.json"]) == {"invariants": [rule]}
     step = SolutionStep(tool="list_users", arguments={})
     code = VerifierCode(verifiers_py="def verify_t01(): ...", solutions=[TaskSolution(task_id="t01", solution=[step])])
     files = spec_files(code)
@@ -54,10 +57,11 @@ def test_a_persistent_fault_survives_every_repair_and_moves_each_time():
     generator = ProceduralGenerator(seed=0, persistent_fault_rate=1.0)
     work = EnvWork.start(SCENARIO, 0)
     answers = [
-        generator.answer_text(work.prompt("seed", feedback, schema="", tasks="")) for feedback in (None, "a", "b")
+        generator.answer_text(work.prompt("seed", feedback, schema="", invariants="", tasks=""))
+        for feedback in (None, "a", "b")
     ]
     assert len(set(answers)) == 3  # another dangling parent each time
-    healthy = ProceduralGenerator(seed=0).answer_text(work.prompt("seed", None, schema="", tasks=""))
+    healthy = ProceduralGenerator(seed=0).answer_text(work.prompt("seed", None, schema="", invariants="", tasks=""))
     assert all(answer != healthy for answer in answers)
     assert generator.answer_text(work.prompt("schema", "a", tasks="")) == ProceduralGenerator(seed=0).answer_text(
         work.prompt("schema", "a", tasks="")

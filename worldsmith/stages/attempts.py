@@ -42,7 +42,7 @@ class ChatMessage(TypedDict):
 
 def spec_files(spec: BaseModel) -> dict[str, str]:
     """The files a decoded answer holds, by name: each text field named like `schema_sql` as `schema.sql`, and
-    its other fields (when it has any) as `<spec in snake case>.json` (TaskList: `task_list.json`)."""
+    its other fields the answer gave (when it gave any) as `<spec in snake case>.json` (TaskList: `task_list.json`)."""
     files: dict[str, str] = {}
     rest: set[str] = set()
     for name in type(spec).model_fields:
@@ -51,9 +51,10 @@ def spec_files(spec: BaseModel) -> dict[str, str]:
             files[f"{match.group(1)}.{match.group(2)}"] = value
         else:
             rest.add(name)
-    if rest:
+    given = {name for name in rest if name in spec.model_fields_set}  # optional fields the answer left out: no file
+    if given:
         snake = re.sub(r"(?<!^)(?=[A-Z])", "_", type(spec).__name__).lower()
-        files[f"{snake}.json"] = spec.model_dump_json(include=rest, indent=2) + "\n"
+        files[f"{snake}.json"] = spec.model_dump_json(include=given, indent=2) + "\n"
     return files
 
 
