@@ -45,6 +45,13 @@ OWNING_STEP = {
     F.REPLAY_DIFFERS_IN_END_STATE: CODE,
     F.BOUNDARY_INPUT_CRASHED: CODE,
     F.TOOL_REPLAY_DIFFERS: CODE,
+    F.READ_ROW_OUTSIDE_FILTER: CODE,
+    F.READ_DROPPED_ROWS: CODE,
+    F.RANGE_BOUNDARY_BROKEN: CODE,
+    F.WRITE_WRONG_COLUMN: CODE,
+    F.DEPENDENT_ROWS_LEFT: CODE,
+    F.SQL_BUILT_FROM_ARGUMENTS: CODE,
+    F.SQL_INJECTION_ACCEPTED: CODE,
 }
 
 #: The import report's kind of each failure that broke no sandbox limit (issue 8's names; any other
@@ -69,6 +76,13 @@ DEFECT_KIND = {
     F.REPLAY_DIFFERS_IN_END_STATE: "replay_differs",
     F.BOUNDARY_INPUT_CRASHED: "route_crashes",
     F.TOOL_REPLAY_DIFFERS: "replay_differs",
+    F.READ_ROW_OUTSIDE_FILTER: "tool_does_the_wrong_thing",
+    F.READ_DROPPED_ROWS: "tool_does_the_wrong_thing",
+    F.RANGE_BOUNDARY_BROKEN: "tool_does_the_wrong_thing",
+    F.WRITE_WRONG_COLUMN: "tool_does_the_wrong_thing",
+    F.DEPENDENT_ROWS_LEFT: "tool_does_the_wrong_thing",
+    F.SQL_BUILT_FROM_ARGUMENTS: "sql_injection",
+    F.SQL_INJECTION_ACCEPTED: "sql_injection",
 }
 
 

@@ -58,6 +58,13 @@ BY_FAILURE: dict[ProbeFailure, str] = {
     ProbeFailure.REPLAY_DIFFERS_IN_END_STATE: "replay_differs",
     ProbeFailure.BOUNDARY_INPUT_CRASHED: "route_crashes",
     ProbeFailure.TOOL_REPLAY_DIFFERS: "replay_differs",
+    ProbeFailure.READ_ROW_OUTSIDE_FILTER: "tool_does_the_wrong_thing",
+    ProbeFailure.READ_DROPPED_ROWS: "tool_does_the_wrong_thing",
+    ProbeFailure.RANGE_BOUNDARY_BROKEN: "tool_does_the_wrong_thing",
+    ProbeFailure.WRITE_WRONG_COLUMN: "tool_does_the_wrong_thing",
+    ProbeFailure.DEPENDENT_ROWS_LEFT: "tool_does_the_wrong_thing",
+    ProbeFailure.SQL_BUILT_FROM_ARGUMENTS: "sql_injection",
+    ProbeFailure.SQL_INJECTION_ACCEPTED: "sql_injection",
 }
 
 

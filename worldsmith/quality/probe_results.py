@@ -29,6 +29,12 @@ class Probe(StrEnum):
     REPLAY_DETERMINISTIC = "replay deterministic"
     BOUNDARY_INPUTS = "tool runs on boundary inputs"  # quality/input_probes.py
     TOOL_DETERMINISTIC = "tool replay deterministic"  # quality/tool_replays.py
+    # what tools do, not only that they run (quality/behaviour_probes.py)
+    READ_FILTERS = "read returns what its filters select"  # quality/read_filters.py
+    RANGE_BOUNDARIES = "documented range bounds hold"  # quality/range_bounds.py
+    WRITE_EFFECTS = "write sets the columns its arguments name"  # quality/write_effects.py
+    DEPENDENT_ROWS = "dependent rows follow a removed row"  # quality/write_effects.py
+    NO_SQL_FROM_ARGUMENTS = "no SQL text built from arguments"  # quality/sql_injection.py
 
 
 class Artifact(StrEnum):
@@ -62,6 +68,13 @@ class ProbeFailure(StrEnum):
     REPLAY_DIFFERS_IN_END_STATE = "replay differs in the end state"
     BOUNDARY_INPUT_CRASHED = "boundary input crashed"  # a boundary date, a quote, a NULL column ...
     TOOL_REPLAY_DIFFERS = "tool replay differs"  # its calls replayed in another process
+    READ_ROW_OUTSIDE_FILTER = "read row outside its filter"  # a returned row does not hold the filter's value
+    READ_DROPPED_ROWS = "read dropped matching rows"  # a row the filter selects is left out
+    RANGE_BOUNDARY_BROKEN = "range boundary broken"  # a bound documented inclusive acts exclusive, or the reverse
+    WRITE_WRONG_COLUMN = "write missed its column"  # an argument's value went to another column, or other rows
+    DEPENDENT_ROWS_LEFT = "dependent rows left"  # a deleted or cancelled row's dependants stay as they were
+    SQL_BUILT_FROM_ARGUMENTS = "SQL built from arguments"  # found in tools.py's source
+    SQL_INJECTION_ACCEPTED = "SQL injection accepted"  # a quote in a text argument ends a string in its SQL
 
     @property
     def probe(self) -> Probe:
@@ -96,6 +109,13 @@ _FAILURES: dict[ProbeFailure, tuple[Probe, Artifact]] = {
     ProbeFailure.REPLAY_DIFFERS_IN_END_STATE: (Probe.REPLAY_DETERMINISTIC, Artifact.TOOL_CODE),
     ProbeFailure.BOUNDARY_INPUT_CRASHED: (Probe.BOUNDARY_INPUTS, Artifact.TOOL_CODE),
     ProbeFailure.TOOL_REPLAY_DIFFERS: (Probe.TOOL_DETERMINISTIC, Artifact.TOOL_CODE),
+    ProbeFailure.READ_ROW_OUTSIDE_FILTER: (Probe.READ_FILTERS, Artifact.TOOL_CODE),
+    ProbeFailure.READ_DROPPED_ROWS: (Probe.READ_FILTERS, Artifact.TOOL_CODE),
+    ProbeFailure.RANGE_BOUNDARY_BROKEN: (Probe.RANGE_BOUNDARIES, Artifact.TOOL_CODE),
+    ProbeFailure.WRITE_WRONG_COLUMN: (Probe.WRITE_EFFECTS, Artifact.TOOL_CODE),
+    ProbeFailure.DEPENDENT_ROWS_LEFT: (Probe.DEPENDENT_ROWS, Artifact.TOOL_CODE),
+    ProbeFailure.SQL_BUILT_FROM_ARGUMENTS: (Probe.NO_SQL_FROM_ARGUMENTS, Artifact.TOOL_CODE),
+    ProbeFailure.SQL_INJECTION_ACCEPTED: (Probe.NO_SQL_FROM_ARGUMENTS, Artifact.TOOL_CODE),
 }
 
 
