@@ -20,6 +20,28 @@ from worldsmith.runtime.errors import RuntimeFault
 
 Row = dict[str, Any]
 
+#: Irregular plurals of table names (world_values.singular handles the regular ones).
+IRREGULAR = {"people": "person", "children": "child", "men": "man", "women": "woman", "mice": "mouse"}
+
+
+def one_of(table: str) -> str:
+    """The singular of table name `table` (`people` -> person, `orders` -> order)."""
+    return IRREGULAR.get(table) or singular(table)
+
+
+def parameter_kinds(schema: dict[str, JsonValue]) -> set[str]:
+    """The JSON types a parameter takes, null aside (`type`, a list of them, or anyOf/oneOf options)."""
+    declared = schema.get("type")
+    kinds = {declared} if isinstance(declared, str) else set()
+    if isinstance(declared, list):
+        kinds = {k for k in declared if isinstance(k, str)}
+    for key in ("anyOf", "oneOf"):
+        options = schema.get(key)
+        for option in options if isinstance(options, list) else []:
+            if isinstance(option, dict):
+                kinds |= parameter_kinds(option)
+    return kinds - {"null"}
+
 
 def rows_of(value: JsonValue) -> list[Row] | None:
     """The rows a read's value lists: a list of objects, or an object holding exactly one such list (under
@@ -117,7 +139,7 @@ def row_arguments(tool: ToolSchema, seed: SeedRows, table: str, row: Row, base: 
         value: Any = None
         if parameter in schema.columns and parameter != key:
             value = row.get(parameter)
-        elif key is not None and parameter in (f"{singular(table)}_id", "id", f"{table}_id"):
+        elif key is not None and parameter in (f"{one_of(table)}_id", "id", f"{table}_id"):
             value, named = row.get(key), True
         else:
             value = _through_parent(seed, schema, row, parameter)

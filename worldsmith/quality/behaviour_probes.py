@@ -17,7 +17,7 @@ from __future__ import annotations
 from worldsmith.bundle.contract import Bundle
 from worldsmith.jsonvalue import JsonObject
 from worldsmith.models.bundle import ToolSchema
-from worldsmith.quality.behaviour_calls import Caller, SeedRows
+from worldsmith.quality.behaviour_calls import IRREGULAR, Caller, SeedRows
 from worldsmith.quality.probe_results import ProbeResult
 from worldsmith.quality.range_bounds import range_bound_probes
 from worldsmith.quality.read_filters import read_filter_probes
@@ -29,9 +29,6 @@ from worldsmith.quality.world_values import WorldValues, words
 from worldsmith.quality.write_effects import write_effect_probes
 from worldsmith.runtime.episode import Runtime
 
-#: Irregular plurals of table names (world_values.singular handles the regular ones).
-_IRREGULAR = {"people": "person", "children": "child", "men": "man", "women": "woman", "mice": "mouse"}
-
 #: A read tool's base arguments are the first of this many ordinary inputs its call answers (ok).
 _BASE_TRIES = 4
 
@@ -41,10 +38,10 @@ def entity_tables(tool: ToolSchema, values: WorldValues) -> set[str]:
     its id parameters are keys of."""
     said = set(words(f"{tool.name} {tool.description}"))
     found = named_tables(tool, values.tables)
-    found |= {t for t, one in _IRREGULAR.items() if t in values.tables and one in said}
+    found |= {t for t, one in IRREGULAR.items() if t in values.tables and one in said}
     for parameter in tool.argument_schemas():
         base = parameter.removesuffix("_id")
-        parent = values.referenced_table(parameter) or next((t for t, one in _IRREGULAR.items() if one == base), None)
+        parent = values.referenced_table(parameter) or next((t for t, one in IRREGULAR.items() if one == base), None)
         if parent is not None and parent in values.tables:
             found.add(parent)
     return found

@@ -20,7 +20,7 @@ from typing import Any
 
 from worldsmith.jsonvalue import JsonObject, JsonValue
 from worldsmith.models.bundle import ToolSchema
-from worldsmith.quality.behaviour_calls import Caller, Row, identity, rows_of
+from worldsmith.quality.behaviour_calls import Caller, Row, identity, parameter_kinds, rows_of
 from worldsmith.quality.probe_results import Probe, ProbeFailure, ProbeResult
 from worldsmith.quality.probes import excerpt
 from worldsmith.quality.tool_tables import is_read_tool
@@ -79,7 +79,7 @@ def bounds(tool: ToolSchema, base: JsonObject) -> list[Bound]:
             if not ends:
                 continue
             upper = ends[0] in _UPPER
-        kinds = _kinds(schema)
+        kinds = parameter_kinds(schema)
         sample = base.get(parameter)
         if kinds and kinds <= {"integer", "number"}:
             found.append(Bound(parameter, upper, said, False, 1 if kinds == {"integer"} else 0.01))
@@ -88,24 +88,6 @@ def bounds(tool: ToolSchema, base: JsonObject) -> list[Bound]:
         ):
             found.append(Bound(parameter, upper, said, True, 1))
     return found
-
-
-def _kinds(schema: dict[str, JsonValue]) -> set[str]:
-    """The JSON types a parameter takes, null aside (`type`, a list of them, or anyOf/oneOf)."""
-    declared = schema.get("type")
-    kinds = (
-        {declared}
-        if isinstance(declared, str)
-        else {k for k in declared if isinstance(k, str)}
-        if isinstance(declared, list)
-        else set()
-    )
-    for key in ("anyOf", "oneOf"):
-        options = schema.get(key)
-        for option in options if isinstance(options, list) else []:
-            if isinstance(option, dict):
-                kinds |= _kinds(option)
-    return kinds - {"null"}
 
 
 def _ordinal(value: Any, dates: bool) -> float | None:

@@ -18,10 +18,10 @@ import ast
 import re
 from dataclasses import dataclass
 
-from worldsmith.jsonvalue import JsonObject
+from worldsmith.jsonvalue import JsonObject, JsonValue
 from worldsmith.models.bundle import ToolSchema
 from worldsmith.models.results import ToolResult
-from worldsmith.quality.behaviour_calls import Caller, rows_of
+from worldsmith.quality.behaviour_calls import Caller, parameter_kinds, rows_of
 from worldsmith.quality.probe_results import Probe, ProbeFailure, ProbeResult
 from worldsmith.quality.probes import excerpt
 from worldsmith.quality.tool_tables import is_read_tool
@@ -47,13 +47,15 @@ def _text_parameters(tool: ToolSchema) -> list[str]:
     """The parameters of `tool` that take free text (a string without an enum)."""
     found = []
     for name, schema in tool.argument_schemas().items():
-        kind = schema.get("type", "string")
-        kinds = {kind} if isinstance(kind, str) else set(kind) if isinstance(kind, list) else set()
-        options = [o for key in ("anyOf", "oneOf") for o in (schema.get(key) or []) if isinstance(o, dict)]
-        kinds |= {o.get("type") for o in options if isinstance(o.get("type"), str)}  # type: ignore[misc]
+        options = [o for key in ("anyOf", "oneOf") for o in _listed(schema.get(key)) if isinstance(o, dict)]
+        kinds = parameter_kinds(schema) or {"string"}
         if "string" in kinds and "enum" not in schema and not any("enum" in o for o in options):
             found.append(name)
     return found
+
+
+def _listed(value: JsonValue) -> list[JsonValue]:
+    return value if isinstance(value, list) else []
 
 
 def _holds(expr: ast.expr, tainted: set[str]) -> str | None:
@@ -92,9 +94,10 @@ def _built(expr: ast.expr, tainted: set[str], sql: set[str]) -> str | None:
     return None
 
 
-def _statements(function: ast.FunctionDef) -> list[ast.AST]:
-    """The nodes of `function` in source order."""
-    return sorted((n for n in ast.walk(function) if hasattr(n, "lineno")), key=lambda n: (n.lineno, n.col_offset))
+def _statements(function: ast.FunctionDef) -> list[ast.stmt | ast.expr]:
+    """The statements and expressions of `function` in source order."""
+    nodes = [n for n in ast.walk(function) if isinstance(n, (ast.stmt, ast.expr))]
+    return sorted(nodes, key=lambda n: (n.lineno, n.col_offset))
 
 
 def _reaches(function: ast.FunctionDef, tainted: set[str], helpers: dict[str, set[int]]) -> tuple[str, int] | None:

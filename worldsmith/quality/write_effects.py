@@ -26,7 +26,7 @@ from typing import Any
 from worldsmith.jsonvalue import JsonObject
 from worldsmith.models.bundle import ToolSchema
 from worldsmith.models.results import TableDiff
-from worldsmith.quality.behaviour_calls import Caller, Row, SeedRows, Written, row_arguments, same_value
+from worldsmith.quality.behaviour_calls import Caller, Row, SeedRows, Written, one_of, row_arguments, same_value
 from worldsmith.quality.probe_results import Probe, ProbeFailure, ProbeResult
 from worldsmith.quality.probes import excerpt
 from worldsmith.quality.tool_tables import is_read_tool
@@ -141,7 +141,7 @@ def _target(
         return {}, dict(changes.inserted[0])
     if key is None:
         return None
-    wanted = [arguments[p] for p in (f"{singular(table)}_id", "id") if p in arguments and p in tool.argument_schemas()]
+    wanted = [arguments[p] for p in (f"{one_of(table)}_id", "id") if p in arguments and p in tool.argument_schemas()]
     for update in changes.updated:
         if wanted and same_value(update["key"].get(key), wanted[0]):
             return dict(update["before"]), dict(update["after"])
@@ -208,17 +208,19 @@ def _judge_dependants(tool: ToolSchema, seed: SeedRows, written: Written) -> tup
                 judged = True
                 child_key = seed.key(child)
                 touched = changes.get(child)
-                moved = set()
-                if touched is not None and child_key is not None:
-                    moved = {str(r.get(child_key)) for r in touched.deleted}
-                    moved |= {str(u["key"].get(child_key)) for u in touched.updated}
-                left = [r for r in rows if (deleted or _live(seed, child, r)) and str(r.get(child_key)) not in moved]
+                if child_key is None:
+                    continue
+                gone: set[str] = set()
+                if touched is not None:
+                    gone = {str(r.get(child_key)) for r in touched.deleted}
+                    gone |= {str(u["key"].get(child_key)) for u in touched.updated}
+                left = [r for r in rows if (deleted or _live(seed, child, r)) and str(r.get(child_key)) not in gone]
                 if deleted and left:
                     return (
                         f"deleting {table} row {excerpt(row)} left {len(left)} rows of {child} naming it (first {excerpt(left[0])})",
                         True,
                     )
-                if not deleted and left and not moved:
+                if not deleted and left and not gone:
                     return (
                         f"it cancelled {table} row {excerpt(row)} but left its {len(left)} live {child} "
                         f"(first {excerpt(left[0])}) as they were, though its description says they follow"
