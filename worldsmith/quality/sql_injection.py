@@ -187,7 +187,9 @@ def injection_probes(
     per_tool: int = 2,
 ) -> list[ProbeResult]:
     """`Probe.NO_SQL_FROM_ARGUMENTS` of every tool with a text parameter: its static failure, else what the
-    injection calls show (`bases`: each tool's ordinary valid arguments)."""
+    injection calls show (`bases`: each tool's ordinary valid arguments) on `per_tool` text parameters of a
+    read, one of a write (each written call costs a restore). The unquoted call is made only when the
+    injected one selected more than one row, or changed more than two (a row and its log)."""
     results: list[ProbeResult] = []
     for tool in tools:
         texts = _text_parameters(tool)
@@ -198,7 +200,7 @@ def injection_probes(
             continue
         base, reads = bases[tool.name], is_read_tool(tool.name)
         failure = None
-        for parameter in texts[:per_tool]:
+        for parameter in texts[: per_tool if reads else 1]:
             ordinary = base.get(parameter)
             ordinary = ordinary if isinstance(ordinary, str) else "x"
             injected = {**base, parameter: ordinary + INJECTION}
@@ -207,8 +209,10 @@ def injection_probes(
                 detail = f"called with {excerpt(injected)} it failed in SQL: {excerpt(result.error or '')}"
                 failure = ProbeResult.failing(ProbeFailure.SQL_INJECTION_ACCEPTED, tool.name, detail, cause=parameter)
                 break
+            if not result.ok or injected_n is None or injected_n <= (1 if reads else 2):  # a row, and its log
+                continue
             _, plain_n = _count(caller, tool.name, {**base, parameter: ordinary + PLAIN}, reads)
-            if result.ok and injected_n is not None and plain_n is not None and injected_n > max(plain_n, 1):
+            if plain_n is not None and injected_n > max(plain_n, 1):
                 what = "returned" if reads else "changed"
                 detail = (
                     f"called with {excerpt(injected)} it {what} {injected_n} rows, with the same text unquoted "

@@ -41,7 +41,7 @@ class WriteBudget:
     """At most `rows` seed rows per writing tool (besides its reference calls), `calls` calls in all."""
 
     rows: int = 2
-    calls: int = 4
+    calls: int = 3
 
 
 def _new_value(seed: SeedRows, table: str, column: str, row: Row) -> Any:
@@ -91,9 +91,11 @@ def _calls(
     base: JsonObject,
     budget: WriteBudget,
 ) -> list[JsonObject]:
-    """The arguments a writing tool is judged on: its reference calls, then calls naming seed rows of the
-    tables it names (those with live children its description names first) with new values."""
-    calls = [dict(r) for r in references]
+    """The arguments a writing tool is judged on: calls naming seed rows with live children its description
+    says follow, its reference calls, then calls naming other seed rows of the tables it names, with new
+    values."""
+    following: list[JsonObject] = []
+    others: list[JsonObject] = []
     for table in sorted(tables):
         if table not in seed.tables or seed.key(table) is None:
             continue
@@ -104,11 +106,9 @@ def _calls(
             tied = seed.tied(table, row)
             return any(_live(seed, child, r) for child in named_children for r in tied.get(child, []))
 
-        ordered = sorted(rows, key=lambda r: not tied_live(r)) if named_children else rows
-        spread = (
-            ordered[: budget.rows] if named_children else ordered[:: max(1, len(ordered) // budget.rows)][: budget.rows]
-        )
-        for row in spread:
+        live = [r for r in rows if tied_live(r)] if named_children else []
+        spread = rows[:: max(1, len(rows) // budget.rows)][: budget.rows]
+        for row, into in [(r, following) for r in live[: budget.calls]] + [(r, others) for r in spread]:
             arguments = row_arguments(tool, seed, table, row, base)
             if arguments is None:
                 continue
@@ -118,8 +118,8 @@ def _calls(
                     continue
                 if (value := _new_value(seed, table, parameter, row)) is not None:
                     arguments[parameter] = value
-            calls.append(arguments)
-    return calls[: budget.calls]
+            into.append(arguments)
+    return (following + [dict(r) for r in references] + others)[: budget.calls]
 
 
 def _is_value(tool: ToolSchema, parameter: str) -> bool:
