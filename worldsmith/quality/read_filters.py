@@ -84,8 +84,8 @@ def _probe_filter(
     values: list[Any],
     base: JsonObject,
     exact: bool,
-) -> ProbeResult | None:
-    """The failure one filter parameter shows (None: none)."""
+) -> ProbeResult | bool:
+    """The failure one filter parameter shows, else whether any returned row carried it (it was judged)."""
     optional = parameter not in tool.required_arguments()
     unfiltered = _rows(caller, tool.name, {k: v for k, v in base.items() if k != parameter}) if optional else None
     results: list[tuple[Any, JsonObject, list[Row]]] = []
@@ -95,7 +95,9 @@ def _probe_filter(
         if rows is not None:
             results.append((value, arguments, rows))
     cap = max([len(r) for _, _, r in results] + [len(unfiltered or [])], default=0)
+    judged = False
     for value, arguments, rows in results:
+        judged = judged or any(parameter in r for r in rows)
         outside = [r for r in rows if parameter in r and not same_value(r[parameter], value, contains=not exact)]
         if outside:
             detail = (
@@ -117,7 +119,7 @@ def _probe_filter(
                 f" call without {parameter} returns (first {excerpt(dropped[0])}): the filter drops matching rows"
             )
             return ProbeResult.failing(ProbeFailure.READ_DROPPED_ROWS, tool.name, detail, cause=parameter)
-    return None
+    return judged
 
 
 def read_filter_probes(
@@ -149,11 +151,12 @@ def read_filter_probes(
             ]
             if not values:
                 continue
-            tried += 1
             exact = _is_exact(schema, seed, parameter)
-            failure = _probe_filter(caller, tool, parameter, values, bases[tool.name], exact)
-            if failure is not None:
+            found = _probe_filter(caller, tool, parameter, values, bases[tool.name], exact)
+            if isinstance(found, ProbeResult):
+                failure = found
                 break
+            tried += found
         if failure is not None:
             results.append(failure)
         elif tried:
