@@ -34,6 +34,13 @@ FOUND_BY = {
     "wall_clock_read": (Probe.REPLAY_DETERMINISTIC, "retail"),
     "over_strict_answer_check": ("answer_variant", "hr"),  # the verifiers stage's answer-variant probes
     "seed_breaks_invariant": (Probe.SEED_INVARIANTS, "education"),  # quality/invariants.py
+    # tools that run but do the wrong thing (faults_tools.py; tests/quality/test_tool_behaviour.py)
+    "read_ignores_status_filter": (Probe.READ_FILTERS, "streaming"),
+    "write_sets_wrong_column": (Probe.WRITE_EFFECTS, "messaging"),
+    "cancel_leaves_dependents": (Probe.DEPENDENT_ROWS, "library"),
+    "inclusive_end_treated_exclusive": (Probe.RANGE_BOUNDARIES, "events"),
+    "fstring_sql_from_arguments": (Probe.NO_SQL_FROM_ARGUMENTS, "hr"),
+    "filter_drops_matching_rows": (Probe.READ_FILTERS, "clinic"),
 }
 
 

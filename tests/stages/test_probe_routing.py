@@ -48,6 +48,13 @@ OWNING_STEP = {
     F.SEED_BREAKS_INVARIANT: SEED_STEP,
     F.INVARIANT_QUERY_FAILED: (Stage.DATABASE, "schema"),  # the invariants are stated with the schema
     F.TOOL_BREAKS_INVARIANT: CODE,
+    F.READ_ROW_OUTSIDE_FILTER: CODE,
+    F.READ_DROPPED_ROWS: CODE,
+    F.RANGE_BOUNDARY_BROKEN: CODE,
+    F.WRITE_WRONG_COLUMN: CODE,
+    F.DEPENDENT_ROWS_LEFT: CODE,
+    F.SQL_BUILT_FROM_ARGUMENTS: CODE,
+    F.SQL_INJECTION_ACCEPTED: CODE,
 }
 
 #: The import report's kind of each failure that broke no sandbox limit (issue 8's names; any other
@@ -75,6 +82,13 @@ DEFECT_KIND = {
     F.SEED_BREAKS_INVARIANT: "seed_breaks_invariant",
     F.INVARIANT_QUERY_FAILED: "invariant_query_failed",
     F.TOOL_BREAKS_INVARIANT: "tool_breaks_invariant",
+    F.READ_ROW_OUTSIDE_FILTER: "tool_does_the_wrong_thing",
+    F.READ_DROPPED_ROWS: "tool_does_the_wrong_thing",
+    F.RANGE_BOUNDARY_BROKEN: "tool_does_the_wrong_thing",
+    F.WRITE_WRONG_COLUMN: "tool_does_the_wrong_thing",
+    F.DEPENDENT_ROWS_LEFT: "tool_does_the_wrong_thing",
+    F.SQL_BUILT_FROM_ARGUMENTS: "sql_injection",
+    F.SQL_INJECTION_ACCEPTED: "sql_injection",
 }
 
 

@@ -61,6 +61,13 @@ BY_FAILURE: dict[ProbeFailure, str] = {
     ProbeFailure.SEED_BREAKS_INVARIANT: "seed_breaks_invariant",
     ProbeFailure.INVARIANT_QUERY_FAILED: "invariant_query_failed",
     ProbeFailure.TOOL_BREAKS_INVARIANT: "tool_breaks_invariant",
+    ProbeFailure.READ_ROW_OUTSIDE_FILTER: "tool_does_the_wrong_thing",
+    ProbeFailure.READ_DROPPED_ROWS: "tool_does_the_wrong_thing",
+    ProbeFailure.RANGE_BOUNDARY_BROKEN: "tool_does_the_wrong_thing",
+    ProbeFailure.WRITE_WRONG_COLUMN: "tool_does_the_wrong_thing",
+    ProbeFailure.DEPENDENT_ROWS_LEFT: "tool_does_the_wrong_thing",
+    ProbeFailure.SQL_BUILT_FROM_ARGUMENTS: "sql_injection",
+    ProbeFailure.SQL_INJECTION_ACCEPTED: "sql_injection",
 }
 
 

@@ -31,6 +31,12 @@ class Probe(StrEnum):
     TOOL_DETERMINISTIC = "tool replay deterministic"  # quality/tool_replays.py
     SEED_INVARIANTS = "seed keeps invariants"  # quality/invariants.py
     END_STATE_INVARIANTS = "end state keeps invariants"  # quality/invariants.py
+    # what tools do, not only that they run (quality/behaviour_probes.py)
+    READ_FILTERS = "read returns what its filters select"  # quality/read_filters.py
+    RANGE_BOUNDARIES = "documented range bounds hold"  # quality/range_bounds.py
+    WRITE_EFFECTS = "write sets the columns its arguments name"  # quality/write_effects.py
+    DEPENDENT_ROWS = "dependent rows follow a removed row"  # quality/write_effects.py
+    NO_SQL_FROM_ARGUMENTS = "no SQL text built from arguments"  # quality/sql_injection.py
 
 
 class Artifact(StrEnum):
@@ -68,6 +74,13 @@ class ProbeFailure(StrEnum):
     SEED_BREAKS_INVARIANT = "seed breaks invariant"  # an invariant's query returns rows of the seed
     INVARIANT_QUERY_FAILED = "invariant query failed"  # it does not run (or not within its budget)
     TOOL_BREAKS_INVARIANT = "tool breaks invariant"  # a reference step's call left rows that break one
+    READ_ROW_OUTSIDE_FILTER = "read row outside its filter"  # a returned row does not hold the filter's value
+    READ_DROPPED_ROWS = "read dropped matching rows"  # a row the filter selects is left out
+    RANGE_BOUNDARY_BROKEN = "range boundary broken"  # a bound documented inclusive acts exclusive, or the reverse
+    WRITE_WRONG_COLUMN = "write missed its column"  # an argument's value went to another column, or other rows
+    DEPENDENT_ROWS_LEFT = "dependent rows left"  # a deleted or cancelled row's dependants stay as they were
+    SQL_BUILT_FROM_ARGUMENTS = "SQL built from arguments"  # found in tools.py's source
+    SQL_INJECTION_ACCEPTED = "SQL injection accepted"  # a quote in a text argument ends a string in its SQL
 
     @property
     def probe(self) -> Probe:
@@ -105,6 +118,13 @@ _FAILURES: dict[ProbeFailure, tuple[Probe, Artifact]] = {
     ProbeFailure.SEED_BREAKS_INVARIANT: (Probe.SEED_INVARIANTS, Artifact.SEED),
     ProbeFailure.INVARIANT_QUERY_FAILED: (Probe.SEED_INVARIANTS, Artifact.INVARIANTS),
     ProbeFailure.TOOL_BREAKS_INVARIANT: (Probe.END_STATE_INVARIANTS, Artifact.TOOL_CODE),
+    ProbeFailure.READ_ROW_OUTSIDE_FILTER: (Probe.READ_FILTERS, Artifact.TOOL_CODE),
+    ProbeFailure.READ_DROPPED_ROWS: (Probe.READ_FILTERS, Artifact.TOOL_CODE),
+    ProbeFailure.RANGE_BOUNDARY_BROKEN: (Probe.RANGE_BOUNDARIES, Artifact.TOOL_CODE),
+    ProbeFailure.WRITE_WRONG_COLUMN: (Probe.WRITE_EFFECTS, Artifact.TOOL_CODE),
+    ProbeFailure.DEPENDENT_ROWS_LEFT: (Probe.DEPENDENT_ROWS, Artifact.TOOL_CODE),
+    ProbeFailure.SQL_BUILT_FROM_ARGUMENTS: (Probe.NO_SQL_FROM_ARGUMENTS, Artifact.TOOL_CODE),
+    ProbeFailure.SQL_INJECTION_ACCEPTED: (Probe.NO_SQL_FROM_ARGUMENTS, Artifact.TOOL_CODE),
 }
 
 

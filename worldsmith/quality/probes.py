@@ -284,6 +284,9 @@ def _probed(runtime: Runtime, bundle: Bundle, *, reuse: bool) -> list[ProbeResul
         crashing = crashed | {r.target for r in results if r.probe == Probe.VALID_INPUTS and not r.passed}
         results += boundary_probes(runtime, bundle, skip=crashing)
         results += replay_tools(runtime, bundle, skip=crashed)
+        from worldsmith.quality.behaviour_probes import behaviour_probes  # they build on this module
+
+        results += behaviour_probes(runtime, bundle, skip=crashing)
         results += probe_tasks(runtime, bundle)
         from worldsmith.quality.invariants import invariant_probes  # it runs solutions as this module does
 

@@ -11,7 +11,10 @@ wrong, and names what the probes must name (`PlantedFault.targets`: a tool or ta
 - `blocked_task_refused_step`: a task's reference solution has a call the tool refuses;
 - `wall_clock_read`: every write logs the real time (the determinism probe's to find);
 - `over_strict_answer_check`: a counting task's verifier accepts only the bare number as the answer,
-  character for character (the answer-variant probes' to find: a reworded answer is a false negative).
+  character for character (the answer-variant probes' to find: a reworded answer is a false negative);
+- tools that run but do the wrong thing (faults_tools.py): a read ignoring its filter, a write to the wrong
+  column, a cancel leaving dependants, an inclusive end treated exclusive, SQL from arguments, a filter
+  dropping matches (the behaviour probes' to find).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from worldsmith.bundle.invariants import INVARIANTS_FILE
 from worldsmith.bundle.loader import build_bundle
 from worldsmith.jsonvalue import JsonObject
 from worldsmith.llm.procedural.faults_seed import SEED_PLANTERS
+from worldsmith.llm.procedural.faults_tools import TOOL_PLANTERS
 from worldsmith.models.bundle import TaskSpec
 
 SOURCES = ("schema.sql", "seed.sql", "tools.py", "tasks.jsonl", "verifiers.py")
@@ -125,6 +129,7 @@ PLANTERS: dict[str, Callable[[dict[str, str], list[TaskSpec]], frozenset[str]]] 
     "wall_clock_read": _wall_clock_read,
     "over_strict_answer_check": _over_strict_answer_check,
     **SEED_PLANTERS,
+    **TOOL_PLANTERS,
 }
 #: Every planted fault class, in the order the benchmark reports them.
 FAULTS = tuple(PLANTERS)
