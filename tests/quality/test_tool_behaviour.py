@@ -5,11 +5,12 @@ bundle, procedural worlds, the real-model worlds) raise no false alarm."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
+from support.paths import REPO
 
-from worldsmith.bundle.loader import build_bundle, load_bundle
+from worldsmith.bundle.contract import Bundle
+from worldsmith.bundle.loader import build_bundle
 from worldsmith.llm.procedural.backend import procedural_bundle
 from worldsmith.llm.procedural.faults import FAULTS, plant
 from worldsmith.llm.procedural.faults_tools import TOOL_PLANTERS
@@ -24,10 +25,20 @@ from worldsmith.stages.routing import owning_step
 
 pytestmark = pytest.mark.sandbox
 
-REAL = Path(__file__).resolve().parents[3] / "shared" / "data" / "realmodel"
-if not REAL.is_dir():
-    REAL = Path("/work/shared/data/realmodel")
-needs_real = pytest.mark.skipif(not (REAL / "zocdoc").is_dir(), reason="the real-model worlds are not on this machine")
+REAL = REPO / "examples" / "realmodel"  # the sources of the two worlds a strong model wrote
+SOURCES = ("schema.sql", "seed.sql", "tools.py", "tasks.jsonl", "verifiers.py")
+
+
+def real_world(name: str, edit: tuple[str, str] | None = None) -> Bundle:
+    """The real-model world `name` built from its sources, with `edit` (old, new) made once in tools.py."""
+    root = REAL / name
+    sources = {n: (root / n).read_text() for n in SOURCES}
+    if edit is not None:
+        assert edit[0] in sources["tools.py"]
+        sources["tools.py"] = sources["tools.py"].replace(*edit, 1)
+    manifest = json.loads((root / "manifest.json").read_text())
+    return build_bundle(sources, {k: manifest[k] for k in ("env_id", "scenario", "clock") if k in manifest})
+
 
 #: Each planted tool fault class and the failure that must name its tool.
 EXPECTED = {
@@ -166,16 +177,10 @@ def test_clean_worlds_raise_no_false_alarm(runtime, golden):
     assert json.dumps([r.record() for r in results])
 
 
-@needs_real
 def test_the_real_model_worlds_pass_and_their_defects_are_found(runtime):
     for name in ("zocdoc", "rover"):
-        results = behaviour_probes(runtime, load_bundle(REAL / name))
+        results = behaviour_probes(runtime, real_world(name))
         assert [r.detail for r in results if not r.passed] == [], name
-    root = REAL / "zocdoc"
-    sources = {n: (root / n).read_text() for n in ("schema.sql", "seed.sql", "tools.py", "tasks.jsonl", "verifiers.py")}
-    manifest = json.loads((root / "manifest.json").read_text())
-    manifest = {k: manifest[k] for k in ("env_id", "scenario", "clock") if k in manifest}
-    tools_py = sources["tools.py"]
     defects = {
         ProbeFailure.RANGE_BOUNDARY_BROKEN: (
             'sql += " AND substr(start_at, 1, 10) <= ?"',
@@ -186,10 +191,8 @@ def test_the_real_model_worlds_pass_and_their_defects_are_found(runtime):
             "(\"UPDATE reminders SET status = 'cancelled' WHERE appointment_id = ? AND status = 'scheduled'\"",
         ),
     }
-    for failure, (old, new) in defects.items():
-        assert old in tools_py
-        bundle = build_bundle({**sources, "tools.py": tools_py.replace(old, new, 1)}, manifest)
-        failed = [(r.target, r.failure) for r in behaviour_probes(runtime, bundle) if not r.passed]
+    for failure, edit in defects.items():
+        failed = [(r.target, r.failure) for r in behaviour_probes(runtime, real_world("zocdoc", edit)) if not r.passed]
         target = "list_appointments" if failure is ProbeFailure.RANGE_BOUNDARY_BROKEN else "cancel_appointment"
         assert failed == [(target, failure)]
 
