@@ -1,5 +1,5 @@
 """Run rows carry the flow run they belong to (from a flow, a subflow or a task), and the
-`on_crashed` hook fails exactly the `running` rows of a crashed flow run and of its subflows."""
+`on_crashed` hook marks `crashed` exactly the `running` rows of a crashed flow run and of its subflows."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ class FlowRunStub:
         self.id = UUID(flow_run_id)
 
 
-def test_a_crashed_flow_run_fails_the_running_rows_of_its_whole_flow_tree(prefect_api, home):
+def test_a_crashed_flow_run_marks_the_running_rows_of_its_whole_flow_tree_crashed(prefect_api, home):
     assert current_flow_run_id() is None  # outside any flow
     crashed, other = outer(), outer()
     with open_catalog().session() as session:
@@ -64,6 +64,6 @@ def test_a_crashed_flow_run_fails_the_running_rows_of_its_whole_flow_tree(prefec
         ]
         assert len(session.exec(select(TrainingRun)).all()) == 4
     for row in (training, evaluation):
-        assert row.status == "failed" and row.finished_at is not None
+        assert row.status == "crashed" and row.finished_at is not None
         assert row.metrics["error"] == "crashed: Flow run infrastructure exited with non-zero status code -9."
     assert [row.status for row in untouched] == ["completed", "running", "running"]

@@ -41,6 +41,7 @@ from worldsmith.flows.run_names import named_after
 from worldsmith.flows.train import evaluate_split, plan, prepare_model, train
 from worldsmith.models.catalog import TrainingRun
 from worldsmith.models.evaluation import EvaluationReport, EvaluationSummary
+from worldsmith.models.runs import RunStatus
 from worldsmith.models.sets import SplitName
 from worldsmith.models.training import CotrainResult, CotrainRound, StepMetrics, TrainResult, WorldModelTrainResult
 from worldsmith.models.world_model_scores import OneStepScores
@@ -271,7 +272,7 @@ def cotrain(config: CotrainConfig, progress: SkipJsonSchema[bool] = False) -> Co
     finish_run(
         TrainingRun,
         run_id,
-        "completed",
+        RunStatus.COMPLETED,
         {"policy": result.policy, "world_model": result.world_model, "rounds": len(rounds)},
     )
     summarise_cotraining(config, result, eval_split)

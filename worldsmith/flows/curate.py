@@ -8,14 +8,20 @@ re-triggered run duplicates nothing); the same name with another query is refuse
 
 from __future__ import annotations
 
+import uuid
+
 from prefect import flow, task
 
 from worldsmith.flows.artifacts import summarise_curation
+from worldsmith.flows.records import current_flow_run_id, failed_on_error
 from worldsmith.flows.run_names import named_after
+from worldsmith.models.catalog import RunRecord
 from worldsmith.models.curation import CuratedMember, CurationResult
+from worldsmith.models.runs import RecordedKind, RunStatus
 from worldsmith.models.sets import SetQuery
 from worldsmith.storage.catalog import open_catalog
 from worldsmith.storage.publish import CatalogError
+from worldsmith.storage.run_records import finish_run, open_record
 from worldsmith.storage.sets import create_set, get_set, members_of
 from worldsmith.tasks.parameters import CurateParameters
 
@@ -54,7 +60,13 @@ def curate(params: CurateParameters = CurateParameters()) -> CurationResult:
 
     Args:
         params: The set: its name, and the query choosing and splitting the catalog's good versions.
+
+    Its `RunRecord` (kind `curate`) holds its status, members and whether it created the set.
     """
-    result = make_set(params.set_name(), params.query)
-    summarise_curation(result)
+    run_id = current_flow_run_id() or str(uuid.uuid4())
+    open_record(RecordedKind.CURATE, run_id, f"set {params.set_name()}", current_flow_run_id())
+    with failed_on_error(RunRecord, run_id):
+        result = make_set(params.set_name(), params.query)
+        summarise_curation(result)
+    finish_run(RunRecord, run_id, RunStatus.COMPLETED, {"members": len(result.members), "created": result.created})
     return result

@@ -28,6 +28,7 @@ from worldsmith.flows.records import failed_on_error, mark_crashed, start_evalua
 from worldsmith.flows.run_names import named_after, short_policy
 from worldsmith.models.catalog import EvaluationRun
 from worldsmith.models.evaluation import EvaluationReport, EvaluationScores, TrajectoryFiles
+from worldsmith.models.runs import RunStatus
 from worldsmith.settings import get_settings
 from worldsmith.storage.bundle_cache import cached_bundle
 from worldsmith.storage.catalog import open_catalog
@@ -144,7 +145,7 @@ def evaluate(params: EvaluateParameters) -> EvaluationReport:
         simulation=simulation,
         trajectories=store_trajectories(run_id, trajectories),
     )
-    finish_run(EvaluationRun, run_id, "completed", result.stored())
+    finish_run(EvaluationRun, run_id, RunStatus.COMPLETED, result.stored())
     summarise_evaluation(params, result)
     return result
 

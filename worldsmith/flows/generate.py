@@ -37,15 +37,20 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from worldsmith.errors import WorldsmithError
 from worldsmith.flows.artifacts import as_completed_with_progress, summarise_generation
 from worldsmith.flows.interruption import STOP, Interrupted, ignore_terminal_interrupts, stop_on_signals
-from worldsmith.flows.records import current_flow_run_id
+from worldsmith.flows.records import current_flow_run_id, failed_on_error
 from worldsmith.flows.run_names import named_after
 from worldsmith.flows.world_builds import WorldProgress, build_world, log_scenario_repairs, publish_outcome
+from worldsmith.jsonvalue import JsonObject
 from worldsmith.models.bundle import Scenario
+from worldsmith.models.catalog import RunRecord
 from worldsmith.models.generation import WorldOutcome
+from worldsmith.models.runs import RecordedKind, RunStatus
 from worldsmith.runtime.answers import one_line
 from worldsmith.settings import get_settings
+from worldsmith.stages.order import Stage
 from worldsmith.stages.scenario import load_scenarios
 from worldsmith.stages.work import EnvWork
+from worldsmith.storage.run_records import finish_run, open_record
 from worldsmith.tasks.generation import new_scenarios, resumable, transient_only
 from worldsmith.tasks.generation_run import GENERATION_RUNS, release, resources
 from worldsmith.tasks.parameters import GenerateParameters
@@ -154,14 +159,39 @@ def generate(params: GenerateParameters = GenerateParameters()) -> list[WorldOut
     `TooFewGoodWorlds`, in the caller, with no traceback logged) on a fatal fault, or after writing
     the summary when the share of good worlds is below `params.min_good_share`. Logs a line per
     stage attempt that failed (world, stage, error class) as its world goes on. Ends Cancelled, its
-    finished worlds published and no summary written, when the run is asked to stop (`STOP`).
+    finished worlds published and no summary written, when the run is asked to stop (`STOP`). The
+    run's `RunRecord` (its id the stage attempts' `run_id`) holds its status: completed, failed (with
+    its error, and `failed_stage` for a run that died in the scenario stage) or cancelled.
 
     Args:
         params: The run: how many environments, the backend and model, seeds, attempts, the share of good worlds required.
     """
     params = params.dated()
-    finished = FINISHED.find(params.key())
     run_id = current_flow_run_id() or params.key()
+    what = f"{params.count} worlds ({params.resolved_backend()})"
+    open_record(RecordedKind.GENERATE, run_id, what, current_flow_run_id())
+    with failed_on_error(RunRecord, run_id):
+        ended = _generate(params, run_id)
+    status, metrics = run_end(ended)
+    finish_run(RunRecord, run_id, status, metrics)
+    return ended
+
+
+def run_end(ended: list[WorldOutcome] | State) -> tuple[RunStatus, JsonObject]:
+    """The status and metrics a generation run's record ends with, from what the flow returns: its
+    error (the state's message) and, for a run that died in the scenario stage, `failed_stage`."""
+    if not isinstance(ended, State):
+        return RunStatus.COMPLETED, {}
+    if ended.is_cancelled():
+        return RunStatus.CANCELLED, {"error": ended.message or "cancelled"}
+    metrics: JsonObject = {"error": ended.message or ended.name}
+    if isinstance(ended.data, ScenarioStageFailed):
+        metrics["failed_stage"] = Stage.SCENARIO.value
+    return RunStatus.FAILED, metrics
+
+
+def _generate(params: GenerateParameters, run_id: str) -> list[WorldOutcome] | State:
+    finished = FINISHED.find(params.key())
     seeds = load_scenarios(params.scenario_file)
     warming = warm_imports(wait=params.backend != "openai")
     try:
