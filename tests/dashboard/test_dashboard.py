@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import uuid
 from datetime import UTC, date, datetime, timedelta
 
 import httpx
@@ -806,18 +805,3 @@ def test_browser_shows_a_crowded_night_with_long_ids_apart(crowded, browser, tmp
             "p => p.querySelector('.main-svg').getBoundingClientRect().width - p.getBoundingClientRect().width)"
         )
         assert max(overflow) <= 1
-
-
-@pytest.mark.flow
-def test_front_page_names_deployments_whose_runs_would_not_start(known, prefect_api):
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.actions import WorkPoolCreate
-    from prefect.settings import PREFECT_API_URL  # the session's test server (a settings context)
-
-    idle = f"idle-{uuid.uuid4().hex[:6]}"
-    with get_client(sync_client=True) as client:
-        client.create_work_pool(WorkPoolCreate(name=idle, type="process"))
-        client.create_deployment(client.create_flow_from_name(f"train-{idle}"), "train", work_pool_name=idle)
-    page = TestClient(dashboard_app(known, prefect_api_url=PREFECT_API_URL.value())).get("/").text
-    assert f'data-deployment="train-{idle}/train"' in page and f"pool {idle} has no live worker" in page
-    assert 'id="stalled"' not in TestClient(dashboard_app(known)).get("/").text  # no Prefect to ask: nothing said

@@ -143,9 +143,7 @@ def test_a_killed_run_resumed_from_its_checkpoint_matches_an_uninterrupted_run(r
         killed.status == "running" and killed.finished_at is None and "before" in killed.metrics
     )  # what a SIGKILL leaves
     with open_catalog().session() as session:
-        assert {row["id"]: row["status"] for row in training(session)}[
-            run_id
-        ] == "crashed"  # as the dashboard shows it
+        assert {row["id"]: row["status"] for row in training(session)}[run_id] == "crashed"  # as the dashboard shows it
     assert [c.step for c in checkpoints] == [1] and [s.step for s in steps] == [1, 2]  # step 2 ran past the checkpoint
     resumable = checkpoints[-1].step
     with open_catalog().session() as session:
