@@ -17,11 +17,12 @@ from sqlmodel import Session, col, select
 
 from worldsmith.jsonvalue import JsonObject, JsonValue
 from worldsmith.models.catalog import (
+    NO_KEY,
     EnvironmentSet,
     EnvironmentVersion,
     EvaluationRun,
     RunRecord,
-    StageAttempt,
+    StageRollup,
     TrainingRun,
     TrainingStep,
 )
@@ -95,22 +96,24 @@ def _error(run: EvaluationRun | TrainingRun | RunRecord) -> str | None:
 def generation_runs(session: Session, limit: int | None = None) -> list[ListedRun]:
     """Generation runs, newest first: their status (from their `RunRecord`), first and last attempt,
     worlds attempted and how they ended (published good, published failed, neither: a duplicate of
-    another world, or not finished), attempts, failed attempts, tokens and cost. Aggregated in SQL. A run
+    another world, or not finished), attempts, failed attempts, tokens and cost. Aggregated in SQL over
+    the stage-attempt rollups (never every attempt). A run
     that recorded no attempt (refused, or failed before its first) is listed from its record alone."""
+    first = func.min(StageRollup.first_at)
     query = (
         select(  # type: ignore[call-overload]  # sqlmodel types select() for up to 4 columns
-            StageAttempt.run_id,
-            func.min(StageAttempt.created_at),
-            func.max(StageAttempt.created_at),
-            func.count(func.distinct(StageAttempt.env_id)),
-            func.count(),
-            func.sum(case((col(StageAttempt.outcome) != "success", 1), else_=0)),
-            func.coalesce(func.sum(StageAttempt.tokens_in), 0),
-            func.coalesce(func.sum(StageAttempt.tokens_out), 0),
-            func.coalesce(func.sum(StageAttempt.cost_usd), 0.0),
+            StageRollup.run_id,
+            first,
+            func.max(StageRollup.last_at),
+            func.count(func.distinct(func.nullif(StageRollup.env_id, NO_KEY))),
+            func.sum(StageRollup.attempts),
+            func.sum(StageRollup.failures),
+            func.coalesce(func.sum(StageRollup.tokens_in), 0),
+            func.coalesce(func.sum(StageRollup.tokens_out), 0),
+            func.coalesce(func.sum(StageRollup.cost_usd), 0.0),
         )
-        .group_by(StageAttempt.run_id)
-        .order_by(func.min(StageAttempt.created_at).desc())
+        .group_by(StageRollup.run_id)
+        .order_by(first.desc())
     )
     if limit is not None:
         query = query.limit(limit)
@@ -119,7 +122,9 @@ def generation_runs(session: Session, limit: int | None = None) -> list[ListedRu
     outcomes: dict[str, dict[str, int]] = {run_id: {"good": 0, "failed": 0} for run_id in run_ids}
     if run_ids:
         worlds = (
-            select(StageAttempt.run_id, StageAttempt.env_id).where(col(StageAttempt.run_id).in_(run_ids)).distinct()
+            select(StageRollup.run_id, StageRollup.env_id)
+            .where(col(StageRollup.run_id).in_(run_ids), StageRollup.env_id != NO_KEY)
+            .distinct()
         )
         published = (
             select(EnvironmentVersion.env_id, func.max(case((col(EnvironmentVersion.status) == "good", 1), else_=0)))
