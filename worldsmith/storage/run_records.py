@@ -67,11 +67,15 @@ def record_refused(kind: RecordedKind, what: str, error: str) -> str:
 @contextmanager
 def recorded_if_refused(kind: RecordedKind, what: str) -> Iterator[None]:
     """Inside (a command's checks before its run starts: the model endpoint's), an exception is recorded
-    as a refused run (`record_refused`, its error the exception's one line) and propagates."""
+    as a refused run (`record_refused`, its error the exception's one line) and propagates, whether or
+    not the catalog could record it (the refusal is the answer; an unwritable catalog does not replace it)."""
     try:
         yield
     except Exception as exc:
-        record_refused(kind, what, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        try:
+            record_refused(kind, what, str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        except Exception:  # noqa: BLE001, S110 - a catalog that cannot record it must not replace the refusal
+            pass
         raise
 
 
