@@ -167,3 +167,40 @@ def test_a_generate_stopped_or_killed_reads_cancelled_or_crashed(prefect_api, tm
     assert run["metrics"]["good"] >= 1  # the world published before the stop is the run's
     page = TestClient(dashboard_app(Catalog(f"sqlite:///{home / 'catalog.db'}"))).get("/runs").text
     assert f'data-run="{run["id"]}"' in page and f">{status}<" in page
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(600)
+def test_ctrl_c_stops_eval_cancelled_in_one_line(prefect_api, home, golden):
+    """A real `worldsmith eval` sent SIGINT after its first episode: exit 130 with one line, the
+    evaluation run `cancelled`, its Prefect flow run Cancelled, no traceback."""
+    from prefect import get_client
+    from prefect.settings import PREFECT_API_URL
+
+    from worldsmith.models.sets import SetQuery
+    from worldsmith.storage.catalog import open_catalog
+    from worldsmith.storage.objectstore import open_store
+    from worldsmith.storage.publish import publish
+    from worldsmith.storage.sets import create_set
+
+    store, catalog = open_store(get_settings().resolved_store_url()), open_catalog()
+    publish(golden, store, catalog)
+    create_set(catalog, "stopset", SetQuery(validation_fraction=0.0))
+    env = dict(
+        os.environ,
+        PREFECT_API_URL=PREFECT_API_URL.value(),
+        **signalled_after("worldsmith.agent.loop:run_episode", signal.SIGINT),
+    )
+    args = ["eval", "--set", "stopset", "--policy", "reference", "--concurrency", "1"]
+    done = subprocess.run(
+        [sys.executable, "-m", "worldsmith.cli", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=500
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 128 + signal.SIGINT, output
+    assert "Traceback" not in output and len(output.splitlines()) < 20, output
+    [line] = [line for line in done.stderr.splitlines() if line.startswith("interrupted by SIGINT: ")]
+    assert "cancelled" in line, line
+    [run] = listed("--kind", "evaluate")
+    assert run["status"] == "cancelled", run
+    with get_client(sync_client=True) as client:
+        assert client.read_flow_run(run["flow_run_id"]).state_name == "Cancelled"

@@ -58,7 +58,7 @@ def eval_command(
         flow_logs("eval", announce=not as_json),
         console.status(f"evaluating {params.policy} on {params.set_name}", spinner="dots"),
     ):
-        result = run_evaluate(params)
+        result = run_evaluate(params, stop_on_signals=True)  # Ctrl-C: one line, the run recorded cancelled
     if as_json:
         print(json.dumps(result.model_dump(mode="json"), indent=2, default=str))
         return

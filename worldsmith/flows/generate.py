@@ -36,7 +36,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from worldsmith.errors import WorldsmithError
 from worldsmith.flows.artifacts import as_completed_with_progress, summarise_generation
-from worldsmith.flows.interruption import STOP, Interrupted, ignore_terminal_interrupts, stop_on_signals
+from worldsmith.flows.interruption import STOP, Interrupted, run_stoppable
 from worldsmith.flows.records import current_flow_run_id, failed_on_error
 from worldsmith.flows.run_names import named_after
 from worldsmith.flows.world_builds import WorldProgress, build_world, log_scenario_repairs, publish_outcome
@@ -272,33 +272,17 @@ def run_generate(
 
     if on_progress is None:
         return worlds()
-    results: list[WorldOutcome] = []
-    errors: list[BaseException] = []
+    with FINISHED.holding(params.key(), []) as finished:
+        reported = 0
 
-    def run() -> None:
-        ignore_terminal_interrupts()
-        try:
-            results.extend(worlds())
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-            errors.append(exc)
-
-    with FINISHED.holding(params.key(), []) as finished, stop_on_signals() as stop:
-        worker = threading.Thread(target=run, name="generate-flow")
-        worker.start()
-        reported, forced = 0, False
-        while worker.is_alive() or reported < len(finished):
-            worker.join(timeout=0.2)
-            if stop.forced and not forced:  # asked twice: stop the sandboxes the stages in flight wait on
-                forced = True
-                GENERATION_RUNS.release_all()
-            if stop.times >= 3:  # asked three times: stop waiting for anything
-                os._exit(128 + stop.signum)
+        def report() -> None:
+            nonlocal reported
             while reported < len(finished):
                 on_progress(finished[reported])
                 reported += 1
-        if stop.requested:
+
+        def stopped(signum: int) -> Interrupted:
             kept = [outcome.ref or outcome.env_id for outcome in finished]
-            raise Interrupted(f"{len(kept)} of {params.count} worlds kept", stop.signum, kept)
-    if errors:
-        raise errors[0]
-    return results
+            return Interrupted(f"{len(kept)} of {params.count} worlds kept", signum, kept)
+
+        return run_stoppable(worlds, stopped, on_force=GENERATION_RUNS.release_all, poll=report)

@@ -19,7 +19,7 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
@@ -34,7 +34,7 @@ from worldsmith.flows.records import current_flow_run_id, failed_on_error, mark_
 from worldsmith.flows.run_names import named_after
 from worldsmith.jsonvalue import JsonObject
 from worldsmith.models.catalog import TrainingRun, TrainingStep
-from worldsmith.models.evaluation import EvaluationSummary
+from worldsmith.models.evaluation import EvaluationReport, EvaluationSummary
 from worldsmith.models.runs import RunStatus
 from worldsmith.models.sets import SplitName
 from worldsmith.models.training import TrainerOutcome, TrainResult
@@ -135,7 +135,7 @@ def evaluate_split(config: TrainingConfig, model: str, split: SplitName) -> Eval
         seed=config.seed,
         side_effects=config.side_effects,
     )
-    result = evaluate(params)
+    result = cast(EvaluationReport, evaluate(params))  # a subflow that ends Cancelled raises here
     return EvaluationSummary(run_id=result.run_id, scores=result.overall)
 
 
