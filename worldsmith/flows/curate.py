@@ -13,7 +13,7 @@ import uuid
 from prefect import flow, task
 
 from worldsmith.flows.artifacts import summarise_curation
-from worldsmith.flows.records import current_flow_run_id, failed_on_error
+from worldsmith.flows.records import current_flow_run_id, failed_on_error, mark_crashed
 from worldsmith.flows.run_names import named_after
 from worldsmith.models.catalog import RunRecord
 from worldsmith.models.curation import CuratedMember, CurationResult
@@ -53,6 +53,7 @@ def make_set(name: str, query: SetQuery) -> CurationResult:
 @flow(
     name="curate",
     log_prints=True,
+    on_crashed=[mark_crashed],  # its run record reads `crashed` when a worker sees its process die
     flow_run_name=named_after("curate", "params", CurateParameters, lambda p: p.set_name()),
 )
 def curate(params: CurateParameters = CurateParameters()) -> CurationResult:

@@ -37,7 +37,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from worldsmith.errors import WorldsmithError
 from worldsmith.flows.artifacts import as_completed_with_progress, summarise_generation
 from worldsmith.flows.interruption import STOP, Interrupted, run_stoppable
-from worldsmith.flows.records import current_flow_run_id, failed_on_error
+from worldsmith.flows.records import current_flow_run_id, failed_on_error, mark_crashed
 from worldsmith.flows.run_names import named_after
 from worldsmith.flows.world_builds import WorldProgress, build_world, log_scenario_repairs, publish_outcome
 from worldsmith.jsonvalue import JsonObject
@@ -147,6 +147,7 @@ FINISHED: RunResources[list[WorldOutcome]] = RunResources()
 @flow(
     name="generate",
     log_prints=True,
+    on_crashed=[mark_crashed],  # its run record reads `crashed` when a worker sees its process die
     flow_run_name=named_after(
         "generate",
         "params",
