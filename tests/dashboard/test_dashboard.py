@@ -9,7 +9,7 @@ import httpx
 import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions
-from selenium.webdriver.support.ui import WebDriverWait
+from selenium.webdriver.support.ui import Select, WebDriverWait
 from starlette.testclient import TestClient
 from support.patience import MOMENTS_S, PROCESS_S
 
@@ -768,7 +768,7 @@ def test_browser_walks_from_a_night_to_an_attempt(known, browser, tmp_path):
         click(".crumbs a[href='/nights/2026-11-01']")  # back up the breadcrumbs, then filter the front page
         assert browser.find_element(By.TAG_NAME, "h2").text == "Night 2026-11-01 (UTC)"
         browser.get(server.url)
-        browser.find_element(By.NAME, "backend").send_keys("openai")
+        Select(browser.find_element(By.NAME, "backend")).select_by_value("openai")  # a list of the catalog's
         click("#filters button[type='submit']")
         WebDriverWait(browser, PROCESS_S).until(expected_conditions.url_contains("backend=openai"))
         nights = [
