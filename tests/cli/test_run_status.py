@@ -204,3 +204,43 @@ def test_ctrl_c_stops_eval_cancelled_in_one_line(prefect_api, home, golden):
     assert run["status"] == "cancelled", run
     with get_client(sync_client=True) as client:
         assert client.read_flow_run(run["flow_run_id"]).state_name == "Cancelled"
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(600)
+def test_ctrl_c_stops_curate_before_its_set_is_made(prefect_api, home, golden):
+    """A real `worldsmith curate` sent SIGINT once its run is recorded: exit 130 with one line saying the
+    set was not made, no set, the curation run `cancelled`, its Prefect flow run Cancelled."""
+    from prefect import get_client
+    from prefect.settings import PREFECT_API_URL
+
+    from worldsmith.models.quality import QualityCheck
+    from worldsmith.storage.catalog import open_catalog
+    from worldsmith.storage.objectstore import open_store
+    from worldsmith.storage.publish import publish
+
+    passed = [QualityCheck(kind, True) for kind in ("expectations", "probes")]  # what the default query asks
+    publish(golden, open_store(get_settings().resolved_store_url()), open_catalog(), passed)
+    env = dict(
+        os.environ,
+        PREFECT_API_URL=PREFECT_API_URL.value(),
+        **signalled_after("worldsmith.storage.run_records:open_record", signal.SIGINT),
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "worldsmith.cli", "curate", "--name", "stopped"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=500,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 128 + signal.SIGINT, output
+    assert "Traceback" not in output and len(output.splitlines()) < 10, output
+    [line] = [line for line in done.stderr.splitlines() if line.startswith("interrupted by SIGINT: ")]
+    assert "set stopped was not made" in line, line
+    assert json.loads(runner.invoke(app, ["sets", "ls", "--json"]).output) == []
+    [run] = listed("--kind", "curate")
+    assert run["status"] == "cancelled", run
+    with get_client(sync_client=True) as client:
+        assert client.read_flow_run(run["flow_run_id"]).state_name == "Cancelled"
