@@ -267,13 +267,13 @@ class Demo:
         }
 
     def curate(self) -> None:
-        from worldsmith.flows.curate import curate
+        from worldsmith.flows.curate import run_curate
         from worldsmith.models.sets import SetQuery
         from worldsmith.tasks.parameters import CurateParameters
 
         self._step(3, f"curate the good environments into set {self.options.set_name!r}")
         query = SetQuery(require_passed=["expectations", "probes"], validation_fraction=0.1, seed=self.options.seed)
-        result = curate(CurateParameters(name=self.options.set_name, query=query))
+        result = run_curate(CurateParameters(name=self.options.set_name, query=query))
         splits = result.split_counts()
         verb = "created" if result.created else "reused"
         self.console.print(

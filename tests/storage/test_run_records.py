@@ -1,7 +1,9 @@
 """Run rows carry the flow run they belong to (from a flow, a subflow or a task), and the
-`on_crashed` hook fails exactly the `running` rows of a crashed flow run and of its subflows."""
+`on_crashed` hook marks `crashed` exactly the `running` rows of a crashed flow run and of its subflows."""
 
 from __future__ import annotations
+
+import uuid
 
 import pytest
 from prefect import flow, task
@@ -9,9 +11,10 @@ from prefect.states import Crashed
 from sqlmodel import select
 
 from worldsmith.flows.records import current_flow_run_id, mark_crashed
-from worldsmith.models.catalog import EvaluationRun, TrainingRun
+from worldsmith.models.catalog import EvaluationRun, RunRecord, TrainingRun
+from worldsmith.models.runs import RecordedKind
 from worldsmith.storage.catalog import open_catalog
-from worldsmith.storage.run_records import add_run
+from worldsmith.storage.run_records import add_run, open_record
 
 pytestmark = pytest.mark.flow
 
@@ -30,7 +33,9 @@ def inner() -> dict:
 def outer() -> dict:
     run = add_run(TrainingRun(config={}, flow_run_id=current_flow_run_id()))
     done = add_run(TrainingRun(config={}, status="completed", flow_run_id=current_flow_run_id()))
-    return {"flow_run": current_flow_run_id(), "training": run, "completed": done, "inner": inner()}
+    record = f"generation-{uuid.uuid4()}"
+    open_record(RecordedKind.GENERATE, record, "1 worlds", current_flow_run_id())
+    return {"flow_run": current_flow_run_id(), "training": run, "completed": done, "record": record, "inner": inner()}
 
 
 class FlowRunStub:
@@ -40,7 +45,7 @@ class FlowRunStub:
         self.id = UUID(flow_run_id)
 
 
-def test_a_crashed_flow_run_fails_the_running_rows_of_its_whole_flow_tree(prefect_api, home):
+def test_a_crashed_flow_run_marks_the_running_rows_of_its_whole_flow_tree_crashed(prefect_api, home):
     assert current_flow_run_id() is None  # outside any flow
     crashed, other = outer(), outer()
     with open_catalog().session() as session:
@@ -61,9 +66,11 @@ def test_a_crashed_flow_run_fails_the_running_rows_of_its_whole_flow_tree(prefec
             session.get(TrainingRun, crashed["completed"]),
             session.get(TrainingRun, other["training"]),
             session.get(EvaluationRun, other["inner"]["evaluation"]),
+            session.get(RunRecord, other["record"]),
         ]
         assert len(session.exec(select(TrainingRun)).all()) == 4
-    for row in (training, evaluation):
-        assert row.status == "failed" and row.finished_at is not None
+        record = session.get(RunRecord, crashed["record"])
+    for row in (training, evaluation, record):
+        assert row.status == "crashed" and row.finished_at is not None
         assert row.metrics["error"] == "crashed: Flow run infrastructure exited with non-zero status code -9."
-    assert [row.status for row in untouched] == ["completed", "running", "running"]
+    assert [row.status for row in untouched] == ["completed", "running", "running", "running"]

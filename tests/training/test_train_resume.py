@@ -143,9 +143,7 @@ def test_a_killed_run_resumed_from_its_checkpoint_matches_an_uninterrupted_run(r
         killed.status == "running" and killed.finished_at is None and "before" in killed.metrics
     )  # what a SIGKILL leaves
     with open_catalog().session() as session:
-        assert {row["id"]: row["status"] for row in training(session)}[
-            run_id
-        ] == "running (process gone)"  # as the dashboard shows it
+        assert {row["id"]: row["status"] for row in training(session)}[run_id] == "crashed"  # as the dashboard shows it
     assert [c.step for c in checkpoints] == [1] and [s.step for s in steps] == [1, 2]  # step 2 ran past the checkpoint
     resumable = checkpoints[-1].step
     with open_catalog().session() as session:
@@ -211,7 +209,7 @@ def test_resume_refusals_name_the_problem(resume_set, uninterrupted):
         assert refused.exit_code == 2 and message in refused.output, (run_id, refused.output)
     with open_catalog().session() as session:
         shown = {row["id"]: row["status"] for row in training(session)}
-    assert shown[alive] == "running" and shown[gone] == "running (process gone)"
+    assert shown[alive] == "running" and shown[gone] == "crashed"
     unfinished = stopped_run(config)
     with pytest.raises(ValueError, match="these fields differ: learning_rate, steps"):
         train(TrainingConfig(set_name=resume_set, **{**ARGS, "steps": 8, "learning_rate": 1e-3}), resume=unfinished)

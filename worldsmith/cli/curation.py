@@ -59,7 +59,7 @@ def curate_command(
 
     As the curate deployment does, on the configured Prefect API or a temporary local one; the same
     name and query again returns the set made before. The inputs are checked before Prefect starts."""
-    from worldsmith.flows.curate import curate
+    from worldsmith.flows.curate import run_curate
 
     # a bad value is answered in one line by the root handler (cli/console.AnsweringGroup)
     params = CurateParameters.model_validate(fields)
@@ -67,7 +67,7 @@ def curate_command(
     from worldsmith.storage.publish import CatalogError
 
     with refusals(CatalogError):
-        result = curate(params)
+        result = run_curate(params, stop_on_signals=True)  # Ctrl-C: one line saying whether the set was made
     if as_json:
         print(json.dumps(result.model_dump(mode="json"), indent=2))
         return

@@ -41,7 +41,9 @@ def eval_command(
 ) -> None:
     """Evaluate a policy on an environment set with the `evaluate` flow; stores an evaluation run."""
     from worldsmith.flows.evaluate import run_evaluate
+    from worldsmith.models.runs import RecordedKind
     from worldsmith.storage.catalog import open_catalog
+    from worldsmith.storage.run_records import recorded_if_refused
     from worldsmith.storage.sets import members_in_split
 
     # a bad value is answered in one line by the root handler (cli/console.AnsweringGroup)
@@ -50,15 +52,16 @@ def eval_command(
         members_in_split(open_catalog(), params.set_name, params.split)
     # an endpoint that is down or a model path that holds no model is refused before the run, and an endpoint
     # failing during it ends the run (PolicyUnavailable: one line, exit 1, by the root handler): not the agent
-    preflight(params.policy)
-    if params.judge_model is not None:  # the judge's endpoint too: a judge that cannot answer is refused here
-        check_endpoint(configured_endpoint("the judge endpoint", params.judge_model, model_setting="--judge"))
+    with recorded_if_refused(RecordedKind.EVALUATE, f"{params.policy} on {params.set_name}"):  # a dashboard page
+        preflight(params.policy)
+        if params.judge_model is not None:  # the judge's endpoint too: a judge that cannot answer is refused here
+            check_endpoint(configured_endpoint("the judge endpoint", params.judge_model, model_setting="--judge"))
     with (
         refusals(),
         flow_logs("eval", announce=not as_json),
         console.status(f"evaluating {params.policy} on {params.set_name}", spinner="dots"),
     ):
-        result = run_evaluate(params)
+        result = run_evaluate(params, stop_on_signals=True)  # Ctrl-C: one line, the run recorded cancelled
     if as_json:
         print(json.dumps(result.model_dump(mode="json"), indent=2, default=str))
         return

@@ -1,5 +1,6 @@
-"""`worldsmith runs ls`: the generation, evaluation and training runs the catalog records, newest
-first, with their status, key metrics and Prefect flow run."""
+"""`worldsmith runs ls`: the generation, curation, evaluation and training runs the catalog records,
+newest first, with their status (running, completed, failed, cancelled, crashed), key metrics and
+Prefect flow run."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from worldsmith.cli.console import console
 if TYPE_CHECKING:
     from worldsmith.storage.run_listing import ListedRun
 
-app = typer.Typer(help="List the runs the catalog records (generation, evaluation, training).", no_args_is_help=True)
+app = typer.Typer(
+    help="List the runs the catalog records (generation, curation, evaluation, training).", no_args_is_help=True
+)
 
 
 class Kind(StrEnum):
@@ -23,6 +26,7 @@ class Kind(StrEnum):
     libraries, so the CLI does not import it when it starts (tests/cli/test_cli_listings.py holds the two equal)."""
 
     GENERATE = "generate"
+    CURATE = "curate"
     EVALUATE = "evaluate"
     TRAIN = "train"
     COTRAIN = "cotrain"
@@ -57,7 +61,9 @@ def runs_ls(
     for column in ("kind", "id", "status", "set", "what", "metrics", "started (UTC)", "flow run"):
         table.add_column(column, overflow="fold")
     for r in rows:
-        status = r["status"] or "-"
+        status = r["status"] or "-"  # "-": a generation run of a catalog older than run records
+        if r["failed_stage"]:
+            status += f" ({r['failed_stage']} stage)"
         if r["error"]:
             status += f": {r['error'][:80]}"
         table.add_row(

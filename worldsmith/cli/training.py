@@ -162,12 +162,15 @@ def _check_set(name: str, split: str) -> None:
 def train_command(fields: ConfigValues, as_json: JsonOption = False) -> None:
     """Train a policy with multi-turn GRPO on an environment set (the `train` flow); stores a training run."""
     from worldsmith.flows.train import check_can_train, train
+    from worldsmith.models.runs import RecordedKind
+    from worldsmith.storage.run_records import recorded_if_refused
 
     # a bad value is answered in one line by the root handler (cli/console.AnsweringGroup)
     config = TrainingConfig.model_validate(fields)
     # one line before the flow starts (UserFixable, by the root handler): the machine, the other nodes'
     # deployment, the judge's endpoint
-    check_can_train(config)
+    with recorded_if_refused(RecordedKind.TRAIN, config.model):  # a dashboard page naming the refusal
+        check_can_train(config)
     _check_model_path(config.model)
     _check_set(config.set_name, config.split)
     _report_training(config, _flow_result("train", lambda: train(config, progress=not as_json), as_json))

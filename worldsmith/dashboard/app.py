@@ -2,9 +2,10 @@
 pages from a night to its runs and stages, a stage's worlds, a world's versions and attempts, one attempt.
 
 Routes: `/` the front page, `/nights/{night}`, `/nights/{night}/stages/{stage}`, `/worlds` (`?status=`),
-`/failed-worlds`, `/worlds/{env_id}`, `/attempts/{id}`; every page takes the filters `date_from`,
+`/failed-worlds`, `/worlds/{env_id}`, `/attempts/{id}`, `/runs` (`?kind=`, `?status=`: every run with its
+status) and `/runs/{kind}/{id}` (one run: how it ended, its error, the stage it died in); every page takes the filters `date_from`,
 `date_to`, `run`, `backend`, `category` (and lists `limit`, `offset`), `refresh=SECONDS` reloads it.
-The front page also names the deployments whose runs would not start (no live worker on their pool).
+The front page also names, once each, what keeps runs that are due from starting (no live worker on a pool).
 `/api/summary` the front page's numbers as JSON, `/healthz`, and `/static/plotly.min.js` (served from the
 installed plotly package, so the pages need no network). Every page is read from the catalog per request.
 
@@ -17,8 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote, urlencode
 
 import plotly
@@ -30,15 +32,18 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse
 from starlette.routing import Route
 
-from worldsmith.dashboard import drilldown
+from worldsmith.dashboard import drilldown, runs
 from worldsmith.dashboard.charts import all_charts
 from worldsmith.dashboard.data import summary
-from worldsmith.dashboard.filters import Filters, backend_choices, parse_night
+from worldsmith.dashboard.filters import Filters, filter_choices, parse_night
 from worldsmith.dashboard.paging import PageRequest
 from worldsmith.dashboard.rows import StalledRow
 from worldsmith.dashboard.trace import attempt_trace, failing_attempts
+from worldsmith.models.runs import RunStatus
+from worldsmith.stages.order import Stage
 from worldsmith.storage.catalog import Catalog, open_catalog
 from worldsmith.storage.objectstore import ObjectStore, configured_store
+from worldsmith.storage.run_listing import RunKind, listed_run, recorded_runs
 
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 _TEMPLATES = Environment(
@@ -75,6 +80,21 @@ def _night(text: str) -> Any:
         raise HTTPException(404, str(exc)) from None
 
 
+Choice = TypeVar("Choice", bound=StrEnum)
+
+
+def _choice(request: Request, name: str, choices: type[Choice], path: bool = False) -> Choice | None:
+    """The query parameter (or, `path`, path parameter) `name` as one of `choices`, None when not given;
+    400 (404 for a path) naming the choices otherwise."""
+    value = (request.path_params if path else request.query_params).get(name) or None
+    if value is None:
+        return None
+    try:
+        return choices(value)
+    except ValueError:
+        raise HTTPException(404 if path else 400, f"{name} is one of: {', '.join(choices)}") from None
+
+
 def _links(request: Request, filters: Filters) -> dict[str, Callable[..., str]]:
     """Template helpers: `here(**changes)` this page with query parameters changed (None drops one);
     `to(path, **extra)` another page keeping the filters."""
@@ -95,14 +115,31 @@ def _links(request: Request, filters: Filters) -> dict[str, Callable[..., str]]:
 
 
 def stalled(prefect_api_url: str | None) -> list[StalledRow] | None:
-    """The deployments whose runs would not start (name, pool, problem with its fix), read from the Prefect API
-    at `prefect_api_url`; None when there is no API to ask or it does not answer within a second."""
+    """What keeps runs that are due from starting, read from the Prefect API at `prefect_api_url`: each
+    problem once (a pool with no live worker, with its fix), with the deployments it holds up whose runs
+    are due (waiting, their start passed). A deployment nothing asked to run (a GPU deployment with no GPU
+    worker, a schedule's next run) is not named. None when there is no API to ask or it does not answer
+    within a second."""
     if not prefect_api_url:
         return None
-    from worldsmith.ops.orchestration import stalled_deployments
+    from worldsmith.ops.orchestration import due_runs, stalled_deployments
 
     found = stalled_deployments(prefect_api_url, timeout_s=1.0)
-    return None if found is None else [{"name": d.name, "pool": d.pool, "problem": d.problem} for d in found]
+    if not found:
+        return None if found is None else []
+    try:
+        due = due_runs(prefect_api_url, timeout_s=1.0)
+    except Exception:  # noqa: BLE001 - an API failing mid-read says nothing to warn about
+        return None
+    problems: dict[str, StalledRow] = {}
+    for d in found:
+        if d.problem is None or not due.get(d.name):
+            continue
+        problem = d.problem.removeprefix(f"{d.name}: ")  # the problem is its pool's, for every deployment on it
+        row = problems.setdefault(problem, {"problem": problem, "deployments": [], "due": 0})
+        row["deployments"].append(d.name)
+        row["due"] += due[d.name]
+    return list(problems.values())
 
 
 def dashboard_app(
@@ -129,7 +166,7 @@ def dashboard_app(
             **_links(request, filters),
             filters=filters,
             request_path=request.url.path,
-            backends=backend_choices(db),
+            choices=filter_choices(db),
             refresh=int(refresh) if refresh.isdigit() and int(refresh) > 0 else None,
             prefect_ui_url=prefect_ui_url,
             flow_run_url=lambda flow_run_id: flow_run_url(prefect_ui_url, flow_run_id),
@@ -149,6 +186,7 @@ def dashboard_app(
                 data=data,
                 charts=all_charts(data),
                 stalled=stalled(prefect_api_url),
+                latest_runs=recorded_runs(db, limit=runs.LATEST_RUNS),
             )
 
     def night_page(request: Request) -> HTMLResponse:
@@ -169,6 +207,7 @@ def dashboard_app(
         stage, error_class = request.path_params["stage"], request.query_params.get("error_class") or None
         with session() as db:
             worlds = drilldown.stage_worlds(db, night, stage, filters, _page_request(request), error_class)
+            scenario_runs = runs.scenario_runs(db, night, filters) if stage == Stage.SCENARIO.value else None
             return render(
                 "stage.html.j2",
                 request,
@@ -178,6 +217,7 @@ def dashboard_app(
                 stage=stage,
                 error_class=error_class,
                 worlds=worlds,
+                scenario_runs=scenario_runs,
             )
 
     def worlds_page(request: Request) -> HTMLResponse:
@@ -216,6 +256,32 @@ def dashboard_app(
             trace = attempt_trace(db, object_store(), request.path_params["attempt_id"])
             return render("attempt.html.j2", request, filters, db, attempt=attempt, trace=trace)
 
+    def runs_list_page(request: Request) -> HTMLResponse:
+        filters = _filters(request)
+        kind, status = _choice(request, "kind", RunKind), _choice(request, "status", RunStatus)
+        with session() as db:
+            listed = runs.runs_page(db, _page_request(request), kind, status)
+            return render(
+                "runs.html.j2",
+                request,
+                filters,
+                db,
+                runs=listed,
+                kind=kind,
+                status=status,
+                kinds=[k.value for k in RunKind],
+                statuses=[s.value for s in RunStatus],
+            )
+
+    def run_page(request: Request) -> HTMLResponse:
+        filters = _filters(request)
+        kind = _choice(request, "kind", RunKind, path=True)
+        with session() as db:
+            run = listed_run(db, kind, request.path_params["run_id"]) if kind is not None else None
+            if run is None:
+                raise HTTPException(404, "no such run in the catalog")
+            return render("run.html.j2", request, filters, db, run=run)
+
     def api_summary(request: Request) -> JSONResponse:
         filters = _filters(request)
         with session() as db:
@@ -236,6 +302,8 @@ def dashboard_app(
             Route("/failed-worlds", failed_worlds_page),
             Route("/worlds/{env_id}", world_page),
             Route("/attempts/{attempt_id:int}", attempt_page),
+            Route("/runs", runs_list_page),
+            Route("/runs/{kind}/{run_id}", run_page),
             Route("/api/summary", api_summary),
             Route("/healthz", healthz),
             Route("/static/plotly.min.js", plotly_js),

@@ -7,8 +7,10 @@ what a browser shows can be checked against the catalog (the browser tests do).
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 
+import plotly.colors
 import plotly.graph_objects as go
 import plotly.io as pio
 
@@ -27,6 +29,7 @@ from worldsmith.dashboard.rows import (
     WorldRow,
 )
 from worldsmith.jsonvalue import JsonObject, JsonValue
+from worldsmith.stages.order import RECORD_NAMES
 
 _LAYOUT = {
     "height": 320,
@@ -71,11 +74,24 @@ def short(label: str, chars: int = LABEL_CHARS) -> str:
 
 
 def value_axis(values: Sequence[float | None], title: str | None = None, **extra: JsonValue) -> JsonObject:
-    """A y axis from zero that stays 0..1 when there is nothing above zero to show (not -1..1)."""
+    """A y axis from zero (down to the lowest value when one is negative) that stays 0..1 when there is
+    nothing but zero to show (not -1..1)."""
     axis: JsonObject = {"rangemode": "tozero", "title": title, **extra}
-    if not any(isinstance(v, int | float) and v > 0 for v in values):
+    if not any(isinstance(v, int | float) and v != 0 for v in values):
         axis["range"] = [0, 1]
     return axis
+
+
+#: Colours of the stages, by record name in pipeline order (a stage keeps its colour whatever a filter leaves out).
+STAGE_PALETTE: tuple[str, ...] = tuple(plotly.colors.qualitative.Dark24)
+
+
+def stage_colour(stage: str) -> str:
+    """The colour of stage `stage` (a record name: `tools:spec`) in every chart: fixed by its place in the
+    pipeline (worldsmith/stages/order.RECORD_NAMES), an unknown one's by its name's checksum."""
+    if stage in RECORD_NAMES:
+        return STAGE_PALETTE[RECORD_NAMES.index(stage)]
+    return STAGE_PALETTE[len(RECORD_NAMES) + zlib.crc32(stage.encode()) % (len(STAGE_PALETTE) - len(RECORD_NAMES))]
 
 
 def category_axis(labels: list[str], title: str | None = None) -> JsonObject:
@@ -87,10 +103,12 @@ def category_axis(labels: list[str], title: str | None = None) -> JsonObject:
 
 
 def _nightly(nights: list[str], values: list[float | None], name: str) -> go.Bar | go.Scatter:
-    """A per-night series: bars for up to BAR_NIGHTS nights, a line beyond."""
+    """A stage's per-night series in its colour: bars for up to BAR_NIGHTS nights, a line beyond."""
     if len(nights) <= BAR_NIGHTS:
-        return go.Bar(x=nights, y=values, name=name)
-    return go.Scatter(x=nights, y=values, name=name, mode="lines+markers", connectgaps=False)
+        return go.Bar(x=nights, y=values, name=name, marker_color=stage_colour(name))
+    return go.Scatter(
+        x=nights, y=values, name=name, mode="lines+markers", connectgaps=False, line_color=stage_colour(name)
+    )
 
 
 def generation_charts(generation: GenerationByNight) -> dict[str, str]:
@@ -141,7 +159,7 @@ def usage_charts(generation: GenerationByNight) -> dict[str, str]:
         }
         figure = go.Figure(layout=layout)
         for stage, ys in traces.items():
-            figure.add_trace(go.Bar(x=generation["nights"], y=ys, name=stage))
+            figure.add_trace(go.Bar(x=generation["nights"], y=ys, name=stage, marker_color=stage_colour(stage)))
         charts[name] = _html(name, figure)
     return charts
 
@@ -235,8 +253,16 @@ def evaluation_chart(evaluations: list[EvaluationRow]) -> dict[str, str]:
 
 
 def training_chart(training: list[TrainingRow]) -> dict[str, str]:
-    """Mean reward per step, a line per training run."""
-    figure = go.Figure(layout={**_LAYOUT, "title": "reward per step", "xaxis": {"title": "step"}})
+    """Mean reward per step, a line per training run, on an axis from zero."""
+    rewards = [float(r) for run in training for r in run["reward"] if isinstance(r, int | float)]
+    figure = go.Figure(
+        layout={
+            **_LAYOUT,
+            "title": "reward per step",
+            "xaxis": {"title": "step"},
+            "yaxis": value_axis(rewards, "mean reward"),
+        }
+    )
     for run in training:
         figure.add_trace(
             go.Scatter(x=run["steps"], y=run["reward"], name=f"run {run['id']} ({run['model']})", mode="lines+markers")

@@ -35,7 +35,7 @@ from worldsmith.models.catalog import (
     StageRollup,
     WorldRollup,
 )
-from worldsmith.stages.order import Stage
+from worldsmith.stages.order import pipeline_position
 from worldsmith.storage.run_listing import flow_run_id
 
 #: Not a stage: older catalogs recorded a world's failure as an attempt of this stage (failed worlds are
@@ -63,11 +63,9 @@ def failures_by_night(filters: Filters) -> type[FailureRollup] | type[NightFailu
     return FailureRollup if filters.by_world else NightFailureRollup
 
 
-def pipeline_order(stage: str) -> tuple[int, str]:
-    """Sort key: stages in the order the pipeline runs them (`database:schema` with `database`), unknown ones last."""
-    order = [s.value for s in Stage]
-    head = stage.split(":")[0]
-    return (order.index(head) if head in order else len(order), stage)
+def pipeline_order(stage: str) -> tuple[int, int, str]:
+    """Sort key: stages in the order the pipeline runs them (worldsmith/stages/order.pipeline_position)."""
+    return pipeline_position(stage)
 
 
 def iso(moment: datetime | None) -> str | None:

@@ -1,5 +1,6 @@
 """The dashboard's filters (date range, generation run, backend, category), read from query parameters and
-applied in SQL: each gives WHERE clauses for the stage-attempt rollups and for published versions."""
+applied in SQL: each gives WHERE clauses for the stage-attempt rollups and for published versions. The
+run, backend and category filters are chosen from the values the catalog holds (`FilterChoices`)."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ from datetime import date
 from typing import Any
 from urllib.parse import urlencode
 
-from sqlalchemy import String, cast, func
+from sqlalchemy import String, cast, func, text
 from sqlmodel import Session, col, select
 
-from worldsmith.models.catalog import Environment, EnvironmentVersion, StageRollup
+from worldsmith.models.catalog import Environment, EnvironmentVersion, NightRollup, StageRollup
 
 PARAMETERS = ("date_from", "date_to", "run", "backend", "category")
 
@@ -134,3 +135,49 @@ def backend_choices(session: Session) -> list[str]:
         ).all()
         if b
     ]
+
+
+#: The most runs the run filter offers (the newest).
+RUN_CHOICES = 200
+
+
+@dataclass(frozen=True)
+class RunChoice:
+    """A run the run filter offers: its id, and a label with its first night."""
+
+    run_id: str
+    label: str
+
+
+@dataclass(frozen=True)
+class FilterChoices:
+    """The values the run, backend and category filters offer: what the catalog holds, so a filter is picked
+    from a list, never typed (a typo would show an empty dashboard)."""
+
+    runs: list[RunChoice]
+    backends: list[str]
+    categories: list[str]
+
+
+def run_choices(session: Session, limit: int = RUN_CHOICES) -> list[RunChoice]:
+    """The generation runs with stage attempts, newest first (by their first night), at most `limit`."""
+    first = func.min(NightRollup.night)
+    rows = session.exec(
+        select(NightRollup.run_id, first).group_by(col(NightRollup.run_id)).order_by(first.desc()).limit(limit)
+    ).all()
+    return [RunChoice(run_id, f"{night} {run_id}") for run_id, night in rows]
+
+
+def category_choices(session: Session) -> list[str]:
+    """The categories of the environments in the catalog, in order (distinct in SQL, from the JSON lists)."""
+    if session.get_bind().dialect.name == "postgresql":
+        query = "SELECT DISTINCT json_array_elements_text(categories) AS c FROM environments ORDER BY c"
+    else:
+        query = "SELECT DISTINCT j.value AS c FROM environments, json_each(environments.categories) AS j ORDER BY c"
+    return [str(c) for (c,) in session.connection().execute(text(query)).all() if c]
+
+
+def filter_choices(session: Session) -> FilterChoices:
+    return FilterChoices(
+        runs=run_choices(session), backends=backend_choices(session), categories=category_choices(session)
+    )

@@ -229,11 +229,12 @@ class CotrainingRow(RunHead, CotrainSeries):
 
 
 class StalledRow(TypedDict):
-    """A deployment whose runs would not start: its work pool, and the problem with its fix."""
+    """A problem that keeps runs from starting (a pool with no live worker, with its fix), once, with the
+    deployments it holds up that have runs due, and how many runs are due."""
 
-    name: str
-    pool: str | None
-    problem: str | None
+    problem: str
+    deployments: list[str]
+    due: int
 
 
 class Summary(TypedDict):
@@ -253,3 +254,14 @@ class Summary(TypedDict):
     evaluations: list[EvaluationRow]
     training: list[TrainingRow]
     cotraining: list[CotrainingRow]
+
+
+class ScenarioRunRow(Usage):
+    """A generation run that ran the scenario stage on a night (`dashboard/runs.scenario_runs`): whether the
+    stage ended in a success for it (never for a run that died in it), and the run's status."""
+
+    run_id: str
+    succeeded: bool
+    failed_attempts: int
+    run_status: str | None
+    error: str | None

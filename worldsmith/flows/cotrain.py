@@ -25,6 +25,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
@@ -41,6 +42,7 @@ from worldsmith.flows.run_names import named_after
 from worldsmith.flows.train import evaluate_split, plan, prepare_model, train
 from worldsmith.models.catalog import TrainingRun
 from worldsmith.models.evaluation import EvaluationReport, EvaluationSummary
+from worldsmith.models.runs import RunStatus
 from worldsmith.models.sets import SplitName
 from worldsmith.models.training import CotrainResult, CotrainRound, StepMetrics, TrainResult, WorldModelTrainResult
 from worldsmith.models.world_model_scores import OneStepScores
@@ -93,19 +95,22 @@ def _mean(log: list[StepMetrics], key: str) -> float | None:
 def _real_rollouts(config: CotrainConfig, policy: str, seed: int) -> EvaluationReport:
     """Step 1: the policy, sampled as in training, on the train split in the real worlds (an `evaluate` run)."""
     spec = config.policy
-    return evaluate(
-        EvaluateParameters(
-            set_name=spec.set_name,
-            policy=f"hf:{policy}",
-            split=spec.split,
-            samples=config.real_samples,
-            temperature=spec.temperature,
-            seed=seed,
-            max_turns=spec.max_turns,
-            max_new_tokens=spec.max_completion_length,
-            window=spec.window if spec.history == "windowed" else None,
-            side_effects=spec.side_effects,
-        )
+    return cast(  # a subflow that ends Cancelled raises here
+        EvaluationReport,
+        evaluate(
+            EvaluateParameters(
+                set_name=spec.set_name,
+                policy=f"hf:{policy}",
+                split=spec.split,
+                samples=config.real_samples,
+                temperature=spec.temperature,
+                seed=seed,
+                max_turns=spec.max_turns,
+                max_new_tokens=spec.max_completion_length,
+                window=spec.window if spec.history == "windowed" else None,
+                side_effects=spec.side_effects,
+            )
+        ),
     )
 
 
@@ -271,7 +276,7 @@ def cotrain(config: CotrainConfig, progress: SkipJsonSchema[bool] = False) -> Co
     finish_run(
         TrainingRun,
         run_id,
-        "completed",
+        RunStatus.COMPLETED,
         {"policy": result.policy, "world_model": result.world_model, "rounds": len(rounds)},
     )
     summarise_cotraining(config, result, eval_split)

@@ -10,13 +10,15 @@ artifacts in Prefect. Each process running its tasks shares one policy, runtime 
 
 from __future__ import annotations
 
+import signal
 import uuid
 from collections import defaultdict
 from typing import Any, cast
 
-from prefect import flow, task
+from prefect import State, flow, task
 from prefect.cache_policies import NO_CACHE
 from prefect.futures import PrefectFuture, wait
+from prefect.states import Cancelled
 from prefect.task_runners import TaskRunner, ThreadPoolTaskRunner
 from pydantic import BaseModel
 
@@ -24,10 +26,12 @@ from worldsmith.agent.loop import EpisodeConfig, Trajectory, run_episode
 from worldsmith.agent.trajectories import scores, write_jsonl, write_parquet
 from worldsmith.bundle.loader import load_bundle
 from worldsmith.flows.artifacts import summarise_evaluation
+from worldsmith.flows.interruption import STOP, Interrupted, run_stoppable
 from worldsmith.flows.records import failed_on_error, mark_crashed, start_evaluation_run
 from worldsmith.flows.run_names import named_after, short_policy
 from worldsmith.models.catalog import EvaluationRun
 from worldsmith.models.evaluation import EvaluationReport, EvaluationScores, TrajectoryFiles
+from worldsmith.models.runs import RunStatus
 from worldsmith.settings import get_settings
 from worldsmith.storage.bundle_cache import cached_bundle
 from worldsmith.storage.catalog import open_catalog
@@ -66,12 +70,15 @@ def plan(params: EvaluateParameters) -> list[Job]:
 
 @task(name="evaluate-task", cache_policy=NO_CACHE, task_run_name="{job.env_id}/{job.task_id}")
 def evaluate_task(params: EvaluateParameters, run_key: str, job: Job) -> list[Trajectory]:
-    """The k episodes of one task (fresh policy each, seeds seed..seed+k-1)."""
+    """The k episodes of one task (fresh policy each, seeds seed..seed+k-1). Once the run is asked to stop
+    (worldsmith/flows/interruption.py) it raises `Interrupted` before its next episode."""
+    STOP.check()
     resources = evaluation_run.resources(params, run_key)
     bundle = resources.bundle(job.path)
     task_spec = bundle.task(job.task_id)
     out = []
     for sample in range(params.samples):
+        STOP.check()
         config = EpisodeConfig(
             max_turns=params.max_turns,
             window=params.window,
@@ -122,8 +129,9 @@ def store_trajectories(run_id: int, trajectories: list[Trajectory]) -> Trajector
         "evaluate", "params", EvaluateParameters, lambda p: f"{p.set_name}-{short_policy(p.policy)}"
     ),
 )
-def evaluate(params: EvaluateParameters) -> EvaluationReport:
-    """Evaluate `params.policy` on set `params.set_name`; returns the report with the run id.
+def evaluate(params: EvaluateParameters) -> EvaluationReport | State:
+    """Evaluate `params.policy` on set `params.set_name`; returns the report with the run id. Asked to stop
+    (`STOP`), its episodes in flight end, the run is recorded `cancelled` and the flow run ends Cancelled.
 
     Args:
         params: The evaluation: environment set and split, policy, samples per task, turns, judge.
@@ -131,8 +139,10 @@ def evaluate(params: EvaluateParameters) -> EvaluationReport:
     run_id = start_evaluation_run(params)
     run_key = f"evaluation-{run_id}-{uuid.uuid4().hex[:12]}"  # run ids repeat across catalogs: a unique key
     try:
-        with failed_on_error(EvaluationRun, run_id):
+        with failed_on_error(EvaluationRun, run_id):  # cancelled when stopped
             trajectories = run_episodes(params, run_key, plan(params))
+    except Interrupted as exc:
+        return Cancelled(message=f"{exc}: evaluation run {run_id} cancelled")
     finally:
         simulation = evaluation_run.release(run_key)  # this process's resources of the run
     overall, per_env = report(trajectories, params.samples)
@@ -144,13 +154,31 @@ def evaluate(params: EvaluateParameters) -> EvaluationReport:
         simulation=simulation,
         trajectories=store_trajectories(run_id, trajectories),
     )
-    finish_run(EvaluationRun, run_id, "completed", result.stored())
+    finish_run(EvaluationRun, run_id, RunStatus.COMPLETED, result.stored())
     summarise_evaluation(params, result)
     return result
 
 
-def run_evaluate(params: EvaluateParameters) -> EvaluationReport:
-    """Run the flow in this process with `concurrency` tasks at once."""
+def run_evaluate(params: EvaluateParameters, stop_on_signals: bool = False) -> EvaluationReport:
+    """Run the flow in this process with `concurrency` tasks at once. With `stop_on_signals` (the CLI), the
+    flow runs in a thread and SIGINT or SIGTERM stop it (`run_stoppable`): its episodes in flight end, the
+    run is recorded cancelled, the flow run ends Cancelled, and `Interrupted` is raised here."""
     # as Flow types its own runner: TaskRunner is invariant in its futures, a thread pool's are PrefectFutures
     runner = cast("TaskRunner[PrefectFuture[Any]]", ThreadPoolTaskRunner(max_workers=params.concurrency))
-    return evaluate.with_options(task_runner=runner)(params)
+
+    def run() -> EvaluationReport:
+        # a run that ends Cancelled raises here: Prefect resolves the state the flow returns to its result
+        return cast(EvaluationReport, evaluate.with_options(task_runner=runner)(params))
+
+    if not stop_on_signals:
+        return run()
+
+    def stopped(signum: int) -> Interrupted:
+        name = signal.Signals(signum).name
+        return Interrupted(
+            f"interrupted by {name}: the evaluation run was cancelled (recorded as such), no trajectories kept; "
+            "run the command again to evaluate",
+            signum,
+        )
+
+    return run_stoppable(run, stopped)

@@ -36,16 +36,21 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from worldsmith.errors import WorldsmithError
 from worldsmith.flows.artifacts import as_completed_with_progress, summarise_generation
-from worldsmith.flows.interruption import STOP, Interrupted, ignore_terminal_interrupts, stop_on_signals
-from worldsmith.flows.records import current_flow_run_id
+from worldsmith.flows.interruption import STOP, Interrupted, run_stoppable
+from worldsmith.flows.records import current_flow_run_id, failed_on_error, mark_crashed
 from worldsmith.flows.run_names import named_after
 from worldsmith.flows.world_builds import WorldProgress, build_world, log_scenario_repairs, publish_outcome
+from worldsmith.jsonvalue import JsonObject
 from worldsmith.models.bundle import Scenario
+from worldsmith.models.catalog import RunRecord
 from worldsmith.models.generation import WorldOutcome
+from worldsmith.models.runs import RecordedKind, RunStatus
 from worldsmith.runtime.answers import one_line
 from worldsmith.settings import get_settings
+from worldsmith.stages.order import Stage
 from worldsmith.stages.scenario import load_scenarios
 from worldsmith.stages.work import EnvWork
+from worldsmith.storage.run_records import finish_run, open_record
 from worldsmith.tasks.generation import new_scenarios, resumable, transient_only
 from worldsmith.tasks.generation_run import GENERATION_RUNS, release, resources
 from worldsmith.tasks.parameters import GenerateParameters
@@ -142,6 +147,7 @@ FINISHED: RunResources[list[WorldOutcome]] = RunResources()
 @flow(
     name="generate",
     log_prints=True,
+    on_crashed=[mark_crashed],  # its run record reads `crashed` when a worker sees its process die
     flow_run_name=named_after(
         "generate",
         "params",
@@ -154,14 +160,39 @@ def generate(params: GenerateParameters = GenerateParameters()) -> list[WorldOut
     `TooFewGoodWorlds`, in the caller, with no traceback logged) on a fatal fault, or after writing
     the summary when the share of good worlds is below `params.min_good_share`. Logs a line per
     stage attempt that failed (world, stage, error class) as its world goes on. Ends Cancelled, its
-    finished worlds published and no summary written, when the run is asked to stop (`STOP`).
+    finished worlds published and no summary written, when the run is asked to stop (`STOP`). The
+    run's `RunRecord` (its id the stage attempts' `run_id`) holds its status: completed, failed (with
+    its error, and `failed_stage` for a run that died in the scenario stage) or cancelled.
 
     Args:
         params: The run: how many environments, the backend and model, seeds, attempts, the share of good worlds required.
     """
     params = params.dated()
-    finished = FINISHED.find(params.key())
     run_id = current_flow_run_id() or params.key()
+    what = f"{params.count} worlds ({params.resolved_backend()})"
+    open_record(RecordedKind.GENERATE, run_id, what, current_flow_run_id())
+    with failed_on_error(RunRecord, run_id):
+        ended = _generate(params, run_id)
+    status, metrics = run_end(ended)
+    finish_run(RunRecord, run_id, status, metrics)
+    return ended
+
+
+def run_end(ended: list[WorldOutcome] | State) -> tuple[RunStatus, JsonObject]:
+    """The status and metrics a generation run's record ends with, from what the flow returns: its
+    error (the state's message) and, for a run that died in the scenario stage, `failed_stage`."""
+    if not isinstance(ended, State):
+        return RunStatus.COMPLETED, {}
+    if ended.is_cancelled():
+        return RunStatus.CANCELLED, {"error": ended.message or "cancelled"}
+    metrics: JsonObject = {"error": ended.message or ended.name}
+    if isinstance(ended.data, ScenarioStageFailed):
+        metrics["failed_stage"] = Stage.SCENARIO.value
+    return RunStatus.FAILED, metrics
+
+
+def _generate(params: GenerateParameters, run_id: str) -> list[WorldOutcome] | State:
+    finished = FINISHED.find(params.key())
     seeds = load_scenarios(params.scenario_file)
     warming = warm_imports(wait=params.backend != "openai")
     try:
@@ -242,33 +273,17 @@ def run_generate(
 
     if on_progress is None:
         return worlds()
-    results: list[WorldOutcome] = []
-    errors: list[BaseException] = []
+    with FINISHED.holding(params.key(), []) as finished:
+        reported = 0
 
-    def run() -> None:
-        ignore_terminal_interrupts()
-        try:
-            results.extend(worlds())
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
-            errors.append(exc)
-
-    with FINISHED.holding(params.key(), []) as finished, stop_on_signals() as stop:
-        worker = threading.Thread(target=run, name="generate-flow")
-        worker.start()
-        reported, forced = 0, False
-        while worker.is_alive() or reported < len(finished):
-            worker.join(timeout=0.2)
-            if stop.forced and not forced:  # asked twice: stop the sandboxes the stages in flight wait on
-                forced = True
-                GENERATION_RUNS.release_all()
-            if stop.times >= 3:  # asked three times: stop waiting for anything
-                os._exit(128 + stop.signum)
+        def report() -> None:
+            nonlocal reported
             while reported < len(finished):
                 on_progress(finished[reported])
                 reported += 1
-        if stop.requested:
+
+        def stopped(signum: int) -> Interrupted:
             kept = [outcome.ref or outcome.env_id for outcome in finished]
-            raise Interrupted(f"{len(kept)} of {params.count} worlds kept", stop.signum, kept)
-    if errors:
-        raise errors[0]
-    return results
+            return Interrupted(f"{len(kept)} of {params.count} worlds kept", signum, kept)
+
+        return run_stoppable(worlds, stopped, on_force=GENERATION_RUNS.release_all, poll=report)

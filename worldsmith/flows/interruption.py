@@ -1,7 +1,8 @@
 """Stopping a run on Ctrl-C (SIGINT) or SIGTERM: a request, not an exception thrown at a random point.
 
 `STOP` is this process's stop request. `stop_on_signals()` (the main thread of a command that runs a
-flow in a thread of its own: `run_generate`) turns SIGINT and SIGTERM into `STOP.request(signal)`;
+flow in a thread of its own: `run_stoppable`, used by `run_generate` and `run_evaluate`) turns SIGINT
+and SIGTERM into `STOP.request(signal)`;
 the flow and its tasks look at it between stages (`STOP.check()`), so a world's stage in flight ends,
 a world that stopped is not recorded as failed, worlds already finished stay published, and the flow
 run ends Cancelled. A second signal asks for force (`STOP.forced`): the caller closes the run's
@@ -14,13 +15,16 @@ server above all) outlive a Ctrl-C sent to the whole process group long enough t
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 from worldsmith.failures import UserFixable
+
+Result = TypeVar("Result")
 
 #: The signals that stop a run.
 STOPPING_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -111,3 +115,44 @@ def ignore_terminal_interrupts() -> None:
     to the whole process group; those processes are stopped by the run as it ends (the Prefect server
     last, after the flow run is set Cancelled), not by the keystroke."""
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+
+def run_stoppable(
+    work: Callable[[], Result],
+    stopped: Callable[[int], Interrupted],
+    on_force: Callable[[], None] = lambda: None,
+    poll: Callable[[], None] = lambda: None,
+) -> Result:
+    """`work()` (a flow) in a thread of its own while this (main) thread turns SIGINT and SIGTERM into a stop
+    request (`STOP`), which the flow's tasks look at between pieces of work. Returns what `work` returns, or
+    raises what it raised; once a stop was requested raises `stopped(signum)` instead, after `work` ended.
+    A second signal calls `on_force` (close what the work waits on), a third exits at once (128 + signal).
+    `poll` is called every fifth of a second and once more at the end (a progress report)."""
+    results: list[Result] = []
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        ignore_terminal_interrupts()
+        try:
+            results.append(work())
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller's thread
+            errors.append(exc)
+
+    with stop_on_signals() as stop:
+        worker = threading.Thread(target=run, name="stoppable-flow")
+        worker.start()
+        forced = False
+        while worker.is_alive():
+            worker.join(timeout=0.2)
+            if stop.forced and not forced:  # asked twice: stop what the work in flight waits on
+                forced = True
+                on_force()
+            if stop.times >= 3:  # asked three times: stop waiting for anything
+                os._exit(128 + stop.signum)
+            poll()
+        poll()
+        if stop.requested:
+            raise stopped(stop.signum)
+    if errors:
+        raise errors[0]
+    return results[0]

@@ -1,6 +1,7 @@
 """The Prefect side of run records (`worldsmith/storage/run_records.py`): the current flow run's id,
-the run rows a flow opens (`start_evaluation_run`, `start_training_run`) and fails when it raises
-(`failed_on_error`), and the `on_crashed` hook that fails the run rows of a flow run whose process died."""
+the run rows a flow opens (`start_evaluation_run`, `start_training_run`, `open_record`) and ends when it
+raises (`failed_on_error`: `cancelled` when stopped by a signal, else `failed`), and the `on_crashed` hook
+that marks `crashed` the run rows of a flow run whose process died."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ from uuid import UUID
 
 from prefect.context import FlowRunContext
 
+from worldsmith.flows.interruption import Interrupted
 from worldsmith.jsonvalue import JsonObject
 from worldsmith.models.catalog import EvaluationRun, TrainingRun
+from worldsmith.models.runs import RunStatus
 from worldsmith.storage.catalog import open_catalog
-from worldsmith.storage.run_records import RunRow, add_run, fail_running, finish_run
+from worldsmith.storage.run_records import RunRow, add_run, crash_running, finish_run
 from worldsmith.storage.sets import get_set
 from worldsmith.tasks.parameters import EvaluateParameters
 
@@ -53,22 +56,25 @@ def start_training_run(set_name: str, config: JsonObject) -> int:
 
 
 @contextmanager
-def failed_on_error(table: type[RunRow], run_id: int, extra: Callable[[], JsonObject] = dict) -> Iterator[None]:
-    """Inside, any exception (an interrupt too) finishes run `run_id` of `table` as `failed`, its error
-    the exception's type and message and `extra()` merged into its metrics, and propagates."""
+def failed_on_error(table: type[RunRow], run_id: int | str, extra: Callable[[], JsonObject] = dict) -> Iterator[None]:
+    """Inside, any exception finishes run `run_id` of `table` and propagates: `cancelled` for a stop by a
+    signal (`Interrupted`, KeyboardInterrupt), `failed` for any other, its error the exception's type and
+    message; `extra()` merged into its metrics."""
     try:
         yield
     except BaseException as exc:
-        finish_run(table, run_id, "failed", {"error": f"{type(exc).__name__}: {exc}", **extra()})
+        stopped = isinstance(exc, Interrupted | KeyboardInterrupt)
+        status = RunStatus.CANCELLED if stopped else RunStatus.FAILED
+        finish_run(table, run_id, status, {"error": f"{type(exc).__name__}: {exc}", **extra()})
         raise
 
 
 def mark_crashed(flow: Any, flow_run: Any, state: Any) -> None:
     """Prefect `on_crashed` hook, run by the worker when a flow run's process dies (SIGKILL, out of
     memory): the catalog's run rows of that flow run and of its subflow runs that still read
-    `running` become `failed`, their error naming the crash, so the dashboard shows them as they
+    `running` become `crashed`, their error naming the crash, so the dashboard shows them as they
     are and a training run among them can be resumed."""
-    fail_running(_with_subflows(flow_run.id), f"crashed: {state.message or state.name}")
+    crash_running(_with_subflows(flow_run.id), f"crashed: {state.message or state.name}")
 
 
 def _with_subflows(flow_run_id: UUID) -> list[str]:

@@ -19,7 +19,7 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
@@ -34,7 +34,8 @@ from worldsmith.flows.records import current_flow_run_id, failed_on_error, mark_
 from worldsmith.flows.run_names import named_after
 from worldsmith.jsonvalue import JsonObject
 from worldsmith.models.catalog import TrainingRun, TrainingStep
-from worldsmith.models.evaluation import EvaluationSummary
+from worldsmith.models.evaluation import EvaluationReport, EvaluationSummary
+from worldsmith.models.runs import RunStatus
 from worldsmith.models.sets import SplitName
 from worldsmith.models.training import TrainerOutcome, TrainResult
 from worldsmith.runtime.episode import Runtime
@@ -134,7 +135,7 @@ def evaluate_split(config: TrainingConfig, model: str, split: SplitName) -> Eval
         seed=config.seed,
         side_effects=config.side_effects,
     )
-    result = evaluate(params)
+    result = cast(EvaluationReport, evaluate(params))  # a subflow that ends Cancelled raises here
     return EvaluationSummary(run_id=result.run_id, scores=result.overall)
 
 
@@ -170,10 +171,10 @@ def reopen_run(run_id: int, config: TrainingConfig, output: Path) -> ReopenedRun
     and the step rows after it are dropped. ValueError naming the problem when the run cannot resume."""
     run = _grpo_run(run_id)
     status, metrics, stored = run.status, dict(run.metrics), TrainingConfig.model_validate(run.config).model_dump()
-    if status == "completed":
+    if status == RunStatus.COMPLETED:
         raise ValueError(f"training run {run_id} completed; there is nothing to resume")
     owner = metrics.get("process")
-    if status == "running" and isinstance(owner, dict) and process_alive(owner):
+    if status == RunStatus.RUNNING and isinstance(owner, dict) and process_alive(owner):
         raise ValueError(
             f"training run {run_id} is still running (process {owner['pid']} on this host); stop it before resuming"
         )
@@ -201,7 +202,7 @@ def reopen_run(run_id: int, config: TrainingConfig, output: Path) -> ReopenedRun
         TrainingRun,
         run_id,
         {"resumed_from_steps": resumed, "process": this_process()},
-        status="running",
+        status=RunStatus.RUNNING,
         flow_run_id=current_flow_run_id(),
     )
     return ReopenedRun(step=checkpoint.step, directory=str(directory), metrics=metrics)
@@ -320,7 +321,7 @@ def train(
         log=trained.log,
         resumed_from=reopened.step if reopened else None,
     )
-    finish_run(TrainingRun, run_id, "completed", result.stored())
+    finish_run(TrainingRun, run_id, RunStatus.COMPLETED, result.stored())
     summarise_training(config, result)
     return result
 

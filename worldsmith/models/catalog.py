@@ -9,6 +9,7 @@ from sqlalchemy import JSON, BigInteger, Column, Index, UniqueConstraint
 from sqlmodel import AutoString, Field, SQLModel
 
 from worldsmith.jsonvalue import JsonObject
+from worldsmith.models.runs import RunStatus
 from worldsmith.models.sets import VersionStatus
 
 
@@ -256,7 +257,7 @@ class EvaluationRun(SQLModel, table=True):
     set_id: int | None = Field(default=None, foreign_key="environment_sets.id")
     policy: str = Field(max_length=256)
     samples: int = 1
-    status: str = Field(default="running", max_length=16)
+    status: RunStatus = Field(default=RunStatus.RUNNING, sa_type=AutoString(length=16))
     metrics: JsonObject = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     flow_run_id: str | None = Field(default=None, max_length=64)
     started_at: datetime = Field(default_factory=utcnow)
@@ -271,7 +272,25 @@ class TrainingRun(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     set_id: int | None = Field(default=None, foreign_key="environment_sets.id")
     config: JsonObject = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
-    status: str = Field(default="running", max_length=16)
+    status: RunStatus = Field(default=RunStatus.RUNNING, sa_type=AutoString(length=16))
+    metrics: JsonObject = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
+    flow_run_id: str | None = Field(default=None, max_length=64)
+    started_at: datetime = Field(default_factory=utcnow)
+    finished_at: datetime | None = None
+
+
+class RunRecord(SQLModel, table=True):
+    """A run with no run table of its own: a generation run (its `run_id` is its stage attempts'), a
+    curation run, or an evaluation or training run refused before it opened its row. Its metrics hold
+    `process` (worldsmith/storage/run_owner.py), `error` and, for a run that died in one, `failed_stage`."""
+
+    __tablename__ = "run_records"
+    __table_args__ = (Index("ix_run_records_kind_started_at", "kind", "started_at"),)
+
+    run_id: str = Field(primary_key=True, max_length=64)
+    kind: str = Field(max_length=16, description="a worldsmith/models/runs.RecordedKind")
+    status: RunStatus = Field(default=RunStatus.RUNNING, sa_type=AutoString(length=16))
+    what: str = Field(default="", max_length=256, description="what ran, in a few words")
     metrics: JsonObject = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))
     flow_run_id: str | None = Field(default=None, max_length=64)
     started_at: datetime = Field(default_factory=utcnow)

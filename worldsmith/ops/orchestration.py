@@ -220,3 +220,49 @@ def stalled_deployments(api_url: str | None = None, timeout_s: float = TIMEOUT_S
     except Exception:  # noqa: BLE001 - an API failing mid-read is as good as none for a page that refreshes
         return None
     return [d for d in orchestration.deployments if d.problem is not None]
+
+
+def due_runs(api_url: str, timeout_s: float = TIMEOUT_S) -> dict[str, int]:
+    """Per deployment (`flow/deployment`, as `DeploymentState.name`), its flow runs that are due: waiting
+    for a worker (scheduled, late or pending) with their expected start passed. What makes a deployment
+    that cannot start runs worth a warning: one nothing has asked to run yet (a GPU deployment on a
+    machine without a GPU worker, a nightly schedule's next run) is not. Raises as `read_orchestration`."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import (
+        DeploymentFilter,
+        DeploymentFilterId,
+        FlowFilter,
+        FlowFilterId,
+        FlowRunFilter,
+        FlowRunFilterDeploymentId,
+        FlowRunFilterExpectedStartTime,
+        FlowRunFilterState,
+        FlowRunFilterStateType,
+    )
+    from prefect.client.schemas.objects import StateType
+    from prefect.settings import PREFECT_API_URL, PREFECT_CLIENT_MAX_RETRIES, temporary_settings
+
+    now = datetime.now(UTC)
+    with (
+        temporary_settings({PREFECT_API_URL: api_url, PREFECT_CLIENT_MAX_RETRIES: 0}),
+        get_client(httpx_settings={"timeout": timeout_s}, sync_client=True) as client,
+    ):
+        waiting = client.read_flow_runs(
+            flow_run_filter=FlowRunFilter(
+                deployment_id=FlowRunFilterDeploymentId(is_null_=False),
+                state=FlowRunFilterState(type=FlowRunFilterStateType(any_=[StateType.SCHEDULED, StateType.PENDING])),
+                expected_start_time=FlowRunFilterExpectedStartTime.model_validate({"before_": now}),
+            )
+        )
+        ids = list({r.deployment_id for r in waiting if r.deployment_id is not None})
+        if not ids:
+            return {}
+        deployments = client.read_deployments(deployment_filter=DeploymentFilter(id=DeploymentFilterId(any_=ids)))
+        flow_ids = list({d.flow_id for d in deployments})
+        flows = {f.id: f.name for f in client.read_flows(flow_filter=FlowFilter(id=FlowFilterId(any_=flow_ids)))}
+    names = {d.id: f"{flows.get(d.flow_id, '?')}/{d.name}" for d in deployments}
+    due: dict[str, int] = {}
+    for r in waiting:
+        if r.deployment_id in names:
+            due[names[r.deployment_id]] = due.get(names[r.deployment_id], 0) + 1
+    return due

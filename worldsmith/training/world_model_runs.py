@@ -8,6 +8,7 @@ import tempfile
 from pathlib import Path
 
 from worldsmith.models.catalog import TrainingRun
+from worldsmith.models.runs import RunStatus
 from worldsmith.models.training import WorldModelTrainResult
 from worldsmith.settings import get_settings
 from worldsmith.storage.run_records import add_run, finish_run
@@ -44,8 +45,8 @@ def train_world_model(
             log = fine_tune(base, train, out, config, [CatalogMetrics(run_id)])
         digest = save_checkpoint(run_id, out, config.steps, {"final": True, **(log[-1] if log else {})})
     except BaseException as exc:
-        finish_run(TrainingRun, run_id, "failed", {"error": f"{type(exc).__name__}: {exc}"})
+        finish_run(TrainingRun, run_id, RunStatus.FAILED, {"error": f"{type(exc).__name__}: {exc}"})
         raise
     result = WorldModelTrainResult(run_id=run_id, model=str(out), checkpoint=digest, steps=config.steps, log=log)
-    finish_run(TrainingRun, run_id, "completed", result.stored())
+    finish_run(TrainingRun, run_id, RunStatus.COMPLETED, result.stored())
     return result

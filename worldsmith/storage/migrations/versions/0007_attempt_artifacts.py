@@ -2,7 +2,7 @@
 files it wrote, the check's evidence), stored in the object store and linked to its stage_attempts row
 
 Revision ID: 0007
-Revises: 0005
+Revises: 0006
 Create Date: 2026-12-05 17:40:00
 """
 
@@ -13,7 +13,7 @@ import sqlmodel
 from alembic import op
 
 revision = "0007"
-down_revision = "0005"
+down_revision = "0006"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,33 @@
+"""How a run ended (or that it has not): the status every run kind records in the catalog, and the
+kinds of run that record theirs in the catalog's `run_records` table (`RunRecord`)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class RunStatus(StrEnum):
+    """A run's status. `running` while its process works; `completed`, `failed` (its error recorded) or
+    `cancelled` (stopped by Ctrl-C or SIGTERM) once it ended; `crashed`: its process died without
+    recording an end (killed, out of memory), told by the `on_crashed` hook or, for a run of this host,
+    by its recorded process being gone (worldsmith/storage/run_owner.py)."""
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    CRASHED = "crashed"
+
+    @property
+    def ended(self) -> bool:
+        return self is not RunStatus.RUNNING
+
+
+class RecordedKind(StrEnum):
+    """The runs a `RunRecord` stands for: those with no run table of their own (generation, curation),
+    and evaluation or training runs refused before they opened theirs (an endpoint that does not answer)."""
+
+    GENERATE = "generate"
+    CURATE = "curate"
+    EVALUATE = "evaluate"
+    TRAIN = "train"
