@@ -45,6 +45,12 @@ OWNING_STEP = {
     F.REPLAY_DIFFERS_IN_END_STATE: CODE,
     F.BOUNDARY_INPUT_CRASHED: CODE,
     F.TOOL_REPLAY_DIFFERS: CODE,
+    F.HALF_DONE_ACCEPTED: VERIFIERS_STAGE,
+    F.WRONG_ENTITY_ACCEPTED: VERIFIERS_STAGE,
+    F.EXTRA_SIDE_EFFECT_ACCEPTED: VERIFIERS_STAGE,
+    F.OTHER_ANSWER_ACCEPTED: VERIFIERS_STAGE,
+    F.REORDERED_REJECTED: VERIFIERS_STAGE,
+    F.SEED_ID_HARD_CODED: VERIFIERS_STAGE,
 }
 
 #: The import report's kind of each failure that broke no sandbox limit (issue 8's names; any other
@@ -69,6 +75,12 @@ DEFECT_KIND = {
     F.REPLAY_DIFFERS_IN_END_STATE: "replay_differs",
     F.BOUNDARY_INPUT_CRASHED: "route_crashes",
     F.TOOL_REPLAY_DIFFERS: "replay_differs",
+    F.HALF_DONE_ACCEPTED: "verifier_too_lenient",
+    F.WRONG_ENTITY_ACCEPTED: "verifier_too_lenient",
+    F.EXTRA_SIDE_EFFECT_ACCEPTED: "verifier_too_lenient",
+    F.OTHER_ANSWER_ACCEPTED: "verifier_too_lenient",
+    F.REORDERED_REJECTED: "verifier_too_strict",
+    F.SEED_ID_HARD_CODED: "verifier_reads_seed_ids",
 }
 
 

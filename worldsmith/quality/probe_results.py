@@ -29,6 +29,9 @@ class Probe(StrEnum):
     REPLAY_DETERMINISTIC = "replay deterministic"
     BOUNDARY_INPUTS = "tool runs on boundary inputs"  # quality/input_probes.py
     TOOL_DETERMINISTIC = "tool replay deterministic"  # quality/tool_replays.py
+    WRONG_END_STATE_REJECTED = "verifier rejects a wrong end state"  # quality/verifier_mutations.py
+    EQUIVALENT_END_STATE_ACCEPTED = "verifier accepts an equivalent end state"  # quality/verifier_mutations.py
+    NO_SEED_IDS = "verifier names no seed-only id"  # quality/verifier_ids.py
 
 
 class Artifact(StrEnum):
@@ -62,6 +65,12 @@ class ProbeFailure(StrEnum):
     REPLAY_DIFFERS_IN_END_STATE = "replay differs in the end state"
     BOUNDARY_INPUT_CRASHED = "boundary input crashed"  # a boundary date, a quote, a NULL column ...
     TOOL_REPLAY_DIFFERS = "tool replay differs"  # its calls replayed in another process
+    HALF_DONE_ACCEPTED = "half done accepted"  # a prefix of the reference's writes judged complete
+    WRONG_ENTITY_ACCEPTED = "wrong entity accepted"  # the reference's write on another row judged complete
+    EXTRA_SIDE_EFFECT_ACCEPTED = "extra side effect accepted"  # the reference plus one more insert
+    OTHER_ANSWER_ACCEPTED = "another task's answer accepted"
+    REORDERED_REJECTED = "reordered solution rejected"  # its commuting writes in another order
+    SEED_ID_HARD_CODED = "seed id hard-coded"  # a row id neither the task nor its solution names
 
     @property
     def probe(self) -> Probe:
@@ -96,6 +105,12 @@ _FAILURES: dict[ProbeFailure, tuple[Probe, Artifact]] = {
     ProbeFailure.REPLAY_DIFFERS_IN_END_STATE: (Probe.REPLAY_DETERMINISTIC, Artifact.TOOL_CODE),
     ProbeFailure.BOUNDARY_INPUT_CRASHED: (Probe.BOUNDARY_INPUTS, Artifact.TOOL_CODE),
     ProbeFailure.TOOL_REPLAY_DIFFERS: (Probe.TOOL_DETERMINISTIC, Artifact.TOOL_CODE),
+    ProbeFailure.HALF_DONE_ACCEPTED: (Probe.WRONG_END_STATE_REJECTED, Artifact.VERIFIERS),
+    ProbeFailure.WRONG_ENTITY_ACCEPTED: (Probe.WRONG_END_STATE_REJECTED, Artifact.VERIFIERS),
+    ProbeFailure.EXTRA_SIDE_EFFECT_ACCEPTED: (Probe.WRONG_END_STATE_REJECTED, Artifact.VERIFIERS),
+    ProbeFailure.OTHER_ANSWER_ACCEPTED: (Probe.WRONG_END_STATE_REJECTED, Artifact.VERIFIERS),
+    ProbeFailure.REORDERED_REJECTED: (Probe.EQUIVALENT_END_STATE_ACCEPTED, Artifact.VERIFIERS),
+    ProbeFailure.SEED_ID_HARD_CODED: (Probe.NO_SEED_IDS, Artifact.VERIFIERS),
 }
 
 

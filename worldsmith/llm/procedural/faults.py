@@ -11,7 +11,8 @@ wrong, and names what the probes must name (`PlantedFault.targets`: a tool or ta
 - `blocked_task_refused_step`: a task's reference solution has a call the tool refuses;
 - `wall_clock_read`: every write logs the real time (the determinism probe's to find);
 - `over_strict_answer_check`: a counting task's verifier accepts only the bare number as the answer,
-  character for character (the answer-variant probes' to find: a reworded answer is a false negative).
+  character for character (the answer-variant probes' to find: a reworded answer is a false negative);
+- the verifier classes of faults_verifiers.py (verifier mutation testing's to find).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.loader import build_bundle
 from worldsmith.jsonvalue import JsonObject
+from worldsmith.llm.procedural.faults_verifiers import VERIFIER_PLANTERS
 from worldsmith.models.bundle import TaskSpec
 
 SOURCES = ("schema.sql", "seed.sql", "tools.py", "tasks.jsonl", "verifiers.py")
@@ -122,6 +124,7 @@ PLANTERS: dict[str, Callable[[dict[str, str], list[TaskSpec]], frozenset[str]]] 
     "blocked_task_refused_step": _blocked_task_refused_step,
     "wall_clock_read": _wall_clock_read,
     "over_strict_answer_check": _over_strict_answer_check,
+    **VERIFIER_PLANTERS,  # verifiers that judge the wrong end state (faults_verifiers.py)
 }
 #: Every planted fault class, in the order the benchmark reports them.
 FAULTS = tuple(PLANTERS)
