@@ -12,7 +12,8 @@ function, an integer literal is read as a row id where the code says so:
 
 It is flagged when it is a row id of that table in the seed, or the id the table's next row gets, and
 neither the task's instruction nor its reference solution's arguments name it (an id the solution passes is
-one the agent finds with the tools: the verifier may check that very row).
+one the agent finds with the tools: the verifier may check that very row), nor is it an id a row the
+solution names by id points at (order 1009's `customer_id`: the task fixes that row as well).
 """
 
 from __future__ import annotations
@@ -78,24 +79,33 @@ def _literal_ids(function: ast.FunctionDef, tables: dict[str, set[int]]) -> Iter
                         yield _table_of(key.value, [], tables), right.value, f"[{key.value!r}] == {right.value}"
 
 
-def _named(task: TaskSpec) -> set[int]:
-    """The integers a task's instruction and its reference solution's arguments name."""
+def _named(task: TaskSpec, conn: sqlite3.Connection, tables: dict[str, set[int]]) -> set[int]:
+    """The integers a task's instruction and its reference solution's arguments name, with the ids the rows
+    its solution names by id point at (order 1009's customer: the task fixes that row too)."""
     numbers = {int(n) for n in re.findall(r"\d+", task.instruction)}
+    by_id: list[tuple[str, int]] = []
 
-    def walk(value: JsonValue) -> None:
-        if type(value) is int:
-            numbers.add(value)
-        elif isinstance(value, str) and value.isdigit():
+    def walk(value: JsonValue, key: str = "") -> None:
+        if type(value) is int or isinstance(value, str) and value.isdigit():
             numbers.add(int(value))
+            if key == "id" or key.endswith("_id"):
+                by_id.append((key, int(value)))
         elif isinstance(value, dict):
-            for item in value.values():
-                walk(item)
+            for name, item in value.items():
+                walk(item, name)
         elif isinstance(value, list):
             for item in value:
-                walk(item)
+                walk(item, key)
 
     for step in task.solution:
         walk(step.arguments)
+    for key, value in by_id:
+        table = _table_of(key, [], tables)
+        if table is not None:
+            cursor = conn.execute(f'SELECT * FROM "{table}" WHERE rowid = ?', (value,))
+            columns = [d[0] for d in cursor.description]
+            for row in cursor.fetchall():
+                numbers |= {v for c, v in zip(columns, row) if c.endswith("_id") and type(v) is int}
     return numbers
 
 
@@ -111,12 +121,14 @@ def seed_id_results(bundle: Bundle) -> list[ProbeResult]:
         return []  # a verifier module that does not parse fails to load: the probes that run it say so
     functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}
     tables = seed_ids(bundle.world)
+    conn = sqlite3.connect(":memory:")
+    conn.deserialize(bundle.world)
     results = []
     for task in bundle.tasks:
         function = functions.get(task.verifier)
         if function is None:
             continue
-        named = _named(task)
+        named = _named(task, conn, tables)
         hard_coded = [
             (table, value, where)
             for table, value, where in _literal_ids(function, tables)
@@ -132,4 +144,5 @@ def seed_id_results(bundle: Bundle) -> list[ProbeResult]:
             results.append(ProbeResult.failing(ProbeFailure.SEED_ID_HARD_CODED, task.id, detail, cause=where))
         else:
             results.append(ProbeResult.passing(Probe.NO_SEED_IDS, task.id, "no seed-only id"))
+    conn.close()
     return results

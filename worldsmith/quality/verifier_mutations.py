@@ -7,8 +7,9 @@ Must fail (a verifier judging one `complete` is too lenient):
 - `half done`: the reference's calls up to the second half of its writes (two writes or more);
 - `wrong entity`: the reference with the row one of its writes acts on swapped for another row of the same
   table, found in the seed (everywhere that value appears in the solution);
-- `extra side effect`: the reference plus its inserting write made once more for another row (a second
-  booking), where the rows are of a table the verifier names: a task that creates rows must count them;
+- `extra side effect`: the reference plus its inserting write made once more, as it was or for another
+  row (a second booking: an argument the instruction does not name swapped, so the extra stays within what
+  the task is about, e.g. the same patient), where the rows are of a table the verifier names: a task that creates rows must count them;
   other rows' updates, and rows a tool logs on the side, are the guard's to catch;
 - `answer of another task`: the reference's end state with the answer of another task that says otherwise,
   where the verifier reads the answer (it rejects that end state with no answer at all).
@@ -168,6 +169,15 @@ def wrong_entities(calls: list[Call], writes: list[int], keys: SeedKeys) -> Iter
                 yield _replaced(calls, name, args[name], other)
 
 
+def _said(text: str, value: JsonValue) -> bool:
+    """Whether `text` names `value` (a number as a whole number, a string anywhere, case aside)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return False
+    if isinstance(value, str):
+        return value.lower() in text.lower()
+    return re.search(rf"(?<![\d.]){re.escape(str(value))}(?!\d)", text) is not None
+
+
 def other_answer(task: TaskSpec, tasks: Sequence[TaskSpec]) -> str | None:
     """The answer of another task least like `task`'s (fewest shared words and numbers); None when
     `task` expects no answer or every other answer says what it says."""
@@ -318,16 +328,16 @@ def _extra_insert(
     reference_diff: DbDiff,
     keys: SeedKeys,
 ) -> ProbeResult | None:
-    """The reference plus one of its inserting writes once more (for another row, else as it was)."""
+    """The reference plus one of its inserting writes once more: as it was (a duplicate), else for another
+    row (another slot booked by the same call)."""
     creating = {t for t, rows in reference_diff.tables.items() if rows.inserted and t in run.tables_read}
     if not creating:
         return None
     for index in reversed(writes):
         tool, args = calls[index]
-        extras = [
-            _replaced([(tool, args)], n, args[n], o)[0] for n in _identifying(args) for o in keys.others(n, args[n])
-        ]
-        for extra in [*extras[:TRIES], (tool, args)]:
+        free = [n for n in _identifying(args) if not _said(run.task.instruction, args[n])]  # the task's own stay
+        extras = [_replaced([(tool, args)], n, args[n], o)[0] for n in free for o in keys.others(n, args[n])]
+        for extra in [(tool, args), *extras[:TRIES]]:
             if run.play([extra], reference) is None:
                 continue
             added = run.episode.diff(reference)

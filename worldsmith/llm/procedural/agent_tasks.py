@@ -49,9 +49,12 @@ _NUMBER_WORDS = {word: n for n, word in enumerate(
     "seventeen eighteen nineteen twenty".split())}
 
 
+_NOT_A_COUNT = re.compile(r"\\b(?:no|the|this|that|each|every|any) one\\b|\\bone (?:of|another)\\b")
+
+
 def _numbers(text):
-    """The whole numbers `text` names, in digits or (up to twenty) in words."""
-    words = re.findall(r"[a-z]+", (text or "").lower())
+    """The whole numbers `text` names, in digits or (up to twenty) in words ("one of" is no count)."""
+    words = re.findall(r"[a-z]+", _NOT_A_COUNT.sub(" ", (text or "").lower()))
     return {int(n) for n in re.findall(r"-?\\d+", text or "")} | {_NUMBER_WORDS[w] for w in words if w in _NUMBER_WORDS}
 
 

@@ -24,7 +24,7 @@ from worldsmith.bundle.sqlscript import build_world
 from worldsmith.models.bundle import TaskSpec
 
 Planter = Callable[[dict[str, str], list[TaskSpec]], frozenset[str]]
-_FUNCTION = re.compile(r"\ndef verify_(\w+)\(initial, final, answer\):\n(?:(?:    [^\n]*)?\n)*")
+_FUNCTION = re.compile(r"^def verify_(\w+)\(initial, final, answer\):\n(?:(?:    [^\n]*)?\n)*", re.MULTILINE)
 _UPDATE = re.compile(
     r"    value = _value\(final, ('\w+'), (\d+), ('\w+')\)\n    return _result\('complete' if value == (.+?) else"
 )
