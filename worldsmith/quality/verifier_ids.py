@@ -82,7 +82,8 @@ def _literal_ids(function: ast.FunctionDef, tables: dict[str, set[int]]) -> Iter
 def _named(task: TaskSpec, conn: sqlite3.Connection, tables: dict[str, set[int]]) -> set[int]:
     """The integers a task's instruction and its reference solution's arguments name, with the ids the rows
     its solution names by id point at (order 1009's customer: the task fixes that row too)."""
-    numbers = {int(n) for n in re.findall(r"\d+", task.instruction)}
+    undated = re.sub(r"\d{4}-\d{2}-\d{2}(?:[T ][\d:.]+)?", " ", task.instruction)  # no id is part of a date
+    numbers = {int(n) for n in re.findall(r"\d+", undated)}
     by_id: list[tuple[str, int]] = []
 
     def walk(value: JsonValue, key: str = "") -> None:

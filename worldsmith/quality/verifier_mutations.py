@@ -9,7 +9,7 @@ Must fail (a verifier judging one `complete` is too lenient):
   table, found in the seed (everywhere that value appears in the solution);
 - `extra side effect`: the reference plus its inserting write made once more, as it was or for another
   row (a second booking: an argument the instruction does not name swapped, so the extra stays within what
-  the task is about, e.g. the same patient), where the rows are of a table the verifier names: a task that creates rows must count them;
+  the task is about, e.g. the same patient), else with its text arguments renamed (past a unique name), where the rows are of a table the verifier names: a task that creates rows must count them;
   other rows' updates, and rows a tool logs on the side, are the guard's to catch;
 - `answer of another task`: the reference's end state with the answer of another task that says otherwise,
   where the verifier reads the answer (it rejects that end state with no answer at all).
@@ -337,7 +337,8 @@ def _extra_insert(
         tool, args = calls[index]
         free = [n for n in _identifying(args) if not _said(run.task.instruction, args[n])]  # the task's own stay
         extras = [_replaced([(tool, args)], n, args[n], o)[0] for n in free for o in keys.others(n, args[n])]
-        for extra in [(tool, args), *extras[:TRIES]]:
+        renamed = {k: f"{v} 2" if isinstance(v, str) and re.search("[A-Za-z]", v) else v for k, v in args.items()}
+        for extra in [(tool, args), *extras[:TRIES], (tool, renamed)]:  # renamed: past a unique name
             if run.play([extra], reference) is None:
                 continue
             added = run.episode.diff(reference)
@@ -362,8 +363,13 @@ def _reordered(
 
 def verifier_mutations(runtime: Runtime, bundle: Bundle) -> list[ProbeResult]:
     """Every task's verifier judged on its mutated end states (tasks with a reference solution), and the
-    row ids its code names that only this seed has (quality/verifier_ids.py)."""
+    row ids its code names that only this seed has (quality/verifier_ids.py). [] for verifiers a release
+    brought (an imported world's: written to the release's conventions, such as the acting user being row 1,
+    and never repaired by the verifiers stage)."""
     from worldsmith.quality.verifier_ids import seed_id_results  # the static half: no runtime
+
+    if bundle.verifiers_kind.name is not None:
+        return []
 
     keys = SeedKeys(bundle.world)
     results = seed_id_results(bundle)
