@@ -8,8 +8,9 @@ sample imported. Each must pass every probe (a failed probe on a clean world is 
 Planted: each procedural world once per fault class of worldsmith/llm/procedural/faults.py; a fault is
 found when a failed probe names the tool or task it was planted in. The probes are those the verifiers
 stage runs: `check_environment` and the answer variants of every task (`answer_variant_failures`,
-which find an over-strict answer check). Time: all probes of a world
-(`check_environment`), the deep tool probes alone, and as the baseline the one-call-per-tool probe
+which find an over-strict answer check); `check_environment` includes verifier mutation testing
+(quality/verifier_mutations.py, which finds the verifier fault classes). Time: all probes of a world
+(`check_environment`), the deep tool probes alone, the verifier mutations alone, and as the baseline the one-call-per-tool probe
 (`probe_tools`) of the same world in the same run. The last line is a JSON object.
 """
 
@@ -38,6 +39,7 @@ from worldsmith.llm.procedural.blocks import DOMAINS
 from worldsmith.llm.procedural.faults import FAULTS, plant
 from worldsmith.quality.deep_probes import deep_probes
 from worldsmith.quality.probes import check_environment, probe_tools
+from worldsmith.quality.verifier_mutations import verifier_mutations
 from worldsmith.runtime.episode import Runtime
 
 
@@ -70,6 +72,7 @@ def main() -> None:
             _, single = timed(probe_tools, runtime, bundle)
             deep, deep_s = timed(deep_probes, runtime, bundle)
             variants, variants_s = timed(answer_variant_failures, runtime, bundle)
+            _, mutations_s = timed(verifier_mutations, runtime, bundle)
             failed = [f"{r.probe} {r.target}: {r.detail[:140]}" for r in results if not r.passed]
             failed += [f"answer variant {v.name}: judged {v.verdict}" for v in variants]
             clean_rows.append((bundle.env_id, len(bundle.tools), len(results), failed))
@@ -80,6 +83,7 @@ def main() -> None:
                     "all_probes_s": round(total, 2),
                     "deep_s": round(deep_s, 2),
                     "answer_variants_s": round(variants_s, 2),
+                    "mutations_s": round(mutations_s, 2),
                     "one_call_per_tool_s": round(single, 3),
                     "deep_over_one_call": round(deep_s / single, 1),
                 }
@@ -113,7 +117,15 @@ def main() -> None:
         for r in failed[:3]:
             console.print(f"  FP {env_id}: {r}", highlight=False)
     times = Table(title="Probe time per clean world")
-    columns = ("world", "tools", "all probes s", "deep probes s", "answer variants s", "one call per tool s")
+    columns = (
+        "world",
+        "tools",
+        "all probes s",
+        "deep probes s",
+        "answer variants s",
+        "mutations s",
+        "one call per tool s",
+    )
     for column in (*columns, "deep / one call"):
         times.add_column(column)
     for row in timing:
@@ -133,6 +145,7 @@ def main() -> None:
         "deep_s_max": max(deep_times),
         "deep_s_max_world": max(timing, key=lambda row: row["deep_s"])["world"],
         "all_probes_s_median": round(statistics.median(row["all_probes_s"] for row in timing), 2),
+        "mutations_s_median": round(statistics.median(row["mutations_s"] for row in timing), 2),
         "deep_over_one_call_median": round(statistics.median(row["deep_over_one_call"] for row in timing), 1),
         "most_tools": max(row["tools"] for row in timing),
         "wall_s": round(wall, 1),

@@ -55,6 +55,12 @@ OWNING_STEP = {
     F.DEPENDENT_ROWS_LEFT: CODE,
     F.SQL_BUILT_FROM_ARGUMENTS: CODE,
     F.SQL_INJECTION_ACCEPTED: CODE,
+    F.HALF_DONE_ACCEPTED: VERIFIERS_STAGE,
+    F.WRONG_ENTITY_ACCEPTED: VERIFIERS_STAGE,
+    F.EXTRA_SIDE_EFFECT_ACCEPTED: VERIFIERS_STAGE,
+    F.OTHER_ANSWER_ACCEPTED: VERIFIERS_STAGE,
+    F.REORDERED_REJECTED: VERIFIERS_STAGE,
+    F.SEED_ID_HARD_CODED: VERIFIERS_STAGE,
 }
 
 #: The import report's kind of each failure that broke no sandbox limit (issue 8's names; any other
@@ -89,6 +95,12 @@ DEFECT_KIND = {
     F.DEPENDENT_ROWS_LEFT: "tool_does_the_wrong_thing",
     F.SQL_BUILT_FROM_ARGUMENTS: "sql_injection",
     F.SQL_INJECTION_ACCEPTED: "sql_injection",
+    F.HALF_DONE_ACCEPTED: "verifier_too_lenient",
+    F.WRONG_ENTITY_ACCEPTED: "verifier_too_lenient",
+    F.EXTRA_SIDE_EFFECT_ACCEPTED: "verifier_too_lenient",
+    F.OTHER_ANSWER_ACCEPTED: "verifier_too_lenient",
+    F.REORDERED_REJECTED: "verifier_too_strict",
+    F.SEED_ID_HARD_CODED: "verifier_reads_seed_ids",
 }
 
 

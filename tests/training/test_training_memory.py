@@ -137,7 +137,7 @@ def test_a_configuration_fits_on_the_cpu_without_a_device_limit():
 
 
 def test_full_fine_tuning_that_cannot_fit_is_refused_naming_lora():
-    config = TrainingConfig(model="m", set_name="s", profile="gpu")
+    config = TrainingConfig(model="m", set_name="s", profile="gpu", rows_per_step=1)
     with pytest.raises(UserFixable, match=r"--lora\b") as refused:
         check_fits(config, QWEN3_4B.params, 64 * GIB, QWEN3_4B)
     assert "64.0 GiB" in str(refused.value) and refused.value.exit_code == 2

@@ -12,6 +12,8 @@ Kinds (design of issue 8; each names the thing at fault):
   replays end in different databases;
 - `secret_attempt` / `network_attempt` / `sandbox_violation`: the code tried to read a secret, to
   reach the network, or anything else the sandbox refuses (refused either way);
+- `verifier_too_lenient` / `verifier_too_strict` / `verifier_reads_seed_ids`: a verifier judged a
+  mutated end state wrongly, or names a row id only this seed has (quality/verifier_mutations.py);
 - any other failed probe: its probe's name (`tool_refuses_invalid_inputs`, `task_not_blocked` ...);
   any other problem of the release: `malformed`.
 
@@ -68,6 +70,12 @@ BY_FAILURE: dict[ProbeFailure, str] = {
     ProbeFailure.DEPENDENT_ROWS_LEFT: "tool_does_the_wrong_thing",
     ProbeFailure.SQL_BUILT_FROM_ARGUMENTS: "sql_injection",
     ProbeFailure.SQL_INJECTION_ACCEPTED: "sql_injection",
+    ProbeFailure.HALF_DONE_ACCEPTED: "verifier_too_lenient",
+    ProbeFailure.WRONG_ENTITY_ACCEPTED: "verifier_too_lenient",
+    ProbeFailure.EXTRA_SIDE_EFFECT_ACCEPTED: "verifier_too_lenient",
+    ProbeFailure.OTHER_ANSWER_ACCEPTED: "verifier_too_lenient",
+    ProbeFailure.REORDERED_REJECTED: "verifier_too_strict",
+    ProbeFailure.SEED_ID_HARD_CODED: "verifier_reads_seed_ids",
 }
 
 

@@ -37,6 +37,9 @@ class Probe(StrEnum):
     WRITE_EFFECTS = "write sets the columns its arguments name"  # quality/write_effects.py
     DEPENDENT_ROWS = "dependent rows follow a removed row"  # quality/write_effects.py
     NO_SQL_FROM_ARGUMENTS = "no SQL text built from arguments"  # quality/sql_injection.py
+    WRONG_END_STATE_REJECTED = "verifier rejects a wrong end state"  # quality/verifier_mutations.py
+    EQUIVALENT_END_STATE_ACCEPTED = "verifier accepts an equivalent end state"  # quality/verifier_mutations.py
+    NO_SEED_IDS = "verifier names no seed-only id"  # quality/verifier_ids.py
 
 
 class Artifact(StrEnum):
@@ -81,6 +84,12 @@ class ProbeFailure(StrEnum):
     DEPENDENT_ROWS_LEFT = "dependent rows left"  # a deleted or cancelled row's dependants stay as they were
     SQL_BUILT_FROM_ARGUMENTS = "SQL built from arguments"  # found in tools.py's source
     SQL_INJECTION_ACCEPTED = "SQL injection accepted"  # a quote in a text argument ends a string in its SQL
+    HALF_DONE_ACCEPTED = "half done accepted"  # a prefix of the reference's writes judged complete
+    WRONG_ENTITY_ACCEPTED = "wrong entity accepted"  # the reference's write on another row judged complete
+    EXTRA_SIDE_EFFECT_ACCEPTED = "extra side effect accepted"  # the reference plus one more insert
+    OTHER_ANSWER_ACCEPTED = "another task's answer accepted"
+    REORDERED_REJECTED = "reordered solution rejected"  # its commuting writes in another order
+    SEED_ID_HARD_CODED = "seed id hard-coded"  # a row id neither the task nor its solution names
 
     @property
     def probe(self) -> Probe:
@@ -125,6 +134,12 @@ _FAILURES: dict[ProbeFailure, tuple[Probe, Artifact]] = {
     ProbeFailure.DEPENDENT_ROWS_LEFT: (Probe.DEPENDENT_ROWS, Artifact.TOOL_CODE),
     ProbeFailure.SQL_BUILT_FROM_ARGUMENTS: (Probe.NO_SQL_FROM_ARGUMENTS, Artifact.TOOL_CODE),
     ProbeFailure.SQL_INJECTION_ACCEPTED: (Probe.NO_SQL_FROM_ARGUMENTS, Artifact.TOOL_CODE),
+    ProbeFailure.HALF_DONE_ACCEPTED: (Probe.WRONG_END_STATE_REJECTED, Artifact.VERIFIERS),
+    ProbeFailure.WRONG_ENTITY_ACCEPTED: (Probe.WRONG_END_STATE_REJECTED, Artifact.VERIFIERS),
+    ProbeFailure.EXTRA_SIDE_EFFECT_ACCEPTED: (Probe.WRONG_END_STATE_REJECTED, Artifact.VERIFIERS),
+    ProbeFailure.OTHER_ANSWER_ACCEPTED: (Probe.WRONG_END_STATE_REJECTED, Artifact.VERIFIERS),
+    ProbeFailure.REORDERED_REJECTED: (Probe.EQUIVALENT_END_STATE_ACCEPTED, Artifact.VERIFIERS),
+    ProbeFailure.SEED_ID_HARD_CODED: (Probe.NO_SEED_IDS, Artifact.VERIFIERS),
 }
 
 

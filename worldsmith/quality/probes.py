@@ -1,7 +1,7 @@
 """Execution probes of an environment: its tools run (once here, then on many valid and invalid
 inputs: quality/deep_probes.py), its tasks are not blocked, its reference solutions are accepted,
 its untouched state is rejected, its replay is deterministic (under another real clock and other
-random seeds). `worldsmith env check` prints them; what a failure is, and whose, is typed
+random seeds), its verifiers judge mutated end states right (quality/verifier_mutations.py). `worldsmith env check` prints them; what a failure is, and whose, is typed
 (quality/probe_results.py)."""
 
 from __future__ import annotations
@@ -291,4 +291,7 @@ def _probed(runtime: Runtime, bundle: Bundle, *, reuse: bool) -> list[ProbeResul
         from worldsmith.quality.invariants import invariant_probes  # it runs solutions as this module does
 
         results += invariant_probes(runtime, bundle)
+        from worldsmith.quality.verifier_mutations import verifier_mutations  # it builds on probe_tasks' verdicts
+
+        results += verifier_mutations(runtime, bundle)
     return results

@@ -1,7 +1,10 @@
 """Stage `verifiers`: one verifier per task plus reference solutions, written from the schema, the
 tools, the tasks and a view of the seed rows the tasks touch. The assembled bundle must load,
 every reference solution must run and be judged complete, and the untouched database must not be; the
-reference's end state with its final answer worded otherwise (agent/answer_variants.py) must stay complete."""
+reference's end state with its final answer worded otherwise (agent/answer_variants.py) must stay complete;
+end states mutated from the reference must be judged as they are (half done, the wrong entity, an extra
+insert or another task's answer rejected; commuting writes reordered accepted) and no verifier may read a
+row id only this seed has (quality/verifier_mutations.py, verifier_ids.py)."""
 
 from __future__ import annotations
 
@@ -25,6 +28,16 @@ from worldsmith.stages.repair import CheckFailed, run_with_repair
 from worldsmith.stages.routing import owning_step
 from worldsmith.stages.tools import tools_only_bundle
 from worldsmith.stages.work import EnvWork
+
+#: The repair kind of a failed check, by the first of these probes that failed (else "reference_rejected"):
+#: a mutated end state judged wrongly (quality/verifier_mutations.py) is repaired with that end state.
+REPAIR_KINDS = (
+    (Probe.UNTOUCHED_REJECTED, "verifier_accepts_untouched"),
+    (Probe.REFERENCE_ACCEPTED, "reference_rejected"),
+    (Probe.WRONG_END_STATE_REJECTED, "verifier_too_lenient"),
+    (Probe.EQUIVALENT_END_STATE_ACCEPTED, "verifier_false_negative"),
+    (Probe.NO_SEED_IDS, "verifier_reads_seed_ids"),
+)
 
 
 def assemble(work: EnvWork, generator: Generator) -> Bundle:
@@ -92,11 +105,8 @@ def run_verifiers_stage(
             r for r in probed if not r.passed and owning_step(r)[0] == Stage.VERIFIERS
         ]
         if failures:
-            kind = (
-                "verifier_accepts_untouched"
-                if any(r.probe == Probe.UNTOUCHED_REJECTED for r in failures)
-                else "reference_rejected"
-            )
+            failed = {r.probe for r in failures}
+            kind = next((kind for probe, kind in REPAIR_KINDS if probe in failed), "reference_rejected")
             raise CheckFailed(
                 kind,
                 "\n".join(f"{r.probe} failed for task {r.target}: {r.detail}" for r in failures),

@@ -44,8 +44,18 @@ def _changed_tables(initial, final):
             != [tuple(r) for r in final.execute(f'SELECT * FROM "{n}" ORDER BY rowid')]]
 
 
+_NUMBER_WORDS = {word: n for n, word in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen twenty".split())}
+
+
+_NOT_A_COUNT = re.compile(r"\\b(?:no|the|this|that|each|every|any) one\\b|\\bone (?:of|another)\\b")
+
+
 def _numbers(text):
-    return {int(n) for n in re.findall(r"-?\\d+", text or "")}
+    """The whole numbers `text` names, in digits or (up to twenty) in words ("one of" is no count)."""
+    words = re.findall(r"[a-z]+", _NOT_A_COUNT.sub(" ", (text or "").lower()))
+    return {int(n) for n in re.findall(r"-?\\d+", text or "")} | {_NUMBER_WORDS[w] for w in words if w in _NUMBER_WORDS}
 
 
 def _states_count(answer, instruction, n):

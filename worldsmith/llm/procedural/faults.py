@@ -14,7 +14,8 @@ wrong, and names what the probes must name (`PlantedFault.targets`: a tool or ta
   character for character (the answer-variant probes' to find: a reworded answer is a false negative);
 - tools that run but do the wrong thing (faults_tools.py): a read ignoring its filter, a write to the wrong
   column, a cancel leaving dependants, an inclusive end treated exclusive, SQL from arguments, a filter
-  dropping matches (the behaviour probes' to find).
+  dropping matches (the behaviour probes' to find);
+- the verifier classes of faults_verifiers.py (verifier mutation testing's to find).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from worldsmith.bundle.loader import build_bundle
 from worldsmith.jsonvalue import JsonObject
 from worldsmith.llm.procedural.faults_seed import SEED_PLANTERS
 from worldsmith.llm.procedural.faults_tools import TOOL_PLANTERS
+from worldsmith.llm.procedural.faults_verifiers import VERIFIER_PLANTERS
 from worldsmith.models.bundle import TaskSpec
 
 SOURCES = ("schema.sql", "seed.sql", "tools.py", "tasks.jsonl", "verifiers.py")
@@ -130,6 +132,7 @@ PLANTERS: dict[str, Callable[[dict[str, str], list[TaskSpec]], frozenset[str]]] 
     "over_strict_answer_check": _over_strict_answer_check,
     **SEED_PLANTERS,
     **TOOL_PLANTERS,
+    **VERIFIER_PLANTERS,  # verifiers that judge the wrong end state (faults_verifiers.py)
 }
 #: Every planted fault class, in the order the benchmark reports them.
 FAULTS = tuple(PLANTERS)
