@@ -7,10 +7,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from support.paths import REPO
+from support.realmodel import real_world
 
-from worldsmith.bundle.contract import Bundle
-from worldsmith.bundle.loader import build_bundle
 from worldsmith.llm.procedural.backend import procedural_bundle
 from worldsmith.llm.procedural.faults import FAULTS, plant
 from worldsmith.llm.procedural.faults_tools import TOOL_PLANTERS
@@ -24,21 +22,6 @@ from worldsmith.stages.order import Stage
 from worldsmith.stages.routing import owning_step
 
 pytestmark = pytest.mark.sandbox
-
-REAL = REPO / "examples" / "realmodel"  # the sources of the two worlds a strong model wrote
-SOURCES = ("schema.sql", "seed.sql", "tools.py", "tasks.jsonl", "verifiers.py")
-
-
-def real_world(name: str, edit: tuple[str, str] | None = None) -> Bundle:
-    """The real-model world `name` built from its sources, with `edit` (old, new) made once in tools.py."""
-    root = REAL / name
-    sources = {n: (root / n).read_text() for n in SOURCES}
-    if edit is not None:
-        assert edit[0] in sources["tools.py"]
-        sources["tools.py"] = sources["tools.py"].replace(*edit, 1)
-    manifest = json.loads((root / "manifest.json").read_text())
-    return build_bundle(sources, {k: manifest[k] for k in ("env_id", "scenario", "clock") if k in manifest})
-
 
 #: Each planted tool fault class and the failure that must name its tool.
 EXPECTED = {
@@ -192,7 +175,9 @@ def test_the_real_model_worlds_pass_and_their_defects_are_found(runtime):
         ),
     }
     for failure, edit in defects.items():
-        failed = [(r.target, r.failure) for r in behaviour_probes(runtime, real_world("zocdoc", edit)) if not r.passed]
+        failed = [
+            (r.target, r.failure) for r in behaviour_probes(runtime, real_world("zocdoc", edit=edit)) if not r.passed
+        ]
         target = "list_appointments" if failure is ProbeFailure.RANGE_BOUNDARY_BROKEN else "cancel_appointment"
         assert failed == [(target, failure)]
 

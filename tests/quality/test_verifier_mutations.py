@@ -1,15 +1,13 @@
 """Verifier mutation testing (quality/verifier_mutations.py, quality/verifier_ids.py) and the answer formats a
 verifier must accept (agent/answer_variants.py): every planted verifier fault class
 (llm/procedural/faults_verifiers.py) is found and routed to the verifiers stage with its failing end state,
-and clean worlds pass. The real-model worlds (REALMODEL_WORLDS_DIR, skipped when unset) show their
+and clean worlds pass. The real-model worlds (examples/realmodel) show their
 known flaws: a "1:30 to 2:30 PM" answer rejected, verifiers accepting an extra booking."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
+from support.realmodel import real_world
 
 from worldsmith.agent.adversarial import answer_variant_failures
 from worldsmith.agent.answer_variants import (
@@ -21,7 +19,6 @@ from worldsmith.agent.answer_variants import (
     ranges_12h,
     ranges_24h,
 )
-from worldsmith.bundle.loader import load_bundle
 from worldsmith.llm.procedural.backend import procedural_bundle
 from worldsmith.llm.procedural.faults import FAULTS, plant
 from worldsmith.llm.procedural.faults_verifiers import VERIFIER_PLANTERS
@@ -45,7 +42,6 @@ FOUND_BY = {
     "verifier_passes_untouched": (ProbeFailure.UNTOUCHED_ACCEPTED, "hr"),
     "verifier_passes_extra_insert": (ProbeFailure.EXTRA_SIDE_EFFECT_ACCEPTED, "events"),
 }
-REALMODEL = Path(os.environ.get("REALMODEL_WORLDS_DIR", "/nonexistent"))
 
 
 # -- unit: answer formats, end-state comparison, static id check ----------------------------------
@@ -144,9 +140,8 @@ def test_each_planted_verifier_fault_is_found_and_sent_to_the_verifiers_stage(ru
 
 
 @pytest.mark.sandbox
-@pytest.mark.skipif(not REALMODEL.is_dir(), reason="REALMODEL_WORLDS_DIR names no real-model worlds")
 def test_the_real_model_worlds_known_flaws_are_found(runtime):
-    zocdoc, rover = load_bundle(REALMODEL / "zocdoc"), load_bundle(REALMODEL / "rover")
+    zocdoc, rover = real_world("zocdoc"), real_world("rover")
     rejected = {(p.task_id, p.variant) for p in answer_variant_failures(runtime, zocdoc)}
     assert ("check_provider_accepts_plan", "range_12h") in rejected  # "1:30 to 2:30 PM"
     for bundle, booking in ((zocdoc, "book_in_network_dermatologist"), (rover, "book_cheapest_walker_97214")):

@@ -1,18 +1,12 @@
 """The Zocdoc world a strong model wrote (examples/realmodel/zocdoc), as a bundle, with the slot
-invariants its schema implies and, for a test, its sources edited."""
+invariants its schema implies and, for a test, its sources edited (support/realmodel.py builds it)."""
 
 from __future__ import annotations
 
-import json
-
-from support.paths import REPO
+from support.realmodel import real_sources, real_world
 from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.invariants import INVARIANTS_FILE, invariants_json
-from worldsmith.bundle.loader import build_bundle
 from worldsmith.models.bundle import Invariant
-
-ZOCDOC = REPO / "examples" / "realmodel" / "zocdoc"
-SOURCES = ("schema.sql", "seed.sql", "tools.py", "tasks.jsonl", "verifiers.py")
 
 #: What a booked or open slot means in Zocdoc: the rules the seed and every booking tool must keep.
 SLOT_INVARIANTS = [
@@ -33,13 +27,11 @@ SLOT_INVARIANTS = [
 
 def zocdoc_sources() -> dict[str, str]:
     """The world's five source files, as written."""
-    return {name: (ZOCDOC / name).read_text() for name in SOURCES}
+    return real_sources("zocdoc")
 
 
 def zocdoc_bundle(sources: dict[str, str] | None = None, invariants: list[Invariant] | None = None) -> Bundle:
     """The world built from `sources` (default: as written) with `invariants` (default: SLOT_INVARIANTS)."""
     files: dict[str, str | bytes] = dict(sources or zocdoc_sources())
     files[INVARIANTS_FILE] = invariants_json(SLOT_INVARIANTS if invariants is None else invariants)
-    written = json.loads((ZOCDOC / "manifest.json").read_text())
-    manifest = {key: written[key] for key in ("env_id", "scenario", "clock")}
-    return build_bundle(files, manifest)
+    return real_world("zocdoc", files)

@@ -146,7 +146,7 @@ def test_full_fine_tuning_that_cannot_fit_is_refused_naming_lora():
 
 
 def test_a_token_budget_too_large_is_refused_with_one_that_fits():
-    config = TrainingConfig(model="m", set_name="s", profile="gpu", max_tokens_per_micro_batch=400_000)
+    config = TrainingConfig(model="m", set_name="s", profile="gpu", rows_per_step=1, max_tokens_per_micro_batch=400_000)
     with pytest.raises(UserFixable, match="lower --max-tokens-per-micro-batch to") as refused:
         check_fits(config, QWEN3_4B.params, 139 * GIB, QWEN3_4B)
     (suggested,) = re.findall(r"to (\d+) or less", str(refused.value))
@@ -155,7 +155,9 @@ def test_a_token_budget_too_large_is_refused_with_one_that_fits():
 
 
 def _gpu_config(max_tokens_per_micro_batch: int) -> TrainingConfig:
-    return TrainingConfig(model="m", set_name="s", profile="gpu", max_tokens_per_micro_batch=max_tokens_per_micro_batch)
+    return TrainingConfig(
+        model="m", set_name="s", profile="gpu", rows_per_step=1, max_tokens_per_micro_batch=max_tokens_per_micro_batch
+    )
 
 
 def test_memory_grows_with_the_token_budget():
