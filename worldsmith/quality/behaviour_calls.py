@@ -13,6 +13,7 @@ from worldsmith.bundle.sqlscript import deserialize
 from worldsmith.jsonvalue import JsonObject, JsonValue
 from worldsmith.models.bundle import ToolSchema
 from worldsmith.models.results import DbDiff, ToolResult
+from worldsmith.quality.json_schema import declared_kinds
 from worldsmith.quality.schema import TableSchema, read_schema
 from worldsmith.quality.world_values import singular, words
 from worldsmith.runtime.episode import SandboxEpisode
@@ -31,16 +32,7 @@ def one_of(table: str) -> str:
 
 def parameter_kinds(schema: dict[str, JsonValue]) -> set[str]:
     """The JSON types a parameter takes, null aside (`type`, a list of them, or anyOf/oneOf options)."""
-    declared = schema.get("type")
-    kinds = {declared} if isinstance(declared, str) else set()
-    if isinstance(declared, list):
-        kinds = {k for k in declared if isinstance(k, str)}
-    for key in ("anyOf", "oneOf"):
-        options = schema.get(key)
-        for option in options if isinstance(options, list) else []:
-            if isinstance(option, dict):
-                kinds |= parameter_kinds(option)
-    return kinds - {"null"}
+    return declared_kinds(schema) - {"null"}
 
 
 def rows_of(value: JsonValue) -> list[Row] | None:

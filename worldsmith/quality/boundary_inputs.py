@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from worldsmith.bundle.sqlscript import deserialize
 from worldsmith.jsonvalue import JsonObject, JsonValue
 from worldsmith.models.bundle import ToolSchema
-from worldsmith.quality.json_schema import schema_list
+from worldsmith.quality.json_schema import declared_kinds
 from worldsmith.quality.tool_inputs import parameter_values
 from worldsmith.quality.world_values import WorldValues, words
 
@@ -76,15 +76,6 @@ def boundary_dates(sample: str) -> list[tuple[str, str]]:
     return [(date + rest, rule) for date, rule in dates]
 
 
-def _kinds(schema: Mapping[str, JsonValue]) -> set[str]:
-    declared = schema.get("type")
-    kinds = {declared} if isinstance(declared, str) else set(declared) if isinstance(declared, list) else set()
-    for option in schema_list(schema, "anyOf") + schema_list(schema, "oneOf"):
-        if isinstance(option, dict):
-            kinds |= _kinds(option)
-    return {k for k in kinds if isinstance(k, str)} or {"string"}
-
-
 def _date_sample(name: str, schema: Mapping[str, JsonValue], valid: list[JsonValue]) -> str | None:
     """The date-shaped value boundary dates of parameter `name` take their shape from (None: not a date)."""
     texts = [v for v in valid if isinstance(v, str)]
@@ -101,7 +92,9 @@ def _date_sample(name: str, schema: Mapping[str, JsonValue], valid: list[JsonVal
 
 def _free_text(name: str, schema: Mapping[str, JsonValue]) -> bool:
     """Whether parameter `name` takes free text: a string with no enum, format or pattern, not named for a format."""
-    if "string" not in _kinds(schema) or any(k in schema for k in ("enum", "format", "pattern", "const")):
+    if "string" not in (declared_kinds(schema) or {"string"}) or any(
+        k in schema for k in ("enum", "format", "pattern", "const")
+    ):
         return False
     return not _FORMATTED & set(words(name))
 

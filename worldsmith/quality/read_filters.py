@@ -20,7 +20,8 @@ from typing import Any
 
 from worldsmith.jsonvalue import JsonObject, JsonValue
 from worldsmith.models.bundle import ToolSchema
-from worldsmith.quality.behaviour_calls import Caller, Row, SeedRows, identity, rows_of, same_value
+from worldsmith.quality.behaviour_calls import Caller, Row, SeedRows, identity, parameter_kinds, rows_of, same_value
+from worldsmith.quality.json_schema import fits_kinds
 from worldsmith.quality.probe_results import Probe, ProbeFailure, ProbeResult
 from worldsmith.quality.probes import excerpt
 from worldsmith.quality.tool_tables import is_read_tool
@@ -58,18 +59,10 @@ def filter_values(seed: SeedRows, column: str, preferred: set[str], bound: int) 
 
 
 def _fits_schema(value: Any, schema: dict[str, JsonValue]) -> bool:
-    kind = schema.get("type")
-    kinds = {kind} if isinstance(kind, str) else set(kind) if isinstance(kind, list) else {"string"}
     enum = schema.get("enum")
     if isinstance(enum, list) and value not in enum:
         return False
-    if isinstance(value, bool):
-        return "boolean" in kinds
-    if isinstance(value, int):
-        return bool(kinds & {"integer", "number"})
-    if isinstance(value, float):
-        return "number" in kinds
-    return isinstance(value, str) and "string" in kinds
+    return fits_kinds(value, parameter_kinds(schema) or {"string"})
 
 
 def _rows(caller: Caller, tool: str, arguments: JsonObject) -> list[Row] | None:

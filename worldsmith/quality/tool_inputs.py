@@ -16,42 +16,15 @@ from typing import Any
 from worldsmith.jsonvalue import JsonObject, JsonValue
 from worldsmith.models.bundle import ToolSchema
 from worldsmith.quality.input_formats import conforming
-from worldsmith.quality.json_schema import schema_list, schema_number, schema_object
+from worldsmith.quality.json_schema import declared_kinds, fits_kinds, schema_list, schema_number, schema_object
 from worldsmith.quality.schema import Range
 from worldsmith.quality.world_values import WorldValues, singular
 
 
 def _kinds(schema: Mapping[str, JsonValue]) -> tuple[set[str], bool]:
     """The JSON types a parameter schema accepts (anyOf/oneOf included), and whether null is one."""
-    kinds: set[str] = set()
-    declared = schema.get("type")
-    if isinstance(declared, str):
-        kinds.add(declared)
-    elif isinstance(declared, list):
-        kinds.update(k for k in declared if isinstance(k, str))
-    for option in schema_list(schema, "anyOf") + schema_list(schema, "oneOf"):
-        if isinstance(option, dict):
-            kinds |= _kinds(option)[0]
-    nullable = "null" in kinds
-    return (kinds - {"null"}) or ({"string"} if not schema.get("enum") else set()), nullable
-
-
-def _fits(value: Any, kinds: set[str]) -> bool:
-    if value is None:
-        return False
-    if isinstance(value, bool):
-        return "boolean" in kinds
-    if isinstance(value, int):
-        return bool(kinds & {"integer", "number"})
-    if isinstance(value, float):
-        return "number" in kinds or ("integer" in kinds and value.is_integer())
-    if isinstance(value, str):
-        return "string" in kinds
-    if isinstance(value, list):
-        return "array" in kinds
-    if isinstance(value, dict):
-        return "object" in kinds
-    return False
+    kinds = declared_kinds(schema)
+    return (kinds - {"null"}) or ({"string"} if not schema.get("enum") else set()), "null" in kinds
 
 
 def _typed(value: Any, kinds: set[str]) -> Any:
@@ -108,7 +81,7 @@ def parameter_values(
     if parent is not None:
         keys, unknown = values.keys(parent)
         candidates += keys
-        if unknown is not None and _fits(unknown, kinds):
+        if unknown is not None and fits_kinds(unknown, kinds):
             found.invalid.append((unknown, f"no {singular(parent)} has it"))
     elif name in {c for t in values.tables.values() for c in t.columns}:
         candidates += values.column_values(name, tables)
@@ -125,7 +98,7 @@ def parameter_values(
             found.invalid += [(v, "out of its range") for v in invalid]
     if "default" in schema and schema["default"] is not None:
         candidates.append(schema["default"])
-    fitting = [_typed(v, kinds) for v in candidates if _fits(_typed(v, kinds), kinds)]
+    fitting = [_typed(v, kinds) for v in candidates if fits_kinds(_typed(v, kinds), kinds)]
     if not fitting and "string" in kinds:
         fitting = [str(v) for v in candidates if v is not None and not isinstance(v, (list, dict))]
     fitting = conforming(fitting, schema, name)  # a malformed value (a date that is none) is no valid input
