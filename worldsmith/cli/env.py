@@ -15,7 +15,7 @@ from rich.table import Table
 from worldsmith.bundle.errors import BundleError
 from worldsmith.bundle.loader import rebuild_bundle_dir
 from worldsmith.cli.bundles import BundleArg, load_bundle_arg
-from worldsmith.cli.console import bundle_failure, console, exit_on_termination, failure, refusals, say
+from worldsmith.cli.console import bundle_failure, console, failure, refusals, say, stop_requests
 from worldsmith.quality.probes import check_environment
 from worldsmith.runtime.episode import Runtime
 from worldsmith.serving.worlds import WorldSource, catalog_sources, directory_source
@@ -224,27 +224,32 @@ def env_serve(
 
     # one process: the port bound before anything starts (busy, not an address here: PortUnavailable's one line
     # naming the option), so that "serving ... at" is printed once it listens, with the port chosen for --port 0
-    sock = listener(host, port) if member is None else None
-    if sock is not None:
-        port = sock.getsockname()[1]
-    # SIGTERM/SIGHUP leave like Ctrl-C: the runtime closes its workers and removes its scratch directory
-    with exit_on_termination(), Runtime() as runtime:
-        gateway = Gateway(
-            runtime,
-            worlds,
-            session_idle_s=session_idle,
-            max_sessions=settings.gateway_max_sessions,
-            verdicts=verdicts,
-            max_loaded=max_loaded,
-            member=Member.parse(member) if member is not None else None,
-            access=access,
-        )
+    # Ctrl-C, SIGTERM and SIGHUP are requests from here on, never an exception in the middle of starting or
+    # closing: the runtime closes its workers and removes its scratch directory, whenever the signal came
+    with stop_requests() as stop:
+        sock = listener(host, port) if member is None else None
         if sock is not None:
-            serving()
-            serve(gateway, sock)
-        else:
-            assert gateway.member is not None  # member given: this process is one of --processes N
-            serve_member(gateway.app(), gateway.member, host, port, access=access)
+            port = sock.getsockname()[1]
+        with Runtime() as runtime:
+            gateway = Gateway(
+                runtime,
+                worlds,
+                session_idle_s=session_idle,
+                max_sessions=settings.gateway_max_sessions,
+                verdicts=verdicts,
+                max_loaded=max_loaded,
+                member=Member.parse(member) if member is not None else None,
+                access=access,
+            )
+            if sock is not None:
+                if not stop:
+                    serving()
+                    serve(gateway, sock, stopped=lambda: bool(stop))
+                sock.close()
+            else:
+                assert gateway.member is not None  # member given: this process is one of --processes N
+                serve_member(gateway.app(), gateway.member, host, port, access=access)
+    stop.leave()
 
 
 def _supervise(

@@ -40,7 +40,7 @@ import logging
 import socket
 import time
 from collections import Counter, OrderedDict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import anyio
 import anyio.abc
@@ -333,11 +333,28 @@ class _WorldEndpoint:
                 live.last_active = time.monotonic()
 
 
-def serve(gateway: Gateway, sock: socket.socket, *, log_level: str = "info") -> None:
+class _Server(uvicorn.Server):
+    """uvicorn's server that, once it listens with its own signal handlers in place, stops at once when
+    `stopped` says a stop was asked for before them (a signal while the gateway was starting)."""
+
+    def __init__(self, config: uvicorn.Config, stopped: Callable[[], bool]):
+        super().__init__(config)
+        self.stopped = stopped
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        if self.stopped():
+            self.should_exit = True
+
+
+def serve(
+    gateway: Gateway, sock: socket.socket, *, log_level: str = "info", stopped: Callable[[], bool] = lambda: False
+) -> None:
     """Serve `gateway` on the listening socket `sock` (supervisor.listener) until interrupted (SIGINT/SIGTERM
-    raised again once stopped): no access log (a line per call costs as much as the call)."""
+    raised again once stopped), or at once when `stopped()` holds once it listens: no access log (a line
+    per call costs as much as the call)."""
     config = uvicorn.Config(gateway.app(), log_level=log_level, access_log=False, backlog=4096)
     try:
-        uvicorn.Server(config).run(sockets=[sock])
+        _Server(config, stopped).run(sockets=[sock])
     finally:
         sock.close()
