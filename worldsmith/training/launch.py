@@ -32,6 +32,7 @@ from typing import Protocol
 from pydantic import BaseModel, Field
 
 from worldsmith.bundle.loader import load_bundle
+from worldsmith.errors import WorldsmithError
 from worldsmith.failures import UserFixable
 from worldsmith.models.training import SuccessRates, TrainerOutcome
 from worldsmith.runtime.episode import Runtime
@@ -70,7 +71,7 @@ class LaunchFailed(UserFixable, RuntimeError):
     exit_code = 1
 
 
-class TrainingStopped(Exception):
+class TrainingStopped(WorldsmithError):
     """Training ended early because its run was asked to stop (Ctrl-C, SIGTERM): in this process at a
     step boundary (`step`, the last step done), or with its launched processes stopped (`step` None:
     the steps done are the catalog's rows). Checkpoints stored before it are kept."""
