@@ -1,8 +1,8 @@
 """A real `worldsmith train` (the tiny model, a few short steps) stopped by Ctrl-C (SIGINT) once its first
 step is recorded: it ends at the next step boundary with one line naming the checkpoint kept and the
 command that resumes (which then finishes the run), the training run `cancelled` in `runs ls --json`, its
-Prefect flow run Cancelled, no traceback. Launched training (torch.distributed.run) asked to stop: its
-processes are stopped, and the nodes it started."""
+Prefect flow run Cancelled, no traceback. SIGTERM in the tiny model's warm-up: nothing cached. Launched
+training (torch.distributed.run) asked to stop: its processes are stopped, and the nodes it started."""
 
 from __future__ import annotations
 
@@ -35,14 +35,20 @@ ARGS = ["--group-size", "2", "--steps", str(STEPS), "--save-every", "1", "--max-
 ARGS += ["--max-completion-length", "16", "--warmup-steps", "1"]
 
 
+def _api_url() -> str:
+    """The session's Prefect test server (a settings context, not os.environ)."""
+    from prefect.settings import PREFECT_API_URL
+
+    return str(PREFECT_API_URL.value())
+
+
 def test_ctrl_c_stops_train_at_a_step_boundary_keeping_its_checkpoint(prefect_api, home):
     from prefect import get_client
-    from prefect.settings import PREFECT_API_URL  # the session's test server (a settings context, not os.environ)
 
     set_name = published_set("stoptrain", [procedural_bundle("retail", 2)], 0.0)
     env = dict(
         os.environ,
-        PREFECT_API_URL=PREFECT_API_URL.value(),
+        PREFECT_API_URL=_api_url(),
         TRL_EXPERIMENTAL_SILENCE="1",
         **signalled_after("worldsmith.storage.run_records:record_step", signal.SIGINT),  # step 1's metrics row
     )
@@ -130,3 +136,30 @@ def test_a_stop_request_stops_launched_training_and_its_nodes(tmp_path):
         launch(request, 1, node, stop_requested=lambda: True)
     assert node.stopped
     assert set(psutil.Process().children(recursive=True)) == before  # node 0's torch.distributed.run agent is gone
+
+
+def test_sigterm_in_the_warm_up_caches_no_half_warmed_model(prefect_api, home):
+    """Stopped as the tiny model's warm-up starts: it ends at a step boundary and is not cached (a later
+    run would train from it), the run `cancelled` before its first step with nothing to resume from."""
+    set_name = published_set("stopwarm", [procedural_bundle("retail", 2)], 0.0)
+    env = dict(
+        os.environ,
+        PREFECT_API_URL=_api_url(),
+        TRL_EXPERIMENTAL_SILENCE="1",
+        **signalled_after("worldsmith.training.warmup:reference_rows", signal.SIGTERM),  # the warm-up's rows made
+    )
+    args = ["train", "--set", set_name, *ARGS[: ARGS.index("--warmup-steps")], "--warmup-steps", "5"]
+    done = subprocess.run(
+        [sys.executable, "-m", "worldsmith.cli", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=PROCESS_S,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 128 + signal.SIGTERM and "Traceback" not in output, output
+    assert done.stderr.splitlines()[-1].startswith(
+        "interrupted by SIGTERM: training run 1 cancelled before its first step; no trainer checkpoint kept"
+    ), output
+    assert not list((home / "models").glob("tiny-*"))  # nothing cached
