@@ -21,7 +21,7 @@ import os
 import time
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 import anyio
 from pydantic import BaseModel, Field
@@ -35,6 +35,7 @@ from worldsmith.settings import get_settings
 
 if TYPE_CHECKING:
     from worldsmith.models.results import VerifierResult
+    from worldsmith.models.training import TrainResult
     from worldsmith.training.config import TrainingConfig
 
 
@@ -359,7 +360,7 @@ class Demo:
             "(cached afterwards)",
             highlight=False,
         )
-        result = train(config, progress=True)
+        result = cast("TrainResult", train(config, progress=True))
         log, success = result.log, result.success
         assert success is not None  # the demo's training samples its success rate (success_samples)
         self.summary["training"] = {

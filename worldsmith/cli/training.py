@@ -161,7 +161,7 @@ def _check_set(name: str, split: str) -> None:
 @config_command(TRAIN_OPTIONS)
 def train_command(fields: ConfigValues, as_json: JsonOption = False) -> None:
     """Train a policy with multi-turn GRPO on an environment set (the `train` flow); stores a training run."""
-    from worldsmith.flows.train import check_can_train, train
+    from worldsmith.flows.train import check_can_train, run_train, train
     from worldsmith.models.runs import RecordedKind
     from worldsmith.storage.run_records import recorded_if_refused
 
@@ -173,7 +173,9 @@ def train_command(fields: ConfigValues, as_json: JsonOption = False) -> None:
         check_can_train(config)
     _check_model_path(config.model)
     _check_set(config.set_name, config.split)
-    _report_training(config, _flow_result("train", lambda: train(config, progress=not as_json), as_json))
+    # Ctrl-C or SIGTERM: stopped at the next step boundary, one line naming the checkpoint kept and how to resume
+    run = lambda: run_train(lambda: train(config, progress=not as_json), stop_on_signals=True)  # noqa: E731
+    _report_training(config, _flow_result("train", run, as_json))
 
 
 @app.command("resume")
@@ -183,12 +185,13 @@ def resume_command(
 ) -> None:
     """Continue a GRPO training run that stopped (a killed worker, a preempted machine) from its
     latest trainer checkpoint in the object store, with the run's own configuration."""
-    from worldsmith.flows.train import resume_training, stored_config
+    from worldsmith.flows.train import resume_training, run_train, stored_config
 
     with refusals(ValueError):
         config = stored_config(run_id)
     check_machine(config)
-    _report_training(config, _flow_result("resume", lambda: resume_training(run_id, progress=not as_json), as_json))
+    run = lambda: run_train(lambda: resume_training(run_id, progress=not as_json), stop_on_signals=True)  # noqa: E731
+    _report_training(config, _flow_result("resume", run, as_json))
 
 
 @app.command("cotrain")

@@ -124,7 +124,7 @@ def _imagined_update(
         uncertainty_threshold=config.uncertainty_threshold,
         max_new_tokens=config.max_new_tokens,
     )
-    return train(
+    trained = train(
         config.policy.model_copy(
             update={
                 "model": policy,
@@ -137,6 +137,7 @@ def _imagined_update(
         progress=progress,
         with_validation=False,
     )
+    return cast(TrainResult, trained)  # a run that ends Cancelled (stopped) raises: Prefect resolves its state
 
 
 def _round_metrics(
@@ -255,7 +256,7 @@ def cotrain(config: CotrainConfig, progress: SkipJsonSchema[bool] = False) -> Co
     rounds: list[CotrainRound] = []
     with failed_on_error(TrainingRun, run_id, lambda: {"rounds": len(rounds)}):
         paths = plan(config.policy)
-        learned = Learned(policy=prepare_model(config.policy, paths["train"], progress))
+        learned = Learned(policy=cast(str, prepare_model(config.policy, paths["train"], progress)))
         eval_split: SplitName = "validation" if paths["validation"] else config.policy.split
         if config.reference_transitions:
             learned.transitions = real_transitions(paths["train"], None, config.policy.seed)

@@ -1,7 +1,7 @@
 """Stopping a run on Ctrl-C (SIGINT) or SIGTERM: a request, not an exception thrown at a random point.
 
 `STOP` is this process's stop request. `stop_on_signals()` (the main thread of a command that runs a
-flow in a thread of its own: `run_stoppable`, used by `run_generate` and `run_evaluate`) turns SIGINT
+flow in a thread of its own: `run_stoppable`, used by `run_generate`, `run_evaluate` and `run_train`) turns SIGINT
 and SIGTERM into `STOP.request(signal)`;
 the flow and its tasks look at it between stages (`STOP.check()`), so a world's stage in flight ends,
 a world that stopped is not recorded as failed, worlds already finished stay published, and the flow

@@ -10,6 +10,11 @@ With `save_every`, each trainer checkpoint reaches the object store as soon as i
 a run that stopped before finishing (a killed worker, a preempted machine) continues from its
 latest one with `resume=<run id>` (`worldsmith resume RUN_ID`): same run row, same configuration,
 the steps after that checkpoint run again (their rows from the stopped attempt are replaced).
+
+Asked to stop (Ctrl-C or SIGTERM to the command: `run_train`, worldsmith/flows/interruption.py), the
+run stops between its stages, and in training at the next step boundary (launched training processes
+are stopped): the run reads `cancelled`, the checkpoints stored so far are kept, the flow run ends
+Cancelled, and `Interrupted` says which checkpoint was kept and how to resume.
 """
 
 from __future__ import annotations
@@ -17,12 +22,16 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import signal
 import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from prefect import flow, task
+from prefect import State, flow, task
 from prefect.cache_policies import NO_CACHE
+from prefect.states import Cancelled
 from pydantic import BaseModel
 from pydantic.json_schema import SkipJsonSchema
 from sqlmodel import select
@@ -30,10 +39,11 @@ from sqlmodel import select
 from worldsmith.bundle.loader import load_bundle
 from worldsmith.flows.artifacts import summarise_training
 from worldsmith.flows.evaluate import evaluate
+from worldsmith.flows.interruption import STOP, Interrupted, run_stoppable
 from worldsmith.flows.records import current_flow_run_id, failed_on_error, mark_crashed, start_training_run
 from worldsmith.flows.run_names import named_after
 from worldsmith.jsonvalue import JsonObject
-from worldsmith.models.catalog import TrainingRun, TrainingStep
+from worldsmith.models.catalog import Checkpoint, TrainingRun, TrainingStep
 from worldsmith.models.evaluation import EvaluationReport, EvaluationSummary
 from worldsmith.models.runs import RunStatus
 from worldsmith.models.sets import SplitName
@@ -54,6 +64,11 @@ if TYPE_CHECKING:
     from worldsmith.training.launch import NodeLauncher
 
 
+def _stop_requested() -> bool:
+    """Whether this run was asked to stop (for the training layer, which cannot import the flows')."""
+    return STOP.requested
+
+
 @task(name="plan-training", retries=2, retry_delay_seconds=2, task_run_name="plan-{config.set_name}-{config.split}")
 def plan(config: TrainingConfig) -> dict[str, list[str]]:
     """Bundle directories of the set's members, by split (fetched into the local cache once)."""
@@ -71,11 +86,11 @@ def plan(config: TrainingConfig) -> dict[str, list[str]]:
 @task(
     name="prepare-model", cache_policy=NO_CACHE, log_prints=False, task_run_name="prepare-{config.model}"
 )  # libraries print bytecode while hashing datasets
-def prepare_model(config: TrainingConfig, bundle_paths: list[str], progress: bool = False) -> str:
+def prepare_model(config: TrainingConfig, bundle_paths: list[str], progress: bool = False) -> str | State:
     """The model directory to train: `config.model` itself, or for `tiny` a tiny Qwen3 model built
     offline from the curriculum's bundles and warmed up on their reference solutions (and, with
     `curriculum.lazy_habit`, a lazy habit: two reference rows for each lazy one); cached by content
-    in WORLDSMITH_HOME/models."""
+    in WORLDSMITH_HOME/models. A warm-up asked to stop (`STOP`) ends at a step boundary, uncached: Cancelled."""
     if config.model != TINY:
         return _local_model(config.model)
     from worldsmith.training.curriculum import curriculum_bundles
@@ -100,9 +115,20 @@ def prepare_model(config: TrainingConfig, bundle_paths: list[str], progress: boo
             rows = reference_rows(runtime, bundles, window)
             if config.curriculum.lazy_habit:
                 rows = rows * 2 + lazy_rows(runtime, bundles, window)
-            warm_up(base, rows, Path(scratch) / "warm", steps=config.warmup_steps, seed=config.seed, progress=progress)
+            warm = Path(scratch) / "warm"
+            warm_up(
+                base,
+                rows,
+                warm,
+                steps=config.warmup_steps,
+                seed=config.seed,
+                progress=progress,
+                stop_requested=_stop_requested,
+            )
+            if STOP.requested:  # cut short: not the model to cache
+                return Cancelled(message="the warm-up stopped before its last step")
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(str(Path(scratch) / "warm"), target)  # scratch and home may be on different file systems
+            shutil.move(str(warm), target)  # scratch and home may be on different file systems
     finally:
         runtime.close()
     return str(target)
@@ -218,24 +244,28 @@ def train_policy(
     progress: bool,
     resume_from: str | None = None,
     launcher: NodeLauncher | None = None,
-) -> TrainerOutcome:
+) -> TrainerOutcome | State:
     """Run GRPO (from the trainer checkpoint `resume_from` when set), here or in
     `config.processes` launched processes, on `config.nodes` machines (this one node 0, the others
     started by `launcher`: default, runs of the `train-node` deployment); returns the final model
     directory, the trainer checkpoints stored on the way and the per-step log. A multi-node run needs
-    the model, bundles and output on a file system every node shares (worldsmith/training/nodes.py)."""
-    from worldsmith.training.launch import TrainRequest, launch, run_training
+    the model, bundles and output on a file system every node shares (worldsmith/training/nodes.py).
+    Asked to stop (`STOP`), ends Cancelled: at the next step boundary here, its processes stopped when launched."""
+    from worldsmith.training.launch import TrainingStopped, TrainRequest, launch, run_training
 
     request = TrainRequest(
         config=config, model=model, bundles=bundle_paths, run_id=run_id, output=output, resume_from=resume_from
     )
-    if config.processes == 1 and config.nodes == 1:
-        return run_training(request, progress)
-    if config.nodes > 1 and launcher is None:
-        from worldsmith.flows.train_node import default_node_launcher
+    try:
+        if config.processes == 1 and config.nodes == 1:
+            return run_training(request, progress, _stop_requested)
+        if config.nodes > 1 and launcher is None:
+            from worldsmith.flows.train_node import default_node_launcher
 
-        launcher = default_node_launcher()
-    return launch(request, config.processes, launcher)
+            launcher = default_node_launcher()
+        return launch(request, config.processes, launcher, _stop_requested)
+    except TrainingStopped as exc:  # the run was asked to stop: not a failure of the task
+        return Cancelled(message=str(exc))
 
 
 @task(name="store-checkpoint", retries=2, retry_delay_seconds=2, task_run_name="checkpoint-run-{run_id}-step-{step}")
@@ -285,9 +315,10 @@ def train(
     progress: SkipJsonSchema[bool] = False,
     with_validation: bool = True,
     resume: SkipJsonSchema[int | None] = None,
-) -> TrainResult:
+) -> TrainResult | State:
     """GRPO of `config.model` on set `config.set_name`; returns the run's record (ids, evaluations, checkpoint).
     `progress` and `resume` are for callers (the CLI, `resume_training`), hidden from the deployment's form.
+    Ends Cancelled when asked to stop (`STOP`), raising `Interrupted` to its caller (`stopped_line`).
 
     Args:
         config: The training run: model, environment set, GRPO and rollout settings.
@@ -299,15 +330,26 @@ def train(
     run_id = start_training_run(config.set_name, config.model_dump()) if resume is None else resume
     output = Path(config.output) if config.output else get_settings().home / "training" / str(run_id)
     reopened = reopen_run(run_id, config, output) if resume is not None else None  # refused: the run as it was
-    with failed_on_error(TrainingRun, run_id):
-        paths = plan(config)
-        model = prepare_model(config, paths["train"], progress)
-        validating = with_validation and bool(paths["validation"])
-        before = validation_before(config, model, run_id, reopened, validating)
-        resume_from = reopened.directory if reopened else None
-        trained = train_policy(config, model, paths["train"], run_id, str(output), progress, resume_from)
-        digest = store_checkpoint(run_id, trained.final, trained.steps, {**trained.last_step(), "final": True})
-        after = evaluate_split(config, trained.final, "validation") if validating else None
+    try:
+        with failed_on_error(TrainingRun, run_id), _stops_interrupting():  # `cancelled` when stopped
+            STOP.check()
+            paths = plan(config)
+            STOP.check()
+            model = cast(str, prepare_model(config, paths["train"], progress))  # Cancelled (stopped) raises
+            STOP.check()
+            validating = with_validation and bool(paths["validation"])
+            before = validation_before(config, model, run_id, reopened, validating)
+            STOP.check()
+            resume_from = reopened.directory if reopened else None
+            trained = cast(  # a task that ended Cancelled (stopped) raises: Prefect resolves its state
+                TrainerOutcome,
+                train_policy(config, model, paths["train"], run_id, str(output), progress, resume_from),
+            )
+            digest = store_checkpoint(run_id, trained.final, trained.steps, {**trained.last_step(), "final": True})
+            after = evaluate_split(config, trained.final, "validation") if validating else None
+    except Interrupted as exc:
+        stopped = Interrupted(stopped_line(run_id, config), exc.signum)
+        return Cancelled(message=str(stopped), data=stopped)  # the caller's call raises `stopped`
     result = TrainResult(
         run_id=run_id,
         model=model,
@@ -326,8 +368,77 @@ def train(
     return result
 
 
+@contextmanager
+def _stops_interrupting() -> Iterator[None]:
+    """Inside, what a stage raises once the run was asked to stop (a task or subflow that ended
+    Cancelled, work cut short) is the stop: `Interrupted`."""
+    try:
+        yield
+    except Interrupted:
+        raise
+    except Exception as exc:
+        if not STOP.requested:
+            raise
+        raise Interrupted(f"stopped by {signal.Signals(STOP.signum).name}", STOP.signum) from exc
+
+
+def stopped_line(run_id: int, config: TrainingConfig) -> str:
+    """What a stopped training run kept and how to go on: its last step done, its final model when stored
+    (stopped in the evaluation after training), its latest trainer checkpoint (`worldsmith resume RUN_ID`),
+    or that it has none to resume from."""
+    with open_catalog().session() as session:
+        done = session.exec(select(TrainingStep.step).where(TrainingStep.training_run_id == run_id)).all()
+        stored = session.exec(select(Checkpoint).where(Checkpoint.training_run_id == run_id)).all()
+    progress = f"after step {max(done)} of {config.steps}" if done else "before its first step"
+    if any(row.metrics.get("final") is True for row in stored):
+        return (
+            f"training run {run_id} cancelled after training, its final model kept (`worldsmith models fetch "
+            f"{run_id}`); only its validation after training is missing"
+        )
+    checkpoint = latest_trainer_checkpoint(run_id)
+    if checkpoint is None:
+        return (
+            f"training run {run_id} cancelled {progress}; no trainer checkpoint kept (save_every {config.save_every}: "
+            "none saved yet), nothing to resume from: run the command again to start over"
+        )
+    return (
+        f"training run {run_id} cancelled {progress}; its trainer checkpoint of step {checkpoint.step} kept; "
+        f"to resume, run: worldsmith resume {run_id}"
+    )
+
+
+def run_train(start: Callable[[], TrainResult | State], stop_on_signals: bool = False) -> TrainResult:
+    """Run a training flow (`start`: `train` or `resume_training` called) in this process. With
+    `stop_on_signals` (the CLI), it runs in a thread and SIGINT or SIGTERM stop it (`run_stoppable`): at
+    the next step boundary, the run recorded `cancelled`, its flow run Cancelled, and `Interrupted`
+    raised here, its line saying which checkpoint was kept and how to resume."""
+    if not stop_on_signals:
+        return cast(TrainResult, start())  # a run that ends Cancelled raises here: Prefect resolves its state
+    ended: list[Interrupted] = []
+    finished: list[TrainResult] = []
+
+    def work() -> TrainResult:
+        try:
+            finished.append(cast(TrainResult, start()))
+        except Interrupted as exc:  # the flow's own account of what it kept
+            ended.append(exc)
+            raise
+        return finished[0]
+
+    def stopped(signum: int) -> Interrupted:
+        if ended:
+            said = str(ended[0])
+        elif finished:  # the stop came as the run was ending
+            said = f"training run {finished[0].run_id} completed first; final model: {finished[0].final}"
+        else:
+            said = "training stopped before its run was recorded; nothing kept"
+        return Interrupted(f"interrupted by {signal.Signals(signum).name}: {said}", signum)
+
+    return run_stoppable(work, stopped)
+
+
 @flow(name="resume-training", log_prints=True, on_crashed=[mark_crashed], flow_run_name="resume-training-{run_id}")
-def resume_training(run_id: int, progress: SkipJsonSchema[bool] = False) -> TrainResult:
+def resume_training(run_id: int, progress: SkipJsonSchema[bool] = False) -> TrainResult | State:
     """Continue GRPO training run `run_id`, stopped before finishing (a killed worker, a preempted
     machine), from its latest trainer checkpoint, with the run's own configuration.
 
@@ -335,4 +446,7 @@ def resume_training(run_id: int, progress: SkipJsonSchema[bool] = False) -> Trai
         run_id: The training run (its id in the catalog, as the dashboard's training table shows it).
         progress: Draw a progress bar on the terminal (for runs started from the command line).
     """
-    return train(stored_config(run_id), progress=progress, resume=run_id)
+    try:
+        return cast(TrainResult, train(stored_config(run_id), progress=progress, resume=run_id))
+    except Interrupted as exc:  # the train subflow ended Cancelled: so does this one
+        return Cancelled(message=str(exc), data=exc)

@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -31,6 +32,7 @@ from typing import Protocol
 from pydantic import BaseModel, Field
 
 from worldsmith.bundle.loader import load_bundle
+from worldsmith.errors import WorldsmithError
 from worldsmith.failures import UserFixable
 from worldsmith.models.training import SuccessRates, TrainerOutcome
 from worldsmith.runtime.episode import Runtime
@@ -67,6 +69,21 @@ class LaunchFailed(UserFixable, RuntimeError):
     """The launched training (a node of it) failed: one line naming the node and the last error of its log."""
 
     exit_code = 1
+
+
+class TrainingStopped(WorldsmithError):
+    """Training ended early because its run was asked to stop (Ctrl-C, SIGTERM): in this process at a
+    step boundary (`step`, the last step done), or with its launched processes stopped (`step` None:
+    the steps done are the catalog's rows). Checkpoints stored before it are kept."""
+
+    def __init__(self, step: int | None = None):
+        super().__init__("training stopped" + (f" after step {step}" if step is not None else ""))
+        self.step = step
+
+
+def never() -> bool:
+    """No stop request (a launched process, or a caller that does not stop)."""
+    return False
 
 
 @dataclass(frozen=True)
@@ -114,14 +131,17 @@ def bind_local_gpu() -> None:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
 
 
-def run_training(request: TrainRequest, progress: bool = False) -> TrainerOutcome:
+def run_training(
+    request: TrainRequest, progress: bool = False, stop_requested: Callable[[], bool] = never
+) -> TrainerOutcome:
     """Run GRPO (from `request.resume_from` when set), once `check_fits` passes on this process's
     device; returns (on every process) the final model directory and the number of processes and,
     on the main process, the per-step log and the trainer checkpoints stored in the object store as
-    (step, digest)."""
+    (step, digest). Once `stop_requested()`, training ends at the next step boundary and
+    TrainingStopped is raised (no final model), the sandbox runtime closed."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from worldsmith.training.callbacks import CatalogMetrics, CheckpointUpload
+    from worldsmith.training.callbacks import CatalogMetrics, CheckpointUpload, StopWhenRequested
     from worldsmith.training.memory import check_fits, device_memory, model_shape
     from worldsmith.training.progress import ProgressBar
     from worldsmith.training.success import success_rate
@@ -136,7 +156,8 @@ def run_training(request: TrainRequest, progress: bool = False) -> TrainerOutcom
     tokenizer = AutoTokenizer.from_pretrained(request.model)
     policy = AutoModelForCausalLM.from_pretrained(request.model, dtype=model_dtype(config))
     metrics, uploads = CatalogMetrics(request.run_id), CheckpointUpload(request.run_id)
-    callbacks = [metrics, uploads, *([ProgressBar(f"GRPO on {config.set_name}")] if progress else [])]
+    bar = [ProgressBar(f"GRPO on {config.set_name}")] if progress else []
+    callbacks = [metrics, uploads, StopWhenRequested(stop_requested), *bar]
     runtime = Runtime()
     try:
         simulation = SimulatedRuntime(runtime, config.simulate) if config.simulate else None
@@ -154,6 +175,8 @@ def run_training(request: TrainRequest, progress: bool = False) -> TrainerOutcom
         )
         before = success_rate(trainer, config.success_samples) if config.success_samples else None
         trainer.train(resume_from_checkpoint=request.resume_from)
+        if stop_requested():
+            raise TrainingStopped(trainer.state.global_step)
         after = success_rate(trainer, config.success_samples) if config.success_samples else None
         final = out / "final"
         trainer.accelerator.wait_for_everyone()
@@ -276,7 +299,12 @@ def host_address() -> str:
         ) from None
 
 
-def launch(request: TrainRequest, processes: int, launcher: NodeLauncher | None = None) -> TrainerOutcome:
+def launch(
+    request: TrainRequest,
+    processes: int,
+    launcher: NodeLauncher | None = None,
+    stop_requested: Callable[[], bool] = never,
+) -> TrainerOutcome:
     """Run the training step in `processes` processes here (node 0) and, with `config.nodes` > 1, as
     many on each other node, started by `launcher` (required then: the train flow passes runs of the
     `train-node` deployment, flows/train_node.default_node_launcher; tests, training/nodes.LocalNodes);
@@ -286,7 +314,9 @@ def launch(request: TrainRequest, processes: int, launcher: NodeLauncher | None 
     shared file system), and node 0 is reachable at the rendezvous address from every node. A node
     that fails, or has not started when node 0's rendezvous times out (`config.rendezvous_timeout_s`),
     stops the others and raises LaunchFailed naming it with the last error of its log; so does a
-    failure here (node 0's log: OUTPUT/launch.log; node N's: OUTPUT/node-N.log)."""
+    failure here (node 0's log: OUTPUT/launch.log; node N's: OUTPUT/node-N.log). Once `stop_requested()`,
+    every node is stopped (node 0's agent by SIGTERM, which ends its training processes) and
+    TrainingStopped raised."""
     from worldsmith.localserver import free_port
 
     config, out = request.config, Path(request.output)
@@ -306,7 +336,7 @@ def launch(request: TrainRequest, processes: int, launcher: NodeLauncher | None 
         if launcher is not None:
             for rank in range(1, config.nodes):
                 others.append(launcher.start(request, rank, rendezvous))  # one by one: those started are stopped
-        code = _supervise(main, others)
+        code = _supervise(main, others, stop_requested)
         waited_out = time.monotonic() - started >= rendezvous.timeout_s  # node 0 may have given up on a node
         if code != 0 or not (out / "result.json").is_file():
             error = last_error(log)
@@ -330,9 +360,14 @@ def launch(request: TrainRequest, processes: int, launcher: NodeLauncher | None 
     return TrainerOutcome.model_validate_json((out / "result.json").read_text())
 
 
-def _supervise(main: subprocess.Popen[bytes], others: list[NodeRun], poll_s: float = 1.0) -> int:
-    """Node 0's exit code once it ends; LaunchFailed as soon as another node fails."""
+def _supervise(
+    main: subprocess.Popen[bytes], others: list[NodeRun], stop_requested: Callable[[], bool], poll_s: float = 0.5
+) -> int:
+    """Node 0's exit code once it ends; LaunchFailed as soon as another node fails, TrainingStopped as
+    soon as a stop is requested (the caller stops the nodes)."""
     while True:
+        if stop_requested():
+            raise TrainingStopped()
         code = main.poll()
         for node in others:
             outcome = node.outcome()

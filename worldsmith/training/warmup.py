@@ -87,9 +87,12 @@ def warm_up(
     seed: int = 0,
     progress: bool = False,
     gpu: bool = False,
+    stop_requested: Callable[[], bool] | None = None,
 ) -> Path:
     """SFT `model_dir` for `steps` steps on per-turn `rows` (`reference_rows`, or any `turn_rows`), on the
-    CPU or (`gpu`) a CUDA device; the result (model and tokenizer) is saved to `out`, which is returned."""
+    CPU or (`gpu`) a CUDA device; the result (model and tokenizer) is saved to `out`, which is returned.
+    Once `stop_requested()`, it ends at the next step boundary (the caller knows not to keep `out`)."""
+    from worldsmith.training.callbacks import StopWhenRequested
     from worldsmith.training.progress import ProgressBar
     from worldsmith.training.sft import supervised_fine_tune
 
@@ -112,6 +115,9 @@ def warm_up(
         seed=seed,
         gpu=gpu,
         logging_steps=max(1, steps // 5),
-        callbacks=[ProgressBar("supervised warm-up")] if progress else [],
+        callbacks=[
+            *([ProgressBar("supervised warm-up")] if progress else []),
+            *([StopWhenRequested(stop_requested)] if stop_requested else []),
+        ],
     )
     return out
