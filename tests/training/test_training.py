@@ -121,6 +121,7 @@ def make_trainer(
             "learning_rate": 1e-3,
             "max_turns": 4,
             "max_completion_length": 32,
+            "rows_per_step": 1,  # one group: the scripts are one group's (the gpu profile would take 4)
             **overrides,
         }
     )

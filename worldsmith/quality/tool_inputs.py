@@ -22,9 +22,11 @@ from worldsmith.quality.world_values import WorldValues, singular
 
 
 def _kinds(schema: Mapping[str, JsonValue]) -> tuple[set[str], bool]:
-    """The JSON types a parameter schema accepts (anyOf/oneOf included), and whether null is one."""
-    kinds = declared_kinds(schema)
-    return (kinds - {"null"}) or ({"string"} if not schema.get("enum") else set()), "null" in kinds
+    """The JSON types a parameter schema accepts (anyOf/oneOf included), and whether its own `type` names
+    null (a null among anyOf options, as pydantic writes an optional parameter, is not probed as a value)."""
+    kinds, declared = declared_kinds(schema), schema.get("type")
+    nullable = declared == "null" or (isinstance(declared, list) and "null" in declared)
+    return (kinds - {"null"}) or ({"string"} if not schema.get("enum") else set()), nullable
 
 
 def _typed(value: Any, kinds: set[str]) -> Any:
