@@ -1,10 +1,9 @@
 """Trainer callbacks that record a run: per-step metrics into the catalog, checkpoints into the
-object store as they are written; and the one that ends training at a stop request, at a step
-boundary. (The progress bar, which needs neither, is `training/progress.py`.)"""
+object store as they are written. (The progress bar, which needs neither, is `training/progress.py`;
+the stop at a step boundary, `training/stopping.py`.)"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -62,17 +61,3 @@ class CheckpointUpload(TrainerCallback):
         metrics = {k: v for k, v in step_metrics(logged).items() if k != "step"}
         directory = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{step}"
         self.stored.append((step, _store_checkpoint(self.run_id, directory, step, metrics)))
-
-
-class StopWhenRequested(TrainerCallback):
-    """Ends training at the next step boundary once `requested()` is true (a stop request: Ctrl-C or
-    SIGTERM, worldsmith/flows/interruption.py): the step in flight finishes, its metrics and any
-    checkpoint it saves are kept, no further step starts. One process only: launched processes are
-    stopped by their launcher (training/launch.py), never asked to agree on a step."""
-
-    def __init__(self, requested: Callable[[], bool]):
-        self.requested = requested
-
-    def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        if self.requested():
-            control.should_training_stop = True

@@ -141,9 +141,10 @@ def run_training(
     TrainingStopped is raised (no final model), the sandbox runtime closed."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from worldsmith.training.callbacks import CatalogMetrics, CheckpointUpload, StopWhenRequested
+    from worldsmith.training.callbacks import CatalogMetrics, CheckpointUpload
     from worldsmith.training.memory import check_fits, device_memory, model_shape
     from worldsmith.training.progress import ProgressBar
+    from worldsmith.training.stopping import StopWhenRequested
     from worldsmith.training.success import success_rate
     from worldsmith.training.trainer import WorldGRPOTrainer, grpo_args, model_dtype, peft_config, task_dataset
 

@@ -92,9 +92,9 @@ def warm_up(
     """SFT `model_dir` for `steps` steps on per-turn `rows` (`reference_rows`, or any `turn_rows`), on the
     CPU or (`gpu`) a CUDA device; the result (model and tokenizer) is saved to `out`, which is returned.
     Once `stop_requested()`, it ends at the next step boundary (the caller knows not to keep `out`)."""
-    from worldsmith.training.callbacks import StopWhenRequested
     from worldsmith.training.progress import ProgressBar
     from worldsmith.training.sft import supervised_fine_tune
+    from worldsmith.training.stopping import StopWhenRequested
 
     kept = [
         PromptCompletion(
