@@ -16,7 +16,6 @@ engine with their traceback; `ExpectedFailures` keeps those records to their mes
 from __future__ import annotations
 
 import logging
-import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -53,47 +52,6 @@ def bundle_failure(title: str, exc: BundleError) -> typer.Exit:
     for issue in exc.issues:
         errors.print(f"  {issue}", markup=False, highlight=False)
     return typer.Exit(2)
-
-
-class StopRequest:
-    """The first stopping signal (SIGINT, SIGTERM, SIGHUP) received inside `stop_requests`, or none: a
-    request the code honours where stopping is clean, never an exception in the middle of its work."""
-
-    def __init__(self) -> None:
-        self.signum: int | None = None
-
-    def __bool__(self) -> bool:
-        return self.signum is not None
-
-    def record(self, signum: int, frame: object) -> None:
-        if self.signum is None:
-            self.signum = signum
-
-    def leave(self) -> None:
-        """Exit as the signal asked (SystemExit(128 + signal)) when one came; else nothing."""
-        if self.signum is not None:
-            raise SystemExit(128 + self.signum)
-
-
-@contextmanager
-def stop_requests() -> Iterator[StopRequest]:
-    """While inside, SIGINT, SIGTERM and SIGHUP are recorded in the StopRequest yielded instead of
-    interrupting whatever runs (a runtime starting its workers, a scratch directory being removed); a
-    server started inside checks it once it listens (a signal before that is not lost) and handles the
-    signals itself while it serves (uvicorn raises them again when it stops: recorded here too). The
-    previous handlers come back on leaving; the caller then calls `leave()`."""
-    request = StopRequest()
-    previous: dict[signal.Signals, Any] = {}
-    try:
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            previous[sig] = signal.signal(sig, request.record)
-    except ValueError:  # not the main thread: signals stay as they are
-        pass
-    try:
-        yield request
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
 
 
 @contextmanager

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -15,7 +16,8 @@ from rich.table import Table
 from worldsmith.bundle.errors import BundleError
 from worldsmith.bundle.loader import rebuild_bundle_dir
 from worldsmith.cli.bundles import BundleArg, load_bundle_arg
-from worldsmith.cli.console import bundle_failure, console, failure, refusals, say, stop_requests
+from worldsmith.cli.console import bundle_failure, console, failure, refusals, say
+from worldsmith.flows.interruption import stop_on_signals
 from worldsmith.quality.probes import check_environment
 from worldsmith.runtime.episode import Runtime
 from worldsmith.serving.worlds import WorldSource, catalog_sources, directory_source
@@ -226,7 +228,7 @@ def env_serve(
     # naming the option), so that "serving ... at" is printed once it listens, with the port chosen for --port 0
     # Ctrl-C, SIGTERM and SIGHUP are requests from here on, never an exception in the middle of starting or
     # closing: the runtime closes its workers and removes its scratch directory, whenever the signal came
-    with stop_requests() as stop:
+    with stop_on_signals(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as stop:
         sock = listener(host, port) if member is None else None
         if sock is not None:
             port = sock.getsockname()[1]
@@ -242,14 +244,16 @@ def env_serve(
                 access=access,
             )
             if sock is not None:
-                if not stop:
+                if not stop.requested:
                     serving()
-                    serve(gateway, sock, stopped=lambda: bool(stop))
+                    serve(gateway, sock, stopped=lambda: stop.requested)
                 sock.close()
             else:
                 assert gateway.member is not None  # member given: this process is one of --processes N
                 serve_member(gateway.app(), gateway.member, host, port, access=access)
-    stop.leave()
+        signum = stop.signum if stop.requested else None
+    if signum is not None:
+        raise SystemExit(128 + signum)
 
 
 def _supervise(

@@ -92,13 +92,14 @@ def _this_process_stop() -> StopRequest:
 
 
 @contextmanager
-def stop_on_signals() -> Iterator[StopRequest]:
-    """Inside (in the main thread), SIGINT and SIGTERM request a stop (`STOP`) instead of raising;
-    the previous handlers come back on leaving. Elsewhere than the main thread, signals stay as they are."""
+def stop_on_signals(*signals: signal.Signals) -> Iterator[StopRequest]:
+    """Inside (in the main thread), SIGINT and SIGTERM (or `signals`) request a stop (`STOP`) instead of
+    raising; the previous handlers come back on leaving. Elsewhere than the main thread, signals stay as
+    they are."""
     STOP.clear()
     previous: dict[signal.Signals, Any] = {}
     try:
-        for sig in STOPPING_SIGNALS:
+        for sig in signals or STOPPING_SIGNALS:
             previous[sig] = signal.signal(sig, lambda signum, frame: STOP.request(signum))
     except ValueError:  # not the main thread
         pass
