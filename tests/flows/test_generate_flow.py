@@ -11,6 +11,7 @@ import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from uuid import UUID
 
 import pytest
 from sqlmodel import select
@@ -56,6 +57,12 @@ class Generated:
     results: list[WorldOutcome]
     seen: list[WorldOutcome]
     content: set[tuple[str, int, str]]
+    run_id: str  # the Prefect flow run's id, which its attempts and artifacts carry
+
+
+def _run_ids(home: Path) -> set[str]:
+    with catalog_at(home).session() as session:
+        return {a.run_id for a in session.exec(select(StageAttempt)).all()}
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +80,8 @@ def generated(prefect_api, tmp_path_factory: pytest.TempPathFactory) -> Generate
         seen: list[WorldOutcome] = []
         results = run_generate(REFERENCE, on_progress=seen.append)
     get_settings.cache_clear()
-    return Generated(home, results, seen, _content(home))
+    (run_id,) = _run_ids(home)
+    return Generated(home, results, seen, _content(home), run_id)
 
 
 @pytest.fixture()
@@ -116,12 +124,16 @@ def test_generate_flow_publishes_environments_that_pass_env_check(generated, gen
     assert check.exit_code == 0 and ", 0 failed" in check.output
 
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId, ArtifactFilterKey
 
-    with get_client(sync_client=True) as client:
+    with get_client(sync_client=True) as client:  # this run's table: other tests' runs share the server
         artifacts = client.read_artifacts(
-            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["generation-stages"]))
+            artifact_filter=ArtifactFilter(
+                key=ArtifactFilterKey(any_=["generation-stages"]),
+                flow_run_id=ArtifactFilterFlowRunId(any_=[UUID(generated.run_id)]),
+            )
         )
+    assert len(artifacts) == 1
     stages = {row["stage"]: row for row in artifacts[0].data} if isinstance(artifacts[0].data, list) else None
     if stages is None:
         import json
