@@ -38,7 +38,7 @@ LAYERS: tuple[frozenset[str], ...] = (
     ),
     frozenset({"storage", "llm", "runtime"}),
     frozenset({"quality", "agent"}),
-    frozenset({"stages", "training", "worldmodel", "interop", "serving"}),
+    frozenset({"stages", "training", "worldmodel", "interop", "serving", "integrations"}),
     frozenset({"tasks"}),
     frozenset({"flows"}),
     frozenset({"cli", "demo", "dashboard", "ops"}),

@@ -4,6 +4,7 @@ the fields of SetQuery (worldsmith/models/sets.py, see `worldsmith/cli/config_op
 from __future__ import annotations
 
 import json
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, TypedDict
 
@@ -95,15 +96,38 @@ def sets_show(name: Annotated[str, typer.Argument(help="Set name.")]) -> None:
     print(json.dumps(manifest, indent=2))
 
 
+class ExportFormat(StrEnum):
+    """What `sets export` writes."""
+
+    files = "files"
+    hf = "hf"
+
+
 @app.command("export")
 def sets_export(
     name: Annotated[str, typer.Argument(help="Set name.")],
     target: Annotated[Path, typer.Argument(help="Directory to write.")],
+    export_format: Annotated[
+        ExportFormat,
+        typer.Option(
+            "--format",
+            help="files: set.json, its bundles, and (env, task) rows as tasks.jsonl and tasks.parquet; hf: a Hugging "
+            "Face dataset of tasks (prompt, tools, world reference; datasets.load_from_disk) for the RL adapters "
+            "(docs/integrations.md).",
+        ),
+    ] = ExportFormat.files,
 ) -> None:
-    """Export a set: set.json, its bundles, and (env, task) rows as tasks.jsonl and tasks.parquet."""
+    """Export a set: its files (set.json, bundles, task rows), or its tasks as a Hugging Face dataset."""
     from worldsmith.storage.catalog import open_catalog
     from worldsmith.storage.sets import export_set
 
+    if export_format is ExportFormat.hf:
+        from worldsmith.integrations.dataset import export_set_dataset
+
+        with refusals():
+            rows = export_set_dataset(name, target)
+        say(f"exported set {name} as a Hugging Face dataset of {rows} tasks into {target}")
+        return
     with refusals():
         manifest = export_set(name, target, configured_store(), open_catalog())
     say(f"exported set {name} ({len(manifest['members'])} environment versions) into {target}")
