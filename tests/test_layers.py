@@ -1,5 +1,5 @@
 """The package's dependencies point one way: models, bundle <- storage, llm, runtime <- quality,
-agent <- stages, training, worldmodel, interop, serving <- tasks <- flows <- the entry points (cli, demo,
+agent <- stages, training, worldmodel, interop, serving, integrations <- tasks <- flows <- the entry points (cli, demo,
 dashboard, ops). Read from the source with `ast` (nothing is imported): no import cycles at module
 level, no package importing one above it or importing the other way round a package that imports it,
 Prefect only in tasks/, flows/ and the entry points, and runtime/ reaching neither Prefect nor storage."""

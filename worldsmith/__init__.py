@@ -34,6 +34,8 @@ __all__ = [
     "EpisodeConfig",
     "run_episode",
     "Trajectory",
+    # worlds as an RL environment: reset a task, step tool calls, verify (docs/integrations.md)
+    "WorldEnv",
     # the flows, run in this process
     "generate",
     "GenerateParameters",
@@ -65,6 +67,7 @@ _EXPORTS: dict[str, str] = {
     "EpisodeConfig": "worldsmith.agent.loop",
     "run_episode": "worldsmith.agent.loop",
     "Trajectory": "worldsmith.agent.loop",
+    "WorldEnv": "worldsmith.integrations.environment",
     "generate": "worldsmith.flows.generate:run_generate",
     "GenerateParameters": "worldsmith.tasks.parameters",
     "evaluate": "worldsmith.flows.evaluate:run_evaluate",

@@ -12,6 +12,7 @@ from worldsmith.failures import UserFixable as UserFixable
 from worldsmith.flows.evaluate import run_evaluate as _run_evaluate
 from worldsmith.flows.generate import run_generate as _run_generate
 from worldsmith.flows.train import train as train
+from worldsmith.integrations.environment import WorldEnv as WorldEnv
 from worldsmith.models.bundle import TaskSpec as TaskSpec
 from worldsmith.models.results import ToolResult as ToolResult
 from worldsmith.models.results import VerifierResult as VerifierResult
