@@ -170,3 +170,39 @@ def test_task_rows_give_the_prompt_the_tools_and_the_world(golden):
 def test_an_env_gives_its_dataset(env, golden, generated):
     rows = env_dataset(env)
     assert len(rows) == len(golden.tasks) + len(generated.tasks)
+
+
+def docs_examples() -> dict[str, str]:
+    """The Python blocks of docs/integrations.md by section, but TRL's (it names a model to download)."""
+    import re
+
+    from support.paths import REPO
+
+    text = (REPO / "docs" / "integrations.md").read_text()
+    found = {}
+    for section in text.split("\n## ")[1:]:
+        title, _, body = section.partition("\n")
+        match = re.search(r"```python\n(.*?)```", body, re.DOTALL)
+        if match and "GRPOTrainer(" not in match[1]:
+            found[title] = match[1]
+    return found
+
+
+@pytest.mark.parametrize("section", ["The environment object", "Gymnasium", "SkyRL-gym"])
+def test_the_docs_examples_run_as_written(home, monkeypatch, capsys, section):
+    """Each prints on its last line what its last comment says."""
+    from support.paths import REPO
+
+    from worldsmith.integrations.skyrl_env import use_env
+
+    code = docs_examples()[section]
+    monkeypatch.chdir(REPO)
+    try:
+        exec(compile(code, "docs/integrations.md", "exec"), {"__name__": "docs"})
+    finally:
+        use_env(None)
+    printed = capsys.readouterr().out.strip().splitlines()[-1]
+    said = [line for line in code.splitlines() if line.strip().startswith("print(") and "# " in line][-1].split(
+        "# ", 1
+    )[1]
+    assert printed == said.split(" (")[0], printed
