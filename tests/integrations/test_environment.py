@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from support.catalog import published_set
+from support.limits import ISOLATIONS, PATIENT_LIMITS, isolated
 from support.llm_server import ScriptedLLM, json_reply
 from typer.testing import CliRunner
 
@@ -98,10 +99,14 @@ def test_a_task_is_named_by_its_world_when_two_worlds_could_have_it(env, golden,
     assert {t.world for t in env.tasks()} == {golden.env_id, world_name(generated)}
 
 
-def test_many_episodes_at_once_from_many_threads(runtime, env, generated):
-    """Every task of the generated world, twice, on 8 threads: each episode its own database (all
-    complete), none left open."""
-    tasks = [t for t in env.tasks() if t.world == world_name(generated)] * 2
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_many_episodes_at_once_from_many_threads(runtime, generated, isolation):
+    """Every task of the generated world, twice, on 8 threads, in each isolation mode of the runtime:
+    each episode its own database (all complete), none left open."""
+    own = None if isolation == runtime.limits.isolation else Runtime(isolated(PATIENT_LIMITS, isolation), workers=2)
+    used = own or runtime
+    env = WorldEnv(generated, runtime=used)
+    tasks = env.tasks() * 2
 
     def play(ref: TaskRef) -> Verdict:
         with env.reset(ref) as played:
@@ -110,10 +115,14 @@ def test_many_episodes_at_once_from_many_threads(runtime, env, generated):
             played.step(played.task.answer or "Done.")
             return played.verify().verdict
 
-    with ThreadPoolExecutor(8) as pool:
-        verdicts = list(pool.map(play, tasks))
-    assert verdicts == [Verdict.complete] * len(tasks)
-    assert runtime.open_episodes == 0
+    try:
+        with ThreadPoolExecutor(8) as pool:
+            verdicts = list(pool.map(play, tasks))
+        assert verdicts == [Verdict.complete] * len(tasks)
+        assert used.open_episodes == 0
+    finally:
+        if own is not None:
+            own.close()
 
 
 def test_the_judge_rules_as_configured(runtime, golden, monkeypatch):
