@@ -106,3 +106,17 @@ def test_a_plain_grpo_trainer_trains_in_a_world(tiny_model, golden, runtime, tmp
     assert len(judged) == 2 and all(t.task_id == golden.tasks[0].id for t in judged)
     assert log["rewards/world_reward/mean"] == pytest.approx(sum(t.reward for t in judged) / 2)
     assert runtime.open_episodes == 0
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("tool", "argument"), [("reset", "x"), ("episode", "x"), ("lookup", "class"), ("lookup", "a-b")]
+)
+def test_a_tool_python_cannot_spell_as_a_method_is_refused_naming_it(tool, argument):
+    from worldsmith.integrations.trl_env import tool_method
+
+    schema = {"name": tool, "description": "d", "parameters": {"type": "object", "properties": {argument: {}}}}
+    with pytest.raises(ValueError, match="cannot be a TRL tool method"):
+        tool_method("w", schema)
+    fine = tool_method("w", {**schema, "name": "lookup", "parameters": {"properties": {"world": {"type": "string"}}}})
+    assert get_json_schema(fine)["function"]["parameters"]["properties"]["world"]["type"] == "string"

@@ -36,8 +36,8 @@ _PYTHON_TYPES: dict[str, object] = {
     "object": dict,
     "null": type(None),
 }
-#: Names TRL's contract keeps for itself: a tool by one of them cannot be a method.
-_RESERVED = frozenset({"reset", "get_reward"})
+#: Names a tool cannot have as a method: TRL's (`reset`, `get_reward`) and WorldTools' own attributes.
+_RESERVED = frozenset({"reset", "get_reward", "env", "world", "episode"})
 
 
 class WorldTools:
@@ -98,11 +98,15 @@ def tool_method(world: str, tool: ToolSchemaJson) -> Callable[..., str]:
     name, parameters = tool["name"], tool["parameters"]
     properties = cast(JsonObject, parameters.get("properties") or {})
     required = set(cast(list[str], parameters.get("required") or []))
-    for spelled in (name, *properties):
-        if not spelled.isidentifier() or keyword.iskeyword(spelled) or spelled in _RESERVED or spelled.startswith("_"):
-            raise ValueError(
-                f"world {world}: tool {name!r} cannot be a TRL tool method ({spelled!r} is no method name)"
-            )
+    refused = [
+        spelled
+        for spelled in (name, *properties)
+        if not spelled.isidentifier() or keyword.iskeyword(spelled) or spelled == "self"
+    ]
+    if name in _RESERVED or name.startswith("_"):
+        refused.insert(0, name)
+    if refused:
+        raise ValueError(f"world {world}: tool {name!r} cannot be a TRL tool method ({refused[0]!r} cannot be spelled)")
     signature = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     annotations: dict[str, object] = {"return": str}
     lines = [_one_line(tool["description"]) or name, "", "Args:"]
