@@ -36,6 +36,8 @@ from worldsmith.jsonvalue import JsonObject
 #: The fence of a look in a model's text (the text fallback).
 LOOK_FENCE = "look"
 _BLOCK = re.compile(r"```look[ \t]*\n(.*?)```", re.DOTALL)
+#: How the system message's paragraph on looking opens (after the stage's own text; see `instructions`).
+LOOKS_OPENING = "Before answering you may look at the world you are building"
 #: Refused looks after which a model that keeps looking instead of answering fails the attempt.
 MAX_REFUSED_LOOKS = 3
 
@@ -220,7 +222,7 @@ def instructions(offer: LookOffer, tool_calls: bool) -> str:
     lines = [
         "",
         "",
-        f"Before answering you may look at the world you are building: at most {budget.looks} looks, each answer "
+        f"{LOOKS_OPENING}: at most {budget.looks} looks, each answer "
         f"cut at {budget.chars} characters (a query: at most {budget.rows} rows). Use only ids you have seen in "
         "this request or in a look's answer. The looks:",
     ]
