@@ -111,7 +111,7 @@ def test_looks_past_the_budget_are_refused_and_a_model_that_keeps_looking_fails(
     assert [look.refused for look in looks] == [False, False, True, True, True]
     assert looks[-1].answer.startswith("refused: no looks left (at most 2 an attempt)")
     assert len(kennel.asked) == 2  # the lookout answered only the looks within the budget
-    assert "tools" in server.requests[1] and "tools" not in server.requests[2]  # none offered once spent
+    assert "tool_choice" not in server.requests[1] and server.requests[2]["tool_choice"] == "none"  # once spent
 
 
 def test_a_write_through_the_sql_look_is_refused_and_a_big_answer_cut():

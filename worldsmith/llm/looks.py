@@ -150,14 +150,11 @@ class LookSession:
 
     offer: LookOffer
     looks: list[Look] = field(default_factory=list)
+    past_budget: int = 0  # looks asked for once the budget was spent
 
     @property
     def left(self) -> int:
         return max(0, self.offer.budget.looks - sum(1 for look in self.looks if not look.refused))
-
-    @property
-    def refused_after_budget(self) -> int:
-        return sum(1 for look in self.looks if look.refused and look.answer.startswith("refused: no looks left"))
 
     def take(self, kind: str, arguments: JsonObject, via: Literal["tool_call", "text"]) -> str:
         """The answer to one look (a refusal saying why when the budget is spent, the kind is not offered or
@@ -165,6 +162,7 @@ class LookSession:
         budget = self.offer.budget
         refused = True
         if not self.left:
+            self.past_budget += 1
             answer = f"refused: no looks left (at most {budget.looks} an attempt); answer now with the JSON object"
         elif kind not in self.offer.lookout.kinds:
             offered = ", ".join(self.offer.lookout.kinds)

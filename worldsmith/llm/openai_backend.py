@@ -18,7 +18,8 @@ Looks (llm/looks.py): a prompt that offers them is a conversation. The looks go 
 no `tools`, no response format while looks are left (the schema in the prompt), the model's ```look blocks
 answered in a user message. Looks in the text are answered in either mode. Each request of the conversation
 is one completion as above; the looks made are kept in the generation (or the fault) and bounded by the
-offer's budget: a model that keeps looking past it fails the attempt (`too_many_looks`).
+offer's budget: once it is spent the request says `tool_choice: none` (the text fallback: a response
+format again), and a model that keeps looking past it fails the attempt (`too_many_looks`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 import openai
 from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
@@ -117,6 +118,7 @@ class ChatRequest(TypedDict):
     response_format: NotRequired[ResponseFormat]
     messages: list[ChatCompletionMessageParam]
     tools: NotRequired[list[ChatCompletionToolParam]]
+    tool_choice: NotRequired[Literal["none"]]
 
 
 class OpenAIGenerator:
@@ -203,8 +205,10 @@ class OpenAIGenerator:
         else:
             request["response_format"] = {"type": "json_object"}
             system += "\n\nAnswer with one JSON object matching this JSON Schema:\n" + json.dumps(schema)
-        if looks_left and self._tool_calls and looking is not None:
+        if looking is not None and self._tool_calls:  # the same tools all along; none callable once spent
             request["tools"] = chat_tools(looking.offer)  # type: ignore[typeddict-item]
+            if not looks_left:
+                request["tool_choice"] = "none"
         request["messages"] = [
             {"role": "system", "content": system},
             {"role": "user", "content": prompt.user},
@@ -365,7 +369,7 @@ class OpenAIGenerator:
                 return False
             answers = [(kind, looking.take(kind, arguments, "text")) for kind, arguments in asked]
             conversation += [{"role": "assistant", "content": text}, {"role": "user", "content": text_answers(answers)}]
-        if looking.refused_after_budget >= MAX_REFUSED_LOOKS:
+        if looking.past_budget >= MAX_REFUSED_LOOKS:
             raise OutputFault(
                 f"the model kept looking after its {looking.offer.budget.looks} looks instead of answering",
                 text=text,
