@@ -100,7 +100,7 @@ class WorldLookout:
         calls: list[tuple[str, JsonObject]] = []
         for step in steps:
             tool = step.get("tool") if isinstance(step, dict) else None
-            arguments = step.get("arguments") or {} if isinstance(step, dict) else {}
+            arguments = (step.get("arguments") or {}) if isinstance(step, dict) else {}
             if not isinstance(tool, str) or tool not in names:
                 raise LookRefused(f"no tool {tool!r}; the tools are: {', '.join(names)}")
             if not isinstance(arguments, dict):
