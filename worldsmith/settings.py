@@ -83,6 +83,16 @@ class Settings(BaseSettings):
     llm_timeout_s: float = Field(120.0, gt=0, description="Timeout of one LLM call.")
     llm_concurrency: int = Field(8, ge=1, description="LLM calls in flight at once, per process.")
     llm_retries: int = Field(5, ge=0, description="Retries of a call on 429, 5xx, timeouts and connection errors.")
+    llm_look_protocol: Literal["tools", "text"] = Field(
+        "tools",
+        description="How the model asks its looks: the chat API's tool calls (the text fallback if the endpoint "
+        "refuses them), or ```look blocks in its text.",
+    )
+    looks_per_attempt: int = Field(
+        8, ge=0, description="Looks (SQL queries, tool calls, solution runs) a stage attempt may make; 0: none."
+    )
+    look_answer_chars: int = Field(4000, ge=200, description="Characters of one look's answer (the rest cut).")
+    look_rows: int = Field(30, ge=1, description="Rows of one look's SQL query.")
     llm_embeddings_model: str | None = Field(
         None, description="Embeddings model for scenario dedup (same endpoint); unset: TF-IDF."
     )

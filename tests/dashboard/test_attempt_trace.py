@@ -10,6 +10,7 @@ from starlette.testclient import TestClient
 
 from worldsmith.dashboard.app import dashboard_app
 from worldsmith.llm.backend import Prompt
+from worldsmith.llm.looks import Look
 from worldsmith.models.catalog import Environment, EnvironmentVersion
 from worldsmith.models.specs import SchemaSpec
 from worldsmith.stages.attempts import AttemptLog, AttemptTrace
@@ -40,7 +41,12 @@ def traced(tmp_path) -> TestClient:
         outcome="failure",
         error_class="sql_error",
         error_text='near "TABEL": syntax error',
-        trace=AttemptTrace(ask(None), '{"schema_sql": "..."}', SchemaSpec(schema_sql=FIRST)),
+        trace=AttemptTrace(
+            ask(None),
+            '{"schema_sql": "..."}',
+            SchemaSpec(schema_sql=FIRST),
+            looks=[Look(kind="query_database", arguments={"sql": "SELECT 1"}, answer="1 rows", via="tool_call")],
+        ),
     )
     long_answer = "x" * (MAX_ARTIFACT_BYTES + 10)
     log.record(
@@ -98,6 +104,7 @@ def test_a_repair_shows_its_prompt_answer_and_the_diff_of_its_files(traced):
 def test_a_first_attempt_shows_its_files_whole_and_a_check_its_evidence(traced):
     first = traced.get(f"/attempts/{ids(traced)[('database:schema', 1)]}").text
     assert 'data-file="schema.sql"' in first and "CREATE TABEL orders" in first and 'data-key="diff"' not in first
+    assert 'id="looks"' in first and "SELECT 1" in first and "1 rows" in first  # what it looked at first
     seed = traced.get(f"/attempts/{ids(traced)[('database:seed', 1)]}").text
     assert 'id="evidence"' in seed and "user_id=99 has no match" in seed and 'id="prompt"' not in seed
 

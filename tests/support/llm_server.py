@@ -3,7 +3,8 @@
 Each request takes the next scripted reply: a JSON object to answer with, raw text (with any finish
 reason), a truncated answer, an answer without choices, the model's refusal, an HTTP error (with
 optional Retry-After and the endpoint's message and code), a delay, a stall (no answer until the
-client hangs up), or a refusal of JSON-schema mode. Requests are recorded for assertions, and so is the
+client hangs up), a refusal of JSON-schema mode, tool calls (the chat API's, finish reason `tool_calls`),
+or a refusal of `tools` (an endpoint without tool calling). Requests are recorded for assertions, and so is the
 most requests the server had in flight at once.
 """
 
@@ -34,7 +35,7 @@ TOGETHER_LIMIT_S = MOMENTS_S
 
 @dataclass
 class Reply:
-    kind: str  # json | text | truncated | empty | refusal | status | refuse_schema | stall
+    kind: str  # json | text | truncated | empty | refusal | status | refuse_schema | stall | tool_calls | refuse_tools
     body: Any = None
     status: int = 200
     headers: dict[str, str] = field(default_factory=dict)
@@ -54,6 +55,16 @@ def stalled_reply(obj: Any) -> Reply:
 
 def text_reply(text: str, finish: str | None = "stop") -> Reply:
     return Reply("text", text, finish=finish)
+
+
+def tool_calls_reply(*calls: tuple[str, dict[str, Any]]) -> Reply:
+    """The model calling functions: each (name, arguments), finish reason `tool_calls`."""
+    return Reply("tool_calls", list(calls))
+
+
+def refuse_tools_reply(obj: Any) -> Reply:
+    """HTTP 400 to a request with `tools` (an endpoint without tool calling), else `obj` as a JSON answer."""
+    return Reply("refuse_tools", obj)
 
 
 def truncated_reply(text: str) -> Reply:
@@ -141,7 +152,16 @@ class ScriptedLLM:
                 {"error": {"message": "response_format json_schema is not supported", "type": "invalid_request_error"}},
                 status_code=400,
             )
-        content = json.dumps(reply.body) if reply.kind in ("json", "refuse_schema", "stall") else reply.body
+        if reply.kind == "refuse_tools" and body.get("tools"):
+            return JSONResponse(
+                {"error": {"message": "tools are not supported by this model", "type": "invalid_request_error"}},
+                status_code=400,
+            )
+        if reply.kind == "tool_calls":
+            return self.completion(body, None, "tool_calls", tool_calls=reply.body)
+        content = (
+            json.dumps(reply.body) if reply.kind in ("json", "refuse_schema", "stall", "refuse_tools") else reply.body
+        )
         return self.completion(body, content, {"truncated": "length", "text": reply.finish}.get(reply.kind, "stop"))
 
     def completion(
@@ -152,12 +172,22 @@ class ScriptedLLM:
         *,
         refusal: str | None = None,
         choices: bool = True,
+        tool_calls: list[tuple[str, dict[str, Any]]] | None = None,
     ) -> JSONResponse:
-        """A chat-completion response with `content` (or `refusal`), or none when not `choices`; tokens
-        counted as words."""
+        """A chat-completion response with `content` (or `refusal`, or `tool_calls`: each a function's name and
+        arguments), or none when not `choices`; tokens counted as words."""
         prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in body.get("messages", []))
         completion_tokens = len((content or refusal or "").split())
-        message = {"role": "assistant", "content": content, **({"refusal": refusal} if refusal else {})}
+        message: dict[str, Any] = {"role": "assistant", "content": content, **({"refusal": refusal} if refusal else {})}
+        if tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": f"call_{len(self.requests)}_{n}",
+                    "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(arguments)},
+                }
+                for n, (name, arguments) in enumerate(tool_calls)
+            ]
         return JSONResponse(
             {
                 "id": f"chatcmpl-{len(self.requests)}",

@@ -44,13 +44,15 @@ class Message(TypedDict):
 
 class AttemptTraceView(TypedDict):
     """The trace of one attempt: whether anything was recorded, the prompt's messages, the answer, the files,
-    the evidence, and the id and number of the attempt before it (the one diffed against), if any."""
+    the evidence, the looks made before answering, and the id and number of the attempt before it (the one
+    diffed against), if any."""
 
     recorded: bool
     messages: list[Message]
     answer: TracedText | None
     files: list[TracedText]
     evidence: TracedText | None
+    looks: TracedText | None
     previous_id: int | None
     previous_attempt: int | None
 
@@ -122,6 +124,7 @@ def attempt_trace(session: Session, store: ObjectStore, attempt_id: int) -> Atte
         "answer": None,
         "files": [],
         "evidence": None,
+        "looks": None,
         "previous_id": before.id if before else None,
         "previous_attempt": before.attempt if before else None,
     }
@@ -132,6 +135,8 @@ def attempt_trace(session: Session, store: ObjectStore, attempt_id: int) -> Atte
             view["answer"] = _shown(artifact)
         elif artifact.kind is ArtifactKind.EVIDENCE:
             view["evidence"] = _shown(artifact)
+        elif artifact.kind is ArtifactKind.LOOKS:
+            view["looks"] = _shown(artifact)
         else:
             old = earlier.get(artifact.name)
             diff = None

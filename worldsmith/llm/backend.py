@@ -9,6 +9,7 @@ from typing import Generic, Protocol, TypedDict, TypeVar
 from pydantic import BaseModel
 
 from worldsmith.jsonvalue import JsonObject
+from worldsmith.llm.looks import Look, LookOffer
 
 Spec = TypeVar("Spec", bound=BaseModel)
 
@@ -38,6 +39,7 @@ class Generation(Generic[Spec]):
     spec: Spec
     usage: Usage
     raw: str = ""
+    looks: list[Look] = field(default_factory=list)  # the looks the model made before answering (llm/looks.py)
 
 
 class PromptContext(TypedDict, total=False):
@@ -60,12 +62,14 @@ class PromptContext(TypedDict, total=False):
 class Prompt:
     """One request: the system and user messages and the stage it belongs to. `context` carries
     the structured facts behind the text (scenario, seed, whether errors were fed back), which
-    the procedural backend uses and LLM backends ignore."""
+    the procedural backend uses and LLM backends ignore. `looks`: what the model may look at before it
+    answers (llm/looks.py), for the backends that converse; None: nothing."""
 
     stage: str
     system: str
     user: str
     context: PromptContext = field(default_factory=PromptContext)
+    looks: LookOffer | None = None
 
 
 class Generator(Protocol):
@@ -76,7 +80,8 @@ class Generator(Protocol):
 
     def generate(self, prompt: Prompt, spec: type[Spec]) -> Generation[Spec]:
         """A valid `spec` instance for `prompt`; raises a GenerationFault of its kind (llm/errors.py: OutputFault,
-        RequestFault, EndpointAuthFault, TransientFault), with usage attached as `fault.usage` when any was spent."""
+        RequestFault, EndpointAuthFault, TransientFault), with usage attached as `fault.usage` when any was spent
+        (and the looks made, as `fault.looks`, where the prompt offered any)."""
         ...
 
 

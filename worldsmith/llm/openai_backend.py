@@ -11,6 +11,15 @@ Every other failure is one `GenerationFault` with its kind (llm/errors.py), neve
 context-length rejection a `RequestFault` of kind context_length; an answer without choices, a
 refusal, a content-filter stop or an answer cut off (finish_reason=length, or JSON left unterminated
 whatever the finish reason) an `OutputFault` of that kind, with the model's text kept.
+
+Looks (llm/looks.py): a prompt that offers them is a conversation. The looks go out as the request's
+`tools` (the chat API's tool calls), their answers back as `tool` messages; an endpoint that refuses
+`tools` (HTTP 400 naming them), or the setting `llm_look_protocol=text`, switches to the text fallback:
+no `tools`, no response format while looks are left (the schema in the prompt), the model's ```look blocks
+answered in a user message. Looks in the text are answered in either mode. Each request of the conversation
+is one completion as above; the looks made are kept in the generation (or the fault) and bounded by the
+offer's budget: once it is spent the request says `tool_choice: none` (the text fallback: a response
+format again), and a model that keeps looking past it fails the attempt (`too_many_looks`).
 """
 
 from __future__ import annotations
@@ -20,10 +29,10 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 import openai
-from openai.types.chat import ChatCompletionMessageParam
+from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
 from openai.types.chat.completion_create_params import ResponseFormat
 from pydantic import BaseModel
 from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
@@ -36,6 +45,15 @@ from worldsmith.llm.errors import (
     OutputFault,
     RequestFault,
     TransientFault,
+)
+from worldsmith.llm.looks import (
+    MAX_REFUSED_LOOKS,
+    LookSession,
+    chat_tools,
+    instructions,
+    parse_arguments,
+    text_answers,
+    text_looks,
 )
 from worldsmith.settings import Settings, get_settings
 
@@ -97,8 +115,10 @@ class ChatRequest(TypedDict):
     model: str
     temperature: float
     max_tokens: int
-    response_format: ResponseFormat
+    response_format: NotRequired[ResponseFormat]
     messages: list[ChatCompletionMessageParam]
+    tools: NotRequired[list[ChatCompletionToolParam]]
+    tool_choice: NotRequired[Literal["none"]]
 
 
 class OpenAIGenerator:
@@ -119,6 +139,7 @@ class OpenAIGenerator:
         retries: int = 5,
         prices: dict[str, dict[str, float]] | None = None,
         backoff_s: float = 0.5,
+        look_protocol: str = "tools",
     ):
         self.model = model
         self.temperature = temperature
@@ -132,6 +153,7 @@ class OpenAIGenerator:
         )
         self._slots = threading.BoundedSemaphore(concurrency)
         self._schema_mode = True  # JSON-schema response_format until the endpoint refuses it
+        self._tool_calls = look_protocol == "tools"  # looks as tool calls until the endpoint refuses `tools`
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None, *, model: str | None = None) -> OpenAIGenerator:
@@ -146,31 +168,53 @@ class OpenAIGenerator:
             concurrency=s.llm_concurrency,
             retries=s.llm_retries,
             prices=s.llm_prices,
+            look_protocol=s.llm_look_protocol,
         )
 
     def cost(self, tokens_in: int, tokens_out: int) -> float:
         price = self.prices.get(self.model, {})
         return tokens_in / 1e6 * price.get("input", 0.0) + tokens_out / 1e6 * price.get("output", 0.0)
 
-    def _request(self, prompt: Prompt, spec: type[BaseModel]) -> ChatRequest:
+    def _request(
+        self,
+        prompt: Prompt,
+        spec: type[BaseModel],
+        conversation: list[ChatCompletionMessageParam] | None = None,
+        looking: LookSession | None = None,
+    ) -> ChatRequest:
+        """The request of `prompt` (and the `conversation` of its looks so far): the response format, and while
+        looks are left either the looks as `tools` or, in the text fallback, free text (the schema in the prompt)."""
         schema = spec.model_json_schema()
         system = prompt.system
-        response_format: ResponseFormat
-        if self._schema_mode:
-            response_format = {
+        looks_left = looking is not None and looking.left > 0
+        if looking is not None:
+            system += instructions(looking.offer, self._tool_calls)
+        request: ChatRequest = {
+            "model": self.model,
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+            "messages": [],
+        }
+        if looks_left and not self._tool_calls:  # look blocks or the answer: no response format binds the text
+            system += "\n\nThe answer: one JSON object matching this JSON Schema:\n" + json.dumps(schema)
+        elif self._schema_mode:
+            request["response_format"] = {
                 "type": "json_schema",
                 "json_schema": {"name": spec.__name__, "schema": schema, "strict": False},
             }
         else:
-            response_format = {"type": "json_object"}
+            request["response_format"] = {"type": "json_object"}
             system += "\n\nAnswer with one JSON object matching this JSON Schema:\n" + json.dumps(schema)
-        return {
-            "model": self.model,
-            "temperature": self.temperature,
-            "max_tokens": self.max_tokens,
-            "response_format": response_format,
-            "messages": [{"role": "system", "content": system}, {"role": "user", "content": prompt.user}],
-        }
+        if looking is not None and self._tool_calls:  # the same tools all along; none callable once spent
+            request["tools"] = chat_tools(looking.offer)  # type: ignore[typeddict-item]
+            if not looks_left:
+                request["tool_choice"] = "none"
+        request["messages"] = [
+            {"role": "system", "content": system},
+            {"role": "user", "content": prompt.user},
+            *(conversation or []),
+        ]
+        return request
 
     def _rejected(
         self, exc: openai.APIStatusError, model: str | None = None, model_field: str = "llm_model"
@@ -196,16 +240,24 @@ class OpenAIGenerator:
             )
         return RequestFault(f"the endpoint rejected the request: {_describe(exc)}")
 
-    def _complete(self, prompt: Prompt, spec: type[BaseModel], usage: Usage) -> Any:
-        """One chat completion, retried on transient faults; falls back to JSON mode once if refused;
-        any other HTTP error is the GenerationFault it stands for."""
+    def _complete(
+        self,
+        prompt: Prompt,
+        spec: type[BaseModel],
+        usage: Usage,
+        conversation: list[ChatCompletionMessageParam] | None = None,
+        looking: LookSession | None = None,
+    ) -> Any:
+        """One chat completion, retried on transient faults; falls back to JSON mode once if refused, and to
+        the text fallback of looks once if `tools` are refused; any other HTTP error is the GenerationFault
+        it stands for."""
 
         def attempt() -> Any:
             with self._slots:
                 started = time.perf_counter()
                 usage.calls += 1
                 try:
-                    return self.client.chat.completions.create(**self._request(prompt, spec))
+                    return self.client.chat.completions.create(**self._request(prompt, spec, conversation, looking))
                 finally:
                     usage.seconds += time.perf_counter() - started
 
@@ -229,9 +281,13 @@ class OpenAIGenerator:
             if not isinstance(exc, openai.APIStatusError):
                 raise
             fault = self._rejected(exc)
-            if self._schema_mode and fault.kind == "bad_request" and "response_format" in str(exc).lower():
+            refused = str(exc).lower() if fault.kind == "bad_request" else ""
+            if self._schema_mode and "response_format" in refused:
                 self._schema_mode = False
-                return self._complete(prompt, spec, usage)
+                return self._complete(prompt, spec, usage, conversation, looking)
+            if looking is not None and self._tool_calls and "tool" in refused:
+                self._tool_calls = False
+                return self._complete(prompt, spec, usage, conversation, looking)
             raise fault from exc
 
     def embed(self, texts: list[str], model: str) -> list[list[float]]:
@@ -258,19 +314,68 @@ class OpenAIGenerator:
             raise
 
     def generate(self, prompt: Prompt, spec: type[Spec]) -> Generation[Spec]:
-        """A valid `spec` for `prompt`, or a GenerationFault of its kind with the call's usage as `fault.usage`."""
+        """A valid `spec` for `prompt`, or a GenerationFault of its kind with the call's usage as `fault.usage`
+        (and the looks made as `fault.looks`). A prompt offering looks is a conversation: the model's looks
+        answered until it answers (see the module docstring)."""
         usage = Usage()
+        looking = LookSession(prompt.looks) if prompt.looks is not None else None
+        conversation: list[ChatCompletionMessageParam] = []
         try:
-            response = self._complete(prompt, spec, usage)
-            if response.usage is not None:
-                usage.tokens_in += response.usage.prompt_tokens or 0
-                usage.tokens_out += response.usage.completion_tokens or 0
-            usage.cost_usd = self.cost(usage.tokens_in, usage.tokens_out)
-            text = self._answer(response)
-            return Generation(decode(text, spec, usage), usage, text)
+            while True:
+                response = self._complete(prompt, spec, usage, conversation, looking)
+                if response.usage is not None:
+                    usage.tokens_in += response.usage.prompt_tokens or 0
+                    usage.tokens_out += response.usage.completion_tokens or 0
+                usage.cost_usd = self.cost(usage.tokens_in, usage.tokens_out)
+                if looking is not None and self._looked(response, looking, conversation):
+                    continue
+                text = self._answer(response)
+                return Generation(decode(text, spec, usage), usage, text, looking.looks if looking else [])
         except GenerationFault as fault:
             fault.usage = usage  # type: ignore[attr-defined]
+            fault.looks = looking.looks if looking else []  # type: ignore[attr-defined]
             raise
+
+    def _looked(self, response: Any, looking: LookSession, conversation: list[ChatCompletionMessageParam]) -> bool:
+        """Whether `response` asks for looks (tool calls, or ```look blocks in its text): if so, they are
+        answered and the exchange added to `conversation`; an OutputFault once the model kept looking past
+        its budget MAX_REFUSED_LOOKS times."""
+        message = response.choices[0].message if response.choices else None
+        if message is None:
+            return False
+        calls = [c for c in message.tool_calls or [] if getattr(c, "function", None) is not None]
+        text = message.content or ""
+        if calls:
+            conversation.append(
+                {
+                    "role": "assistant",
+                    "content": text or None,
+                    "tool_calls": [
+                        {
+                            "id": c.id,
+                            "type": "function",
+                            "function": {"name": c.function.name, "arguments": c.function.arguments},
+                        }
+                        for c in calls
+                    ],
+                }
+            )
+            for c in calls:
+                answer = looking.take(c.function.name, parse_arguments(c.function.arguments), "tool_call")
+                conversation.append({"role": "tool", "tool_call_id": c.id, "content": answer})
+        else:
+            asked = text_looks(text)
+            if not asked:
+                return False
+            answers = [(kind, looking.take(kind, arguments, "text")) for kind, arguments in asked]
+            conversation += [{"role": "assistant", "content": text}, {"role": "user", "content": text_answers(answers)}]
+        if looking.past_budget >= MAX_REFUSED_LOOKS:
+            raise OutputFault(
+                f"the model kept looking after its {looking.offer.budget.looks} looks instead of answering",
+                text=text,
+                kind="too_many_looks",
+            )
+        return True
 
     def _answer(self, response: Any) -> str:
         """The text of the response's first choice; an OutputFault when there is none, the model refused,

@@ -8,8 +8,10 @@ A recording directory holds:
   scenario dedup used, if any;
 - `answers/<key>.<n>.json`: the n-th answer (0, 1, ...) to the request `key`, the sha256 of the
   model, those parameters, the response format (the spec's name and JSON Schema) and the prompt
-  (system and user messages); embeddings are keyed by their model and texts. An answer keeps the raw
-  text, or the fault the generator raised (its class, message and text), and the call's usage.
+  (system and user messages), and the looks it offered (their kinds and bounds, llm/looks.py) where it
+  offered any; embeddings are keyed by their model and texts. An answer keeps the raw text, or the fault
+  the generator raised (its class, message and text), the call's usage, and the looks the model made
+  before answering (each with its answer): a replay gives them back as they were, without looking again.
 
 Every file is written whole under a temporary name and linked into place (`os.link` fails if the
 name is taken, so concurrent threads and processes recording one request get numbers of their own).
@@ -27,13 +29,14 @@ import threading
 import uuid
 from collections import Counter
 from pathlib import Path
-from typing import Any, Literal, TypedDict, final
+from typing import Any, Literal, NotRequired, TypedDict, final
 
 from pydantic import BaseModel
 
 from worldsmith.errors import WorldsmithError
 from worldsmith.llm.backend import Generation, Generator, Prompt, Spec, Usage, decode
 from worldsmith.llm.errors import GenerationFault, OutputFault, TransientFault
+from worldsmith.llm.looks import Look
 
 #: Attributes of a generator that shape its answers to one prompt (those it has are part of the key).
 GENERATION_PARAMETERS: tuple[
@@ -97,6 +100,7 @@ class AnswerRecord(TypedDict):
     text: str
     fault: FaultRecord | None
     usage: UsageRecord
+    looks: NotRequired[list[dict[str, Any]]]  # each a `Look` as JSON (recordings made before looks have none)
 
 
 class EmbeddingsAnswerRecord(TypedDict):
@@ -137,17 +141,19 @@ def generation_parameters(generator: Generator) -> GenerationParameters:
 
 
 def request_key(model: str, parameters: GenerationParameters, spec: type[BaseModel], prompt: Prompt) -> str:
-    """The key of one request: model, generation parameters, response format and prompt."""
+    """The key of one request: model, generation parameters, response format, prompt and the looks it
+    offers (a prompt offering none keys as before looks existed)."""
     response_format = {"name": spec.__name__, "schema": spec.model_json_schema()}
-    return _sha256(
-        {
-            "model": model,
-            "parameters": parameters,
-            "response_format": response_format,
-            "system": prompt.system,
-            "user": prompt.user,
-        }
-    )
+    material: dict[str, object] = {
+        "model": model,
+        "parameters": parameters,
+        "response_format": response_format,
+        "system": prompt.system,
+        "user": prompt.user,
+    }
+    if prompt.looks is not None:
+        material["looks"] = prompt.looks.key()
+    return _sha256(material)
 
 
 def embeddings_key(model: str, texts: list[str]) -> str:
@@ -286,7 +292,14 @@ class RecordingGenerator:
         self.recording.add_generator({"backend": self.backend, "model": self.model, "parameters": self.parameters})
 
     def _keep(
-        self, key: str, prompt: Prompt, spec: type[BaseModel], text: str, usage: Usage, fault: FaultRecord | None
+        self,
+        key: str,
+        prompt: Prompt,
+        spec: type[BaseModel],
+        text: str,
+        usage: Usage,
+        fault: FaultRecord | None,
+        looks: list[Look],
     ) -> None:
         self.recording.add_answer(
             key,
@@ -302,6 +315,7 @@ class RecordingGenerator:
                 "text": text,
                 "fault": fault,
                 "usage": _usage_record(usage),
+                "looks": [look.model_dump(mode="json") for look in looks],
             },
         )
 
@@ -311,10 +325,11 @@ class RecordingGenerator:
             generation = self.inner.generate(prompt, spec)
         except GenerationFault as fault:
             if not isinstance(fault, TransientFault) and not getattr(fault, "fatal", False):
-                self._keep(key, prompt, spec, fault.text, getattr(fault, "usage", Usage()), _fault_record(fault))
+                usage, looks = getattr(fault, "usage", Usage()), getattr(fault, "looks", [])
+                self._keep(key, prompt, spec, fault.text, usage, _fault_record(fault), looks)
             raise
         text = generation.raw or generation.spec.model_dump_json()
-        self._keep(key, prompt, spec, text, generation.usage, None)
+        self._keep(key, prompt, spec, text, generation.usage, None, generation.looks)
         return generation
 
     def __getattr__(self, name: str) -> Any:
@@ -381,11 +396,13 @@ class ReplayGenerator:
             raise self._miss(f"stage {prompt.stage} of world {world}" if world else f"stage {prompt.stage}")
         usage = Usage(**entry["usage"])
         text = entry["text"]
+        looks = [Look.model_validate(look) for look in entry.get("looks", [])]
         if entry["fault"] is not None:
             fault = _replayed_fault(entry["fault"], text)
             fault.usage = usage  # type: ignore[attr-defined]
+            fault.looks = looks  # type: ignore[attr-defined]
             raise fault
-        return Generation(decode(text, spec, usage), usage, text)
+        return Generation(decode(text, spec, usage), usage, text, looks)
 
     def embed(self, texts: list[str], model: str) -> list[list[float]]:
         key = embeddings_key(model, texts)

@@ -122,7 +122,7 @@ class AttemptArtifact(SQLModel, table=True):
     id: int | None = Field(default=None, primary_key=True)
     attempt_id: int = Field(foreign_key="stage_attempts.id", index=True)
     name: str = Field(max_length=128, description="messages.json, answer.txt, evidence.json or a file's name")
-    kind: str = Field(max_length=16, description="prompt | answer | file | evidence")
+    kind: str = Field(max_length=16, description="prompt | answer | file | evidence | looks")
     digest: str = Field(max_length=71)
     size: int = Field(description="bytes stored")
     full_size: int = Field(description="bytes the attempt made: more than `size` when the stored text was cut")

@@ -14,11 +14,13 @@ from pydantic import BaseModel
 
 from worldsmith.jsonvalue import JsonObject
 from worldsmith.llm.backend import Prompt, Usage
+from worldsmith.llm.looks import Look
 from worldsmith.models.catalog import StageAttempt
 from worldsmith.stages.order import STEPS, Stage
 from worldsmith.storage.attempt_artifacts import (
     ANSWER,
     EVIDENCE,
+    LOOKS,
     MAX_ARTIFACT_BYTES,
     MESSAGES,
     ArtifactKind,
@@ -61,15 +63,18 @@ def spec_files(spec: BaseModel) -> dict[str, str]:
 @dataclass
 class AttemptTrace:
     """What one attempt sent and got, as far as it got: the prompt, the model's raw answer, the spec decoded
-    from it, and the evidence of the check that rejected it (probe records, failed quality checks)."""
+    from it, the evidence of the check that rejected it (probe records, failed quality checks) and the looks
+    the model made before answering (llm/looks.py)."""
 
     prompt: Prompt | None = None
     answer: str | None = None
     spec: BaseModel | None = None
     evidence: list[JsonObject] = field(default_factory=list)
+    looks: list[Look] = field(default_factory=list)
 
     def files(self) -> list[AttemptFile]:
-        """Its artifacts to store: messages.json, answer.txt, the spec's files, evidence.json (those it has)."""
+        """Its artifacts to store: messages.json, looks.json, answer.txt, the spec's files, evidence.json (those
+        it has)."""
         found: list[AttemptFile] = []
         if self.prompt is not None:
             messages: list[ChatMessage] = [
@@ -79,6 +84,9 @@ class AttemptTrace:
             whole = json.dumps(messages, indent=2)
             shown = [{**m, "content": bounded(m["content"], MAX_ARTIFACT_BYTES // 2)} for m in messages]
             found.append(AttemptFile(MESSAGES, ArtifactKind.PROMPT, json.dumps(shown, indent=2), len(whole.encode())))
+        if self.looks:
+            looks = json.dumps([look.model_dump(mode="json") for look in self.looks], indent=2)
+            found.append(AttemptFile.of(LOOKS, ArtifactKind.LOOKS, looks))
         if self.answer is not None:
             found.append(AttemptFile.of(ANSWER, ArtifactKind.ANSWER, self.answer))
         if self.spec is not None:

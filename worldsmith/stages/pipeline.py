@@ -94,7 +94,7 @@ def build_environment(
     (the generate flow runs the same stages as Prefect tasks through `run_stages`); with `review`, the
     model's review of the validated world (stages/review.py; not for the procedural backend)."""
     stages: dict[Stage, StageRunner] = {
-        Stage.TASKS: lambda w, fb: run_tasks_stage(w, generator, log, max_attempts, fb),
+        Stage.TASKS: lambda w, fb: run_tasks_stage(w, generator, log, max_attempts, fb, runtime),
         Stage.DATABASE: lambda w, fb: run_database_stage(w, generator, log, max_attempts, fb),
         Stage.TOOLS: lambda w, fb: run_tools_stage(w, generator, runtime, log, max_attempts, fb),
         Stage.VERIFIERS: lambda w, fb: run_verifiers_stage(w, generator, runtime, log, max_attempts, fb),

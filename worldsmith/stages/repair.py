@@ -3,7 +3,7 @@ a semantic fault ask again with every earlier attempt of the step fed back (its 
 and typed failures: stages/history.py), at most `max_attempts` times.
 Every attempt is recorded with its class: an output fault's kind (invalid_json, truncated, refusal...),
 the check's kind (sql_error...), or the request fault's; and with its trace: the prompt sent, the model's
-answer, the spec decoded from it, the check's evidence. Transient faults (the endpoint failing through
+answer, the spec decoded from it, the check's evidence, the looks the model made (llm/looks.py). Transient faults (the endpoint failing through
 its own retries) propagate for Prefect to retry; a request the endpoint rejects for good (context_length)
 fails the stage at once; a fatal fault (auth) propagates to stop the run."""
 
@@ -115,7 +115,7 @@ def run_with_repair(
                 usage=usage,
                 error_class=error_class,
                 error_text=error + _retried(usage),
-                trace=AttemptTrace(request, fault.text or None),
+                trace=AttemptTrace(request, fault.text or None, looks=getattr(fault, "looks", [])),
             )
             if fault.fatal:
                 raise
@@ -138,7 +138,7 @@ def run_with_repair(
                 usage=usage,
                 error_class=failed.kind,
                 error_text=str(failed) + _retried(usage),
-                trace=AttemptTrace(request, generation.raw, generation.spec, failed.records),
+                trace=AttemptTrace(request, generation.raw, generation.spec, failed.records, generation.looks),
             )
             history.add(generation.raw, error, failed.evidence, failed.faults)
             feedback = history.repair_text()
@@ -154,7 +154,7 @@ def run_with_repair(
             usage=usage,
             error_class="retried" if retried else None,
             error_text=retried,
-            trace=AttemptTrace(request, generation.raw, generation.spec),
+            trace=AttemptTrace(request, generation.raw, generation.spec, looks=generation.looks),
         )
         return result
     raise StageFailed(stage, max_attempts, error, error_class)

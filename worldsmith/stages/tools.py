@@ -2,7 +2,9 @@
 static policy, match the specification, and every tool must run in the sandbox (a refusal counts
 as running; a crash does not). Feedback for the code step (`work.resume_step == "code"`) keeps the
 specification and asks for the code again. Both prompts show the world's conventions and a bounded view
-of the seeded rows (seedview.seed_view: the rows the tasks name, then the tables they filter on)."""
+of the seeded rows (seedview.seed_view: the rows the tasks name, then the tables they filter on). The model may
+look (stages/looking.py): SQL over the seed from the first attempt, and calls of the latest tools.py that ran
+(an earlier round's, or this run's latest attempt that got as far as the sandbox)."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from worldsmith.quality.seedview import TOOLS_VIEW_CHARS, named_by_tasks, seed_v
 from worldsmith.runtime.episode import Runtime
 from worldsmith.stages.attempts import AttemptLog
 from worldsmith.stages.history import Fault
+from worldsmith.stages.looking import offer_looks, with_looks
 from worldsmith.stages.order import Stage
 from worldsmith.stages.repair import CheckFailed, run_with_repair
 from worldsmith.stages.work import EnvWork
@@ -93,9 +96,16 @@ def run_tools_stage(
     world, _ = build_world(work.schema_sql or "", work.seed_sql or "")
     named = named_by_tasks(work.tasks) if work.tasks else []
     rows = seed_view(world, named, limit=TOOLS_VIEW_CHARS, texts=work.task_texts()) if world else "(none)"
+    ran: list[Bundle] = []  # the latest tools that ran: an earlier round's, then each attempt's that got to run
+    if world is not None and work.tools_py:
+        earlier, issues = derive_tool_schemas(work.tools_py)
+        ran += [] if issues else [tools_only_bundle(work, work.tools_py, earlier, world=world)]
+
+    def looking(prompt: Prompt) -> Prompt:
+        return with_looks(prompt, offer_looks(world, runtime, ran[-1] if ran else None))
 
     def plan_prompt(extra: str | None) -> Prompt:
-        return work.prompt("tool_plan", extra, schema=work.schema_sql, tasks=work.task_lines(), seed_rows=rows)
+        return looking(work.prompt("tool_plan", extra, schema=work.schema_sql, tasks=work.task_lines(), seed_rows=rows))
 
     kept_plan = work.tool_plan if feedback is not None and work.resume_step == "code" else None
     plan = kept_plan or run_with_repair(
@@ -113,7 +123,9 @@ def run_tools_stage(
     planned = work.model_copy(update={"tool_plan": plan})
 
     def code_prompt(extra: str | None) -> Prompt:
-        return work.prompt("tool_code", extra, schema=work.schema_sql, tools=planned.tool_lines(), seed_rows=rows)
+        return looking(
+            work.prompt("tool_code", extra, schema=work.schema_sql, tools=planned.tool_lines(), seed_rows=rows)
+        )
 
     def check_code(code: ToolCode) -> str:
         problems = check_source(code.tools_py, "tools.py")
@@ -133,7 +145,9 @@ def run_tools_stage(
                 f"tools.py does not implement: {', '.join(missing)}",
                 [Fault(kind="missing_tools", subject=name) for name in missing],
             )
-        failures = [r for r in probe_tools(runtime, tools_only_bundle(work, code.tools_py, tools)) if not r.passed]
+        bundle = tools_only_bundle(work, code.tools_py, tools, world=world)
+        ran.append(bundle)
+        failures = [r for r in probe_tools(runtime, bundle) if not r.passed]
         if failures:
             raise CheckFailed(
                 "tool_crash",

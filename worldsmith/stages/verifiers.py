@@ -4,7 +4,9 @@ every reference solution must run and be judged complete, and the untouched data
 reference's end state with its final answer worded otherwise (agent/answer_variants.py) must stay complete;
 end states mutated from the reference must be judged as they are (half done, the wrong entity, an extra
 insert or another task's answer rejected; commuting writes reordered accepted) and no verifier may read a
-row id only this seed has (quality/verifier_mutations.py, verifier_ids.py)."""
+row id only this seed has (quality/verifier_mutations.py, verifier_ids.py). Before answering, the model may
+look (stages/looking.py): SQL over the seed, calls of the tools, and runs of a reference solution (each call's
+result and the end state's diff), each on a throwaway copy of the seed."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from worldsmith.quality.seedview import named_by_tasks, seed_view
 from worldsmith.runtime.episode import Runtime
 from worldsmith.stages.attempts import AttemptLog
 from worldsmith.stages.history import Fault
+from worldsmith.stages.looking import offer_looks, with_looks
 from worldsmith.stages.order import Stage
 from worldsmith.stages.repair import CheckFailed, run_with_repair
 from worldsmith.stages.routing import owning_step
@@ -84,10 +87,11 @@ def run_verifiers_stage(
     rows = seed_rows(work, world)
     # while the model answers: the seed-data expectations (validation's) and the deep probes' tool calls
     # that need no reference solution; the checks below reuse what they computed (quality/ahead.py)
-    ahead = ChecksAhead(runtime, bundle_before_verifiers(work, generator, world))
+    before = bundle_before_verifiers(work, generator, world)
+    ahead = ChecksAhead(runtime, before)
 
     def prompt(extra: str | None) -> Prompt:
-        return work.prompt(
+        asked = work.prompt(
             "verifiers",
             extra,
             schema=work.schema_sql,
@@ -95,6 +99,7 @@ def run_verifiers_stage(
             tools=work.tool_lines(),
             tasks=work.task_lines(),
         )
+        return with_looks(asked, offer_looks(world, runtime, before, solutions=True))
 
     def check(code: VerifierCode) -> VerifierCode:
         ahead.stop()

@@ -16,17 +16,18 @@ from worldsmith.storage.objectstore import ObjectMissing, ObjectStore
 
 #: The most bytes of one attempt artifact kept in the store (the rest is cut, and the cut marked).
 MAX_ARTIFACT_BYTES = 256 * 1024
-MESSAGES, ANSWER, EVIDENCE = "messages.json", "answer.txt", "evidence.json"
+MESSAGES, ANSWER, EVIDENCE, LOOKS = "messages.json", "answer.txt", "evidence.json", "looks.json"
 
 
 class ArtifactKind(StrEnum):
     """What an attempt artifact is: the prompt sent (its messages), the model's answer, a file the answer
-    held, or the evidence of the check that judged it."""
+    held, the evidence of the check that judged it, or the looks the model made before answering."""
 
     PROMPT = "prompt"
     ANSWER = "answer"
     FILE = "file"
     EVIDENCE = "evidence"
+    LOOKS = "looks"
 
 
 def truncation_note(limit: int, size: int) -> str:

@@ -101,7 +101,7 @@ def new_scenarios(params: GenerateParameters, run_id: str, seeds: list[Scenario]
 @llm_stage(Stage.TASKS)
 def write_tasks(params: GenerateParameters, run_id: str, work: EnvWork, feedback: str | None) -> EnvWork:
     r = resources(params, run_id)
-    return run_tasks_stage(work, r.generator, r.log, r.max_attempts, feedback)
+    return run_tasks_stage(work, r.generator, r.log, r.max_attempts, feedback, r.runtime)
 
 
 @llm_stage(Stage.DATABASE)

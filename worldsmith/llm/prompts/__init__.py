@@ -8,9 +8,12 @@ by the backend, so templates describe intent, not format.
 from __future__ import annotations
 
 import hashlib
+import re
 import string
 from functools import cache
 from pathlib import Path
+
+from worldsmith.llm.looks import LOOKS_OPENING
 
 HERE = Path(__file__).resolve().parent
 STAGES = ("scenario", "tasks", "schema", "seed", "tool_plan", "tool_code", "verifiers", "review")
@@ -40,7 +43,9 @@ def prompt_version() -> str:
 
 
 def stage_of(system: str) -> str | None:
-    """The stage whose template has this system message (how a test server tells stages apart)."""
+    """The stage whose template has this system message (how a test server tells stages apart), whatever the
+    backend appended to it (the JSON Schema of JSON mode, the paragraph on looks: llm/looks.py)."""
+    system = re.split(rf"\n\n(?:Answer with one JSON object|{LOOKS_OPENING})", system)[0]
     for stage in STAGES:
         if _template(stage)[1].template.partition("\n---\n")[0].strip() == system.strip():
             return stage
