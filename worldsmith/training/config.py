@@ -126,8 +126,9 @@ class TrainingConfig(BaseModel):
     max_turns: int = Field(10, ge=1, le=100, description="Turns per rollout.")
     history: Literal["windowed", "full"] = Field(
         "windowed",
-        description="windowed: each turn is a row holding exactly the window the policy "
-        "saw; full: one row per rollout through TRL's tool loop.",
+        description="windowed: each turn is a row holding exactly the window the policy saw; full: the whole "
+        "conversation, rendered by the model's own chat template as when serving, turns joined into one row where "
+        "the template lets each prompt extend the last (one row per rollout with Qwen2.5's, per turn with Qwen3's).",
     )
     window: int = Field(
         3, ge=1, le=100, description="Turns kept in the windowed history (the task and tools are always kept)."
