@@ -54,10 +54,10 @@ def call(name, **arguments):
     return PolicyTurn(message=Message(role="assistant", tool_calls=[ToolCall(id=name, name=name, arguments=arguments)]))
 
 
-def test_a_malformed_call_ends_the_episode_with_reward_minus_one(runtime, golden):
+def test_a_malformed_call_ends_the_episode_with_the_format_error_reward(runtime, golden):
     policy = Scripted([call("get_customer", customer_id=1), PolicyTurn(format_error="unparseable tool call: {oops")])
     trajectory = run_episode(runtime, golden, golden.task("t01_points_balance"), policy)
-    assert trajectory.verdict == "format_error" and trajectory.reward == -1.0 and trajectory.turns == 2
+    assert trajectory.verdict == "format_error" and trajectory.reward == 0.0 and trajectory.turns == 2
     assert "unparseable" in trajectory.error
 
 

@@ -92,7 +92,7 @@ def test_malformed_tool_call_is_a_format_error(runtime, golden, mode):
         Starlette(routes=[Route("/v1/chat/completions", model.completions, methods=["POST"])])
     ) as server:
         trajectory = run_episode(runtime, golden, task, OpenAIPolicy("tiny", base_url=f"{server.url}/v1", mode=mode))
-    assert trajectory.verdict == "format_error" and trajectory.reward == -1.0 and trajectory.turns == 1
+    assert trajectory.verdict == "format_error" and trajectory.reward == 0.0 and trajectory.turns == 1
 
 
 @pytest.mark.parametrize("mode", ["native", "text"])

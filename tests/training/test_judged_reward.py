@@ -111,3 +111,21 @@ def test_the_judge_key_is_read_from_the_variable_the_config_names_never_stored(j
     assert {"--reward", "--judge-model", "--judge-base-url", "--judge-votes"} <= flags
     with pytest.raises(ValueError):
         TrainingConfig(model="m", set_name="s", reward="llm")
+
+
+@pytest.mark.sandbox
+def test_the_judges_env_error_counts_only_with_an_env_error_in_the_trajectory(runtime, golden, judge_server):
+    """A judge that blames the application on a rollout whose tools all answered rules agent_error
+    (rewarded, in the loss), never a way out of it; with an env_error in the trajectory it stands."""
+    task = golden.task("t01_points_balance")
+    blamed = run_episode(runtime, golden, task, ReferencePolicy())
+    failing = blamed.model_copy(deep=True)
+    failing.steps[-1].status = "env_error"
+    judge = RewardJudge.for_training(_judge_alone(judge_server))
+    env_error = json_reply({"verdict": "env_error", "reason": "the application is broken"})
+    judge_server.script(env_error, env_error)
+    metrics = judge.judge_rollouts([task, task], [blamed, failing])
+    assert blamed.verdict == "agent_error" and blamed.reward == 0.0
+    assert "holds none: counted as agent_error" in blamed.judge["votes"][0]["reason"]
+    assert failing.verdict == "env_error" and failing.reward is None
+    assert metrics["judge_requests"] == 2 and metrics["judge_error_rate"] == 0.0

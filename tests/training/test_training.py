@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -25,7 +26,7 @@ from worldsmith.bundle.contract import Bundle
 from worldsmith.training.config import TrainingConfig
 from worldsmith.training.importance import importance_ratio
 from worldsmith.training.rollouts import Batcher, Sampled
-from worldsmith.training.rows import full_row, group_advantages, windowed_rows
+from worldsmith.training.rows import full_rows, group_advantages, windowed_rows
 
 pytestmark = pytest.mark.e2e
 
@@ -43,7 +44,7 @@ def one_task(golden: Bundle) -> Bundle:
 
 def scripts_for(bundle: Bundle) -> list[list[str]]:
     """Four rollouts of TASK: solved (1.0), a wrong answer (0.0), an env_error (None), a broken
-    tool call (format_error, -1.0)."""
+    tool call (format_error, 0.0: an attempt, worth no less than a wrong answer)."""
     task = bundle.task(TASK)
     solved = [call_text(s.tool, s.arguments) for s in task.solution] + [
         f"The balance is {task.answer} points.<|im_end|>"
@@ -177,7 +178,7 @@ def test_rows_of_env_error_rollouts_are_empty():
         reward=None,
         turn_records=[TurnRecord(turn=1, prompt_ids=[1, 2], completion_ids=[3])],
     )
-    assert windowed_rows(trajectory, 0.0, 0) == [] and full_row(trajectory, 0.0, 0) == []
+    assert windowed_rows(trajectory, 0.0, 0) == [] and full_rows(trajectory, 0.0, 0) == []
 
 
 @pytest.mark.unit
@@ -268,7 +269,7 @@ def test_windowed_step_rows_hold_exactly_what_the_policy_saw(tiny_model, one_tas
             assert row.prompt_ids == render_prompt(tokenizer, visible(trajectory.messages[:upto], 1), trajectory.tools)
             assert row.completion_ids == tokenizer.encode(scripts_for(one_task)[index][turn], add_special_tokens=False)
     advantages = {r.rollout: r.advantage for r in rows}
-    assert advantages[0] > 0 and advantages[1] == 0.0 and advantages[3] < 0  # group of rewards 1, 0, (env_error), -1
+    assert advantages[0] > 0 > advantages[1] == advantages[3]  # group of rewards 1, 0, (env_error), 0
     assert math.isfinite(result.training_loss) and result.global_step == 1
     assert any(not torch.equal(before[n], p) for n, p in trainer.model.named_parameters())
     log = trainer.state.log_history[0]
@@ -276,32 +277,82 @@ def test_windowed_step_rows_hold_exactly_what_the_policy_saw(tiny_model, one_tas
     assert log["rows"] == len(rows) == len(scripts_for(one_task)[0]) + 1 + 1
 
 
-def test_full_history_masks_exactly_the_tool_results(tiny_model, one_task, runtime, tmp_path):
-    trainer = make_trainer(tiny_model, one_task, runtime, tmp_path, history="full")
+@pytest.fixture(scope="module")
+def qwen25_model(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model with a real model's chat template: Qwen2.5-Instruct's (TRL ships it; tool calls
+    in <tool_call> blocks, no think blocks), which renders earlier turns as they were generated."""
+    from transformers import AutoTokenizer
+    from trl.chat_template_utils import qwen2_5_chat_template
+
+    out = tmp_path_factory.mktemp("tiny-qwen25")
+    shutil.copytree(tiny_model, out, dirs_exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    tokenizer.chat_template = qwen2_5_chat_template
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def served_prompt(tokenizer, messages, tools) -> list[int]:
+    """What a server running the model's own chat template feeds it for `messages` (OpenAI-shaped
+    messages and tools, thinking off), ending in the assistant's generation prompt."""
+    chat = [
+        {
+            "role": m.role,
+            "content": m.content,
+            **(
+                {
+                    "tool_calls": [
+                        {"type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                        for c in m.tool_calls
+                    ]
+                }
+                if m.tool_calls
+                else {}
+            ),
+        }
+        for m in messages
+    ]
+    encoded = tokenizer.apply_chat_template(
+        chat,
+        tools=[{"type": "function", "function": t} for t in tools],
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=True,
+        enable_thinking=False,
+    )
+    return list(encoded["input_ids"])
+
+
+@pytest.mark.parametrize("template", ["qwen3", "qwen2.5"])
+def test_full_history_template_trains_on_the_tokens_the_model_is_served(
+    tiny_model, qwen25_model, one_task, runtime, tmp_path, template
+):
+    """Every policy turn of a full-history rollout is trained on exactly the tokens the model's own
+    template gives that conversation when served, the tool results masked: Qwen3's template drops
+    past empty think blocks, so each turn is a row of its own; Qwen2.5's preserves the prefix, so a
+    rollout is one row."""
+    model_dir = tiny_model if template == "qwen3" else qwen25_model
+    trainer = make_trainer(model_dir, one_task, runtime, tmp_path, history="full")
     trainer.train()
-    solved, row = trainer.last_rollouts[0], next(r for r in trainer.last_rows if r.rollout == 0)
     tokenizer = trainer.processing_class
-    script = scripts_for(one_task)[0]
-    # unmasked: the policy's own tokens, turn after turn, nothing else
-    own = [t for t, m in zip(row.completion_ids, row.tool_mask) if m]
-    assert own == [t for text in script for t in tokenizer.encode(text, add_special_tokens=False)]
-    # masked: one span per tool call, each exactly the tool result in the template's framing
-    spans, current = [], []
-    for token, mask in zip(row.completion_ids, row.tool_mask):
-        if mask:
-            if current:
-                spans.append(current)
-            current = []
-        else:
-            current.append(token)
-    results = [m.content for m in solved.messages if m.role == "tool"]
-    assert len(spans) == len(results) == 2
-    for span, content in zip(spans, results):
-        assert tokenizer.decode(span) == (
-            f"\n<|im_start|>user\n<tool_response>\n{content}\n</tool_response><|im_end|>\n"
-            "<|im_start|>assistant\n<think>\n\n</think>\n\n"
-        )
-    assert {r.rollout for r in trainer.last_rows} == {0, 1, 3}  # one row per scored rollout
+    assert ("<think>" in tokenizer.chat_template) == (template == "qwen3")
+    scored = [i for i, t in enumerate(trainer.last_rollouts) if t.verdict != "env_error"]
+    assert {r.rollout for r in trainer.last_rows} == set(scored) == {0, 1, 3}
+    for index in scored:
+        trajectory, script = trainer.last_rollouts[index], scripts_for(one_task)[index]
+        rows = [r for r in trainer.last_rows if r.rollout == index]
+        assert len(rows) == (trajectory.turns if template == "qwen3" else 1)
+        assistant = [i for i, m in enumerate(trajectory.messages) if m.role == "assistant"]
+        turn = 0
+        for row in rows:
+            tokens, mask = row.prompt_ids + row.completion_ids, [0] * len(row.prompt_ids) + row.tool_mask
+            runs = [i for i in range(1, len(mask) + 1) if (mask + [0])[i] != mask[i - 1]]  # edges of unmasked runs
+            for start, end in zip(runs[::2], runs[1::2]):  # each run: one turn, after exactly what serving gives it
+                upto = assistant[turn] if turn < len(assistant) else len(trajectory.messages)
+                assert tokens[:start] == served_prompt(tokenizer, trajectory.messages[:upto], trajectory.tools)
+                assert tokens[start:end] == tokenizer.encode(script[turn], add_special_tokens=False)
+                turn += 1
+        assert turn == trajectory.turns == len(script)
 
 
 def test_each_of_three_training_steps_is_logged(tiny_model, one_task, runtime, tmp_path):
@@ -310,7 +361,7 @@ def test_each_of_three_training_steps_is_logged(tiny_model, one_task, runtime, t
     result = trainer.train()
     logs = [entry for entry in trainer.state.log_history if "loss" in entry]
     assert result.global_step == 3 and len(logs) == 3
-    assert all(math.isfinite(entry["loss"]) and entry["reward"] == pytest.approx(0.0) for entry in logs)
+    assert all(math.isfinite(entry["loss"]) and entry["reward"] == pytest.approx(1 / 3) for entry in logs)
 
 
 def test_lora_with_kl_trains_only_the_adapters_logging_the_kl(tiny_model, one_task, runtime, tmp_path):
@@ -513,39 +564,43 @@ def test_rows_carry_the_sampler_logprobs_of_generated_tokens_only():
         turn_records=records,
     )
     assert [r.sampling_logps for r in windowed_rows(trajectory, 1.0, 0)] == [[-0.1, -0.2], [-0.3]]
-    (row,) = full_row(trajectory, 1.0, 0)
+    (row,) = full_rows(trajectory, 1.0, 0)
     assert row.tool_mask == [1, 1, 0, 0, 1]
     assert [x for x, keep in zip(row.sampling_logps, row.tool_mask) if keep] == [-0.1, -0.2, -0.3]
     assert all(math.isnan(x) for x, keep in zip(row.sampling_logps, row.tool_mask) if not keep)
     unsampled = trajectory.model_copy(
         update={"turn_records": [r.model_copy(update={"completion_logprobs": None}) for r in records]}
     )
-    assert full_row(unsampled, 1.0, 0)[0].sampling_logps is None  # transformers generation reports none
+    assert full_rows(unsampled, 1.0, 0)[0].sampling_logps is None  # transformers generation reports none
 
 
 @pytest.mark.parametrize("history", ["windowed", "full"])
 def test_vllm_sampler_logprobs_become_trls_importance_correction(tiny_model, one_task, runtime, tmp_path, history):
     """With vLLM generating (needs a GPU: its reported log-probabilities are scripted here as the
-    model's own minus 0.1 per token), the batch carries TRL's sequence_mask correction: exp(0.1 x
-    the row's generated tokens), 0 past the 3.0 bound; tool-result tokens do not count; the step
-    trains and logs the ratio."""
+    model's own minus 0.1 per token), the batch carries TRL's correction per token (token_mask):
+    exp(0.1) on every generated token, 1 elsewhere, no token masked, where a ratio per sequence,
+    exp(0.1 x the row's generated tokens), would have dropped the longer rows whole; the step trains
+    and logs the ratio and the masked share."""
     trainer = make_trainer(tiny_model, one_task, runtime, tmp_path, history=history)
-    trainer.use_vllm, trainer.sampler_shift = (
-        True,
-        0.1,
-    )  # what GRPOTrainer sets when vLLM is installed; generation stays scripted
+    trainer.use_vllm, trainer.sampler_shift = True, 0.1  # what GRPOTrainer sets with vLLM; generation stays scripted
     result = trainer.train()
     batch = trainer.last_batch
-    generated = (batch["completion_mask"] * batch.get("tool_mask", 1)).sum(-1)
-    expected = torch.exp(0.1 * generated)
-    expected = torch.where(expected > 3.0, 0.0, expected)
-    assert batch["importance_sampling_ratio"][:, 0].tolist() == pytest.approx(expected.tolist(), rel=1e-3)
-    assert {0.0} < set(
-        torch.round(batch["importance_sampling_ratio"][:, 0], decimals=3).tolist()
-    )  # some rows kept, some dropped
+    loss_mask = (batch["completion_mask"] * batch.get("tool_mask", 1)).bool()
+    ratio = batch["importance_sampling_ratio"]
+    assert ratio.shape == loss_mask.shape and trainer.vllm_importance_sampling_mode == "token_mask"
+    assert ratio[loss_mask].tolist() == pytest.approx([math.exp(0.1)] * int(loss_mask.sum()), rel=1e-3)
+    per_sequence = importance_ratio(
+        batch["old_per_token_logps"], batch["sampling_per_token_logps"], loss_mask, "sequence_mask", None, 3.0
+    )
+    assert 0.0 in per_sequence.flatten().tolist()  # per sequence, some rows would have left the loss whole
     logged = trainer.state.log_history[0]
-    assert math.isfinite(result.training_loss)
+    assert math.isfinite(result.training_loss) and logged["sampling/masked_share"] == 0.0
     assert logged["sampling/sampling_logp_difference/mean"] == pytest.approx(0.1, rel=1e-2)
+
+
+def test_num_iterations_above_one_is_refused_in_one_line(tiny_model, one_task, runtime, tmp_path):
+    with pytest.raises(ValueError, match="^num_iterations 2 is not supported: .*; set 1$"):
+        make_trainer(tiny_model, one_task, runtime, tmp_path, settings={"num_iterations": 2})
 
 
 def test_a_model_failure_fails_the_step_before_any_scoring(tiny_model, one_task, runtime, tmp_path):

@@ -53,6 +53,12 @@ def render_prompt(
     return list(encoded["input_ids"])
 
 
+def stop_token_ids(tokenizer: Any) -> list[int]:
+    """The tokens that end a turn: the tokenizer's end-of-sequence token and <|im_end|>."""
+    ends = {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")}
+    return [i for i in ends if isinstance(i, int) and i >= 0]
+
+
 def read_turn(text: str, turn: int) -> PolicyTurn:
     """An assistant message from generated text, or a format error for a malformed tool call."""
     text = _THINK.sub("", text).strip()
@@ -92,11 +98,7 @@ class HFPolicy:
         self.model, self.tokenizer = model, tokenizer
         self.name = f"hf:{path or getattr(model, 'name_or_path', 'model')}"
         self.max_new_tokens, self.temperature, self.timeout_s = max_new_tokens, temperature, timeout_s
-        self.stop_ids = [
-            i
-            for i in {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")}
-            if isinstance(i, int) and i >= 0
-        ]
+        self.stop_ids = stop_token_ids(tokenizer)
 
     def start(self, bundle: Bundle, task: TaskSpec, seed: int) -> None:
         import torch

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from worldsmith.agent.rewards import RewardMap
+from worldsmith.agent.rewards import RewardMap, teaches_giving_up
 from worldsmith.models.sets import SplitName
 from worldsmith.worldmodel.config import SimulationConfig
 
@@ -112,7 +112,13 @@ class TrainingConfig(BaseModel):
     group_size: int = Field(
         16, ge=2, le=256, description="Rollouts per (env, task) row; advantages are normalised within the group."
     )
-    learning_rate: float = Field(7e-7, gt=0, description="AdamW learning rate.")
+    learning_rate: float = Field(7e-7, gt=0, description="AdamW learning rate, constant after its warm-up.")
+    lr_warmup_steps: int | None = Field(
+        None,
+        ge=0,
+        description="Optimizer steps over which the learning rate rises linearly from 0 to learning_rate, then stays "
+        "constant; unset: a tenth of `steps` (none under 10 steps).",
+    )
     beta: float = Field(
         0.0, ge=0, description="KL penalty against the reference model (0: no reference model is kept)."
     )
@@ -120,8 +126,9 @@ class TrainingConfig(BaseModel):
     max_turns: int = Field(10, ge=1, le=100, description="Turns per rollout.")
     history: Literal["windowed", "full"] = Field(
         "windowed",
-        description="windowed: each turn is a row holding exactly the window the policy "
-        "saw; full: one row per rollout through TRL's tool loop.",
+        description="windowed: each turn is a row holding exactly the window the policy saw; full: the whole "
+        "conversation, rendered by the model's own chat template as when serving, turns joined into one row where "
+        "the template lets each prompt extend the last (one row per rollout with Qwen2.5's, per turn with Qwen3's).",
     )
     window: int = Field(
         3, ge=1, le=100, description="Turns kept in the windowed history (the task and tools are always kept)."
@@ -215,7 +222,11 @@ class TrainingConfig(BaseModel):
         "the policy continues in imagination.",
     )
     lora: LoraConfig = Field(default_factory=LoraConfig, description="Low-rank adapters instead of full fine-tuning.")
-    rewards: RewardMap = Field(default_factory=RewardMap, description="Reward of each verdict.")
+    rewards: RewardMap = Field(
+        default_factory=RewardMap,
+        description="Reward of each verdict; no verdict of a failed attempt may be worth less than incomplete (an "
+        "answer without any tool call), or the policy learns to give up.",
+    )
     reward: RewardSource = Field(
         "verifier",
         description="verifier: the task's code verifier rules; judge: an LLM judge reads the task and the "
@@ -254,6 +265,8 @@ class TrainingConfig(BaseModel):
             raise ValueError("real_share applies to simulated training only; set simulate or remove real_share")
         if self.simulate is None and self.real_starts > 0:
             raise ValueError("real_starts applies to simulated training only; set simulate or remove real_starts")
+        if (giving_up := teaches_giving_up(self.rewards)) is not None:
+            raise ValueError(giving_up)
         if self.simulate is not None and self.success_samples:
             raise ValueError("success_samples measures training in the real worlds; remove it or simulate")
         return self

@@ -6,6 +6,11 @@ multiplies the loss by the ratio pi_train(token) / pi_sampler(token), per token 
 truncated or masked at its bounds (GRPOConfig's `vllm_importance_sampling_*` settings). TRL
 computes it inside `_generate_and_score_completions`, which WorldGRPOTrainer replaces; this is that
 rule over the sampler log-probabilities the rollouts recorded (rows.TrainingRow.sampling_logps).
+
+The runs use `token_mask` (trainer.grpo_settings): per sequence, the ratio of a long full-history
+row is a product over thousands of tokens, which leaves the bounds for almost any row, so the whole
+rollout would be silently zeroed; per token only the tokens whose own ratio is out of bounds are.
+The share of loss tokens masked is logged each step (`masked_share`).
 """
 
 from __future__ import annotations
@@ -41,3 +46,13 @@ def importance_ratio(
     low = -math.inf if clip_min is None else clip_min
     high = math.inf if clip_max is None else clip_max
     return ratio.masked_fill((ratio < low) | (ratio > high), 0.0)
+
+
+def masked_share(ratio: Any, mask: Any) -> float:
+    """The share of the tokens `mask` keeps that a `*_mask` ratio (per token B x T, or per sequence
+    B x 1) sets to 0: what the correction takes out of the loss. 0 when `mask` keeps none."""
+    kept = mask.bool()
+    total = int(kept.sum())
+    if not total:
+        return 0.0
+    return float(((ratio == 0).expand_as(kept) & kept).sum()) / total

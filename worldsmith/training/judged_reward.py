@@ -8,7 +8,9 @@ verifier's verdict and evidence (the reference paper's code-augmented judge, the
 the verifier's verdict only when the judge saw it).
 
 - The ruling replaces the rollout's verdict and reward; the record (votes, reasons, the verifier's
-  verdict) is kept on the trajectory.
+  verdict) is kept on the trajectory. A vote of env_error counts only when the trajectory holds an
+  env_error (`grounded`; an evaluation's judge may still exclude an episode it finds the application broke), else as agent_error: blaming the application is no way out of
+  the loss.
 - Answers are cached by the digest of what the judge reads (model, votes and the rendered prompt):
   identical rollouts, common within a group, are judged once per run.
 - A vote whose answer is not a ruling is asked again up to `retries` times; a rollout with no valid
@@ -120,6 +122,22 @@ def check_judge(config: JudgeConfig) -> None:
     check_endpoint(checked)
 
 
+def holds_env_error(trajectory: Trajectory) -> bool:
+    """Whether the environment failed in `trajectory`: a tool call that returned env_error, or the
+    episode's own env_error verdict."""
+    return trajectory.verdict == Verdict.env_error or any(s.status == Verdict.env_error for s in trajectory.steps)
+
+
+def grounded(vote: tuple[Verdict | None, str], trajectory: Trajectory) -> tuple[Verdict | None, str]:
+    """A judge's vote (ruling, reason) as it may count for `trajectory` in training: env_error only
+    when the trajectory holds one (`holds_env_error`), else agent_error, the reason saying so; a
+    policy whose answer blames the application gets no way out of the loss."""
+    ruling, reason = vote
+    if ruling != Verdict.env_error or holds_env_error(trajectory):
+        return vote
+    return Verdict.agent_error, f"{reason} [env_error ruled but the trajectory holds none: counted as agent_error]"
+
+
 @dataclass
 class Ruling:
     """A judge's ruling on one rollout (`verdict` None: the judge failed) and what it cost."""
@@ -208,9 +226,11 @@ class RewardJudge:
                 return verdict, why
         return None, why
 
-    def _judge(self, prompt: tuple[str, str], verifier: Verdict) -> Ruling:
+    def _judge(self, prompt: tuple[str, str], trajectory: Trajectory) -> Ruling:
+        """The majority of the votes on `trajectory` (an env_error vote `grounded` in it first)."""
+        verifier = trajectory.verdict
         ruling = Ruling(None, {"model": self.endpoint.model, "with_verifier": self.with_verifier, "votes": []})
-        ballots = [self._vote(prompt, ruling) for _ in range(self.config.votes)]
+        ballots = [grounded(self._vote(prompt, ruling), trajectory) for _ in range(self.config.votes)]
         ruling.record["votes"] = [{"ruling": r, "reason": why} for r, why in ballots]
         votes = [r for r, _ in ballots if r is not None]
         if votes:
@@ -231,7 +251,7 @@ class RewardJudge:
             todo = {keys[i]: i for i in judged if keys[i] not in self.cache}
         hits = sum(keys[i] not in todo or todo[keys[i]] != i for i in judged)
         with ThreadPoolExecutor(max_workers=max(1, min(self.config.concurrency, len(todo)))) as pool:
-            fresh = dict(zip(todo, pool.map(lambda i: self._judge(prompts[i], trajectories[i].verdict), todo.values())))
+            fresh = dict(zip(todo, pool.map(lambda i: self._judge(prompts[i], trajectories[i]), todo.values())))
         with self._lock:
             self.cache.update({key: ruling for key, ruling in fresh.items() if ruling.verdict is not None})
             rulings = {i: fresh.get(keys[i]) or self.cache[keys[i]] for i in judged}

@@ -5,13 +5,12 @@ A batch runs when every live episode is waiting for the model (or has ended), so
 share a batch, and hence the sampled tokens under a fixed seed, do not depend on thread timing.
 Batches run on the calling (trainer's) thread; the episode threads only wait and call tools.
 
-Two history modes (TrainingConfig.history):
-- windowed: the policy renders the task, the tools and the last `window` turns with the chat
-  template each turn (what `HFPolicy` does), so each turn has its own prompt;
-- full: the first prompt is rendered once; every later prompt is the previous prompt and
-  completion plus the tool-result tokens spliced in exactly as TRL's tool loop does
-  (`GRPOTrainer._get_tool_suffix_ids`, with TRL's prefix-preserving training variant of the chat
-  template where the model's own is not, as Qwen3's is not), so one rollout is one token sequence.
+Two history modes (TrainingConfig.history), both rendered by the model's own chat template each
+turn (what `HFPolicy` does, and what any OpenAI-compatible server serving the model does), so the
+tokens trained on are the tokens the model sees when serving:
+- windowed: the task, the tools and the last `window` turns;
+- full: the whole conversation (rows.full_rows joins turns into one row where the template lets
+  one turn's prompt extend the last).
 """
 
 from __future__ import annotations
@@ -20,9 +19,9 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypedDict
+from typing import Any
 
-from worldsmith.agent.hf_policy import HFPolicy, render_prompt
+from worldsmith.agent.hf_policy import HFPolicy
 from worldsmith.agent.loop import EpisodeConfig, EpisodeSource, Trajectory, run_episode, visible
 from worldsmith.agent.messages import Message, PolicyTurn
 from worldsmith.bundle.contract import Bundle
@@ -126,17 +125,8 @@ class Batcher:
             request.done.set()
 
 
-class ToolResultMessage(TypedDict):
-    """A tool's result as TRL's tool loop renders it (`GRPOTrainer._get_tool_suffix_ids`): with the tool's name."""
-
-    role: Literal["tool"]
-    name: str
-    content: str
-
-
 class TrainingPolicy(HFPolicy):
-    """The model being trained, as an episode policy: generation goes through the shared batcher;
-    with `suffix` set (full history) prompts are spliced token by token instead of re-rendered.
+    """The model being trained, as an episode policy: generation goes through the shared batcher.
 
     An episode that starts mid-way (a real start, worldmodel/real_starts.py) has `prefix`: the turns
     before it, which the policy sees as its own earlier ones, within its `window` (None: all)."""
@@ -148,8 +138,6 @@ class TrainingPolicy(HFPolicy):
         batcher: Batcher,
         index: int,
         *,
-        suffix: Callable[[list[ToolResultMessage]], list[int]] | None = None,
-        chat_template: str | None = None,
         max_new_tokens: int = 256,
         temperature: float = 1.0,
         prefix: list[Message] | None = None,
@@ -159,30 +147,16 @@ class TrainingPolicy(HFPolicy):
             model=model, tokenizer=tokenizer, max_new_tokens=max_new_tokens, temperature=temperature, timeout_s=None
         )
         self.name = "training"
-        self.batcher, self.index, self.suffix, self.chat_template = batcher, index, suffix, chat_template
+        self.batcher, self.index = batcher, index
         self.prefix, self.window = prefix or [], window
-        self._last: list[int] | None = None
         self._logprobs: list[float] | None = None
 
     def start(self, bundle: Bundle, task: TaskSpec, seed: int) -> None:
-        self.turn, self._last = sum(m.role == "assistant" for m in self.prefix), None  # tool-call ids stay unique
-
-    def prompt_ids(self, view: list[Message], tools: list[ToolSchemaJson]) -> list[int]:
-        if self.suffix is None or self._last is None:
-            return render_prompt(self.tokenizer, view, tools, self.chat_template)
-        results: list[Message] = []
-        for message in reversed(view):
-            if message.role != "tool":
-                break
-            results.insert(0, message)
-        calls: dict[str | None, str] = {c.id: c.name for m in view if m.role == "assistant" for c in m.tool_calls}
-        return self._last + self.suffix(
-            [{"role": "tool", "name": calls.get(m.tool_call_id, "tool"), "content": m.content} for m in results]
-        )
+        self.turn = sum(m.role == "assistant" for m in self.prefix)  # tool-call ids stay unique
 
     def generate(self, prompt_ids: list[int]) -> list[int]:
         completion = self.batcher.generate(self.index, prompt_ids)
-        self._last, self._logprobs = prompt_ids + completion.ids, completion.logprobs
+        self._logprobs = completion.logprobs
         return completion.ids
 
     def act(self, view: list[Message], tools: list[ToolSchemaJson]) -> PolicyTurn:
@@ -224,3 +198,12 @@ def run_rollouts(
         episodes = [pool.submit(one, index) for index in range(len(jobs))]
         batcher.serve()  # the model works on this thread; the episodes' threads only wait and call tools
         return [episode.result() for episode in episodes]
+
+
+def truncated_turn_rate(trajectories: list[Trajectory], max_new_tokens: int, stop_ids: list[int]) -> float:
+    """The share of the policy's turns in `trajectories` cut off at `max_new_tokens` before a stop
+    token (their tool call or answer unfinished: a format error, or an answer that was never
+    complete); 0 when there are no turns."""
+    turns = [r.completion_ids or [] for t in trajectories for r in t.turn_records]
+    cut = sum(len(ids) >= max_new_tokens and ids[-1] not in stop_ids for ids in turns)
+    return cut / len(turns) if turns else 0.0

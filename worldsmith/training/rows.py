@@ -4,8 +4,9 @@
   row), env_error rollouts (reward None) left out of the baseline and given no advantage.
 - `windowed_rows`: one row per turn, holding exactly the prompt the policy saw for that turn and
   the tokens it generated, all sharing the rollout's advantage.
-- `full_row`: one row per rollout, the whole conversation after the first prompt as the
-  completion; tool-result tokens (and the template tokens around them) carry mask 0.
+- `full_rows`: the rollout's turns joined into one row wherever each turn's prompt (the model's
+  own chat template's rendering, as served) extends the previous turn's tokens; tool-result tokens
+  (and the template tokens around them) carry mask 0.
 - `collate`: rows as the padded tensors GRPOTrainer's loss reads.
 - `micro_batches` / `take_rows`: a collated batch cut into length-sorted micro-batches under a token
   budget, each trimmed to its own longest row (the memory bound of the trainer's passes);
@@ -18,7 +19,6 @@ importance-sampling correction (training/importance.py).
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -101,23 +101,33 @@ def windowed_rows(trajectory: Trajectory, advantage: float, rollout: int) -> lis
     ]
 
 
-def full_row(trajectory: Trajectory, advantage: float, rollout: int) -> list[TrainingRow]:
-    """The rollout as one row (none for env_error): the first turn's prompt, then every later
-    token; only the policy's own completions are unmasked. Each turn's prompt must extend the
-    previous prompt and completion token for token (the full-history policy guarantees it)."""
+def full_rows(trajectory: Trajectory, advantage: float, rollout: int) -> list[TrainingRow]:
+    """The rollout as few rows as its prompts allow (none for env_error). Each turn's prompt is what
+    the model's own chat template gives for the conversation so far (what a server would send it);
+    a turn whose prompt extends the previous turn's prompt and completion token for token joins that
+    turn's row, the tokens in between (tool results and their framing) masked, only the policy's
+    own completions unmasked; a turn whose prompt does not (a template that re-renders earlier turns
+    differently, as Qwen3's drops their empty think blocks) starts a row of its own. A
+    prefix-preserving template (Qwen2.5's) gives one row per rollout, Qwen3's one row per turn: every
+    row holds exactly the tokens the model saw when serving."""
     if trajectory.reward is None:
         return []
-    records = _turns(trajectory)
-    prompt = list(records[0].prompt_ids)
-    for before, after in itertools.pairwise(records):
-        if (
-            after.prompt_ids[: len(before.prompt_ids) + len(before.completion_ids)]
-            != before.prompt_ids + before.completion_ids
-        ):
-            raise ValueError(
-                f"turn {after.turn} of {trajectory.env_id}/{trajectory.task_id} does not extend turn {before.turn}'s tokens"
-            )
-    last = records[-1]
+    spans: list[list[Any]] = []
+    for record in _turns(trajectory):
+        if spans:
+            before = spans[-1][-1]
+            seen = before.prompt_ids + before.completion_ids
+            if record.prompt_ids[: len(seen)] == seen:
+                spans[-1].append(record)
+                continue
+        spans.append([record])
+    return [_joined_row(span, advantage, rollout) for span in spans]
+
+
+def _joined_row(records: list[Any], advantage: float, rollout: int) -> TrainingRow:
+    """One row of turns each extending the last: the first turn's prompt, then every later token,
+    the turns' completions unmasked (with their sampler log-probabilities when every turn has them)."""
+    prompt, last = list(records[0].prompt_ids), records[-1]
     completion = last.prompt_ids[len(prompt) :] + last.completion_ids
     mask = [0] * len(completion)
     sampled = all(r.completion_logprobs is not None for r in records)
@@ -127,7 +137,7 @@ def full_row(trajectory: Trajectory, advantage: float, rollout: int) -> list[Tra
         mask[start : start + len(record.completion_ids)] = [1] * len(record.completion_ids)
         if sampled:
             logps[start : start + len(record.completion_ids)] = record.completion_logprobs
-    return [TrainingRow(prompt, completion, advantage, rollout, mask, logps if sampled else None)]
+    return TrainingRow(prompt, completion, advantage, rollout, mask, logps if sampled else None)
 
 
 def collate(rows: list[TrainingRow], pad_id: int, device: torch.device | str | None = None) -> dict[str, torch.Tensor]:

@@ -13,8 +13,10 @@ a batch of prompts into scored token sequences. Here it
 3. computes group-relative advantages (rows.group_advantages; env_error rollouts leave the
    baseline and get no row at all, so they contribute nothing to the loss);
 4. builds rows by history mode: `windowed`, one row per turn holding exactly the window the
-   policy saw (TRL's loop cannot do this: it always feeds the whole history); `full`, one row per
-   rollout with tool-result tokens masked (`tool_mask`, as TRL's own tool loop produces it);
+   policy saw (TRL's loop cannot do this: it always feeds the whole history); `full`, the
+   rollout's turns joined into as few rows as the model's own chat template allows, tool-result
+   tokens masked (`tool_mask`): every prompt is the model's own template's rendering, what serving
+   gives it, never TRL's training variant of the template (rows.full_rows);
 5. with vLLM generating, applies TRL's importance-sampling correction from the sampler
    log-probabilities the rollouts recorded (training/importance.py), as TRL's method would.
 
@@ -34,6 +36,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
+from worldsmith.agent.hf_policy import stop_token_ids
 from worldsmith.agent.loop import EpisodeConfig, EpisodeSource, Trajectory
 from worldsmith.agent.rewards import RewardMap
 from worldsmith.bundle.contract import Bundle
@@ -41,14 +44,14 @@ from worldsmith.models.bundle import TaskSpec
 from worldsmith.models.verdict import Verdict
 from worldsmith.runtime.episode import Runtime
 from worldsmith.training.config import TrainingConfig
-from worldsmith.training.importance import importance_ratio
+from worldsmith.training.importance import importance_ratio, masked_share
 from worldsmith.training.memory import VLLM_SHARE, check_cuda, vllm_installed
-from worldsmith.training.rollouts import Batcher, Sampled, TrainingPolicy, run_rollouts
+from worldsmith.training.rollouts import Batcher, Sampled, TrainingPolicy, run_rollouts, truncated_turn_rate
 from worldsmith.training.rows import (
     TrainingRow,
     collate,
     even_out,
-    full_row,
+    full_rows,
     group_advantages,
     micro_batches,
     row_lengths,
@@ -65,7 +68,6 @@ if TYPE_CHECKING:
 
 try:
     from trl import GRPOConfig, GRPOTrainer
-    from trl.chat_template_utils import get_training_chat_template, is_chat_template_prefix_preserving
 except ImportError as exc:  # pragma: no cover - trl is a pinned dependency
     raise ImportError("training needs trl==1.16.0 (pip install -r requirements.lock)") from exc
 
@@ -94,6 +96,8 @@ class GRPOSettings(TypedDict):
     steps_per_generation: int
     num_iterations: int
     learning_rate: float
+    lr_scheduler_type: str
+    warmup_steps: int
     beta: float
     epsilon: float
     temperature: float
@@ -111,6 +115,7 @@ class GRPOSettings(TypedDict):
     use_cpu: bool
     bf16: bool
     use_vllm: bool
+    vllm_importance_sampling_mode: str
     vllm_mode: str
     vllm_gpu_memory_utilization: float
     shuffle_dataset: bool
@@ -149,7 +154,8 @@ def task_dataset(bundles: dict[str, Bundle]) -> Any:
 
 def grpo_settings(config: TrainingConfig, output_dir: Path) -> GRPOSettings:
     """GRPOConfig's keyword arguments for `config`: one optimizer step per generation batch of
-    `rows_per_step` (env, task) rows x `group_size` rollouts (per device); the gpu profile adds bf16
+    `rows_per_step` (env, task) rows x `group_size` rollouts (per device), a constant learning rate
+    after a linear warm-up, importance masking per token; the gpu profile adds bf16
     autocast (over the fp32 weights `model_dtype` loads) and activation checkpointing (TRL turns
     checkpointing on by default: cpu-test turns it off)."""
     gpu = config.profile == "gpu"
@@ -161,6 +167,8 @@ def grpo_settings(config: TrainingConfig, output_dir: Path) -> GRPOSettings:
         "steps_per_generation": 1,
         "num_iterations": 1,
         "learning_rate": config.learning_rate,
+        "lr_scheduler_type": "constant_with_warmup",
+        "warmup_steps": config.steps // 10 if config.lr_warmup_steps is None else config.lr_warmup_steps,
         "beta": config.beta,
         "epsilon": config.epsilon,
         "temperature": config.temperature,
@@ -178,6 +186,7 @@ def grpo_settings(config: TrainingConfig, output_dir: Path) -> GRPOSettings:
         "use_cpu": not gpu,
         "bf16": gpu,
         "use_vllm": gpu and vllm_installed(),
+        "vllm_importance_sampling_mode": "token_mask",  # per sequence would zero long rows whole (importance.py)
         "vllm_mode": "colocate",
         "vllm_gpu_memory_utilization": VLLM_SHARE,
         "shuffle_dataset": True,
@@ -273,8 +282,10 @@ class WorldGRPOTrainer(GRPOTrainer):
             self.real_starts = RealStarts(runtime)
         # `args`: GRPOTrainer's positional ones, the model first (mypy counts reward_funcs among them)
         super().__init__(*args, reward_funcs=[verdict_reward(config.rewards)], **kwargs)  # type: ignore[misc]
-        if config.history == "full" and not is_chat_template_prefix_preserving(self.processing_class):
-            self.chat_template = get_training_chat_template(self.processing_class)  # what TRL's own tool loop does
+        if self.num_iterations != 1:  # later passes would take the sampling model's log-probabilities as their own
+            raise ValueError(
+                f"num_iterations {self.num_iterations} is not supported: the trainer takes one step per batch; set 1"
+            )
 
     def rollouts(self, inputs: Sequence[TaskRef]) -> list[Trajectory]:
         """One episode per input; sampling is seeded once per batch by (config seed, step, process)."""
@@ -289,7 +300,6 @@ class WorldGRPOTrainer(GRPOTrainer):
             rewards=self.config.rewards,
             side_effects=self.config.side_effects,
         )
-        suffix = self._get_tool_suffix_ids if self.config.history == "full" else None
         worlds = self.worlds(step, len(inputs))
         starts = self.starts(step, jobs, worlds)
 
@@ -300,8 +310,6 @@ class WorldGRPOTrainer(GRPOTrainer):
                 self.processing_class,
                 batcher,
                 index,
-                suffix=suffix,
-                chat_template=self.chat_template,
                 max_new_tokens=self.config.max_completion_length,
                 temperature=self.config.temperature,
                 prefix=start.messages if start else None,
@@ -387,7 +395,7 @@ class WorldGRPOTrainer(GRPOTrainer):
             self.step_guard.skip = not has_signal(advantages_all)
             self._metrics[mode]["skipped_step"].append(float(self.step_guard.skip))
 
-        build = windowed_rows if self.config.history == "windowed" else full_row
+        build = windowed_rows if self.config.history == "windowed" else full_rows
         rows = [row for i, (t, a) in enumerate(zip(trajectories, advantages, strict=True)) for row in build(t, a, i)]
         self.last_rollouts, self.last_rows = trajectories, rows
         pad_id = self.processing_class.pad_token_id
@@ -561,6 +569,7 @@ class WorldGRPOTrainer(GRPOTrainer):
         metrics["sampling/importance_sampling_ratio/mean"].append(
             applied.float().mean().item() if applied.numel() else 1.0
         )
+        metrics["sampling/masked_share"].append(masked_share(ratio, loss_mask))
 
     def _log_rollouts(self, mode: str, trajectories: list[Trajectory], rewards: Any, rows: list[TrainingRow]) -> None:
         """Per-step rollout metrics (TRL averages them per logging step)."""
@@ -579,6 +588,8 @@ class WorldGRPOTrainer(GRPOTrainer):
         metrics["turns"].append(sum(t.turns for t in trajectories) / len(trajectories))
         metrics["tokens"].append(sum(t.tokens_out for t in trajectories) / len(trajectories))
         metrics["rows"].append(float(len(rows)))
+        limit, stops = self.config.max_completion_length, stop_token_ids(self.processing_class)
+        metrics["truncated_turn_rate"].append(truncated_turn_rate(trajectories, limit, stops))
         if self.simulation is not None:
             metrics["imagined_rate"].append(sum(t.world != "real" for t in trajectories) / len(trajectories))
             for key, value in world_rewards(trajectories).items():
