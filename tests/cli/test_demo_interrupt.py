@@ -51,7 +51,7 @@ def test_ctrl_c_stops_the_demo_in_its_step_keeping_what_it_made(tmp_path: Path):
             env={**env, **signalled_after("worldsmith.storage.publish:publish", signal.SIGINT)},
             capture_output=True,
             text=True,
-            timeout=HANG_GUARD_S["e2e"] - 2 * PROCESS_S,
+            timeout=PROCESS_S,  # up to its first world: about a minute on 2 idle cores
         )
         output = done.stdout + done.stderr
         assert done.returncode == 128 + signal.SIGINT, output
@@ -69,7 +69,8 @@ def test_ctrl_c_stops_the_demo_in_its_step_keeping_what_it_made(tmp_path: Path):
         assert failures == [], failures  # the stop recorded no failure
         api = f"http://127.0.0.1:{env['WORLDSMITH_PREFECT_PORT']}/api"
         runs = httpx.post(f"{api}/flow_runs/filter", json={}, timeout=MOMENTS_S).json()
-        assert [r["state_name"] for r in runs] == ["Cancelled"], runs  # the generate flow run
+        started = [r["state_name"] for r in runs if r["state_type"] != "SCHEDULED"]  # not the deployments' next
+        assert started == ["Cancelled"], runs  # the generate flow run
         assert not list(temp.glob("worldsmith-sandbox-*"))  # its sandboxes went with it
     finally:
         subprocess.run(
