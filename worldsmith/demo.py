@@ -218,8 +218,7 @@ class Demo:
         )
         return (
             f"demo stopped in its {step} step{said}; steps done: {', '.join(done) or 'none'}; what they made "
-            f"stays in the catalog; {stack}; run `worldsmith demo` again to go on (the set and the tiny model "
-            "are reused)"
+            f"stays in the catalog; {stack}; run `worldsmith demo` again to go on"
         )
 
     def _step(self, number: int, title: str) -> None:

@@ -5,6 +5,7 @@ evaluation against the real worlds. The options of `wm train` are the fields of 
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated
 
@@ -130,14 +131,16 @@ def wm_eval(
     for option, value in (("--k", k), ("--samples", samples), ("--max-new-tokens", max_new_tokens)):
         if value < 1:
             raise failure(f"{option} {value}: give a number of at least 1")
-    try:  # an unreadable file: one line by the root handler (cli/console.AnsweringGroup)
-        chosen = [t for t in read_transitions(transitions) if split == "all" or t.split == split]
-        wm = world_model(model, max_new_tokens=max_new_tokens)
-    except ValueError as exc:
-        raise failure(str(exc)) from None
-    if not chosen:
-        raise failure(f"no transitions in split {split!r} of {transitions}")
-    report = evaluate_world_model(wm, chosen, k=k, samples=samples)
+    # an hf: model's library lines (loading weights, warnings) go to a log file (cli/run_log.py)
+    with flow_logs("wm-eval", announce=not as_json, libraries=True) if model.startswith("hf:") else nullcontext():
+        try:  # an unreadable file: one line by the root handler (cli/console.AnsweringGroup)
+            chosen = [t for t in read_transitions(transitions) if split == "all" or t.split == split]
+            wm = world_model(model, max_new_tokens=max_new_tokens)
+        except ValueError as exc:
+            raise failure(str(exc)) from None
+        if not chosen:
+            raise failure(f"no transitions in split {split!r} of {transitions}")
+        report = evaluate_world_model(wm, chosen, k=k, samples=samples)
     if as_json:
         print(json.dumps(report.model_dump(mode="json"), indent=2))
         return
