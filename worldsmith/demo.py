@@ -29,6 +29,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from worldsmith.flows.interruption import STOP, Interrupted, run_stoppable_flow, stops_interrupting
 from worldsmith.jsonvalue import JsonObject
 from worldsmith.ops.stack import Stack
 from worldsmith.settings import get_settings
@@ -187,14 +188,38 @@ class Demo:
         ):  # the demo draws its own progress
             os.environ.setdefault(variable, "1")
         warnings.filterwarnings("ignore", category=FutureWarning)
+        # Ctrl-C or SIGTERM: the step in flight stops as its own command would, the steps after it do not run
+        return run_stoppable_flow(self._steps, lambda _: "the demonstration completed first", "nothing done yet")
+
+    def _steps(self) -> DemoSummary:
         seconds: dict[str, float] = {}
         self.summary["seconds"] = seconds
         for step in (self.up, self.generate, self.curate, self.serve_over_mcp, self.evaluate, self.train):
             started = time.monotonic()
-            step()
+            try:
+                with stops_interrupting():
+                    STOP.check()
+                    step()
+            except Interrupted as exc:
+                raise Interrupted(self.stopped_line(step.__name__, exc), exc.signum, exc.kept) from None
             seconds[step.__name__] = round(time.monotonic() - started, 1)
         self.finish()
         return self.summary
+
+    def stopped_line(self, step: str, stop: Interrupted) -> str:
+        """What a demonstration stopped in `step` kept (the steps done, and what the step's own stop said)
+        and how to go on."""
+        done = list(self.summary.get("seconds", {}))
+        said = "" if str(stop).startswith("stopped by") else f" ({stop})"  # the step's own account, if any
+        stack = (
+            f"the local stack is still up ({self.stack.dashboard_url}; `worldsmith down` stops it)"
+            if "urls" in self.summary
+            else "the local stack may be partly up (`worldsmith down` stops it)"
+        )
+        return (
+            f"demo stopped in its {step} step{said}; steps done: {', '.join(done) or 'none'}; what they made "
+            f"stays in the catalog; {stack}; run `worldsmith demo` again to go on"
+        )
 
     def _step(self, number: int, title: str) -> None:
         self.console.rule(f"[bold]{number}. {title}")

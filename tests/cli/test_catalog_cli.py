@@ -123,7 +123,9 @@ def test_messages_are_not_wrapped_at_the_console_width(installation, monkeypatch
     assert f"fetched retail_store@1 into {target}\n" in run("catalog", "fetch", "retail_store@1", str(target))
     ref = "no-such-environment-" + "-".join(["with-a-rather-long-name"] * 4) + "@7"
     other = target.with_name("another")
-    assert f"no environment version '{ref}' in the catalog\n" in run("catalog", "fetch", ref, str(other), code=2)
+    assert f"no environment version '{ref}' in the catalog; `worldsmith catalog ls` lists them\n" in run(
+        "catalog", "fetch", ref, str(other), code=2
+    )
 
 
 def test_diff_between_versions(installation):

@@ -96,7 +96,8 @@ def test_errors_are_not_wrapped_at_the_console_width(tmp_path: Path, monkeypatch
     monkeypatch.setattr(cli_console.errors, "width", 40)
     bundle = tmp_path.joinpath(*["a-rather-long-directory-name"] * 6)
     result = runner.invoke(app, ["env", "tools", str(bundle)])
-    assert result.exit_code == 2 and f"invalid bundle {bundle}\n" in result.output
+    assert result.exit_code == 2 and f"invalid bundle {bundle}: bundle directory not found;" in result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
 
 
 @pytest.mark.unit

@@ -98,6 +98,28 @@ def test_a_run_refused_at_its_endpoint_check_is_failed_with_a_page(home, monkeyp
     assert page.status_code == 200 and 'data-status="failed"' in page.text and url in page.text
 
 
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    ("kind", "args", "words"),
+    [
+        ("cotrain", ["cotrain", "--set", "no-such-set"], "no environment set 'no-such-set'"),
+        ("cotrain", ["cotrain", "--set", "x", "--model", "/no/such/model"], "--model /no/such/model: does not exist"),
+        ("world-model", ["wm", "train", "{empty}"], "no transitions in the train split"),
+    ],
+    ids=["cotrain-set", "cotrain-model", "world-model-empty"],
+)
+def test_a_cotrain_or_world_model_run_refused_is_failed_with_a_page(home, tmp_path, kind, args, words):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    refused = runner.invoke(app, [a.format(empty=empty) for a in args])
+    lines = refused.output.strip().splitlines()
+    assert refused.exit_code == 2 and len(lines) == 1 and words in lines[0], refused.output
+    [run] = listed("--kind", kind)
+    assert run["status"] == "failed" and words in run["error"] and run["error"] == lines[0], run
+    page = TestClient(dashboard_app(Catalog(f"sqlite:///{home / 'catalog.db'}"))).get(f"/runs/{kind}/{run['id']}")
+    assert page.status_code == 200 and 'data-status="failed"' in page.text
+
+
 @pytest.mark.flow
 def test_a_run_that_died_in_the_scenario_stage_is_failed_there_never_succeeded(prefect_api, home, monkeypatch):
     llm = ProceduralLLM(faults={"scenario": ["malformed_json"]})

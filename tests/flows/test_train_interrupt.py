@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import psutil
 import pytest
@@ -63,6 +64,10 @@ def test_ctrl_c_stops_train_at_a_step_boundary_keeping_its_checkpoint(prefect_ap
     output = done.stdout + done.stderr
     assert done.returncode == 128 + signal.SIGINT, output
     assert "Traceback" not in output, output
+    # quiet by default: no library progress bar, warning or log line (they are in the log file named)
+    assert not any(noise in output for noise in ("FutureWarning", "it/s]", "examples/s]", "Loading weights")), output
+    [log] = [line.removeprefix("log: ") for line in done.stderr.splitlines() if line.startswith("log: ")]
+    assert "FutureWarning" in Path(log).read_text()  # transformers' gradient_checkpointing deprecation
     [line] = [line for line in done.stderr.splitlines() if line.startswith("interrupted by SIGINT: ")]
     assert done.stderr.splitlines()[-1] == line, output  # the last word: nothing printed after the stop
 

@@ -35,7 +35,8 @@ from worldsmith.models.bundle import Manifest, TaskSpec, ToolSchema
 def _read_files(root: Path) -> tuple[dict[str, bytes], Manifest | None, list[BundleIssue]]:
     """The manifest, then the files of its kind (sources must exist, derived ones may)."""
     if not root.is_dir():
-        raise BundleError.single(str(root), "bundle directory not found")
+        what = "is a file, not a bundle directory" if root.exists() else "bundle directory not found"
+        raise BundleError.single(str(root), f"{what}; give a bundle directory (manifest.json, schema.sql, ...)")
     files: dict[str, bytes] = {}
     issues: list[BundleIssue] = []
     manifest = None
@@ -55,6 +56,9 @@ def _read_files(root: Path) -> tuple[dict[str, bytes], Manifest | None, list[Bun
     for name in kind.optional_files + kind.derived_files:
         if (root / name).is_file():
             files[name] = (root / name).read_bytes()
+    if not files:  # not a broken bundle: no bundle at all
+        expected = ", ".join([MANIFEST, *kind.source_files])
+        raise BundleError.single(str(root), f"no bundle here (none of {expected}); give a bundle directory")
     return files, manifest, issues
 
 

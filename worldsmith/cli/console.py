@@ -47,7 +47,10 @@ def failure(message: str, code: int = 2) -> typer.Exit:
 
 
 def bundle_failure(title: str, exc: BundleError) -> typer.Exit:
-    """A bundle that cannot be loaded or built: the title, each issue on its own line, exit 2."""
+    """A bundle that cannot be loaded or built: the title, each issue on its own line (one issue of the
+    directory itself, on the title's line), exit 2."""
+    if len(exc.issues) == 1 and title.endswith(f" {exc.issues[0].file}"):  # not there, not a bundle at all
+        return failure(f"{title}: {exc.issues[0].problem}")
     errors.print(f"[bold red]{title}[/]")
     for issue in exc.issues:
         errors.print(f"  {issue}", markup=False, highlight=False)

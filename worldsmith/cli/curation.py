@@ -39,7 +39,10 @@ def _check(name: str, query: SetQuery) -> None:
                 )
             return  # the flow returns the set it made before
         if not select_members(candidates(session, query), query):
-            raise failure(f"no good environment version matches the query {query.model_dump(exclude_defaults=True)}")
+            raise failure(
+                f"no good environment version matches the query {query.model_dump(exclude_defaults=True)}; "
+                "loosen it, or generate or publish environments first (`worldsmith catalog ls` lists them)"
+            )
 
 
 CURATE_OPTIONS = options_for(

@@ -72,6 +72,8 @@ def env_call(
         raise failure(f"--args is not valid JSON: {exc}") from None
     if not isinstance(arguments, dict):
         raise failure("--args must be a JSON object")
+    if tool not in bundle.validators:  # before any sandbox starts
+        raise failure(f"{bundle.env_id}: {bundle.argument_error(tool, arguments)} (`worldsmith env tools {path}`)")
     with Runtime() as runtime, runtime.open_episode(bundle) as episode:
         result = episode.call_tool(tool, arguments)
     print(result.model_dump_json(indent=2))

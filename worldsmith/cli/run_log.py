@@ -6,15 +6,20 @@ endpoint refusing the key printed the same 401 two hundred times) go to a file u
 WORLDSMITH_HOME/logs, named on stderr at the end, and to the Prefect UI as before (its API handler is
 untouched). `worldsmith --verbose COMMAND` shows them on the terminal as well, a warning or error
 repeated (the same message from task after task) once, with the count of repeats at the end.
+
+The commands that train (`train`, `resume`, `cotrain`, `wm train`) quiet the machine-learning libraries
+too (`library_logs`): Python's warnings (transformers' FutureWarnings) and the libraries' log lines go to the
+same log file, on the terminal only with `--verbose`, and Hugging Face's progress bars are drawn only then.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from worldsmith.cli.console import errors
@@ -51,12 +56,72 @@ def log_path(command: str) -> Path:
     return folder / f"{command}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.log"
 
 
+class PrefectInfoAfterwards(logging.Filter):
+    """On the terminal's handler once a quiet command's flows ended: Prefect's own lines below a warning
+    (the temporary server's "Stopping temporary server" as the process exits) are not printed."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.levelno >= logging.WARNING or not record.name.startswith("prefect")
+
+
+_AFTERWARDS = PrefectInfoAfterwards()
+
+
 @contextmanager
-def flow_logs(command: str, announce: bool = True) -> Iterator[Path]:
+def library_logs(bars: bool) -> Iterator[None]:
+    """Inside, Python's warnings and the transformers library's log lines reach the root logger's handlers
+    (the log file of `flow_logs`, and the terminal with `--verbose`) instead of stderr, and unless `bars`
+    the Hugging Face libraries draw no progress bar; on leaving, all as it was. Imports transformers,
+    datasets and huggingface_hub (a training command's)."""
+    import datasets
+
+    hub_bars = importlib.import_module("huggingface_hub.utils.tqdm")  # its package names a class tqdm too
+    from transformers.utils import logging as transformers_logging
+
+    hf_bars: tuple[tuple[Callable[[], bool], Callable[[], object], Callable[[], object]], ...] = (
+        (
+            lambda: hub_bars.are_progress_bars_disabled(),
+            lambda: hub_bars.disable_progress_bars(),
+            lambda: hub_bars.enable_progress_bars(),
+        ),
+        (
+            lambda: not transformers_logging.is_progress_bar_enabled(),
+            transformers_logging.disable_progress_bar,
+            transformers_logging.enable_progress_bar,
+        ),
+        (
+            lambda: not datasets.is_progress_bar_enabled(),
+            datasets.disable_progress_bars,
+            datasets.enable_progress_bars,
+        ),
+    )
+    progress = () if bars else hf_bars
+    were_off = [off() for off, _, _ in progress]
+    for _, disable, _ in progress:
+        disable()
+    logging.captureWarnings(True)
+    transformers_logging.disable_default_handler()
+    transformers_logging.enable_propagation()
+    try:
+        yield
+    finally:
+        transformers_logging.disable_propagation()
+        transformers_logging.enable_default_handler()
+        logging.captureWarnings(False)
+        for was_off, (_, _, enable) in zip(were_off, progress, strict=True):
+            if not was_off:
+                enable()
+
+
+@contextmanager
+def flow_logs(command: str, announce: bool = True, libraries: bool = False) -> Iterator[Path]:
     """Inside, Prefect's log lines (those its console handler on the root logger would print) go to a
-    new log file, and to the terminal only with `--verbose`; on leaving, the console handler is back and
-    the file, once written, is named on stderr (unless not `announce`: output for machines, `--json`).
-    Imports Prefect (its logging set up first, as the flow's import would)."""
+    new log file, and to the terminal only with `--verbose`; on leaving, the console handler is back
+    (Prefect's own lines below a warning not printed on it afterwards) and the file, once written, is
+    named on stderr (unless not `announce`: output for machines, `--json`). With `libraries` (a training
+    command), the libraries' warnings and log lines go the same way, their progress bars drawn only with
+    `--verbose` (`library_logs`). Imports Prefect (its
+    logging set up first, as the flow's import would)."""
     import prefect  # noqa: F401 - sets up Prefect's logging, whose console handler is taken off below
     from prefect.logging.handlers import PrefectConsoleHandler
 
@@ -75,13 +140,15 @@ def flow_logs(command: str, announce: bool = True) -> Iterator[Path]:
             handler.addFilter(once[handler])
     root.addHandler(to_file)
     try:
-        yield path
+        with library_logs(bars=not quiet) if libraries else nullcontext():
+            yield path
     finally:
         root.removeHandler(to_file)
         to_file.close()
         for handler in consoles:
             if quiet:
                 root.addHandler(handler)
+                handler.addFilter(_AFTERWARDS)
             else:
                 handler.removeFilter(once[handler])
         repeats = max((f.repeats for f in once.values()), default=0)

@@ -33,9 +33,7 @@ def bundle_of(bundle_or_ref: str) -> tuple[Bundle, str]:
         with open_catalog().session() as session:
             version = resolve(session, bundle_or_ref)
     except CatalogError as exc:
-        raise failure(
-            f"{exc}, and no bundle directory {bundle_or_ref!r} (`worldsmith catalog ls` lists the versions)"
-        ) from None
+        raise failure(f"no bundle directory {bundle_or_ref!r}, and {exc}") from None
     with refusals():  # a failed world that stopped before it was a bundle
         return load_bundle(cached_bundle(version.ref, version.content_key)), version.ref
 

@@ -23,8 +23,9 @@ from pydantic import BaseModel
 from rich.table import Table
 
 from worldsmith.cli.config_options import UNSET, ConfigValues, config_command, option_for, options_for
-from worldsmith.cli.console import console, failure, refusals, say
+from worldsmith.cli.console import console, refusals, say
 from worldsmith.cli.run_log import flow_logs
+from worldsmith.failures import UserFixable
 from worldsmith.training.config import TINY, CotrainConfig, TrainingConfig
 from worldsmith.training.memory import check_cuda, check_machine
 
@@ -96,12 +97,13 @@ COTRAIN_OPTIONS = [
 
 
 def _flow_result(command: str, run: Callable[[], Record], as_json: bool) -> Record | None:
-    """Run a training flow for `command`, its Prefect log lines in a log file (cli/run_log.py): a ValueError (a model that is not on this machine, a set
-    without tasks) or a catalog refusal exits 2 with its message; with --json the record is printed
+    """Run a training flow for `command`, its Prefect log lines, the libraries' warnings and log lines in a
+    log file and their progress bars off (cli/run_log.py): a ValueError (a model that is not on this machine,
+    a set without tasks) or a catalog refusal exits 2 with its message; with --json the record is printed
     and None returned."""
     from worldsmith.storage.publish import CatalogError
 
-    with refusals(ValueError, CatalogError), flow_logs(command, announce=not as_json):
+    with refusals(ValueError, CatalogError), flow_logs(command, announce=not as_json, libraries=True):
         result = run()
     if as_json:
         print(json.dumps(result.model_dump(mode="json"), indent=2, default=str))
@@ -110,12 +112,12 @@ def _flow_result(command: str, run: Callable[[], Record], as_json: bool) -> Reco
 
 
 def _check_model_path(model: str, option: str = "--model") -> None:
-    """Exit 2 with one line when `model` names a path (it holds a separator, or starts with . or ~)
+    """UserFixable (exit 2, one line) when `model` names a path (it holds a separator, or starts with . or ~)
     that is not a directory on this machine: before the flow, not as the Hugging Face loader's traceback."""
     path = Path(model).expanduser()
     if model != TINY and (os.sep in model or model.startswith((".", "~"))) and not path.is_dir():
         reason = "is not a directory" if path.exists() else "does not exist"
-        raise failure(
+        raise UserFixable(
             f"{option} {model}: {reason}; give a model directory, an id in the local Hugging Face cache, or {TINY}"
         )
 
@@ -148,13 +150,16 @@ def _report_training(config: TrainingConfig, result: TrainResult | None) -> None
 
 
 def _check_set(name: str, split: str) -> None:
-    """A one-line answer, before the flow (and Prefect) starts, when the set does not exist or has no
-    members in `split`."""
+    """UserFixable (exit 2, one line), before the flow (and Prefect) starts, when the set does not exist or
+    has no members in `split`."""
     from worldsmith.storage.catalog import open_catalog
+    from worldsmith.storage.publish import CatalogError
     from worldsmith.storage.sets import members_in_split
 
-    with refusals():
+    try:
         members_in_split(open_catalog(), name, split)
+    except CatalogError as exc:
+        raise UserFixable(str(exc)) from None
 
 
 @app.command("train")
@@ -171,8 +176,8 @@ def train_command(fields: ConfigValues, as_json: JsonOption = False) -> None:
     # deployment, the judge's endpoint
     with recorded_if_refused(RecordedKind.TRAIN, config.model):  # a dashboard page naming the refusal
         check_can_train(config)
-    _check_model_path(config.model)
-    _check_set(config.set_name, config.split)
+        _check_model_path(config.model)
+        _check_set(config.set_name, config.split)
     # Ctrl-C or SIGTERM: stopped at the next step boundary, one line naming the checkpoint kept and how to resume
     run = lambda: run_train(lambda: train(config, progress=not as_json), stop_on_signals=True)  # noqa: E731
     _report_training(config, _flow_result("train", run, as_json))
@@ -200,16 +205,21 @@ def cotrain_command(fields: ConfigValues, as_json: JsonOption = False) -> None:
     """Co-train a policy and a world model (the `cotrain` flow): per round, real rollouts -> world-model
     update -> GRPO on imagined rollouts mixed with real ones -> evaluation in the real worlds. The
     policy's and the world model's steps are per round."""
-    from worldsmith.flows.cotrain import cotrain
+    from worldsmith.flows.cotrain import run_cotrain
+    from worldsmith.models.runs import RecordedKind
+    from worldsmith.storage.run_records import recorded_if_refused
 
     # a bad value is answered in one line by the root handler (cli/console.AnsweringGroup)
     config = CotrainConfig.model_validate(fields)
-    check_machine(config.policy)
-    check_cuda(config.world_model.profile)
-    _check_model_path(config.policy.model)
-    _check_model_path(config.world_model.model, "--world-model")
-    _check_set(config.policy.set_name, config.policy.split)
-    result = _flow_result("cotrain", lambda: cotrain(config, progress=not as_json), as_json)
+    # refused before the flow starts: one line, and a failed run record naming it (`runs ls`, the dashboard)
+    with recorded_if_refused(RecordedKind.COTRAIN, f"{config.policy.model} on {config.policy.set_name}"):
+        check_machine(config.policy)
+        check_cuda(config.world_model.profile)
+        _check_model_path(config.policy.model)
+        _check_model_path(config.world_model.model, "--world-model")
+        _check_set(config.policy.set_name, config.policy.split)
+    # Ctrl-C or SIGTERM: stopped at the next boundary, one line naming the rounds and models kept and how to go on
+    result = _flow_result("cotrain", lambda: run_cotrain(config, progress=not as_json), as_json)
     if result is None:
         return
     table = Table(title=f"co-training run {result.run_id} on {config.policy.set_name}")

@@ -5,6 +5,7 @@ evaluation against the real worlds. The options of `wm train` are the fields of 
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated
 
@@ -16,6 +17,7 @@ from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.loader import load_bundle
 from worldsmith.cli.config_options import ConfigValues, config_command, options_for
 from worldsmith.cli.console import console, failure, say
+from worldsmith.cli.run_log import flow_logs
 from worldsmith.runtime.episode import Runtime
 from worldsmith.training.config import WorldModelConfig
 from worldsmith.worldmodel.transitions import build_transitions, read_transitions, write_transitions
@@ -27,6 +29,9 @@ app = typer.Typer(
 )
 
 WM_TRAIN_OPTIONS = options_for(WorldModelConfig)
+
+#: The splits `wm eval --split` takes: a transition's split, or all of them.
+WM_SPLITS = ("train", "validation", "test", "all")
 
 
 @app.command("data")
@@ -75,12 +80,20 @@ def wm_train(
     """Fine-tune a causal LM (SFT with TRL) to answer a call's observation and diff as JSON; the run,
     its losses and the final model go to the catalog and the object store. Evaluate it with
     `wm eval --model hf:DIR`."""
-    from worldsmith.training.world_model_runs import train_world_model
+    from worldsmith.models.runs import RecordedKind
+    from worldsmith.storage.run_records import recorded_if_refused
+    from worldsmith.training.world_model_runs import train_split, train_world_model
 
+    # a bad value, an unreadable file: one line by the root handler (cli/console.AnsweringGroup)
+    config = WorldModelConfig.model_validate(fields)
     try:
-        config = WorldModelConfig.model_validate(fields)
-        result = train_world_model(read_transitions(transitions), config)
-    except (ValueError, FileNotFoundError, OSError) as exc:
+        # refused before its run opens: a failed run record naming it too (`runs ls`, the dashboard)
+        with recorded_if_refused(RecordedKind.WORLD_MODEL, f"{config.model} on {transitions}"):
+            loaded = read_transitions(transitions)
+            train_split(loaded)
+        with flow_logs("wm-train", announce=not as_json, libraries=True):  # the libraries' lines in a log file
+            result = train_world_model(loaded, config)  # a failure once its run opened: the run reads failed
+    except ValueError as exc:
         raise failure(str(exc).splitlines()[0]) from None
     if as_json:
         print(json.dumps(result.model_dump(mode="json"), indent=2, default=str))
@@ -113,14 +126,21 @@ def wm_eval(
     from worldsmith.worldmodel.evaluation import evaluate_world_model
     from worldsmith.worldmodel.world_models import world_model
 
-    try:
-        chosen = [t for t in read_transitions(transitions) if split == "all" or t.split == split]
-        wm = world_model(model, max_new_tokens=max_new_tokens)
-    except (ValueError, FileNotFoundError) as exc:
-        raise failure(str(exc)) from None
-    if not chosen:
-        raise failure(f"no transitions in split {split!r} of {transitions}")
-    report = evaluate_world_model(wm, chosen, k=k, samples=samples)
+    if split not in WM_SPLITS:
+        raise failure(f"--split {split}: not a split; use {' | '.join(WM_SPLITS)}")
+    for option, value in (("--k", k), ("--samples", samples), ("--max-new-tokens", max_new_tokens)):
+        if value < 1:
+            raise failure(f"{option} {value}: give a number of at least 1")
+    # an hf: model's library lines (loading weights, warnings) go to a log file (cli/run_log.py)
+    with flow_logs("wm-eval", announce=not as_json, libraries=True) if model.startswith("hf:") else nullcontext():
+        try:  # an unreadable file: one line by the root handler (cli/console.AnsweringGroup)
+            chosen = [t for t in read_transitions(transitions) if split == "all" or t.split == split]
+            wm = world_model(model, max_new_tokens=max_new_tokens)
+        except ValueError as exc:
+            raise failure(str(exc)) from None
+        if not chosen:
+            raise failure(f"no transitions in split {split!r} of {transitions}")
+        report = evaluate_world_model(wm, chosen, k=k, samples=samples)
     if as_json:
         print(json.dumps(report.model_dump(mode="json"), indent=2))
         return

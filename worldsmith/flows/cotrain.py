@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
-from prefect import flow, get_run_logger, task
+from prefect import State, flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
+from prefect.states import Cancelled
 from pydantic.json_schema import SkipJsonSchema
 
 from worldsmith.agent.loop import Trajectory, run_episode
@@ -37,6 +38,7 @@ from worldsmith.agent.trajectories import read_jsonl
 from worldsmith.bundle.loader import load_bundle
 from worldsmith.flows.artifacts import summarise_cotraining
 from worldsmith.flows.evaluate import evaluate
+from worldsmith.flows.interruption import STOP, Interrupted, run_stoppable_flow, stops_interrupting
 from worldsmith.flows.records import current_flow_run_id, failed_on_error, mark_crashed, start_training_run
 from worldsmith.flows.run_names import named_after
 from worldsmith.flows.train import evaluate_split, plan, prepare_model, train
@@ -82,9 +84,17 @@ def score_world_model(model_dir: str, transitions: list[Transition], max_new_tok
 @task(
     name="update-world-model", cache_policy=NO_CACHE, log_prints=False
 )  # libraries print bytecode while hashing datasets
-def update_world_model(config: WorldModelConfig, transitions: list[Transition]) -> WorldModelTrainResult:
-    """Fine-tune `config.model` (a world model directory, or `tiny` to start one) on `transitions`: a recorded run."""
-    return train_world_model(transitions, config, flow_run_id=current_flow_run_id())
+def update_world_model(config: WorldModelConfig, transitions: list[Transition]) -> WorldModelTrainResult | State:
+    """Fine-tune `config.model` (a world model directory, or `tiny` to start one) on `transitions`: a recorded
+    run. Asked to stop (`STOP`), it ends at a step boundary, its run `cancelled`: Cancelled."""
+    from worldsmith.training.launch import TrainingStopped
+
+    try:
+        return train_world_model(
+            transitions, config, flow_run_id=current_flow_run_id(), stop_requested=lambda: STOP.requested
+        )
+    except TrainingStopped as exc:  # the run was asked to stop: not a failure of the task
+        return Cancelled(message=str(exc))
 
 
 def _mean(log: list[StepMetrics], key: str) -> float | None:
@@ -235,7 +245,10 @@ def _world_model_update(
         "seed": config.world_model.seed + number,
         "output": str(output),
     }
-    return update_world_model(config.world_model.model_copy(update=update), learned.transitions)
+    # a run that ends Cancelled (stopped) raises: Prefect resolves its state
+    return cast(
+        WorldModelTrainResult, update_world_model(config.world_model.model_copy(update=update), learned.transitions)
+    )
 
 
 @flow(
@@ -244,35 +257,47 @@ def _world_model_update(
     on_crashed=[mark_crashed],
     flow_run_name=named_after("cotrain", "config", CotrainConfig, lambda c: c.policy.set_name),
 )
-def cotrain(config: CotrainConfig, progress: SkipJsonSchema[bool] = False) -> CotrainResult:
+def cotrain(config: CotrainConfig, progress: SkipJsonSchema[bool] = False) -> CotrainResult | State:
     """Co-train `config.policy.model` and a world model on set `config.policy.set_name` for `config.rounds` rounds.
 
     Args:
         config: The policy's and the world model's settings and the co-training knobs.
         progress: Draw progress bars on the terminal (for runs started from the command line).
+
+    Asked to stop (`STOP`: Ctrl-C or SIGTERM to `run_cotrain`), it stops between rounds, and within one at
+    its stages' own boundaries (the training runs' steps): the run reads `cancelled`, the rounds done and
+    their models are kept, the flow run ends Cancelled, raising `Interrupted` to its caller (`stopped_line`).
     """
     run_id = start_training_run(config.policy.set_name, {"kind": "cotrain", **config.model_dump()})
     folder = get_settings().home / "cotrain" / str(run_id)
     rounds: list[CotrainRound] = []
-    with failed_on_error(TrainingRun, run_id, lambda: {"rounds": len(rounds)}):
-        paths = plan(config.policy)
-        learned = Learned(policy=cast(str, prepare_model(config.policy, paths["train"], progress)))
-        eval_split: SplitName = "validation" if paths["validation"] else config.policy.split
-        if config.reference_transitions:
-            learned.transitions = real_transitions(paths["train"], None, config.policy.seed)
-        for number in range(1, config.rounds + 1):
-            metrics = run_round(
-                config, number, learned, paths["train"], eval_split, folder / f"round-{number}", progress
-            )
-            record_step(run_id, number, metrics.stored())
-            rounds.append(metrics)
-            get_run_logger().info(
-                "co-training round %s: real success %.3f, world model %s, eval pass@1 %s",
-                number,
-                metrics.real_success_rate,
-                learned.world_dir,
-                metrics.eval_pass_at_1,
-            )
+    learned: Learned | None = None
+    try:
+        with failed_on_error(TrainingRun, run_id, lambda: {"rounds": len(rounds)}), stops_interrupting():
+            STOP.check()
+            paths = plan(config.policy)
+            STOP.check()
+            learned = Learned(policy=cast(str, prepare_model(config.policy, paths["train"], progress)))
+            eval_split: SplitName = "validation" if paths["validation"] else config.policy.split
+            if config.reference_transitions:
+                learned.transitions = real_transitions(paths["train"], None, config.policy.seed)
+            for number in range(1, config.rounds + 1):
+                STOP.check()
+                metrics = run_round(
+                    config, number, learned, paths["train"], eval_split, folder / f"round-{number}", progress
+                )
+                record_step(run_id, number, metrics.stored())
+                rounds.append(metrics)
+                get_run_logger().info(
+                    "co-training round %s: real success %.3f, world model %s, eval pass@1 %s",
+                    number,
+                    metrics.real_success_rate,
+                    learned.world_dir,
+                    metrics.eval_pass_at_1,
+                )
+    except Interrupted as exc:
+        stopped = Interrupted(stopped_line(run_id, config, rounds, learned), exc.signum)
+        return Cancelled(message=str(stopped), data=stopped)  # the caller's call raises `stopped`
     result = CotrainResult(run_id=run_id, policy=learned.policy, world_model=learned.world_dir, rounds=rounds)
     finish_run(
         TrainingRun,
@@ -282,3 +307,34 @@ def cotrain(config: CotrainConfig, progress: SkipJsonSchema[bool] = False) -> Co
     )
     summarise_cotraining(config, result, eval_split)
     return result
+
+
+def stopped_line(run_id: int, config: CotrainConfig, rounds: list[CotrainRound], learned: Learned | None) -> str:
+    """What a stopped co-training run kept (its rounds done, the policy and world model they left) and how
+    to go on: the same command from those models."""
+    if not rounds or learned is None:
+        return (
+            f"co-training run {run_id} cancelled before its first round was done; nothing kept: "
+            "run the command again to start over"
+        )
+    world_model = f" --world-model {learned.world_dir}" if learned.world_dir else ""
+    return (
+        f"co-training run {run_id} cancelled after round {len(rounds)} of {config.rounds}; its rounds' rows and "
+        f"models kept (policy {learned.policy}, world model {learned.world_dir}); to go on from them, run the "
+        f"command again with --model {learned.policy}{world_model}"
+    )
+
+
+def run_cotrain(config: CotrainConfig, progress: bool = False) -> CotrainResult:
+    """Run the flow in this process, in a thread, SIGINT or SIGTERM stopping it (`run_stoppable_flow`):
+    the run recorded `cancelled`, its flow run Cancelled, and `Interrupted` raised here, its line saying
+    what was kept and how to go on."""
+    return run_stoppable_flow(
+        lambda: cotrain(config, progress=progress),
+        _completed_first,
+        "co-training stopped before its run was recorded; nothing kept",
+    )
+
+
+def _completed_first(result: CotrainResult) -> str:
+    return f"co-training run {result.run_id} completed first; policy {result.policy}, world model {result.world_model}"

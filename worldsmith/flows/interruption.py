@@ -20,7 +20,7 @@ import signal
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from worldsmith.failures import UserFixable
 
@@ -94,20 +94,33 @@ def _this_process_stop() -> StopRequest:
 @contextmanager
 def stop_on_signals(*signals: signal.Signals) -> Iterator[StopRequest]:
     """Inside (in the main thread), SIGINT and SIGTERM (or `signals`) request a stop (`STOP`) instead of
-    raising; the previous handlers come back on leaving. Elsewhere than the main thread, signals stay as
-    they are."""
-    STOP.clear()
+    raising; the previous handlers come back on leaving. Elsewhere than the main thread (a stoppable run
+    inside another: the demo's steps), signals stay as they are and so does the request (the outer run's)."""
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    if in_main_thread:
+        STOP.clear()
     previous: dict[signal.Signals, Any] = {}
-    try:
-        for sig in signals or STOPPING_SIGNALS:
-            previous[sig] = signal.signal(sig, lambda signum, frame: STOP.request(signum))
-    except ValueError:  # not the main thread
-        pass
+    for sig in (signals or STOPPING_SIGNALS) if in_main_thread else ():
+        previous[sig] = signal.signal(sig, lambda signum, frame: STOP.request(signum))
     try:
         yield STOP
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+@contextmanager
+def stops_interrupting() -> Iterator[None]:
+    """Inside, what a stage raises once the run was asked to stop (a task or subflow that ended
+    Cancelled, work cut short) is the stop: `Interrupted`."""
+    try:
+        yield
+    except Interrupted:
+        raise
+    except Exception as exc:
+        if not STOP.requested:
+            raise
+        raise Interrupted(f"stopped by {signal.Signals(STOP.signum).name}", STOP.signum) from exc
 
 
 def ignore_terminal_interrupts() -> None:
@@ -157,3 +170,29 @@ def run_stoppable(
     if errors:
         raise errors[0]
     return results[0]
+
+
+def run_stoppable_flow(
+    start: Callable[[], object], finished_line: Callable[[Result], str], nothing_kept: str
+) -> Result:
+    """`start()` (a flow called: its result, or its Cancelled state raising the flow's own `Interrupted`,
+    whose line says what it kept and how to go on) under `run_stoppable`. Once stopped, raises
+    `Interrupted` whose line is "interrupted by SIGNAL: " and the flow's account; `finished_line(result)`
+    when the flow finished as the stop came; `nothing_kept` when it stopped before saying anything."""
+    ended: list[Interrupted] = []
+    finished: list[Result] = []
+
+    def work() -> Result:
+        try:
+            finished.append(cast(Result, start()))
+        except Interrupted as exc:  # the flow's own account of what it kept
+            ended.append(exc)
+            raise
+        return finished[0]
+
+    def stopped(signum: int) -> Interrupted:
+        said = str(ended[0]) if ended else finished_line(finished[0]) if finished else nothing_kept
+        kept = ended[0].kept if ended else []
+        return Interrupted(f"interrupted by {signal.Signals(signum).name}: {said}", signum, kept)
+
+    return run_stoppable(work, stopped)

@@ -22,10 +22,8 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import signal
 import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -39,7 +37,7 @@ from sqlmodel import select
 from worldsmith.bundle.loader import load_bundle
 from worldsmith.flows.artifacts import summarise_training
 from worldsmith.flows.evaluate import evaluate
-from worldsmith.flows.interruption import STOP, Interrupted, run_stoppable
+from worldsmith.flows.interruption import STOP, Interrupted, run_stoppable_flow, stops_interrupting
 from worldsmith.flows.records import current_flow_run_id, failed_on_error, mark_crashed, start_training_run
 from worldsmith.flows.run_names import named_after
 from worldsmith.jsonvalue import JsonObject
@@ -170,7 +168,7 @@ def _grpo_run(run_id: int) -> TrainingRun:
     with open_catalog().session() as session:
         run = session.get(TrainingRun, run_id)
     if run is None:
-        raise ValueError(f"no training run {run_id}")
+        raise ValueError(f"no training run {run_id} (`worldsmith runs ls --kind train` lists them)")
     if "kind" in run.config:
         raise ValueError(f"training run {run_id} is a {run.config['kind']} run; only GRPO training runs resume")
     return run
@@ -331,7 +329,7 @@ def train(
     output = Path(config.output) if config.output else get_settings().home / "training" / str(run_id)
     reopened = reopen_run(run_id, config, output) if resume is not None else None  # refused: the run as it was
     try:
-        with failed_on_error(TrainingRun, run_id), _stops_interrupting():  # `cancelled` when stopped
+        with failed_on_error(TrainingRun, run_id), stops_interrupting():  # `cancelled` when stopped
             STOP.check()
             paths = plan(config)
             STOP.check()
@@ -368,20 +366,6 @@ def train(
     return result
 
 
-@contextmanager
-def _stops_interrupting() -> Iterator[None]:
-    """Inside, what a stage raises once the run was asked to stop (a task or subflow that ended
-    Cancelled, work cut short) is the stop: `Interrupted`."""
-    try:
-        yield
-    except Interrupted:
-        raise
-    except Exception as exc:
-        if not STOP.requested:
-            raise
-        raise Interrupted(f"stopped by {signal.Signals(STOP.signum).name}", STOP.signum) from exc
-
-
 def stopped_line(run_id: int, config: TrainingConfig) -> str:
     """What a stopped training run kept and how to go on: its last step done, its final model when stored
     (stopped in the evaluation after training), its latest trainer checkpoint (`worldsmith resume RUN_ID`),
@@ -414,27 +398,11 @@ def run_train(start: Callable[[], TrainResult | State], stop_on_signals: bool = 
     raised here, its line saying which checkpoint was kept and how to resume."""
     if not stop_on_signals:
         return cast(TrainResult, start())  # a run that ends Cancelled raises here: Prefect resolves its state
-    ended: list[Interrupted] = []
-    finished: list[TrainResult] = []
-
-    def work() -> TrainResult:
-        try:
-            finished.append(cast(TrainResult, start()))
-        except Interrupted as exc:  # the flow's own account of what it kept
-            ended.append(exc)
-            raise
-        return finished[0]
-
-    def stopped(signum: int) -> Interrupted:
-        if ended:
-            said = str(ended[0])
-        elif finished:  # the stop came as the run was ending
-            said = f"training run {finished[0].run_id} completed first; final model: {finished[0].final}"
-        else:
-            said = "training stopped before its run was recorded; nothing kept"
-        return Interrupted(f"interrupted by {signal.Signals(signum).name}: {said}", signum)
-
-    return run_stoppable(work, stopped)
+    return run_stoppable_flow(
+        start,
+        lambda result: f"training run {result.run_id} completed first; final model: {result.final}",
+        "training stopped before its run was recorded; nothing kept",
+    )
 
 
 @flow(name="resume-training", log_prints=True, on_crashed=[mark_crashed], flow_run_name="resume-training-{run_id}")

@@ -146,7 +146,7 @@ def _field(record: Mapping[str, JsonValue], name: str, kind: type[_T], where: st
 def read_release(directory: Path, scenarios: list[str] | None = None) -> list[AwmScenario]:
     """The scenarios of a release directory (all, or those named), validated field by field."""
     if not directory.is_dir():
-        raise AwmFormatError(f"{directory} is not a directory")
+        raise AwmFormatError(f"{directory} is not a directory; give the directory of an AgentWorldModel-1K download")
     missing = [name for name in FILES if not (directory / name).is_file()]
     if missing:
         raise AwmFormatError(f"{directory} lacks {', '.join(missing)} (see the AgentWorldModel-1K file layout)")

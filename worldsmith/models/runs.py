@@ -25,9 +25,12 @@ class RunStatus(StrEnum):
 
 class RecordedKind(StrEnum):
     """The runs a `RunRecord` stands for: those with no run table of their own (generation, curation),
-    and evaluation or training runs refused before they opened theirs (an endpoint that does not answer)."""
+    and evaluation or training runs (GRPO, co-training, world model) refused before they opened theirs (an
+    endpoint that does not answer, a set or a transitions file with nothing to train on)."""
 
     GENERATE = "generate"
     CURATE = "curate"
     EVALUATE = "evaluate"
     TRAIN = "train"
+    COTRAIN = "cotrain"
+    WORLD_MODEL = "world-model"

@@ -244,7 +244,9 @@ def resolve(session: Session, ref: str) -> EnvironmentVersion:
     found = session.exec(query).first()
     if found is None:
         raise CatalogError(
-            f"no environment version {ref!r} in the catalog" + (" (no good version)" if number is None else "")
+            f"no environment version {ref!r} in the catalog"
+            + (" (no good version)" if number is None else "")
+            + "; `worldsmith catalog ls` lists them"
         )
     return found
 

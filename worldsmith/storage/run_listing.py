@@ -220,6 +220,8 @@ def recorded_runs_of(session: Session, kind: RunKind, limit: int | None = None) 
         RunKind.CURATE: RecordedKind.CURATE,
         RunKind.EVALUATE: RecordedKind.EVALUATE,
         RunKind.TRAIN: RecordedKind.TRAIN,
+        RunKind.COTRAIN: RecordedKind.COTRAIN,
+        RunKind.WORLD_MODEL: RecordedKind.WORLD_MODEL,
     }
     if kind not in recorded:
         return []

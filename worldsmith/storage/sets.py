@@ -80,7 +80,10 @@ def create_set(catalog: Catalog, name: str, query: SetQuery) -> EnvironmentSet:
             raise CatalogError(f"environment set {name!r} already exists (sets are immutable; choose another name)")
         members = select_members(candidates(session, query), query)
         if not members:
-            raise CatalogError(f"no environment version matches the query {query.model_dump(exclude_defaults=True)}")
+            raise CatalogError(
+                f"no environment version matches the query {query.model_dump(exclude_defaults=True)}; "
+                "loosen it, or generate or publish environments first (`worldsmith catalog ls` lists them)"
+            )
     try:
         with catalog.session() as session:
             env_set = EnvironmentSet(name=name, query=query.model_dump())
@@ -96,7 +99,7 @@ def create_set(catalog: Catalog, name: str, query: SetQuery) -> EnvironmentSet:
 def get_set(session: Session, name: str) -> EnvironmentSet:
     found = session.exec(select(EnvironmentSet).where(EnvironmentSet.name == name)).first()
     if found is None:
-        raise CatalogError(f"no environment set {name!r}")
+        raise CatalogError(f"no environment set {name!r} (`worldsmith sets ls` lists them)")
     return found
 
 

@@ -85,7 +85,8 @@ class GenerateParameters(BaseModel):
     def _existing_scenarios(cls, scenario_file: str | None) -> str | None:
         """A file of seed scenarios that exists where the run starts (checked before any stage runs)."""
         if scenario_file and not Path(scenario_file).expanduser().is_file():
-            raise ValueError(f"scenario file {scenario_file} not found; give a JSON lines file of seed scenarios")
+            what = "is a directory" if Path(scenario_file).expanduser().is_dir() else "not found"
+            raise ValueError(f"scenario file {scenario_file} {what}; give a JSON lines file of seed scenarios")
         # JsonLinesError: file, line, field
         if scenario_file and not read_models(Scenario, Path(scenario_file).expanduser(), "a scenario"):
             raise ValueError(f"scenario file {scenario_file} holds no scenarios; give one JSON object per line")
