@@ -28,7 +28,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import anyio
 import mcp_types as types
@@ -37,17 +37,16 @@ from starlette.responses import JSONResponse
 from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from worldsmith.agent.rewards import RewardMap
 from worldsmith.runtime.answers import answer, one_line
-from worldsmith.runtime.episode import Episode
+from worldsmith.runtime.episode import Episode, Runtime
 from worldsmith.serving.lanes import WorldBusy
 from worldsmith.serving.mcp_results import JsonAnswer, call_json
 from worldsmith.serving.served_world import ServedWorld, WorldUnavailable
 from worldsmith.serving.sessions import CLOSE_KEY, EPISODE_KEY
 from worldsmith.serving.submit import SUBMIT_TOOL, is_submit, submit
 from worldsmith.serving.world_server import instructions
-
-if TYPE_CHECKING:
-    from worldsmith.serving.gateway import Gateway
+from worldsmith.serving.worlds import WorldSource
 
 #: OpenEnv's error codes (openenv.core.env_server.types.WSErrorCode).
 INVALID_JSON, UNKNOWN_TYPE, EXECUTION_ERROR, CAPACITY_REACHED = (
@@ -97,6 +96,21 @@ class StepRefused(Exception):
     def __init__(self, message: str, code: str = EXECUTION_ERROR):
         super().__init__(message)
         self.code = code
+
+
+class Gateway(Protocol):
+    """What OpenEnv's routes use of the gateway (serving/gateway.py)."""
+
+    runtime: Runtime
+    rewards: RewardMap
+    sources: dict[str, WorldSource]
+    verdicts: bool
+    max_sessions: int
+    session_idle_s: float
+
+    async def world(self, env_id: str) -> ServedWorld: ...
+
+    def done_with(self, world: ServedWorld) -> None: ...
 
 
 @dataclass
