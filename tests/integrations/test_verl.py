@@ -11,7 +11,7 @@ import json
 
 import pytest
 from support.client_venvs import client_python
-from support.integrations import plays, played_directly, run_client, served
+from support.integrations import played_directly, plays, run_client, served
 from support.paths import GOLDEN
 
 from worldsmith.bundle.loader import load_bundle
