@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 import pytest
+from support.patience import wait_until
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
@@ -73,3 +74,13 @@ def test_what_a_session_cannot_do_is_an_error_and_the_session_goes_on(server):
         "task": "t01_points_balance",
         "done": True,
     }
+
+
+def test_a_session_without_messages_for_the_idle_limit_ends_and_closes_its_episode(runtime, golden):
+    gateway = Gateway(runtime, [golden], openenv=True, session_idle_s=0.2)  # the limit under test
+    with BackgroundServer(gateway.app()) as served:
+        with connect(f"ws://127.0.0.1:{served.port}/envs/retail_store/ws") as ws:
+            assert _send(ws, "reset", {"task": "t01_points_balance"})["type"] == "observation"
+            ended = json.loads(ws.recv())  # nothing sent: the server speaks first, once idle
+        assert ended["type"] == "error" and "no message for 0.2 s" in ended["data"]["message"]
+        wait_until(lambda: gateway.loaded["retail_store"].active == 0, "the idle session's episode to close")

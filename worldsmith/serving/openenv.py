@@ -202,19 +202,20 @@ class _OpenEnvServer:
 
     async def _converse(self, websocket: WebSocket, connection: _Connection) -> None:
         while True:
-            with anyio.move_on_after(self.gateway.session_idle_s):
+            raw: str | None = None
+            with anyio.move_on_after(self.gateway.session_idle_s):  # the wait for a message, not its answer
                 try:
                     raw = await websocket.receive_text()
                 except WebSocketDisconnect:
                     return
-                break_now = await self._answer(websocket, connection, raw)
-                if break_now:
-                    await websocket.close()
-                    return
-                continue
-            await _send_error(websocket, f"no message for {self.gateway.session_idle_s:g} s: the session has ended")
-            await websocket.close()
-            return
+            if raw is None:
+                idle = f"no message for {self.gateway.session_idle_s:g} s: the session has ended"
+                await _send_error(websocket, idle)
+                await websocket.close()
+                return
+            if await self._answer(websocket, connection, raw):
+                await websocket.close()
+                return
 
     async def _answer(self, websocket: WebSocket, connection: _Connection, raw: str) -> bool:
         """Answer message `raw`; True when the client asked to close."""
