@@ -4,10 +4,10 @@ A thin client installs into a trainer's environment without worldsmith's depende
 so its tests run it in a virtual environment of its own: `requirements-nodeps.txt` installed with
 `--no-deps` (a library whose heavy optional dependencies the client never imports), then
 `requirements.txt`, then the client itself. The environment lives under `~/.cache/worldsmith/client-venvs`
-(or `$WORLDSMITH_CLIENT_VENVS`), named by a hash of those files and the Python version, so it is built
+(`$XDG_CACHE_HOME` for `~/.cache`), named by a hash of those files and the Python version, so it is built
 again only when they change; pip's own cache makes a rebuild cheap. Builds of one environment by
 several test workers take turns on a lock file. `python -m support.client_venvs` (run by .ci/run before
-the suite) builds every client's and prints how long each took.
+the suite) builds every client's, in parallel, and prints when each was ready.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from support.paths import REPO
@@ -29,8 +30,8 @@ _INPUTS = ("requirements-nodeps.txt", "requirements.txt", "pyproject.toml")
 
 
 def _root() -> Path:
-    configured = os.environ.get("WORLDSMITH_CLIENT_VENVS")
-    return Path(configured) if configured else Path.home() / ".cache" / "worldsmith" / "client-venvs"
+    cache = os.environ.get("XDG_CACHE_HOME")
+    return (Path(cache) if cache else Path.home() / ".cache") / "worldsmith" / "client-venvs"
 
 
 def _key(client: Path) -> str:
@@ -63,7 +64,16 @@ def client_python(name: str) -> Path:
 
 def _build(client: Path, venv: Path) -> None:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    # --no-compile: no .pyc for every module installed (most of a build's CPU); imports compile what they use
+    pip = [
+        str(venv / "bin" / "python"),
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--no-compile",
+    ]
     nodeps = client / "requirements-nodeps.txt"
     if nodeps.exists():
         subprocess.run([*pip, "--no-deps", "-r", str(nodeps)], check=True)
@@ -74,10 +84,17 @@ def _build(client: Path, venv: Path) -> None:
 
 
 def main() -> None:
-    for client in sorted(p for p in CLIENTS.iterdir() if (p / "pyproject.toml").exists()):
-        started = time.monotonic()
-        python = client_python(client.name)
-        print(f"{client.name}: {python} ({time.monotonic() - started:.1f} s)")
+    """Build every client's environment, at once (pip mostly waits on downloads and unpacking)."""
+    started = time.monotonic()
+
+    def build(name: str) -> str:
+        python = client_python(name)
+        return f"{name}: {python} ({time.monotonic() - started:.1f} s)"
+
+    names = sorted(p.name for p in CLIENTS.iterdir() if (p / "pyproject.toml").exists())
+    with ThreadPoolExecutor(len(names)) as pool:
+        for line in pool.map(build, names):
+            print(line, flush=True)
 
 
 if __name__ == "__main__":
