@@ -103,3 +103,12 @@ def test_a_flow_runs_expected_failure_is_logged_without_its_traceback(prefect_ap
         for name in ("prefect.flow_runs", "prefect.task_runs"):
             for each in [f for f in logging.getLogger(name).filters if isinstance(f, ExpectedFailures)]:
                 logging.getLogger(name).removeFilter(each)
+
+
+def test_openenv_with_several_gateway_processes_is_one_line_naming_the_option(home):
+    result = CliRunner().invoke(
+        app, ["env", "serve", "examples/bundles/retail_store", "--protocol", "openenv", "--processes", "2"]
+    )
+    lines = result.output.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert "--protocol openenv" in lines[0] and "leave out --processes" in lines[0]

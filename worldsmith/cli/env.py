@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -24,6 +25,13 @@ from worldsmith.serving.worlds import WorldSource, catalog_sources, directory_so
 from worldsmith.settings import get_settings
 
 app = typer.Typer(help="Inspect, check, call and serve environment bundles.", no_args_is_help=True)
+
+
+class Protocol(StrEnum):
+    """What `env serve` speaks besides MCP."""
+
+    mcp = "mcp"
+    openenv = "openenv"
 
 
 @app.command("build")
@@ -178,14 +186,24 @@ def env_serve(
             "(default WORLDSMITH_GATEWAY_TOKEN_FILE: none).",
         ),
     ] = None,
+    protocol: Annotated[
+        Protocol,
+        typer.Option(
+            help="mcp: MCP at /envs/<env_id>/mcp; openenv: also OpenEnv's environment server at base URL "
+            "/envs/<env_id> (WebSocket /ws: reset, step, state; docs/integrations.md)."
+        ),
+    ] = Protocol.mcp,
     member: Annotated[str | None, typer.Option(hidden=True, help="Set by --processes: INDEX/N@PID:RUN_DIR.")] = None,
 ) -> None:
-    """Serve bundles over MCP (streamable HTTP) at http://HOST:PORT/envs/<env_id>/mcp?task=<id>; each
-    world is loaded at its first session."""
+    """Serve bundles over MCP (streamable HTTP) at http://HOST:PORT/envs/<env_id>/mcp?task=<id> (and with
+    --protocol openenv as OpenEnv environments at http://HOST:PORT/envs/<env_id>); each world is loaded at
+    its first session."""
     if not sources and set_name is None:
         raise failure("name what to serve: bundle directories, catalog refs (ENV or ENV@VERSION) or --set NAME")
     if processes < 1:
         raise failure(f"--processes {processes}: serve with at least one gateway process")
+    if protocol is Protocol.openenv and processes > 1:
+        raise failure("--protocol openenv serves WebSocket sessions from one process: leave out --processes")
     settings = get_settings()
     worlds = _served_sources(sources or [], set_name)
     if not worlds:
@@ -208,6 +226,8 @@ def env_serve(
         shown = worlds if len(worlds) <= 10 else worlds[:5]
         for world in shown:
             say(f"serving {world.env_id} at http://{host}:{port}/envs/{world.env_id}/mcp", highlight=False)
+            if protocol is Protocol.openenv:
+                say(f"OpenEnv base_url for {world.env_id}: http://{host}:{port}/envs/{world.env_id}", highlight=False)
         if len(shown) < len(worlds):
             say(f"... and {len(worlds) - len(shown)} more: http://{host}:{port}/envs lists them all", highlight=False)
         if token_file is not None:
@@ -244,6 +264,7 @@ def env_serve(
                 max_loaded=max_loaded,
                 member=Member.parse(member) if member is not None else None,
                 access=access,
+                openenv=protocol is Protocol.openenv,
             )
             if sock is not None:
                 if not stop.requested:

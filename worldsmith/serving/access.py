@@ -11,6 +11,10 @@ author points at 127.0.0.1 (DNS rebinding), and it can require callers to authen
 - token (optional): `Authorization: Bearer <token>`, compared in constant time; without it, or with
   another, 401 and `WWW-Authenticate: Bearer` (RFC 6750).
 
+A WebSocket's handshake (OpenEnv's sessions, serving/openenv.py) is checked as any request: browsers
+let any page open a WebSocket to any host, so its Origin check is what keeps pages of other sites out;
+a refused handshake is closed before it is accepted (HTTP 403 to the client).
+
 `/healthz` answers anyone: it says only that the gateway is up. The port is the one the request
 came in on. A request that came over a Unix socket (`env serve --processes N`: a gateway process's own,
 mode 0600 in a private directory, where the others relay requests they checked) is not checked for
@@ -99,7 +103,7 @@ class Access:
 
     def refusal(self, scope: Scope) -> JSONResponse | None:
         """The answer refusing request `scope`, or None when it may be served."""
-        if scope["type"] != "http" or scope["path"] in _OPEN_PATHS:
+        if scope["type"] not in ("http", "websocket") or scope["path"] in _OPEN_PATHS:
             return None
         server = scope.get("server")
         if not (server and server[1] is None):  # not a Unix socket (see the module's docstring)
@@ -137,6 +141,9 @@ class Access:
             refused = self.refusal(scope)
             if refused is None:
                 await app(scope, receive, send)
+            elif scope["type"] == "websocket":
+                await receive()  # the handshake's websocket.connect; closing it now refuses it (HTTP 403)
+                await send({"type": "websocket.close", "code": 1008, "reason": bytes(refused.body).decode()[:120]})
             else:
                 await refused(scope, receive, send)
 

@@ -63,6 +63,7 @@ from worldsmith.serving.access import Access
 from worldsmith.serving.affinity import Member
 from worldsmith.serving.lanes import WORLD_BUSY, ServingLimits, WorldBusy
 from worldsmith.serving.mcp_results import JsonAnswer, call_json
+from worldsmith.serving.openenv import openenv_routes
 from worldsmith.serving.served_world import ServedWorld, WorldUnavailable
 from worldsmith.serving.sessions import SUBMITTED_KEY, LiveSession, expire_idle_sessions
 from worldsmith.serving.submit import SUBMIT_TOOL, is_submit, submit_clash
@@ -86,7 +87,8 @@ class Gateway:
     sessions, loaded worlds and bounds (`max_sessions`, `max_loaded`, idle expiry) are its own, and `/envs`
     reports its process index and this process's sessions. `access`: who may call (default: clients
     naming a loopback address, without a token). `limits`: how much of the gateway one world may hold
-    (serving/lanes.py; default: the settings)."""
+    (serving/lanes.py; default: the settings). `openenv`: each world is also an OpenEnv environment server
+    at `/envs/<env_id>` (serving/openenv.py)."""
 
     def __init__(
         self,
@@ -100,8 +102,10 @@ class Gateway:
         member: Member | None = None,
         access: Access | None = None,
         limits: ServingLimits | None = None,
+        openenv: bool = False,
     ):
         self.runtime = runtime
+        self.openenv = openenv
         self.limits = limits or ServingLimits.from_settings()
         self.sources = {s.env_id: s for s in self.check(worlds, verdicts=verdicts, max_loaded=max_loaded)}
         self.member = member
@@ -190,7 +194,8 @@ class Gateway:
                 logger.info("unloaded %s (idle); %d worlds loaded", env_id, len(self.loaded))
                 excess -= 1
 
-    def _done_with(self, world: ServedWorld) -> None:
+    def done_with(self, world: ServedWorld) -> None:
+        """One of `world`'s open episodes or requests (counted in `world.active`) is over."""
         world.active -= 1
         if world.active == 0 and len(self.loaded) > self.max_loaded:
             self._unload_idle()
@@ -204,7 +209,7 @@ class Gateway:
             verdicts=self.verdicts,
             rewards=self.rewards,
             live_sessions=self._live,
-            done_with=self._done_with,
+            done_with=self.done_with,
         )
 
     # -- the hot path ---------------------------------------------------------------------------
@@ -239,6 +244,7 @@ class Gateway:
                 "sessions": len(self.sessions),
                 "session_idle_s": self.session_idle_s,
                 "verdicts": self.verdicts,
+                "openenv": {env_id: f"/envs/{env_id}" for env_id in self.sources} if self.openenv else None,
                 **(self.member.describe() if self.member is not None else {"process": 0, "processes": 1}),
             }
         )
@@ -254,8 +260,8 @@ class Gateway:
 
     def app(self) -> ASGIApp:
         """The gateway as an ASGI app: `/envs/<env_id>/mcp` (MCP), `/envs/<env_id>/tasks`, `/envs` (the
-        index), `/healthz`, behind `access`. Worlds load at their first request and run while the app's
-        lifespan runs."""
+        index), `/healthz`, OpenEnv's routes when `openenv` (serving/openenv.py), behind `access`. Worlds
+        load at their first request and run while the app's lifespan runs."""
 
         @contextlib.asynccontextmanager
         async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -276,6 +282,7 @@ class Gateway:
             Route("/envs/{env_id}/tasks", endpoint=self._tasks),
             Route("/envs", endpoint=self._index),
             Route("/healthz", endpoint=lambda request: JSONResponse({"ok": True})),
+            *(openenv_routes(self) if self.openenv else []),
         ]
         app = Starlette(routes=routes, lifespan=lifespan)
         # one of --processes N: `supervisor.serve_member` checks who calls in front, before it forwards
@@ -327,7 +334,7 @@ class _WorldEndpoint:
                 receive = hotpath.replaying(body, receive)
             await world.manager.handle_request(scope, receive, send)
         finally:
-            self.gateway._done_with(world)
+            self.gateway.done_with(world)
             if live is not None:
                 live.in_flight -= 1
                 live.last_active = time.monotonic()
