@@ -14,7 +14,7 @@ pytestmark = pytest.mark.unit
 
 PACKAGE = REPO / "worldsmith"
 #: Folders of tests/ that are not packages' tests.
-NOT_PACKAGES = {"support", "data", "guard_bypass", "kill_after_call", "integrations", "__pycache__"}
+NOT_PACKAGES = {"support", "data", "guard_bypass", "kill_after_call", "__pycache__"}
 #: Packages that hold no logic to test on their own (data files, or one entry-point shim).
 NO_TESTS = {"data", "deployments"}
 

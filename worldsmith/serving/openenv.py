@@ -38,6 +38,7 @@ from starlette.routing import BaseRoute, Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from worldsmith.agent.rewards import RewardMap
+from worldsmith.errors import WorldsmithError
 from worldsmith.runtime.answers import answer, one_line
 from worldsmith.runtime.episode import Episode, Runtime
 from worldsmith.serving.lanes import WorldBusy
@@ -90,7 +91,7 @@ _STATE_SCHEMA = {
 }
 
 
-class StepRefused(Exception):
+class StepRefused(WorldsmithError):
     """A message this connection cannot act on now; its text is the error's one line."""
 
     def __init__(self, message: str, code: str = EXECUTION_ERROR):
