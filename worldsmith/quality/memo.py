@@ -63,6 +63,11 @@ class SharedMemo(Generic[V]):
         with self._lock:
             self._keep(key, future)
 
+    def clear(self) -> None:
+        """Forget every kept result (a benchmark timing the computation itself)."""
+        with self._lock:
+            self._entries.clear()
+
     def _keep(self, key: str, future: Future[V]) -> None:
         """`future` under `key`, the most recently used; the least recently used past `size` go (lock held)."""
         self._entries[key] = future

@@ -139,3 +139,8 @@ def world_values(world: bytes, bound: int) -> WorldValues:
     """`WorldValues(world, bound)`, built once per world content and bound in this process (callers only
     read it)."""
     return _BUILT.get(content_digest(world, bound), lambda: WorldValues(world, bound))
+
+
+def forget_world_values() -> None:
+    """Forget the WorldValues built so far (bench/probes.py times a world's validation from scratch)."""
+    _BUILT.clear()
