@@ -84,8 +84,8 @@ def ending(tool: str, arguments: JsonObject, seed: SeedRows, table: str, row: Ro
     return Ending(tool, arguments, table, row, how, frozenset(followed), left)
 
 
-def _rows_with_live_children(seed: SeedRows, table: str) -> list[Row]:
-    """The rows of `table` with a live tied child, one of each status first."""
+def _rows_with_live_children(seed: SeedRows, table: str, limit: int) -> list[Row]:
+    """At most `limit` rows of `table` with a live tied child, one of each status first."""
     rows = [
         r
         for r in seed.rows.get(table, [])
@@ -98,7 +98,8 @@ def _rows_with_live_children(seed: SeedRows, table: str) -> list[Row]:
         if status is None or row.get(status) not in seen:
             seen.add(row.get(status) if status else None)
             first.append(row)
-    return first + [r for r in rows if r not in first]
+    chosen = {id(r) for r in first[:limit]}
+    return (first + [r for r in rows if id(r) not in chosen])[:limit]
 
 
 def endings(
@@ -112,13 +113,16 @@ def endings(
     """For each writing tool and table with children it names, its first call (of up to `rows`) that ends a
     row with live children."""
     found: list[Ending] = []
+    candidates: dict[str, list[Row]] = {}  # per table, chosen once
     for tool in tools:
         if is_read_tool(tool.name) or tool.name not in bases:
             continue
         for table in sorted(named.get(tool.name, set())):
             if table not in seed.tables or seed.key(table) is None or not seed.children(table):
                 continue
-            for row in _rows_with_live_children(seed, table)[:rows]:
+            if table not in candidates:
+                candidates[table] = _rows_with_live_children(seed, table, rows)
+            for row in candidates[table]:
                 arguments = row_arguments(tool, seed, table, row, bases[tool.name])
                 if arguments is None:
                     break
