@@ -8,8 +8,9 @@ tool that ends a row of the same table the same way (deleted, or the same new st
 live children of that table as they were breaks it: `ProbeFailure.DEPENDENT_ROWS_LEFT`, naming the tool, the
 call, the rows left and the tool that shows the rule.
 
-Each writing tool that names rows of a table with children is called on up to `rows` seed rows with live
-children (rows of distinct statuses first), each on the pristine database, until one call ends its row.
+Each writing tool that names rows of a table with children is called, per child table, on up to `rows` seed
+rows with live rows of that child (rows of distinct statuses first), each on the pristine database, until a
+call changes its row.
 """
 
 from __future__ import annotations
@@ -84,12 +85,10 @@ def ending(tool: str, arguments: JsonObject, seed: SeedRows, table: str, row: Ro
     return Ending(tool, arguments, table, row, how, frozenset(followed), left)
 
 
-def _rows_with_live_children(seed: SeedRows, table: str, limit: int) -> list[Row]:
-    """At most `limit` rows of `table` with a live tied child, one of each status first."""
+def _rows_with_live_children(seed: SeedRows, table: str, child: str, limit: int) -> list[Row]:
+    """At most `limit` rows of `table` with a live tied row of `child`, one of each status first."""
     rows = [
-        r
-        for r in seed.rows.get(table, [])
-        if any(is_live(seed, c, x) for c, xs in seed.tied(table, r).items() for x in xs)
+        r for r in seed.rows.get(table, []) if any(is_live(seed, child, x) for x in seed.tied(table, r).get(child, []))
     ]
     status = next((c for c in seed.tables[table].columns if "status" in c or c == "state"), None)
     seen: set[Any] = set()
@@ -110,28 +109,33 @@ def endings(
     named: dict[str, set[str]],
     rows: int,
 ) -> list[Ending]:
-    """For each writing tool and table with children it names, its first call (of up to `rows`) that ends a
-    row with live children."""
+    """For each writing tool, table with children it names and child table, its first call (of up to `rows`)
+    that ends a row with live rows of that child (one call covers every child its row has live rows of)."""
     found: list[Ending] = []
-    candidates: dict[str, list[Row]] = {}  # per table, chosen once
+    candidates: dict[tuple[str, str], list[Row]] = {}  # per table and child, chosen once
     for tool in tools:
         if is_read_tool(tool.name) or tool.name not in bases:
             continue
         for table in sorted(named.get(tool.name, set())):
-            if table not in seed.tables or seed.key(table) is None or not seed.children(table):
+            if table not in seed.tables or seed.key(table) is None:
                 continue
-            if table not in candidates:
-                candidates[table] = _rows_with_live_children(seed, table, rows)
-            for row in candidates[table]:
-                arguments = row_arguments(tool, seed, table, row, bases[tool.name])
-                if arguments is None:
-                    break
-                written = caller.write(tool.name, arguments)
-                if not (written.result.ok and written.result.changed):
+            covered: set[str] = set()
+            for child in sorted({c for c, _, _ in seed.children(table)}):
+                if child in covered:
                     continue
-                if (ended := ending(tool.name, arguments, seed, table, row, written)) is not None:
-                    found.append(ended)
-                    break
+                if (table, child) not in candidates:
+                    candidates[(table, child)] = _rows_with_live_children(seed, table, child, rows)
+                for row in candidates[(table, child)]:
+                    arguments = row_arguments(tool, seed, table, row, bases[tool.name])
+                    if arguments is None:
+                        break
+                    written = caller.write(tool.name, arguments)
+                    if not (written.result.ok and written.result.changed):
+                        continue
+                    if (ended := ending(tool.name, arguments, seed, table, row, written)) is not None:
+                        found.append(ended)
+                        covered |= ended.followed | set(ended.left)
+                    break  # the tool changed the row without ending it, or ended it: judged on this child
     return found
 
 

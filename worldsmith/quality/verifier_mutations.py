@@ -383,8 +383,11 @@ def _free_text(
         for variant in [] if quoted(run.task.instruction, value) else text_variants(value):
             judge(Mutation.TEXT_VARIANT, _replaced(calls, name, value, variant))
         held = keys.values.get(name) or [v for c, vs in keys.values.items() if c.endswith(f"_{name}") for v in vs]
-        others = [v for v in held if is_free_text(v) and v != value and not _said(run.task.instruction, v)]
-        for other in others[:2]:
+        others = [
+            v for v in held if isinstance(v, str) and v.strip() and v != value and not _said(run.task.instruction, v)
+        ]
+        others = sorted(others, key=lambda v: not is_free_text(v))[:4]  # free text first, then any text
+        for other in others + [f"{o} 2" for o in others[:2]]:  # renamed: past a unique name
             judge(Mutation.OTHER_TEXT, _replaced(calls, name, value, other))
     return list(found.values())
 

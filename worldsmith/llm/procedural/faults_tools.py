@@ -104,9 +104,10 @@ def _write_sets_wrong_column(sources: dict[str, str], tasks: list[TaskSpec]) -> 
     raise ValueError("no update tool with a column of the same type to write instead")
 
 
-def _ending_with_children(sources: dict[str, str]) -> tuple[str, str, str, str, str, str]:
+def _ending_with_children(sources: dict[str, str], leaf: bool = False) -> tuple[str, str, str, str, str, str]:
     """The tool that moves rows of a table with live children (one that ends a row first), as (tool, table,
-    child table, target status, the child's key column, a live child's status: "" when it has none)."""
+    child table, target status, the child's key column, a live child's status: "" when it has none); with
+    `leaf`, only children no other table's rows name (they can be deleted)."""
     conn = _world(sources)
     best: tuple[int, str, str, str, str, str, str] | None = None
     try:
@@ -117,6 +118,11 @@ def _ending_with_children(sources: dict[str, str]) -> tuple[str, str, str, str, 
             for child in [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]:
                 keys = [fk for fk in conn.execute(f'PRAGMA foreign_key_list("{child}")') if fk[2] == table]
                 if not keys or child == table:
+                    continue
+                named_by = [t for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+                if leaf and any(
+                    fk[2] == child for t in named_by for fk in conn.execute(f'PRAGMA foreign_key_list("{t}")')
+                ):
                     continue
                 column = keys[0][3]
                 child_sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (child,)).fetchone()[0]
@@ -255,7 +261,7 @@ def _documented_format_changed(sources: dict[str, str], tasks: list[TaskSpec]) -
 
 
 def _dependents_left_unlike_sibling(sources: dict[str, str], tasks: list[TaskSpec]) -> frozenset[str]:
-    name, table, child, target, column, live = _ending_with_children(sources)
+    name, table, child, target, column, live = _ending_with_children(sources, leaf=True)
     start, end = _function(sources["tools.py"], name)
     body = sources["tools.py"][start:end]
     move = re.search(r"    return (_move\(conn, '\w+', '([^']*)', (\w+), \([^)]*\), '\w+'), '\w+'\)\n", body)
