@@ -42,6 +42,9 @@ FOUND_BY = {
     "inclusive_end_treated_exclusive": (Probe.RANGE_BOUNDARIES, "events"),
     "fstring_sql_from_arguments": (Probe.NO_SQL_FROM_ARGUMENTS, "hr"),
     "filter_drops_matching_rows": (Probe.READ_FILTERS, "clinic"),
+    "documented_unit_changed": (Probe.WRITE_EFFECTS, "food_delivery"),
+    "documented_format_changed": (Probe.WRITE_EFFECTS, "events"),
+    "dependents_left_unlike_sibling": (Probe.DEPENDENT_ROWS, "travel"),
 }
 
 
@@ -184,3 +187,16 @@ def test_a_string_without_a_declared_format_keeps_its_values(golden):
 
     schema = {"type": "string", "description": "Words to look for in product names."}
     assert len(parameter_values("query", schema, WorldValues(golden.world, 8), {"products"}, []).valid) > 1
+
+
+@pytest.mark.unit
+def test_world_values_are_built_once_per_world_and_bound(golden):
+    from worldsmith.quality.world_values import WorldValues, forget_world_values, world_values
+
+    forget_world_values()
+    first = world_values(golden.world, 8)
+    assert world_values(golden.world, 8) is first  # every probe family of a check reads the same one
+    assert world_values(golden.world, 4) is not first and world_values(golden.world, 4).bound == 4
+    assert first.columns == WorldValues(golden.world, 8).columns
+    forget_world_values()
+    assert world_values(golden.world, 8) is not first

@@ -8,6 +8,7 @@ import json
 
 import pytest
 from support.realmodel import real_world
+from support.realmodel_faults import REAL_FAULTS
 
 from worldsmith.llm.procedural.backend import procedural_bundle
 from worldsmith.llm.procedural.faults import FAULTS, plant
@@ -18,6 +19,7 @@ from worldsmith.quality.behaviour_probes import behaviour_probes
 from worldsmith.quality.probe_results import Probe, ProbeFailure
 from worldsmith.quality.range_bounds import bounds, documented
 from worldsmith.quality.sql_injection import injection_probes, sql_from_arguments
+from worldsmith.quality.written_units import shared_format, unit_factor, unit_or_format_changed
 from worldsmith.stages.order import Stage
 from worldsmith.stages.routing import owning_step
 
@@ -31,6 +33,9 @@ EXPECTED = {
     "inclusive_end_treated_exclusive": ProbeFailure.RANGE_BOUNDARY_BROKEN,
     "fstring_sql_from_arguments": ProbeFailure.SQL_BUILT_FROM_ARGUMENTS,
     "filter_drops_matching_rows": ProbeFailure.READ_DROPPED_ROWS,
+    "documented_unit_changed": ProbeFailure.WRITE_UNIT_CHANGED,
+    "documented_format_changed": ProbeFailure.WRITE_FORMAT_CHANGED,
+    "dependents_left_unlike_sibling": ProbeFailure.DEPENDENT_ROWS_LEFT,
 }
 
 
@@ -121,6 +126,22 @@ def test_the_rows_a_value_lists():
 
 
 @pytest.mark.unit
+def test_a_value_stored_in_another_unit_or_format_is_named_and_the_same_value_is_not():
+    assert unit_factor(125, 12500) == 100 and unit_factor(30, 0.5) == pytest.approx(1 / 60)
+    assert unit_factor(31, 68.3) == pytest.approx(2.20462)  # kilograms stored as pounds, rounded
+    assert unit_factor(125, 125) is None and unit_factor(125, 130) is None and unit_factor(True, 100) is None
+    dates = ["2024-01-31", "2024-02-29"]
+    assert shared_format(dates) == "YYYY-MM-DD" and shared_format(["2024-01-31", "soon"]) is None
+    changed = unit_or_format_changed("pets", "birth_date", "2020-09-01", "09/01/2020", dates, "Birth date YYYY-MM-DD")
+    assert changed is not None and changed[0] is ProbeFailure.WRITE_FORMAT_CHANGED and "09/01/2020" in changed[1]
+    assert unit_or_format_changed("pets", "birth_date", "2020-09-01", "2020-09-01", dates, "") is None
+    assert unit_or_format_changed("pets", "note", "a b", "A B", ["x y", "z w"], "") is None  # free text: no format
+    scaled = unit_or_format_changed("items", "price_cents", 250, 25000, [100, 200], "Price in cents.")
+    assert scaled is not None and scaled[0] is ProbeFailure.WRITE_UNIT_CHANGED
+    assert "x100" in scaled[1] and "Price in cents." in scaled[1]
+
+
+@pytest.mark.unit
 def test_every_tool_fault_class_is_registered_with_the_bench():
     assert set(TOOL_PLANTERS) <= set(FAULTS) and set(EXPECTED) == set(TOOL_PLANTERS)
 
@@ -180,6 +201,12 @@ def test_the_real_model_worlds_pass_and_their_defects_are_found(runtime):
         ]
         target = "list_appointments" if failure is ProbeFailure.RANGE_BOUNDARY_BROKEN else "cancel_appointment"
         assert failed == [(target, failure)]
+
+
+@pytest.mark.parametrize("real", [f for f in REAL_FAULTS if f.fault in TOOL_PLANTERS], ids=lambda f: f.fault)
+def test_the_new_tool_fault_classes_are_found_in_real_model_worlds(runtime, real):
+    failed = [(r.target, r.failure) for r in behaviour_probes(runtime, real.bundle()) if not r.passed]
+    assert failed == [(real.target, EXPECTED[real.fault])]
 
 
 @pytest.mark.unit

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 from support.realmodel import real_world
+from support.realmodel_faults import REAL_FAULTS
 
 from worldsmith.agent.adversarial import answer_variant_failures
 from worldsmith.agent.answer_variants import (
@@ -26,6 +27,7 @@ from worldsmith.models.bundle import TaskSpec
 from worldsmith.models.results import DbDiff
 from worldsmith.quality.probe_results import Probe, ProbeFailure
 from worldsmith.quality.probes import probe_tasks
+from worldsmith.quality.text_values import is_free_text, quoted, text_variants
 from worldsmith.quality.verifier_ids import seed_id_results
 from worldsmith.quality.verifier_mutations import equivalent, other_answer, singulars, verifier_mutations
 from worldsmith.stages.order import Stage
@@ -41,6 +43,8 @@ FOUND_BY = {
     "verifier_hard_coded_id": (ProbeFailure.SEED_ID_HARD_CODED, "library"),
     "verifier_passes_untouched": (ProbeFailure.UNTOUCHED_ACCEPTED, "hr"),
     "verifier_passes_extra_insert": (ProbeFailure.EXTRA_SIDE_EFFECT_ACCEPTED, "events"),
+    "verifier_exact_free_text": (ProbeFailure.TEXT_VARIANT_REJECTED, "retail"),
+    "verifier_accepts_any_text": (ProbeFailure.OTHER_TEXT_ACCEPTED, "banking"),
 }
 
 
@@ -109,6 +113,16 @@ def test_every_verifier_fault_class_is_planted_and_has_a_finder():
         assert planted.targets and planted.bundle.files["verifiers.py"] != bundle.files["verifiers.py"], fault
 
 
+@pytest.mark.unit
+def test_free_text_is_words_and_its_variants_read_the_same():
+    assert is_free_text("Revised shipping address 74") and is_free_text("Scheduling conflict")
+    assert not any(map(is_free_text, ["APT-58213", "2024-12-19", "2024-12-19 10:00", "a@b.com", "plus", 12]))
+    assert text_variants("New address 68") == ["NEW ADDRESS 68", " New address 68 ", "New address 68."]
+    assert text_variants("CALL ME.")[0] == "call me." and text_variants("CALL ME.")[2] == "CALL ME"
+    assert quoted('with the reason "Scheduling conflict".', "Scheduling conflict")
+    assert not quoted("with the reason Scheduling conflict.", "Scheduling conflict")
+
+
 # -- sandbox: end states built by the runtime, judged by the verifier ----------------------------
 
 
@@ -118,6 +132,7 @@ def test_a_clean_world_passes_every_mutation_of_every_kind(runtime):
     assert [r for r in results if not r.passed] == []
     kinds = {r.detail.split(":")[0] for r in results if r.probe != Probe.NO_SEED_IDS}
     assert {"half done", "wrong entity", "extra side effect", "calls reordered"} <= kinds
+    assert {"free text written otherwise", "another entity's text"} <= kinds
     assert not answer_variant_failures(runtime, procedural_bundle("retail", 1))
 
 
@@ -148,3 +163,12 @@ def test_the_real_model_worlds_known_flaws_are_found(runtime):
         failed = {(r.failure, r.target) for r in verifier_mutations(runtime, bundle) if not r.passed}
         assert (ProbeFailure.EXTRA_SIDE_EFFECT_ACCEPTED, booking) in failed  # an extra booking accepted
         assert not {f for f, _ in failed} & {ProbeFailure.SEED_ID_HARD_CODED, ProbeFailure.REORDERED_REJECTED}
+
+
+@pytest.mark.sandbox
+@pytest.mark.parametrize("real", [f for f in REAL_FAULTS if f.fault in VERIFIER_PLANTERS], ids=lambda f: f.fault)
+def test_the_free_text_classes_are_found_in_a_real_model_world(runtime, real):
+    failed = {(r.failure, r.target) for r in verifier_mutations(runtime, real.bundle()) if not r.passed}
+    assert (FOUND_BY[real.fault][0], real.target) in failed
+    clean = {(r.failure, r.target) for r in verifier_mutations(runtime, real_world(real.world)) if not r.passed}
+    assert not {f for f, _ in clean} & {ProbeFailure.TEXT_VARIANT_REJECTED, ProbeFailure.OTHER_TEXT_ACCEPTED}

@@ -52,6 +52,8 @@ OWNING_STEP = {
     F.READ_DROPPED_ROWS: CODE,
     F.RANGE_BOUNDARY_BROKEN: CODE,
     F.WRITE_WRONG_COLUMN: CODE,
+    F.WRITE_UNIT_CHANGED: CODE,
+    F.WRITE_FORMAT_CHANGED: CODE,
     F.DEPENDENT_ROWS_LEFT: CODE,
     F.SQL_BUILT_FROM_ARGUMENTS: CODE,
     F.SQL_INJECTION_ACCEPTED: CODE,
@@ -60,6 +62,8 @@ OWNING_STEP = {
     F.EXTRA_SIDE_EFFECT_ACCEPTED: VERIFIERS_STAGE,
     F.OTHER_ANSWER_ACCEPTED: VERIFIERS_STAGE,
     F.REORDERED_REJECTED: VERIFIERS_STAGE,
+    F.TEXT_VARIANT_REJECTED: VERIFIERS_STAGE,
+    F.OTHER_TEXT_ACCEPTED: VERIFIERS_STAGE,
     F.SEED_ID_HARD_CODED: VERIFIERS_STAGE,
 }
 
@@ -92,6 +96,8 @@ DEFECT_KIND = {
     F.READ_DROPPED_ROWS: "tool_does_the_wrong_thing",
     F.RANGE_BOUNDARY_BROKEN: "tool_does_the_wrong_thing",
     F.WRITE_WRONG_COLUMN: "tool_does_the_wrong_thing",
+    F.WRITE_UNIT_CHANGED: "tool_does_the_wrong_thing",
+    F.WRITE_FORMAT_CHANGED: "tool_does_the_wrong_thing",
     F.DEPENDENT_ROWS_LEFT: "tool_does_the_wrong_thing",
     F.SQL_BUILT_FROM_ARGUMENTS: "sql_injection",
     F.SQL_INJECTION_ACCEPTED: "sql_injection",
@@ -100,6 +106,8 @@ DEFECT_KIND = {
     F.EXTRA_SIDE_EFFECT_ACCEPTED: "verifier_too_lenient",
     F.OTHER_ANSWER_ACCEPTED: "verifier_too_lenient",
     F.REORDERED_REJECTED: "verifier_too_strict",
+    F.TEXT_VARIANT_REJECTED: "verifier_too_strict",
+    F.OTHER_TEXT_ACCEPTED: "verifier_too_lenient",
     F.SEED_ID_HARD_CODED: "verifier_reads_seed_ids",
 }
 

@@ -67,6 +67,8 @@ BY_FAILURE: dict[ProbeFailure, str] = {
     ProbeFailure.READ_DROPPED_ROWS: "tool_does_the_wrong_thing",
     ProbeFailure.RANGE_BOUNDARY_BROKEN: "tool_does_the_wrong_thing",
     ProbeFailure.WRITE_WRONG_COLUMN: "tool_does_the_wrong_thing",
+    ProbeFailure.WRITE_UNIT_CHANGED: "tool_does_the_wrong_thing",
+    ProbeFailure.WRITE_FORMAT_CHANGED: "tool_does_the_wrong_thing",
     ProbeFailure.DEPENDENT_ROWS_LEFT: "tool_does_the_wrong_thing",
     ProbeFailure.SQL_BUILT_FROM_ARGUMENTS: "sql_injection",
     ProbeFailure.SQL_INJECTION_ACCEPTED: "sql_injection",
@@ -75,6 +77,8 @@ BY_FAILURE: dict[ProbeFailure, str] = {
     ProbeFailure.EXTRA_SIDE_EFFECT_ACCEPTED: "verifier_too_lenient",
     ProbeFailure.OTHER_ANSWER_ACCEPTED: "verifier_too_lenient",
     ProbeFailure.REORDERED_REJECTED: "verifier_too_strict",
+    ProbeFailure.TEXT_VARIANT_REJECTED: "verifier_too_strict",
+    ProbeFailure.OTHER_TEXT_ACCEPTED: "verifier_too_lenient",
     ProbeFailure.SEED_ID_HARD_CODED: "verifier_reads_seed_ids",
 }
 

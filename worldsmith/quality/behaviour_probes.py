@@ -5,7 +5,8 @@ failure names the tool, the input and the rule, and is the tool code's to repair
 - read filters (quality/read_filters.py): returned rows hold the filter's value; no matching row dropped;
 - documented range bounds (quality/range_bounds.py): inclusive/exclusive holds at the boundary value;
 - write effects and dependent rows (quality/write_effects.py): arguments land in the columns they name;
-  a deleted or cancelled row's dependants follow;
+  a deleted or cancelled row's dependants follow, as the schema, the tool's description and the world's
+  other tools (quality/dependent_patterns.py) say; numbers and dates keep their unit and format;
 - no SQL text built from arguments (quality/sql_injection.py): statically in tools.py, and by injection.
 
 All calls run on one episode, each on the pristine database. Where an argument's column is not certain,
@@ -18,6 +19,7 @@ from worldsmith.bundle.contract import Bundle
 from worldsmith.jsonvalue import JsonObject
 from worldsmith.models.bundle import ToolSchema
 from worldsmith.quality.behaviour_calls import IRREGULAR, Caller, SeedRows
+from worldsmith.quality.dependent_patterns import dependent_pattern_probes
 from worldsmith.quality.probe_results import ProbeResult
 from worldsmith.quality.range_bounds import range_bound_probes
 from worldsmith.quality.read_filters import read_filter_probes
@@ -25,7 +27,7 @@ from worldsmith.quality.sql_injection import injection_probes, static_probes
 from worldsmith.quality.tool_calls import reference_arguments
 from worldsmith.quality.tool_inputs import distinct, tool_inputs
 from worldsmith.quality.tool_tables import is_read_tool, named_tables
-from worldsmith.quality.world_values import WorldValues, words
+from worldsmith.quality.world_values import WorldValues, words, world_values
 from worldsmith.quality.write_effects import write_effect_probes
 from worldsmith.runtime.episode import Runtime
 
@@ -74,7 +76,7 @@ def behaviour_probes(runtime: Runtime, bundle: Bundle, *, skip: frozenset[str] =
     """The behaviour probes of every tool but those in `skip` (already found crashing); see the module
     docstring."""
     tools = [t for t in bundle.tools if t.name not in skip]
-    values = WorldValues(bundle.world, 8)
+    values = world_values(bundle.world, 8)
     seed = SeedRows(bundle.world)
     named = {t.name: entity_tables(t, values) for t in tools}
     references = reference_arguments(bundle)
@@ -86,5 +88,6 @@ def behaviour_probes(runtime: Runtime, bundle: Bundle, *, skip: frozenset[str] =
         results = read_filter_probes(caller, tools, seed, bases, named)
         results += range_bound_probes(caller, tools, bases)
         results += write_effect_probes(caller, tools, seed, bases, named, references)
+        results += dependent_pattern_probes(caller, tools, seed, bases, named)
         results += injection_probes(caller, tools, bases, static)
     return results

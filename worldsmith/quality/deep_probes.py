@@ -29,7 +29,7 @@ from worldsmith.quality.probes import excerpt
 from worldsmith.quality.tool_calls import CallOutcome, Prober, Stopped, known_calls, replay_references
 from worldsmith.quality.tool_inputs import combinations, distinct, tool_inputs
 from worldsmith.quality.tool_tables import is_read_tool, named_tables, own_tables, shared_tables
-from worldsmith.quality.world_values import WorldValues
+from worldsmith.quality.world_values import world_values
 from worldsmith.runtime.episode import Runtime
 
 
@@ -197,7 +197,7 @@ def _deep_probes(
     stop: threading.Event | None = None,
 ) -> tuple[list[ProbeResult], int]:
     """The deep probes' results and the calls made for them ([] once `stop` was set)."""
-    values = WorldValues(bundle.world, budget.values_per_parameter)
+    values = world_values(bundle.world, budget.values_per_parameter)
     named = {tool.name: named_tables(tool, values.tables) for tool in bundle.tools}
     with runtime.open_episode(bundle) as episode:
         prober = Prober(episode, bundle.world, known, stop)

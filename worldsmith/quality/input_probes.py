@@ -16,7 +16,7 @@ from worldsmith.quality.probes import excerpt
 from worldsmith.quality.tool_calls import CallOutcome, Prober, reference_arguments
 from worldsmith.quality.tool_inputs import distinct, tool_inputs
 from worldsmith.quality.tool_tables import named_tables
-from worldsmith.quality.world_values import WorldValues
+from worldsmith.quality.world_values import world_values
 from worldsmith.runtime.episode import Runtime, SandboxEpisode
 
 
@@ -66,7 +66,7 @@ def boundary_probes(
     """`Probe.BOUNDARY_INPUTS` of every tool but those in `skip` (already found crashing); see the module
     docstring."""
     budget = budget or InputBudget()
-    values = WorldValues(bundle.world, budget.values_per_parameter)
+    values = world_values(bundle.world, budget.values_per_parameter)
     tools = [t for t in bundle.tools if t.name not in skip]
     named = {t.name: named_tables(t, values.tables) for t in tools}
     references = reference_arguments(bundle)

@@ -29,10 +29,12 @@ def content_digest(*parts: Any) -> str:
 
 class SharedMemo(Generic[V]):
     """The latest `size` results by key, each computed once in this process (a failed computation is
-    not kept: the next caller computes it again). Callers get a deep copy: what they change is theirs."""
+    not kept: the next caller computes it again). Callers get a deep copy: what they change is theirs;
+    with `copies=False`, the kept value itself (for values no caller changes, too large to copy cheaply)."""
 
-    def __init__(self, size: int):
+    def __init__(self, size: int, *, copies: bool = True):
         self.size = size
+        self.copies = copies
         self._entries: OrderedDict[str, Future[V]] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -52,7 +54,7 @@ class SharedMemo(Generic[V]):
                         del self._entries[key]
                 future.set_exception(exc)
                 raise
-        return copy.deepcopy(future.result())
+        return copy.deepcopy(future.result()) if self.copies else future.result()
 
     def put(self, key: str, value: V) -> None:
         """Keep `value` under `key` (computed by the caller)."""
@@ -60,6 +62,11 @@ class SharedMemo(Generic[V]):
         future.set_result(value)
         with self._lock:
             self._keep(key, future)
+
+    def clear(self) -> None:
+        """Forget every kept result (a benchmark timing the computation itself)."""
+        with self._lock:
+            self._entries.clear()
 
     def _keep(self, key: str, future: Future[V]) -> None:
         """`future` under `key`, the most recently used; the least recently used past `size` go (lock held)."""

@@ -81,6 +81,8 @@ class ProbeFailure(StrEnum):
     READ_DROPPED_ROWS = "read dropped matching rows"  # a row the filter selects is left out
     RANGE_BOUNDARY_BROKEN = "range boundary broken"  # a bound documented inclusive acts exclusive, or the reverse
     WRITE_WRONG_COLUMN = "write missed its column"  # an argument's value went to another column, or other rows
+    WRITE_UNIT_CHANGED = "write changed its unit"  # an argument stored scaled (cents for dollars, s for min)
+    WRITE_FORMAT_CHANGED = "write changed its format"  # a date or time stored unlike the column's seed rows
     DEPENDENT_ROWS_LEFT = "dependent rows left"  # a deleted or cancelled row's dependants stay as they were
     SQL_BUILT_FROM_ARGUMENTS = "SQL built from arguments"  # found in tools.py's source
     SQL_INJECTION_ACCEPTED = "SQL injection accepted"  # a quote in a text argument ends a string in its SQL
@@ -89,6 +91,8 @@ class ProbeFailure(StrEnum):
     EXTRA_SIDE_EFFECT_ACCEPTED = "extra side effect accepted"  # the reference plus one more insert
     OTHER_ANSWER_ACCEPTED = "another task's answer accepted"
     REORDERED_REJECTED = "reordered solution rejected"  # its commuting writes in another order
+    TEXT_VARIANT_REJECTED = "free-text variant rejected"  # the same text, its case or spacing otherwise
+    OTHER_TEXT_ACCEPTED = "another entity's text accepted"  # a text the task names swapped for another row's
     SEED_ID_HARD_CODED = "seed id hard-coded"  # a row id neither the task nor its solution names
 
     @property
@@ -131,6 +135,8 @@ _FAILURES: dict[ProbeFailure, tuple[Probe, Artifact]] = {
     ProbeFailure.READ_DROPPED_ROWS: (Probe.READ_FILTERS, Artifact.TOOL_CODE),
     ProbeFailure.RANGE_BOUNDARY_BROKEN: (Probe.RANGE_BOUNDARIES, Artifact.TOOL_CODE),
     ProbeFailure.WRITE_WRONG_COLUMN: (Probe.WRITE_EFFECTS, Artifact.TOOL_CODE),
+    ProbeFailure.WRITE_UNIT_CHANGED: (Probe.WRITE_EFFECTS, Artifact.TOOL_CODE),
+    ProbeFailure.WRITE_FORMAT_CHANGED: (Probe.WRITE_EFFECTS, Artifact.TOOL_CODE),
     ProbeFailure.DEPENDENT_ROWS_LEFT: (Probe.DEPENDENT_ROWS, Artifact.TOOL_CODE),
     ProbeFailure.SQL_BUILT_FROM_ARGUMENTS: (Probe.NO_SQL_FROM_ARGUMENTS, Artifact.TOOL_CODE),
     ProbeFailure.SQL_INJECTION_ACCEPTED: (Probe.NO_SQL_FROM_ARGUMENTS, Artifact.TOOL_CODE),
@@ -139,6 +145,8 @@ _FAILURES: dict[ProbeFailure, tuple[Probe, Artifact]] = {
     ProbeFailure.EXTRA_SIDE_EFFECT_ACCEPTED: (Probe.WRONG_END_STATE_REJECTED, Artifact.VERIFIERS),
     ProbeFailure.OTHER_ANSWER_ACCEPTED: (Probe.WRONG_END_STATE_REJECTED, Artifact.VERIFIERS),
     ProbeFailure.REORDERED_REJECTED: (Probe.EQUIVALENT_END_STATE_ACCEPTED, Artifact.VERIFIERS),
+    ProbeFailure.TEXT_VARIANT_REJECTED: (Probe.EQUIVALENT_END_STATE_ACCEPTED, Artifact.VERIFIERS),
+    ProbeFailure.OTHER_TEXT_ACCEPTED: (Probe.WRONG_END_STATE_REJECTED, Artifact.VERIFIERS),
     ProbeFailure.SEED_ID_HARD_CODED: (Probe.NO_SEED_IDS, Artifact.VERIFIERS),
 }
 

@@ -22,7 +22,7 @@ from worldsmith.quality.probes import REPLAY_CLOCK_SKEW_S, excerpt
 from worldsmith.quality.tool_calls import reference_arguments
 from worldsmith.quality.tool_inputs import distinct, tool_inputs
 from worldsmith.quality.tool_tables import named_tables
-from worldsmith.quality.world_values import WorldValues
+from worldsmith.quality.world_values import world_values
 from worldsmith.runtime.episode import Runtime
 
 _DIFFERS = "differs between replays in separate processes (real clock shifted, other random and hash seeds)"
@@ -48,7 +48,7 @@ def tool_sequences(
     bundle: Bundle, calls_per_tool: int, skip: frozenset[str] = frozenset()
 ) -> dict[str, list[JsonObject]]:
     """The calls each tool (but those in `skip`) is replayed with."""
-    values = WorldValues(bundle.world, 8)
+    values = world_values(bundle.world, 8)
     references = reference_arguments(bundle)
     return {
         tool.name: distinct(

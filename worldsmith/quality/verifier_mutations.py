@@ -12,11 +12,16 @@ Must fail (a verifier judging one `complete` is too lenient):
   the task is about, e.g. the same patient), else with its text arguments renamed (past a unique name), where the rows are of a table the verifier names: a task that creates rows must count them;
   other rows' updates, and rows a tool logs on the side, are the guard's to catch;
 - `answer of another task`: the reference's end state with the answer of another task that says otherwise,
-  where the verifier reads the answer (it rejects that end state with no answer at all).
+  where the verifier reads the answer (it rejects that end state with no answer at all);
+- `another entity's text`: a free-text value the instruction names (quality/text_values.py), written by the
+  reference, swapped for another seed row's text of that column (another customer's address; `reason`:
+  a column `..._reason`).
 
 Must pass (a verifier rejecting one is too strict): `calls reordered`, the reference's writes, each with the
 reads before it, in reverse order, when every call still succeeds and the end state is the reference's up
-to the ids of inserted rows. The answer worded and formatted otherwise (12 h and 24 h times and ranges,
+to the ids of inserted rows; `free text written otherwise`, such a free-text value in another case, with
+other spacing or end punctuation (where the tool stores it so), unless the instruction quotes it: quoted
+text is to be written verbatim. The answer worded and formatted otherwise (12 h and 24 h times and ranges,
 numbers in words, currencies, case) is agent/answer_variants.py's, judged in the verifiers stage.
 
 A mutation is tried only where it makes an end state other than the reference's (and, for must-fail ones,
@@ -41,6 +46,7 @@ from worldsmith.jsonvalue import JsonObject, JsonValue
 from worldsmith.models.bundle import TaskSpec
 from worldsmith.models.results import DbDiff
 from worldsmith.quality.probe_results import Probe, ProbeFailure, ProbeResult
+from worldsmith.quality.text_values import is_free_text, quoted, text_variants
 from worldsmith.runtime.episode import Runtime, SandboxEpisode
 
 Call = tuple[str, JsonObject]
@@ -57,10 +63,12 @@ class Mutation(StrEnum):
     EXTRA_SIDE_EFFECT = "extra side effect"
     OTHER_ANSWER = "answer of another task"
     REORDERED = "calls reordered"
+    TEXT_VARIANT = "free text written otherwise"
+    OTHER_TEXT = "another entity's text"
 
     @property
     def must_pass(self) -> bool:
-        return self is Mutation.REORDERED
+        return self in (Mutation.REORDERED, Mutation.TEXT_VARIANT)
 
     @property
     def failure(self) -> ProbeFailure:
@@ -74,6 +82,8 @@ _FAILURE = {
     Mutation.EXTRA_SIDE_EFFECT: ProbeFailure.EXTRA_SIDE_EFFECT_ACCEPTED,
     Mutation.OTHER_ANSWER: ProbeFailure.OTHER_ANSWER_ACCEPTED,
     Mutation.REORDERED: ProbeFailure.REORDERED_REJECTED,
+    Mutation.TEXT_VARIANT: ProbeFailure.TEXT_VARIANT_REJECTED,
+    Mutation.OTHER_TEXT: ProbeFailure.OTHER_TEXT_ACCEPTED,
 }
 
 
@@ -299,6 +309,7 @@ def task_mutations(runtime: Runtime, bundle: Bundle, task: TaskSpec, keys: SeedK
             results.append(_reordered(run, calls, writes, answer, reference, reference_diff))
         results.append(_wrong_entity(run, calls, writes, answer, reference, keys))
         results.append(_extra_insert(run, calls, writes, answer, reference, reference_diff, keys))
+        results += _free_text(run, calls, writes, answer, reference, keys)
         said = other_answer(task, bundle.tasks)
         run.play([], reference)
         if said is not None and str(getattr(episode.verify("").status, "value", "")) != "complete":
@@ -345,6 +356,40 @@ def _extra_insert(
             if any(added.tables.get(t) is not None and added.tables[t].inserted for t in creating):
                 return run.judged(EndState(Mutation.EXTRA_SIDE_EFFECT, (*calls, extra), answer), reference)
     return None
+
+
+def _free_text(
+    run: _TaskEpisode, calls: list[Call], writes: list[int], answer: str, reference: bytes, keys: SeedKeys
+) -> list[ProbeResult | None]:
+    """The free-text values the instruction names, in the reference's writes, written otherwise (must pass)
+    and swapped for another seed row's text of the column (must fail): the first wrong verdict of each kind,
+    else the first verdict."""
+    texts = [
+        (name, value)
+        for index in writes
+        for name, value in calls[index][1].items()
+        if is_free_text(value) and _said(run.task.instruction, value)
+    ]
+    found: dict[Mutation, ProbeResult] = {}
+
+    def judge(mutation: Mutation, mutated: list[Call]) -> None:
+        if not (mutation in found and not found[mutation].passed) and run.play(mutated) is not None:
+            judged = run.judged(EndState(mutation, tuple(mutated), answer), reference)
+            if judged is not None and (mutation not in found or not judged.passed):
+                found[mutation] = judged
+
+    for name, value in texts:
+        assert isinstance(value, str)
+        for variant in [] if quoted(run.task.instruction, value) else text_variants(value):
+            judge(Mutation.TEXT_VARIANT, _replaced(calls, name, value, variant))
+        held = keys.values.get(name) or [v for c, vs in keys.values.items() if c.endswith(f"_{name}") for v in vs]
+        others = [
+            v for v in held if isinstance(v, str) and v.strip() and v != value and not _said(run.task.instruction, v)
+        ]
+        others = sorted(others, key=lambda v: not is_free_text(v))[:4]  # free text first, then any text
+        for other in others + [f"{o} 2" for o in others[:2]]:  # renamed: past a unique name
+            judge(Mutation.OTHER_TEXT, _replaced(calls, name, value, other))
+    return list(found.values())
 
 
 def _reordered(

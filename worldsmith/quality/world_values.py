@@ -1,6 +1,8 @@
 """The seeded database as the deep probes' inputs (quality/deep_probes.py): each table's declared
 constraints (quality/schema.py), its primary keys and each column's distinct values, in row order; and the
-English of table names (`singular`, `words`) the probes match tools and parameters to tables by."""
+English of table names (`singular`, `words`) the probes match tools and parameters to tables by.
+`world_values` builds them once per world content and bound in a process (every probe family of a check
+reads the same world)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import re
 from typing import Any
 
 from worldsmith.bundle.sqlscript import deserialize
+from worldsmith.quality.memo import SharedMemo, content_digest
 from worldsmith.quality.probes import SeedValues
 from worldsmith.quality.schema import Range, TableSchema, read_schema
 
@@ -126,3 +129,18 @@ class WorldValues:
                     values += _spread(held, 3)
                     break
         return values
+
+
+#: The WorldValues of the latest worlds, by the digest of the world and the bound: read-only once built.
+_BUILT: SharedMemo[WorldValues] = SharedMemo(16, copies=False)
+
+
+def world_values(world: bytes, bound: int) -> WorldValues:
+    """`WorldValues(world, bound)`, built once per world content and bound in this process (callers only
+    read it)."""
+    return _BUILT.get(content_digest(world, bound), lambda: WorldValues(world, bound))
+
+
+def forget_world_values() -> None:
+    """Forget the WorldValues built so far (bench/probes.py times a world's validation from scratch)."""
+    _BUILT.clear()

@@ -14,7 +14,8 @@ changed the database, the rows it changed (the runtime's diff) are judged:
 - a row deleted leaves no row whose foreign key names it, and a row whose status a tool moves, where the
   tool's description says a child table follows (`Cancel an appointment; the pending reminders are
   cancelled`), changes or removes the rows of that table tied to it that are still live (their status the
-  first its CHECK lists, or not one that ends a row): else `ProbeFailure.DEPENDENT_ROWS_LEFT`.
+  first its CHECK lists, or not one that ends a row): else `ProbeFailure.DEPENDENT_ROWS_LEFT`;
+- an argument that reached its column kept its unit and format (quality/written_units.py).
 """
 
 from __future__ import annotations
@@ -26,11 +27,21 @@ from typing import Any
 from worldsmith.jsonvalue import JsonObject
 from worldsmith.models.bundle import ToolSchema
 from worldsmith.models.results import TableDiff
-from worldsmith.quality.behaviour_calls import Caller, Row, SeedRows, Written, one_of, row_arguments, same_value
+from worldsmith.quality.behaviour_calls import (
+    Caller,
+    Row,
+    SeedRows,
+    Written,
+    one_of,
+    parameter_kinds,
+    row_arguments,
+    same_value,
+)
 from worldsmith.quality.probe_results import Probe, ProbeFailure, ProbeResult
 from worldsmith.quality.probes import excerpt
 from worldsmith.quality.tool_tables import is_read_tool
 from worldsmith.quality.world_values import singular, words
+from worldsmith.quality.written_units import shared_format, unit_or_format_changed
 
 #: A status that ends a row's life (its dependants should follow).
 _ENDED = re.compile(r"cancel|void|delet|remov|revok|terminat|withdr|archiv|inactive|closed|expired", re.I)
@@ -45,19 +56,21 @@ class WriteBudget:
 
 
 def _new_value(seed: SeedRows, table: str, column: str, row: Row) -> Any:
-    """A value for `column` of `row` other than its own: another row's, else its text marked new."""
+    """A value for `column` of `row` other than its own: another row's, else its text marked new (not a date's
+    or a time's: another row's, in the format they share)."""
     current = row.get(column)
     others = [r.get(column) for r in seed.rows.get(table, []) if r.get(column) not in (None, current)]
     counts = {v: others.count(v) for v in others}
     shared = [v for v in counts if counts[v] > 1 or column in seed.tables[table].enums]
     if shared:
         return shared[0]
-    if isinstance(current, str) and column not in seed.tables[table].enums:
+    formatted = shared_format([r.get(column) for r in seed.rows.get(table, [])]) is not None  # a date: no "n"
+    if isinstance(current, str) and column not in seed.tables[table].enums and not formatted:
         return "n" + current
     return others[0] if others else None
 
 
-def _live(seed: SeedRows, table: str, row: Row) -> bool:
+def is_live(seed: SeedRows, table: str, row: Row) -> bool:
     """Whether a child row is still live: no status column, or its status the first its CHECK lists (or not
     one that ends a row)."""
     schema = seed.tables[table]
@@ -104,7 +117,7 @@ def _calls(
 
         def tied_live(row: Row) -> bool:
             tied = seed.tied(table, row)
-            return any(_live(seed, child, r) for child in named_children for r in tied.get(child, []))
+            return any(is_live(seed, child, r) for child in named_children for r in tied.get(child, []))
 
         live = [r for r in rows if tied_live(r)] if named_children else []
         spread = rows[:: max(1, len(rows) // budget.rows)][: budget.rows]
@@ -118,8 +131,19 @@ def _calls(
                     continue
                 if (value := _new_value(seed, table, parameter, row)) is not None:
                     arguments[parameter] = value
-            into.append(arguments)
+            into.append(_as_declared(tool, arguments))
     return (following + [dict(r) for r in references] + others)[: budget.calls]
+
+
+def _as_declared(tool: ToolSchema, arguments: JsonObject) -> JsonObject:
+    """`arguments` with a seed's 0/1 given as false/true where the parameter is declared boolean."""
+    schemas = tool.argument_schemas()
+    return {
+        name: bool(value)
+        if name in schemas and isinstance(value, int) and "boolean" in parameter_kinds(schemas[name])
+        else value
+        for name, value in arguments.items()
+    }
 
 
 def _is_value(tool: ToolSchema, parameter: str) -> bool:
@@ -148,8 +172,10 @@ def _target(
     return None
 
 
-def _judge_columns(tool: ToolSchema, seed: SeedRows, arguments: JsonObject, written: Written) -> str | None:
-    """What the call did wrong with the columns its arguments name (None: nothing)."""
+def _judge_columns(
+    tool: ToolSchema, seed: SeedRows, arguments: JsonObject, written: Written
+) -> tuple[ProbeFailure, str] | None:
+    """What the call did wrong with the columns its arguments name, and how (None: nothing)."""
     for table, changes in written.changes.tables.items():
         schema = seed.tables.get(table)
         if schema is None:
@@ -171,19 +197,26 @@ def _judge_columns(tool: ToolSchema, seed: SeedRows, arguments: JsonObject, writ
                     and not same_value(u["before"].get(parameter), value)
                 ]
                 if others and before:
-                    return (
+                    return ProbeFailure.WRITE_WRONG_COLUMN, (
                         f"{parameter}={value!r} also went to {len(others)} other rows of {table} "
                         f"(first key {excerpt(others[0]['key'])}): the update reaches rows its key does not name"
                     )
                 continue
             took = [c for c in after if c != parameter and before.get(c) != after[c] and same_value(after[c], value)]
             if took:
-                return (
+                return ProbeFailure.WRITE_WRONG_COLUMN, (
                     f"{parameter}={value!r} went to column {took[0]} of {table}, not {parameter} "
                     f"(which holds {excerpt(after[parameter])})"
                 )
+            documented = str(tool.argument_schemas().get(parameter, {}).get("description") or "")
+            seeded = [r.get(parameter) for r in seed.rows.get(table, [])]
+            if changed := unit_or_format_changed(table, parameter, value, after[parameter], seeded, documented):
+                return changed
             if before and before.get(parameter) == after[parameter] and _documented_new(tool, parameter):
-                return f"{parameter}={value!r} is documented as the new value, but {table}.{parameter} kept {excerpt(after[parameter])}"
+                return ProbeFailure.WRITE_WRONG_COLUMN, (
+                    f"{parameter}={value!r} is documented as the new value, but {table}.{parameter} kept "
+                    f"{excerpt(after[parameter])}"
+                )
     return None
 
 
@@ -214,7 +247,7 @@ def _judge_dependants(tool: ToolSchema, seed: SeedRows, written: Written) -> tup
                 if touched is not None:
                     gone = {str(r.get(child_key)) for r in touched.deleted}
                     gone |= {str(u["key"].get(child_key)) for u in touched.updated}
-                left = [r for r in rows if (deleted or _live(seed, child, r)) and str(r.get(child_key)) not in gone]
+                left = [r for r in rows if (deleted or is_live(seed, child, r)) and str(r.get(child_key)) not in gone]
                 if deleted and left:
                     return (
                         f"deleting {table} row {excerpt(row)} left {len(left)} rows of {child} naming it (first {excerpt(left[0])})",
@@ -251,11 +284,11 @@ def write_effect_probes(
             if not (written.result.ok and written.result.changed):
                 continue
             judged += 1
-            if column_failure is None and (why := _judge_columns(tool, seed, arguments, written)):
+            if column_failure is None and (wrong := _judge_columns(tool, seed, arguments, written)):
                 column_failure = ProbeResult.failing(
-                    ProbeFailure.WRITE_WRONG_COLUMN,
+                    wrong[0],
                     tool.name,
-                    f"called with {excerpt(arguments)}: {why}",
+                    f"called with {excerpt(arguments)}: {wrong[1]}",
                     cause=excerpt(arguments),
                 )
             why, ending = _judge_dependants(tool, seed, written)

@@ -145,8 +145,9 @@ def verify_t08_coupon_order(initial, final, answer):
         return _result("incomplete", reason="no new order for Noah Okafor")
     order = orders[-1]
     items = _items(final, order["id"])
-    evidence = {"order_id": order["id"], "items": items, "coupon": order["coupon_code"], "total_cents": order["total_cents"], "status": order["status"]}
-    if len(orders) == 1 and items == {"MN-500": 1} and order["coupon_code"] == "SAVE10" and order["total_cents"] == 25200 and order["status"] == "paid":
+    evidence = {"order_id": order["id"], "items": items, "coupon": order["coupon_code"], "total_cents": order["total_cents"], "status": order["status"], "address": order["shipping_address"]}
+    right_address = "market st" in order["shipping_address"].lower() and "lagos" in order["shipping_address"].lower()
+    if len(orders) == 1 and items == {"MN-500": 1} and order["coupon_code"] == "SAVE10" and order["total_cents"] == 25200 and right_address and order["status"] == "paid":
         return _result("complete", **evidence)
     if "MN-500" in items:
         return _result("partial", **evidence)
@@ -174,8 +175,9 @@ def verify_t10_points_order(initial, final, answer):
         return _result("incomplete", reason="no new order for James Chen")
     order = orders[-1]
     items = _items(final, order["id"])
-    evidence = {"order_id": order["id"], "items": items, "points_redeemed": order["points_redeemed"], "status": order["status"]}
-    if len(orders) == 1 and items == {"MS-220": 3, "WC-900": 1} and order["points_redeemed"] == 340 and order["status"] == "paid":
+    evidence = {"order_id": order["id"], "items": items, "points_redeemed": order["points_redeemed"], "status": order["status"], "address": order["shipping_address"]}
+    right_address = "harbour st" in order["shipping_address"].lower() and "leeds" in order["shipping_address"].lower()
+    if len(orders) == 1 and items == {"MS-220": 3, "WC-900": 1} and order["points_redeemed"] == 340 and right_address and order["status"] == "paid":
         return _result("complete", **evidence)
     if set(items) & {"MS-220", "WC-900"}:
         return _result("partial", **evidence)

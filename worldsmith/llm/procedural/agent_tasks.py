@@ -32,6 +32,17 @@ def _value(conn, table, row_id, column):
     return None if row is None else row[0]
 
 
+def _same(stored, wanted):
+    """Whether a stored value is the one asked for: text up to case, spacing and end punctuation."""
+    if isinstance(stored, str) and isinstance(wanted, str):
+        return _text(stored) == _text(wanted)
+    return stored == wanted
+
+
+def _text(value):
+    return " ".join(value.casefold().split()).strip(" .,;:!?")
+
+
 def _new_rows(initial, final, table):
     before = {r["id"] for r in initial.execute(f'SELECT id FROM "{table}"')}
     return [dict(r) for r in final.execute(f'SELECT * FROM "{table}" ORDER BY id') if r["id"] not in before]
@@ -162,7 +173,7 @@ def _task_update(task_id: str, entity: Entity, f: Field, row: SeedRow, rng: rand
     shown = f"{value / 100:.2f} dollars ({value} cents)" if f.kind == "money" and isinstance(value, int) else str(value)
     body = (
         f"    value = _value(final, {entity.table!r}, {row['id']}, {f.name!r})\n"
-        f"    return _result('complete' if value == {value!r} else 'incomplete', value=value, expected={value!r})\n"
+        f"    return _result('complete' if _same(value, {value!r}) else 'incomplete', value=value, expected={value!r})\n"
     )
     return TaskDraft(
         task_id,
@@ -200,7 +211,7 @@ def _task_create(task_id: str, domain: Domain, entity: Entity, rows: Rows, rng: 
     body = (
         f"    rows = _new_rows(initial, final, {entity.table!r})\n"
         f"    expected = {expected!r}\n"
-        "    exact = [r for r in rows if all(r.get(k) == v for k, v in expected.items())]\n"
+        "    exact = [r for r in rows if all(_same(r.get(k), v) for k, v in expected.items())]\n"
         "    related = [r for r in rows if all(r.get(k) == v for k, v in expected.items() if k.endswith('_id'))]\n"
         "    if len(exact) == 1 and len(rows) == 1:\n        return _result('complete', row=exact[0])\n"
         "    if exact or related:\n        return _result('partial', new_rows=rows, expected=expected)\n"

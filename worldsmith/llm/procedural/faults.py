@@ -14,8 +14,13 @@ wrong, and names what the probes must name (`PlantedFault.targets`: a tool or ta
   character for character (the answer-variant probes' to find: a reworded answer is a false negative);
 - tools that run but do the wrong thing (faults_tools.py): a read ignoring its filter, a write to the wrong
   column, a cancel leaving dependants, an inclusive end treated exclusive, SQL from arguments, a filter
-  dropping matches (the behaviour probes' to find);
-- the verifier classes of faults_verifiers.py (verifier mutation testing's to find).
+  dropping matches, a number stored in another unit than documented, a date stored in another format, a
+  tool ending rows without what a sibling tool does to their children (the behaviour probes' to find);
+- the verifier classes of faults_verifiers.py (verifier mutation testing's to find), free-text value checks
+  too strict and too lenient among them.
+
+A class needs an artifact of its shape (a number argument written, a task writing free text ...): `plant`
+raises ValueError on a world without one (bench/probes.py does not count that world for the class).
 """
 
 from __future__ import annotations

@@ -8,7 +8,12 @@ each rewrites tools.py of a procedural world the way a model gets it wrong and n
 - `inclusive_end_treated_exclusive`: a list tool's new date (else number) bound, documented inclusive,
   compares with `<`;
 - `fstring_sql_from_arguments`: a find tool formats its text argument into the SQL (a quote breaks it);
-- `filter_drops_matching_rows`: a list tool pages from the second row (`OFFSET 1`): its filters drop a match.
+- `filter_drops_matching_rows`: a list tool pages from the second row (`OFFSET 1`): its filters drop a match;
+- `documented_unit_changed`: a writing tool's number, documented in one unit (cents, mg, minutes), is
+  stored as if it were another (x100);
+- `documented_format_changed`: a writing tool's date, documented YYYY-MM-DD, is stored as MM/DD/YYYY;
+- `dependents_left_unlike_sibling`: another tool of the world ends a row and removes its live children (the
+  world's own pattern); the tool that ends rows of that table the same way leaves them.
 """
 
 from __future__ import annotations
@@ -99,9 +104,12 @@ def _write_sets_wrong_column(sources: dict[str, str], tasks: list[TaskSpec]) -> 
     raise ValueError("no update tool with a column of the same type to write instead")
 
 
-def _cancel_leaves_dependents(sources: dict[str, str], tasks: list[TaskSpec]) -> frozenset[str]:
+def _ending_with_children(sources: dict[str, str], leaf: bool = False) -> tuple[str, str, str, str, str, str]:
+    """The tool that moves rows of a table with live children (one that ends a row first), as (tool, table,
+    child table, target status, the child's key column, a live child's status: "" when it has none); with
+    `leaf`, only children no other table's rows name (they can be deleted)."""
     conn = _world(sources)
-    best: tuple[int, str, str, str] | None = None
+    best: tuple[int, str, str, str, str, str, str] | None = None
     try:
         pattern = r"def (\w+)\(conn, \w+: int\)[^\n]*\n(?:.*\n)*?    return _move\(conn, '(\w+)', '[^']*', \w+, \(([^)]*)\), '(\w+)'"
         for match in re.finditer(pattern, sources["tools.py"]):
@@ -110,6 +118,11 @@ def _cancel_leaves_dependents(sources: dict[str, str], tasks: list[TaskSpec]) ->
             for child in [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]:
                 keys = [fk for fk in conn.execute(f'PRAGMA foreign_key_list("{child}")') if fk[2] == table]
                 if not keys or child == table:
+                    continue
+                named_by = [t for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+                if leaf and any(
+                    fk[2] == child for t in named_by for fk in conn.execute(f'PRAGMA foreign_key_list("{t}")')
+                ):
                     continue
                 column = keys[0][3]
                 child_sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (child,)).fetchone()[0]
@@ -123,12 +136,16 @@ def _cancel_leaves_dependents(sources: dict[str, str], tasks: list[TaskSpec]) ->
                 ).fetchone()[0]
                 score = count * (2 if _ENDING.search(target) else 1)
                 if count and (best is None or score > best[0]):
-                    best = (score, name, child, target)
+                    best = (score, name, table, child, target, column, first.group(1) if first else "")
     finally:
         conn.close()
     if best is None:
         raise ValueError("no tool that moves a row with live children")
-    _, name, child, target = best
+    return best[1:]
+
+
+def _cancel_leaves_dependents(sources: dict[str, str], tasks: list[TaskSpec]) -> frozenset[str]:
+    name, _, child, _, _, _ = _ending_with_children(sources)
     start, end = _function(sources["tools.py"], name)
     docstring_end = sources["tools.py"].index("\n\n    Args:", start)
     said = f" Its {child.replace('_', ' ')} are cancelled with it."
@@ -193,6 +210,80 @@ def _filter_drops_matching_rows(sources: dict[str, str], tasks: list[TaskSpec]) 
     raise ValueError("no list tool with a filter")
 
 
+_UNIT_NAMED = re.compile(r"cents|mg|grams|minutes|hours|credits|kg|points|days")
+
+
+def _stored_argument(sources: dict[str, str], name: str, parameter: str, stored: str) -> None:
+    """Tool `name` stores `stored` (an expression of `parameter`) where its INSERT or UPDATE passed
+    `parameter` itself."""
+    start, end = _function(sources["tools.py"], name)
+    body = sources["tools.py"][start:end]
+    match = re.search(r"(    (?:cursor = )?conn\.execute\('(?:INSERT|UPDATE)[^']*', \()([^\n]*)\)\)\n", body)
+    if match is None or not re.search(rf"\b{parameter}\b", match.group(2)):
+        raise ValueError(f"{name} does not pass {parameter} to its write")
+    passed = re.sub(rf"\b{parameter}\b", stored, match.group(2), count=1)
+    body = body[: match.start(2)] + passed + body[match.end(2) :]
+    sources["tools.py"] = sources["tools.py"][:start] + body + sources["tools.py"][end:]
+
+
+def _documented_unit_changed(sources: dict[str, str], tasks: list[TaskSpec]) -> frozenset[str]:
+    found = [
+        (name, parameter)
+        for name, parameters in re.findall(r"\ndef ((?:create|update)_\w+)\(conn, ([^)]*)\)", sources["tools.py"])
+        for parameter in re.findall(r"(\w+): int\b", parameters)
+        if not parameter.endswith("_id") and parameter not in ("rating", "limit")
+    ]
+    found.sort(key=lambda f: not _UNIT_NAMED.search(f[1]))
+    for name, parameter in found:
+        try:
+            _stored_argument(sources, name, parameter, f"{parameter} * 100")
+        except ValueError:
+            continue
+        return frozenset({name})
+    raise ValueError("no writing tool storing a number argument")
+
+
+def _documented_format_changed(sources: dict[str, str], tasks: list[TaskSpec]) -> frozenset[str]:
+    for name, parameters in re.findall(r"\ndef ((?:create|update)_\w+)\(conn, ([^)]*)\)", sources["tools.py"]):
+        start, end = _function(sources["tools.py"], name)
+        for parameter in re.findall(r"(\w+): str\b", parameters):
+            if f"{parameter}: " not in sources["tools.py"][start:end] or not re.search(
+                rf"        {parameter}: [^\n]*YYYY-MM-DD", sources["tools.py"][start:end]
+            ):
+                continue
+            us_date = f"'/'.join(({parameter}[5:7], {parameter}[8:10], {parameter}[:4]))"
+            try:
+                _stored_argument(sources, name, parameter, us_date)
+            except ValueError:
+                continue
+            return frozenset({name})
+    raise ValueError("no writing tool storing a date argument documented YYYY-MM-DD")
+
+
+def _dependents_left_unlike_sibling(sources: dict[str, str], tasks: list[TaskSpec]) -> frozenset[str]:
+    name, table, child, target, column, live = _ending_with_children(sources, leaf=True)
+    start, end = _function(sources["tools.py"], name)
+    body = sources["tools.py"][start:end]
+    move = re.search(r"    return (_move\(conn, '\w+', '([^']*)', (\w+), \([^)]*\), '\w+'), '\w+'\)\n", body)
+    if move is None:
+        raise ValueError(f"{name} does not end rows through _move")
+    what, key = move.group(2), move.group(3)
+    sibling = f"void_{name.split('_', 1)[1]}"
+    if f"def {sibling}(" in sources["tools.py"]:
+        raise ValueError(f"the world already has a {sibling}")
+    only_live, live_value = (" AND status = ?", f", '{live}'") if live else ("", "")
+    children = child.replace("_", " ")
+    sources["tools.py"] += (
+        f"\n\ndef {sibling}(conn, {key}: int) -> dict | list:\n"
+        f'    """Void a {what} (it becomes {target}); its {children} are removed with it.\n\n'
+        f'    Args:\n        {key}: The {what}\'s id.\n    """\n'
+        f"    row = {move.group(1)}, 'void')\n"
+        f"    conn.execute('DELETE FROM {child} WHERE {column} = ?{only_live}', ({key}{live_value}))\n"
+        "    return row\n"
+    )
+    return frozenset({name})
+
+
 TOOL_PLANTERS: dict[str, Callable[[dict[str, str], list[TaskSpec]], frozenset[str]]] = {
     "read_ignores_status_filter": _read_ignores_status_filter,
     "write_sets_wrong_column": _write_sets_wrong_column,
@@ -200,4 +291,7 @@ TOOL_PLANTERS: dict[str, Callable[[dict[str, str], list[TaskSpec]], frozenset[st
     "inclusive_end_treated_exclusive": _inclusive_end_treated_exclusive,
     "fstring_sql_from_arguments": _fstring_sql_from_arguments,
     "filter_drops_matching_rows": _filter_drops_matching_rows,
+    "documented_unit_changed": _documented_unit_changed,
+    "documented_format_changed": _documented_format_changed,
+    "dependents_left_unlike_sibling": _dependents_left_unlike_sibling,
 }

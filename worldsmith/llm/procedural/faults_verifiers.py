@@ -11,7 +11,11 @@ expected answer) and returns the ids of the tasks whose verifier it broke; fault
 - `verifier_passes_half_done`: a two-part task's verifier is satisfied by either part;
 - `verifier_hard_coded_id`: a create task's verifier reads the new row by the id this seed gives it next;
 - `verifier_passes_untouched`: an update's verifier also accepts the row's value before the task;
-- `verifier_passes_extra_insert`: a create task's verifier accepts more new rows than the task makes.
+- `verifier_passes_extra_insert`: a create task's verifier accepts more new rows than the task makes;
+- `verifier_exact_free_text` (too strict): a task writing free text (an address, a note) has its verifier
+  compare the stored text character for character: the same text in another case or spacing is rejected;
+- `verifier_accepts_any_text`: an update of free text is accepted once the column holds any new value, a
+  create whatever free text its row holds (another entity's address passes).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from worldsmith.models.bundle import TaskSpec
 Planter = Callable[[dict[str, str], list[TaskSpec]], frozenset[str]]
 _FUNCTION = re.compile(r"^def verify_(\w+)\(initial, final, answer\):\n(?:(?:    [^\n]*)?\n)*", re.MULTILINE)
 _UPDATE = re.compile(
-    r"    value = _value\(final, ('\w+'), (\d+), ('\w+')\)\n    return _result\('complete' if value == (.+?) else"
+    r"    value = _value\(final, ('\w+'), (\d+), ('\w+')\)\n    return _result\('complete' if _same\(value, (.+?)\) else"
 )
 
 
@@ -133,7 +137,7 @@ def _passes_untouched(sources: dict[str, str], tasks: list[TaskSpec]) -> frozens
             return None
         table, row, column, value = match.groups()
         before = f"_value(initial, {table}, {row}, {column})"
-        return text.replace(f"if value == {value} else", f"if value in ({value}, {before}) else", 1)
+        return text.replace(f"if _same(value, {value}) else", f"if _same(value, {value}) or value == {before} else", 1)
 
     return _rewrite(sources, change)
 
@@ -146,6 +150,38 @@ def _passes_extra_insert(sources: dict[str, str], tasks: list[TaskSpec]) -> froz
     return _rewrite(sources, change, limit=2)
 
 
+_FREE_TEXT = re.compile(r"'[A-Za-z][^'\n]* [^'\n]*'")
+
+
+def _exact_free_text(sources: dict[str, str], tasks: list[TaskSpec]) -> frozenset[str]:
+    def change(task: str, text: str) -> str | None:
+        update = _UPDATE.search(text)
+        if update is not None and _FREE_TEXT.fullmatch(update.group(4)):
+            return text.replace(f"_same(value, {update.group(4)})", f"value == {update.group(4)}", 1)
+        expected = re.search(r"    expected = (\{.*\})\n", text)
+        if expected is not None and _FREE_TEXT.search(expected.group(1)) and "all(_same(r.get(k), v)" in text:
+            return text.replace("all(_same(r.get(k), v)", "all(r.get(k) == v", 1)
+        return None
+
+    return _rewrite(sources, change)
+
+
+def _accepts_any_text(sources: dict[str, str], tasks: list[TaskSpec]) -> frozenset[str]:
+    def change(task: str, text: str) -> str | None:
+        match = _UPDATE.search(text)
+        if match is not None and _FREE_TEXT.fullmatch(match.group(4)):
+            table, row, column, value = match.groups()
+            before = f"_value(initial, {table}, {row}, {column})"
+            return text.replace(f"if _same(value, {value}) else", f"if value and value != {before} else", 1)
+        expected = re.search(r"    expected = (\{.*\})\n", text)
+        old = "all(_same(r.get(k), v) for k, v in expected.items())"
+        if expected is None or not _FREE_TEXT.search(expected.group(1)) or old not in text:
+            return None
+        return text.replace(old, old[:-1] + " if not (isinstance(v, str) and ' ' in v))", 1)  # any text passes
+
+    return _rewrite(sources, change)
+
+
 #: The verifier fault classes, by name (faults.PLANTERS takes them all).
 VERIFIER_PLANTERS: dict[str, Planter] = {
     "verifier_exact_log_compare": _exact_log_compare,
@@ -155,4 +191,6 @@ VERIFIER_PLANTERS: dict[str, Planter] = {
     "verifier_hard_coded_id": _hard_coded_id,
     "verifier_passes_untouched": _passes_untouched,
     "verifier_passes_extra_insert": _passes_extra_insert,
+    "verifier_exact_free_text": _exact_free_text,
+    "verifier_accepts_any_text": _accepts_any_text,
 }
