@@ -18,6 +18,7 @@ import importlib
 import logging
 import os
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
@@ -67,6 +68,19 @@ class PrefectInfoAfterwards(logging.Filter):
 _AFTERWARDS = PrefectInfoAfterwards()
 
 
+def _log_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: object = None,
+    line: str | None = None,
+) -> None:
+    """`warnings.showwarning` inside `library_logs`: the warning as a log record of `py.warnings` (what
+    `logging.captureWarnings` does, set here whatever another library left that switch at)."""
+    logging.getLogger("py.warnings").warning("%s", warnings.formatwarning(message, category, filename, lineno, line))
+
+
 @contextmanager
 def library_logs(bars: bool) -> Iterator[None]:
     """Inside, Python's warnings and the transformers library's log lines reach the root logger's handlers
@@ -99,7 +113,8 @@ def library_logs(bars: bool) -> Iterator[None]:
     were_off = [off() for off, _, _ in progress]
     for _, disable, _ in progress:
         disable()
-    logging.captureWarnings(True)
+    shown = warnings.showwarning
+    warnings.showwarning = _log_warning
     transformers_logging.disable_default_handler()
     transformers_logging.enable_propagation()
     try:
@@ -107,7 +122,7 @@ def library_logs(bars: bool) -> Iterator[None]:
     finally:
         transformers_logging.disable_propagation()
         transformers_logging.enable_default_handler()
-        logging.captureWarnings(False)
+        warnings.showwarning = shown
         for was_off, (_, _, enable) in zip(were_off, progress, strict=True):
             if not was_off:
                 enable()
