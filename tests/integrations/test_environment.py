@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from worldsmith.agent.loop import EpisodeConfig, judged_verdict, run_episode
 from worldsmith.agent.policies import ScriptPolicy
+from worldsmith.agent.rewards import RewardMap
 from worldsmith.bundle.contract import Bundle
 from worldsmith.cli import app
 from worldsmith.integrations.dataset import env_dataset, task_rows
@@ -83,7 +84,7 @@ def test_a_turn_ends_the_episode_by_its_answer_its_format_or_the_turn_limit(runt
     with short.reset(task.id) as played:
         broken = played.step("<tool_call>{not json</tool_call>")
         assert broken.done and broken.verdict == Verdict.format_error
-        assert (played.verify().verdict, played.verify().reward) == (Verdict.format_error, -1.0)
+        assert (played.verify().verdict, played.verify().reward) == (Verdict.format_error, RewardMap().format_error)
     windowed = WorldEnv(golden, runtime=runtime, config=EnvConfig(episode=EpisodeConfig(window=1)))
     with windowed.reset(task.id) as played:
         for step in task.solution:

@@ -11,6 +11,7 @@ import skyrl_gym
 from datasets import load_from_disk
 from support.catalog import published_set
 
+from worldsmith.agent.rewards import RewardMap
 from worldsmith.integrations.dataset import export_set_dataset
 from worldsmith.integrations.environment import WorldEnv
 from worldsmith.integrations.skyrl_env import ENV_ID, use_env
@@ -49,7 +50,7 @@ def test_a_generated_sets_rows_play_in_skyrl(home, tmp_path, runtime):
             reward, metadata = rollout(row, [*calls, task.answer or "Done."])
             assert (reward, metadata["verdict"]) == (1.0, "complete")
         reward, metadata = rollout(rows[0], ["<tool_call>{oops</tool_call>"])
-        assert (reward, metadata["verdict"]) == (-1.0, "format_error")
+        assert (reward, metadata["verdict"]) == (RewardMap().format_error, "format_error")  # the default reward map's
     finally:
         use_env(None)
     assert runtime.open_episodes == 0
