@@ -5,7 +5,6 @@ failed), its Prefect flow run Cancelled, no traceback."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -16,7 +15,7 @@ from sqlmodel import select
 from support.catalog import published_set
 from support.paths import REPO
 from support.patience import PROCESS_S
-from support.processes import signalled_after
+from support.processes import listed_runs, signalled_after, stop_line
 
 from worldsmith.llm.procedural.backend import procedural_bundle
 from worldsmith.models.catalog import TrainingRun
@@ -49,22 +48,8 @@ def test_ctrl_c_stops_cotrain_between_rounds_keeping_the_rounds_done(prefect_api
         text=True,
         timeout=PROCESS_S,
     )
-    output = done.stdout + done.stderr
-    assert done.returncode == 128 + signal.SIGINT, output
-    assert "Traceback" not in output, output
-    [line] = [line for line in done.stderr.splitlines() if line.startswith("interrupted by SIGINT: ")]
-    assert done.stderr.splitlines()[-1] == line, output  # the last word: nothing printed after the stop
-
-    listing = subprocess.run(
-        [sys.executable, "-m", "worldsmith.cli", "runs", "ls", "--kind", "cotrain", "--json"],
-        cwd=REPO,
-        env={k: v for k, v in env.items() if not k.startswith("WORLDSMITH_TEST_KILL")},
-        capture_output=True,
-        text=True,
-        timeout=PROCESS_S,
-        check=True,
-    )
-    [run] = json.loads(listing.stdout)
+    line = stop_line(done, signal.SIGINT)
+    [run] = listed_runs("cotrain", env)
     assert run["status"] == "cancelled", run
     with open_catalog().session() as session:
         statuses = {r.status for r in session.exec(select(TrainingRun)).all()}

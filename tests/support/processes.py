@@ -3,13 +3,17 @@ sandbox worker with everything forked below it."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
+import sys
+from typing import Any
 
 import psutil
 
-from support.paths import TESTS
+from support.paths import REPO, TESTS
+from support.patience import PROCESS_S
 
 
 def killed_after(call: str, times: int = 1) -> dict[str, str]:
@@ -34,3 +38,29 @@ def kill_worker(process: subprocess.Popen[bytes]) -> None:
     process.kill()
     process.wait()
     psutil.wait_procs(descendants)
+
+
+def stop_line(done: subprocess.CompletedProcess[str], signum: signal.Signals) -> str:
+    """The line a command stopped by `signum` said so in, checked: exit 128 + signum, no traceback, and that
+    line the last of its stderr (nothing printed after the stop)."""
+    output = done.stdout + done.stderr
+    assert done.returncode == 128 + signum, output
+    assert "Traceback" not in output, output
+    [line] = [line for line in done.stderr.splitlines() if line.startswith(f"interrupted by {signum.name}: ")]
+    assert done.stderr.splitlines()[-1] == line, output
+    return line
+
+
+def listed_runs(kind: str, env: dict[str, str]) -> list[dict[str, Any]]:
+    """`worldsmith runs ls --kind KIND --json` run as a child in `env`, less the stopped run's kill switches."""
+    listing = subprocess.run(
+        [sys.executable, "-m", "worldsmith.cli", "runs", "ls", "--kind", kind, "--json"],
+        cwd=REPO,
+        env={k: v for k, v in env.items() if not k.startswith("WORLDSMITH_TEST_KILL")},
+        capture_output=True,
+        text=True,
+        timeout=PROCESS_S,
+        check=True,
+    )
+    runs: list[dict[str, Any]] = json.loads(listing.stdout)
+    return runs
