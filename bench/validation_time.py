@@ -23,6 +23,8 @@ import tempfile
 from io import BytesIO
 from pathlib import Path
 
+from worldsmith.llm.procedural.blocks import DOMAINS
+
 REPO = Path(__file__).resolve().parent.parent
 
 #: Run in the child: build the world, open a runtime, validate once for the sandbox's start, then time one more.
@@ -44,10 +46,10 @@ print(json.dumps({"package": worldsmith.__file__, "seconds": seconds, "probes": 
 
 def extracted(revision: str, into: Path) -> Path:
     """The package `worldsmith` of `revision`, extracted under `into`."""
-    archive = subprocess.run(
-        ["git", "-C", str(REPO), "archive", revision, "worldsmith"], check=True, capture_output=True
-    ).stdout
-    with tarfile.open(fileobj=BytesIO(archive)) as tar:
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", revision, "worldsmith"], capture_output=True)
+    if archive.returncode != 0:
+        raise SystemExit(f"--baseline {revision}: not a revision of this repository (`git log --oneline` lists them)")
+    with tarfile.open(fileobj=BytesIO(archive.stdout)) as tar:
         tar.extractall(into, filter="data")
     return into
 
@@ -79,6 +81,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=2, help="validations per world and version")
     args = parser.parse_args()
+    known = {domain.key for domain in DOMAINS}
+    if unknown := [d for d in args.domains.split(",") if d not in known]:
+        parser.error(
+            f"unknown domain {unknown[0]!r}: --domains takes a comma-separated list of {', '.join(sorted(known))}"
+        )
     ratios: list[float] = []
     rows = []
     with tempfile.TemporaryDirectory(prefix="validation-baseline-") as scratch:
