@@ -105,7 +105,7 @@ def main() -> None:
         for bundle in clean:
             runtime.open_episode(bundle).close()  # load it in a worker first: timings are the probes'
             with families_off():
-                before, baseline = timed(check_environment, runtime, bundle)
+                _, baseline = timed(check_environment, runtime, bundle)
             world_values.forget_world_values()
             results, total = timed(check_environment, runtime, bundle)
             variants, variants_s = timed(answer_variant_failures, runtime, bundle)

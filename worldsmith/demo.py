@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from worldsmith.flows.interruption import STOP, Interrupted, run_stoppable_flow, stops_interrupting
+from worldsmith.flows.interruption import STOP, Interrupted, run_stoppable_flow, stopped_by, stops_interrupting
 from worldsmith.jsonvalue import JsonObject
 from worldsmith.ops.stack import Stack
 from worldsmith.settings import get_settings
@@ -210,7 +210,7 @@ class Demo:
         """What a demonstration stopped in `step` kept (the steps done, and what the step's own stop said)
         and how to go on."""
         done = list(self.summary.get("seconds", {}))
-        said = "" if str(stop).startswith("stopped by") else f" ({stop})"  # the step's own account, if any
+        said = "" if str(stop) == stopped_by(stop.signum) else f" ({stop})"  # the step's own account, if any
         stack = (
             f"the local stack is still up ({self.stack.dashboard_url}; `worldsmith down` stops it)"
             if "urls" in self.summary

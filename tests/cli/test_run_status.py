@@ -38,7 +38,7 @@ def test_every_status_of_evaluation_training_and_curation_runs_is_listed(home):
     from worldsmith.flows.interruption import Interrupted
     from worldsmith.flows.records import failed_on_error
     from worldsmith.models.catalog import EvaluationRun, RunRecord, TrainingRun
-    from worldsmith.models.runs import RecordedKind, RunStatus
+    from worldsmith.models.runs import RunKind, RunStatus
     from worldsmith.storage.catalog import open_catalog
     from worldsmith.storage.run_records import add_run, finish_run, open_record, update_run
 
@@ -56,7 +56,7 @@ def test_every_status_of_evaluation_training_and_curation_runs_is_listed(home):
     update_run(TrainingRun, gone, {"process": {**_owner(), "pid": no_pid}})  # a process that has ended
     reused = add_run(TrainingRun(config={"model": "tiny"}))  # its pid lives, but started later: another process
     update_run(TrainingRun, reused, {"process": {**_owner(), "started": _owner()["started"] - 60}})
-    open_record(RecordedKind.CURATE, "curation-1", "set nightly", None)
+    open_record(RunKind.CURATE, "curation-1", "set nightly", None)
     finish_run(RunRecord, "curation-1", RunStatus.COMPLETED, {"members": 3})
 
     status = {(r["kind"], r["id"]): r["status"] for r in listed()}

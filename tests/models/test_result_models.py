@@ -314,8 +314,9 @@ def test_world_model_scores_leave_out_self_consistency_with_one_sample():
 def test_every_reader_of_stored_run_records_sees_the_same_metrics(home):
     from worldsmith.dashboard.data import evaluations
     from worldsmith.models.catalog import EvaluationRun, TrainingRun
+    from worldsmith.models.runs import RunKind
     from worldsmith.storage.catalog import open_catalog
-    from worldsmith.storage.run_listing import RunKind, evaluation_runs, training_runs
+    from worldsmith.storage.run_listing import evaluation_runs, training_runs
     from worldsmith.storage.run_records import add_run, finish_run
 
     overall = EvaluationScores.model_validate(STORED_SCORES)

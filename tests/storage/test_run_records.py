@@ -12,7 +12,7 @@ from sqlmodel import select
 
 from worldsmith.flows.records import current_flow_run_id, mark_crashed
 from worldsmith.models.catalog import EvaluationRun, RunRecord, TrainingRun
-from worldsmith.models.runs import RecordedKind
+from worldsmith.models.runs import RunKind
 from worldsmith.storage.catalog import open_catalog
 from worldsmith.storage.run_records import add_run, open_record
 
@@ -34,7 +34,7 @@ def outer() -> dict:
     run = add_run(TrainingRun(config={}, flow_run_id=current_flow_run_id()))
     done = add_run(TrainingRun(config={}, status="completed", flow_run_id=current_flow_run_id()))
     record = f"generation-{uuid.uuid4()}"
-    open_record(RecordedKind.GENERATE, record, "1 worlds", current_flow_run_id())
+    open_record(RunKind.GENERATE, record, "1 worlds", current_flow_run_id())
     return {"flow_run": current_flow_run_id(), "training": run, "completed": done, "record": record, "inner": inner()}
 
 

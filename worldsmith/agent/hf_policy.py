@@ -35,12 +35,9 @@ def load_model(path: str | Path, device: str | None = None) -> tuple[Any, Any]:
     return model, tokenizer
 
 
-def render_prompt(
-    tokenizer: Any, view: list[Message], tools: list[ToolSchemaJson], chat_template: str | None = None
-) -> list[int]:
-    """Token ids of the chat-template rendering of `view` with `tools` (the tokenizer's template
-    unless `chat_template` is given), ending in the assistant's generation prompt (thinking off
-    where the template supports it)."""
+def render_prompt(tokenizer: Any, view: list[Message], tools: list[ToolSchemaJson]) -> list[int]:
+    """Token ids of the tokenizer's chat-template rendering of `view` with `tools`, ending in the
+    assistant's generation prompt (thinking off where the template supports it)."""
     encoded = tokenizer.apply_chat_template(
         hf_messages(view),
         tools=hf_tools(tools),
@@ -48,7 +45,6 @@ def render_prompt(
         tokenize=True,
         return_dict=True,
         enable_thinking=False,
-        chat_template=chat_template,
     )
     return list(encoded["input_ids"])
 

@@ -41,7 +41,7 @@ def eval_command(
 ) -> None:
     """Evaluate a policy on an environment set with the `evaluate` flow; stores an evaluation run."""
     from worldsmith.flows.evaluate import run_evaluate
-    from worldsmith.models.runs import RecordedKind
+    from worldsmith.models.runs import RunKind
     from worldsmith.storage.catalog import open_catalog
     from worldsmith.storage.run_records import recorded_if_refused
     from worldsmith.storage.sets import members_in_split
@@ -52,7 +52,7 @@ def eval_command(
         members_in_split(open_catalog(), params.set_name, params.split)
     # an endpoint that is down or a model path that holds no model is refused before the run, and an endpoint
     # failing during it ends the run (PolicyUnavailable: one line, exit 1, by the root handler): not the agent
-    with recorded_if_refused(RecordedKind.EVALUATE, f"{params.policy} on {params.set_name}"):  # a dashboard page
+    with recorded_if_refused(RunKind.EVALUATE, f"{params.policy} on {params.set_name}"):  # a dashboard page
         preflight(params.policy)
         if params.judge_model is not None:  # the judge's endpoint too: a judge that cannot answer is refused here
             check_endpoint(configured_endpoint("the judge endpoint", params.judge_model, model_setting="--judge"))

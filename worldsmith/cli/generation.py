@@ -36,11 +36,11 @@ def generate_command(fields: ConfigValues) -> None:
     params = GenerateParameters.model_validate(fields)
     if params.resolved_backend() == "openai":  # an endpoint that cannot answer: one line, before any work
         from worldsmith.llm.endpoint_check import check_endpoint, configured_endpoint
-        from worldsmith.models.runs import RecordedKind
+        from worldsmith.models.runs import RunKind
         from worldsmith.storage.run_records import recorded_if_refused
 
         model_setting = "--model" if params.model else "WORLDSMITH_LLM_MODEL"
-        with recorded_if_refused(RecordedKind.GENERATE, f"{params.count} worlds (openai)"):  # a dashboard page
+        with recorded_if_refused(RunKind.GENERATE, f"{params.count} worlds (openai)"):  # a dashboard page
             check_endpoint(configured_endpoint("the model endpoint", params.model, model_setting))
     from worldsmith.flows.generate import TooFewGoodWorlds, run_generate
     from worldsmith.flows.interruption import Interrupted

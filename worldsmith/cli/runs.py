@@ -5,13 +5,13 @@ Prefect flow run."""
 from __future__ import annotations
 
 import json
-from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
 from worldsmith.cli.console import console
+from worldsmith.models.runs import RunKind
 
 if TYPE_CHECKING:
     from worldsmith.storage.run_listing import ListedRun
@@ -19,18 +19,6 @@ if TYPE_CHECKING:
 app = typer.Typer(
     help="List the runs the catalog records (generation, curation, evaluation, training).", no_args_is_help=True
 )
-
-
-class Kind(StrEnum):
-    """The choices of `--kind`: the values of worldsmith/storage/run_listing.RunKind, which loads the catalog's
-    libraries, so the CLI does not import it when it starts (tests/cli/test_cli_listings.py holds the two equal)."""
-
-    GENERATE = "generate"
-    CURATE = "curate"
-    EVALUATE = "evaluate"
-    TRAIN = "train"
-    COTRAIN = "cotrain"
-    WORLD_MODEL = "world-model"
 
 
 def _metric(value: Any) -> str:
@@ -44,16 +32,16 @@ def _summary(row: ListedRun) -> str:
 
 @app.command("ls")
 def runs_ls(
-    kind: Annotated[Kind | None, typer.Option(help="List only runs of this kind.")] = None,
+    kind: Annotated[RunKind | None, typer.Option(help="List only runs of this kind.")] = None,
     limit: Annotated[int, typer.Option(min=1, help="List at most this many runs (the newest).")] = 20,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """List recorded runs, newest first: kind, id, status, set, what ran, key metrics, start and Prefect flow run."""
     from worldsmith.storage.catalog import open_catalog
-    from worldsmith.storage.run_listing import RunKind, recorded_runs
+    from worldsmith.storage.run_listing import recorded_runs
 
     with open_catalog().session() as session:
-        rows = recorded_runs(session, RunKind(kind.value) if kind else None, limit)
+        rows = recorded_runs(session, kind, limit)
     if as_json:
         print(json.dumps(rows, indent=2))
         return

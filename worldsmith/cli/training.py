@@ -167,14 +167,14 @@ def _check_set(name: str, split: str) -> None:
 def train_command(fields: ConfigValues, as_json: JsonOption = False) -> None:
     """Train a policy with multi-turn GRPO on an environment set (the `train` flow); stores a training run."""
     from worldsmith.flows.train import check_can_train, run_train, train
-    from worldsmith.models.runs import RecordedKind
+    from worldsmith.models.runs import RunKind
     from worldsmith.storage.run_records import recorded_if_refused
 
     # a bad value is answered in one line by the root handler (cli/console.AnsweringGroup)
     config = TrainingConfig.model_validate(fields)
     # one line before the flow starts (UserFixable, by the root handler): the machine, the other nodes'
     # deployment, the judge's endpoint
-    with recorded_if_refused(RecordedKind.TRAIN, config.model):  # a dashboard page naming the refusal
+    with recorded_if_refused(RunKind.TRAIN, config.model):  # a dashboard page naming the refusal
         check_can_train(config)
         _check_model_path(config.model)
         _check_set(config.set_name, config.split)
@@ -206,13 +206,13 @@ def cotrain_command(fields: ConfigValues, as_json: JsonOption = False) -> None:
     update -> GRPO on imagined rollouts mixed with real ones -> evaluation in the real worlds. The
     policy's and the world model's steps are per round."""
     from worldsmith.flows.cotrain import run_cotrain
-    from worldsmith.models.runs import RecordedKind
+    from worldsmith.models.runs import RunKind
     from worldsmith.storage.run_records import recorded_if_refused
 
     # a bad value is answered in one line by the root handler (cli/console.AnsweringGroup)
     config = CotrainConfig.model_validate(fields)
     # refused before the flow starts: one line, and a failed run record naming it (`runs ls`, the dashboard)
-    with recorded_if_refused(RecordedKind.COTRAIN, f"{config.policy.model} on {config.policy.set_name}"):
+    with recorded_if_refused(RunKind.COTRAIN, f"{config.policy.model} on {config.policy.set_name}"):
         check_machine(config.policy)
         check_cuda(config.world_model.profile)
         _check_model_path(config.policy.model)

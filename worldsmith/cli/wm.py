@@ -80,7 +80,7 @@ def wm_train(
     """Fine-tune a causal LM (SFT with TRL) to answer a call's observation and diff as JSON; the run,
     its losses and the final model go to the catalog and the object store. Evaluate it with
     `wm eval --model hf:DIR`."""
-    from worldsmith.models.runs import RecordedKind
+    from worldsmith.models.runs import RunKind
     from worldsmith.storage.run_records import recorded_if_refused
     from worldsmith.training.world_model_runs import train_split, train_world_model
 
@@ -88,7 +88,7 @@ def wm_train(
     config = WorldModelConfig.model_validate(fields)
     try:
         # refused before its run opens: a failed run record naming it too (`runs ls`, the dashboard)
-        with recorded_if_refused(RecordedKind.WORLD_MODEL, f"{config.model} on {transitions}"):
+        with recorded_if_refused(RunKind.WORLD_MODEL, f"{config.model} on {transitions}"):
             loaded = read_transitions(transitions)
             train_split(loaded)
         with flow_logs("wm-train", announce=not as_json, libraries=True):  # the libraries' lines in a log file

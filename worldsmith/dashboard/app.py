@@ -39,11 +39,11 @@ from worldsmith.dashboard.filters import Filters, filter_choices, parse_night
 from worldsmith.dashboard.paging import PageRequest
 from worldsmith.dashboard.rows import StalledRow
 from worldsmith.dashboard.trace import attempt_trace, failing_attempts
-from worldsmith.models.runs import RunStatus
+from worldsmith.models.runs import RunKind, RunStatus
 from worldsmith.stages.order import Stage
 from worldsmith.storage.catalog import Catalog, open_catalog
 from worldsmith.storage.objectstore import ObjectStore, configured_store
-from worldsmith.storage.run_listing import RunKind, listed_run, recorded_runs
+from worldsmith.storage.run_listing import listed_run, recorded_runs
 
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 _TEMPLATES = Environment(

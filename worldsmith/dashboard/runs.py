@@ -15,9 +15,9 @@ from worldsmith.dashboard.filters import Filters
 from worldsmith.dashboard.paging import Page, PageRequest
 from worldsmith.dashboard.rows import ScenarioRunRow
 from worldsmith.models.catalog import RunRecord
-from worldsmith.models.runs import RunStatus
+from worldsmith.models.runs import RunKind, RunStatus
 from worldsmith.stages.order import Stage
-from worldsmith.storage.run_listing import ListedRun, RunKind, recorded_runs, run_status
+from worldsmith.storage.run_listing import ListedRun, recorded_runs, run_status
 
 #: The runs the front page lists.
 LATEST_RUNS = 10

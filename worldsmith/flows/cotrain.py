@@ -38,7 +38,7 @@ from worldsmith.agent.trajectories import read_jsonl
 from worldsmith.bundle.loader import load_bundle
 from worldsmith.flows.artifacts import summarise_cotraining
 from worldsmith.flows.evaluate import evaluate
-from worldsmith.flows.interruption import STOP, Interrupted, run_stoppable_flow, stops_interrupting
+from worldsmith.flows.interruption import STOP, Interrupted, run_stoppable_flow, stop_requested, stops_interrupting
 from worldsmith.flows.records import current_flow_run_id, failed_on_error, mark_crashed, start_training_run
 from worldsmith.flows.run_names import named_after
 from worldsmith.flows.train import evaluate_split, plan, prepare_model, train
@@ -90,9 +90,7 @@ def update_world_model(config: WorldModelConfig, transitions: list[Transition]) 
     from worldsmith.training.launch import TrainingStopped
 
     try:
-        return train_world_model(
-            transitions, config, flow_run_id=current_flow_run_id(), stop_requested=lambda: STOP.requested
-        )
+        return train_world_model(transitions, config, flow_run_id=current_flow_run_id(), stop_requested=stop_requested)
     except TrainingStopped as exc:  # the run was asked to stop: not a failure of the task
         return Cancelled(message=str(exc))
 

@@ -21,7 +21,7 @@ from worldsmith.flows.records import current_flow_run_id, failed_on_error, mark_
 from worldsmith.flows.run_names import named_after
 from worldsmith.models.catalog import RunRecord
 from worldsmith.models.curation import CuratedMember, CurationResult
-from worldsmith.models.runs import RecordedKind, RunStatus
+from worldsmith.models.runs import RunKind, RunStatus
 from worldsmith.models.sets import SetQuery
 from worldsmith.storage.catalog import open_catalog
 from worldsmith.storage.publish import CatalogError
@@ -84,7 +84,7 @@ def curate(params: CurateParameters = CurateParameters()) -> CurationResult | St
     ends Cancelled.
     """
     run_id = current_flow_run_id() or str(uuid.uuid4())
-    open_record(RecordedKind.CURATE, run_id, f"set {params.set_name()}", current_flow_run_id())
+    open_record(RunKind.CURATE, run_id, f"set {params.set_name()}", current_flow_run_id())
     try:
         with failed_on_error(RunRecord, run_id):  # cancelled when stopped
             result = make_set(params.set_name(), params.query)

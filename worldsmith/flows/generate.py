@@ -24,7 +24,6 @@ from __future__ import annotations
 import importlib
 import math
 import os
-import signal
 import socket
 import threading
 from collections.abc import Callable
@@ -36,7 +35,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from worldsmith.errors import WorldsmithError
 from worldsmith.flows.artifacts import as_completed_with_progress, summarise_generation
-from worldsmith.flows.interruption import STOP, Interrupted, run_stoppable
+from worldsmith.flows.interruption import STOP, Interrupted, run_stoppable, stopped_by
 from worldsmith.flows.records import current_flow_run_id, failed_on_error, mark_crashed
 from worldsmith.flows.run_names import named_after
 from worldsmith.flows.world_builds import WorldProgress, build_world, log_scenario_repairs, publish_outcome
@@ -44,7 +43,7 @@ from worldsmith.jsonvalue import JsonObject
 from worldsmith.models.bundle import Scenario
 from worldsmith.models.catalog import RunRecord
 from worldsmith.models.generation import WorldOutcome
-from worldsmith.models.runs import RecordedKind, RunStatus
+from worldsmith.models.runs import RunKind, RunStatus
 from worldsmith.runtime.answers import one_line
 from worldsmith.settings import get_settings
 from worldsmith.stages.order import Stage
@@ -170,7 +169,7 @@ def generate(params: GenerateParameters = GenerateParameters()) -> list[WorldOut
     params = params.dated()
     run_id = current_flow_run_id() or params.key()
     what = f"{params.count} worlds ({params.resolved_backend()})"
-    open_record(RecordedKind.GENERATE, run_id, what, current_flow_run_id())
+    open_record(RunKind.GENERATE, run_id, what, current_flow_run_id())
     with failed_on_error(RunRecord, run_id):
         ended = _generate(params, run_id)
     status, metrics = run_end(ended)
@@ -211,11 +210,11 @@ def _generate(params: GenerateParameters, run_id: str) -> list[WorldOutcome] | S
             if finished is not None:
                 finished.append(outcome)
         if STOP.requested:
-            return Cancelled(message=f"stopped by {signal.Signals(STOP.signum).name}: {len(kept)} worlds kept")
+            return Cancelled(message=f"{stopped_by(STOP.signum)}: {len(kept)} worlds kept")
         results = [cast(WorldOutcome, future.result()) for future in futures]  # none cancelled: no stop
     except Exception as exc:
         if STOP.requested:  # what a stage stopped mid-way raised: the run was asked to stop
-            return Cancelled(message=f"stopped by {signal.Signals(STOP.signum).name}")
+            return Cancelled(message=stopped_by(STOP.signum))
         if not getattr(exc, "fatal", False):
             raise
         return Failed(message=one_line(str(exc)), data=exc)  # run-wide: the fault's one line, no traceback

@@ -72,7 +72,7 @@ class StopRequest:
     def check(self) -> None:
         """Raise `Interrupted` when a stop was requested (between two pieces of work)."""
         if self.requested:
-            raise Interrupted(f"stopped by {signal.Signals(self.signum).name}", self.signum)
+            raise Interrupted(stopped_by(self.signum), self.signum)
 
     def __reduce__(self) -> tuple[Callable[[], StopRequest], tuple[()]]:
         return _this_process_stop, ()  # on a Dask worker: that process's own request (a signal is per process)
@@ -85,6 +85,16 @@ class StopRequest:
 
 #: This process's stop request (a signal stops the whole process, so there is one).
 STOP = StopRequest()
+
+
+def stop_requested() -> bool:
+    """Whether this process was asked to stop (for the layers below the flows, which cannot import them)."""
+    return STOP.requested
+
+
+def stopped_by(signum: int) -> str:
+    """The bare account of a stop by `signum` (a step that kept something says more)."""
+    return f"stopped by {signal.Signals(signum).name}"
 
 
 def _this_process_stop() -> StopRequest:
@@ -120,7 +130,7 @@ def stops_interrupting() -> Iterator[None]:
     except Exception as exc:
         if not STOP.requested:
             raise
-        raise Interrupted(f"stopped by {signal.Signals(STOP.signum).name}", STOP.signum) from exc
+        raise Interrupted(stopped_by(STOP.signum), STOP.signum) from exc
 
 
 def ignore_terminal_interrupts() -> None:

@@ -37,7 +37,7 @@ from sqlmodel import select
 from worldsmith.bundle.loader import load_bundle
 from worldsmith.flows.artifacts import summarise_training
 from worldsmith.flows.evaluate import evaluate
-from worldsmith.flows.interruption import STOP, Interrupted, run_stoppable_flow, stops_interrupting
+from worldsmith.flows.interruption import STOP, Interrupted, run_stoppable_flow, stop_requested, stops_interrupting
 from worldsmith.flows.records import current_flow_run_id, failed_on_error, mark_crashed, start_training_run
 from worldsmith.flows.run_names import named_after
 from worldsmith.jsonvalue import JsonObject
@@ -60,11 +60,6 @@ from worldsmith.training.config import TINY, TrainingConfig
 
 if TYPE_CHECKING:
     from worldsmith.training.launch import NodeLauncher
-
-
-def _stop_requested() -> bool:
-    """Whether this run was asked to stop (for the training layer, which cannot import the flows')."""
-    return STOP.requested
 
 
 @task(name="plan-training", retries=2, retry_delay_seconds=2, task_run_name="plan-{config.set_name}-{config.split}")
@@ -121,7 +116,7 @@ def prepare_model(config: TrainingConfig, bundle_paths: list[str], progress: boo
                 steps=config.warmup_steps,
                 seed=config.seed,
                 progress=progress,
-                stop_requested=_stop_requested,
+                stop_requested=stop_requested,
             )
             if STOP.requested:  # cut short: not the model to cache
                 return Cancelled(message="the warm-up stopped before its last step")
@@ -256,12 +251,12 @@ def train_policy(
     )
     try:
         if config.processes == 1 and config.nodes == 1:
-            return run_training(request, progress, _stop_requested)
+            return run_training(request, progress, stop_requested)
         if config.nodes > 1 and launcher is None:
             from worldsmith.flows.train_node import default_node_launcher
 
             launcher = default_node_launcher()
-        return launch(request, config.processes, launcher, _stop_requested)
+        return launch(request, config.processes, launcher, stop_requested)
     except TrainingStopped as exc:  # the run was asked to stop: not a failure of the task
         return Cancelled(message=str(exc))
 

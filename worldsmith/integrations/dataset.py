@@ -68,7 +68,7 @@ def task_dataset(worlds: Mapping[str, Bundle], splits: Mapping[str, str] | None 
     """The rows of `task_rows` as a `datasets.Dataset`."""
     from datasets import Dataset
 
-    return Dataset.from_list(list(task_rows(worlds, splits)))
+    return Dataset.from_list(task_rows(worlds, splits))
 
 
 def env_dataset(env: WorldEnv) -> Dataset:

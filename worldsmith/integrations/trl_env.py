@@ -24,6 +24,7 @@ from typing import Any, Literal, cast
 
 from worldsmith.integrations.environment import EnvEpisode, TaskRef, WorldEnv
 from worldsmith.jsonvalue import JsonObject, JsonValue
+from worldsmith.runtime.episode import tool_schemas
 from worldsmith.toolschema import ToolSchemaJson
 
 #: JSON Schema's scalar and container types as the Python types TRL's schema reader maps back.
@@ -146,7 +147,7 @@ def tool_method(world: str, tool: ToolSchemaJson) -> Callable[..., str]:
 def tools_class(env: WorldEnv, world: str) -> type[WorldTools]:
     """The TRL environment class of `world`: `WorldTools` with one method per tool."""
     bundle = env.world(world)
-    methods = {t.name: tool_method(world, t.model_dump()) for t in bundle.tools}  # type: ignore[arg-type]
+    methods = {t["name"]: tool_method(world, t) for t in tool_schemas(bundle)}
     spelled = re.sub(r"\W", "_", world)
     return type(f"World_{spelled}", (WorldTools,), {**methods, "env": env, "world": world})
 

@@ -288,7 +288,7 @@ class RunRecord(SQLModel, table=True):
     __table_args__ = (Index("ix_run_records_kind_started_at", "kind", "started_at"),)
 
     run_id: str = Field(primary_key=True, max_length=64)
-    kind: str = Field(max_length=16, description="a worldsmith/models/runs.RecordedKind")
+    kind: str = Field(max_length=16, description="a worldsmith/models/runs.RunKind")
     status: RunStatus = Field(default=RunStatus.RUNNING, sa_type=AutoString(length=16))
     what: str = Field(default="", max_length=256, description="what ran, in a few words")
     metrics: JsonObject = Field(default_factory=dict, sa_column=Column(JSON, nullable=False))

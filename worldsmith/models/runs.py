@@ -23,10 +23,12 @@ class RunStatus(StrEnum):
         return self is not RunStatus.RUNNING
 
 
-class RecordedKind(StrEnum):
-    """The runs a `RunRecord` stands for: those with no run table of their own (generation, curation),
-    and evaluation or training runs (GRPO, co-training, world model) refused before they opened theirs (an
-    endpoint that does not answer, a set or a transitions file with nothing to train on)."""
+class RunKind(StrEnum):
+    """What a run did: the flow that made it (a training run's `config.kind` tells its three kinds apart), the
+    choices of `runs ls --kind`. A `RunRecord` stands for the runs of a kind with no run table of its own
+    (generation, curation), and for evaluation or training runs (GRPO, co-training, world model) refused
+    before they opened theirs (an endpoint that does not answer, a set or a transitions file with nothing
+    to train on)."""
 
     GENERATE = "generate"
     CURATE = "curate"

@@ -109,10 +109,6 @@ class SeedRows:
                 found.setdefault(child, []).extend(tied)
         return found
 
-    def table_named(self, word: str) -> str | None:
-        """The table whose singular name is `word` (`appointment` -> appointments)."""
-        return next((t for t in self.tables if singular(t) == word or t == word), None)
-
     def columns_holding(self, name: str) -> list[str]:
         """The tables with a column `name`."""
         return [t.name for t in self.tables.values() if name in t.columns]

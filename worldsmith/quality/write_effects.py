@@ -21,6 +21,7 @@ changed the database, the rows it changed (the runtime's diff) are judged:
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,7 +61,7 @@ def _new_value(seed: SeedRows, table: str, column: str, row: Row) -> Any:
     or a time's: another row's, in the format they share)."""
     current = row.get(column)
     others = [r.get(column) for r in seed.rows.get(table, []) if r.get(column) not in (None, current)]
-    counts = {v: others.count(v) for v in others}
+    counts = Counter(others)
     shared = [v for v in counts if counts[v] > 1 or column in seed.tables[table].enums]
     if shared:
         return shared[0]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from enum import StrEnum
 from typing import TypedDict
 
 from sqlalchemy import case, func
@@ -27,21 +26,8 @@ from worldsmith.models.catalog import (
     TrainingStep,
 )
 from worldsmith.models.evaluation import EvaluationSummary, stored_overall
-from worldsmith.models.runs import RecordedKind, RunStatus
+from worldsmith.models.runs import RunKind, RunStatus
 from worldsmith.storage.run_owner import process_alive
-
-
-class RunKind(StrEnum):
-    """What a run did: the flow that made it (a training run's `config.kind` tells its three kinds apart).
-    The CLI's `--kind` choices (worldsmith/cli/runs.py) are these values."""
-
-    GENERATE = "generate"
-    CURATE = "curate"
-    EVALUATE = "evaluate"
-    TRAIN = "train"
-    COTRAIN = "cotrain"
-    WORLD_MODEL = "world-model"
-
 
 #: `TrainingRun.config["kind"]` of each training kind (GRPO runs have none).
 _TRAINING_KINDS = {None: RunKind.TRAIN, "cotrain": RunKind.COTRAIN, "world_model": RunKind.WORLD_MODEL}
@@ -136,7 +122,7 @@ def generation_runs(session: Session, limit: int | None = None) -> list[ListedRu
             select(world_rows.c.run_id, published.c[1]).join(published, published.c.env_id == world_rows.c.env_id)
         ).all():
             outcomes[run_id]["good" if good else "failed"] += 1
-    records = _records(session, {RecordedKind.GENERATE}, limit)
+    records = _records(session, {RunKind.GENERATE}, limit)
     with_attempts = {
         record.run_id: record
         for record in session.exec(select(RunRecord).where(col(RunRecord.run_id).in_(run_ids))).all()
@@ -185,7 +171,7 @@ def _unrecorded_generation(run_id: str, first: str | None, last: str | None) -> 
     }
 
 
-def _records(session: Session, kinds: set[RecordedKind], limit: int | None) -> list[RunRecord]:
+def _records(session: Session, kinds: set[RunKind], limit: int | None) -> list[RunRecord]:
     """The run records of `kinds`, newest first."""
     query = (
         select(RunRecord)
@@ -216,16 +202,9 @@ def _recorded_row(record: RunRecord, kind: RunKind) -> ListedRun:
 def recorded_runs_of(session: Session, kind: RunKind, limit: int | None = None) -> list[ListedRun]:
     """Runs of `kind` that only a `RunRecord` holds: curation runs, and evaluation or training runs refused
     before they opened their own row."""
-    recorded = {
-        RunKind.CURATE: RecordedKind.CURATE,
-        RunKind.EVALUATE: RecordedKind.EVALUATE,
-        RunKind.TRAIN: RecordedKind.TRAIN,
-        RunKind.COTRAIN: RecordedKind.COTRAIN,
-        RunKind.WORLD_MODEL: RecordedKind.WORLD_MODEL,
-    }
-    if kind not in recorded:
+    if kind == RunKind.GENERATE:  # a generation run's record is listed with its outcomes (generation_runs)
         return []
-    return [_recorded_row(record, kind) for record in _records(session, {recorded[kind]}, limit)]
+    return [_recorded_row(record, kind) for record in _records(session, {kind}, limit)]
 
 
 def set_names(session: Session) -> dict[int | None, str]:

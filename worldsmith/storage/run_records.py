@@ -15,7 +15,7 @@ from sqlmodel import col, select
 
 from worldsmith.jsonvalue import JsonValue
 from worldsmith.models.catalog import EvaluationRun, RunRecord, TrainingRun, TrainingStep, utcnow
-from worldsmith.models.runs import RecordedKind, RunStatus
+from worldsmith.models.runs import RunKind, RunStatus
 from worldsmith.storage.catalog import open_catalog
 from worldsmith.storage.run_owner import this_process
 
@@ -35,7 +35,7 @@ def add_run(row: EvaluationRun | TrainingRun) -> int:
         return run_id
 
 
-def open_record(kind: RecordedKind, run_id: str, what: str, flow_run_id: str | None) -> None:
+def open_record(kind: RunKind, run_id: str, what: str, flow_run_id: str | None) -> None:
     """The `RunRecord` of run `run_id` made `running` and owned by this process (a run resumed under the
     same id starts its record again, its old error dropped)."""
     with open_catalog().session() as session:
@@ -45,7 +45,7 @@ def open_record(kind: RecordedKind, run_id: str, what: str, flow_run_id: str | N
         session.commit()
 
 
-def record_refused(kind: RecordedKind, what: str, error: str) -> str:
+def record_refused(kind: RunKind, what: str, error: str) -> str:
     """A `failed` `RunRecord` of a run refused before it started (an endpoint that does not answer), so the
     dashboard has a page naming the failure; returns its new id."""
     run_id = str(uuid.uuid4())
@@ -65,7 +65,7 @@ def record_refused(kind: RecordedKind, what: str, error: str) -> str:
 
 
 @contextmanager
-def recorded_if_refused(kind: RecordedKind, what: str) -> Iterator[None]:
+def recorded_if_refused(kind: RunKind, what: str) -> Iterator[None]:
     """Inside (a command's checks before its run starts: the model endpoint's), an exception is recorded
     as a refused run (`record_refused`, its error the exception's one line) and propagates, whether or
     not the catalog could record it (the refusal is the answer; an unwritable catalog does not replace it)."""

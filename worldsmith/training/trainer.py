@@ -282,6 +282,7 @@ class WorldGRPOTrainer(GRPOTrainer):
             self.real_starts = RealStarts(runtime)
         # `args`: GRPOTrainer's positional ones, the model first (mypy counts reward_funcs among them)
         super().__init__(*args, reward_funcs=[verdict_reward(config.rewards)], **kwargs)  # type: ignore[misc]
+        self.stop_ids = stop_token_ids(self.processing_class)  # what ends a turn: fixed for the run
         if self.num_iterations != 1:  # later passes would take the sampling model's log-probabilities as their own
             raise ValueError(
                 f"num_iterations {self.num_iterations} is not supported: the trainer takes one step per batch; set 1"
@@ -588,8 +589,8 @@ class WorldGRPOTrainer(GRPOTrainer):
         metrics["turns"].append(sum(t.turns for t in trajectories) / len(trajectories))
         metrics["tokens"].append(sum(t.tokens_out for t in trajectories) / len(trajectories))
         metrics["rows"].append(float(len(rows)))
-        limit, stops = self.config.max_completion_length, stop_token_ids(self.processing_class)
-        metrics["truncated_turn_rate"].append(truncated_turn_rate(trajectories, limit, stops))
+        limit = self.config.max_completion_length
+        metrics["truncated_turn_rate"].append(truncated_turn_rate(trajectories, limit, self.stop_ids))
         if self.simulation is not None:
             metrics["imagined_rate"].append(sum(t.world != "real" for t in trajectories) / len(trajectories))
             for key, value in world_rewards(trajectories).items():
