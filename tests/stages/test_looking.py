@@ -40,7 +40,10 @@ def test_the_sql_look_reads_bounded_rows_and_refuses_writes(runtime):
     answer = look.answer(LookKind.QUERY_DATABASE, {"sql": "SELECT id, display_name FROM accounts ORDER BY id"})
     rows = answer.splitlines()
     assert rows[0] == "3 rows:" and json.loads(rows[1])["id"] == 1 and "more rows than 3" in rows[-1]
-    for write in ("DELETE FROM accounts", "WITH a AS (SELECT 1) DELETE FROM accounts", "PRAGMA writable_schema=1"):
+    commented = look.answer(LookKind.QUERY_DATABASE, {"sql": "-- the first account\nSELECT id FROM accounts LIMIT 1"})
+    assert commented.splitlines()[0] == "1 rows:"
+    writes = ("DELETE FROM accounts", "WITH a AS (SELECT 1) DELETE FROM accounts", "PRAGMA writable_schema=1")
+    for write in (*writes, "SELECT 1; DELETE FROM accounts"):
         with pytest.raises(LookRefused, match="read-only"):
             look.answer(LookKind.QUERY_DATABASE, {"sql": write})
     assert "error: " in look.answer(LookKind.QUERY_DATABASE, {"sql": "SELECT nothing FROM nowhere"})

@@ -12,14 +12,13 @@ built, on a private in-memory copy in the process that built it, as the seed's o
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from pydantic import TypeAdapter, ValidationError
 
 from worldsmith.bundle.readquery import Cell, QueryOutcome, read_queries_on
-from worldsmith.bundle.sqlscript import SqlBudget, Statement
+from worldsmith.bundle.sqlscript import SqlBudget, is_one_read
 from worldsmith.models.bundle import Invariant
 
 #: The optional bundle file holding a world's invariants (a JSON list of `Invariant`).
@@ -54,22 +53,9 @@ def invariant_problems(invariants: list[Invariant]) -> list[str]:
         if invariant.id in seen:
             problems.append(f"invariant {invariant.id!r}: duplicate id")
         seen.add(invariant.id)
-        statements = _statements(invariant.sql)
-        if len(statements) != 1 or statements[0].keyword not in ("SELECT", "WITH"):
+        if not is_one_read(invariant.sql):
             problems.append(f"invariant {invariant.id!r}: sql must be one SELECT returning the rows that break it")
     return problems
-
-
-def _statements(sql: str) -> list[Statement]:
-    """The statements of `sql`, split where SQLite would end one (a `;` outside literals and comments)."""
-    text = sql.strip() if sql.strip().endswith(";") else sql.strip() + ";"
-    statements, start = [], 0
-    for end, char in enumerate(text, start=1):
-        if char == ";" and sqlite3.complete_statement(text[start:end]):
-            if text[start : end - 1].strip():
-                statements.append(Statement(text[start:end].strip(), 1))
-            start = end
-    return statements
 
 
 def invariants_json(invariants: list[Invariant]) -> bytes:

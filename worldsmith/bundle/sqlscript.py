@@ -84,6 +84,19 @@ def split_statements(script: str) -> list[Statement]:
     return statements
 
 
+def is_one_read(sql: str) -> bool:
+    """Whether `sql` is exactly one statement, and one that reads: SELECT or WITH, after any comments. Split
+    where SQLite would end a statement (a `;` outside literals and comments), so two reads are not one."""
+    text = sql.strip() if sql.strip().endswith(";") else sql.strip() + ";"
+    statements, start = [], 0
+    for end, char in enumerate(text, start=1):
+        if char == ";" and sqlite3.complete_statement(text[start:end]):
+            if text[start : end - 1].strip():
+                statements.append(Statement(text[start:end].strip(), 1))
+            start = end
+    return len(statements) == 1 and statements[0].keyword in ("SELECT", "WITH")
+
+
 #: Called with "BEGIN", "COMMIT", "ROLLBACK" or "SAVEPOINT" (SAVEPOINT, RELEASE and ROLLBACK TO) when a
 #: statement of transaction control is prepared; True refuses it (see `harden`).
 TransactionGate = Callable[[str], bool]

@@ -94,7 +94,7 @@ def decode(text: str, spec: type[Spec], usage: Usage) -> Spec:
 
     def fault(message: str, kind: str) -> OutputFault:
         error = OutputFault(message, text=text, kind=kind)
-        error.usage = usage  # type: ignore[attr-defined]
+        error.usage = usage
         return error
 
     def cut_off(problem: str) -> OutputFault | None:

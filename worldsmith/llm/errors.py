@@ -13,7 +13,13 @@ same way) and stops the whole run instead of failing one world.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from worldsmith.errors import WorldsmithError
+
+if TYPE_CHECKING:
+    from worldsmith.llm.backend import Usage
+    from worldsmith.llm.looks import Look
 
 
 class GenerationFault(WorldsmithError):
@@ -29,6 +35,10 @@ class GenerationFault(WorldsmithError):
         self.text = text
         if kind is not None:
             self.kind = kind
+        #: What the call spent before it failed (None: nothing known), set by the backend that raised it.
+        self.usage: Usage | None = None
+        #: The looks the model made in the failed call (llm/looks.py), in order.
+        self.looks: list[Look] = []
 
 
 class OutputFault(GenerationFault):

@@ -314,8 +314,8 @@ class OpenAIGenerator:
             raise
 
     def generate(self, prompt: Prompt, spec: type[Spec]) -> Generation[Spec]:
-        """A valid `spec` for `prompt`, or a GenerationFault of its kind with the call's usage as `fault.usage`
-        (and the looks made as `fault.looks`). A prompt offering looks is a conversation: the model's looks
+        """A valid `spec` for `prompt`, or a GenerationFault of its kind with the call's usage in `fault.usage`
+        (and the looks made in `fault.looks`). A prompt offering looks is a conversation: the model's looks
         answered until it answers (see the module docstring)."""
         usage = Usage()
         looking = LookSession(prompt.looks) if prompt.looks is not None else None
@@ -332,8 +332,8 @@ class OpenAIGenerator:
                 text = self._answer(response)
                 return Generation(decode(text, spec, usage), usage, text, looking.looks if looking else [])
         except GenerationFault as fault:
-            fault.usage = usage  # type: ignore[attr-defined]
-            fault.looks = looking.looks if looking else []  # type: ignore[attr-defined]
+            fault.usage = usage
+            fault.looks = looking.looks if looking else []
             raise
 
     def _looked(self, response: Any, looking: LookSession, conversation: list[ChatCompletionMessageParam]) -> bool:

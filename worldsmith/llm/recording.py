@@ -324,9 +324,8 @@ class RecordingGenerator:
         try:
             generation = self.inner.generate(prompt, spec)
         except GenerationFault as fault:
-            if not isinstance(fault, TransientFault) and not getattr(fault, "fatal", False):
-                usage, looks = getattr(fault, "usage", Usage()), getattr(fault, "looks", [])
-                self._keep(key, prompt, spec, fault.text, usage, _fault_record(fault), looks)
+            if not isinstance(fault, TransientFault) and not fault.fatal:
+                self._keep(key, prompt, spec, fault.text, fault.usage or Usage(), _fault_record(fault), fault.looks)
             raise
         text = generation.raw or generation.spec.model_dump_json()
         self._keep(key, prompt, spec, text, generation.usage, None, generation.looks)
@@ -399,8 +398,8 @@ class ReplayGenerator:
         looks = [Look.model_validate(look) for look in entry.get("looks", [])]
         if entry["fault"] is not None:
             fault = _replayed_fault(entry["fault"], text)
-            fault.usage = usage  # type: ignore[attr-defined]
-            fault.looks = looks  # type: ignore[attr-defined]
+            fault.usage = usage
+            fault.looks = looks
             raise fault
         return Generation(decode(text, spec, usage), usage, text, looks)
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.readquery import read_queries_on
+from worldsmith.bundle.sqlscript import is_one_read
 from worldsmith.errors import WorldsmithError
 from worldsmith.jsonvalue import JsonObject, JsonValue
 from worldsmith.llm.backend import Prompt
@@ -28,8 +29,6 @@ from worldsmith.llm.looks import LookBudget, LookKind, LookOffer, LookRefused
 from worldsmith.runtime.episode import Runtime
 from worldsmith.settings import get_settings
 
-#: The statements the SQL look answers: those that start by reading.
-READ_ONLY = re.compile(r"^\s*(SELECT|WITH)\b", re.IGNORECASE)
 #: Seconds one SQL look may run.
 QUERY_S = 2.0
 #: The most calls of one solution run.
@@ -76,9 +75,9 @@ class WorldLookout:
 
     def query(self, sql: JsonValue) -> str:
         """The first rows of one read-only query, as JSON lines (and whether there were more), or its error."""
-        if not isinstance(sql, str) or not READ_ONLY.match(sql):
+        if not isinstance(sql, str) or not is_one_read(sql):
             raise LookRefused(
-                "query_database answers one SELECT or WITH statement only: the database is read-only here "
+                "query_database answers one SELECT or WITH statement at a time: the database is read-only here "
                 "(nothing may be written through a look)"
             )
         [outcome] = read_queries_on(self.world, [sql], max_rows=self.budget.rows, query_s=QUERY_S, total_s=QUERY_S)

@@ -97,14 +97,14 @@ def run_with_repair(
                 stage=stage,
                 attempt=attempt,
                 outcome="transient",
-                usage=getattr(fault, "usage", None),
+                usage=fault.usage,
                 error_class=fault.kind,
                 error_text=str(fault),
                 trace=AttemptTrace(request),
             )
             raise
         except GenerationFault as fault:
-            usage = getattr(fault, "usage", Usage())
+            usage = fault.usage or Usage()
             usage.seconds = usage.seconds or time.perf_counter() - started
             error, error_class = f"{type(fault).__name__}: {fault}", fault.kind
             log.record(
@@ -115,7 +115,7 @@ def run_with_repair(
                 usage=usage,
                 error_class=error_class,
                 error_text=error + _retried(usage),
-                trace=AttemptTrace(request, fault.text or None, looks=getattr(fault, "looks", [])),
+                trace=AttemptTrace(request, fault.text or None, looks=fault.looks),
             )
             if fault.fatal:
                 raise
