@@ -120,3 +120,54 @@ def test_a_tool_python_cannot_spell_as_a_method_is_refused_naming_it(tool, argum
         tool_method("w", schema)
     fine = tool_method("w", {**schema, "name": "lookup", "parameters": {"properties": {"world": {"type": "string"}}}})
     assert get_json_schema(fine)["function"]["parameters"]["properties"]["world"]["type"] == "string"
+
+
+@pytest.mark.e2e
+def test_a_plain_grpo_trainer_trains_with_the_worlds_rollout_func(tiny_model, golden, runtime, tmp_path, monkeypatch):
+    """One GRPO step of the tiny model with `rollout_func`: each rollout is an episode of the row's task played
+    by the trainer's own model, its completion the model's tokens (env_mask 1) and the world's (0), and the
+    step's reward the verified trajectories'."""
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    from trl import GRPOConfig, GRPOTrainer
+
+    from worldsmith.integrations.trl_rollout import rollout_func, rollout_reward
+
+    env = WorldEnv(golden, runtime=runtime)
+    play = rollout_func(env)
+    played: list = []
+
+    def recorded(prompts, trainer):
+        output = play(prompts, trainer)
+        played.append(output)
+        return output
+
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=2,
+        num_generations=2,
+        max_completion_length=8,
+        max_steps=1,
+        logging_steps=1,
+        report_to="none",
+        use_cpu=True,
+        disable_tqdm=True,
+        save_strategy="no",
+        chat_template_kwargs={"enable_thinking": False},
+        activation_checkpointing=False,
+    )
+    trainer = GRPOTrainer(
+        model=str(tiny_model),
+        reward_funcs=[rollout_reward],
+        train_dataset=env_dataset(env).select(range(1)),
+        args=args,
+        rollout_func=recorded,
+    )
+    trainer.train()
+    (output,) = played
+    assert len(output["completion_ids"]) == 2 and all(len(c) <= 8 for c in output["completion_ids"])
+    assert [len(m) for m in output["env_mask"]] == [len(c) for c in output["completion_ids"]]
+    judged = output["world_trajectory"]
+    assert all(t.task_id == golden.tasks[0].id and t.turns >= 1 for t in judged)
+    (log,) = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert log["rewards/rollout_reward/mean"] == pytest.approx(sum(t.reward for t in judged) / 2)
+    assert runtime.open_episodes == 0
