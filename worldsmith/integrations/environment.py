@@ -328,12 +328,12 @@ class WorldEnv:
 
 
 def set_members(name: str) -> list[tuple[str, str]]:
-    """(catalog reference `ENV@VERSION`, split) of each member of set `name`; CatalogError when there is no such set."""
+    """(catalog reference `ENV@VERSION`, split) of each member of set `name`, in the configured catalog;
+    CatalogError when there is no such set."""
     from worldsmith.storage.catalog import open_catalog
-    from worldsmith.storage.sets import get_set, members_of
+    from worldsmith.storage.sets import member_refs
 
-    with open_catalog().session() as session:
-        return [(version.ref, split) for version, split in members_of(session, get_set(session, name))]
+    return member_refs(open_catalog(), name)
 
 
 def set_references(name: str, split: str = "all") -> list[str]:
