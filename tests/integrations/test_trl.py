@@ -5,6 +5,8 @@ generated set exported as a Hugging Face dataset, and the reward is the world's 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from datasets import load_from_disk
 from support.catalog import published_set
@@ -171,3 +173,59 @@ def test_a_plain_grpo_trainer_trains_with_the_worlds_rollout_func(tiny_model, go
     (log,) = [entry for entry in trainer.state.log_history if "loss" in entry]
     assert log["rewards/rollout_reward/mean"] == pytest.approx(sum(t.reward for t in judged) / 2)
     assert runtime.open_episodes == 0
+
+
+class ScriptedLM:
+    """A causal LM whose `generate` samples the next of `turns` (token ids): a model that solves the task."""
+
+    def __init__(self, turns: list[list[int]]):
+        self.turns, self.training, self.device = list(turns), True, "cpu"
+
+    def eval(self) -> None:
+        self.training = False
+
+    def train(self, mode: bool = True) -> None:
+        self.training = mode
+
+    def generate(self, ids, **_):
+        import torch
+
+        return torch.cat([ids, torch.tensor([self.turns.pop(0)])], dim=1)
+
+
+@pytest.mark.e2e
+def test_the_rollout_func_plays_a_whole_episode_with_the_models_turns(tiny_model, golden, runtime):
+    """The reference solution's turns as the model's tokens: each tool turn's results are appended in the chat
+    template's tool turn (env_mask 0), the model's tokens keep env_mask 1, and the trajectory is complete."""
+    from types import SimpleNamespace
+
+    from transformers import AutoTokenizer
+
+    from worldsmith.integrations.trl_rollout import rollout_func, rollout_reward
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model))
+    task = golden.tasks[0]
+    texts = [
+        f'<tool_call>{{"name": "{s.tool}", "arguments": {json.dumps(s.arguments)}}}</tool_call>' for s in task.solution
+    ]
+    turns = [tokenizer.encode(t, add_special_tokens=False) + [tokenizer.eos_token_id] for t in [*texts, task.answer]]
+    model = ScriptedLM(turns)
+    trainer = SimpleNamespace(
+        processing_class=tokenizer,
+        model=model,
+        accelerator=SimpleNamespace(unwrap_model=lambda m: m),
+        args=SimpleNamespace(max_completion_length=4096),
+        chat_template_kwargs={"enable_thinking": False},
+    )
+    env = WorldEnv(golden, runtime=runtime)
+    prompt = env_dataset(env)[0]["prompt"]
+    output = rollout_func(env)([prompt], trainer)
+    (trajectory,) = output["world_trajectory"]
+    assert (trajectory.task_id, trajectory.verdict.value, trajectory.turns) == (task.id, "complete", len(texts) + 1)
+    assert rollout_reward(output["world_trajectory"]) == [1.0] and model.training and not model.turns
+    (completion,), (mask,) = output["completion_ids"], output["env_mask"]
+    assert [t for t, m in zip(completion, mask, strict=True) if m == 1] == [t for turn in turns for t in turn]
+    shown = tokenizer.decode([t for t, m in zip(completion, mask, strict=True) if m == 0])
+    for message in trajectory.messages:
+        if message.role == "tool":
+            assert message.content in shown
