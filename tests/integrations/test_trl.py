@@ -214,7 +214,7 @@ def test_the_rollout_func_plays_a_whole_episode_with_the_models_turns(tiny_model
         processing_class=tokenizer,
         model=model,
         accelerator=SimpleNamespace(unwrap_model=lambda m: m),
-        args=SimpleNamespace(max_completion_length=4096),
+        args=SimpleNamespace(max_completion_length=4096, temperature=1.0, top_p=1.0),
         chat_template_kwargs={"enable_thinking": False},
     )
     env = WorldEnv(golden, runtime=runtime)

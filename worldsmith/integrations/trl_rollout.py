@@ -5,10 +5,10 @@ the alternative to `environment_factory` (trl_env.py) for a trainer that wants t
 TRL calls `rollout(prompts, trainer)` with the prompts of the rows it drew (one completion each: TRL's
 sampler has already repeated every prompt `num_generations` times). Each prompt is a row of
 `env_dataset(env)` / `sets export --format hf`, recognised by its messages; its episode is opened on the
-environment, and the trainer's model generates turns until the episode ends or the completion budget
-(`max_completion_length`) is spent: each turn is rendered with the tokenizer's chat template and the
-world's tools, the model's text is the step (`EnvEpisode.step`: tool calls, or the answer), and the tool
-results are appended as the template's tool turn. The completion is every generated token and every tool
+environment, and the trainer's model generates turns (at the trainer's `temperature` and `top_p`) until
+the episode ends or the completion budget (`max_completion_length`) is spent: each turn is rendered with
+the tokenizer's chat template and the world's tools, the model's text is the step (`EnvEpisode.step`:
+tool calls, or the answer), and the tool results are appended as the template's tool turn. The completion is every generated token and every tool
 result's token, `env_mask` telling them apart (1: the model's, trained; 0: the world's, not). The verified
 trajectory goes to the reward functions as `world_trajectory`; `rollout_reward` gives its reward.
 """
@@ -93,6 +93,8 @@ def _play(episode: EnvEpisode, prompt: Any, trainer: Any) -> tuple[list[int], li
                     attention_mask=torch.ones_like(ids),
                     max_new_tokens=budget - len(completion),
                     do_sample=True,
+                    temperature=trainer.args.temperature,
+                    top_p=trainer.args.top_p,
                     eos_token_id=stops,
                     pad_token_id=tokenizer.pad_token_id,
                 )
