@@ -1,6 +1,6 @@
-"""Episodes per second through each in-process adapter against direct runtime calls, in one run.
+"""Episodes per second through each adapter and thin client against direct runtime calls, in one run.
 
-    .venv/bin/python bench/adapters.py [--rounds 3] [--threads 1] [--workers 2]
+    .venv/bin/python bench/adapters.py [--rounds 3] [--threads 1] [--workers 2] [--clients]
 
 Every way plays the same episodes on one runtime: each task of the example world (examples/bundles/
 retail_store), its reference solution then its answer, verified. `direct`: `Runtime.open_episode`,
@@ -11,6 +11,14 @@ Gymnasium (`WorldGymEnv`, calls as `<tool_call>` text), SkyRL-gym (`skyrl_gym.ma
 (the `environment_factory` instance's tool methods, then `world_reward`). One warm-up round first (workers
 started, the world loaded, the reference footprints cached). Prints episodes/s of each and its ratio to
 `direct` and to `loop`; the last line is JSON.
+
+`--clients` adds the thin clients (clients/<name>, each in its cached environment: tests/support/
+client_venvs.py) against the same world served by `worldsmith env serve --protocol openenv --verdicts`,
+one episode at a time: `openenv` (OpenEnv's client `WorldEnv`: reset, call_tool, submit on one
+connection), `verl` (`WorldSession` per episode: its WebSocket, reset, call, submit) and `verifiers`
+(verifiers' own rollout, `Env.run_slot`, its harness's chat program per turn, the model a scripted one
+replying the reference solution over HTTP: tests/support/scripted_model.py). Each client process warms up
+with one round, then times its rounds.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))  # support.client_venvs, support.scripted_model: the clients' environments
 
 from worldsmith.agent.loop import run_episode
 from worldsmith.agent.policies import ReferencePolicy
@@ -105,6 +114,105 @@ def ways(runtime: Runtime, env: WorldEnv) -> dict[str, Callable[[TaskSpec], floa
     }
 
 
+#: Each thin client's timing script: argv[1] the world's base URL, argv[2] the plays (task, calls, answer),
+#: argv[3] the rounds, argv[4] the model's base URL (verifiers). Prints {"episodes_per_s", "reward"}.
+CLIENT_PREAMBLE = """
+import asyncio, json, sys, time
+base_url, plays, rounds, model_url = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
+
+async def timed(play_one):
+    for play in plays:  # warm-up
+        await play_one(play)
+    started, rewards = time.perf_counter(), []
+    for _ in range(rounds):
+        for play in plays:
+            rewards.append(await play_one(play))
+    seconds = time.perf_counter() - started
+    print(json.dumps({"episodes_per_s": len(rewards) / seconds, "reward": sum(rewards) / len(rewards)}))
+"""
+CLIENTS = {
+    "openenv": """
+from worldsmith_openenv import WorldEnv
+
+async def main():
+    async with WorldEnv(base_url) as env:
+        async def play_one(play):
+            await env.reset(task=play["task"])
+            for name, arguments in play["calls"]:
+                await env.call_tool(name, **arguments)
+            return (await env.submit(play["answer"])).reward
+        await timed(play_one)
+""",
+    "verl": """
+from worldsmith_verl import WorldSession
+
+async def main():
+    async def play_one(play):
+        async with WorldSession(base_url) as world:
+            await world.reset(play["task"])
+            for name, arguments in play["calls"]:
+                await world.call(name, arguments)
+            return await world.submit(play["answer"])
+    await timed(play_one)
+""",
+    "verifiers": """
+import verifiers.v1 as vf
+
+async def main():
+    config = vf.resolve_env_config({"taskset": {"id": "worldsmith-verifiers", "base_url": base_url}})
+    env = vf.load_environment(config)
+    tasks = {t.data.id: t for t in env.taskset}
+    client = vf.EvalClientConfig(base_url=model_url, api_key_var="SCRIPTED_API_KEY")
+    ctx = vf.ModelContext(model="scripted", client=client)
+    async with env.serving():
+        async def play_one(play):
+            (slot,) = env.slots(tasks[play["task"]])
+            episode = await env.run_slot(slot, ctx)
+            return episode.traces[0].rewards["world_reward"].score
+        await timed(play_one)
+""",
+}
+
+
+def measure_clients(rounds: int) -> dict[str, tuple[float, float]]:
+    """(episodes per second, mean reward) through each thin client against the example world, served."""
+    import os
+    import subprocess
+    import tempfile
+
+    from support.client_venvs import client_python
+    from support.integrations import served
+    from support.scripted_model import ScriptedModel, scripted_model
+
+    plays = [
+        {"task": t.id, "calls": [[s.tool, s.arguments] for s in t.solution], "answer": t.answer or "Done."}
+        for t in TASKS
+    ]
+    actions = {
+        p["task"]: [json.dumps({"type": "call_tool", "tool_name": n, "arguments": a}) for n, a in p["calls"]]
+        + [json.dumps({"type": "call_tool", "tool_name": "submit", "arguments": {"answer": p["answer"]}})]
+        for p in plays
+    }
+    model = ScriptedModel([(t.instruction, actions[t.id]) for t in TASKS])
+    results: dict[str, tuple[float, float]] = {}
+    home = tempfile.TemporaryDirectory()
+    os.environ.setdefault("WORLDSMITH_HOME", home.name)  # the server's (it only reads the bundle)
+    with home, served(REPO / "examples" / "bundles" / "retail_store") as url, scripted_model(model) as model_url:
+        for name, script in CLIENTS.items():
+            python = client_python(f"worldsmith-{name}")
+            code = CLIENT_PREAMBLE + script + "\nasyncio.run(main())\n"
+            arguments = [f"{url}/envs/{BUNDLE.env_id}", json.dumps(plays), str(rounds), model_url]
+            environment = {**os.environ, "SCRIPTED_API_KEY": "scripted"}
+            done = subprocess.run(
+                [str(python), "-c", code, *arguments], capture_output=True, text=True, env=environment, check=False
+            )
+            if done.returncode != 0:
+                raise SystemExit(f"{name}: {done.stderr.strip().splitlines()[-1]}")
+            measured = json.loads(done.stdout.strip().splitlines()[-1])
+            results[name] = (measured["episodes_per_s"], measured["reward"])
+    return results
+
+
 def measure(play: Callable[[TaskSpec], float | None], rounds: int, threads: int) -> tuple[float, float]:
     """(episodes per second, mean reward) over `rounds` x every task, on `threads` threads."""
     episodes = TASKS * rounds
@@ -120,6 +228,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="Rounds over the world's tasks per way.")
     parser.add_argument("--threads", type=int, default=1, help="Episodes played at once.")
     parser.add_argument("--workers", type=int, default=2, help="Sandbox workers of the runtime.")
+    parser.add_argument("--clients", action="store_true", help="Also the thin clients against a served world.")
     args = parser.parse_args()
     with Runtime(workers=args.workers) as runtime:
         env = WorldEnv(BUNDLE, runtime=runtime)
@@ -127,11 +236,13 @@ def main() -> None:
         for play in played.values():  # warm-up: workers, the loaded world, the reference footprints
             measure(play, 1, args.threads)
         results = {name: measure(play, args.rounds, args.threads) for name, play in played.items()}
+    if args.clients:
+        results |= measure_clients(args.rounds)
     direct, loop = results["direct"][0], results["loop"][0]
     print(f"{len(TASKS)} tasks x {args.rounds} rounds, {args.threads} thread(s), {args.workers} workers")
     print(f"{'way':12} {'episodes/s':>11} {'x direct':>9} {'x loop':>7} {'reward':>7}")
     for name, (rate, reward) in results.items():
-        print(f"{name:12} {rate:11.1f} {rate / direct:9.2f} {rate / loop:7.2f} {reward:7.2f}")
+        print(f"{name:12} {rate:11.2f} {rate / direct:9.3f} {rate / loop:7.3f} {reward:7.2f}")
     summary = {
         name: {"episodes_per_s": round(rate, 2), "vs_direct": round(rate / direct, 3), "vs_loop": round(rate / loop, 3)}
         for name, (rate, _) in results.items()

@@ -5,6 +5,8 @@ generated set exported as a Hugging Face dataset, and the reward is the world's 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from datasets import load_from_disk
 from support.catalog import published_set
@@ -120,3 +122,110 @@ def test_a_tool_python_cannot_spell_as_a_method_is_refused_naming_it(tool, argum
         tool_method("w", schema)
     fine = tool_method("w", {**schema, "name": "lookup", "parameters": {"properties": {"world": {"type": "string"}}}})
     assert get_json_schema(fine)["function"]["parameters"]["properties"]["world"]["type"] == "string"
+
+
+@pytest.mark.e2e
+def test_a_plain_grpo_trainer_trains_with_the_worlds_rollout_func(tiny_model, golden, runtime, tmp_path, monkeypatch):
+    """One GRPO step of the tiny model with `rollout_func`: each rollout is an episode of the row's task played
+    by the trainer's own model, its completion the model's tokens (env_mask 1) and the world's (0), and the
+    step's reward the verified trajectories'."""
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    from trl import GRPOConfig, GRPOTrainer
+
+    from worldsmith.integrations.trl_rollout import rollout_func, rollout_reward
+
+    env = WorldEnv(golden, runtime=runtime)
+    play = rollout_func(env)
+    played: list = []
+
+    def recorded(prompts, trainer):
+        output = play(prompts, trainer)
+        played.append(output)
+        return output
+
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=2,
+        num_generations=2,
+        max_completion_length=8,
+        max_steps=1,
+        logging_steps=1,
+        report_to="none",
+        use_cpu=True,
+        disable_tqdm=True,
+        save_strategy="no",
+        chat_template_kwargs={"enable_thinking": False},
+        activation_checkpointing=False,
+    )
+    trainer = GRPOTrainer(
+        model=str(tiny_model),
+        reward_funcs=[rollout_reward],
+        train_dataset=env_dataset(env).select(range(1)),
+        args=args,
+        rollout_func=recorded,
+    )
+    trainer.train()
+    (output,) = played
+    assert len(output["completion_ids"]) == 2 and all(len(c) <= 8 for c in output["completion_ids"])
+    assert [len(m) for m in output["env_mask"]] == [len(c) for c in output["completion_ids"]]
+    judged = output["world_trajectory"]
+    assert all(t.task_id == golden.tasks[0].id and t.turns >= 1 for t in judged)
+    (log,) = [entry for entry in trainer.state.log_history if "loss" in entry]
+    assert log["rewards/rollout_reward/mean"] == pytest.approx(sum(t.reward for t in judged) / 2)
+    assert runtime.open_episodes == 0
+
+
+class ScriptedLM:
+    """A causal LM whose `generate` samples the next of `turns` (token ids): a model that solves the task."""
+
+    def __init__(self, turns: list[list[int]]):
+        self.turns, self.training, self.device = list(turns), True, "cpu"
+
+    def eval(self) -> None:
+        self.training = False
+
+    def train(self, mode: bool = True) -> None:
+        self.training = mode
+
+    def generate(self, ids, **_):
+        import torch
+
+        return torch.cat([ids, torch.tensor([self.turns.pop(0)])], dim=1)
+
+
+@pytest.mark.e2e
+def test_the_rollout_func_plays_a_whole_episode_with_the_models_turns(tiny_model, golden, runtime):
+    """The reference solution's turns as the model's tokens: each tool turn's results are appended in the chat
+    template's tool turn (env_mask 0), the model's tokens keep env_mask 1, and the trajectory is complete."""
+    from types import SimpleNamespace
+
+    from transformers import AutoTokenizer
+
+    from worldsmith.integrations.trl_rollout import rollout_func, rollout_reward
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tiny_model))
+    task = golden.tasks[0]
+    texts = [
+        f'<tool_call>{{"name": "{s.tool}", "arguments": {json.dumps(s.arguments)}}}</tool_call>' for s in task.solution
+    ]
+    turns = [tokenizer.encode(t, add_special_tokens=False) + [tokenizer.eos_token_id] for t in [*texts, task.answer]]
+    model = ScriptedLM(turns)
+    trainer = SimpleNamespace(
+        processing_class=tokenizer,
+        model=model,
+        accelerator=SimpleNamespace(unwrap_model=lambda m: m),
+        args=SimpleNamespace(max_completion_length=4096, temperature=1.0, top_p=1.0),
+        chat_template_kwargs={"enable_thinking": False},
+    )
+    env = WorldEnv(golden, runtime=runtime)
+    prompt = env_dataset(env)[0]["prompt"]
+    output = rollout_func(env)([prompt], trainer)
+    (trajectory,) = output["world_trajectory"]
+    assert (trajectory.task_id, trajectory.verdict.value, trajectory.turns) == (task.id, "complete", len(texts) + 1)
+    assert rollout_reward(output["world_trajectory"]) == [1.0] and model.training and not model.turns
+    (completion,), (mask,) = output["completion_ids"], output["env_mask"]
+    assert [t for t, m in zip(completion, mask, strict=True) if m == 1] == [t for turn in turns for t in turn]
+    shown = tokenizer.decode([t for t, m in zip(completion, mask, strict=True) if m == 0])
+    for message in trajectory.messages:
+        if message.role == "tool":
+            assert message.content in shown

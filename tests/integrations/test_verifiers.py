@@ -1,12 +1,10 @@
 """verifiers (clients/worldsmith-verifiers): verifiers 0.4, in an environment of its own without worldsmith
-(it pins mcp==2.0.0), loads the served example world with `vf.load_environment` and plays each task with
-its episode loop (`WorldEnv.run`, verifiers' OpenEnv loop over the world's tools) against `env serve --protocol openenv
---verdicts`; the tool results the loop observes and the rewards it records equal the same episodes' played
-directly on the runtime.
-
-The policy is scripted: verifiers 0.4 drives a model through a harness program that `uv` installs into
-a runtime of its own at the first rollout (docs/integrations.md, verifiers), so the test stands a scripted
-player in the seat the harness fills, replying each play's actions as a model would."""
+(it pins mcp==2.0.0), loads the served example world with `vf.load_environment` and runs its own rollouts
+(`Env.serving` and `Env.run_slot`, what `vf eval` runs per rollout) against `env serve --protocol openenv
+--verdicts`: the taskset's harness runs verifiers' chat program, whose model is a scripted one behind a
+real OpenAI-compatible HTTP endpoint (support/scripted_model.py) replying each play's actions. The tool
+results the rollouts observe and the rewards verifiers records equal the same episodes' played directly
+on the runtime."""
 
 from __future__ import annotations
 
@@ -14,84 +12,73 @@ import json
 
 import pytest
 from support.client_venvs import client_python
-from support.integrations import played_directly, plays, run_client, served
+from support.integrations import Play, played_directly, plays, run_client, served
 from support.paths import GOLDEN
+from support.scripted_model import ScriptedModel, scripted_model
 
 from worldsmith.bundle.loader import load_bundle
 
 pytestmark = pytest.mark.e2e
 
-#: Loads the environment as verifiers does and runs each play through WorldEnv.run: argv[1] the base URL,
-#: argv[2] the plays.
+#: Loads the environment as verifiers does and runs one rollout per play, all at once, with verifiers' own
+#: rollout machinery: argv[1] the world's base URL, argv[2] the model's, argv[3] the plays' task ids.
 CLIENT = """
-import asyncio, contextlib, json, sys
+import asyncio, json, sys
 import verifiers.v1 as vf
 
-base_url, plays = sys.argv[1], json.loads(sys.argv[2])
-
-class Trace:
-    def __init__(self):
-        self.rewards, self.stopped = {}, None
-    def record_reward(self, name, value):
-        self.rewards[name] = value
-    def stop(self, reason):
-        self.stopped = reason
-
-class Segment:
-    def __init__(self, reply):
-        self.last_reply, self.terminated = reply, reply is None
-
-class Interaction:
-    '''The seat a harness fills: each turn shows the policy an observation and answers its next action.'''
-    def __init__(self, actions):
-        self.trace, self.actions, self.observations = Trace(), list(actions), []
-    async def turn(self, payload):
-        self.observations.append(json.loads(payload)["observation"])
-        return Segment(json.dumps(self.actions.pop(0)) if self.actions else None)
-
-class Seat:
-    def __init__(self, actions):
-        self.last = Interaction(actions)
-    @contextlib.asynccontextmanager
-    async def interaction(self, task):
-        yield self.last
-
-class Agents:
-    def __init__(self, actions):
-        self.player = Seat(actions)
+base_url, model_url, task_ids = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 
 async def main():
     config = vf.resolve_env_config({"taskset": {"id": "worldsmith-verifiers", "base_url": base_url}})
     env = vf.load_environment(config)
-    tasks = {t.data.id: t for t in vf.load_taskset(config.taskset)}
+    tasks = {t.data.id: t for t in env.taskset}
+    client = vf.EvalClientConfig(base_url=model_url, api_key_var="SCRIPTED_API_KEY")
+    ctx = vf.ModelContext(model="scripted", client=client)
+    async with env.serving():
+        slots = [slot for task_id in task_ids for slot in env.slots(tasks[task_id])]
+        episodes = await asyncio.gather(*(env.run_slot(slot, ctx) for slot in slots))
     played = []
-    for play in plays:
-        actions = [{"type": "call_tool", "tool_name": n, "arguments": a} for n, a in play["calls"]]
-        actions.append({"type": "call_tool", "tool_name": "submit", "arguments": {"answer": play["answer"]}})
-        agents = Agents(actions)
-        await env.run(tasks[play["task"]], agents)
-        seen = agents.player.last.observations
-        values = [o["result"] if o.get("error") is None else None for o in seen[1:]]
-        played.append({"env": type(env).__name__, "instruction": seen[0]["instruction"], "values": values,
-                       "reward": agents.player.last.trace.rewards["world_reward"]})
+    for episode in episodes:
+        assert episode.ok, episode.errors
+        (trace,) = episode.traces
+        seen = [json.loads(m.content)["observation"] for m in trace.messages if m.role == "user"]
+        played.append({"env": type(env).__name__, "task": episode.task.data.id,
+                       "instruction": seen[0]["instruction"],
+                       "actions": [m.content.strip() for m in trace.messages if m.role == "assistant"],
+                       "values": [o["result"] if o.get("error") is None else None for o in seen[1:]],
+                       "reward": trace.rewards["world_reward"].score})
     print(json.dumps({"tasks": sorted(tasks), "played": played}))
 
 asyncio.run(main())
 """
 
 
-def test_verifiers_loop_plays_the_served_world_as_the_runtime_does(home):
+def actions(play: Play) -> list[str]:
+    """What the model replies in `play`: each call as an OpenEnv action, then `submit` with the answer."""
+    calls = [{"type": "call_tool", "tool_name": n, "arguments": a} for n, a in play.calls]
+    calls.append({"type": "call_tool", "tool_name": "submit", "arguments": {"answer": play.answer}})
+    return [json.dumps(c) for c in calls]
+
+
+def test_verifiers_rollouts_play_the_served_world_as_the_runtime_does(home, monkeypatch):
     bundle = load_bundle(GOLDEN)
-    episodes = plays(bundle)
-    python = client_python("worldsmith-verifiers")
-    with served(GOLDEN) as url:
-        out = run_client(python, CLIENT, f"{url}/envs/{bundle.env_id}", json.dumps([p.as_json() for p in episodes]))
-    assert out["tasks"] == sorted(t.id for t in bundle.tasks)
+    episodes = [p for p in plays(bundle) if p.task == bundle.tasks[0].id]  # right and wrong: each turn is a process
     instructions = {t.id: t.instruction for t in bundle.tasks}
-    for play, through_verifiers in zip(episodes, out["played"], strict=True):
+    model = ScriptedModel([(instructions[p.task], actions(p)) for p in episodes])
+    python = client_python("worldsmith-verifiers")
+    monkeypatch.setenv("SCRIPTED_API_KEY", "scripted")
+    with served(GOLDEN) as url, scripted_model(model) as model_url:
+        tasks = json.dumps([p.task for p in episodes])
+        out = run_client(python, CLIENT, f"{url}/envs/{bundle.env_id}", model_url, tasks)
+    assert out["tasks"] == sorted(t.id for t in bundle.tasks) and len(episodes) == 2
+    by_actions = {json.dumps(actions(p)): p for p in episodes}
+    assert sorted(json.dumps(p["actions"]) for p in out["played"]) == sorted(by_actions)  # each play, once
+    for through_verifiers in out["played"]:
+        play = by_actions[json.dumps(through_verifiers["actions"])]
         direct = played_directly(bundle, play)
         assert through_verifiers["env"] == "WorldEnv"
+        assert through_verifiers["task"] == play.task
         assert instructions[play.task] in through_verifiers["instruction"]
         assert through_verifiers["values"] == direct["values"], play.task
         assert through_verifiers["reward"] == direct["reward"], play.task
-    assert [p["reward"] for p in out["played"]] == [1.0] * (len(episodes) - 1) + [0.0]
+    assert sorted(p["reward"] for p in out["played"]) == [0.0] + [1.0] * (len(episodes) - 1)

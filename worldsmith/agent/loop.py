@@ -184,6 +184,40 @@ def play_call(episode: Episode, tools: list[ToolSchemaJson], turn: int, call: To
     return result, step
 
 
+def play_turn(
+    episode: Episode,
+    tools: list[ToolSchemaJson],
+    turn: int,
+    message: Message,
+    messages: list[Message],
+    steps: list[Step],
+) -> tuple[list[ToolResult], list[Message]]:
+    """The tool calls of the assistant's `message` (turn `turn`) played in `episode`, in order, each call's step
+    appended to `steps` and its tool message to `messages`; stops after a call the world failed (env_error).
+    Returns the calls' results and tool messages."""
+    results: list[ToolResult] = []
+    shown: list[Message] = []
+    for call in message.tool_calls:
+        result, step = play_call(episode, tools, turn, call)
+        steps.append(step)
+        shown.append(tool_message(call, result.status, result.value, result.error))
+        messages.append(shown[-1])
+        results.append(result)
+        if result.status == "env_error":
+            break
+    return results, shown
+
+
+def verified(
+    runtime: Runtime, bundle: Bundle, task: TaskSpec, episode: Episode, answer: str, guard: bool
+) -> tuple[Verdict, JsonObject, str | None]:
+    """The end of an episode that no turn ended badly: the verifier on `answer`, then the side-effect guard
+    (`judged_verdict`): the verdict, its evidence, and the verifier's error."""
+    judged = episode.verify(answer)
+    verdict, evidence = judged_verdict(runtime, bundle, task, episode, judged, guard)
+    return verdict, evidence, judged.error
+
+
 def run_episode(
     runtime: Runtime,
     bundle: Bundle,
@@ -241,20 +275,13 @@ def run_episode(
             if not message.tool_calls:
                 answer = message.content
                 break
-            for call in message.tool_calls:
-                result, step = play_call(episode, tools, turn, call)
-                steps.append(step)
-                messages.append(tool_message(call, result.status, result.value, result.error))
-                if result.status == "env_error":
-                    verdict, error = Verdict.env_error, result.error
-                    break
-            if verdict is not None:
+            results, _ = play_turn(episode, tools, turn, message, messages, steps)
+            if results and results[-1].status == "env_error":
+                verdict, error = Verdict.env_error, results[-1].error
                 break
         evidence: JsonObject = {}
         if verdict is None:
-            judged = episode.verify(answer)
-            error = judged.error
-            verdict, evidence = judged_verdict(runtime, bundle, task, episode, judged, config.side_effects)
+            verdict, evidence, error = verified(runtime, bundle, task, episode, answer, config.side_effects)
     trajectory = Trajectory(
         env_id=bundle.env_id,
         env_key=bundle.key,

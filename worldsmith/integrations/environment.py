@@ -30,9 +30,8 @@ from typing import Self
 from pydantic import BaseModel, Field
 
 from worldsmith.agent.hf_policy import read_turn
-from worldsmith.agent.loop import EpisodeConfig, Step, Trajectory, judged_verdict, play_call, system_prompt, visible
+from worldsmith.agent.loop import EpisodeConfig, Step, Trajectory, play_turn, system_prompt, verified, visible
 from worldsmith.agent.messages import Message, ToolCall
-from worldsmith.agent.policies import tool_message
 from worldsmith.bundle.contract import Bundle
 from worldsmith.jsonvalue import JsonObject
 from worldsmith.models.bundle import TaskSpec
@@ -138,19 +137,13 @@ class EnvEpisode:
                 self.answer = message.content
                 self.done = True
                 return StepResult(observation="", results=(), done=True)
-            results, lines = [], []
-            for call in message.tool_calls:
-                result, step = play_call(self._episode, self.tools, self.turns, call)
-                self.steps.append(step)
-                shown = tool_message(call, result.status, result.value, result.error)
-                self.messages.append(shown)
-                results.append(result)
-                lines.append(shown.content)
-                if result.status == "env_error":
-                    return self._end(Verdict.env_error, result.error, "\n".join(lines), tuple(results))
+            results, shown = play_turn(self._episode, self.tools, self.turns, message, self.messages, self.steps)
+            observation = "\n".join(m.content for m in shown)
+            if results and results[-1].status == "env_error":
+                return self._end(Verdict.env_error, results[-1].error, observation, tuple(results))
             truncated = self.turns >= self.env.config.episode.max_turns
             self.done = truncated
-            return StepResult("\n".join(lines), tuple(results), done=truncated, truncated=truncated)
+            return StepResult(observation, tuple(results), done=truncated, truncated=truncated)
 
     def _message(self, action: Action) -> tuple[Message | None, str | None]:
         """The assistant message of `action`, or (None, the format error)."""
@@ -197,10 +190,8 @@ class EnvEpisode:
         if self._ended is not None:
             verdict, error = self._ended
         else:
-            judged = self._episode.verify(self.answer)
-            error = judged.error
-            verdict, evidence = judged_verdict(
-                env.runtime, self.bundle, self.task, self._episode, judged, config.side_effects
+            verdict, evidence, error = verified(
+                env.runtime, self.bundle, self.task, self._episode, self.answer, config.side_effects
             )
         trajectory = Trajectory(
             env_id=self.bundle.env_id,
@@ -337,12 +328,12 @@ class WorldEnv:
 
 
 def set_members(name: str) -> list[tuple[str, str]]:
-    """(catalog reference `ENV@VERSION`, split) of each member of set `name`; CatalogError when there is no such set."""
+    """(catalog reference `ENV@VERSION`, split) of each member of set `name`, in the configured catalog;
+    CatalogError when there is no such set."""
     from worldsmith.storage.catalog import open_catalog
-    from worldsmith.storage.sets import get_set, members_of
+    from worldsmith.storage.sets import member_refs
 
-    with open_catalog().session() as session:
-        return [(version.ref, split) for version, split in members_of(session, get_set(session, name))]
+    return member_refs(open_catalog(), name)
 
 
 def set_references(name: str, split: str = "all") -> list[str]:

@@ -24,6 +24,7 @@ from typing import Any, Literal, cast
 
 from worldsmith.integrations.environment import EnvEpisode, TaskRef, WorldEnv
 from worldsmith.jsonvalue import JsonObject, JsonValue
+from worldsmith.runtime.answers import one_line
 from worldsmith.runtime.episode import tool_schemas
 from worldsmith.toolschema import ToolSchemaJson
 
@@ -89,10 +90,6 @@ def python_type(schema: JsonValue) -> object:
     return _PYTHON_TYPES.get(kinds, Any) if isinstance(kinds, str) else Any
 
 
-def _one_line(text: object) -> str:
-    return re.sub(r"\s+", " ", str(text or "")).strip()
-
-
 def tool_method(world: str, tool: ToolSchemaJson) -> Callable[..., str]:
     """A method calling `tool` in the instance's episode, with the signature and Google-style docstring
     TRL reads the tool's schema from. ValueError for a tool or argument name Python cannot spell."""
@@ -110,7 +107,7 @@ def tool_method(world: str, tool: ToolSchemaJson) -> Callable[..., str]:
         raise ValueError(f"world {world}: tool {name!r} cannot be a TRL tool method ({refused[0]!r} cannot be spelled)")
     signature = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     annotations: dict[str, object] = {"return": str}
-    lines = [_one_line(tool["description"]) or name, "", "Args:"]
+    lines = [one_line(tool["description"] or "") or name, "", "Args:"]
     ordered = sorted(properties, key=lambda p: p not in required)  # required first: no default before them
     for argument in ordered:
         schema = properties[argument]
@@ -125,8 +122,8 @@ def tool_method(world: str, tool: ToolSchemaJson) -> Callable[..., str]:
             )
         )
         annotations[argument] = annotation
-        described = schema.get("description") if isinstance(schema, dict) else None
-        lines.append(f"    {argument}: {_one_line(described) or argument}")
+        described = one_line(str(schema.get("description") or "")) if isinstance(schema, dict) else ""
+        lines.append(f"    {argument}: {described or argument}")
     if not ordered:
         lines = lines[:1]
     else:

@@ -249,14 +249,22 @@ class Gateway:
             }
         )
 
-    async def _tasks(self, request: Request) -> JSONResponse:
+    async def world_or_refusal(self, env_id: str) -> ServedWorld | JSONResponse:
+        """World `env_id`, loaded; or the HTTP answer refusing it (404: not served here; 503: cannot load)."""
         try:
-            world = await self.world(request.path_params["env_id"])
+            return await self.world(env_id)
         except KeyError:
-            return _no_env(request.path_params["env_id"])
+            return _no_env(env_id)
         except WorldUnavailable as exc:
             return JSONResponse({"error": str(exc)}, status_code=503)
-        return JSONResponse(task_listing(world.bundle))
+
+    def refusal(self, env_id: str) -> JSONResponse | None:
+        """The 404 for a world not served here, else None (nothing loaded)."""
+        return None if env_id in self.sources else _no_env(env_id)
+
+    async def _tasks(self, request: Request) -> JSONResponse:
+        world = await self.world_or_refusal(request.path_params["env_id"])
+        return world if isinstance(world, JSONResponse) else JSONResponse(task_listing(world.bundle))
 
     def app(self) -> ASGIApp:
         """The gateway as an ASGI app: `/envs/<env_id>/mcp` (MCP), `/envs/<env_id>/tasks`, `/envs` (the

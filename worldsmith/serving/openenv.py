@@ -43,7 +43,7 @@ from worldsmith.runtime.answers import answer, one_line
 from worldsmith.runtime.episode import Episode, Runtime
 from worldsmith.serving.lanes import WorldBusy
 from worldsmith.serving.mcp_results import JsonAnswer, call_json
-from worldsmith.serving.served_world import ServedWorld, WorldUnavailable
+from worldsmith.serving.served_world import ServedWorld
 from worldsmith.serving.sessions import CLOSE_KEY, EPISODE_KEY
 from worldsmith.serving.submit import SUBMIT_TOOL, is_submit, submit
 from worldsmith.serving.world_server import instructions
@@ -111,6 +111,10 @@ class Gateway(Protocol):
 
     async def world(self, env_id: str) -> ServedWorld: ...
 
+    async def world_or_refusal(self, env_id: str) -> ServedWorld | JSONResponse: ...
+
+    def refusal(self, env_id: str) -> JSONResponse | None: ...
+
     def done_with(self, world: ServedWorld) -> None: ...
 
 
@@ -144,26 +148,15 @@ class _OpenEnvServer:
         self.gateway = gateway
         self.open = 0
 
-    async def _world(self, env_id: str) -> ServedWorld | JSONResponse:
-        try:
-            return await self.gateway.world(env_id)
-        except KeyError:
-            return JSONResponse({"error": f"no environment {env_id!r} is served here; see /envs"}, status_code=404)
-        except WorldUnavailable as exc:
-            return JSONResponse({"error": str(exc)}, status_code=503)
-
     async def health(self, request: Request) -> JSONResponse:
-        if request.path_params["env_id"] not in self.gateway.sources:
-            return JSONResponse({"error": f"no environment {request.path_params['env_id']!r}"}, status_code=404)
-        return JSONResponse({"status": "healthy"})
+        return self.gateway.refusal(request.path_params["env_id"]) or JSONResponse({"status": "healthy"})
 
     async def schema(self, request: Request) -> JSONResponse:
-        if request.path_params["env_id"] not in self.gateway.sources:
-            return JSONResponse({"error": f"no environment {request.path_params['env_id']!r}"}, status_code=404)
-        return JSONResponse({"action": _ACTION_SCHEMA, "observation": _OBSERVATION_SCHEMA, "state": _STATE_SCHEMA})
+        schemas = {"action": _ACTION_SCHEMA, "observation": _OBSERVATION_SCHEMA, "state": _STATE_SCHEMA}
+        return self.gateway.refusal(request.path_params["env_id"]) or JSONResponse(schemas)
 
     async def metadata(self, request: Request) -> JSONResponse:
-        world = await self._world(request.path_params["env_id"])
+        world = await self.gateway.world_or_refusal(request.path_params["env_id"])
         if isinstance(world, JSONResponse):
             return world
         bundle = world.bundle
@@ -185,7 +178,7 @@ class _OpenEnvServer:
             await _send_error(websocket, f"the gateway has {self.open} sessions open: retry later", CAPACITY_REACHED)
             await websocket.close()
             return
-        world = await self._world(env_id)
+        world = await self.gateway.world_or_refusal(env_id)
         if isinstance(world, JSONResponse):
             await _send_error(websocket, json.loads(bytes(world.body))["error"])
             await websocket.close()
@@ -232,17 +225,17 @@ class _OpenEnvServer:
             if kind == "close":
                 return True
             if kind == "reset":
-                reply = {"type": "observation", "data": await self._reset(connection, data)}
+                reply = _message("observation", await self._reset(connection, data))
             elif kind == "step":
-                reply = {"type": "observation", "data": await self._step(connection, data)}
+                reply = _message("observation", await self._step(connection, data))
             elif kind == "state":
-                reply = {"type": "state", "data": _state(connection)}
+                reply = _message("state", _state(connection))
             else:
                 raise StepRefused(f"unknown message type {kind!r}: send reset, step, state or close", UNKNOWN_TYPE)
         except StepRefused as refused:
             await _send_error(websocket, str(refused), refused.code)
             return False
-        await websocket.send_text(json.dumps(reply))
+        await websocket.send_text(reply)
         return False
 
     async def _reset(self, connection: _Connection, data: dict[str, Any]) -> dict[str, Any]:
@@ -269,7 +262,7 @@ class _OpenEnvServer:
         observation = {"task": task_id, "instruction": instructions(world.bundle, episode.task, gateway.verdicts)}
         return {"observation": observation, "reward": None, "done": False}
 
-    async def _step(self, connection: _Connection, action: dict[str, Any]) -> dict[str, Any]:
+    async def _step(self, connection: _Connection, action: dict[str, Any]) -> dict[str, Any] | str:
         world, gateway, episode = connection.world, self.gateway, connection.episode
         if action.get("type") == "list_tools":
             tools = await world.tools(gateway.runtime)
@@ -298,17 +291,29 @@ class _OpenEnvServer:
             answered = await call_json(world, episode, name, arguments)
         except WorldBusy as busy:
             raise StepRefused(str(busy)) from None
-        if isinstance(answered, JsonAnswer):
-            return _called(name, json.loads(answered.text), None, done=False)
+        if isinstance(answered, JsonAnswer):  # the value as the sandbox sent it (checked JSON), not decoded again
+            return _passed_on(name, answered.text)
         if answered.is_error:
             return _called(name, None, _text(answered), done=False)
         return _called(name, answered.structured_content, None, done=False)
+
+
+def _message(kind: str, data: dict[str, Any] | str) -> str:
+    """An OpenEnv message as JSON text; `data` is already JSON text when a step passes a tool's value on."""
+    encoded = data if isinstance(data, str) else json.dumps(data)
+    return f'{{"type": "{kind}", "data": {encoded}}}'
 
 
 def _called(name: str, result: Any, error: str | None, *, done: bool) -> dict[str, Any]:
     """A `call_tool` step's answer; `error` is OpenEnv's ToolError of a failed call."""
     failure = None if error is None else {"error_type": "execution_error", "message": error}
     return {"observation": {"tool_name": name, "result": result, "error": failure}, "reward": None, "done": done}
+
+
+def _passed_on(name: str, value: bytes) -> str:
+    """`_called`'s answer to a successful call, as JSON text around its value as the sandbox sent it."""
+    observation = f'{{"tool_name": {json.dumps(name)}, "result": {value.decode()}, "error": null}}'
+    return f'{{"observation": {observation}, "reward": null, "done": false}}'
 
 
 def _text(result: types.CallToolResult) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 
 import mcp_types as types
 
-from worldsmith.agent.loop import judged_verdict
+from worldsmith.agent.loop import verified
 from worldsmith.agent.rewards import RewardMap
 from worldsmith.bundle.contract import Bundle, jsonschema_error
 from worldsmith.bundle.jsonvalues import TooDeep, check_nesting
@@ -74,9 +74,7 @@ def judge(runtime: Runtime, rewards: RewardMap, bundle: Bundle, episode: Episode
     task = episode.task
     assert task is not None  # submit is offered in task-bound sessions only (is_submit)
     try:
-        judged = episode.verify(final_answer)
-        verdict, evidence = judged_verdict(runtime, bundle, task, episode, judged, guard=True)
-        error = judged.error
+        verdict, evidence, error = verified(runtime, bundle, task, episode, final_answer, guard=True)
     except Exception as exc:  # a hostile world failing its verifier or its reference run: the env's failure
         line = answer(exc)
         if line is None:

@@ -103,6 +103,12 @@ def get_set(session: Session, name: str) -> EnvironmentSet:
     return found
 
 
+def member_refs(catalog: Catalog, name: str) -> list[tuple[str, str]]:
+    """(catalog reference `ENV@VERSION`, split) of each member of set `name`; CatalogError when there is no such set."""
+    with catalog.session() as session:
+        return [(version.ref, split) for version, split in members_of(session, get_set(session, name))]
+
+
 def members_in_split(catalog: Catalog, name: str, split: str) -> int:
     """How many members set `name` has in `split` ("all": in any); a CatalogError naming the problem
     if the set does not exist or has none there. What a run checks before it starts anything."""

@@ -16,21 +16,30 @@ instruction and the tools, each reply is an action (`{"type": "call_tool", "tool
 ends the episode with the world's verdict, judged by the server (the task's verifier, then the
 side-effect guard). Its reward is the trace's `world_reward`. Runs in the trainer's environment:
 verifiers and websockets, not worldsmith.
+
+The player is the model, driven by `WorldHarness`, the taskset's own harness: verifiers' plain chat program
+(the `null` harness's), run by this environment's Python instead of a `uv` environment built at the first
+rollout, so its dependencies (openai, mcp, httpx, tenacity, certifi) are installed with this package and
+a rollout needs no package index. It runs on the trainer's host (the `subprocess` runtime, `WorldEnv`'s
+default for its `player`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import sys
 from collections.abc import Iterator
 from types import TracebackType
 from typing import Any
 
 import httpx
 import verifiers.v1 as vf
-from verifiers.v1.tasksets.openenv import OpenEnvEnv
+from verifiers.v1.harnesses.null import NullHarness, NullHarnessConfig
+from verifiers.v1.runtimes import Runtime
 from websockets.asyncio.client import ClientConnection, connect
 
-__all__ = ["WorldEnv", "WorldTaskset", "WorldTasksetConfig"]
+__all__ = ["WorldEnv", "WorldEnvConfig", "WorldHarness", "WorldTaskset", "WorldTasksetConfig"]
 
 #: What the player is told an action is (the tools are listed beside it).
 ACTION_SCHEMA = {
@@ -90,7 +99,42 @@ class WorldTaskset(vf.Taskset[WorldTask, WorldTasksetConfig]):
             yield WorldTask(data, config.task)
 
 
-class WorldEnv(OpenEnvEnv):
+class WorldHarnessConfig(NullHarnessConfig):
+    pass
+
+
+class WorldHarness(NullHarness):
+    """verifiers' chat program (the `null` harness's), run by this environment's Python: no `uv`, no package
+    index at rollout time. Only for a runtime on this host (`subprocess`)."""
+
+    async def setup(self, runtime: Runtime) -> None:
+        pass  # the chat program's dependencies are this package's
+
+    async def launch(self, ctx: Any, trace: Any, runtime: Runtime, *args: Any, **kwargs: Any) -> Any:
+        return await super().launch(ctx, trace, _OwnPython(runtime), *args, **kwargs)
+
+
+class _OwnPython:
+    """`runtime`, with a PEP 723 script (verifiers' chat program) run by this Python rather than prepared by uv."""
+
+    def __init__(self, runtime: Runtime):
+        self._runtime = runtime
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._runtime, name)
+
+    async def prepare_uv_script(self, script: str | bytes, env: Any = None, *, activate: bool = True) -> list[str]:
+        data = script.encode() if isinstance(script, str) else script
+        path = f".vf-program-{hashlib.sha256(data).hexdigest()[:16]}.py"
+        await self._runtime.write(path, data)
+        return [sys.executable, path]
+
+
+class WorldEnvConfig(vf.EnvConfig):
+    player: vf.AgentConfig = vf.AgentConfig(runtime=vf.SubprocessConfig())
+
+
+class WorldEnv(vf.Env[WorldEnvConfig]):
     """One episode of a served world per task: the player's replies are its actions, the reward the
     world's verdict at `submit` (recorded as `world_reward`)."""
 
