@@ -176,12 +176,12 @@ class Operations:
         )
         return {}
 
-    def refill_spares(self) -> None:
+    def refill_spares(self, waiting: Callable[[], bool]) -> None:
         """Strict isolation: spares for the loaded environment's next episodes (`ForkedProcesses.refill`),
-        if it loaded cleanly."""
+        if it loaded cleanly, until `waiting()` says a request waits."""
         envs = list(self.envs.values())
         if len(envs) == 1 and envs[0].load_error is None:
-            self.processes.refill(envs[0].key, self._new_directory)
+            self.processes.refill(envs[0].key, self._new_directory, waiting)
 
     def op_unload_env(self, request: UnloadEnvRequest, blobs: list[bytes]) -> StatusOnly:
         self.processes.discard_spares()

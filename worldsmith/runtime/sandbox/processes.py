@@ -243,14 +243,17 @@ class ForkedProcesses:
         return len(self.live) + len(self.handed) + len(self.spares)
 
     # -- spares ---------------------------------------------------------------------------
-    def refill(self, env_key: str, new_directory: Callable[[], str]) -> None:
+    def refill(self, env_key: str, new_directory: Callable[[], str], waiting: Callable[[], bool]) -> None:
         """Fork spares of `env_key` (the worker's one environment) until `spare_processes` wait, within
         `episode_processes` (room for episodes first: none is forked at the cap). Each gets a fresh
         directory (`new_directory`) that it makes, with its database from the world, and confines
         itself to before it waits for an episode (`claim`). The worker calls this after a reply is sent,
-        so that no request waits for it; a spare that cannot be forked is simply not there."""
+        and it stops as soon as `waiting()` says a request waits (the next reply refills), so that no
+        request waits for a fork; a spare that cannot be forked is simply not there."""
         target = max(int(self.config.get("spare_processes", 0)), 0)
         while self.template is not None and len(self.spares) < target and self.alive() < self._cap():
+            if waiting():
+                return
             directory = new_directory()
             identity: RunIdentity = {"env": env_key, "episode": None, "directory": directory, "skew_s": 0.0}
             try:

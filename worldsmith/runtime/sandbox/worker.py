@@ -50,7 +50,14 @@ from worldsmith.runtime.sandbox.messages import (
 )
 from worldsmith.runtime.sandbox.operations import Operations
 from worldsmith.runtime.sandbox.processes import ForkedProcesses
-from worldsmith.runtime.sandbox.protocol import MAX_ERROR_CHARS, FrameReader, ProtocolClosed, truncated, write_frame
+from worldsmith.runtime.sandbox.protocol import (
+    MAX_ERROR_CHARS,
+    FrameReader,
+    ProtocolClosed,
+    ready,
+    truncated,
+    write_frame,
+)
 from worldsmith.runtime.sandbox.records import OpenEpisode
 from worldsmith.runtime.sandbox.template import TemplateLost
 
@@ -243,8 +250,8 @@ class Worker:
             try:
                 reply, reply_blobs = self.handle(as_request(frame), blobs)
                 write_frame(self.out, reply, reply_blobs)
-                if self.strict:  # after the reply, so that no request waits for it: spares for episodes to come
-                    self.operations.refill_spares()
+                if self.strict:  # after the reply, and only while no request waits: spares for episodes to come
+                    self.operations.refill_spares(lambda: reader.pending() or ready(0, 0.0))
             except TemplateLost as lost:  # the parent replaces the worker and moves its episodes (a crash)
                 sys.stderr.write(f"{lost}; exiting\n")
                 sys.stderr.flush()
