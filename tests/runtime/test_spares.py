@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import select
 import textwrap
-import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from support.bundles import with_tools
-from support.limits import PATIENT_LIMITS, code_process, isolated
-from support.patience import MOMENTS_S, wait_until
+from support.limits import PATIENT_LIMITS, code_process, database_file, isolated
+from support.patience import MOMENTS_S
 
 from worldsmith.runtime.episode import Runtime
 
@@ -38,19 +38,13 @@ def _limits(**changes) -> object:
     return dataclasses.replace(isolated(PATIENT_LIMITS, "strict"), **changes)
 
 
-def spares(worker, count: int | None = None) -> list[int]:
-    """The pids of the spares the worker keeps (none claimed yet); with `count`, once there are that many
-    (the worker refills after a reply while no request waits, so a ping can come before the refill)."""
-
-    def now() -> list[int]:
-        reply, _ = worker.request({"op": "ping"}, timeout=MOMENTS_S)
-        return reply["spares"]
-
-    def counted() -> tuple[list[int]] | None:
-        pids = now()
-        return (pids,) if len(pids) == count else None
-
-    return now() if count is None else wait_until(counted, f"{count} spares")[0]
+def spares(worker, *, settled: bool = True) -> list[int]:
+    """The pids of the spares the worker keeps (none claimed yet). `settled`: once the worker has forked
+    them all and each said it is ready (a `ping` with `settle`: it refills before it answers); else as
+    they are now (the worker refills after a reply only while no request waits)."""
+    request = {"op": "ping", "settle": True} if settled else {"op": "ping"}
+    reply, _ = worker.request(request, timeout=MOMENTS_S)
+    return reply["spares"]
 
 
 def living(pid: int) -> bool:
@@ -73,38 +67,52 @@ def _children(pid: int) -> list[int]:
 
 
 def _gone(pids: list[int]) -> bool:
-    """Whether every one of `pids` has ended, waiting a moment for the kernel to deliver their end."""
-    deadline = time.monotonic() + MOMENTS_S
-    while any(living(pid) for pid in pids) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return not any(living(pid) for pid in pids)
+    """Whether every one of `pids` has ended, waiting (up to a hang guard) on each one's pidfd, which
+    becomes readable when the process exits."""
+    for pid in pids:
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue  # ended and reaped
+        try:
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            if not poller.poll(int(MOMENTS_S * 1000)):
+                return False
+        finally:
+            os.close(fd)
+    return True
 
 
 def test_a_world_keeps_its_spares_within_its_process_cap(golden):
     with Runtime(limits=_limits(spare_processes=2, episode_processes=3), workers=1) as rt:
+        with rt.open_episode(golden) as loading:  # loads the world: its worker forks spares
+            worker = loading._worker
+        assert len(spares(worker)) == 2 and len(forked(worker)) == 2
         first = rt.open_episode(golden)
-        worker = first._worker
-        assert len(spares(worker, 2)) == 2 and len(forked(worker)) == 3  # the first episode's process and two spares
+        assert code_process(first) in forked(worker)  # it took a spare: its process was there at the open
+        assert len(spares(worker)) == 2 and len(forked(worker)) == 3  # the first episode's process and two spares
         second = rt.open_episode(golden)
-        assert len(spares(worker, 1)) == 1 and len(forked(worker)) == 3  # no spare past the cap
+        assert len(spares(worker)) == 1 and len(forked(worker)) == 3  # no spare past the cap
         third = rt.open_episode(golden)
-        assert spares(worker, 0) == [] and len(forked(worker)) == 3
+        assert spares(worker) == [] and len(forked(worker)) == 3
         fourth = rt.open_episode(golden)  # no spare left: its process is forked at its first call
         for episode in (first, second, third, fourth):
             assert episode.call_tool("get_customer", {"customer_id": 1}).ok
             assert len(forked(worker)) <= 3
         for episode in (first, second, third, fourth):
             episode.close()
-        assert len(spares(worker, 2)) == 2 and len(forked(worker)) == 2
+        assert len(spares(worker)) == 2 and len(forked(worker)) == 2
 
 
 def test_a_spare_serves_one_episode_and_is_never_reused(golden):
     with Runtime(limits=_limits(spare_processes=1), workers=1) as rt:
         with rt.open_episode(golden) as loading:  # loads the world: its worker forks a spare
             worker = loading._worker
-        (spare,) = spares(worker, 1)
+        (spare,) = spares(worker)
         episode = rt.open_episode(golden)
-        assert spare not in spares(worker)  # claimed: no other episode can take it
+        assert spare not in spares(worker, settled=False)  # claimed: no other episode can take it
+        assert code_process(episode) == spare and database_file(episode)  # ready at the open: its database open
         assert episode.call_tool("update_customer_email", {"customer_id": 1, "email": "mine@example.com"}).ok
         assert code_process(episode) == spare  # the episode's calls run in the spare that waited
         episode.close()
@@ -121,7 +129,7 @@ def test_spares_go_with_their_worlds_worker(golden):
     with Runtime(limits=_limits(spare_processes=2), workers=1) as rt:
         with rt.open_episode(golden) as episode:
             worker = episode._worker
-        waiting = spares(worker, 2)
+        waiting = spares(worker)
         assert len(waiting) == 2 and all(living(pid) for pid in waiting)
         areas = [entry for entry in os.listdir(worker.scratch) if len(entry) == 32]
         assert len(areas) == 2  # each spare's own directory, made by the spare; no episode's is left
@@ -132,8 +140,10 @@ def test_spares_go_with_their_worlds_worker(golden):
 def test_spares_count_against_their_own_world_only(golden):
     other = with_tools(golden, BUSY, ["busy"])
     with Runtime(limits=_limits(spare_processes=2, episode_processes=2), workers=2) as rt:
-        first_world = rt.open_episode(golden)._worker  # kept open: its worker stays the first world's
-        held = spares(first_world, 1)
+        kept = rt.open_episode(golden)  # kept open: its worker stays the first world's
+        first_world = kept._worker
+        assert kept.call_tool("get_customer", {"customer_id": 1}).ok  # its process: a spare's or forked for it
+        held = spares(first_world)
         assert len(held) == 1  # its cap: its episode's process and one spare
         sessions = [rt.open_episode(other) for _ in range(2)]
         assert all(session._worker is not first_world for session in sessions)
@@ -143,5 +153,5 @@ def test_spares_count_against_their_own_world_only(golden):
 
         assert all(r.ok for r in results), results  # the other world's cap is its own
         assert spares(first_world) == held and all(living(pid) for pid in held)
-        for session in sessions:
+        for session in (*sessions, kept):
             session.close()

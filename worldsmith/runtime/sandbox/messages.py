@@ -206,9 +206,11 @@ class CloseRequest(RequestFields):
 
 @final
 class PingRequest(RequestFields):
-    """How many episodes and environments the worker holds, and its episode processes."""
+    """How many episodes and environments the worker holds, and its episode processes; with `settle`
+    (strict isolation), once its spares are all forked and ready (`ForkedProcesses.refill`)."""
 
     op: Literal["ping"]
+    settle: NotRequired[bool]
 
 
 @final

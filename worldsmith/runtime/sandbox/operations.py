@@ -176,12 +176,12 @@ class Operations:
         )
         return {}
 
-    def refill_spares(self, waiting: Callable[[], bool]) -> None:
+    def refill_spares(self, waiting: Callable[[], bool], *, settle: bool = False) -> None:
         """Strict isolation: spares for the loaded environment's next episodes (`ForkedProcesses.refill`),
-        if it loaded cleanly, until `waiting()` says a request waits."""
+        if it loaded cleanly, until `waiting()` says a request waits (`settle`: all, each ready)."""
         envs = list(self.envs.values())
         if len(envs) == 1 and envs[0].load_error is None:
-            self.processes.refill(envs[0].key, self._new_directory, waiting)
+            self.processes.refill(envs[0].key, self._new_directory, waiting, settle=settle)
 
     def op_unload_env(self, request: UnloadEnvRequest, blobs: list[bytes]) -> StatusOnly:
         self.processes.discard_spares()
@@ -374,6 +374,8 @@ class Operations:
 
     # -- the worker ------------------------------------------------------------------------
     def op_ping(self, request: PingRequest, blobs: list[bytes]) -> PingReply:
+        if self.strict and request.get("settle") is True:
+            self.refill_spares(lambda: False, settle=True)
         self.processes.sweep_handed()
         processes = self.processes.pids()
         spares = [spare.process.pid for spare in self.processes.spares]

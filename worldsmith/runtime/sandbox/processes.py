@@ -98,6 +98,7 @@ class Spare:
 
     process: RunProcess
     directory: str
+    ready: bool = False  # its readiness frame read (`_until_ready`): confined, database open, app warmed
 
 
 class ForkedProcesses:
@@ -222,7 +223,8 @@ class ForkedProcesses:
         while self.alive() >= cap:
             if self.spares:  # spares go first: no episode's process is stopped for one
                 self._discard(self.spares.pop())
-            elif self.stop_least_recent():
+                continue
+            if self.stop_least_recent():
                 continue
             if self.handed and time.monotonic() < deadline:
                 time.sleep(0.002)
@@ -243,14 +245,20 @@ class ForkedProcesses:
         return len(self.live) + len(self.handed) + len(self.spares)
 
     # -- spares ---------------------------------------------------------------------------
-    def refill(self, env_key: str, new_directory: Callable[[], str], waiting: Callable[[], bool]) -> None:
+    def refill(
+        self, env_key: str, new_directory: Callable[[], str], waiting: Callable[[], bool], *, settle: bool = False
+    ) -> None:
         """Fork spares of `env_key` (the worker's one environment) until `spare_processes` wait, within
         `episode_processes` (room for episodes first: none is forked at the cap). Each gets a fresh
         directory (`new_directory`) that it makes, with its database from the world, and confines
-        itself to before it waits for an episode (`claim`). The worker calls this after a reply is sent,
-        and it stops as soon as `waiting()` says a request waits (the next reply refills), so that no
-        request waits for a fork; a spare that cannot be forked is simply not there."""
+        itself to before it says it is ready (one frame) and waits for an episode (`claim`). The worker
+        calls this after a reply is sent, and it stops as soon as `waiting()` says a request waits (the
+        next reply refills), so that no request waits for a fork; a spare that cannot be forked is simply
+        not there. `settle` (a `ping` that asks for it): fork them all and wait until each is ready,
+        so that what the reply says holds until the next episode opens."""
         target = max(int(self.config.get("spare_processes", 0)), 0)
+        if settle and self.handed:
+            self.sweep_handed()
         while self.template is not None and len(self.spares) < target and self.alive() < self._cap():
             if waiting():
                 return
@@ -264,6 +272,22 @@ class ForkedProcesses:
                 self._discard(Spare(process, directory))
                 return
             self.spares.append(Spare(process, directory))
+        if settle:
+            self.spares = [spare for spare in list(self.spares) if self._until_ready(spare)]
+
+    def _until_ready(self, spare: Spare) -> bool:
+        """Wait (up to a request's deadline) for `spare`'s readiness frame: it made its directory, opened
+        its database and confined itself. False (and it is discarded) if it ended or said anything else."""
+        if spare.ready:
+            return True
+        try:
+            frame, _ = spare.process.replies.read(time.monotonic() + self._wait(None), max_blobs=0)
+            spare.ready = frame.get("ready") is True
+        except (ProtocolTimeout, ProtocolClosed, ProtocolViolation):
+            spare.ready = False
+        if not spare.ready:
+            self._discard(spare)
+        return spare.ready
 
     def claim(self, episode_id: str, skew_s: object) -> str | None:
         """Make a spare `episode_id`'s process: it is told whose it is (the id, the clock skew) and kept
@@ -271,6 +295,8 @@ class ForkedProcesses:
         from now on), or None when no spare could take it (the episode gets a directory of its own)."""
         while self.spares:
             spare = self.spares.pop(0)  # the oldest: the most likely to be ready
+            if not self._until_ready(spare):  # ready before it is the episode's: the open's reply vouches for it
+                continue
             claim = encode({"episode": episode_id, "skew_s": skew_s})
             if send_within(spare.process.requests, claim, time.monotonic() + self._wait(None)) is None:
                 spare.process.fresh = True
@@ -437,6 +463,7 @@ class ForkedProcesses:
         identity, _ = requests.read()
         self._become(cast(RunIdentity, identity))
         if identity.get("episode") is None and identity.get("directory") is not None:  # a spare: whose, later
+            _write_all(replies_fd, encode({"ready": True}))  # confined, its database open (`_until_ready`)
             claim, _ = requests.read()
             self._claimed(cast(SpareClaim, claim))
         _serve_requests(self._handle, requests, replies_fd)
@@ -471,6 +498,13 @@ def _serve_requests(handle: Handler, requests: FrameReader, out_fd: int) -> None
             return
         reply, reply_blobs = handle(as_request(frame), blobs)
         write_frame(out, reply, reply_blobs)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of `data` to the blocking descriptor `fd`."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _ending(status: int) -> str:
