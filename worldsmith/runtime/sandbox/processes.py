@@ -66,6 +66,7 @@ from worldsmith.runtime.sandbox.protocol import (
     encode,
     process_failure,
     process_wait,
+    ready,
     reply_blob_limit,
     send_within,
     write_frame,
@@ -98,7 +99,7 @@ class Spare:
 
     process: RunProcess
     directory: str
-    ready: bool = False  # its readiness frame read (`_until_ready`): confined, database open, app warmed
+    ready: bool = False  # its readiness frame read (`_until_ready`): confined, its database open
 
 
 class ForkedProcesses:
@@ -114,12 +115,14 @@ class ForkedProcesses:
         control: tuple[socket.socket, socket.socket] | None,
         become: Callable[[RunIdentity], None],
         claimed: Callable[[SpareClaim], None],
+        warm: Callable[[], None],
         handle: Handler,
     ):
         self.config = config
         self._control = control  # strict: the socket pair to the template, made before the worker confined itself
         self._become = become  # in a forked process: make it the identity's (confined to its episode)
         self._claimed = claimed  # in a spare: make it its episode's (`claim`)
+        self._warm = warm  # in a spare that no episode waits for yet: what its first request would build
         self._handle = handle
         self.template: TemplateProcess | None = None  # strict: once the environment is loaded
         self.live: dict[str, RunProcess] = {}  # episode id -> its process (strict), least recently used first
@@ -464,6 +467,8 @@ class ForkedProcesses:
         self._become(cast(RunIdentity, identity))
         if identity.get("episode") is None and identity.get("directory") is not None:  # a spare: whose, later
             _write_all(replies_fd, encode({"ready": True}))  # confined, its database open (`_until_ready`)
+            if not requests.pending() and not ready(requests_fd, 0.0):  # no episode waits for it yet
+                self._warm()
             claim, _ = requests.read()
             self._claimed(cast(SpareClaim, claim))
         _serve_requests(self._handle, requests, replies_fd)

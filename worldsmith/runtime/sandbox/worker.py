@@ -96,6 +96,7 @@ class Worker:
             control=control,
             become=self._become_run_process,
             claimed=self._claimed,
+            warm=self._warm_spare,
             handle=self.handle,
         )
         self.operations = Operations(
@@ -149,8 +150,12 @@ class Worker:
             operations.open_database(episode)  # the database and its journal: beside the file area, not in it
             writable.append(episode.directory)
         kernel.confine_run(writable)
-        if env is not None and identity["episode"] is None and identity["directory"] is not None:
-            self.host.warm_app(env)  # a spare of an ASGI environment: its first request's pages, touched now
+
+    def _warm_spare(self) -> None:
+        """In a spare, confined, that no episode has claimed yet: for an ASGI environment, its first
+        request's pages touched now (`SandboxHost.warm_app`)."""
+        for env in self.operations.envs.values():
+            self.host.warm_app(env)
 
     def _claimed(self, claim: SpareClaim) -> None:
         """In a spare, confined already: it is now the process of the episode `claim` names (its file
