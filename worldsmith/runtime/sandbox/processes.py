@@ -24,8 +24,8 @@ Spares (`refill`, `claim`): a few processes per worker (`spare_processes`) forke
 episode asks, so that an episode's first call finds its process started, its database made and open
 and its confinement done. A spare is forked by the template like any other process (it has seen no
 episode), told only its environment and a fresh directory (128 random bits, drawn for it), and then
-confines itself to that directory and waits. An episode opened afresh takes one (`claim`): the spare's
-directory becomes the episode's, and the spare is told whose it is (the episode's id and clock skew)
+confines itself to that directory, says it is ready (one frame) and waits. An episode opened afresh
+takes one once it is ready (`claim`, `_until_ready`): the spare's directory becomes the episode's, and the spare is told whose it is (the episode's id and clock skew)
 and becomes that episode's process, stopped with it like any other: a spare serves one episode, never
 another. Spares count against `episode_processes` and go first when room is needed; unclaimed, they
 die with the template (their directories with the worker's scratch directory) or are discarded with
