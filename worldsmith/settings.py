@@ -134,6 +134,16 @@ class Settings(BaseSettings):
             "at or above the sessions a worker serves."
         ),
     )
+    sandbox_spare_processes: int = Field(
+        2,
+        ge=0,
+        le=64,
+        description=(
+            "strict isolation: processes each worker forks ahead of its episodes (started, database made, confined; "
+            "an episode opened afresh takes one, so its first call skips that), counted in "
+            "sandbox_episode_processes; 0 forks none."
+        ),
+    )
     sandbox_call_files: int = Field(
         64,
         ge=1,

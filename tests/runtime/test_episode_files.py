@@ -16,7 +16,7 @@ import textwrap
 
 import pytest
 from support.bundles import with_tools
-from support.limits import FAST_LIMITS, ISOLATIONS, isolated
+from support.limits import FAST_LIMITS, ISOLATIONS, database_file, file_area, isolated
 from test_isolation import bypassing_workers  # noqa: F401 - the fixture, used below
 
 from worldsmith.models.bundle import TaskSpec
@@ -200,16 +200,6 @@ ESCAPED = textwrap.dedent("""
 """)
 
 
-def _database_files(worker) -> set[str]:
-    """The episode databases in a worker's scratch directory (read by the test, the trusted parent)."""
-    return {str(path) for path in worker.scratch.rglob("*.db")}
-
-
-def _file_areas(worker) -> set[str]:
-    """The episodes' file areas in a worker's scratch directory: its directories but the databases'."""
-    return {str(path) for path in worker.scratch.iterdir() if path.is_dir() and path.name != "databases"}
-
-
 @pytest.mark.usefixtures("bypassing_workers")
 @pytest.mark.parametrize("kind", ["symlink", "fifo"])
 def test_what_an_escaped_tool_plants_never_redirects_a_restore(golden, kind):
@@ -221,7 +211,7 @@ def test_what_an_escaped_tool_plants_never_redirects_a_restore(golden, kind):
     with Runtime(limits=isolated(FAST_LIMITS, "strict"), workers=1) as rt:
         with rt.open_episode(env, TASK) as victim, rt.open_episode(env, TASK) as culprit:
             assert victim.call_tool("update_customer_email", {"customer_id": 2, "email": "mine@example.com"}).ok
-            [target] = _database_files(victim._worker)
+            target = database_file(victim)
             worker = victim._worker
 
             planted = culprit.call_tool("plant", {"kind": kind, "target": target})
@@ -267,9 +257,8 @@ def test_a_read_tool_cannot_forge_its_verdict_by_patching_its_database_file(gold
     with Runtime(limits=isolated(FAST_LIMITS, isolation), workers=1) as rt:
         with rt.open_episode(env, TASK) as episode, rt.open_episode(env, TASK) as bystander:
             assert bystander.call_tool("get_customer", {"customer_id": 2}).ok
-            known = _database_files(episode._worker)
             assert episode.call_tool("get_customer", {"customer_id": 1}).ok
-            [path] = _database_files(episode._worker) - known or [""]  # strict: its database file
+            path = database_file(episode) if isolation == "strict" else ""  # strict: its database file
             result = episode.call_tool("peek_customer", {"how": how, "path": path})
             verdict = episode.verify()
             assert verdict.status == Verdict.incomplete, (verdict, result)
@@ -292,7 +281,7 @@ def test_an_escaped_tool_cannot_rewrite_its_database_by_path(golden, how):
     with Runtime(limits=isolated(FAST_LIMITS, "strict"), workers=1) as rt:
         with rt.open_episode(env, TASK) as episode:
             assert episode.call_tool("get_customer", {"customer_id": 1}).ok
-            [spare] = _file_areas(episode._worker)
+            spare = file_area(episode)
             result = episode.call_tool("rewrite", {"how": how, "spare": spare})
             verdict = episode.verify()
             assert verdict.status == Verdict.incomplete, (verdict, result)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from support.bundles import with_tools
-from support.limits import FAST_LIMITS, ISOLATIONS, PATIENT_LIMITS, code_process, isolated
+from support.limits import FAST_LIMITS, ISOLATIONS, PATIENT_LIMITS, code_process, file_area, isolated
 from support.paths import REPO
 from support.patience import MOMENTS_S, PROCESS_S, wait_until
 from support.processes import kill_worker
@@ -584,6 +584,7 @@ def test_forged_frames_are_refused_before_allocating(frame):
 def test_a_worker_sending_a_forged_frame_is_killed_failing_the_call_as_a_protocol_env_error(runtime, golden):
     with runtime.open_episode(golden) as bystander, runtime.open_episode(golden) as culprit:
         assert bystander.call_tool("update_customer_email", {"customer_id": 2, "email": "b@example.com"}).ok
+        culprit.reset()  # no process of its own now (nor a spare's): its next call is answered by the worker
         worker = runtime.pool.workers()[0]
         read, write = os.pipe()
         os.write(write, _forged({"status": "ok", "blobs": [2**62]}))  # what the worker's channel now carries
@@ -1056,9 +1057,11 @@ def test_metadata_of_host_paths_is_blind_to_generated_code(golden, isolation):
             worker = episode._worker
             databases = worker.scratch / "databases"
             assert other.call_tool("metadata", {"route": "path_exists", "p": "/"}).ok
-            others = set(worker.scratch.iterdir()) - {databases}
             assert episode.call_tool("metadata", {"route": "path_exists", "p": "/"}).ok
-            own = set(worker.scratch.iterdir()) - others - {databases}
+            if isolation == "strict":  # beside them: spares' directories (runtime/sandbox/processes.py)
+                own, others = {Path(file_area(episode))}, {Path(file_area(other))}
+            else:
+                own, others = set(), set(worker.scratch.iterdir()) - {databases}
             other_dir = next(iter(others), worker.scratch / os.urandom(16).hex())
             other_dir.mkdir(exist_ok=True)
             if os.geteuid() == 0:

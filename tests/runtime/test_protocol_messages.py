@@ -47,7 +47,7 @@ pytestmark = pytest.mark.unit
 REQUESTS = get_args(Request)
 #: Fields of a `Reply` the run-time check leaves alone: fields of ops the worker answers itself (never a
 #: request's process: ping, reap, open), and the runtime's own.
-UNCHECKED_REPLY_FIELDS = {"episodes", "envs", "processes", "ending", "area", *RUNTIME_FIELDS}
+UNCHECKED_REPLY_FIELDS = {"episodes", "envs", "processes", "spares", "ending", "area", *RUNTIME_FIELDS}
 
 
 def runtime_types(annotation: Any) -> set[type]:

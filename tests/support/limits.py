@@ -4,6 +4,7 @@ well-behaved call into a timeout, and the isolation modes hostile tests run in."
 from __future__ import annotations
 
 import dataclasses
+import os
 
 from support.patience import MOMENTS_S
 from worldsmith.runtime.limits import SandboxLimits
@@ -30,3 +31,19 @@ def code_process(episode) -> int | None:
         return worker.pid if worker.alive else None
     reply, _ = worker.request({"op": "ping"}, timeout=MOMENTS_S)
     return reply["processes"].get(episode.id)
+
+
+def database_file(episode) -> str:
+    """The database file episode's process holds open (strict isolation; it made a call or is a spare's)."""
+    pid = code_process(episode)
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        if target.endswith(".db") and os.path.basename(os.path.dirname(target)) == "databases":
+            return target
+    raise AssertionError(f"episode {episode.id} holds no database open")
+
+
+def file_area(episode) -> str:
+    """The episode's file area, beside its database's directory (strict isolation)."""
+    database = database_file(episode)
+    return os.path.join(os.path.dirname(os.path.dirname(database)), os.path.basename(database)[: -len(".db")])

@@ -36,7 +36,14 @@ from worldsmith.runtime.arguments import accepts
 from worldsmith.runtime.errors import RuntimeFault, WorkerLost
 from worldsmith.runtime.limits import SandboxLimits
 from worldsmith.runtime.pool import WorkerPool
-from worldsmith.runtime.sandbox.messages import CallRequest, EpisodeRequest, LoadEnvRequest, QueryRequest, Reply
+from worldsmith.runtime.sandbox.messages import (
+    CallRequest,
+    EpisodeRequest,
+    LoadEnvRequest,
+    OpenRequest,
+    QueryRequest,
+    Reply,
+)
 from worldsmith.runtime.scratch import new_scratch
 from worldsmith.runtime.worker_handle import SandboxWorker
 from worldsmith.settings import get_settings
@@ -237,15 +244,22 @@ class SandboxEpisode:
             worker = pool.acquire(self.bundle.runtime_key)
             try:
                 pool.ensure_env(worker, self.bundle)
+                request: OpenRequest = {
+                    "op": "open",
+                    "episode": self.id,
+                    "env": self.bundle.runtime_key,
+                    "skew_s": self.clock_skew_s,
+                }
+                if self._base is None and not self._journal:  # a spare's process, if any, handed over with the reply
+                    request["direct"] = True
                 reply, _ = worker.request(
-                    {"op": "open", "episode": self.id, "env": self.bundle.runtime_key, "skew_s": self.clock_skew_s},
-                    [self._base] if self._base is not None else [],
-                    timeout=self._timeout(),
+                    request, [self._base] if self._base is not None else [], timeout=self._timeout()
                 )
                 if reply["status"] != "ok":
                     pool.release(worker)
                     raise RuntimeFault(f"opening an episode of {self.bundle.env_id} failed: {reply.get('error')}")
                 worker.totals.opened(self.id, reply.get("area"), len(self.bundle.world))
+                worker.totals.process(self.id, worker.channel_pid(self.id))  # a spare's, handed over at open
                 for tool, arguments, seed in self._journal:
                     call: CallRequest = {
                         "op": "call",

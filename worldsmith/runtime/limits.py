@@ -31,6 +31,9 @@ class SandboxLimits:
     #: strict isolation: episode processes a worker keeps between calls (the least recently used goes first);
     #: below the sessions a worker serves, every call forks again (128 sessions on 2 workers kept 32 each: x8 slower)
     episode_processes: int = 128
+    #: strict isolation: processes a worker forks ahead of its episodes (started, database open, confined:
+    #: an episode's first call skips that), counted in `episode_processes`; 0: none
+    spare_processes: int = 2
     #: files a call may open for writing in its episode's file area (its bytes there: at most `file_size_mb`)
     call_files: int = 64
     #: how much an episode's database may grow beyond its world's (SQLite's max_page_count)
@@ -51,6 +54,7 @@ class SandboxLimits:
             uid=s.sandbox_uid,
             isolation=s.sandbox_isolation,
             episode_processes=s.sandbox_episode_processes,
+            spare_processes=s.sandbox_spare_processes,
             call_files=s.sandbox_call_files,
             episode_db_growth_mb=s.sandbox_episode_db_growth_mb,
             world_disk_mb=s.sandbox_world_disk_mb,

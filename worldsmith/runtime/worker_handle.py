@@ -326,6 +326,12 @@ class SandboxWorker:
         ending = reply.get("ending")
         return ending if isinstance(ending, str) else None
 
+    def channel_pid(self, episode_id: str) -> int | None:
+        """The pid of the process on episode `episode_id`'s direct channel, if it has one."""
+        with self._direct_lock:
+            channel = self._direct.get(episode_id)
+        return channel.pid if channel is not None and not channel.closed else None
+
     def _adopt(self, episode_id: str, pid: int | None, *, held: bool) -> None:
         """Take the pipes the worker just handed over for `episode_id`, of its process `pid` (under the
         request lock; `held`: its channel's lock taken for the caller, who sends it its first request); a

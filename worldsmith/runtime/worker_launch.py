@@ -45,6 +45,7 @@ def launch_worker(
         "grace_s": limits.grace_s,
         "isolation": limits.isolation,
         "episode_processes": limits.episode_processes,
+        "spare_processes": limits.spare_processes,
         "call_files": limits.call_files,
         "episode_db_growth_mb": limits.episode_db_growth_mb,
         "frameworks": frameworks,

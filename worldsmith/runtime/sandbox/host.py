@@ -190,11 +190,7 @@ class SandboxHost:
             return env.routes
         from worldsmith.runtime.sandbox import asgi
 
-        scratch = deserialize(env.world, factory=AppConnection, transactions=refuse_transaction_control)
-        worldclock.bind_sql(scratch, env.clock)
-        for name in (SAVEPOINT, APP_SAVEPOINT):  # what the app's commits and rollbacks work within
-            sqlite3.Connection.execute(scratch, f"SAVEPOINT {name}")
-        self.current_conn = scratch
+        scratch = self._private_world(env)
         # a registered module: pydantic and SQLAlchemy resolve a class's annotations through sys.modules
         module = types.ModuleType(app_module_name(env.key))
         namespace = module.__dict__
@@ -218,6 +214,34 @@ class SandboxHost:
             sqlite3.Connection.close(scratch)
         env.app, env.routes = apps[0], routes
         return env.routes
+
+    def _private_world(self, env: LoadedEnv) -> sqlite3.Connection:
+        """A private in-memory copy of `env`'s world, bound as the connection the app's code gets."""
+        scratch = deserialize(env.world, factory=AppConnection, transactions=refuse_transaction_control)
+        worldclock.bind_sql(scratch, env.clock)
+        for name in (SAVEPOINT, APP_SAVEPOINT):  # what the app's commits and rollbacks work within
+            sqlite3.Connection.execute(scratch, f"SAVEPOINT {name}")
+        self.current_conn = scratch
+        return scratch
+
+    def warm_app(self, env: LoadedEnv) -> None:
+        """In a spare, confined and before any episode claims it: run the built app's warm-up again
+        (`asgi.warm`: no endpoint runs) on a private copy of the world, so that the pages its first
+        request touches are this process's own before a call waits for them. Failures are ignored:
+        the episode's first call meets them as it would have."""
+        module = sys.modules.get(app_module_name(env.key))
+        if env.app is None or module is None:
+            return
+        from worldsmith.runtime.sandbox import asgi  # loaded in ASGI workers (worker._preload)
+
+        scratch = self._private_world(env)
+        try:
+            self.run(lambda: asgi.warm(env.app, module.__dict__), episode=None, files=("app.py",))
+        except Exception:  # noqa: BLE001, S110 - the first call pays what this would have
+            pass
+        finally:
+            self.current_conn = None
+            sqlite3.Connection.close(scratch)
 
     def call_route(self, episode: OpenEpisode, name: str, arguments: JsonObject) -> JsonValue:
         """Send one request to the app as generated code: 4xx answers are the tool's refusals

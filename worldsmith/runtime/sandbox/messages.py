@@ -41,6 +41,7 @@ class WorkerConfig(TypedDict):
     grace_s: float
     isolation: Literal["strict", "fast"]
     episode_processes: int  # strict isolation: the episode processes alive at once, at most
+    spare_processes: int  # strict isolation: processes forked ahead of episodes (within episode_processes)
     call_files: int  # files a call may open for writing in its episode's file area
     episode_db_growth_mb: int  # how much an episode's database may grow beyond its world's
     frameworks: bool  # it imports the web stack of ASGI environments before it confines itself
@@ -67,6 +68,14 @@ class RunIdentity(TypedDict):
     episode: str | None
     directory: str | None
     skew_s: float | None
+
+
+class SpareClaim(TypedDict):
+    """Strict isolation: the second frame a spare reads (`processes.ForkedProcesses.claim`), once an
+    episode takes it: whose it is now. A spare's `RunIdentity` names no episode, only its directory."""
+
+    episode: str
+    skew_s: object
 
 
 # -- requests -----------------------------------------------------------------------------------
@@ -197,9 +206,11 @@ class CloseRequest(RequestFields):
 
 @final
 class PingRequest(RequestFields):
-    """How many episodes and environments the worker holds, and its episode processes."""
+    """How many episodes and environments the worker holds, and its episode processes; with `settle`
+    (strict isolation), once its spares are all forked and ready (`ForkedProcesses.refill`)."""
 
     op: Literal["ping"]
+    settle: NotRequired[bool]
 
 
 @final
@@ -260,9 +271,12 @@ class StatusOnly(TypedDict):
 
 
 class OpenReply(TypedDict):
-    """An opened episode: the name of its file area (its database's too, under strict isolation)."""
+    """An opened episode: the name of its file area (its database's too, under strict isolation); with
+    a spare's process handed to the parent (a `direct` open), `channel` and that process's `pid`."""
 
     area: str
+    channel: NotRequired[bool]
+    pid: NotRequired[int]
 
 
 class CallReply(TypedDict):
@@ -290,6 +304,7 @@ class PingReply(TypedDict):
     episodes: int
     envs: int
     processes: dict[str, int]  # the pid of each episode's process (strict isolation), by episode id
+    spares: list[int]  # the pids of the spares no episode has claimed yet (strict isolation)
 
 
 class ReapReply(TypedDict):
@@ -319,6 +334,7 @@ class Reply(TypedDict, total=False):
     episodes: int
     envs: int
     processes: dict[str, int]
+    spares: list[int]
     ending: str | None
     area: str  # `open`: the name of the episode's file area (the parent counts what it holds)
     # the runtime's

@@ -176,7 +176,15 @@ class Operations:
         )
         return {}
 
+    def refill_spares(self, waiting: Callable[[], bool], *, settle: bool = False) -> None:
+        """Strict isolation: spares for the loaded environment's next episodes (`ForkedProcesses.refill`),
+        if it loaded cleanly, until `waiting()` says a request waits (`settle`: all, each ready)."""
+        envs = list(self.envs.values())
+        if len(envs) == 1 and envs[0].load_error is None:
+            self.processes.refill(envs[0].key, self._new_directory, waiting, settle=settle)
+
     def op_unload_env(self, request: UnloadEnvRequest, blobs: list[bytes]) -> StatusOnly:
+        self.processes.discard_spares()
         env = self.envs.pop(request["env"], None)
         for episode in [e for e in self.episodes.values() if e.env is env]:
             self.processes.stop_episode_process(episode.id)
@@ -231,15 +239,21 @@ class Operations:
         # The episode's file area (`OpenEpisode`): the only place its code may open files; created by the
         # runtime when it puts files there (verifiers' database files) or confines a process to it;
         # removed with the episode, as is its database file (strict isolation).
-        directory = self._new_directory()
         if self.strict:
             if env.load_error is not None:
                 raise Failure("env_error", env.load_error)
+            # from the world: a spare's directory (its process started, its database open), else a fresh one
+            spare = None if blobs else self.processes.claim(request["episode"], request.get("skew_s"))
+            directory = spare or self._new_directory()
             episode = OpenEpisode(id=request["episode"], env=env, conn=None, directory=directory)
             if blobs:
                 write_db(episode.db_path, blobs[0])
             self.episodes[episode.id] = episode
+            pid = self.processes.hand_over_fresh(episode.id) if spare and request.get("direct") is True else None
+            if pid is not None:  # its first call goes to the process straight, not through this worker
+                return {"area": os.path.basename(directory), "channel": True, "pid": pid}
             return {"area": os.path.basename(directory)}
+        directory = self._new_directory()
         conn = episodedb.memory_connection(blobs[0] if blobs else env.world, env.tools_kind, env.clock)
         episode = OpenEpisode(id=request["episode"], env=env, conn=conn, directory=directory)
         self._tools(episode)
@@ -360,9 +374,12 @@ class Operations:
 
     # -- the worker ------------------------------------------------------------------------
     def op_ping(self, request: PingRequest, blobs: list[bytes]) -> PingReply:
+        if self.strict and request.get("settle") is True:
+            self.refill_spares(lambda: False, settle=True)
         self.processes.sweep_handed()
         processes = self.processes.pids()
-        return {"episodes": len(self.episodes), "envs": len(self.envs), "processes": processes}
+        spares = [spare.process.pid for spare in self.processes.spares]
+        return {"episodes": len(self.episodes), "envs": len(self.envs), "processes": processes, "spares": spares}
 
     def op_reap(self, request: ReapRequest, blobs: list[bytes]) -> ReapReply:
         """The parent gave up an episode's direct channel (its process timed out, died, broke the reply

@@ -19,11 +19,23 @@ is stopped and the request is a `Failure` (env_error, with its limit).
 The worker lends the table two things: what a freshly forked process does to become the request's
 process (`become`: confine itself to its episode) and how it answers a request (`handle`); the
 forked process then serves over its pipes (`_serve_requests`) until the worker closes them.
+
+Spares (`refill`, `claim`): a few processes per worker (`spare_processes`) forked ahead, before any
+episode asks, so that an episode's first call finds its process started, its database made and open
+and its confinement done. A spare is forked by the template like any other process (it has seen no
+episode), told only its environment and a fresh directory (128 random bits, drawn for it), and then
+confines itself to that directory, says it is ready (one frame) and waits. An episode opened afresh
+takes one once it is ready (`claim`, `_until_ready`): the spare's directory becomes the episode's, and the spare is told whose it is (the episode's id and clock skew)
+and becomes that episode's process, stopped with it like any other: a spare serves one episode, never
+another. Spares count against `episode_processes` and go first when room is needed; unclaimed, they
+die with the template (their directories with the worker's scratch directory) or are discarded with
+their files (`discard_spares`).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import time
@@ -31,12 +43,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import cast
 
-from worldsmith.runtime.sandbox import kernel
+from worldsmith.runtime.sandbox import episodedb, kernel
 from worldsmith.runtime.sandbox.failure import Failure
 from worldsmith.runtime.sandbox.messages import (
     Reply,
     Request,
     RunIdentity,
+    SpareClaim,
     WorkerConfig,
     as_request,
     env_of,
@@ -53,11 +66,12 @@ from worldsmith.runtime.sandbox.protocol import (
     encode,
     process_failure,
     process_wait,
+    ready,
     reply_blob_limit,
     send_within,
     write_frame,
 )
-from worldsmith.runtime.sandbox.records import OpenEpisode
+from worldsmith.runtime.sandbox.records import OpenEpisode, database_path
 from worldsmith.runtime.sandbox.template import TemplateProcess, start_template
 
 #: The syscalls that make processes: denied to the worker once its template runs (`start_template`).
@@ -76,6 +90,16 @@ class RunProcess:
     serial: int
     replies: FrameReader
     requests: int
+    fresh: bool = False  # a spare claimed by its episode that has served nothing yet (`claim`)
+
+
+@dataclass
+class Spare:
+    """A process forked ahead of any episode (`ForkedProcesses.refill`), confined to `directory`."""
+
+    process: RunProcess
+    directory: str
+    ready: bool = False  # its readiness frame read (`_until_ready`): confined, its database open
 
 
 class ForkedProcesses:
@@ -90,11 +114,15 @@ class ForkedProcesses:
         strict: bool,
         control: tuple[socket.socket, socket.socket] | None,
         become: Callable[[RunIdentity], None],
+        claimed: Callable[[SpareClaim], None],
+        warm: Callable[[], None],
         handle: Handler,
     ):
         self.config = config
         self._control = control  # strict: the socket pair to the template, made before the worker confined itself
         self._become = become  # in a forked process: make it the identity's (confined to its episode)
+        self._claimed = claimed  # in a spare: make it its episode's (`claim`)
+        self._warm = warm  # in a spare that no episode waits for yet: what its first request would build
         self._handle = handle
         self.template: TemplateProcess | None = None  # strict: once the environment is loaded
         self.live: dict[str, RunProcess] = {}  # episode id -> its process (strict), least recently used first
@@ -104,6 +132,7 @@ class ForkedProcesses:
         self.channel = socket.socket(fileno=channel_fd) if strict and isinstance(channel_fd, int) else None
         self.handed: dict[str, tuple[int, int]] = {}
         self.ended: dict[str, str] = {}  # how handed processes found ended (`sweep_handed`) ended, until reaped
+        self.spares: list[Spare] = []  # strict: forked ahead, no episode's yet (`refill`, `claim`)
 
     def start_template(self, prepare: Callable[[], None]) -> None:
         """Fork the template every process will be forked from (`template.py`); the worker calls this
@@ -142,12 +171,16 @@ class ForkedProcesses:
         episode = open_episodes.get(episode_id) if episode_id is not None else None
         if request.get("op") in EPISODE_OPS and episode is not None:
             process = self.live.pop(episode.id, None)
+            direct = request.get("direct") is True
+            if process is not None and process.fresh and direct and self._hand_over(episode.id, process):
+                return {"status": "ok", "channel": True, "unserved": True, "pid": process.pid}, []  # a claimed spare
+            if process is not None:
+                process.fresh = False
             if process is not None and not self._send(process, request, blobs):
                 self._stop(process)  # gone since its last call: its next one starts afresh
                 process = None
             if process is None:
                 self._make_room()
-                direct = request.get("direct") is True
                 process = self._spawn(request, blobs, episode, unserved=direct)
                 if direct and self._hand_over(episode.id, process):  # the parent sends it the request itself
                     return {"status": "ok", "channel": True, "unserved": True, "pid": process.pid}, []
@@ -185,12 +218,15 @@ class ForkedProcesses:
         their room (runtime/worker_handle.py), so a busy one is never stopped here; one it gave up
         exits at the end of its pipe, and is waited for up to the grace period. Past that, the request
         is an env_error naming the limit."""
-        cap = max(int(self.config.get("episode_processes", 128)), 1)
-        if len(self.live) + len(self.handed) < cap:
+        cap = self._cap()
+        if self.alive() < cap:
             return
         self.sweep_handed()  # asks the template: only when the cap is reached
         deadline = time.monotonic() + float(self.config.get("grace_s", 2.0))
-        while len(self.live) + len(self.handed) >= cap:
+        while self.alive() >= cap:
+            if self.spares:  # spares go first: no episode's process is stopped for one
+                self._discard(self.spares.pop())
+                continue
             if self.stop_least_recent():
                 continue
             if self.handed and time.monotonic() < deadline:
@@ -203,6 +239,94 @@ class ForkedProcesses:
                     "(WORLDSMITH_SANDBOX_EPISODE_PROCESSES)",
                     "processes",
                 )
+
+    def _cap(self) -> int:
+        return max(int(self.config.get("episode_processes", 128)), 1)
+
+    def alive(self) -> int:
+        """The processes the template forked for this worker and it has not stopped: kept, handed, spare."""
+        return len(self.live) + len(self.handed) + len(self.spares)
+
+    # -- spares ---------------------------------------------------------------------------
+    def refill(
+        self, env_key: str, new_directory: Callable[[], str], waiting: Callable[[], bool], *, settle: bool = False
+    ) -> None:
+        """Fork spares of `env_key` (the worker's one environment) until `spare_processes` wait, within
+        `episode_processes` (room for episodes first: none is forked at the cap). Each gets a fresh
+        directory (`new_directory`) that it makes, with its database from the world, and confines
+        itself to before it says it is ready (one frame) and waits for an episode (`claim`). The worker
+        calls this after a reply is sent, and it stops as soon as `waiting()` says a request waits (the
+        next reply refills), so that no request waits for a fork; a spare that cannot be forked is simply
+        not there. `settle` (a `ping` that asks for it): fork them all and wait until each is ready,
+        so that what the reply says holds until the next episode opens."""
+        target = max(int(self.config.get("spare_processes", 0)), 0)
+        if settle and self.handed:
+            self.sweep_handed()
+        while self.template is not None and len(self.spares) < target and self.alive() < self._cap():
+            if waiting():
+                return
+            directory = new_directory()
+            identity: RunIdentity = {"env": env_key, "episode": None, "directory": directory, "skew_s": 0.0}
+            try:
+                process = self._fork()
+            except OSError:
+                return
+            if send_within(process.requests, encode(identity), time.monotonic() + self._wait(None)) is not None:
+                self._discard(Spare(process, directory))
+                return
+            self.spares.append(Spare(process, directory))
+        if settle:
+            self.spares = [spare for spare in list(self.spares) if self._until_ready(spare)]
+
+    def _until_ready(self, spare: Spare) -> bool:
+        """Wait (up to a request's deadline) for `spare`'s readiness frame: it made its directory, opened
+        its database and confined itself. False (and it is discarded) if it ended or said anything else."""
+        if spare.ready:
+            return True
+        try:
+            frame, _ = spare.process.replies.read(time.monotonic() + self._wait(None), max_blobs=0)
+            spare.ready = frame.get("ready") is True
+        except (ProtocolTimeout, ProtocolClosed, ProtocolViolation):
+            spare.ready = False
+        if not spare.ready:
+            self._discard(spare)
+        return spare.ready
+
+    def claim(self, episode_id: str, skew_s: object) -> str | None:
+        """Make a spare `episode_id`'s process: it is told whose it is (the id, the clock skew) and kept
+        as the episode's process, which has served nothing yet. Returns its directory (the episode's
+        from now on), or None when no spare could take it (the episode gets a directory of its own)."""
+        while self.spares:
+            spare = self.spares.pop(0)  # the oldest: the most likely to be ready
+            if not self._until_ready(spare):  # ready before it is the episode's: the open's reply vouches for it
+                continue
+            claim = encode({"episode": episode_id, "skew_s": skew_s})
+            if send_within(spare.process.requests, claim, time.monotonic() + self._wait(None)) is None:
+                spare.process.fresh = True
+                self.live[episode_id] = spare.process
+                return spare.directory
+            self._discard(spare)  # gone since it was forked
+        return None
+
+    def hand_over_fresh(self, episode_id: str) -> int | None:
+        """Hand the parent the pipes of `episode_id`'s claimed spare, which has served nothing yet (a
+        `direct` open); its pid, or None where it stays with the worker."""
+        process = self.live.get(episode_id)
+        if process is None or not process.fresh or not self._hand_over(episode_id, process):
+            return None
+        del self.live[episode_id]
+        return process.pid
+
+    def discard_spares(self) -> None:
+        """Stop every spare and remove its files (the environment goes)."""
+        while self.spares:
+            self._discard(self.spares.pop())
+
+    def _discard(self, spare: Spare) -> None:
+        """Stop an unclaimed spare and remove its directory and database (nothing followed)."""
+        self._stop(spare.process)
+        shutil.rmtree(spare.directory, ignore_errors=True)
+        episodedb.remove_db(database_path(spare.directory))
 
     def stop_least_recent(self) -> bool:
         """Stop the episode process used least recently; False if none is kept."""
@@ -266,18 +390,15 @@ class ForkedProcesses:
         recent first) until it can; failing that the request is an env_error."""
         while True:
             try:
-                spawned = self._template().spawn()
+                process = self._fork()
                 break
             except OSError as exc:
-                if not self.stop_least_recent():
+                if self.spares:
+                    self._discard(self.spares.pop())
+                elif not self.stop_least_recent():
                     raise Failure(
                         "env_error", f"sandbox worker cannot start a process for the request: {exc}"
                     ) from None
-        os.set_blocking(spawned.requests, False)  # `send_within` waits for room itself, up to the deadline
-        reader = FrameReader(
-            spawned.replies, max_header=MAX_REPLY_HEADER, max_blobs=self.config["memory_mb"] * 1024 * 1024
-        )
-        process = RunProcess(pid=spawned.pid, serial=spawned.serial, replies=reader, requests=spawned.requests)
         identity: RunIdentity = {
             "env": episode.env.key if episode is not None else env_of(request),
             "episode": episode.id if episode is not None else None,
@@ -290,14 +411,26 @@ class ForkedProcesses:
             raise Failure("env_error", process_failure("timeout", f"{self._wait(request):g} s"), "timeout")
         return process  # a process gone before it took the request: its reply's read says how it ended
 
+    def _fork(self) -> RunProcess:
+        """A process freshly forked by the template, waiting for whose it is; OSError if it could not be."""
+        spawned = self._template().spawn()
+        os.set_blocking(spawned.requests, False)  # `send_within` waits for room itself, up to the deadline
+        reader = FrameReader(
+            spawned.replies, max_header=MAX_REPLY_HEADER, max_blobs=self.config["memory_mb"] * 1024 * 1024
+        )
+        return RunProcess(pid=spawned.pid, serial=spawned.serial, replies=reader, requests=spawned.requests)
+
     def _send(self, process: RunProcess, request: Request, blobs: list[bytes]) -> bool:
         """Write a request to a live episode process; False if it is gone or does not take it in time."""
         return send_within(process.requests, encode(request, blobs), time.monotonic() + self._wait(request)) is None
 
-    def _wait(self, request: Request) -> float:
-        """How long a request's process may take: the parent's deadline less half the grace."""
+    def _wait(self, request: Request | None) -> float:
+        """How long a request's process may take: the parent's deadline less half the grace (None: a
+        frame that is no request, a spare's, timed as a request without a deadline of its own)."""
         return process_wait(
-            request.get("timeout_s"), float(self.config.get("grace_s", 2.0)), self.config["call_timeout_s"]
+            request.get("timeout_s") if request is not None else None,
+            float(self.config.get("grace_s", 2.0)),
+            self.config["call_timeout_s"],
         )
 
     def _answer(self, process: RunProcess, request: Request) -> tuple[Reply, list[bytes]]:
@@ -332,6 +465,12 @@ class ForkedProcesses:
         requests = FrameReader(requests_fd)
         identity, _ = requests.read()
         self._become(cast(RunIdentity, identity))
+        if identity.get("episode") is None and identity.get("directory") is not None:  # a spare: whose, later
+            _write_all(replies_fd, encode({"ready": True}))  # confined, its database open (`_until_ready`)
+            if not requests.pending() and not ready(requests_fd, 0.0):  # no episode waits for it yet
+                self._warm()
+            claim, _ = requests.read()
+            self._claimed(cast(SpareClaim, claim))
         _serve_requests(self._handle, requests, replies_fd)
 
     def inherited_fds(self) -> list[int]:
@@ -342,9 +481,9 @@ class ForkedProcesses:
             fds.append(self.channel.detach())
             self.channel = None
         self.handed, self.ended = {}, {}
-        for process in self.live.values():
+        for process in [*self.live.values(), *(spare.process for spare in self.spares)]:
             fds += [process.requests, process.replies.fd]
-        self.live = {}
+        self.live, self.spares = {}, []
         return fds
 
     def pids(self) -> dict[str, int]:
@@ -364,6 +503,13 @@ def _serve_requests(handle: Handler, requests: FrameReader, out_fd: int) -> None
             return
         reply, reply_blobs = handle(as_request(frame), blobs)
         write_frame(out, reply, reply_blobs)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write all of `data` to the blocking descriptor `fd`."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _ending(status: int) -> str:

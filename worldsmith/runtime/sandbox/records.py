@@ -62,5 +62,10 @@ class OpenEpisode:
 
     @property
     def db_path(self) -> str:
-        scratch, name = os.path.split(self.directory)
-        return os.path.join(scratch, DATABASES, name + ".db")
+        return database_path(self.directory)
+
+
+def database_path(directory: str) -> str:
+    """The database file of the episode whose file area is `directory` (strict isolation)."""
+    scratch, name = os.path.split(directory)
+    return os.path.join(scratch, DATABASES, name + ".db")

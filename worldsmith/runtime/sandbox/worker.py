@@ -44,12 +44,20 @@ from worldsmith.runtime.sandbox.messages import (
     Reply,
     Request,
     RunIdentity,
+    SpareClaim,
     WorkerConfig,
     as_request,
 )
 from worldsmith.runtime.sandbox.operations import Operations
 from worldsmith.runtime.sandbox.processes import ForkedProcesses
-from worldsmith.runtime.sandbox.protocol import MAX_ERROR_CHARS, FrameReader, ProtocolClosed, truncated, write_frame
+from worldsmith.runtime.sandbox.protocol import (
+    MAX_ERROR_CHARS,
+    FrameReader,
+    ProtocolClosed,
+    ready,
+    truncated,
+    write_frame,
+)
 from worldsmith.runtime.sandbox.records import OpenEpisode
 from worldsmith.runtime.sandbox.template import TemplateLost
 
@@ -83,7 +91,13 @@ class Worker:
         self.served_episodes = False  # whether it decoded any request but load_env and ping (`_start_template`)
         self.host = SandboxHost(config)
         self.processes = ForkedProcesses(
-            config, strict=self.strict, control=control, become=self._become_run_process, handle=self.handle
+            config,
+            strict=self.strict,
+            control=control,
+            become=self._become_run_process,
+            claimed=self._claimed,
+            warm=self._warm_spare,
+            handle=self.handle,
         )
         self.operations = Operations(
             config, self.host, self.processes, strict=self.strict, start_template=self._start_template
@@ -119,21 +133,46 @@ class Worker:
         its episode (if any) and open its database, then confine this process to the episode's file area
         (Landlock), without new processes and under the whole seccomp deny list (`kernel.confine_run`);
         it dies with the template, which dies with the worker. Of the worker's descriptors it holds none (the template
-        dropped them, and its own socket is closed): only its two pipes."""
+        dropped them, and its own socket is closed): only its two pipes. A spare (a directory, no episode
+        yet) does the same for the episode that will claim it (`_claimed`)."""
         self.run_process = True
         kernel.die_with_parent()
         operations = self.operations
         env = operations.envs.get(identity["env"] or "")
         operations.envs = {env.key: env} if env is not None else {}
         writable = []
-        if env is not None and identity["episode"] is not None and identity["directory"] is not None:
-            episode = OpenEpisode(id=identity["episode"], env=env, conn=None, directory=identity["directory"])
+        if env is not None and identity["directory"] is not None:
+            episode_id = identity["episode"] if identity["episode"] is not None else ""  # "": a spare's, unclaimed
+            episode = OpenEpisode(id=episode_id, env=env, conn=None, directory=identity["directory"])
             operations.episodes = {episode.id: episode}
             with contextlib.suppress(ValueError):  # a bad clock: each request's `_set_clock` says so
                 worldclock.set_clock(env.clock, _skew(identity["skew_s"]))  # the SQL clock binds to it (bind_sql)
             operations.open_database(episode)  # the database and its journal: beside the file area, not in it
             writable.append(episode.directory)
         kernel.confine_run(writable)
+
+    def _warm_spare(self) -> None:
+        """In a spare, confined, that no episode has claimed yet: for an ASGI environment, its first
+        request's pages touched now (`SandboxHost.warm_app`)."""
+        for env in self.operations.envs.values():
+            self.host.warm_app(env)
+
+    def _claimed(self, claim: SpareClaim) -> None:
+        """In a spare, confined already: it is now the process of the episode `claim` names (its file
+        area and database are the spare's), with that episode's clock skew."""
+        operations = self.operations
+        episodes = list(operations.episodes.values())
+        operations.episodes = {}
+        if len(episodes) != 1 or not isinstance(claim.get("episode"), str):
+            return  # no episode: every request is answered "not open in this worker"
+        episode = episodes[0]
+        episode.id = claim["episode"]
+        operations.episodes = {episode.id: episode}
+        skew = _skew(claim.get("skew_s"))
+        with contextlib.suppress(ValueError):
+            worldclock.set_clock(episode.env.clock, skew)
+        if skew and episode.conn is not None:  # its SQL clock was bound without a skew (or not at all)
+            worldclock.bind_sql(episode.conn, episode.env.clock)
 
     # -- requests ------------------------------------------------------------------------
     def _set_clock(self, request: Request) -> None:
@@ -215,11 +254,13 @@ class Worker:
                 return
             try:
                 reply, reply_blobs = self.handle(as_request(frame), blobs)
+                write_frame(self.out, reply, reply_blobs)
+                if self.strict:  # after the reply, and only while no request waits: spares for episodes to come
+                    self.operations.refill_spares(lambda: reader.pending() or ready(0, 0.0))
             except TemplateLost as lost:  # the parent replaces the worker and moves its episodes (a crash)
                 sys.stderr.write(f"{lost}; exiting\n")
                 sys.stderr.flush()
                 os._exit(70)
-            write_frame(self.out, reply, reply_blobs)
 
 
 #: The largest clock skew a request may ask for (seconds; a century).
