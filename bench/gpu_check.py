@@ -205,7 +205,8 @@ class Check:
 
             model.enable_input_require_grads()
             model = get_peft_model(model, peft_config(config))
-        optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-6)
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(trainable, lr=1e-6, fused=True)  # the Trainer's default, adamw_torch_fused
         tokens = torch.randint(0, self.dims["vocab_size"], (rows, row), device=self.device)
         out: dict[str, Any] = {"tokens": rows * row, "rows": rows, "completion_tokens": completion}
         times, logits, logp = [], None, None
