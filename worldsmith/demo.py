@@ -7,7 +7,8 @@ into a set -> serve one over the MCP gateway and solve its tasks through the MCP
 the reference and random policies -> a short GRPO run of the tiny model on the CPU, with a curriculum
 (TrainingConfig.curriculum) that lets it learn: the train tasks with the shortest reference solutions,
 only their tools shown, a warm-up on their reference solutions and on a lazy habit; its success rate on
-those tasks, sampled as in training, before -> after -> a summary with the dashboard and Prefect UI
+those tasks and on held-out tasks of the same kind (the same tools, other records: tasks of the set it does
+not train on), sampled as in training, before -> after -> a summary with the dashboard and Prefect UI
 addresses (also written as JSON to WORLDSMITH_HOME/demo-summary.json).
 
 Every flow runs in this process against the local server, so each run shows in the Prefect UI and
@@ -134,6 +135,9 @@ DemoTraining = TypedDict(
         "success_before": float,
         "success_after": float,
         "success_rollouts": int,
+        "held_out_tasks": int,
+        "held_out_before": float | None,
+        "held_out_after": float | None,
     },
 )
 
@@ -168,6 +172,16 @@ def _solve_over_mcp(url: str, gateway: Any, env_id: str, task: Any) -> str:
         return verdict.status.value
 
     return anyio.run(solve)
+
+
+def held_out_line(training: DemoTraining) -> str:
+    """The held-out tasks' success rates as the demo prints them beside the trained tasks'."""
+    if training["held_out_before"] is None or training["held_out_after"] is None:
+        return "no held-out task of the same kind in the set"
+    return (
+        f"on {training['held_out_tasks']} held-out tasks of the same kind (same tools, other records) "
+        f"{training['held_out_before']:.3f} -> {training['held_out_after']:.3f}"
+    )
 
 
 class Demo:
@@ -399,13 +413,16 @@ class Demo:
             "success_before": success.before.rate,
             "success_after": success.after.rate,
             "success_rollouts": success.after.rollouts,
+            "held_out_tasks": success.held_out_tasks,
+            "held_out_before": success.held_out_before.rate if success.held_out_before else None,
+            "held_out_after": success.held_out_after.rate if success.held_out_after else None,
         }
         t = self.summary["training"]
         self.console.print(
             f"training run {t['run_id']}: {t['steps']} steps, reward {t['reward_first']:.3f} -> {t['reward_last']:.3f}; "
             f"success rate on its {o.train_tasks} tasks {t['success_before']:.3f} -> {t['success_after']:.3f} "
-            f"({t['success_rollouts']} sampled rollouts each); validation pass@1 (unseen environments, all tools) "
-            f"{t['validation_pass@1_before']} -> {t['validation_pass@1_after']}",
+            f"({t['success_rollouts']} sampled rollouts each); {held_out_line(t)}; validation pass@1 (unseen "
+            f"environments, all tools) {t['validation_pass@1_before']} -> {t['validation_pass@1_after']}",
             highlight=False,
         )
 
@@ -421,8 +438,8 @@ class Demo:
                 for p, e in s["evaluations"].items()
             ),
             f"training run {s['training']['run_id']}: {s['training']['steps']} steps, success rate "
-            f"{s['training']['success_before']:.3f} -> {s['training']['success_after']:.3f}, "
-            f"final model {s['training']['checkpoint']}",
+            f"{s['training']['success_before']:.3f} -> {s['training']['success_after']:.3f} on its tasks, "
+            f"{held_out_line(s['training'])}, final model {s['training']['checkpoint']}",
             f"dashboard:  {s['urls']['dashboard']}",
             f"Prefect UI: {s['urls']['prefect_ui']}",
             "seconds per step: " + ", ".join(f"{name} {t:.0f}" for name, t in s["seconds"].items()),

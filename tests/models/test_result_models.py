@@ -218,7 +218,13 @@ def test_the_training_steps_result_file_round_trips(tmp_path):
         "processes": 2,
         "main": True,
         "simulation": None,
-        "success": {"before": {"rate": 0.0, "rollouts": 8}, "after": {"rate": 0.5, "rollouts": 8}},
+        "success": {
+            "before": {"rate": 0.0, "rollouts": 8},
+            "after": {"rate": 0.5, "rollouts": 8},
+            "held_out_before": None,
+            "held_out_after": None,
+            "held_out_tasks": 0,
+        },
     }
     outcome = TrainerOutcome.model_validate_json(json.dumps(written))
     assert outcome.checkpoints == [(1, "d1"), (2, "d2")] and outcome.last_step() == {
@@ -229,6 +235,15 @@ def test_the_training_steps_result_file_round_trips(tmp_path):
     assert isinstance(outcome.log[0]["step"], int)  # step numbers stay integers
     assert json.loads(json.dumps(outcome.model_dump(mode="json"))) == written
     assert success_line(outcome.success) == "0.000 -> 0.500 (8 rollouts each)"
+    held_out = outcome.success.model_copy(
+        update={
+            "held_out_before": SuccessRate(rate=0.25, rollouts=4),
+            "held_out_after": SuccessRate(rate=0.5, rollouts=4),
+        }
+    )
+    assert success_line(held_out) == (
+        "0.000 -> 0.500 (8 rollouts each); held-out tasks of the same kind 0.250 -> 0.500 (4 rollouts each)"
+    )
 
 
 def _train_result() -> TrainResult:

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from worldsmith.llm.procedural.backend import procedural_bundle
 from worldsmith.training.config import Curriculum, TrainingConfig
-from worldsmith.training.curriculum import curriculum_bundles, solution_size
+from worldsmith.training.curriculum import curriculum_bundles, held_out_bundles, solution_size, task_kind
 from worldsmith.training.warmup import lazy_rows, reference_rows
 
 pytestmark = pytest.mark.unit
@@ -61,3 +61,21 @@ def test_lazy_rows_answer_done_one_call_short_of_the_solution(worlds, runtime):
 def test_success_is_measured_in_the_real_worlds_only():
     with pytest.raises(ValidationError, match="success_samples"):
         TrainingConfig(model="tiny", set_name="s", success_samples=4, simulate={"world_model": "hf:/nowhere"})
+
+
+def test_held_out_tasks_share_a_trained_tasks_tools_on_other_records():
+    """Held-out tasks of the same kind: another world of the domain (other records) whose task calls the
+    same tools in the same order, shown with the same tool definitions; never a trained task."""
+    worlds = {f"retail_{seed}": procedural_bundle("retail", seed) for seed in range(3)}
+    curriculum = Curriculum(tasks=2, tools="solution")
+    trained = curriculum_bundles(worlds, curriculum)
+    held_out = held_out_bundles(worlds, curriculum)
+    assert held_out and not set(held_out) & set(trained)
+    kinds = {task_kind(b, b.tasks[0], curriculum) for b in trained.values()}
+    for bundle in held_out.values():
+        (task,) = bundle.tasks
+        assert task_kind(bundle, task, curriculum) in kinds
+        assert task.instruction not in {b.tasks[0].instruction for b in trained.values()}  # other records
+        assert [t.model_dump() for t in bundle.tools] in [[t.model_dump() for t in b.tools] for b in trained.values()]
+    assert len(held_out_bundles(worlds, curriculum, per_task=2)) >= len(held_out)
+    assert held_out_bundles(worlds, Curriculum()) == {}  # training on every task leaves none out

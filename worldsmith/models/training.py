@@ -25,10 +25,14 @@ class SuccessRate(BaseModel):
 
 
 class SuccessRates(BaseModel):
-    """A training run's success rate on its own tasks before and after training (TrainingConfig.success_samples)."""
+    """A training run's success rate on its own tasks before and after training (TrainingConfig.success_samples),
+    and on held-out tasks of the same kind (the same tools, other records) when the set has any."""
 
     before: SuccessRate
     after: SuccessRate
+    held_out_before: SuccessRate | None = None
+    held_out_after: SuccessRate | None = None
+    held_out_tasks: int = Field(0, description="Held-out tasks measured (curriculum.held_out_bundles).")
 
 
 class TrainerOutcome(BaseModel):

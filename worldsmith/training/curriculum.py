@@ -69,3 +69,40 @@ def curriculum_bundles(bundles: dict[str, Bundle], curriculum: Curriculum) -> di
     if not out:
         raise ValueError("the curriculum leaves no task to train on (curriculum.tasks needs tasks with a solution)")
     return out
+
+
+def task_kind(bundle: Bundle, task: TaskSpec, curriculum: Curriculum) -> str:
+    """What makes two tasks the same kind: the tools their reference solutions call, in order, and
+    the definitions of the tools an episode shows (the curriculum's: the solution's or all)."""
+    shown = shown_tools(bundle, task).tools if curriculum.tools == "solution" else bundle.tools
+    return json.dumps([[step.tool for step in task.solution], [t.model_dump() for t in shown]], sort_keys=True)
+
+
+def held_out_bundles(bundles: dict[str, Bundle], curriculum: Curriculum, per_task: int = 1) -> dict[str, Bundle]:
+    """Tasks of the same kind as the curriculum's (`task_kind`: the same tools, other records) that it
+    does not train on, at most `per_task` per trained task (the first by environment and task id),
+    shown as `curriculum_bundles` shows its own and keyed alike ('KEY#TASK'). Empty when the curriculum
+    trains on every task or no other task shares a kind with one of them."""
+    chosen = chosen_tasks(bundles, curriculum.tasks)
+    others = sorted(
+        (bundle.env_id, task.id, key)
+        for key, bundle in bundles.items()
+        for task in bundle.tasks
+        if task.solution and (key, task.id) not in chosen
+    )
+    kinds = {
+        (key, task_id): task_kind(bundles[key], bundles[key].task(task_id), curriculum) for _, task_id, key in others
+    }
+    out: dict[str, Bundle] = {}
+    for key, task_id in sorted(chosen):
+        kind = task_kind(bundles[key], bundles[key].task(task_id), curriculum)
+        same = [(k, t) for _, t, k in others if kinds[(k, t)] == kind and f"{k}#{t}" not in out][:per_task]
+        for other_key, other_id in same:
+            bundle, task = bundles[other_key], bundles[other_key].task(other_id)
+            shown = (
+                shown_tools(bundle, task)
+                if curriculum.tools == "solution"
+                else dataclasses.replace(bundle, tasks=(task,))
+            )
+            out[f"{other_key}#{other_id}"] = shown
+    return out

@@ -37,7 +37,7 @@ from worldsmith.failures import UserFixable
 from worldsmith.models.training import SuccessRates, TrainerOutcome
 from worldsmith.runtime.episode import Runtime
 from worldsmith.training.config import TrainingConfig
-from worldsmith.training.curriculum import curriculum_bundles
+from worldsmith.training.curriculum import curriculum_bundles, held_out_bundles
 from worldsmith.worldmodel.simulated import SimulatedRuntime
 
 logger = logging.getLogger(__name__)
@@ -145,7 +145,7 @@ def run_training(
     from worldsmith.training.memory import check_fits, device_memory, model_shape
     from worldsmith.training.progress import ProgressBar
     from worldsmith.training.stopping import StopWhenRequested
-    from worldsmith.training.success import success_rate
+    from worldsmith.training.success import success_rates
     from worldsmith.training.trainer import WorldGRPOTrainer, grpo_args, model_dtype, peft_config, task_dataset
 
     bind_local_gpu()
@@ -153,7 +153,9 @@ def run_training(
     shape = model_shape(request.model)
     if shape is not None:  # a configuration that cannot fit is refused before any weight loads
         check_fits(config, shape.params, device_memory(), shape)
-    bundles = curriculum_bundles({path: load_bundle(Path(path)) for path in request.bundles}, config.curriculum)
+    loaded = {path: load_bundle(Path(path)) for path in request.bundles}
+    bundles = curriculum_bundles(loaded, config.curriculum)
+    held_out = held_out_bundles(loaded, config.curriculum) if config.success_samples else {}
     tokenizer = AutoTokenizer.from_pretrained(request.model)
     policy = AutoModelForCausalLM.from_pretrained(request.model, dtype=model_dtype(config))
     metrics, uploads = CatalogMetrics(request.run_id), CheckpointUpload(request.run_id)
@@ -171,14 +173,14 @@ def run_training(
             peft_config=peft_config(config),
             config=config,
             runtime=runtime,
-            bundles=bundles,
+            bundles={**held_out, **bundles},  # the held-out tasks are measured, never trained on
             simulation=simulation,
         )
-        before = success_rate(trainer, config.success_samples) if config.success_samples else None
+        before = success_rates(trainer, config.success_samples, list(held_out)) if config.success_samples else None
         trainer.train(resume_from_checkpoint=request.resume_from)
         if stop_requested():
             raise TrainingStopped(trainer.state.global_step)
-        after = success_rate(trainer, config.success_samples) if config.success_samples else None
+        after = success_rates(trainer, config.success_samples, list(held_out)) if config.success_samples else None
         final = out / "final"
         trainer.accelerator.wait_for_everyone()
         if trainer.accelerator.is_main_process:
@@ -196,7 +198,15 @@ def run_training(
         processes=trainer.accelerator.num_processes,
         main=trainer.accelerator.is_main_process,
         simulation=simulation.stats.counts() if simulation else None,
-        success=SuccessRates(before=before, after=after) if before is not None and after is not None else None,
+        success=SuccessRates(
+            before=before[0],
+            after=after[0],
+            held_out_before=before[1],
+            held_out_after=after[1],
+            held_out_tasks=len(held_out),
+        )
+        if before is not None and after is not None
+        else None,
     )
 
 

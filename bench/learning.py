@@ -1,0 +1,164 @@
+"""The learning benchmark with its placebo control: the demo's training recipe (DemoOptions'
+TrainingConfig: the tiny model, its curriculum and warm-up, GRPO) run twice from the same warmed-up
+model, once with the real rewards and once with each step's rewards permuted among its rollouts (the
+placebo: the same recipe, the same number of updates, no information about which rollout did well).
+Each arm reports its success rate on the trained tasks and on held-out tasks of the same kind (the
+same tools, other records: curriculum.held_out_bundles), sampled as in training, before and after.
+Learning is real when the real arm rises and the placebo does not.
+
+    .venv/bin/python bench/learning.py [--set NAME] [--worlds retail:0 retail:1 ...] [--arms real placebo]
+
+`--set` trains on a set of WORLDSMITH_HOME (the train split; `worldsmith demo` leaves one named `demo`);
+without it, on procedural worlds (`--worlds DOMAIN:SEED ...`) written to a scratch directory. The
+tiny model is prepared as the train flow prepares it (cached in WORLDSMITH_HOME/models). Prints a
+line per arm and a JSON summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+WORLDS = ["retail:0", "retail:1", "retail:2", "clinic:0", "clinic:1", "clinic:2"]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--set", default=None, help="a set in WORLDSMITH_HOME (default: procedural worlds)")
+    parser.add_argument("--worlds", nargs="+", default=WORLDS, help="procedural worlds, DOMAIN:SEED")
+    parser.add_argument("--arms", nargs="+", choices=["real", "placebo"], default=["real", "placebo"])
+    parser.add_argument("--steps", type=int, default=None, help="GRPO steps (default: the demo's)")
+    parser.add_argument("--success-samples", type=int, default=None, help="rollouts per task (default: the demo's)")
+    parser.add_argument("--warmup-steps", type=int, default=None, help="warm-up steps (default: the demo's)")
+    return parser.parse_args(argv)
+
+
+def permuted_rewards(rewards: Any, seed: int) -> Any:
+    """`rewards` (rollouts x reward functions) with its scored rows permuted by a generator seeded with
+    `seed`; rows without a reward (NaN: env_error) stay where they are."""
+    import torch
+
+    scored = (~torch.isnan(rewards[:, 0])).nonzero().flatten()
+    generator = torch.Generator().manual_seed(seed)
+    permuted = rewards.clone()
+    permuted[scored] = rewards[scored[torch.randperm(len(scored), generator=generator)]]
+    return permuted
+
+
+def placebo_trainer() -> type:
+    """WorldGRPOTrainer whose step rewards are permuted among the step's scored rollouts
+    (`permuted_rewards`, seeded by the run's seed and the step) before the advantages are computed."""
+    from worldsmith.training.trainer import WorldGRPOTrainer
+
+    class PlaceboTrainer(WorldGRPOTrainer):
+        def _calculate_rewards(self, *args: Any, **kwargs: Any) -> Any:
+            rewards = super()._calculate_rewards(*args, **kwargs)
+            return permuted_rewards(rewards, self.config.seed * 100_003 + self.state.global_step)
+
+    return PlaceboTrainer
+
+
+def bundle_paths(args: argparse.Namespace, config: Any, scratch: Path) -> list[str]:
+    """The train split of `--set`, or the procedural `--worlds` written under `scratch`."""
+    if args.set:
+        from worldsmith.flows.train import plan
+
+        return plan.fn(config)["train"]
+    from worldsmith.bundle.loader import write_bundle
+    from worldsmith.llm.procedural.backend import procedural_bundle
+
+    paths = []
+    for world in args.worlds:
+        domain, seed = world.split(":")
+        paths.append(str(write_bundle(procedural_bundle(domain, int(seed)), scratch / world.replace(":", "_"))))
+    return paths
+
+
+def run_arm(arm: str, config: Any, model: str, paths: list[str], scratch: Path) -> dict[str, Any]:
+    """One arm from the prepared model: success before, GRPO, success after; its summary."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from worldsmith.bundle.loader import load_bundle
+    from worldsmith.runtime.episode import Runtime
+    from worldsmith.training.curriculum import curriculum_bundles, held_out_bundles
+    from worldsmith.training.success import success_rates
+    from worldsmith.training.trainer import WorldGRPOTrainer, grpo_args, model_dtype, task_dataset
+
+    loaded = {path: load_bundle(Path(path)) for path in paths}
+    bundles = curriculum_bundles(loaded, config.curriculum)
+    held_out = held_out_bundles(loaded, config.curriculum)
+    trainer_class = placebo_trainer() if arm == "placebo" else WorldGRPOTrainer
+    started = time.monotonic()
+    with Runtime() as runtime:
+        trainer = trainer_class(
+            model=AutoModelForCausalLM.from_pretrained(model, dtype=model_dtype(config)),
+            args=grpo_args(config, scratch / arm),
+            train_dataset=task_dataset(bundles),
+            processing_class=AutoTokenizer.from_pretrained(model),
+            config=config,
+            runtime=runtime,
+            bundles={**held_out, **bundles},
+        )
+        before, held_before = success_rates(trainer, config.success_samples, list(held_out))
+        trainer.train()
+        after, held_after = success_rates(trainer, config.success_samples, list(held_out))
+    rewards = [row["reward"] for row in trainer.state.log_history if "reward" in row]
+    summary = {
+        "arm": arm,
+        "tasks": len(bundles),
+        "held_out_tasks": len(held_out),
+        "rollouts_per_task": config.success_samples,
+        "success_before": before.rate,
+        "success_after": after.rate,
+        "held_out_before": held_before.rate if held_before else None,
+        "held_out_after": held_after.rate if held_after else None,
+        "reward_first": rewards[0] if rewards else None,
+        "reward_last": rewards[-1] if rewards else None,
+        "seconds": round(time.monotonic() - started, 1),
+    }
+    held = (
+        f"{summary['held_out_before']:.3f} -> {summary['held_out_after']:.3f} on {len(held_out)}"
+        if held_before and held_after
+        else "none of the same kind"
+    )
+    print(
+        f"{arm}: success on {len(bundles)} trained tasks {before.rate:.3f} -> {after.rate:.3f}, held-out {held} "
+        f"({config.success_samples} rollouts per task), step reward {summary['reward_first']} -> "
+        f"{summary['reward_last']}, {summary['seconds']} s",
+        flush=True,
+    )
+    return summary
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    from worldsmith.demo import DemoOptions
+    from worldsmith.flows.train import prepare_model
+
+    options = DemoOptions(set_name=args.set or "learning", warmup_steps=args.warmup_steps or DemoOptions().warmup_steps)
+    config = options.training_config()
+    config = config.model_copy(
+        update={
+            "steps": args.steps or config.steps,
+            "success_samples": args.success_samples or config.success_samples,
+        }
+    )
+    with tempfile.TemporaryDirectory() as scratch:
+        paths = bundle_paths(args, config, Path(scratch))
+        started = time.monotonic()
+        model = prepare_model.fn(config, paths)
+        print(f"tiny model {Path(model).name} prepared (or cached) in {time.monotonic() - started:.1f} s", flush=True)
+        arms = [run_arm(arm, config, model, paths, Path(scratch)) for arm in args.arms]
+    print(json.dumps({"set": args.set, "worlds": None if args.set else args.worlds, "arms": arms}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
