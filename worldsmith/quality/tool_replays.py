@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from worldsmith.bundle.contract import Bundle
 from worldsmith.jsonvalue import JsonObject
 from worldsmith.models.results import ToolResult
+from worldsmith.quality.concurrently import together
 from worldsmith.quality.probe_results import Probe, ProbeFailure, ProbeResult
 from worldsmith.quality.probes import REPLAY_CLOCK_SKEW_S, excerpt
 from worldsmith.quality.tool_calls import reference_arguments
@@ -106,11 +107,15 @@ def replay_tools(
     """`Probe.TOOL_DETERMINISTIC` of every tool but those in `skip`; see the module docstring."""
     budget = budget or ReplayBudget()
     sequences = tool_sequences(bundle, budget.calls_per_tool, skip)
-    first = _replay(runtime, bundle, sequences, 0.0)
-    failures: dict[str, ProbeResult] = {}
-    for _ in range(budget.replays):
+
+    def separately() -> dict[str, _ToolRun]:
         with Runtime(runtime.limits, workers=1) as separate:  # a process of its own: its own hash seed
-            other = _replay(separate, bundle, sequences, REPLAY_CLOCK_SKEW_S)
+            return _replay(separate, bundle, sequences, REPLAY_CLOCK_SKEW_S)
+
+    # the replays at once: the processes start while the first replays run
+    first, *others = together([lambda: _replay(runtime, bundle, sequences, 0.0)] + [separately] * budget.replays)
+    failures: dict[str, ProbeResult] = {}
+    for other in others:
         for tool, calls in sequences.items():
             if tool not in failures and (found := _compared(runtime, bundle, tool, calls, first[tool], other[tool])):
                 failures[tool] = found
