@@ -14,6 +14,7 @@ from worldsmith.models.bundle import ToolSchema
 from worldsmith.models.results import DbDiff, ToolResult
 from worldsmith.quality.json_schema import declared_kinds
 from worldsmith.quality.schema import TableSchema
+from worldsmith.quality.tool_calls import PristineCalls
 from worldsmith.quality.world_values import WorldValues, singular, words
 from worldsmith.runtime.episode import SandboxEpisode
 from worldsmith.runtime.errors import RuntimeFault
@@ -161,21 +162,15 @@ class Written:
     changes: DbDiff
 
 
-class Caller:
-    """Calls on one episode, each on the pristine database (restored after a call that wrote); reads and
-    writes are kept by tool and arguments (the probes ask some calls twice: a write's outcome on the pristine
-    database is the same each time, or the determinism replays say it is not)."""
+class Caller(PristineCalls):
+    """`PristineCalls` answering with results and, for a write, the rows it changed; reads and writes are kept
+    by tool and arguments (the probes ask some calls twice: a write's outcome on the pristine database is the
+    same each time, or the determinism replays say it is not)."""
 
     def __init__(self, episode: SandboxEpisode, world: bytes):
-        self.episode, self.world, self.dirty = episode, world, False
+        super().__init__(episode, world)
         self.kept: dict[str, ToolResult] = {}
         self.written: dict[str, Written] = {}
-        self.made = 0
-
-    def _fresh(self) -> None:
-        if self.dirty:
-            self.episode.restore(None)
-            self.dirty = False
 
     def call(self, tool: str, arguments: JsonObject) -> ToolResult:
         """The result of `tool` on the pristine database (a runtime fault is its env_error)."""
@@ -183,13 +178,9 @@ class Caller:
         if key in self.kept:
             return self.kept[key]
         try:
-            self._fresh()
-            self.made += 1
-            result = self.episode.call_tool(tool, arguments)
+            result = self.call_fresh(tool, arguments)
         except RuntimeFault as fault:
-            self.dirty = True
             return ToolResult(status="env_error", error=f"runtime fault: {fault}")
-        self.dirty = result.changed
         if not result.changed:
             self.kept[key] = result
         return result
@@ -201,14 +192,11 @@ class Caller:
         if key in self.written:
             return self.written[key]
         try:
-            self._fresh()
-            self.made += 1
-            result = self.episode.call_tool(tool, arguments)
-            self.dirty = result.changed
+            result = self.call_fresh(tool, arguments)
             changes = self.episode.diff(self.world) if result.ok and result.changed else DbDiff()
-            if result.status != "env_error":  # a crash (a limit hit under load) is made again
-                self.written[key] = Written(result, changes)
-            return Written(result, changes)
         except RuntimeFault as fault:
             self.dirty = True
             return Written(ToolResult(status="env_error", error=f"runtime fault: {fault}"), DbDiff())
+        if result.status != "env_error":  # a crash (a limit hit under load) is made again
+            self.written[key] = Written(result, changes)
+        return Written(result, changes)

@@ -330,4 +330,4 @@ def _task_families(runtime: Runtime, bundle: Bundle) -> list[list[ProbeResult]]:
     from worldsmith.quality.verifier_mutations import verifier_mutations
 
     tasks, replays = task_probes(runtime, bundle)
-    return [tasks, invariant_probes(runtime, bundle), verifier_mutations(runtime, bundle, replays)]
+    return [tasks, invariant_probes(runtime, bundle, replays), verifier_mutations(runtime, bundle, replays)]
