@@ -41,6 +41,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from worldsmith.bundle.codepolicy import parse_source
 from worldsmith.bundle.contract import Bundle
 from worldsmith.jsonvalue import JsonObject, JsonValue
 from worldsmith.models.bundle import TaskSpec
@@ -229,7 +230,7 @@ def verifier_text(bundle: Bundle, task: TaskSpec) -> str:
     verifiers.py does not parse or lacks it)."""
     try:
         source = bundle.files["verifiers.py"].decode()
-        functions = {n.name: n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef)}
+        functions = {n.name: n for n in parse_source(source, "verifiers.py").body if isinstance(n, ast.FunctionDef)}
     except (KeyError, SyntaxError, ValueError, UnicodeDecodeError):
         return ""
     verifier = functions.get(task.verifier)
