@@ -2,7 +2,7 @@
 
 Each tool's calls (its reference solutions' arguments, then valid seed inputs: quality/tool_inputs.py) run as
 one sequence from the pristine database, once on the given runtime and again in each of `replays` separate
-sandbox worker processes (a fresh `Runtime` of one worker each): every real-time source the code can read
+sandbox worker processes (a fresh `Runtime` of one worker each; the replays run at once): every real-time source the code can read
 shifted by `REPLAY_CLOCK_SKEW_S` past the world clock, other random seeds (an episode's seeds derive from its
 id), and another hash seed (workers start with `python -I`, so each process draws its own: set iteration
 order over strings differs between processes, never between episodes of one worker). A call whose result, or

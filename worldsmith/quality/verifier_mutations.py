@@ -318,10 +318,10 @@ def task_mutations(
             cut = writes[len(writes) // 2]  # the reads and the first half of the writes
             half = EndState(Mutation.HALF_DONE, tuple(calls[:cut]), answer)
             results.append(run.judged(half) if run.play(calls[:cut]) is not None else None)
-            results.append(_reordered(run, calls, writes, answer, reference, reference_diff))
-        results.append(_wrong_entity(run, calls, writes, answer, reference, keys))
+            results.append(_reordered(run, calls, writes, answer, reference_diff))
+        results.append(_wrong_entity(run, calls, writes, answer, keys))
         results.append(_extra_insert(run, calls, writes, answer, reference, reference_diff, keys))
-        results += _free_text(run, calls, writes, answer, reference, keys)
+        results += _free_text(run, calls, writes, answer, keys)
         said = other_answer(task, bundle.tasks)
         if said is not None:
             run.play([], reference)
@@ -350,7 +350,7 @@ def _reference(run: _TaskEpisode, replay: SolutionReplay | None, answer: str) ->
 
 
 def _wrong_entity(
-    run: _TaskEpisode, calls: list[Call], writes: list[int], answer: str, reference: bytes, keys: SeedKeys
+    run: _TaskEpisode, calls: list[Call], writes: list[int], answer: str, keys: SeedKeys
 ) -> ProbeResult | None:
     for tries, mutated in enumerate(wrong_entities(calls, writes, keys)):
         if tries >= TRIES:
@@ -391,7 +391,7 @@ def _extra_insert(
 
 
 def _free_text(
-    run: _TaskEpisode, calls: list[Call], writes: list[int], answer: str, reference: bytes, keys: SeedKeys
+    run: _TaskEpisode, calls: list[Call], writes: list[int], answer: str, keys: SeedKeys
 ) -> list[ProbeResult | None]:
     """The free-text values the instruction names, in the reference's writes, written otherwise (must pass)
     and swapped for another seed row's text of the column (must fail): the first wrong verdict of each kind,
@@ -425,7 +425,7 @@ def _free_text(
 
 
 def _reordered(
-    run: _TaskEpisode, calls: list[Call], writes: list[int], answer: str, reference: bytes, reference_diff: DbDiff
+    run: _TaskEpisode, calls: list[Call], writes: list[int], answer: str, reference_diff: DbDiff
 ) -> ProbeResult | None:
     """The writes (each with the reads before it) in reverse order, judged when they commute."""
     starts = [0] + [w + 1 for w in writes[:-1]]
