@@ -290,8 +290,9 @@ def check_environment(runtime: Runtime, bundle: Bundle, *, reuse: bool = False) 
 
 def _probed(runtime: Runtime, bundle: Bundle, *, reuse: bool) -> list[ProbeResult]:
     """Every family of probes, in three chains run at once on the pool (quality/concurrently.py): the tools'
-    (deep, boundary, behaviour: each skips what crashed before it), the determinism replays, and the tasks'
-    (reference solutions, then the invariants and the verifier mutations on their end states)."""
+    (deep, then boundary and behaviour at once: they skip what crashed before them), the determinism
+    replays, and the tasks' (reference solutions, then the invariants and the verifier mutations on their
+    end states)."""
     results = probe_tools(runtime, bundle)
     if any(r.probe == Probe.TOOLS_LOAD for r in results):
         return results
@@ -314,14 +315,20 @@ def _probed(runtime: Runtime, bundle: Bundle, *, reuse: bool) -> list[ProbeResul
 def _tool_families(
     runtime: Runtime, bundle: Bundle, crashed: frozenset[str], *, reuse: bool
 ) -> list[list[ProbeResult]]:
-    """The deep probes, the boundary inputs and the behaviour probes of every tool that ran."""
+    """The deep probes, then the boundary inputs and the behaviour probes (at once) of every tool that ran."""
     from worldsmith.quality.behaviour_probes import behaviour_probes
     from worldsmith.quality.deep_probes import deep_probes
     from worldsmith.quality.input_probes import boundary_probes
 
     deep = deep_probes(runtime, bundle, skip=crashed, reuse=reuse)
     crashing = crashed | {r.target for r in deep if r.probe == Probe.VALID_INPUTS and not r.passed}
-    return [deep, boundary_probes(runtime, bundle, skip=crashing), behaviour_probes(runtime, bundle, skip=crashing)]
+    boundary, behaviour = together(
+        [
+            lambda: boundary_probes(runtime, bundle, skip=crashing),
+            lambda: behaviour_probes(runtime, bundle, skip=crashing),
+        ]
+    )
+    return [deep, boundary, behaviour]
 
 
 def _task_families(runtime: Runtime, bundle: Bundle) -> list[list[ProbeResult]]:
