@@ -25,6 +25,7 @@ from worldsmith.models.quality import QualityCheck
 from worldsmith.quality.checks import PROBES_CHECK
 from worldsmith.quality.invariants import invariant_probes, seed_invariant_probes
 from worldsmith.quality.probe_results import Probe, ProbeFailure
+from worldsmith.quality.probes import task_probes
 from worldsmith.stages.attempts import AttemptLog
 from worldsmith.stages.database import run_database_stage
 from worldsmith.stages.order import Stage
@@ -139,12 +140,17 @@ def test_a_tool_that_breaks_an_invariant_is_found_at_its_step_and_sent_to_the_to
     marks_booked = '    conn.execute("UPDATE availability_slots SET status = \'booked\' WHERE id = ?", (s["id"],))\n'
     assert sources["tools.py"].count(marks_booked) == 3
     sources["tools.py"] = sources["tools.py"].replace(marks_booked, "", 1)  # book_appointment leaves it open
-    failed = [r for r in invariant_probes(runtime, zocdoc_bundle(sources)) if not r.passed]
-    assert [(r.failure, r.target, r.cause) for r in failed] == [
-        (ProbeFailure.TOOL_BREAKS_INVARIANT, "book_in_network_dermatologist", "step 4 (book_appointment)")
-    ]
-    assert "open_slot_has_no_active_appointment" in failed[0].detail and "slot_id=8" in failed[0].detail
-    assert owning_step(failed[0]) == (Stage.TOOLS, "code")
+    broken = zocdoc_bundle(sources)
+    _, replays = task_probes(runtime, broken)  # the steps run here, or their databases as probe_tasks kept them
+    for failed in (
+        [r for r in invariant_probes(runtime, broken) if not r.passed],
+        [r for r in invariant_probes(runtime, broken, replays) if not r.passed],
+    ):
+        assert [(r.failure, r.target, r.cause) for r in failed] == [
+            (ProbeFailure.TOOL_BREAKS_INVARIANT, "book_in_network_dermatologist", "step 4 (book_appointment)")
+        ]
+        assert "open_slot_has_no_active_appointment" in failed[0].detail and "slot_id=8" in failed[0].detail
+        assert owning_step(failed[0]) == (Stage.TOOLS, "code")
 
 
 @pytest.mark.sandbox

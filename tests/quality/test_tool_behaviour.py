@@ -19,6 +19,7 @@ from worldsmith.quality.behaviour_probes import behaviour_probes
 from worldsmith.quality.probe_results import Probe, ProbeFailure
 from worldsmith.quality.range_bounds import bounds, documented
 from worldsmith.quality.sql_injection import injection_probes, sql_from_arguments
+from worldsmith.quality.world_values import world_values
 from worldsmith.quality.written_units import shared_format, unit_factor, unit_or_format_changed
 from worldsmith.stages.order import Stage
 from worldsmith.stages.routing import owning_step
@@ -211,7 +212,7 @@ def test_the_new_tool_fault_classes_are_found_in_real_model_worlds(runtime, real
 
 @pytest.mark.unit
 def test_seed_rows_know_children_and_the_rows_tied_to_a_parent(golden):
-    seed = SeedRows(golden.world)
+    seed = SeedRows(world_values(golden.world, 8))
     parent = next(t for t in seed.tables if seed.children(t))
     child, column, parent_column = seed.children(parent)[0]
     row = next(r for r in seed.rows[parent] if seed.tied(parent, r))

@@ -26,7 +26,7 @@ from worldsmith.llm.procedural.faults_verifiers import VERIFIER_PLANTERS
 from worldsmith.models.bundle import TaskSpec
 from worldsmith.models.results import DbDiff
 from worldsmith.quality.probe_results import Probe, ProbeFailure
-from worldsmith.quality.probes import probe_tasks
+from worldsmith.quality.probes import task_probes
 from worldsmith.quality.text_values import is_free_text, quoted, text_variants
 from worldsmith.quality.verifier_ids import seed_id_results
 from worldsmith.quality.verifier_mutations import equivalent, other_answer, singulars, verifier_mutations
@@ -128,11 +128,14 @@ def test_free_text_is_words_and_its_variants_read_the_same():
 
 @pytest.mark.sandbox
 def test_a_clean_world_passes_every_mutation_of_every_kind(runtime):
-    results = verifier_mutations(runtime, procedural_bundle("retail", 1))
+    bundle = procedural_bundle("retail", 1)
+    results = verifier_mutations(runtime, bundle)
     assert [r for r in results if not r.passed] == []
     kinds = {r.detail.split(":")[0] for r in results if r.probe != Probe.NO_SEED_IDS}
     assert {"half done", "wrong entity", "extra side effect", "calls reordered"} <= kinds
     assert {"free text written otherwise", "another entity's text"} <= kinds
+    from_replays = verifier_mutations(runtime, bundle, task_probes(runtime, bundle)[1])  # references not run again
+    assert [(r.probe, r.target, r.detail) for r in from_replays] == [(r.probe, r.target, r.detail) for r in results]
     assert not answer_variant_failures(runtime, procedural_bundle("retail", 1))
 
 
@@ -145,8 +148,9 @@ def test_each_planted_verifier_fault_is_found_and_sent_to_the_verifiers_stage(ru
         rejected = answer_variant_failures(runtime, planted.bundle)
         assert {p.task_id for p in rejected} == planted.targets and "lower_case" in {p.variant for p in rejected}
         return
-    results = probe_tasks(runtime, planted.bundle) if fault == "verifier_passes_untouched" else []
-    results += verifier_mutations(runtime, planted.bundle)
+    tasks, replays = task_probes(runtime, planted.bundle)  # the mutations start from their references' replays
+    results = tasks if fault == "verifier_passes_untouched" else []
+    results += verifier_mutations(runtime, planted.bundle, replays)
     named = [r for r in results if r.failure is found_by and r.target in planted.targets]
     assert named, [r for r in results if not r.passed]
     assert owning_step(named[0]) == (Stage.VERIFIERS, None)

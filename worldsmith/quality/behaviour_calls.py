@@ -9,13 +9,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from worldsmith.bundle.sqlscript import deserialize
 from worldsmith.jsonvalue import JsonObject, JsonValue
 from worldsmith.models.bundle import ToolSchema
 from worldsmith.models.results import DbDiff, ToolResult
 from worldsmith.quality.json_schema import declared_kinds
-from worldsmith.quality.schema import TableSchema, read_schema
-from worldsmith.quality.world_values import singular, words
+from worldsmith.quality.schema import TableSchema
+from worldsmith.quality.tool_calls import PristineCalls
+from worldsmith.quality.world_values import WorldValues, singular, words
 from worldsmith.runtime.episode import SandboxEpisode
 from worldsmith.runtime.errors import RuntimeFault
 
@@ -70,19 +70,12 @@ def same_value(returned: Any, expected: Any, *, contains: bool = False) -> bool:
 
 
 class SeedRows:
-    """The seeded database read on the host: each table's schema and its first `row_limit` rows."""
+    """The seeded database read on the host: each table's schema and its first rows (those `values` read:
+    the world's memoised WorldValues, so the seed is read once per check)."""
 
-    def __init__(self, world: bytes, row_limit: int = 2_000):
-        conn = deserialize(world, read_only=True)
-        try:
-            self.tables: dict[str, TableSchema] = {t.name: t for t in read_schema(conn)}
-            self.rows: dict[str, list[Row]] = {}
-            for name in self.tables:
-                cursor = conn.execute(f'SELECT * FROM "{name}" LIMIT {row_limit}')
-                names = [d[0] for d in cursor.description]
-                self.rows[name] = [dict(zip(names, r)) for r in cursor.fetchall()]
-        finally:
-            conn.close()
+    def __init__(self, values: WorldValues):
+        self.tables: dict[str, TableSchema] = values.tables
+        self.rows: dict[str, list[Row]] = values.rows
 
     def key(self, table: str) -> str | None:
         """The single primary-key column of `table` (None: none, or several)."""
@@ -169,19 +162,15 @@ class Written:
     changes: DbDiff
 
 
-class Caller:
-    """Calls on one episode, each on the pristine database (restored after a call that wrote); reads are
-    kept by arguments (the probes ask some calls twice)."""
+class Caller(PristineCalls):
+    """`PristineCalls` answering with results and, for a write, the rows it changed; reads and writes are kept
+    by tool and arguments (the probes ask some calls twice: a write's outcome on the pristine database is the
+    same each time, or the determinism replays say it is not)."""
 
     def __init__(self, episode: SandboxEpisode, world: bytes):
-        self.episode, self.world, self.dirty = episode, world, False
+        super().__init__(episode, world)
         self.kept: dict[str, ToolResult] = {}
-        self.made = 0
-
-    def _fresh(self) -> None:
-        if self.dirty:
-            self.episode.restore(None)
-            self.dirty = False
+        self.written: dict[str, Written] = {}
 
     def call(self, tool: str, arguments: JsonObject) -> ToolResult:
         """The result of `tool` on the pristine database (a runtime fault is its env_error)."""
@@ -189,13 +178,9 @@ class Caller:
         if key in self.kept:
             return self.kept[key]
         try:
-            self._fresh()
-            self.made += 1
-            result = self.episode.call_tool(tool, arguments)
+            result = self.call_fresh(tool, arguments)
         except RuntimeFault as fault:
-            self.dirty = True
             return ToolResult(status="env_error", error=f"runtime fault: {fault}")
-        self.dirty = result.changed
         if not result.changed:
             self.kept[key] = result
         return result
@@ -203,13 +188,15 @@ class Caller:
     def write(self, tool: str, arguments: JsonObject) -> Written:
         """`tool` called on the pristine database, with the rows it changed (none unless it changed the
         database; a runtime fault is its env_error)."""
+        key = json.dumps([tool, arguments], sort_keys=True, default=str)
+        if key in self.written:
+            return self.written[key]
         try:
-            self._fresh()
-            self.made += 1
-            result = self.episode.call_tool(tool, arguments)
-            self.dirty = result.changed
+            result = self.call_fresh(tool, arguments)
             changes = self.episode.diff(self.world) if result.ok and result.changed else DbDiff()
-            return Written(result, changes)
         except RuntimeFault as fault:
             self.dirty = True
             return Written(ToolResult(status="env_error", error=f"runtime fault: {fault}"), DbDiff())
+        if result.status != "env_error":  # a crash (a limit hit under load) is made again
+            self.written[key] = Written(result, changes)
+        return Written(result, changes)

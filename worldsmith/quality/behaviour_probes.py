@@ -77,7 +77,7 @@ def behaviour_probes(runtime: Runtime, bundle: Bundle, *, skip: frozenset[str] =
     docstring."""
     tools = [t for t in bundle.tools if t.name not in skip]
     values = world_values(bundle.world, 8)
-    seed = SeedRows(bundle.world)
+    seed = SeedRows(values)
     named = {t.name: entity_tables(t, values) for t in tools}
     references = reference_arguments(bundle)
     source = bundle.files.get("tools.py")

@@ -6,7 +6,8 @@ worker (`SandboxEpisode.query`), read-only and bounded, as all generated code ru
   invariant`, the seed's fault, naming the offending rows), and runs at all within its budget (else
   `invariant query failed`, the fault of the invariants themselves, stated with the schema);
 - `end state keeps invariants`, per task with a reference solution: its steps run in a fresh episode and
-  every invariant the seed keeps is checked on the database after each writing step; the first step after
+  every invariant the seed keeps is checked on the database after each writing step (those `probe_tasks`'
+  first replay kept, where given); the first step after
   which one is broken is a `tool breaks invariant` (the tool code's fault: a tool must not leave a state
   the world's rules forbid, whoever calls it), naming the step, the invariant and the rows. A step that
   fails ends the run there (the reference probes report it).
@@ -14,11 +15,15 @@ worker (`SandboxEpisode.query`), read-only and bounded, as all generated code ru
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+
 from worldsmith.bundle.contract import Bundle
 from worldsmith.bundle.invariants import InvariantViolation, check_queries
-from worldsmith.models.bundle import Invariant, TaskSpec
+from worldsmith.models.bundle import Invariant, SolutionStep, TaskSpec
+from worldsmith.quality.concurrently import each_on_pool
 from worldsmith.quality.probe_results import Probe, ProbeFailure, ProbeResult
-from worldsmith.runtime.episode import Runtime
+from worldsmith.quality.probes import SolutionReplay
+from worldsmith.runtime.episode import Runtime, SandboxEpisode
 
 
 def seed_invariant_probes(runtime: Runtime, bundle: Bundle) -> list[ProbeResult]:
@@ -37,16 +42,13 @@ def seed_invariant_probes(runtime: Runtime, bundle: Bundle) -> list[ProbeResult]
     return results
 
 
-def _end_state_probe(runtime: Runtime, bundle: Bundle, task: TaskSpec, kept: list[Invariant]) -> ProbeResult:
-    """Run `task`'s reference solution, checking `kept` after each writing step (module docstring)."""
+def _end_state_probe(
+    runtime: Runtime, bundle: Bundle, task: TaskSpec, kept: list[Invariant], replay: SolutionReplay | None
+) -> ProbeResult:
+    """Check `kept` after each writing step of `task`'s reference solution (module docstring): on the
+    databases `replay` (its first replay in `probe_tasks`) kept after them, else on a run of its steps here."""
     with runtime.open_episode(bundle, task) as episode:
-        for number, step in enumerate(task.solution, start=1):
-            outcome = episode.call_tool(step.tool, step.arguments)
-            if not outcome.ok:
-                break
-            if not outcome.changed:
-                continue
-            broken: list[InvariantViolation] = check_queries(episode.query, kept)
+        for number, step, broken in _after_writes(episode, task, kept, replay):
             if broken:
                 where = f"step {number} ({step.tool})"
                 detail = f"after {where}: " + "; ".join(v.describe() for v in broken)
@@ -54,14 +56,41 @@ def _end_state_probe(runtime: Runtime, bundle: Bundle, task: TaskSpec, kept: lis
     return ProbeResult.passing(Probe.END_STATE_INVARIANTS, task.id, f"every state keeps {len(kept)} invariants")
 
 
-def invariant_probes(runtime: Runtime, bundle: Bundle) -> list[ProbeResult]:
+def _after_writes(
+    episode: SandboxEpisode, task: TaskSpec, kept: list[Invariant], replay: SolutionReplay | None
+) -> Iterator[tuple[int, SolutionStep, list[InvariantViolation]]]:
+    """Each writing step of `task`'s reference solution (up to one that fails) with the invariants of `kept`
+    the database after it breaks."""
+    if replay is not None:
+        for number, (step, (_, after)) in enumerate(zip(task.solution, replay.steps), start=1):
+            if after is not None:  # a writing step that succeeded
+                episode.restore(after)
+                yield number, step, check_queries(episode.query, kept)
+        return
+    for number, step in enumerate(task.solution, start=1):
+        outcome = episode.call_tool(step.tool, step.arguments)
+        if not outcome.ok:
+            return
+        if outcome.changed:
+            yield number, step, check_queries(episode.query, kept)
+
+
+def invariant_probes(
+    runtime: Runtime, bundle: Bundle, replays: Mapping[str, SolutionReplay] | None = None
+) -> list[ProbeResult]:
     """The seed's results, then each reference solution's (only the invariants the seed keeps are checked
-    on end states: a broken one is the seed's to fix first). [] for a world that states no invariant."""
+    on end states: a broken one is the seed's to fix first). `replays`: reference solutions already run, by
+    task id (`task_probes`), whose databases after each writing step are checked instead of running them
+    again. [] for a world that states no invariant."""
     if not bundle.invariants:
         return []
     results = seed_invariant_probes(runtime, bundle)
     kept_ids = {r.target for r in results if r.passed}
     kept = [i for i in bundle.invariants if i.id in kept_ids]
     if kept:
-        results += [_end_state_probe(runtime, bundle, task, kept) for task in bundle.tasks if task.solution]
+        replays = replays or {}
+        tasks = [task for task in bundle.tasks if task.solution]
+        results += each_on_pool(
+            runtime, tasks, lambda task: _end_state_probe(runtime, bundle, task, kept, replays.get(task.id))
+        )
     return results

@@ -17,6 +17,7 @@ from worldsmith.bundle.contract import Bundle
 from worldsmith.jsonvalue import JsonObject, JsonValue
 from worldsmith.models.bundle import TaskSpec
 from worldsmith.models.results import DbDiff, ToolResult, VerifierResult
+from worldsmith.quality.concurrently import each_on_pool, together
 from worldsmith.quality.input_formats import EXAMPLES, conforming, declared_format
 from worldsmith.quality.json_schema import schema_list, schema_object
 from worldsmith.quality.memo import SharedMemo
@@ -123,23 +124,25 @@ _EXCERPT = 200
 
 
 @dataclass
-class _Replay:
-    """One replay of a task's reference solution: each step's outcome and, after a writing step, the
-    database; the verdict (None when a step failed); the end state; why it is not accepted (a failed
-    `Probe.REFERENCE_ACCEPTED`; None: it is)."""
+class SolutionReplay:
+    """One replay of a task's reference solution from the untouched world: each step's outcome and, after a
+    writing step, the database; the verdict (None when a step failed) on the end state with `answer`; the end
+    state; why it is not accepted (a failed `Probe.REFERENCE_ACCEPTED`; None: it is)."""
 
     steps: list[tuple[ToolResult, bytes | None]]
     verdict: VerifierResult | None
+    answer: str
     final: bytes
     rejection: ProbeResult | None
 
 
-def _replay(runtime: Runtime, bundle: Bundle, task: TaskSpec, clock_skew_s: float) -> _Replay:
+def _replay(runtime: Runtime, bundle: Bundle, task: TaskSpec, clock_skew_s: float) -> SolutionReplay:
     """Run `task`'s reference solution in a fresh episode (its own random seeds, the real clock of its
     code shifted by `clock_skew_s`), then its verifier."""
     steps: list[tuple[ToolResult, bytes | None]] = []
     rejection = None
     verdict = None
+    answer = task.answer or ""
     with runtime.open_episode(bundle, task, clock_skew_s=clock_skew_s) as episode:
         for number, step in enumerate(task.solution, start=1):
             outcome = episode.call_tool(step.tool, step.arguments)
@@ -152,14 +155,14 @@ def _replay(runtime: Runtime, bundle: Bundle, task: TaskSpec, clock_skew_s: floa
                 rejection = ProbeResult.quoting(failure, task.id, detail, outcome, where)
                 break
         if rejection is None:
-            verdict = episode.verify(task.answer or "")
+            verdict = episode.verify(answer)
             if verdict.status != "complete":
                 detail = f"verifier said {_status(verdict)}: {verdict.error or verdict.evidence}"
                 rejection = ProbeResult.quoting(
                     ProbeFailure.REFERENCE_REJECTED, task.id, detail, verdict, f"verifier {task.verifier}"
                 )
         final = episode.snapshot()
-    return _Replay(steps, verdict, final, rejection)
+    return SolutionReplay(steps, verdict, answer, final, rejection)
 
 
 def _status(verdict: VerifierResult) -> str:
@@ -190,7 +193,9 @@ def _changes(changes: DbDiff) -> str:
     return f"{table}: a row only in the first replay: {excerpt(rows.deleted[0])}"
 
 
-def _first_difference(episode: Episode, task: TaskSpec, first: _Replay, second: _Replay) -> ProbeResult | None:
+def _first_difference(
+    episode: Episode, task: TaskSpec, first: SolutionReplay, second: SolutionReplay
+) -> ProbeResult | None:
     """What first differs between two replays of `task`'s reference solution, as a failed
     `Probe.REPLAY_DETERMINISTIC` naming the tool (or the verifier) at fault: its cause and the start of
     its detail are "tool NAME (step N)", "verifier NAME" or "end state". None when they agree.
@@ -224,22 +229,34 @@ def probe_tasks(runtime: Runtime, bundle: Bundle) -> list[ProbeResult]:
     and every real-time source its code can read shifted (`REPLAY_CLOCK_SKEW_S`), gives the same
     results, databases and verdict (`Probe.REPLAY_DETERMINISTIC`, naming the first tool whose result or
     database differs)."""
+    return task_probes(runtime, bundle)[0]
+
+
+def task_probes(runtime: Runtime, bundle: Bundle) -> tuple[list[ProbeResult], dict[str, SolutionReplay]]:
+    """`probe_tasks`' results (several tasks at once on the runtime's pool), and the first replay of each
+    reference solution by task id, for the probes that build on its end state (verifier mutations)."""
+    probed = each_on_pool(runtime, bundle.tasks, lambda task: _task_probes(runtime, bundle, task))
+    replays = {task.id: replay for task, (_, replay) in zip(bundle.tasks, probed) if replay is not None}
+    return [result for results, _ in probed for result in results], replays
+
+
+def _task_probes(runtime: Runtime, bundle: Bundle, task: TaskSpec) -> tuple[list[ProbeResult], SolutionReplay | None]:
+    """`probe_tasks`' results of one task, and its first replay (None: it has no reference solution)."""
     results = []
-    for task in bundle.tasks:
-        first = second = None
-        if task.solution:  # imported environments may have none
-            first = _replay(runtime, bundle, task, 0.0)
-            results.append(first.rejection or ProbeResult.passing(Probe.REFERENCE_ACCEPTED, task.id, "complete"))
-            if first.rejection is None:
-                second = _replay(runtime, bundle, task, REPLAY_CLOCK_SKEW_S)
-        with runtime.open_episode(bundle, task) as episode:
-            results.append(_untouched(task, episode.verify("")))
-            if first is not None and second is not None:
-                difference = _first_difference(episode, task, first, second)
-                results.append(
-                    difference or ProbeResult.passing(Probe.REPLAY_DETERMINISTIC, task.id, "same results and database")
-                )
-    return results
+    first = second = None
+    if task.solution:  # imported environments may have none
+        first = _replay(runtime, bundle, task, 0.0)
+        results.append(first.rejection or ProbeResult.passing(Probe.REFERENCE_ACCEPTED, task.id, "complete"))
+        if first.rejection is None:
+            second = _replay(runtime, bundle, task, REPLAY_CLOCK_SKEW_S)
+    with runtime.open_episode(bundle, task) as episode:
+        results.append(_untouched(task, episode.verify("")))
+        if first is not None and second is not None:
+            difference = _first_difference(episode, task, first, second)
+            results.append(
+                difference or ProbeResult.passing(Probe.REPLAY_DETERMINISTIC, task.id, "same results and database")
+            )
+    return results, first
 
 
 def _untouched(task: TaskSpec, untouched: VerifierResult) -> ProbeResult:
@@ -272,26 +289,52 @@ def check_environment(runtime: Runtime, bundle: Bundle, *, reuse: bool = False) 
 
 
 def _probed(runtime: Runtime, bundle: Bundle, *, reuse: bool) -> list[ProbeResult]:
+    """Every family of probes, in three chains run at once on the pool (quality/concurrently.py): the tools'
+    (deep, then boundary and behaviour at once: they skip what crashed before them), the determinism
+    replays, and the tasks' (reference solutions, then the invariants and the verifier mutations on their
+    end states)."""
     results = probe_tools(runtime, bundle)
-    if not any(r.probe == Probe.TOOLS_LOAD for r in results):
-        from worldsmith.quality.deep_probes import deep_probes  # it builds on this module
+    if any(r.probe == Probe.TOOLS_LOAD for r in results):
+        return results
+    # the families below build on this module
+    from worldsmith.quality.tool_replays import replay_tools
 
-        crashed = frozenset(r.target for r in results if r.probe == Probe.TOOL_RUNS and not r.passed)
-        results += deep_probes(runtime, bundle, skip=crashed, reuse=reuse)
-        from worldsmith.quality.input_probes import boundary_probes  # they build on this module
-        from worldsmith.quality.tool_replays import replay_tools
+    crashed = frozenset(r.target for r in results if r.probe == Probe.TOOL_RUNS and not r.passed)
+    tools, replays, tasks = together(
+        [
+            lambda: _tool_families(runtime, bundle, crashed, reuse=reuse),
+            lambda: [replay_tools(runtime, bundle, skip=crashed)],
+            lambda: _task_families(runtime, bundle),
+        ]
+    )
+    deep, boundary, behaviour = tools
+    (replayed,) = replays
+    return results + deep + boundary + replayed + behaviour + [r for family in tasks for r in family]
 
-        crashing = crashed | {r.target for r in results if r.probe == Probe.VALID_INPUTS and not r.passed}
-        results += boundary_probes(runtime, bundle, skip=crashing)
-        results += replay_tools(runtime, bundle, skip=crashed)
-        from worldsmith.quality.behaviour_probes import behaviour_probes  # they build on this module
 
-        results += behaviour_probes(runtime, bundle, skip=crashing)
-        results += probe_tasks(runtime, bundle)
-        from worldsmith.quality.invariants import invariant_probes  # it runs solutions as this module does
+def _tool_families(
+    runtime: Runtime, bundle: Bundle, crashed: frozenset[str], *, reuse: bool
+) -> list[list[ProbeResult]]:
+    """The deep probes, then the boundary inputs and the behaviour probes (at once) of every tool that ran."""
+    from worldsmith.quality.behaviour_probes import behaviour_probes
+    from worldsmith.quality.deep_probes import deep_probes
+    from worldsmith.quality.input_probes import boundary_probes
 
-        results += invariant_probes(runtime, bundle)
-        from worldsmith.quality.verifier_mutations import verifier_mutations  # it builds on probe_tasks' verdicts
+    deep = deep_probes(runtime, bundle, skip=crashed, reuse=reuse)
+    crashing = crashed | {r.target for r in deep if r.probe == Probe.VALID_INPUTS and not r.passed}
+    boundary, behaviour = together(
+        [
+            lambda: boundary_probes(runtime, bundle, skip=crashing),
+            lambda: behaviour_probes(runtime, bundle, skip=crashing),
+        ]
+    )
+    return [deep, boundary, behaviour]
 
-        results += verifier_mutations(runtime, bundle)
-    return results
+
+def _task_families(runtime: Runtime, bundle: Bundle) -> list[list[ProbeResult]]:
+    """The task probes, the invariants and the verifier mutations."""
+    from worldsmith.quality.invariants import invariant_probes
+    from worldsmith.quality.verifier_mutations import verifier_mutations
+
+    tasks, replays = task_probes(runtime, bundle)
+    return [tasks, invariant_probes(runtime, bundle, replays), verifier_mutations(runtime, bundle, replays)]

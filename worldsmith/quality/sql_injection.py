@@ -18,6 +18,7 @@ import ast
 import re
 from dataclasses import dataclass
 
+from worldsmith.bundle.codepolicy import parse_source
 from worldsmith.jsonvalue import JsonObject, JsonValue
 from worldsmith.models.bundle import ToolSchema
 from worldsmith.models.results import ToolResult
@@ -129,7 +130,7 @@ def _reaches(function: ast.FunctionDef, tainted: set[str], helpers: dict[str, se
 def sql_from_arguments(tools_py: str, tools: list[ToolSchema]) -> list[BuiltSql]:
     """The tools of `tools_py` that build SQL text from a text argument (see the module docstring)."""
     try:
-        tree = ast.parse(tools_py)
+        tree = parse_source(tools_py, "tools.py")
     except SyntaxError:
         return []
     functions = {f.name: f for f in tree.body if isinstance(f, ast.FunctionDef)}

@@ -1,5 +1,5 @@
-"""The deep probes' calls (quality/deep_probes.py), each on the pristine database of one episode: a
-`Prober` restores the database after a call that wrote, keeps each call's outcome by the tool behaviour
+"""The probes' calls, each on the pristine database of one episode (`PristineCalls`: restored after a call
+that wrote). The deep probes' (quality/deep_probes.py): a `Prober` keeps each call's outcome by the tool behaviour
 it depends on (`tool_behaviour_key`: calls made for an earlier round, or ahead while the model writes,
 are not made again), and replays the reference solutions for what they show (`replay_references`)."""
 
@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 
 from worldsmith.bundle.contract import Bundle
 from worldsmith.jsonvalue import JsonObject
+from worldsmith.models.results import ToolResult
 from worldsmith.quality.memo import content_digest
 from worldsmith.quality.probes import excerpt
 from worldsmith.runtime.episode import SandboxEpisode
@@ -67,10 +68,37 @@ class Stopped(Exception):
     """The probes' `stop` event was set: no further call is made."""
 
 
-class Prober:
+class PristineCalls:
     """Calls on one episode, each on the pristine database: after a call that wrote, the database is
-    restored before the next call (lazily: a restore can cost a fresh process, and an app's start).
-    With `known` (outcomes kept by call), a call kept there is not made again; a call made is kept."""
+    restored before the next call (lazily: a restore can cost a fresh process, and an app's start). What the
+    deep probes (`Prober`) and the behaviour probes (quality/behaviour_calls.Caller) call through."""
+
+    def __init__(self, episode: SandboxEpisode, world: bytes):
+        self.episode, self.world, self.dirty = episode, world, False
+        self.made = 0  # calls made in the sandbox (not answered from what was kept)
+
+    def fresh(self) -> None:
+        if self.dirty:
+            self.episode.restore(None)
+            self.dirty = False
+
+    def call_fresh(self, tool: str, arguments: JsonObject) -> ToolResult:
+        """`tool` called on the pristine database; a runtime fault (the episode could not be restored, or
+        its worker was lost) propagates, the database then taken as changed."""
+        self.made += 1
+        try:
+            self.fresh()
+            result = self.episode.call_tool(tool, arguments)
+        except RuntimeFault:
+            self.dirty = True
+            raise
+        self.dirty = result.changed
+        return result
+
+
+class Prober(PristineCalls):
+    """`PristineCalls` answering with outcomes (no values). With `known` (outcomes kept by call), a call kept
+    there is not made again; a call made is kept."""
 
     def __init__(
         self,
@@ -79,14 +107,8 @@ class Prober:
         known: dict[tuple[str, str], CallOutcome] | None = None,
         stop: threading.Event | None = None,
     ):
-        self.episode, self.world, self.dirty = episode, world, False
+        super().__init__(episode, world)
         self.known, self.stop = known, stop
-        self.made = 0  # calls made in the sandbox (not answered from `known`)
-
-    def fresh(self) -> None:
-        if self.dirty:
-            self.episode.restore(None)
-            self.dirty = False
 
     def call(self, tool: str, arguments: JsonObject, *, look: bool = True) -> CallOutcome:
         """Call `tool` on the pristine database; with `look`, the tables a writing call changed. A
@@ -97,11 +119,8 @@ class Prober:
             return replace(kept, arguments=arguments, written=set(kept.written) if look else set())
         if self.stop is not None and self.stop.is_set():
             raise Stopped
-        self.made += 1
         try:
-            self.fresh()
-            result = self.episode.call_tool(tool, arguments)
-            self.dirty = result.changed
+            result = self.call_fresh(tool, arguments)
             written = set(self.episode.diff(self.world).tables) if result.changed and look else set()
         except RuntimeFault as fault:
             self.dirty = True

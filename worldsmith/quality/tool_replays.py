@@ -2,7 +2,7 @@
 
 Each tool's calls (its reference solutions' arguments, then valid seed inputs: quality/tool_inputs.py) run as
 one sequence from the pristine database, once on the given runtime and again in each of `replays` separate
-sandbox worker processes (a fresh `Runtime` of one worker each): every real-time source the code can read
+sandbox worker processes (a fresh `Runtime` of one worker each; the replays run at once): every real-time source the code can read
 shifted by `REPLAY_CLOCK_SKEW_S` past the world clock, other random seeds (an episode's seeds derive from its
 id), and another hash seed (workers start with `python -I`, so each process draws its own: set iteration
 order over strings differs between processes, never between episodes of one worker). A call whose result, or
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from worldsmith.bundle.contract import Bundle
 from worldsmith.jsonvalue import JsonObject
 from worldsmith.models.results import ToolResult
+from worldsmith.quality.concurrently import together
 from worldsmith.quality.probe_results import Probe, ProbeFailure, ProbeResult
 from worldsmith.quality.probes import REPLAY_CLOCK_SKEW_S, excerpt
 from worldsmith.quality.tool_calls import reference_arguments
@@ -106,11 +107,15 @@ def replay_tools(
     """`Probe.TOOL_DETERMINISTIC` of every tool but those in `skip`; see the module docstring."""
     budget = budget or ReplayBudget()
     sequences = tool_sequences(bundle, budget.calls_per_tool, skip)
-    first = _replay(runtime, bundle, sequences, 0.0)
-    failures: dict[str, ProbeResult] = {}
-    for _ in range(budget.replays):
+
+    def separately() -> dict[str, _ToolRun]:
         with Runtime(runtime.limits, workers=1) as separate:  # a process of its own: its own hash seed
-            other = _replay(separate, bundle, sequences, REPLAY_CLOCK_SKEW_S)
+            return _replay(separate, bundle, sequences, REPLAY_CLOCK_SKEW_S)
+
+    # the replays at once: the processes start while the first replays run
+    first, *others = together([lambda: _replay(runtime, bundle, sequences, 0.0)] + [separately] * budget.replays)
+    failures: dict[str, ProbeResult] = {}
+    for other in others:
         for tool, calls in sequences.items():
             if tool not in failures and (found := _compared(runtime, bundle, tool, calls, first[tool], other[tool])):
                 failures[tool] = found

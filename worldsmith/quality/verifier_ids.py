@@ -23,6 +23,7 @@ import re
 import sqlite3
 from collections.abc import Iterator
 
+from worldsmith.bundle.codepolicy import parse_source
 from worldsmith.bundle.contract import Bundle
 from worldsmith.jsonvalue import JsonValue
 from worldsmith.models.bundle import TaskSpec
@@ -117,7 +118,7 @@ def seed_id_results(bundle: Bundle) -> list[ProbeResult]:
     if source is None:
         return []
     try:
-        tree = ast.parse(source.decode())
+        tree = parse_source(source.decode(), "verifiers.py")
     except (SyntaxError, ValueError, UnicodeDecodeError):
         return []  # a verifier module that does not parse fails to load: the probes that run it say so
     functions = {node.name: node for node in tree.body if isinstance(node, ast.FunctionDef)}

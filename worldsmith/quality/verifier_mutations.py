@@ -37,15 +37,18 @@ import json
 import re
 import sqlite3
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from worldsmith.bundle.codepolicy import parse_source
 from worldsmith.bundle.contract import Bundle
 from worldsmith.jsonvalue import JsonObject, JsonValue
 from worldsmith.models.bundle import TaskSpec
 from worldsmith.models.results import DbDiff
+from worldsmith.quality.concurrently import each_on_pool
 from worldsmith.quality.probe_results import Probe, ProbeFailure, ProbeResult
+from worldsmith.quality.probes import SolutionReplay
 from worldsmith.quality.text_values import is_free_text, quoted, text_variants
 from worldsmith.runtime.episode import Runtime, SandboxEpisode
 
@@ -227,7 +230,7 @@ def verifier_text(bundle: Bundle, task: TaskSpec) -> str:
     verifiers.py does not parse or lacks it)."""
     try:
         source = bundle.files["verifiers.py"].decode()
-        functions = {n.name: n for n in ast.parse(source).body if isinstance(n, ast.FunctionDef)}
+        functions = {n.name: n for n in parse_source(source, "verifiers.py").body if isinstance(n, ast.FunctionDef)}
     except (KeyError, SyntaxError, ValueError, UnicodeDecodeError):
         return ""
     verifier = functions.get(task.verifier)
@@ -242,17 +245,22 @@ def verifier_text(bundle: Bundle, task: TaskSpec) -> str:
 
 class _TaskEpisode:
     """One episode of a task, replaying call lists from the untouched world and judging what they leave;
-    `tables_read`: the tables its verifier's code names."""
+    `tables_read`: the tables its verifier's code names; `reference_diff`: what the reference solution
+    changes (from the untouched world), once known."""
 
     def __init__(self, episode: SandboxEpisode, bundle: Bundle, task: TaskSpec):
         self.episode, self.bundle, self.task = episode, bundle, task
         text = verifier_text(bundle, task)
         self.tables_read = {t for t in SeedKeys.tables(bundle.world) if re.search(rf"\b{re.escape(t)}\b", text)}
+        self.reference_diff = DbDiff()
+        self._untouched = True  # nothing called since the episode opened on the untouched world
 
     def play(self, calls: list[Call], start: bytes | None = None) -> list[bool] | None:
         """Play `calls` from `start` (None: the untouched world); which changed the database, or None when
         one did not succeed."""
-        self.episode.restore(start)
+        if start is not None or not self._untouched:
+            self.episode.restore(start)
+        self._untouched = False
         changed = []
         for tool, args in calls:
             result = self.episode.call_tool(tool, args)
@@ -265,14 +273,14 @@ class _TaskEpisode:
         """Whether `changes` touch a table the verifier reads (any table when its code names none)."""
         return not changes.empty and (not self.tables_read or bool(self.tables_read & set(changes.tables)))
 
-    def judged(self, state: EndState, reference: bytes) -> ProbeResult | None:
-        """The verdict on the current database with `state.answer`, as a probe result; None when the current
-        database is the reference's own or, for a must-fail mutation of the calls, changes no table the
-        verifier reads: nothing it can see was mutated."""
-        now = self.episode.snapshot()
-        if self.episode.diff(reference, now).empty and state.mutation is not Mutation.OTHER_ANSWER:
+    def judged(self, state: EndState, changes: DbDiff | None = None) -> ProbeResult | None:
+        """The verdict on the current database (`changes`: its diff from the untouched world, when known) with
+        `state.answer`, as a probe result; None when the current database is the reference's own (the same
+        changes from the untouched world: the same rows) or, for a must-fail mutation of the calls, changes
+        no table the verifier reads: nothing it can see was mutated."""
+        changes = self.episode.diff(self.bundle.world) if changes is None else changes
+        if changes == self.reference_diff and state.mutation is not Mutation.OTHER_ANSWER:
             return None
-        changes = self.episode.diff(self.bundle.world, now)
         calls_mutated = not state.mutation.must_pass and state.mutation is not Mutation.OTHER_ANSWER
         if calls_mutated and not self.sees(changes):
             return None  # nothing changed that the verifier reads (a row already so, a log line)
@@ -289,42 +297,66 @@ class _TaskEpisode:
         return ProbeResult.failing(state.mutation.failure, self.task.id, detail, cause=str(state.mutation))
 
 
-def task_mutations(runtime: Runtime, bundle: Bundle, task: TaskSpec, keys: SeedKeys) -> list[ProbeResult]:
-    """Every mutation of `task` that applies, judged ([] when its reference is not accepted)."""
+def task_mutations(
+    runtime: Runtime, bundle: Bundle, task: TaskSpec, keys: SeedKeys, replay: SolutionReplay | None = None
+) -> list[ProbeResult]:
+    """Every mutation of `task` that applies, judged ([] when its reference is not accepted). `replay`: the
+    reference solution already run from the untouched world in an episode of this runtime (probe_tasks'
+    first replay), whose end state and verdict serve here instead of running it again."""
     calls: list[Call] = [(step.tool, step.arguments) for step in task.solution]
     answer = task.answer or "Done."
     results: list[ProbeResult | None] = []
     with runtime.open_episode(bundle, task) as episode:
         run = _TaskEpisode(episode, bundle, task)
-        changed = run.play(calls)
-        if changed is None or str(getattr(episode.verify(answer).status, "value", "")) != "complete":
+        reused = _reference(run, replay, answer)
+        if reused is None:
             return []
-        reference = episode.snapshot()
-        reference_diff = episode.diff(bundle.world, reference)
+        changed, reference = reused
+        run.reference_diff = reference_diff = episode.diff(bundle.world, reference)
         writes = [i for i, did in enumerate(changed) if did]
         if len(writes) >= 2:
             cut = writes[len(writes) // 2]  # the reads and the first half of the writes
             half = EndState(Mutation.HALF_DONE, tuple(calls[:cut]), answer)
-            results.append(run.judged(half, reference) if run.play(calls[:cut]) is not None else None)
-            results.append(_reordered(run, calls, writes, answer, reference, reference_diff))
-        results.append(_wrong_entity(run, calls, writes, answer, reference, keys))
+            results.append(run.judged(half) if run.play(calls[:cut]) is not None else None)
+            results.append(_reordered(run, calls, writes, answer, reference_diff))
+        results.append(_wrong_entity(run, calls, writes, answer, keys))
         results.append(_extra_insert(run, calls, writes, answer, reference, reference_diff, keys))
-        results += _free_text(run, calls, writes, answer, reference, keys)
+        results += _free_text(run, calls, writes, answer, keys)
         said = other_answer(task, bundle.tasks)
-        run.play([], reference)
-        if said is not None and str(getattr(episode.verify("").status, "value", "")) != "complete":
-            results.append(run.judged(EndState(Mutation.OTHER_ANSWER, tuple(calls), said), reference))
+        if said is not None:
+            run.play([], reference)
+            if str(getattr(episode.verify("").status, "value", "")) != "complete":
+                results.append(run.judged(EndState(Mutation.OTHER_ANSWER, tuple(calls), said), reference_diff))
     return [r for r in results if r is not None]
 
 
+def _reference(run: _TaskEpisode, replay: SolutionReplay | None, answer: str) -> tuple[list[bool], bytes] | None:
+    """Which of the reference's calls changed the database, and its end state, judged complete with `answer`:
+    `replay`'s (judged again where it was judged with another answer), else played here. None when a call
+    fails or the verifier does not judge it complete (`Probe.REFERENCE_ACCEPTED` reports it)."""
+    if replay is not None:
+        if replay.rejection is not None:
+            return None
+        changed, reference = [outcome.changed for outcome, _ in replay.steps], replay.final
+        if replay.answer == answer:
+            return changed, reference
+        run.play([], reference)
+    else:
+        played = run.play([(step.tool, step.arguments) for step in run.task.solution])
+        if played is None:
+            return None
+        changed, reference = played, run.episode.snapshot()
+    return (changed, reference) if str(getattr(run.episode.verify(answer).status, "value", "")) == "complete" else None
+
+
 def _wrong_entity(
-    run: _TaskEpisode, calls: list[Call], writes: list[int], answer: str, reference: bytes, keys: SeedKeys
+    run: _TaskEpisode, calls: list[Call], writes: list[int], answer: str, keys: SeedKeys
 ) -> ProbeResult | None:
     for tries, mutated in enumerate(wrong_entities(calls, writes, keys)):
         if tries >= TRIES:
             break
         if run.play(mutated) is not None:
-            judged = run.judged(EndState(Mutation.WRONG_ENTITY, tuple(mutated), answer), reference)
+            judged = run.judged(EndState(Mutation.WRONG_ENTITY, tuple(mutated), answer))
             if judged is not None:
                 return judged
     return None
@@ -354,12 +386,12 @@ def _extra_insert(
                 continue
             added = run.episode.diff(reference)
             if any(added.tables.get(t) is not None and added.tables[t].inserted for t in creating):
-                return run.judged(EndState(Mutation.EXTRA_SIDE_EFFECT, (*calls, extra), answer), reference)
+                return run.judged(EndState(Mutation.EXTRA_SIDE_EFFECT, (*calls, extra), answer))
     return None
 
 
 def _free_text(
-    run: _TaskEpisode, calls: list[Call], writes: list[int], answer: str, reference: bytes, keys: SeedKeys
+    run: _TaskEpisode, calls: list[Call], writes: list[int], answer: str, keys: SeedKeys
 ) -> list[ProbeResult | None]:
     """The free-text values the instruction names, in the reference's writes, written otherwise (must pass)
     and swapped for another seed row's text of the column (must fail): the first wrong verdict of each kind,
@@ -374,7 +406,7 @@ def _free_text(
 
     def judge(mutation: Mutation, mutated: list[Call]) -> None:
         if not (mutation in found and not found[mutation].passed) and run.play(mutated) is not None:
-            judged = run.judged(EndState(mutation, tuple(mutated), answer), reference)
+            judged = run.judged(EndState(mutation, tuple(mutated), answer))
             if judged is not None and (mutation not in found or not judged.passed):
                 found[mutation] = judged
 
@@ -393,7 +425,7 @@ def _free_text(
 
 
 def _reordered(
-    run: _TaskEpisode, calls: list[Call], writes: list[int], answer: str, reference: bytes, reference_diff: DbDiff
+    run: _TaskEpisode, calls: list[Call], writes: list[int], answer: str, reference_diff: DbDiff
 ) -> ProbeResult | None:
     """The writes (each with the reads before it) in reverse order, judged when they commute."""
     starts = [0] + [w + 1 for w in writes[:-1]]
@@ -401,24 +433,29 @@ def _reordered(
     reordered = [call for group in reversed(groups) for call in group] + calls[writes[-1] + 1 :]
     if reordered == calls or run.play(reordered) is None:
         return None
-    if not equivalent(reference_diff, run.episode.diff(run.bundle.world)):
+    changes = run.episode.diff(run.bundle.world)
+    if not equivalent(reference_diff, changes):
         return None  # the writes do not commute
-    return run.judged(EndState(Mutation.REORDERED, tuple(reordered), answer), reference)
+    return run.judged(EndState(Mutation.REORDERED, tuple(reordered), answer), changes)
 
 
-def verifier_mutations(runtime: Runtime, bundle: Bundle) -> list[ProbeResult]:
-    """Every task's verifier judged on its mutated end states (tasks with a reference solution), and the
-    row ids its code names that only this seed has (quality/verifier_ids.py). [] for verifiers a release
-    brought (an imported world's: written to the release's conventions, such as the acting user being row 1,
-    and never repaired by the verifiers stage)."""
+def verifier_mutations(
+    runtime: Runtime, bundle: Bundle, replays: Mapping[str, SolutionReplay] | None = None
+) -> list[ProbeResult]:
+    """Every task's verifier judged on its mutated end states (tasks with a reference solution; several at
+    once on the runtime's pool), and the row ids its code names that only this seed has
+    (quality/verifier_ids.py). `replays`: reference solutions already run, by task id (`task_probes`). [] for
+    verifiers a release brought (an imported world's: written to the release's conventions, such as the acting
+    user being row 1, and never repaired by the verifiers stage)."""
     from worldsmith.quality.verifier_ids import seed_id_results  # the static half: no runtime
 
     if bundle.verifiers_kind.name is not None:
         return []
 
     keys = SeedKeys(bundle.world)
-    results = seed_id_results(bundle)
-    for task in bundle.tasks:
-        if task.solution:
-            results += task_mutations(runtime, bundle, task, keys)
-    return results
+    replays = replays or {}
+    tasks = [task for task in bundle.tasks if task.solution]
+    mutated = each_on_pool(
+        runtime, tasks, lambda task: task_mutations(runtime, bundle, task, keys, replays.get(task.id))
+    )
+    return seed_id_results(bundle) + [result for results in mutated for result in results]

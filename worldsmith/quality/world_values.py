@@ -42,7 +42,7 @@ def _spread(values: list[Any], bound: int) -> list[Any]:
 
 class WorldValues:
     """The seeded database as probe inputs: each table's declared constraints (quality/schema.py),
-    its primary keys and each column's distinct values, in row order."""
+    its primary keys and each column's distinct values, in row order; its first `row_limit` rows (`rows`)."""
 
     def __init__(self, world: bytes, bound: int, row_limit: int = 2_000):
         self.bound = bound
@@ -50,10 +50,12 @@ class WorldValues:
         try:
             self.tables: dict[str, TableSchema] = {t.name: t for t in read_schema(conn)}
             self.columns: dict[tuple[str, str], list[Any]] = {}
+            self.rows: dict[str, list[dict[str, Any]]] = {}
             for table in self.tables.values():
                 cursor = conn.execute(f'SELECT * FROM "{table.name}" LIMIT {row_limit}')
                 names = [d[0] for d in cursor.description]
                 rows = cursor.fetchall()
+                self.rows[table.name] = [dict(zip(names, r)) for r in rows]
                 for position, name in enumerate(names):
                     seen = dict.fromkeys(r[position] for r in rows if r[position] is not None)
                     self.columns[(table.name, name)] = list(seen)
