@@ -14,6 +14,7 @@ import ast
 import json
 from dataclasses import dataclass
 
+from worldsmith.bundle.codepolicy import parse_source
 from worldsmith.bundle.sqlscript import split_statements
 
 
@@ -45,7 +46,7 @@ def _item_name(item: object, index: int) -> str:
 
 def _python_parts(text: str) -> list[Part] | None:
     try:
-        module = ast.parse(text)
+        module = parse_source(text)
     except SyntaxError:
         return None
     lines = text.splitlines(keepends=True)
