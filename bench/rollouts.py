@@ -27,7 +27,9 @@ os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def trainer_for(model_dir: Path, model: Any, tokenizer: Any, bundle: Any, runtime: Any, out: Path, **config: Any) -> Any:
+def trainer_for(
+    model_dir: Path, model: Any, tokenizer: Any, bundle: Any, runtime: Any, out: Path, **config: Any
+) -> Any:
     from worldsmith.training.config import TrainingConfig
     from worldsmith.training.trainer import WorldGRPOTrainer, grpo_args, task_dataset
 

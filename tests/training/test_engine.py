@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 from fastapi import FastAPI, Request
-from support.patience import MOMENTS_S
+from support.patience import MOMENTS_S, wait_until
 from support.scripts import call_text
 
 from worldsmith.agent.loop import EpisodeConfig, Trajectory, TurnRecord
@@ -30,6 +30,7 @@ from worldsmith.training.engine import (
     EngineClient,
     EnginePolicy,
     LocalWeights,
+    RolloutEngine,
     VLLMAdapters,
     drop_stale,
     rollout_version,
@@ -160,6 +161,40 @@ def test_engine_requests_arriving_during_a_batch_form_the_next_one(tiny):
         batcher.close()
     assert (batcher.stats.batches, batcher.stats.largest_batch, batcher.stats.requests) == (2, 3, 4)
     assert all(len(ids) == len(logps) >= 1 for ids, logps, _ in results)
+
+
+@pytest.mark.e2e
+def test_engine_weights_sent_during_a_batch_serve_the_requests_after_it(tiny, golden, tmp_path):
+    """A push that does not wait (a staleness bound of 1): the batch running keeps the old version,
+    requests queued after the update get the new one; `settle` waits for it to land."""
+    model, tokenizer = tiny
+    release, first_running = threading.Event(), threading.Event()
+
+    class HeldBatcher(ContinuousBatcher):
+        def _generate(self, batch):
+            first_running.set()
+            assert release.wait(MOMENTS_S)
+            return super()._generate(batch)
+
+    batcher = HeldBatcher(copy.deepcopy(model), tokenizer)
+    changed = copy.deepcopy(model)
+    with torch.no_grad():
+        next(changed.parameters()).add_(1.0)
+    try:
+        with BackgroundServer(policy_app(batcher)) as running:
+            client = EngineClient(running.url)
+            engine = RolloutEngine(client, LocalWeights(client, tmp_path), tokenizer)
+            first = batcher.generate([1, 2, 3], 1.0, 4)
+            assert first_running.wait(MOMENTS_S)
+            engine.push(changed, 1, wait=False)  # returns at once: the weights copied, sent on a thread
+            wait_until(batcher.queued_updates, "the update to queue behind the running batch")
+            later = batcher.generate([1, 2, 3], 1.0, 4)
+            release.set()
+            engine.settle()
+    finally:
+        batcher.close()
+    assert first.done.result(MOMENTS_S)[2] == 0 and later.done.result(MOMENTS_S)[2] == 1
+    assert client.version == 1 and [p.name for p in tmp_path.iterdir()] == ["policy-v1.pt"]
 
 
 class ScriptedPolicy:
@@ -313,18 +348,26 @@ def test_engine_vllm_needs_a_url_and_lora():
 
 
 @pytest.mark.e2e
-def test_engine_trainer_step_with_the_local_engine(tiny_model, golden, runtime, tmp_path):
+def test_engine_trainer_steps_with_the_local_engine(tiny_model, golden, runtime, tmp_path):
+    """Two real steps with rollout_engine local: the engine serves the trainer's weights from the start
+    (the model differs from its directory's, yet the first step is on-policy), each step's weights
+    are pushed as the next version, and with the default bound of 1 the second step's rollouts
+    (started while the push lands) are at most one version behind and none is dropped."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from worldsmith.training.trainer import WorldGRPOTrainer, grpo_args, task_dataset
 
     bundle = dataclasses.replace(golden, tasks=(golden.task(TASK),))
     config = TrainingConfig(
-        model=str(tiny_model), set_name="test", group_size=2, steps=1, learning_rate=1e-3, max_turns=2,
+        model=str(tiny_model), set_name="test", group_size=2, steps=2, learning_rate=1e-3, max_turns=2,
         max_completion_length=16, rows_per_step=1, rollout_engine="local", rollouts_in_flight=4,
     )  # fmt: skip
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.1)  # not the weights in tiny_model
     trainer = WorldGRPOTrainer(
-        model=AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32),
+        model=model,
         args=grpo_args(config, tmp_path / "out"),
         train_dataset=task_dataset({"b": bundle}),
         processing_class=AutoTokenizer.from_pretrained(tiny_model),
@@ -333,14 +376,17 @@ def test_engine_trainer_step_with_the_local_engine(tiny_model, golden, runtime, 
         bundles={"b": bundle},
     )
     engine = trainer.engine
-    assert engine is not None and engine.client.version == 0
-    trainer.train()
-    versions = {r.policy_version for t in trainer.last_rollouts for r in t.turn_records}
-    assert versions == {0}  # every turn of the step's rollouts came from the weights of version 0
-    assert engine.client.version == 1  # pushed after the optimizer step
-    logged = trainer.state.log_history[0]
-    assert logged["stale_dropped"] == 0.0 and "sampling/importance_sampling_ratio/mean" in logged
-    assert logged["sampling/importance_sampling_ratio/mean"] == pytest.approx(1.0, abs=1e-3)  # on-policy
-    assert engine.server is not None and engine.server.batcher.version == 1
+    assert engine is not None and engine.client.version == 0 and engine.server is not None
+    try:
+        trainer.train()
+        after = trainer.rollouts([{"bundle": "b", "task_id": TASK}])  # after training: the trained weights
+    finally:
+        engine.close()
+    first, second = trainer.state.log_history[:2]
+    assert first["sampling/importance_sampling_ratio/mean"] == pytest.approx(1.0, abs=1e-3)  # on-policy
+    assert first["stale_dropped"] == second["stale_dropped"] == 0.0
+    assert {r.policy_version for t in trainer.last_rollouts for r in t.turn_records} <= {0, 1}
+    assert engine.client.version == engine.server.batcher.version == 2  # pushed after each optimizer step
+    assert {r.policy_version for r in after[0].turn_records} == {2}
     served = engine.server.batcher.model.state_dict()
     assert all(torch.equal(v, served[k]) for k, v in trainer.model.state_dict().items())  # the trained weights

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -180,18 +181,34 @@ def policy_state_dict(model: Any) -> dict[str, Any]:
 
 
 class LocalWeights:
-    """Pushes to the project's policy server: the weights as one state dict file in `folder`."""
+    """Pushes to the project's policy server: each version's weights one state dict file in `folder`
+    (the previous version's file removed once the next one is loaded)."""
 
     def __init__(self, client: EngineClient, folder: Path):
         self.client, self.folder = client, folder
 
-    def push(self, model: Any, version: int) -> int:
-        import torch
+    def snapshot(self, model: Any, version: int) -> Callable[[], int]:
+        """Copies the weights now; the function returned writes and loads them (on any thread)."""
+        state = policy_state_dict(model)
 
-        self.folder.mkdir(parents=True, exist_ok=True)
-        path = self.folder / "policy.pt"
-        torch.save(policy_state_dict(model), path)
-        return int(self.client.post("/v1/load_weights", {"path": str(path), "version": version})["policy_version"])
+        def send() -> int:
+            import torch
+
+            self.folder.mkdir(parents=True, exist_ok=True)
+            path = self.folder / f"policy-v{version}.pt"
+            torch.save(state, path)
+            loaded = int(
+                self.client.post("/v1/load_weights", {"path": str(path), "version": version})["policy_version"]
+            )
+            for old in self.folder.glob("policy-v*.pt"):
+                if old != path:
+                    old.unlink(missing_ok=True)
+            return loaded
+
+        return send
+
+    def push(self, model: Any, version: int) -> int:
+        return self.snapshot(model, version)()
 
 
 class VLLMAdapters:
@@ -201,19 +218,27 @@ class VLLMAdapters:
     def __init__(self, client: EngineClient, folder: Path, keep: int = 2):
         self.client, self.folder, self.keep = client, folder, keep
 
-    def push(self, model: Any, version: int) -> int:
+    def snapshot(self, model: Any, version: int) -> Callable[[], int]:
+        """Saves the adapters now; the function returned loads them into vLLM (on any thread)."""
         name = f"policy-v{version}"
         path = self.folder / name
         model.save_pretrained(str(path))  # a PEFT model saves its adapters only
-        self.client.post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
-        self.client.model = name
-        old = version - self.keep
-        if old >= 0:
-            try:
-                self.client.post("/v1/unload_lora_adapter", {"lora_name": f"policy-v{old}"})
-            except EngineUnavailable:  # never loaded (a resumed run): nothing to free
-                pass
-        return version
+
+        def send() -> int:
+            self.client.post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
+            self.client.model = name
+            old = version - self.keep
+            if old >= 0:
+                try:
+                    self.client.post("/v1/unload_lora_adapter", {"lora_name": f"policy-v{old}"})
+                except EngineUnavailable:  # never loaded (a resumed run): nothing to free
+                    pass
+            return version
+
+        return send
+
+    def push(self, model: Any, version: int) -> int:
+        return self.snapshot(model, version)()
 
 
 def rollout_version(trajectory: Trajectory) -> int | None:
@@ -234,6 +259,8 @@ class RolloutEngine:
 
     def __init__(self, client: EngineClient, pusher: LocalWeights | VLLMAdapters, tokenizer: Any, server: Any = None):
         self.client, self.pusher, self.tokenizer, self.server = client, pusher, tokenizer, server
+        self._pending: threading.Thread | None = None
+        self._failed: Exception | None = None
 
     @classmethod
     def for_training(cls, config: TrainingConfig, model: Any, tokenizer: Any, folder: Path) -> RolloutEngine:
@@ -268,13 +295,37 @@ class RolloutEngine:
         receives the weights after each optimizer step (`EngineSync`) and closes with the run."""
         model = trainer.accelerator.unwrap_model(trainer.model)
         engine = cls.for_training(trainer.config, model, trainer.processing_class, Path(trainer.args.output_dir))
-        trainer.add_callback(EngineSync(engine))
+        trainer.add_callback(EngineSync(engine, overlap=trainer.config.max_staleness > 0))
         return engine
 
-    def push(self, model: Any, version: int) -> int:
-        """`model`'s current weights to the engine as `version`; later turns report it."""
-        self.client.version = self.pusher.push(model, version)
-        return self.client.version
+    def push(self, model: Any, version: int, *, wait: bool = True) -> None:
+        """`model`'s current weights to the engine as `version` (later turns report it), after the
+        previous push has landed. Without `wait` the weights are copied now and sent on a thread
+        while the next rollouts start: their first turns may come from the version before (one
+        step stale, corrected by the importance ratio)."""
+        self.settle()
+        send = self.pusher.snapshot(model, version)
+        if wait:
+            self.client.version = send()
+            return
+
+        def landed() -> None:
+            try:
+                self.client.version = send()
+            except Exception as exc:  # noqa: BLE001 - raised by the next settle, on the trainer's thread
+                self._failed = exc
+
+        self._pending = threading.Thread(target=landed, daemon=True, name="engine-push")
+        self._pending.start()
+
+    def settle(self) -> None:
+        """Waits for a push under way; raises its failure."""
+        if self._pending is not None:
+            self._pending.join()
+            self._pending = None
+        failed, self._failed = self._failed, None
+        if failed is not None:
+            raise failed
 
     def rollouts(
         self,
@@ -304,7 +355,10 @@ class RolloutEngine:
         )
 
     def close(self) -> None:
-        self.client.close()
+        try:
+            self.settle()
+        finally:
+            self.client.close()
         if self.server is not None:
             self.server.__exit__(None, None, None)
 
@@ -334,14 +388,16 @@ def judge_each(
 
 
 class EngineSync(TrainerCallback):
-    """Pushes the trained weights to the engine after each optimizer step, as version = the step."""
+    """Pushes the trained weights to the engine after each optimizer step, as version = the step:
+    sent while the next rollouts start when `overlap` (a staleness bound of 1 or more), else
+    before they start."""
 
-    def __init__(self, engine: RolloutEngine):
-        self.engine = engine
+    def __init__(self, engine: RolloutEngine, overlap: bool):
+        self.engine, self.overlap = engine, overlap
 
     def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         if model is not None:
-            self.engine.push(model, state.global_step)
+            self.engine.push(model, state.global_step, wait=not self.overlap)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-        self.engine.close()
+        self.engine.settle()  # the final weights served: rollouts after training (success rates) use them

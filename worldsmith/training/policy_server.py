@@ -92,6 +92,11 @@ class ContinuousBatcher:
     def load(self, path: Path, version: int | None) -> _Update:
         return self._enqueue(_Update(path, version))
 
+    def queued_updates(self) -> int:
+        """Weight updates waiting for the batch before them to end."""
+        with self._changed:
+            return sum(isinstance(job, _Update) for job in self._queue)
+
     def close(self) -> None:
         with self._changed:
             self._closed = True
