@@ -7,7 +7,7 @@
   episodes asynchronous against it (training/async_rollouts.py), its batcher taking whatever
   requests are queued.
 
-    .venv/bin/python bench/rollouts.py [--rollouts 16] [--hidden 64] [--tokens 48] [--max-turns 3]
+    .venv/bin/python bench/rollouts.py [--rollouts 16] [--hidden 64] [--tokens 48] [--max-turns 3] [--warmup-steps 0]
 
 Prints, per path, rollouts per second, episodes in flight (the mean batch the model ran, and the most
 at once), the model's idle share (wall time outside generation over wall time) and the ratios. The
@@ -51,6 +51,13 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=64)
     parser.add_argument("--tokens", type=int, default=48, help="tokens generated per turn at most")
     parser.add_argument("--max-turns", type=int, default=3)
+    parser.add_argument(
+        "--warmup-steps",
+        type=int,
+        default=0,
+        help="supervised steps on the world's reference solutions first: the model then calls tools, so "
+        "episodes last different numbers of turns (0: random weights, one-turn episodes)",
+    )
     args = parser.parse_args()
 
     import torch
@@ -61,7 +68,9 @@ def main() -> None:
     from worldsmith.llm.procedural.backend import procedural_bundle
     from worldsmith.runtime.episode import Runtime
     from worldsmith.training.async_rollouts import RolloutEvents
+    from worldsmith.training.config import TrainingConfig
     from worldsmith.training.tiny import build_tiny_model
+    from worldsmith.training.warmup import reference_rows, warm_up
 
     bundle = procedural_bundle("retail", 0)
     task = bundle.tasks[0]
@@ -71,6 +80,9 @@ def main() -> None:
     rows: dict[str, tuple[float, int, float, float, int]] = {}  # rollouts/s, turns, idle share, mean batch, most
     with tempfile.TemporaryDirectory() as scratch:
         model_dir = build_tiny_model(Path(scratch) / "tiny", [bundle], hidden_size=args.hidden)
+        if args.warmup_steps:
+            rows = reference_rows(runtime, [bundle], TrainingConfig.model_fields["window"].default)
+            model_dir = warm_up(model_dir, rows, Path(scratch) / "warm", steps=args.warmup_steps)
         tokenizer, model = AutoTokenizer.from_pretrained(model_dir), AutoModelForCausalLM.from_pretrained(model_dir)
 
         before = trainer_for(model_dir, model, tokenizer, bundle, runtime, Path(scratch) / "a", **common)
@@ -131,12 +143,15 @@ def main() -> None:
             policy = HFPolicy(
                 model=model, tokenizer=tokenizer, max_new_tokens=args.tokens, temperature=1.0, timeout_s=None
             )
-            config = EpisodeConfig(max_turns=args.max_turns, window=3, seed=seed)
+            config = EpisodeConfig(max_turns=args.max_turns, window=after.config.window, seed=seed)
             turns += run_episode(runtime, bundle, task, policy, config).turns
         wall = time.perf_counter() - started
         rows["sequential"] = (args.rollouts / wall, turns, 0.0, 1.0, 1)
     runtime.close()
-    print(f"{args.rollouts} rollouts, tiny model hidden {args.hidden}, <= {args.tokens} tokens per turn")
+    print(
+        f"{args.rollouts} rollouts, tiny model hidden {args.hidden} ({args.warmup_steps} warm-up steps), "
+        f"<= {args.tokens} tokens per turn, <= {args.max_turns} turns"
+    )
     print(f"{'path':<12} {'rollouts/s':>10} {'turns':>6} {'model idle':>10} {'mean batch':>10} {'in flight':>9}")
     for name, (rate, turns, idle, mean, most) in rows.items():
         print(f"{name:<12} {rate:10.2f} {turns:6d} {idle:10.1%} {mean:10.1f} {most:9d}")

@@ -33,6 +33,7 @@ from worldsmith.training.engine import (
     RolloutEngine,
     VLLMAdapters,
     drop_stale,
+    policy_state_dict,
     rollout_version,
 )
 from worldsmith.training.importance import sampler_correction
@@ -342,9 +343,33 @@ def test_engine_vllm_adapters_load_through_vllms_endpoints(tiny, golden, tmp_pat
 
 
 @pytest.mark.unit
-def test_engine_vllm_needs_a_url_and_lora():
+def test_engine_vllm_needs_a_url_lora_and_one_process():
     with pytest.raises(ValueError, match="engine_url"):
         TrainingConfig(model="m", set_name="s", rollout_engine="vllm")
+    with pytest.raises(ValueError, match="one training process"):
+        TrainingConfig(
+            model="m", set_name="s", rollout_engine="vllm", engine_url="http://127.0.0.1:1", lora={"enabled": True},
+            processes=2,
+        )  # fmt: skip
+
+
+@pytest.mark.e2e
+def test_engine_serves_lora_weights_merged_under_the_base_models_names(tiny):
+    from peft import LoraConfig, get_peft_model
+
+    model, _ = tiny
+    peft = get_peft_model(copy.deepcopy(model), LoraConfig(r=2, target_modules=["q_proj"], task_type="CAUSAL_LM"))
+    with torch.no_grad():
+        for name, parameter in peft.named_parameters():
+            if "lora_B" in name:
+                parameter.fill_(0.1)  # a trained adapter (PEFT starts B at 0)
+    merged = policy_state_dict(peft)
+    base = model.state_dict()
+    assert set(merged) == set(base)
+    changed = {k for k in base if not torch.equal(merged[k], base[k])}
+    assert changed and all("q_proj" in k for k in changed)
+    q = "model.layers.0.self_attn.q_proj"
+    assert torch.equal(peft.state_dict()[f"base_model.model.{q}.base_layer.weight"], base[f"{q}.weight"])  # unmerged
 
 
 @pytest.mark.e2e

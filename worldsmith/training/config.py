@@ -283,6 +283,8 @@ class TrainingConfig(BaseModel):
             raise ValueError(giving_up)
         if self.rollout_engine == "vllm" and (self.engine_url is None or not self.lora.enabled):
             raise ValueError("rollout_engine vllm needs engine_url (the vLLM server) and lora.enabled (its adapters)")
+        if self.rollout_engine == "vllm" and self.processes * self.nodes > 1:
+            raise ValueError("rollout_engine vllm takes one training process (the one that loads its adapters)")
         if self.simulate is not None and self.success_samples:
             raise ValueError("success_samples measures training in the real worlds; remove it or simulate")
         return self

@@ -165,19 +165,20 @@ class EnginePolicy:
 
 
 def policy_state_dict(model: Any) -> dict[str, Any]:
-    """The weights the engine serves: the model's own, or with LoRA adapters merged in (PEFT),
-    under the base model's parameter names, on the CPU."""
-    if not hasattr(model, "merge_adapter"):
-        return {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
-    model.merge_adapter()
-    try:
-        return {
-            k.removeprefix("base_model.model.").replace(".base_layer", ""): v.detach().cpu().clone()
-            for k, v in model.state_dict().items()
-            if "lora_" not in k
-        }
-    finally:
-        model.unmerge_adapter()
+    """The weights the engine serves, on the CPU: the model's own, or with its LoRA adapters merged
+    in (PEFT) under the base model's parameter names. The merge is computed beside the model (base +
+    each active adapter's delta), never in place: merging and unmerging would drift the frozen base."""
+
+    def base_name(key: str) -> str:
+        return key.removeprefix("base_model.model.").replace(".base_layer", "")
+
+    state = {base_name(k): v.detach().cpu().clone() for k, v in model.state_dict().items() if "lora_" not in k}
+    for name, module in model.named_modules():
+        if hasattr(module, "get_delta_weight") and hasattr(module, "base_layer"):
+            key = base_name(f"{name}.base_layer.weight")
+            for adapter in module.active_adapters:
+                state[key] += module.get_delta_weight(adapter).detach().cpu().to(state[key].dtype)
+    return state
 
 
 class LocalWeights:
