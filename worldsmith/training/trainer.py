@@ -5,7 +5,8 @@ a batch of prompts into scored token sequences. Here it
 
 1. runs one episode per batch entry (TRL's RepeatSampler gives each (env, task) row `group_size`
    consecutive entries) in the sandboxed runtime, generation batched across episodes through
-   TRL's own generation backend (`_generate_single_turn`: transformers, or vLLM when enabled);
+   TRL's own generation backend (`_generate_single_turn`: transformers, or vLLM when enabled); or,
+   with `rollout_engine`, asynchronously against an inference engine (training/engine.py);
 2. scores each rollout with the verdict's reward through TRL's reward machinery (a reward
    function reading the verdict; env_error is None, which TRL gathers across processes as NaN);
    with `reward` judge or verifier+judge an LLM judge rules first (training/judged_reward.py), a
@@ -17,7 +18,7 @@ a batch of prompts into scored token sequences. Here it
    rollout's turns joined into as few rows as the model's own chat template allows, tool-result
    tokens masked (`tool_mask`): every prompt is the model's own template's rendering, what serving
    gives it, never TRL's training variant of the template (rows.full_rows);
-5. with vLLM generating, applies TRL's importance-sampling correction from the sampler
+5. with vLLM or an engine generating, applies TRL's importance-sampling correction from the sampler
    log-probabilities the rollouts recorded (training/importance.py), as TRL's method would.
 
 Memory is bounded by `max_tokens_per_micro_batch`: the loss (`compute_loss`) and the old/reference
