@@ -77,5 +77,8 @@ def run_async_rollouts(
             events.add("judged", index)
         return trajectory
 
-    with ThreadPoolExecutor(max_workers=max(1, min(in_flight, len(jobs))), thread_name_prefix="rollout") as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, min(in_flight, len(jobs))), thread_name_prefix="rollout")
+    try:
         return list(pool.map(one, range(len(jobs))))
+    finally:  # an interrupt or a failure: the episodes not started yet never start
+        pool.shutdown(wait=True, cancel_futures=True)
