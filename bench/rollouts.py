@@ -81,8 +81,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         model_dir = build_tiny_model(Path(scratch) / "tiny", [bundle], hidden_size=args.hidden)
         if args.warmup_steps:
-            rows = reference_rows(runtime, [bundle], TrainingConfig.model_fields["window"].default)
-            model_dir = warm_up(model_dir, rows, Path(scratch) / "warm", steps=args.warmup_steps)
+            reference = reference_rows(runtime, [bundle], TrainingConfig.model_fields["window"].default)
+            model_dir = warm_up(model_dir, reference, Path(scratch) / "warm", steps=args.warmup_steps)
         tokenizer, model = AutoTokenizer.from_pretrained(model_dir), AutoModelForCausalLM.from_pretrained(model_dir)
 
         before = trainer_for(model_dir, model, tokenizer, bundle, runtime, Path(scratch) / "a", **common)
@@ -135,6 +135,7 @@ def main() -> None:
             events.most_in_flight,
         )
         engine.close()
+        print(f"in-process {rows['in-process']}; engine {rows['engine']} (sequential next)", flush=True)
 
         started = time.perf_counter()
         turns = 0
