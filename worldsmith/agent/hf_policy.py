@@ -55,6 +55,14 @@ def stop_token_ids(tokenizer: Any) -> list[int]:
     return [i for i in ends if isinstance(i, int) and i >= 0]
 
 
+def completion_text(tokenizer: Any, completion_ids: list[int]) -> str:
+    """The text of a completion up to its end-of-turn token (special tokens kept: tool-call tags are some)."""
+    text: str = tokenizer.decode(completion_ids, skip_special_tokens=False)
+    for stop in ("<|im_end|>", "<|endoftext|>", tokenizer.eos_token or ""):
+        text = text.split(stop)[0] if stop else text
+    return text
+
+
 def read_turn(text: str, turn: int) -> PolicyTurn:
     """An assistant message from generated text, or a format error for a malformed tool call."""
     text = _THINK.sub("", text).strip()
@@ -130,10 +138,9 @@ class HFPolicy:
         started = time.perf_counter()
         prompt_ids = self.prompt_ids(view, tools)
         completion_ids = self.generate(prompt_ids)
-        text = self.tokenizer.decode(completion_ids, skip_special_tokens=False)
-        for stop in ("<|im_end|>", "<|endoftext|>", self.tokenizer.eos_token or ""):
-            text = text.split(stop)[0] if stop else text
-        turn = read_turn(text, self.turn)  # out of new tokens inside a <tool_call>: unterminated, a format error
+        turn = read_turn(
+            completion_text(self.tokenizer, completion_ids), self.turn
+        )  # out of new tokens inside a <tool_call>: unterminated, a format error
         turn.tokens_in, turn.tokens_out, turn.seconds = (
             len(prompt_ids),
             len(completion_ids),

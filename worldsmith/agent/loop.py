@@ -52,6 +52,7 @@ class TurnRecord(BaseModel):
     prompt_ids: list[int] | None = None
     completion_ids: list[int] | None = None
     completion_logprobs: list[float] | None = None
+    policy_version: int | None = None
 
 
 class Step(BaseModel):
@@ -265,6 +266,7 @@ def run_episode(
                     prompt_ids=produced.prompt_ids,
                     completion_ids=produced.completion_ids,
                     completion_logprobs=produced.completion_logprobs,
+                    policy_version=produced.policy_version,
                 )
             )
             if produced.format_error is not None or produced.message is None:

@@ -39,3 +39,6 @@ class PolicyTurn(BaseModel):
         None,
         description="Each produced token's log-probability under the sampler, when the generation backend reports it (vLLM).",
     )
+    policy_version: int | None = Field(
+        None, description="The version of the weights that produced the turn, when an inference engine reports it."
+    )

@@ -248,6 +248,20 @@ class TrainingConfig(BaseModel):
         "(0: only the final model).",
     )
     tensorboard: bool = Field(False, description="Also write metrics for TensorBoard under the run directory.")
+    rollout_engine: Literal["in_process", "local", "vllm"] = Field(
+        "in_process",
+        description="Where rollouts generate: in the trainer (in_process), or through an inference engine, "
+        "episodes asynchronous and weights pushed after each step (training/engine.py): the project's "
+        "policy server (local) or a vLLM server with LoRA (vllm).",
+    )
+    engine_url: str | None = Field(
+        None,
+        description="The engine's URL: required for vllm; for local, a running policy server instead of a new one.",
+    )
+    max_staleness: int = Field(
+        1, ge=0, description="Policy versions a rollout may be behind the trainer; older ones are dropped."
+    )
+    rollouts_in_flight: int = Field(64, ge=1, le=4096, description="Episodes running at once against the engine.")
 
     @model_validator(mode="before")
     @classmethod
@@ -267,6 +281,10 @@ class TrainingConfig(BaseModel):
             raise ValueError("real_starts applies to simulated training only; set simulate or remove real_starts")
         if (giving_up := teaches_giving_up(self.rewards)) is not None:
             raise ValueError(giving_up)
+        if self.rollout_engine == "vllm" and (self.engine_url is None or not self.lora.enabled):
+            raise ValueError("rollout_engine vllm needs engine_url (the vLLM server) and lora.enabled (its adapters)")
+        if self.rollout_engine == "vllm" and self.processes * self.nodes > 1:
+            raise ValueError("rollout_engine vllm takes one training process (the one that loads its adapters)")
         if self.simulate is not None and self.success_samples:
             raise ValueError("success_samples measures training in the real worlds; remove it or simulate")
         return self

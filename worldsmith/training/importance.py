@@ -56,3 +56,27 @@ def masked_share(ratio: Any, mask: Any) -> float:
     if not total:
         return 0.0
     return float(((ratio == 0).expand_as(kept) & kept).sum()) / total
+
+
+def sampler_correction(
+    train_logps: Any,
+    sampling_logps: Any,
+    loss_mask: Any,
+    mode: str,
+    clip_min: float | None,
+    clip_max: float | None,
+) -> tuple[Any, dict[str, float]]:
+    """The importance ratio of the trained model's log-probabilities over the sampler's (vLLM's, or
+    an inference engine's one or more policy versions behind) on the loss tokens, and what the step
+    logs of it: the mean absolute log-probability gap, the mean ratio applied, the masked share."""
+    import torch
+
+    ratio = importance_ratio(train_logps, sampling_logps, loss_mask, mode, clip_min, clip_max)
+    kept = loss_mask.bool() & ~torch.isnan(sampling_logps)
+    gap = (train_logps - sampling_logps).abs()[kept]
+    applied = ratio if ratio.size(-1) == 1 else ratio[loss_mask.bool()]  # per sequence, or per loss token
+    return ratio, {
+        "sampling/sampling_logp_difference/mean": gap.mean().item() if gap.numel() else 0.0,
+        "sampling/importance_sampling_ratio/mean": applied.float().mean().item() if applied.numel() else 1.0,
+        "sampling/masked_share": masked_share(ratio, loss_mask),
+    }

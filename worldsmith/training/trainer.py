@@ -5,7 +5,8 @@ a batch of prompts into scored token sequences. Here it
 
 1. runs one episode per batch entry (TRL's RepeatSampler gives each (env, task) row `group_size`
    consecutive entries) in the sandboxed runtime, generation batched across episodes through
-   TRL's own generation backend (`_generate_single_turn`: transformers, or vLLM when enabled);
+   TRL's own generation backend (`_generate_single_turn`: transformers, or vLLM when enabled); or,
+   with `rollout_engine`, asynchronously against an inference engine (training/engine.py);
 2. scores each rollout with the verdict's reward through TRL's reward machinery (a reward
    function reading the verdict; env_error is None, which TRL gathers across processes as NaN);
    with `reward` judge or verifier+judge an LLM judge rules first (training/judged_reward.py), a
@@ -17,7 +18,7 @@ a batch of prompts into scored token sequences. Here it
    rollout's turns joined into as few rows as the model's own chat template allows, tool-result
    tokens masked (`tool_mask`): every prompt is the model's own template's rendering, what serving
    gives it, never TRL's training variant of the template (rows.full_rows);
-5. with vLLM generating, applies TRL's importance-sampling correction from the sampler
+5. with vLLM or an engine generating, applies TRL's importance-sampling correction from the sampler
    log-probabilities the rollouts recorded (training/importance.py), as TRL's method would.
 
 Memory is bounded by `max_tokens_per_micro_batch`: the loss (`compute_loss`) and the old/reference
@@ -44,7 +45,8 @@ from worldsmith.models.bundle import TaskSpec
 from worldsmith.models.verdict import Verdict
 from worldsmith.runtime.episode import Runtime
 from worldsmith.training.config import TrainingConfig
-from worldsmith.training.importance import importance_ratio, masked_share
+from worldsmith.training.engine import RolloutEngine, drop_stale, judge_each
+from worldsmith.training.importance import sampler_correction
 from worldsmith.training.memory import VLLM_SHARE, check_cuda, vllm_installed
 from worldsmith.training.rollouts import Batcher, Sampled, TrainingPolicy, run_rollouts, truncated_turn_rate
 from worldsmith.training.rows import (
@@ -123,12 +125,13 @@ class GRPOSettings(TypedDict):
 
 
 def verdict_reward(rewards: RewardMap) -> Callable[..., list[float | None]]:
-    """A TRL reward function: the reward of each rollout's verdict (None for env_error)."""
+    """A TRL reward function: the reward of each rollout's verdict (None for env_error and for a
+    rollout `dropped` as too stale)."""
 
     def episode_verdict(
-        prompts: list[Any], completions: list[Any], verdict: list[Verdict], **kwargs: Any
+        prompts: list[Any], completions: list[Any], verdict: list[Verdict], dropped: list[bool], **kwargs: Any
     ) -> list[float | None]:
-        return [rewards.reward(v) for v in verdict]
+        return [None if d else rewards.reward(v) for v, d in zip(verdict, dropped, strict=True)]
 
     return episode_verdict
 
@@ -185,7 +188,7 @@ def grpo_settings(config: TrainingConfig, output_dir: Path) -> GRPOSettings:
         "disable_tqdm": True,
         "use_cpu": not gpu,
         "bf16": gpu,
-        "use_vllm": gpu and vllm_installed(),
+        "use_vllm": gpu and vllm_installed() and config.rollout_engine == "in_process",
         "vllm_importance_sampling_mode": "token_mask",  # per sequence would zero long rows whole (importance.py)
         "vllm_mode": "colocate",
         "vllm_gpu_memory_utilization": VLLM_SHARE,
@@ -283,6 +286,8 @@ class WorldGRPOTrainer(GRPOTrainer):
         # `args`: GRPOTrainer's positional ones, the model first (mypy counts reward_funcs among them)
         super().__init__(*args, reward_funcs=[verdict_reward(config.rewards)], **kwargs)  # type: ignore[misc]
         self.stop_ids = stop_token_ids(self.processing_class)  # what ends a turn: fixed for the run
+        self.engine = None if config.rollout_engine == "in_process" else RolloutEngine.for_trainer(self)
+        self.use_vllm = self.use_vllm or self.engine is not None  # TRL's loss applies the sampler's ratio under it only
         if self.num_iterations != 1:  # later passes would take the sampling model's log-probabilities as their own
             raise ValueError(
                 f"num_iterations {self.num_iterations} is not supported: the trainer takes one step per batch; set 1"
@@ -318,9 +323,13 @@ class WorldGRPOTrainer(GRPOTrainer):
             )
 
         torch.manual_seed(self.config.seed * 100_003 + step + self.accelerator.process_index)
-        # the model and its checkpointing settings as TRL's own generation passes them
-        with disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):  # type: ignore[arg-type]
-            trajectories = run_rollouts(self.runtime, jobs, policy, self.generate_batch, episode, worlds)
+        if self.engine is not None:  # asynchronous episodes against the engine, each judged as it ends
+            prefixes = [start.messages if start else None for start in starts]
+            judge = judge_each(self.judge, jobs, self._metrics["train" if self.model.training else "eval"])  # type: ignore[union-attr]
+            trajectories = self.engine.rollouts(self.runtime, jobs, episode, self.config, worlds, prefixes, judge)
+        else:  # the model and its checkpointing settings as TRL's own generation passes them
+            with disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):  # type: ignore[arg-type]
+                trajectories = run_rollouts(self.runtime, jobs, policy, self.generate_batch, episode, worlds)
         for trajectory, start in zip(trajectories, starts, strict=True):
             if start is not None:  # the whole episode: the real turns it started after, then its own
                 trajectory.messages = [*trajectory.messages[:2], *start.messages, *trajectory.messages[2:]]
@@ -384,7 +393,11 @@ class WorldGRPOTrainer(GRPOTrainer):
         mode = "train" if self.model.training else "eval"  # type: ignore[union-attr]  # set by TRL's __init__
         device = self.accelerator.device
         inputs, trajectories = self._teaching_rollouts(mode, inputs)
-        scored = [{**x, "verdict": t.verdict} for x, t in zip(inputs, trajectories, strict=True)]
+        stale = drop_stale(trajectories, self.state.global_step, self.config.max_staleness)  # engine rollouts only
+        self._metrics[mode]["stale_dropped"].append(float(sum(stale)))
+        scored = [
+            {**x, "verdict": t.verdict, "dropped": s} for x, t, s in zip(inputs, trajectories, stale, strict=True)
+        ]
         rewards_all = self._calculate_rewards(
             scored, [x["prompt"] for x in inputs], [t.answer for t in trajectories], [[] for _ in inputs]
         )[:, 0]
@@ -416,7 +429,7 @@ class WorldGRPOTrainer(GRPOTrainer):
         """One rollout per entry, judged when the reward has a judge (its metrics logged per round)."""
         tasks = [TaskRef(bundle=x["bundle"], task_id=x["task_id"]) for x in inputs]
         trajectories = self.rollouts(tasks)
-        if self.judge is not None:
+        if self.judge is not None and self.engine is None:  # the engine's rollouts are judged as they end
             for key, value in self.judge.judge_rollouts([self._task(x) for x in tasks], trajectories).items():
                 self._metrics[mode][key].append(value)
         return trajectories
@@ -546,31 +559,17 @@ class WorldGRPOTrainer(GRPOTrainer):
         """TRL's importance-sampling correction (see training/importance.py): the trained model's
         log-probabilities of the sampled tokens (`old_per_token_logps`) against the sampler's, as
         the ratio TRL's loss multiplies by; tokens without a sampler log-probability get ratio 1."""
-        import torch
-
-        old = self._completion_logps(self.model, batch)
+        old = batch["old_per_token_logps"] = self._completion_logps(self.model, batch)
         sampling = batch.get("sampling_per_token_logps")
-        if sampling is None:
-            sampling = torch.full_like(old, math.nan)
-        batch["old_per_token_logps"], batch["sampling_per_token_logps"] = old, sampling
-        ratio = importance_ratio(
-            old,
-            sampling,
-            loss_mask,
-            self.vllm_importance_sampling_mode,
-            self.vllm_importance_sampling_clip_min,
-            self.vllm_importance_sampling_clip_max,
+        sampling = batch["sampling_per_token_logps"] = (
+            old.new_full(old.shape, math.nan) if sampling is None else sampling
         )
-        batch["importance_sampling_ratio"] = ratio
-        kept = loss_mask.bool() & ~torch.isnan(sampling)
-        gap = (old - sampling).abs()[kept]
-        metrics = self._metrics[mode]
-        metrics["sampling/sampling_logp_difference/mean"].append(gap.mean().item() if gap.numel() else 0.0)
-        applied = ratio if ratio.size(-1) == 1 else ratio[loss_mask.bool()]  # per sequence, or per loss token
-        metrics["sampling/importance_sampling_ratio/mean"].append(
-            applied.float().mean().item() if applied.numel() else 1.0
+        bounds = (self.vllm_importance_sampling_clip_min, self.vllm_importance_sampling_clip_max)
+        batch["importance_sampling_ratio"], logged = sampler_correction(
+            old, sampling, loss_mask, self.vllm_importance_sampling_mode, *bounds
         )
-        metrics["sampling/masked_share"].append(masked_share(ratio, loss_mask))
+        for key, value in logged.items():
+            self._metrics[mode][key].append(value)
 
     def _log_rollouts(self, mode: str, trajectories: list[Trajectory], rewards: Any, rows: list[TrainingRow]) -> None:
         """Per-step rollout metrics (TRL averages them per logging step)."""
