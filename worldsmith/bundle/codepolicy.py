@@ -11,8 +11,12 @@ import threading
 from typing import Literal, overload
 
 # CPython 3.11's AST constructor keeps its recursion bookkeeping per interpreter, and concurrent
-# ast.parse calls from threads can corrupt it ("AST constructor recursion depth mismatch").
+# ast.parse calls from threads can corrupt it ("AST constructor recursion depth mismatch", CPython
+# gh-106905). Ours take this lock; parses we do not own (the traceback module's caret anchors, a
+# library's) can still interleave, so such a SystemError is retried: the parse itself is deterministic.
 _PARSE_LOCK = threading.Lock()
+_MISMATCH = "recursion depth mismatch"
+_PARSE_TRIES = 5
 
 
 #: How deeply a syntax tree of generated code may nest. Deeper trees are refused before anything
@@ -32,10 +36,15 @@ def parse_source(source: str, filename: str = "<generated>", mode: str = "exec")
     or the AST constructor raise RecursionError or MemoryError, or yields a tree deeper than
     `MAX_NESTING`) is a SyntaxError too, "too deeply nested to parse", so callers report it as one."""
     with _PARSE_LOCK:
-        try:
-            tree = ast.parse(source, filename=filename, mode=mode)
-        except (RecursionError, MemoryError):
-            raise SyntaxError(TOO_DEEP, (filename, 1, 0, None)) from None
+        for tries_left in reversed(range(_PARSE_TRIES)):
+            try:
+                tree = ast.parse(source, filename=filename, mode=mode)
+                break
+            except (RecursionError, MemoryError):
+                raise SyntaxError(TOO_DEEP, (filename, 1, 0, None)) from None
+            except SystemError as exc:
+                if _MISMATCH not in str(exc) or not tries_left:
+                    raise
     depth, line = _nesting(tree)
     if depth > MAX_NESTING:
         raise SyntaxError(f"{TOO_DEEP} (more than {MAX_NESTING} levels)", (filename, line, 0, None))
