@@ -2,8 +2,8 @@
 that cannot fit (docs/training.md, "Memory"). Imports nothing heavy: the command line calls it.
 
 The model, in bytes, for one training process (P parameters, L layers, h hidden size, kv the key/value
-width, V the vocabulary, W = processes x nodes, T = max(max_tokens_per_micro_batch, tokens per row)
-padded tokens in the largest pass, C the completion tokens of that pass):
+width, W = processes x nodes, T = max(max_tokens_per_micro_batch, tokens per row) padded tokens in the
+largest pass):
 
     weights, gradients, AdamW: full fine-tuning 16 P (fp32 masters, fp32 gradients, two fp32 moments)
                                + 2 P on the gpu profile (autocast's bf16 copies of the weights);
@@ -26,11 +26,11 @@ padded tokens in the largest pass, C the completion tokens of that pass):
                                its backward (measured for Qwen3-4B, issue 36; the 16-bit tensors a layer
                                saves for backward alone are 66, tests/training/test_training_memory.py);
                                without it (cpu-test, fp32) T x h x L x 103 (fp32 tensors saved per layer,
-                               measured on the CPU by the same test) + the logits: C x V x 8 (bf16 logits,
-                               their temperature-scaled copy and gradient; 12 in fp32)
+                               measured on the CPU by the same test); no logits: TRL's LM head is fused
+                               and tiled (`fused_lm_head`)
     generation without vLLM:   the KV cache of group_size x rows_per_step sequences of the row length,
                                2 x L x kv x (2 or 4) bytes per token
-    peak = states + DDP buckets + gathered units + reference + vLLM + max(activations + logits, generation)
+    peak = states + DDP buckets + gathered units + reference + vLLM + max(activations, generation)
 
 A configuration fits when the peak is at most HEADROOM of the device's memory (the CUDA context and
 the allocator's fragmentation take the rest). Prompts are not bounded by the configuration: the
@@ -59,8 +59,6 @@ LAYER_ACTIVATION_BYTES = 91
 #: Bytes per token and hidden unit a decoder layer saves for backward in fp32 (cpu-test: no checkpointing),
 #: measured on the CPU at Qwen3-4B's proportions (tests/training/test_training_memory.py measures it again).
 FP32_LAYER_ACTIVATION_BYTES = 103
-#: Bytes per logit of a training pass: the logits, their temperature-scaled copy and their gradient.
-LOGIT_BYTES = {"gpu": 8, "cpu-test": 12}
 
 
 def gib(size: float) -> str:
@@ -89,7 +87,7 @@ class DecoderConfig(TypedDict):
 @dataclass(frozen=True)
 class ModelShape:
     """What the memory model needs of a model: parameters, layers, hidden size, key/value width, and
-    (0 when unknown) the MLP's width, the vocabulary and the parameters outside the decoder layers
+    (0 when unknown) the MLP's width and the parameters outside the decoder layers
     (embeddings and an untied head: FSDP's root unit)."""
 
     params: int
@@ -97,14 +95,13 @@ class ModelShape:
     hidden_size: int
     kv_size: int
     intermediate_size: int = 0
-    vocab_size: int = 0
     embedding_params: int = 0
 
     @classmethod
     def from_params(cls, params: int) -> ModelShape:
         """A dense decoder's shape guessed from its size alone: h = (6 P)^(1/3), L = h / 72, kv = h / 2,
         an MLP 4 h wide (P ~ 12 L h^2; above Qwen3's own L x h, kv and MLP, so the estimate errs on the
-        safe side); the vocabulary unknown."""
+        safe side); the embeddings unknown."""
         hidden = (6 * params) ** (1 / 3)
         return cls(params, max(1, round(hidden / 72)), round(hidden), round(hidden / 2), round(4 * hidden))
 
@@ -119,7 +116,7 @@ class ModelShape:
         mlp = 3 * h * config["intermediate_size"]
         embeddings = vocab * h * (1 if config.get("tie_word_embeddings", False) else 2)
         params = embeddings + layers * (attention + mlp)
-        return cls(params, layers, h, kv, config["intermediate_size"], vocab, embeddings)
+        return cls(params, layers, h, kv, config["intermediate_size"], embeddings)
 
     @property
     def layer_params(self) -> int:
@@ -187,7 +184,6 @@ class MemoryEstimate:
     activation_bytes_per_token: int
     ddp_buckets: int = 0
     gathered: int = 0
-    logits: int = 0
     offloaded: int = 0
 
     @property
@@ -197,7 +193,7 @@ class MemoryEstimate:
 
     @property
     def peak(self) -> int:
-        return self.fixed + max(self.activations + self.logits, self.generation)
+        return self.fixed + max(self.activations, self.generation)
 
     def describe(self) -> str:
         parts = {
@@ -207,7 +203,6 @@ class MemoryEstimate:
             "reference model": self.reference,
             "vLLM": self.vllm,
             f"activations of {self.pass_tokens} tokens": self.activations,
-            "logits": self.logits,
             "generation's KV cache": self.generation,
         }
         listed = ", ".join(f"{name} {gib(size)}" for name, size in parts.items() if size)
@@ -217,16 +212,6 @@ class MemoryEstimate:
 def world_size(config: TrainingConfig) -> int:
     """Training processes of the run, all nodes together (FSDP shards over all of them)."""
     return config.processes * config.nodes
-
-
-def pass_completion_tokens(config: TrainingConfig, tokens: int) -> int:
-    """Completion tokens (those whose logits a training pass computes) in a pass of `tokens` padded
-    tokens: each row's completion (windowed) or everything after the prompt (full), rows of `row_tokens`."""
-    rows = max(1, tokens // row_tokens(config))
-    completion = (
-        config.max_completion_length if config.history == "windowed" else row_tokens(config) - ASSUMED_PROMPT_TOKENS
-    )
-    return rows * completion
 
 
 def estimate_memory(
@@ -252,7 +237,6 @@ def estimate_memory(
     vllm = round(VLLM_SHARE * device_memory) if gpu and vllm_installed() and device_memory else 0
     tokens = max(config.max_tokens_per_micro_batch, row_tokens(config))
     per_token = h * (residual * layers + LAYER_ACTIVATION_BYTES) if gpu else h * layers * FP32_LAYER_ACTIVATION_BYTES
-    logits = pass_completion_tokens(config, tokens) * shape.vocab_size * LOGIT_BYTES[config.profile]
     sequences = config.group_size * config.rows_per_step
     generation = 0 if vllm else sequences * row_tokens(config) * 2 * layers * shape.kv_size * (2 if gpu else 4)
     return MemoryEstimate(
@@ -265,7 +249,6 @@ def estimate_memory(
         per_token,
         ddp_buckets=buckets,
         gathered=gathered if fsdp else 0,
-        logits=logits,
         offloaded=offloaded,
     )
 
@@ -326,7 +309,7 @@ def check_fits(
         fix = _states_fix(config, shape, usable, device_memory)
         if estimate.reference:
             fix += ", or drop the reference model (--beta 0)"
-    elif estimate.activations + estimate.logits >= estimate.generation:
+    elif estimate.activations >= estimate.generation:
         fitting = fitting_token_budget(config, shape, usable, device_memory)
         if fitting is not None:
             fix = f"lower --max-tokens-per-micro-batch to {fitting} or less"

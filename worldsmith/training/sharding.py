@@ -133,7 +133,11 @@ class ShardedTrainer:
 
     config: TrainingConfig
     accelerator: Any
+    model_wrapped: Any  # the Trainer's: under FSDP2 the model itself, sharded in place
+    processing_class: Any
     is_fsdp_enabled: bool
+    _lockstep: LockstepGeneration | None = None
+    generate_batch: Callable[[list[list[int]]], list[Sampled]]
 
     def _build_accelerator_args(self, **kwargs: Any) -> dict[str, Any]:
         from accelerate.utils import DistributedDataParallelKwargs, FullyShardedDataParallelPlugin
@@ -163,17 +167,27 @@ class ShardedTrainer:
             self.is_fsdp_enabled = True
 
     @contextmanager
-    def lockstep(
-        self, generate_batch: Callable[[list[list[int]]], list[Sampled]], placeholder: int
-    ) -> Iterator[Callable[[list[list[int]]], list[Sampled]]]:
-        """`generate_batch` as this run's rollouts must call it: as is, or under FSDP with several
-        processes in lockstep (`LockstepGeneration`), drained once the rollouts are done."""
-        if not (self.is_fsdp_enabled and self.accelerator.num_processes > 1):
-            yield generate_batch
+    def generation_lockstep(self) -> Iterator[None]:
+        """Within it, `lockstep_generate` keeps this process's generation in step with the others' when
+        the model is sharded over several processes (`LockstepGeneration`), drained at its end: around
+        all of a step's rollouts (refills included), before the step's next collective. Elsewhere, or
+        nested, nothing changes."""
+        if self._lockstep is not None or not (self.is_fsdp_enabled and self.accelerator.num_processes > 1):
+            yield
             return
-        lockstep = LockstepGeneration(generate_batch, placeholder)
-        yield lockstep
-        lockstep.drain()
+        # transformers' mark of an FSDP2 module (set by its own sharding, not by accelerate's): `generate`
+        # then runs with synced_gpus, every process stepping until the last one's sequences end
+        self.model_wrapped._is_fsdp_managed_module = True
+        self._lockstep = LockstepGeneration(self.generate_batch, self.processing_class.pad_token_id)
+        try:
+            yield
+            self._lockstep.drain()
+        finally:
+            self._lockstep = None
+
+    def lockstep_generate(self, prompts: list[list[int]]) -> list[Sampled]:
+        """`generate_batch`, in step with the other processes inside `generation_lockstep`."""
+        return (self._lockstep or self.generate_batch)(prompts)
 
 
 def process_group_environment(config: TrainingConfig) -> dict[str, str]:

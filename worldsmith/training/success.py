@@ -21,7 +21,8 @@ def success_rate(trainer: Any, samples: int) -> SuccessRate:
     inputs = [
         {"bundle": row["bundle"], "task_id": row["task_id"]} for row in trainer.train_dataset for _ in range(samples)
     ]
-    trajectories = trainer.rollouts(inputs)
+    with trainer.generation_lockstep():  # a sharded model generates in step with the other processes
+        trajectories = trainer.rollouts(inputs)
     return SuccessRate(
         rate=sum(t.verdict == Verdict.complete for t in trajectories) / len(trajectories), rollouts=len(inputs)
     )

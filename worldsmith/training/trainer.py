@@ -321,8 +321,7 @@ class WorldGRPOTrainer(ShardedTrainer, GRPOTrainer):
         torch.manual_seed(self.config.seed * 100_003 + step + self.accelerator.process_index)
         # the model and its checkpointing settings as TRL's own generation passes them
         with disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):  # type: ignore[arg-type]
-            with self.lockstep(self.generate_batch, self.processing_class.pad_token_id) as generate:  # sharding.py
-                trajectories = run_rollouts(self.runtime, jobs, policy, generate, episode, worlds)
+            trajectories = run_rollouts(self.runtime, jobs, policy, self.lockstep_generate, episode, worlds)
         for trajectory, start in zip(trajectories, starts, strict=True):
             if start is not None:  # the whole episode: the real turns it started after, then its own
                 trajectory.messages = [*trajectory.messages[:2], *start.messages, *trajectory.messages[2:]]
@@ -385,7 +384,8 @@ class WorldGRPOTrainer(ShardedTrainer, GRPOTrainer):
         """`inputs`: rows of the task dataset (`TaskRow`), as TRL hands them over."""
         mode = "train" if self.model.training else "eval"  # type: ignore[union-attr]  # set by TRL's __init__
         device = self.accelerator.device
-        inputs, trajectories = self._teaching_rollouts(mode, inputs)
+        with self.generation_lockstep():  # sharded: every process generates until all are done (sharding.py)
+            inputs, trajectories = self._teaching_rollouts(mode, inputs)
         scored = [{**x, "verdict": t.verdict} for x, t in zip(inputs, trajectories, strict=True)]
         rewards_all = self._calculate_rewards(
             scored, [x["prompt"] for x in inputs], [t.answer for t in trajectories], [[] for _ in inputs]
