@@ -511,11 +511,11 @@ def test_lora_at_the_papers_learning_rate_trains_fp32_adapters_only(tiny_model, 
         runtime,
         tmp_path,
         profile="gpu",
-        learning_rate=7e-7,
         dtype=gpu_dtype(True),
         settings={"use_cpu": True, "use_vllm": False},
-        **ADAPTERS,
+        lora={**ADAPTERS["lora"], "learning_rate": 7e-7},
     )
+    assert trainer.args.learning_rate == 7e-7
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
     trainer.train()
     changed = {n for n, p in trainer.model.named_parameters() if not torch.equal(before[n], p)}

@@ -36,6 +36,7 @@ from worldsmith.agent.hf_policy import completion_text, read_turn
 from worldsmith.agent.loop import EpisodeConfig, EpisodeSource, Trajectory, visible
 from worldsmith.agent.messages import Message, PolicyTurn
 from worldsmith.bundle.contract import Bundle
+from worldsmith.failures import UserFixable
 from worldsmith.models.bundle import TaskSpec
 from worldsmith.runtime.episode import Runtime
 from worldsmith.toolschema import ToolSchemaJson
@@ -45,8 +46,9 @@ from worldsmith.training.config import TrainingConfig
 _VERSIONED = re.compile(r"-v(\d+)$")
 
 
-class EngineUnavailable(RuntimeError):
-    """The engine did not answer or refused a request: the run's infrastructure, not the agent."""
+class EngineUnavailable(UserFixable, RuntimeError):
+    """The engine did not answer or refused a request: the run's infrastructure, not the agent; the message
+    names the engine's URL."""
 
 
 def to_wire(view: list[Message]) -> list[dict[str, Any]]:

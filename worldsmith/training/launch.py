@@ -144,12 +144,14 @@ def run_training(
     from worldsmith.training.callbacks import CatalogMetrics, CheckpointUpload
     from worldsmith.training.memory import check_fits, device_memory, model_shape
     from worldsmith.training.progress import ProgressBar
+    from worldsmith.training.sharding import process_group_environment, save_final_model
     from worldsmith.training.stopping import StopWhenRequested
     from worldsmith.training.success import success_rates
     from worldsmith.training.trainer import WorldGRPOTrainer, grpo_args, model_dtype, peft_config, task_dataset
 
     bind_local_gpu()
     config, out = request.config, Path(request.output)
+    os.environ.update(process_group_environment(config))  # before the trainer's arguments open the group
     shape = model_shape(request.model)
     if shape is not None:  # a configuration that cannot fit is refused before any weight loads
         check_fits(config, shape.params, device_memory(), shape)
@@ -183,9 +185,8 @@ def run_training(
         after = success_rates(trainer, config.success_samples, list(held_out)) if config.success_samples else None
         final = out / "final"
         trainer.accelerator.wait_for_everyone()
+        save_final_model(trainer, final, merge_lora=config.lora.enabled)  # every process: FSDP gathers
         if trainer.accelerator.is_main_process:
-            trained = trainer.accelerator.unwrap_model(trainer.model)
-            (trained.merge_and_unload() if config.lora.enabled else trained).save_pretrained(final)
             tokenizer.save_pretrained(final)
         trainer.accelerator.wait_for_everyone()
     finally:
@@ -329,10 +330,12 @@ def launch(
     every node is stopped (node 0's agent by SIGTERM, which ends its training processes) and
     TrainingStopped raised."""
     from worldsmith.localserver import free_port
+    from worldsmith.training.sharding import write_accelerate_config
 
     config, out = request.config, Path(request.output)
     out.mkdir(parents=True, exist_ok=True)
     (out / "request.json").write_text(request.model_dump_json())
+    write_accelerate_config(config, out)  # how the processes share the model, as accelerate's launcher reads it
     if config.nodes > 1 and launcher is None:
         raise ValueError("a multi-node run needs a node launcher (the train flow passes flows.train_node's)")
     (out / "result.json").unlink(missing_ok=True)

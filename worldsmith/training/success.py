@@ -32,7 +32,8 @@ def success_rates(trainer: Any, samples: int, held_out: Sequence[str] = ()) -> t
     trained = [{"bundle": row["bundle"], "task_id": row["task_id"]} for row in trainer.train_dataset]
     other = [{"bundle": key, "task_id": task.id} for key in held_out for task in trainer.bundles[key].tasks]
     inputs = [ref for ref in trained + other for _ in range(samples)]
-    complete = [t.verdict == Verdict.complete for t in trainer.rollouts(inputs)]
+    with trainer.generation_lockstep():  # a sharded model generates in step with the other processes
+        complete = [t.verdict == Verdict.complete for t in trainer.rollouts(inputs)]
     split = len(trained) * samples
 
     def rate(outcomes: list[bool]) -> SuccessRate:

@@ -26,7 +26,7 @@ log-probability passes run over length-sorted micro-batches under that many padd
 (rows.micro_batches), the loss's gradients accumulated to the update of the whole batch.
 
 Everything else (the clipped loss, KL against the reference, optimizer, checkpoints, logging,
-accelerate / DeepSpeed) is TRL's, unchanged.
+accelerate, FSDP: training/sharding.py) is TRL's, unchanged.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ from worldsmith.training.rows import (
     take_rows,
     windowed_rows,
 )
+from worldsmith.training.sharding import ShardedTrainer
 from worldsmith.training.signal import SkippableStep, flat_groups, has_signal, refill
 
 if TYPE_CHECKING:
@@ -169,7 +170,7 @@ def grpo_settings(config: TrainingConfig, output_dir: Path) -> GRPOSettings:
         "gradient_accumulation_steps": 1,
         "steps_per_generation": 1,
         "num_iterations": 1,
-        "learning_rate": config.learning_rate,
+        "learning_rate": config.lora.learning_rate if config.lora.enabled else config.learning_rate,
         "lr_scheduler_type": "constant_with_warmup",
         "warmup_steps": config.steps // 10 if config.lr_warmup_steps is None else config.lr_warmup_steps,
         "beta": config.beta,
@@ -249,7 +250,7 @@ def world_rewards(trajectories: list[Trajectory]) -> dict[str, float]:
     return out
 
 
-class WorldGRPOTrainer(GRPOTrainer):
+class WorldGRPOTrainer(ShardedTrainer, GRPOTrainer):
     """GRPOTrainer whose rollouts are episodes in worldsmith worlds (see the module docstring).
 
     Dataset rows (see `task_dataset`) carry `bundle` (a key of `bundles`), `task_id` and `prompt`
@@ -329,7 +330,7 @@ class WorldGRPOTrainer(GRPOTrainer):
             trajectories = self.engine.rollouts(self.runtime, jobs, episode, self.config, worlds, prefixes, judge)
         else:  # the model and its checkpointing settings as TRL's own generation passes them
             with disable_gradient_checkpointing(self.model, self.args.gradient_checkpointing_kwargs):  # type: ignore[arg-type]
-                trajectories = run_rollouts(self.runtime, jobs, policy, self.generate_batch, episode, worlds)
+                trajectories = run_rollouts(self.runtime, jobs, policy, self.lockstep_generate, episode, worlds)
         for trajectory, start in zip(trajectories, starts, strict=True):
             if start is not None:  # the whole episode: the real turns it started after, then its own
                 trajectory.messages = [*trajectory.messages[:2], *start.messages, *trajectory.messages[2:]]
@@ -392,7 +393,8 @@ class WorldGRPOTrainer(GRPOTrainer):
         """`inputs`: rows of the task dataset (`TaskRow`), as TRL hands them over."""
         mode = "train" if self.model.training else "eval"  # type: ignore[union-attr]  # set by TRL's __init__
         device = self.accelerator.device
-        inputs, trajectories = self._teaching_rollouts(mode, inputs)
+        with self.generation_lockstep():  # sharded: every process generates until all are done (sharding.py)
+            inputs, trajectories = self._teaching_rollouts(mode, inputs)
         stale = drop_stale(trajectories, self.state.global_step, self.config.max_staleness)  # engine rollouts only
         self._metrics[mode]["stale_dropped"].append(float(sum(stale)))
         scored = [
