@@ -58,6 +58,8 @@ def test_fsdp_settings_refuse_what_they_cannot_mean():
         TrainingConfig(model="m", set_name="s", cpu_offload=True)
     with pytest.raises(ValueError, match="train LoRA with sharding ddp"):
         TrainingConfig(model="m", set_name="s", sharding="fsdp", lora={"enabled": True})
+    with pytest.raises(ValueError, match="use sharding ddp with rollout_engine"):
+        TrainingConfig(model="m", set_name="s", sharding="fsdp", rollout_engine="local")
 
 
 @pytest.mark.unit
