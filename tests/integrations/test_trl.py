@@ -72,15 +72,11 @@ def test_json_schema_types_map_to_python_annotations():
     assert python_type({"type": ["string", "integer"]}) is Any and python_type(True) is Any
 
 
-@pytest.mark.e2e
-def test_a_plain_grpo_trainer_trains_in_a_world(tiny_model, golden, runtime, tmp_path, monkeypatch):
-    """One GRPO step of the tiny model on the example world's first task: TRL renders the world's tools,
-    resets an environment per rollout, and the step's reward is the world's (the random model solves nothing)."""
-    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
-    from trl import GRPOConfig, GRPOTrainer
+def one_step_args(tmp_path):
+    """GRPOConfig for one CPU step of the tiny model: two rollouts of one row, nothing saved."""
+    from trl import GRPOConfig
 
-    env = WorldEnv(golden, runtime=runtime)
-    args = GRPOConfig(
+    return GRPOConfig(
         output_dir=str(tmp_path / "out"),
         per_device_train_batch_size=2,
         num_generations=2,
@@ -94,6 +90,17 @@ def test_a_plain_grpo_trainer_trains_in_a_world(tiny_model, golden, runtime, tmp
         chat_template_kwargs={"enable_thinking": False},
         activation_checkpointing=False,
     )
+
+
+@pytest.mark.e2e
+def test_a_plain_grpo_trainer_trains_in_a_world(tiny_model, golden, runtime, tmp_path, monkeypatch):
+    """One GRPO step of the tiny model on the example world's first task: TRL renders the world's tools,
+    resets an environment per rollout, and the step's reward is the world's (the random model solves nothing)."""
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    from trl import GRPOTrainer
+
+    env = WorldEnv(golden, runtime=runtime)
+    args = one_step_args(tmp_path)
     trainer = GRPOTrainer(
         model=str(tiny_model),
         reward_funcs=[world_reward],
@@ -130,7 +137,7 @@ def test_a_plain_grpo_trainer_trains_with_the_worlds_rollout_func(tiny_model, go
     by the trainer's own model, its completion the model's tokens (env_mask 1) and the world's (0), and the
     step's reward the verified trajectories'."""
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     from worldsmith.integrations.trl_rollout import rollout_func, rollout_reward
 
@@ -143,20 +150,7 @@ def test_a_plain_grpo_trainer_trains_with_the_worlds_rollout_func(tiny_model, go
         played.append(output)
         return output
 
-    args = GRPOConfig(
-        output_dir=str(tmp_path / "out"),
-        per_device_train_batch_size=2,
-        num_generations=2,
-        max_completion_length=8,
-        max_steps=1,
-        logging_steps=1,
-        report_to="none",
-        use_cpu=True,
-        disable_tqdm=True,
-        save_strategy="no",
-        chat_template_kwargs={"enable_thinking": False},
-        activation_checkpointing=False,
-    )
+    args = one_step_args(tmp_path)
     trainer = GRPOTrainer(
         model=str(tiny_model),
         reward_funcs=[rollout_reward],

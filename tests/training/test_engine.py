@@ -140,18 +140,23 @@ def test_engine_weight_update_changes_the_next_completions_version_and_output(ti
     assert after[2] == pytest.approx(token_logps(changed, after[0], after[1]), abs=1e-4)
 
 
-@pytest.mark.e2e
-def test_engine_requests_arriving_during_a_batch_form_the_next_one(tiny):
-    model, tokenizer = tiny
-    release, first_running = threading.Event(), threading.Event()
+def held_batcher(model, tokenizer) -> tuple[ContinuousBatcher, threading.Event, threading.Event]:
+    """A batcher whose batches wait for `release` (the first event) once `running` (the second) is set."""
+    release, running = threading.Event(), threading.Event()
 
     class HeldBatcher(ContinuousBatcher):
         def _generate(self, batch):
-            first_running.set()
+            running.set()
             assert release.wait(MOMENTS_S)
             return super()._generate(batch)
 
-    batcher = HeldBatcher(model, tokenizer)
+    return HeldBatcher(model, tokenizer), release, running
+
+
+@pytest.mark.e2e
+def test_engine_requests_arriving_during_a_batch_form_the_next_one(tiny):
+    model, tokenizer = tiny
+    batcher, release, first_running = held_batcher(model, tokenizer)
     try:
         first = batcher.generate([1, 2, 3], 1.0, 4)
         assert first_running.wait(MOMENTS_S)
@@ -169,15 +174,7 @@ def test_engine_weights_sent_during_a_batch_serve_the_requests_after_it(tiny, go
     """A push that does not wait (a staleness bound of 1): the batch running keeps the old version,
     requests queued after the update get the new one; `settle` waits for it to land."""
     model, tokenizer = tiny
-    release, first_running = threading.Event(), threading.Event()
-
-    class HeldBatcher(ContinuousBatcher):
-        def _generate(self, batch):
-            first_running.set()
-            assert release.wait(MOMENTS_S)
-            return super()._generate(batch)
-
-    batcher = HeldBatcher(copy.deepcopy(model), tokenizer)
+    batcher, release, first_running = held_batcher(copy.deepcopy(model), tokenizer)
     changed = copy.deepcopy(model)
     with torch.no_grad():
         next(changed.parameters()).add_(1.0)
