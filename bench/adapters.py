@@ -230,6 +230,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="Sandbox workers of the runtime.")
     parser.add_argument("--clients", action="store_true", help="Also the thin clients against a served world.")
     args = parser.parse_args()
+    for name in ("rounds", "threads", "workers"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1")
     with Runtime(workers=args.workers) as runtime:
         env = WorldEnv(BUNDLE, runtime=runtime)
         played = ways(runtime, env)

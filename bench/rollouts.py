@@ -59,6 +59,9 @@ def main() -> None:
         "episodes last different numbers of turns (0: random weights, one-turn episodes)",
     )
     args = parser.parse_args()
+    for name in ("rollouts", "hidden", "tokens", "max_turns"):
+        if getattr(args, name) < (2 if name == "rollouts" else 1):
+            parser.error(f"--{name.replace('_', '-')} must be at least {2 if name == 'rollouts' else 1}")
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
