@@ -7,15 +7,11 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 
 import pytest
 from sqlmodel import select
 from support.catalog import published_set
-from support.paths import REPO
-from support.patience import PROCESS_S
-from support.processes import listed_runs, signalled_after, stop_line
+from support.processes import listed_runs, run_cli, signalled_after, stop_line
 
 from worldsmith.llm.procedural.backend import procedural_bundle
 from worldsmith.models.catalog import TrainingRun
@@ -40,14 +36,7 @@ def test_ctrl_c_stops_cotrain_between_rounds_keeping_the_rounds_done(prefect_api
         TRL_EXPERIMENTAL_SILENCE="1",
         **signalled_after("worldsmith.flows.cotrain:run_round", signal.SIGINT),  # round 1 done
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "worldsmith.cli", "cotrain", "--set", set_name, *ARGS],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=PROCESS_S,
-    )
+    done = run_cli(["cotrain", "--set", set_name, *ARGS], env)
     line = stop_line(done, signal.SIGINT)
     [run] = listed_runs("cotrain", env)
     assert run["status"] == "cancelled", run

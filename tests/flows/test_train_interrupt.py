@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,9 +16,7 @@ import psutil
 import pytest
 from sqlmodel import select
 from support.catalog import published_set
-from support.paths import REPO
-from support.patience import PROCESS_S
-from support.processes import listed_runs, signalled_after, stop_line
+from support.processes import listed_runs, run_cli, signalled_after, stop_line
 
 from worldsmith.llm.procedural.backend import procedural_bundle
 from worldsmith.models.catalog import Checkpoint
@@ -53,14 +49,7 @@ def test_ctrl_c_stops_train_at_a_step_boundary_keeping_its_checkpoint(prefect_ap
         TRL_EXPERIMENTAL_SILENCE="1",
         **signalled_after("worldsmith.storage.run_records:record_step", signal.SIGINT),  # step 1's metrics row
     )
-    done = subprocess.run(
-        [sys.executable, "-m", "worldsmith.cli", "train", "--set", set_name, *ARGS],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=PROCESS_S,
-    )
+    done = run_cli(["train", "--set", set_name, *ARGS], env)
     line = stop_line(done, signal.SIGINT)
     output = done.stdout + done.stderr
     # quiet by default: no library progress bar, warning or log line (they are in the log file named)
@@ -82,13 +71,8 @@ def test_ctrl_c_stops_train_at_a_step_boundary_keeping_its_checkpoint(prefect_ap
     with get_client(sync_client=True) as client:
         assert client.read_flow_run(run["flow_run_id"]).state_name == "Cancelled"
 
-    resumed = subprocess.run(
-        [sys.executable, "-m", "worldsmith.cli", "resume", str(run["id"]), "--json"],
-        cwd=REPO,
-        env={k: v for k, v in env.items() if not k.startswith("WORLDSMITH_TEST_KILL")},
-        capture_output=True,
-        text=True,
-        timeout=PROCESS_S,
+    resumed = run_cli(
+        ["resume", str(run["id"]), "--json"], {k: v for k, v in env.items() if not k.startswith("WORLDSMITH_TEST_KILL")}
     )
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     result = json.loads(resumed.stdout)
@@ -141,14 +125,7 @@ def test_sigterm_in_the_warm_up_caches_no_half_warmed_model(prefect_api, home):
         **signalled_after("worldsmith.training.warmup:reference_rows", signal.SIGTERM),  # the warm-up's rows made
     )
     args = ["train", "--set", set_name, *ARGS[: ARGS.index("--warmup-steps")], "--warmup-steps", "5"]
-    done = subprocess.run(
-        [sys.executable, "-m", "worldsmith.cli", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=PROCESS_S,
-    )
+    done = run_cli(args, env)
     output = done.stdout + done.stderr
     assert done.returncode == 128 + signal.SIGTERM and "Traceback" not in output, output
     assert done.stderr.splitlines()[-1].startswith(

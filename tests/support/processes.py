@@ -30,6 +30,18 @@ def signalled_after(call: str, signum: signal.Signals, times: int = 1) -> dict[s
     return {**killed_after(call, times), "WORLDSMITH_TEST_KILL_SIGNAL": signum.name}
 
 
+def run_cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`worldsmith ARGS` in a process of its own, from the repository, with `env`; its text output kept."""
+    return subprocess.run(
+        [sys.executable, "-m", "worldsmith.cli", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=PROCESS_S,
+    )
+
+
 def kill_worker(process: subprocess.Popen[bytes]) -> None:
     """SIGKILL a sandbox worker (as the OOM killer would) and wait until its template and episode
     processes are gone too: they die one parent-death signal after another, so a call could still
