@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import torch
 from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
 from support.patience import MOMENTS_S, wait_until
 from support.scripts import call_text
 
@@ -29,9 +30,11 @@ from worldsmith.training.config import TrainingConfig
 from worldsmith.training.engine import (
     EngineClient,
     EnginePolicy,
+    EngineUnavailable,
     LocalWeights,
     RolloutEngine,
     VLLMAdapters,
+    VLLMFullWeights,
     drop_stale,
     policy_state_dict,
     rollout_version,
@@ -339,8 +342,100 @@ def test_engine_vllm_adapters_load_through_vllms_endpoints(tiny, golden, tmp_pat
     )
 
 
+def fake_vllm(tokenizer: Any, served: Any, calls: list[tuple[str, Any]], during_chat: Any = None) -> FastAPI:
+    """A server speaking vLLM's development endpoints as `vllm serve` with VLLM_SERVER_DEV_MODE=1 does
+    (vllm/entrypoints/serve/dev/rpc/api_router.py, serve/cache/api_router.py): `/collective_rpc`
+    runs `reload_weights(weights_path=...)` as every worker's GPUModelRunner does (each
+    `*.safetensors` file in the folder, checkpoint names, loaded into `served` in place) and answers
+    one result per worker; `/reset_prefix_cache` answers 200 with no body. Chat completions carry
+    vLLM's token fields and no policy version; `during_chat` runs while a request is served."""
+    from safetensors.torch import load_file
+
+    app = FastAPI()
+
+    @app.post("/collective_rpc")
+    async def collective_rpc(request: Request) -> JSONResponse:
+        body = await request.json()
+        assert body["method"] == "reload_weights" and set(body["kwargs"]) == {"weights_path"}
+        folder = Path(body["kwargs"]["weights_path"])
+        weights = {k: v for f in sorted(folder.glob("*.safetensors")) for k, v in load_file(f).items()}
+        own = served.state_dict()
+        assert set(weights) <= set(own), "a name vLLM's load_weights would not know"
+        with torch.no_grad():
+            for name, tensor in weights.items():
+                own[name].copy_(tensor)
+        calls.append(("reload", body["kwargs"]["weights_path"]))
+        return JSONResponse({"results": [None]})
+
+    @app.post("/reset_prefix_cache")
+    async def reset_prefix_cache(request: Request) -> Response:
+        calls.append(("reset", dict(request.query_params)))
+        return Response(status_code=200)
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> dict[str, Any]:
+        body = await request.json()
+        calls.append(("chat", body))
+        if during_chat is not None:
+            during_chat()
+        ids = tokenizer.encode("All done.<|im_end|>", add_special_tokens=False)
+        return {
+            "model": body["model"],
+            "prompt_token_ids": [1, 2, 3],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "All done."}, "token_ids": ids,
+                         "logprobs": {"content": [{"token": "x", "logprob": -0.25} for _ in ids]}}],
+        }  # fmt: skip
+
+    return app
+
+
+@pytest.mark.e2e
+def test_engine_vllm_full_weights_reload_in_place_through_vllms_dev_endpoints(tiny, golden, tmp_path):
+    """Full fine-tuning against vLLM: each version written as safetensors under the base model's
+    names and reloaded in place, the prefix cache reset with the running requests, the older
+    folder removed; requests keep the served model's name, and a turn records the version pushed
+    before it was sent even when the next push lands while it is served."""
+    model, tokenizer = tiny
+    served = copy.deepcopy(model).to(torch.bfloat16)
+    calls: list[tuple[str, Any]] = []
+    client = EngineClient("http://unset", model="base")
+    app = fake_vllm(tokenizer, served, calls, during_chat=lambda: setattr(client, "version", 3))
+    trained = copy.deepcopy(model)
+    with BackgroundServer(app) as fake:
+        client.url = fake.url
+        pusher = VLLMFullWeights(client, tmp_path)
+        for version in range(3):
+            with torch.no_grad():
+                next(trained.parameters()).add_(0.5)
+            assert pusher.push(trained, version) == version
+        client.version = 2
+        policy = EnginePolicy(client, tokenizer, max_new_tokens=16)
+        policy.start(golden, golden.task(TASK), 0)
+        turn = policy.act(*task_view(golden))
+    assert [kind for kind, _ in calls[:6]] == ["reload", "reset"] * 3
+    assert calls[4][1] == str(tmp_path / "policy-v2") and calls[5][1] == {"reset_running_requests": "true"}
+    assert [p.name for p in tmp_path.iterdir()] == ["policy-v2"]
+    expected = trained.to(torch.bfloat16).state_dict()
+    assert all(torch.equal(v, expected[k]) for k, v in served.state_dict().items())  # every weight, tied ones too
+    assert calls[-1][1]["model"] == "base" and turn.policy_version == 2 and client.version == 3
+
+
+@pytest.mark.e2e
+def test_engine_vllm_without_dev_mode_or_lora_updating_is_refused_in_one_line(tiny, tmp_path):
+    from peft import LoraConfig, get_peft_model
+
+    model, _ = tiny
+    peft = get_peft_model(copy.deepcopy(model), LoraConfig(r=2, target_modules=["q_proj"], task_type="CAUSAL_LM"))
+    with BackgroundServer(FastAPI()) as plain:  # `vllm serve` without the settings: neither endpoint exists
+        client = EngineClient(plain.url)
+        with pytest.raises(EngineUnavailable, match=r"has no /collective_rpc: start vLLM with VLLM_SERVER_DEV_MODE=1"):
+            VLLMFullWeights(client, tmp_path).push(model, 0)
+        with pytest.raises(EngineUnavailable, match=r"--enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True$"):
+            VLLMAdapters(client, tmp_path).push(peft, 0)
+
+
 @pytest.mark.unit
-def test_engine_vllm_needs_a_url_lora_and_one_process():
+def test_engine_vllm_needs_a_url_and_one_process():
     with pytest.raises(ValueError, match="engine_url"):
         TrainingConfig(model="m", set_name="s", rollout_engine="vllm")
     with pytest.raises(ValueError, match="one training process"):
@@ -348,6 +443,8 @@ def test_engine_vllm_needs_a_url_lora_and_one_process():
             model="m", set_name="s", rollout_engine="vllm", engine_url="http://127.0.0.1:1", lora={"enabled": True},
             processes=2,
         )  # fmt: skip
+    full = TrainingConfig(model="m", set_name="s", rollout_engine="vllm", engine_url="http://127.0.0.1:1")
+    assert not full.lora.enabled  # full weights: reloaded in place (VLLMFullWeights)
 
 
 @pytest.mark.e2e

@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 
+from worldsmith.agent.chat import chat_tool_calls
 from worldsmith.agent.hf_policy import completion_text, read_turn, render_prompt, stop_token_ids
 from worldsmith.agent.messages import Message, ToolCall
 from worldsmith.localserver import BackgroundServer
@@ -290,14 +291,11 @@ def chat_response(
         message = {
             "role": "assistant",
             "content": turn.message.content or None,
-            "tool_calls": [
-                {
-                    "id": f"call_{uuid.uuid4().hex[:12]}",
-                    "type": "function",
-                    "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
-                }
-                for c in turn.message.tool_calls
-            ],
+            "tool_calls": chat_tool_calls(
+                [c.model_copy(update={"id": f"call_{uuid.uuid4().hex[:12]}"}) for c in turn.message.tool_calls],
+                arguments_as_text=True,
+                with_ids=True,
+            ),
         }
     finished = bool(completion_ids) and completion_ids[-1] in stop_token_ids(tokenizer)
     return {
