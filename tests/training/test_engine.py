@@ -39,8 +39,9 @@ from worldsmith.training.engine import (
     policy_state_dict,
     rollout_version,
 )
-from worldsmith.training.importance import sampler_correction
+from worldsmith.training.importance import sampler_correction, weigh_advantages
 from worldsmith.training.policy_server import VERSION_HEADER, ContinuousBatcher, PolicyServer, policy_app
+from worldsmith.training.rollouts import whole_distribution
 from worldsmith.training.rows import collate, windowed_rows
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -334,6 +335,8 @@ def test_engine_vllm_adapters_load_through_vllms_endpoints(tiny, golden, tmp_pat
     ]
     request = calls[-1][1]
     assert request["model"] == "policy-v2" and request["return_token_ids"] and request["logprobs"]
+    sampling = {k: request[k] for k in ("temperature", "top_k", "top_p", "min_p", "repetition_penalty")}
+    assert sampling == {"temperature": 1.0, "top_k": -1, "top_p": 1.0, "min_p": 0.0, "repetition_penalty": 1.0}
     assert turn.message is not None and turn.message.content == "All done."
     assert (turn.policy_version, turn.prompt_ids, turn.completion_logprobs) == (
         2,
@@ -496,6 +499,8 @@ def test_engine_trainer_steps_with_the_local_engine(tiny_model, golden, runtime,
     )
     engine = trainer.engine
     assert engine is not None and engine.client.version == 0 and engine.server is not None
+    assert not trainer.use_vllm and not hasattr(trainer, "vllm_generation")  # none of TRL's vLLM paths
+    trainer._generate_single_turn = None  # TRL's generation: never called with an engine
     try:
         trainer.train()
         after = trainer.rollouts([{"bundle": "b", "task_id": TASK}])  # after training: the trained weights
@@ -509,3 +514,64 @@ def test_engine_trainer_steps_with_the_local_engine(tiny_model, golden, runtime,
     assert {r.policy_version for r in after[0].turn_records} == {2}
     served = engine.server.batcher.model.state_dict()
     assert all(torch.equal(v, served[k]) for k, v in trainer.model.state_dict().items())  # the trained weights
+
+
+@pytest.mark.unit
+def test_engine_importance_ratio_rides_on_the_advantages_truncated_at_the_cap():
+    """The sampler's correction in the trainer's own code: each loss token's advantage times
+    exp(train - sampler) truncated at the cap (or masked out of bounds, its share logged); tokens
+    outside the loss or without a sampler log-probability get ratio 1."""
+    train = torch.tensor([[-1.0, -2.0, -0.5], [-0.2, -3.0, -1.0]])
+    sampler = torch.tensor([[-1.5, -0.5, float("nan")], [-2.0, -3.1, -1.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    expected = torch.exp(torch.nan_to_num((train - sampler) * mask)).clamp(max=3.0)
+    batch = {"advantages": torch.tensor([0.5, -1.0]), "sampling_per_token_logps": sampler}
+    logged = weigh_advantages(batch, train, mask, "token_truncate", None, 3.0)
+    assert torch.allclose(batch["advantages"], torch.tensor([[0.5], [-1.0]]) * expected)
+    assert batch["advantages"][1, 0].item() == pytest.approx(-3.0)  # exp(1.8) = 6.05, truncated at 3
+    assert torch.allclose(batch["importance_sampling_ratio"], expected)
+    masked = {"advantages": torch.tensor([0.5, -1.0]), "sampling_per_token_logps": sampler}
+    logged = weigh_advantages(masked, train, mask, "token_mask", None, 3.0)
+    assert masked["advantages"][1, 0].item() == 0.0 and logged["sampling/masked_share"] == pytest.approx(1 / 5)
+    unknown = {"advantages": torch.tensor([0.5, -1.0])}  # a sampler that reports none: ratio 1
+    weigh_advantages(unknown, train, mask, "token_mask", None, 3.0)
+    assert torch.equal(unknown["advantages"], torch.tensor([[0.5] * 3, [-1.0] * 3]))
+
+
+@pytest.mark.unit
+def test_engine_and_trainer_sample_the_whole_distribution_whatever_the_models_generation_config(tmp_path):
+    """Sampling parity: TRL's transformers generation sets top_k 0 and top_p 1 but leaves min_p,
+    typical_p... unset, which `generate` fills from the model's own generation config; under
+    `whole_distribution` (the trainer's generation and the local server's) only the temperature
+    shapes the distribution the loss's log-probabilities describe, and the model's config is back
+    afterwards."""
+    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+    from trl import GRPOConfig
+
+    from worldsmith.training.trainer import grpo_settings
+
+    config = Qwen3Config(
+        vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=8,
+    )  # fmt: skip
+    model = Qwen3ForCausalLM(config)
+    own = GenerationConfig(do_sample=True, temperature=0.6, top_k=20, top_p=0.95, min_p=0.05, typical_p=0.9)
+    model.generation_config = own
+    args = GRPOConfig(**grpo_settings(TrainingConfig(model="m", set_name="s", temperature=0.7), tmp_path))
+    trls = GenerationConfig(  # what GRPOTrainer builds for transformers generation
+        do_sample=True, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
+        repetition_penalty=args.repetition_penalty,
+    )  # fmt: skip
+
+    def warpers() -> list[str]:
+        effective, _ = model._prepare_generation_config(trls)
+        processors = model._get_logits_processor(
+            generation_config=effective, input_ids_seq_length=3, encoder_input_ids=torch.zeros(1, 3, dtype=torch.long),
+            prefix_allowed_tokens_fn=None, logits_processor=None, device="cpu",
+        )  # fmt: skip
+        return [type(p).__name__ for p in processors]
+
+    assert {"MinPLogitsWarper", "TypicalLogitsWarper"} <= set(warpers())  # the model's own settings leak in
+    with whole_distribution(model):
+        assert warpers() == ["TemperatureLogitsWarper"]
+    assert model.generation_config is own

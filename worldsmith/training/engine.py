@@ -99,6 +99,12 @@ class EngineClient:
             "model": self.model,
             "messages": [wire_message(m) for m in view],
             "temperature": temperature,
+            # the whole softmax, as the loss assumes: vLLM otherwise takes the model's own defaults
+            # (its generation_config.json: Qwen3's top_k 20, top_p 0.95) for what a request leaves out
+            "top_k": -1,
+            "top_p": 1.0,
+            "min_p": 0.0,
+            "repetition_penalty": 1.0,
             "max_tokens": max_tokens,
             "logprobs": True,
             "return_token_ids": True,

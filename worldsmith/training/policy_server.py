@@ -39,6 +39,7 @@ from worldsmith.agent.hf_policy import completion_text, read_turn, render_prompt
 from worldsmith.agent.messages import Message, ToolCall
 from worldsmith.localserver import BackgroundServer
 from worldsmith.toolschema import ToolSchemaJson
+from worldsmith.training.rollouts import whole_distribution
 
 VERSION_HEADER = "X-Policy-Version"
 
@@ -173,7 +174,7 @@ class ContinuousBatcher:
         sampling: dict[str, Any] = {"do_sample": False}
         if temperature > 0:  # the whole distribution, as the trainer's log-probabilities assume (no top-k/top-p)
             sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
-        with torch.no_grad():
+        with torch.no_grad(), whole_distribution(self.model):
             out = self.model.generate(
                 ids.to(self.model.device),
                 attention_mask=mask.to(self.model.device),
