@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import torch
 from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
 from support.patience import MOMENTS_S, wait_until
 from support.scripts import call_text
 
@@ -29,15 +30,18 @@ from worldsmith.training.config import TrainingConfig
 from worldsmith.training.engine import (
     EngineClient,
     EnginePolicy,
+    EngineUnavailable,
     LocalWeights,
     RolloutEngine,
     VLLMAdapters,
+    VLLMFullWeights,
     drop_stale,
     policy_state_dict,
     rollout_version,
 )
-from worldsmith.training.importance import sampler_correction
+from worldsmith.training.importance import sampler_correction, weigh_advantages
 from worldsmith.training.policy_server import VERSION_HEADER, ContinuousBatcher, PolicyServer, policy_app
+from worldsmith.training.rollouts import whole_distribution
 from worldsmith.training.rows import collate, windowed_rows
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -331,6 +335,8 @@ def test_engine_vllm_adapters_load_through_vllms_endpoints(tiny, golden, tmp_pat
     ]
     request = calls[-1][1]
     assert request["model"] == "policy-v2" and request["return_token_ids"] and request["logprobs"]
+    sampling = {k: request[k] for k in ("temperature", "top_k", "top_p", "min_p", "repetition_penalty")}
+    assert sampling == {"temperature": 1.0, "top_k": -1, "top_p": 1.0, "min_p": 0.0, "repetition_penalty": 1.0}
     assert turn.message is not None and turn.message.content == "All done."
     assert (turn.policy_version, turn.prompt_ids, turn.completion_logprobs) == (
         2,
@@ -339,8 +345,100 @@ def test_engine_vllm_adapters_load_through_vllms_endpoints(tiny, golden, tmp_pat
     )
 
 
+def fake_vllm(tokenizer: Any, served: Any, calls: list[tuple[str, Any]], during_chat: Any = None) -> FastAPI:
+    """A server speaking vLLM's development endpoints as `vllm serve` with VLLM_SERVER_DEV_MODE=1 does
+    (vllm/entrypoints/serve/dev/rpc/api_router.py, serve/cache/api_router.py): `/collective_rpc`
+    runs `reload_weights(weights_path=...)` as every worker's GPUModelRunner does (each
+    `*.safetensors` file in the folder, checkpoint names, loaded into `served` in place) and answers
+    one result per worker; `/reset_prefix_cache` answers 200 with no body. Chat completions carry
+    vLLM's token fields and no policy version; `during_chat` runs while a request is served."""
+    from safetensors.torch import load_file
+
+    app = FastAPI()
+
+    @app.post("/collective_rpc")
+    async def collective_rpc(request: Request) -> JSONResponse:
+        body = await request.json()
+        assert body["method"] == "reload_weights" and set(body["kwargs"]) == {"weights_path"}
+        folder = Path(body["kwargs"]["weights_path"])
+        weights = {k: v for f in sorted(folder.glob("*.safetensors")) for k, v in load_file(f).items()}
+        own = served.state_dict()
+        assert set(weights) <= set(own), "a name vLLM's load_weights would not know"
+        with torch.no_grad():
+            for name, tensor in weights.items():
+                own[name].copy_(tensor)
+        calls.append(("reload", body["kwargs"]["weights_path"]))
+        return JSONResponse({"results": [None]})
+
+    @app.post("/reset_prefix_cache")
+    async def reset_prefix_cache(request: Request) -> Response:
+        calls.append(("reset", dict(request.query_params)))
+        return Response(status_code=200)
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request) -> dict[str, Any]:
+        body = await request.json()
+        calls.append(("chat", body))
+        if during_chat is not None:
+            during_chat()
+        ids = tokenizer.encode("All done.<|im_end|>", add_special_tokens=False)
+        return {
+            "model": body["model"],
+            "prompt_token_ids": [1, 2, 3],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "All done."}, "token_ids": ids,
+                         "logprobs": {"content": [{"token": "x", "logprob": -0.25} for _ in ids]}}],
+        }  # fmt: skip
+
+    return app
+
+
+@pytest.mark.e2e
+def test_engine_vllm_full_weights_reload_in_place_through_vllms_dev_endpoints(tiny, golden, tmp_path):
+    """Full fine-tuning against vLLM: each version written as safetensors under the base model's
+    names and reloaded in place, the prefix cache reset with the running requests, the older
+    folder removed; requests keep the served model's name, and a turn records the version pushed
+    before it was sent even when the next push lands while it is served."""
+    model, tokenizer = tiny
+    served = copy.deepcopy(model).to(torch.bfloat16)
+    calls: list[tuple[str, Any]] = []
+    client = EngineClient("http://unset", model="base")
+    app = fake_vllm(tokenizer, served, calls, during_chat=lambda: setattr(client, "version", 3))
+    trained = copy.deepcopy(model)
+    with BackgroundServer(app) as fake:
+        client.url = fake.url
+        pusher = VLLMFullWeights(client, tmp_path)
+        for version in range(3):
+            with torch.no_grad():
+                next(trained.parameters()).add_(0.5)
+            assert pusher.push(trained, version) == version
+        client.version = 2
+        policy = EnginePolicy(client, tokenizer, max_new_tokens=16)
+        policy.start(golden, golden.task(TASK), 0)
+        turn = policy.act(*task_view(golden))
+    assert [kind for kind, _ in calls[:6]] == ["reload", "reset"] * 3
+    assert calls[4][1] == str(tmp_path / "policy-v2") and calls[5][1] == {"reset_running_requests": "true"}
+    assert [p.name for p in tmp_path.iterdir()] == ["policy-v2"]
+    expected = trained.to(torch.bfloat16).state_dict()
+    assert all(torch.equal(v, expected[k]) for k, v in served.state_dict().items())  # every weight, tied ones too
+    assert calls[-1][1]["model"] == "base" and turn.policy_version == 2 and client.version == 3
+
+
+@pytest.mark.e2e
+def test_engine_vllm_without_dev_mode_or_lora_updating_is_refused_in_one_line(tiny, tmp_path):
+    from peft import LoraConfig, get_peft_model
+
+    model, _ = tiny
+    peft = get_peft_model(copy.deepcopy(model), LoraConfig(r=2, target_modules=["q_proj"], task_type="CAUSAL_LM"))
+    with BackgroundServer(FastAPI()) as plain:  # `vllm serve` without the settings: neither endpoint exists
+        client = EngineClient(plain.url)
+        with pytest.raises(EngineUnavailable, match=r"has no /collective_rpc: start vLLM with VLLM_SERVER_DEV_MODE=1"):
+            VLLMFullWeights(client, tmp_path).push(model, 0)
+        with pytest.raises(EngineUnavailable, match=r"--enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True$"):
+            VLLMAdapters(client, tmp_path).push(peft, 0)
+
+
 @pytest.mark.unit
-def test_engine_vllm_needs_a_url_lora_and_one_process():
+def test_engine_vllm_needs_a_url_and_one_process():
     with pytest.raises(ValueError, match="engine_url"):
         TrainingConfig(model="m", set_name="s", rollout_engine="vllm")
     with pytest.raises(ValueError, match="one training process"):
@@ -348,6 +446,8 @@ def test_engine_vllm_needs_a_url_lora_and_one_process():
             model="m", set_name="s", rollout_engine="vllm", engine_url="http://127.0.0.1:1", lora={"enabled": True},
             processes=2,
         )  # fmt: skip
+    full = TrainingConfig(model="m", set_name="s", rollout_engine="vllm", engine_url="http://127.0.0.1:1")
+    assert not full.lora.enabled  # full weights: reloaded in place (VLLMFullWeights)
 
 
 @pytest.mark.e2e
@@ -399,6 +499,8 @@ def test_engine_trainer_steps_with_the_local_engine(tiny_model, golden, runtime,
     )
     engine = trainer.engine
     assert engine is not None and engine.client.version == 0 and engine.server is not None
+    assert not trainer.use_vllm and not hasattr(trainer, "vllm_generation")  # none of TRL's vLLM paths
+    trainer._generate_single_turn = None  # TRL's generation: never called with an engine
     try:
         trainer.train()
         after = trainer.rollouts([{"bundle": "b", "task_id": TASK}])  # after training: the trained weights
@@ -412,3 +514,64 @@ def test_engine_trainer_steps_with_the_local_engine(tiny_model, golden, runtime,
     assert {r.policy_version for r in after[0].turn_records} == {2}
     served = engine.server.batcher.model.state_dict()
     assert all(torch.equal(v, served[k]) for k, v in trainer.model.state_dict().items())  # the trained weights
+
+
+@pytest.mark.unit
+def test_engine_importance_ratio_rides_on_the_advantages_truncated_at_the_cap():
+    """The sampler's correction in the trainer's own code: each loss token's advantage times
+    exp(train - sampler) truncated at the cap (or masked out of bounds, its share logged); tokens
+    outside the loss or without a sampler log-probability get ratio 1."""
+    train = torch.tensor([[-1.0, -2.0, -0.5], [-0.2, -3.0, -1.0]])
+    sampler = torch.tensor([[-1.5, -0.5, float("nan")], [-2.0, -3.1, -1.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]])
+    expected = torch.exp(torch.nan_to_num((train - sampler) * mask)).clamp(max=3.0)
+    batch = {"advantages": torch.tensor([0.5, -1.0]), "sampling_per_token_logps": sampler}
+    logged = weigh_advantages(batch, train, mask, "token_truncate", None, 3.0)
+    assert torch.allclose(batch["advantages"], torch.tensor([[0.5], [-1.0]]) * expected)
+    assert batch["advantages"][1, 0].item() == pytest.approx(-3.0)  # exp(1.8) = 6.05, truncated at 3
+    assert torch.allclose(batch["importance_sampling_ratio"], expected)
+    masked = {"advantages": torch.tensor([0.5, -1.0]), "sampling_per_token_logps": sampler}
+    logged = weigh_advantages(masked, train, mask, "token_mask", None, 3.0)
+    assert masked["advantages"][1, 0].item() == 0.0 and logged["sampling/masked_share"] == pytest.approx(1 / 5)
+    unknown = {"advantages": torch.tensor([0.5, -1.0])}  # a sampler that reports none: ratio 1
+    weigh_advantages(unknown, train, mask, "token_mask", None, 3.0)
+    assert torch.equal(unknown["advantages"], torch.tensor([[0.5] * 3, [-1.0] * 3]))
+
+
+@pytest.mark.unit
+def test_engine_and_trainer_sample_the_whole_distribution_whatever_the_models_generation_config(tmp_path):
+    """Sampling parity: TRL's transformers generation sets top_k 0 and top_p 1 but leaves min_p,
+    typical_p... unset, which `generate` fills from the model's own generation config; under
+    `whole_distribution` (the trainer's generation and the local server's) only the temperature
+    shapes the distribution the loss's log-probabilities describe, and the model's config is back
+    afterwards."""
+    from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
+    from trl import GRPOConfig
+
+    from worldsmith.training.trainer import grpo_settings
+
+    config = Qwen3Config(
+        vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+        num_key_value_heads=1, head_dim=8,
+    )  # fmt: skip
+    model = Qwen3ForCausalLM(config)
+    own = GenerationConfig(do_sample=True, temperature=0.6, top_k=20, top_p=0.95, min_p=0.05, typical_p=0.9)
+    model.generation_config = own
+    args = GRPOConfig(**grpo_settings(TrainingConfig(model="m", set_name="s", temperature=0.7), tmp_path))
+    trls = GenerationConfig(  # what GRPOTrainer builds for transformers generation
+        do_sample=True, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
+        repetition_penalty=args.repetition_penalty,
+    )  # fmt: skip
+
+    def warpers() -> list[str]:
+        effective, _ = model._prepare_generation_config(trls)
+        processors = model._get_logits_processor(
+            generation_config=effective, input_ids_seq_length=3, encoder_input_ids=torch.zeros(1, 3, dtype=torch.long),
+            prefix_allowed_tokens_fn=None, logits_processor=None, device="cpu",
+        )  # fmt: skip
+        return [type(p).__name__ for p in processors]
+
+    assert {"MinPLogitsWarper", "TypicalLogitsWarper"} <= set(warpers())  # the model's own settings leak in
+    with whole_distribution(model):
+        assert warpers() == ["TemperatureLogitsWarper"]
+    assert model.generation_config is own

@@ -12,6 +12,7 @@ from test_training import make_trainer, one_task  # noqa: F401 - the module fixt
 from worldsmith.agent.loop import run_episode
 from worldsmith.agent.policies import ReferencePolicy
 from worldsmith.cli.config_options import options_for
+from worldsmith.models.verdict import Verdict
 from worldsmith.settings import get_settings
 from worldsmith.training.config import JudgeConfig, TrainingConfig
 from worldsmith.training.judged_reward import JudgeUnavailable, RewardJudge, judge_endpoint
@@ -114,18 +115,20 @@ def test_the_judge_key_is_read_from_the_variable_the_config_names_never_stored(j
 
 
 @pytest.mark.sandbox
-def test_the_judges_env_error_counts_only_with_an_env_error_in_the_trajectory(runtime, golden, judge_server):
-    """A judge that blames the application on a rollout whose tools all answered rules agent_error
-    (rewarded, in the loss), never a way out of it; with an env_error in the trajectory it stands."""
+def test_the_judges_env_error_counts_as_agent_error_and_env_error_rollouts_are_not_judged(
+    runtime, golden, judge_server
+):
+    """A judge that blames the application on a rollout rules agent_error (rewarded, in the loss),
+    never a way out of it: a rollout the world failed ended there as an env_error (agent/loop.py)
+    and reaches no judge."""
     task = golden.task("t01_points_balance")
     blamed = run_episode(runtime, golden, task, ReferencePolicy())
-    failing = blamed.model_copy(deep=True)
-    failing.steps[-1].status = "env_error"
+    failing = blamed.model_copy(deep=True, update={"verdict": Verdict.env_error, "reward": None})
+    failing.steps[-1].status = "env_error"  # what the loop leaves when the world fails a call
     judge = RewardJudge.for_training(_judge_alone(judge_server))
-    env_error = json_reply({"verdict": "env_error", "reason": "the application is broken"})
-    judge_server.script(env_error, env_error)
+    judge_server.script(json_reply({"verdict": "env_error", "reason": "the application is broken"}))
     metrics = judge.judge_rollouts([task, task], [blamed, failing])
     assert blamed.verdict == "agent_error" and blamed.reward == 0.0
     assert "holds none: counted as agent_error" in blamed.judge["votes"][0]["reason"]
-    assert failing.verdict == "env_error" and failing.reward is None
-    assert metrics["judge_requests"] == 2 and metrics["judge_error_rate"] == 0.0
+    assert failing.verdict == "env_error" and failing.reward is None and not failing.judge
+    assert metrics["judge_requests"] == 1 and metrics["judge_error_rate"] == 0.0

@@ -581,6 +581,8 @@ def test_vllm_sampler_logprobs_become_trls_importance_correction(tiny_model, one
     exp(0.1) on every generated token, 1 elsewhere, no token masked, where a ratio per sequence,
     exp(0.1 x the row's generated tokens), would have dropped the longer rows whole; the step trains
     and logs the ratio and the masked share."""
+    from trl import GRPOTrainer
+
     trainer = make_trainer(tiny_model, one_task, runtime, tmp_path, history=history)
     trainer.use_vllm, trainer.sampler_shift = True, 0.1  # what GRPOTrainer sets with vLLM; generation stays scripted
     result = trainer.train()
@@ -589,13 +591,20 @@ def test_vllm_sampler_logprobs_become_trls_importance_correction(tiny_model, one
     ratio = batch["importance_sampling_ratio"]
     assert ratio.shape == loss_mask.shape and trainer.vllm_importance_sampling_mode == "token_mask"
     assert ratio[loss_mask].tolist() == pytest.approx([math.exp(0.1)] * int(loss_mask.sum()), rel=1e-3)
-    per_sequence = importance_ratio(
-        batch["old_per_token_logps"], batch["sampling_per_token_logps"], loss_mask, "sequence_mask", None, 3.0
-    )
+    row_advantages = torch.tensor([r.advantage for r in trainer.last_rows])
+    assert torch.allclose(batch["advantages"], row_advantages[:, None] * ratio)  # the ratio rides on the advantages
+    trained = batch["sampling_per_token_logps"] + 0.1
+    per_sequence = importance_ratio(trained, batch["sampling_per_token_logps"], loss_mask, "sequence_mask", None, 3.0)
     assert 0.0 in per_sequence.flatten().tolist()  # per sequence, some rows would have left the loss whole
     logged = trainer.state.log_history[0]
     assert math.isfinite(result.training_loss) and logged["sampling/masked_share"] == 0.0
     assert logged["sampling/sampling_logp_difference/mean"] == pytest.approx(0.1, rel=1e-2)
+    assert not trainer.vllm_importance_sampling_correction  # TRL's own multiplication: off
+    with torch.no_grad():  # the same loss as TRL's own correction (its vLLM flag on, the ratio multiplied in its loss)
+        folded = GRPOTrainer._compute_loss(trainer, trainer.model, batch)
+        trainer.vllm_importance_sampling_correction = True
+        trls = GRPOTrainer._compute_loss(trainer, trainer.model, {**batch, "advantages": row_advantages})
+    assert folded.item() == pytest.approx(trls.item(), rel=1e-5, abs=1e-7)
 
 
 def test_num_iterations_above_one_is_refused_in_one_line(tiny_model, one_task, runtime, tmp_path):

@@ -14,8 +14,8 @@ from worldsmith.agent.hf_policy import render_prompt
 from worldsmith.agent.loop import EpisodeConfig, Trajectory, run_episode, visible
 from worldsmith.agent.policies import ReferencePolicy
 from worldsmith.training.config import TrainingConfig
+from worldsmith.training.rollout_metrics import world_rewards
 from worldsmith.training.rollouts import Sampled, TrainingPolicy, run_rollouts
-from worldsmith.training.trainer import world_rewards
 from worldsmith.worldmodel.config import SimulationConfig
 from worldsmith.worldmodel.real_starts import RealStarts, StartedSimulation, real_start, tool_turns
 from worldsmith.worldmodel.simulated import SimulatedRuntime

@@ -272,7 +272,7 @@ class TrainingConfig(BaseModel):
         "in_process",
         description="Where rollouts generate: in the trainer (in_process), or through an inference engine, "
         "episodes asynchronous and weights pushed after each step (training/engine.py): the project's "
-        "policy server (local) or a vLLM server with LoRA (vllm).",
+        "policy server (local) or a vLLM server (vllm: LoRA adapters, or full weights reloaded in place).",
     )
     engine_url: str | None = Field(
         None,
@@ -301,10 +301,10 @@ class TrainingConfig(BaseModel):
             raise ValueError("real_starts applies to simulated training only; set simulate or remove real_starts")
         if (giving_up := teaches_giving_up(self.rewards)) is not None:
             raise ValueError(giving_up)
-        if self.rollout_engine == "vllm" and (self.engine_url is None or not self.lora.enabled):
-            raise ValueError("rollout_engine vllm needs engine_url (the vLLM server) and lora.enabled (its adapters)")
+        if self.rollout_engine == "vllm" and self.engine_url is None:
+            raise ValueError("rollout_engine vllm needs engine_url (the vLLM server the weights are pushed to)")
         if self.rollout_engine == "vllm" and self.processes * self.nodes > 1:
-            raise ValueError("rollout_engine vllm takes one training process (the one that loads its adapters)")
+            raise ValueError("rollout_engine vllm takes one training process (the one that pushes its weights)")
         if self.cpu_offload and self.sharding != "fsdp":
             raise ValueError("cpu_offload applies to sharding='fsdp' only; set sharding fsdp or remove cpu_offload")
         if self.sharding == "fsdp" and self.lora.enabled:

@@ -4,15 +4,24 @@ trainer's weights pushed to it after each optimizer step.
 Two engines speak the same chat-completions API, and `EngineClient` talks to both:
 - `local`: the project's policy server (training/policy_server.py), transformers on CPU or one GPU;
   weights pushed as a state dict file through `POST /v1/load_weights`, which also sets the version;
-- `vllm`: a vLLM OpenAI server on a GPU worker (`vllm serve <base> --enable-lora`, with
-  `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`); LoRA adapters pushed as `save_pretrained` folders
-  through vLLM's `POST /v1/load_lora_adapter {"lora_name", "lora_path"}`, each under a new name
-  `policy-v<step>` that later requests ask for as their `model`. Nothing here imports vLLM.
+- `vllm`: a vLLM OpenAI server on a GPU worker, sharing a folder with the trainer. A LoRA run's
+  adapters are pushed as `save_pretrained` folders through vLLM's `POST /v1/load_lora_adapter
+  {"lora_name", "lora_path"}` (`vllm serve <base> --enable-lora`, `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`),
+  each under a new name `policy-v<step>` that later requests ask for as their `model`
+  (`VLLMAdapters`). A full fine-tuning run's weights are written as one safetensors checkpoint
+  `policy-v<step>/model.safetensors` under the base model's names, loaded in place through vLLM's
+  development endpoint `POST /collective_rpc {"method": "reload_weights", "kwargs": {"weights_path"}}`
+  (every worker's `GPUModelRunner.reload_weights` reads the folder's safetensors, layer by layer,
+  between two engine steps; `VLLM_SERVER_DEV_MODE=1`), then `POST /reset_prefix_cache
+  ?reset_running_requests=true` so that no later token is computed over keys and values of the
+  older weights (`VLLMFullWeights`). Nothing here imports vLLM.
 
 Every request asks for vLLM's `return_token_ids` and `logprobs`, so each turn keeps the exact token
 ids the engine saw and produced (the rows the trainer trains on) and each token's log-probability
 under the behaviour policy (the importance ratio's denominator), and the policy version that
-produced it (`policy_version` in the reply, else the version in the served adapter's name).
+produced it: `policy_version` in the reply (the local server), else the version in the served
+adapter's name (LoRA), else the last version pushed before the request was sent (full weights: a
+push landing during the request makes its later tokens newer, never older, than recorded).
 
 Bounded staleness: a rollout whose oldest turn is more than `max_staleness` versions behind the
 trainer is dropped (`is_stale`); the others are corrected per token by the importance ratio of the
@@ -21,8 +30,8 @@ trainer's log-probabilities over the engine's (training/importance.py).
 
 from __future__ import annotations
 
-import json
 import re
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +41,7 @@ from typing import Any
 import httpx
 from transformers import TrainerCallback
 
+from worldsmith.agent.chat import hf_tools, wire_message
 from worldsmith.agent.hf_policy import completion_text, read_turn
 from worldsmith.agent.loop import EpisodeConfig, EpisodeSource, Trajectory, visible
 from worldsmith.agent.messages import Message, PolicyTurn
@@ -51,22 +61,6 @@ class EngineUnavailable(UserFixable, RuntimeError):
     names the engine's URL."""
 
 
-def to_wire(view: list[Message]) -> list[dict[str, Any]]:
-    """Episode messages as OpenAI chat messages (tool-call arguments as JSON text)."""
-    wire: list[dict[str, Any]] = []
-    for m in view:
-        message: dict[str, Any] = {"role": m.role, "content": m.content}
-        if m.tool_calls:
-            message["tool_calls"] = [
-                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": json.dumps(c.arguments)}}
-                for c in m.tool_calls
-            ]
-        if m.tool_call_id is not None:
-            message["tool_call_id"] = m.tool_call_id
-        wire.append(message)
-    return wire
-
-
 class EngineClient:
     """Chat completions from an OpenAI-compatible engine at `url`, with token ids, log-probabilities
     and policy versions. `model` is the name requests ask for (a vLLM push changes it); `version`
@@ -79,11 +73,17 @@ class EngineClient:
             timeout=timeout_s, headers=headers, limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256)
         )
 
-    def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    def post(
+        self, path: str, body: dict[str, Any] | None = None, *, params: dict[str, str] | None = None, missing: str = ""
+    ) -> dict[str, Any]:
+        """The engine's JSON answer to `body` at `path` ({} when it answers none); `missing` is what a
+        404 means (the fix to name), else the engine's own words."""
         try:
-            response = self.http.post(f"{self.url}{path}", json=body)
+            response = self.http.post(f"{self.url}{path}", json=body, params=params)
         except httpx.HTTPError as exc:
             raise EngineUnavailable(f"the rollout engine at {self.url} did not answer: {type(exc).__name__}") from exc
+        if response.status_code == 404 and missing:
+            raise EngineUnavailable(f"the rollout engine at {self.url} has no {path}: {missing}")
         if response.status_code >= 400:
             raise EngineUnavailable(
                 f"the rollout engine refused {path}: HTTP {response.status_code} {response.text[:200]}"
@@ -94,10 +94,17 @@ class EngineClient:
         self, view: list[Message], tools: list[ToolSchemaJson], *, temperature: float, max_tokens: int
     ) -> tuple[list[int], list[int], list[float] | None, int]:
         """(prompt ids, completion ids, their log-probabilities, policy version) of one assistant turn."""
+        issued = self.version  # a push landing during the request only makes its tokens newer
         body: dict[str, Any] = {
             "model": self.model,
-            "messages": to_wire(view),
+            "messages": [wire_message(m) for m in view],
             "temperature": temperature,
+            # the whole softmax, as the loss assumes: vLLM otherwise takes the model's own defaults
+            # (its generation_config.json: Qwen3's top_k 20, top_p 0.95) for what a request leaves out
+            "top_k": -1,
+            "top_p": 1.0,
+            "min_p": 0.0,
+            "repetition_penalty": 1.0,
             "max_tokens": max_tokens,
             "logprobs": True,
             "return_token_ids": True,
@@ -105,20 +112,21 @@ class EngineClient:
             "chat_template_kwargs": {"enable_thinking": False},
         }
         if tools:
-            body["tools"] = [{"type": "function", "function": t} for t in tools]
+            body["tools"] = hf_tools(tools)
         reply = self.post("/v1/chat/completions", body)
         choice = reply["choices"][0]
         if "prompt_token_ids" not in reply or "token_ids" not in choice:
             raise EngineUnavailable(f"the rollout engine at {self.url} returns no token ids: it needs return_token_ids")
         content = (choice.get("logprobs") or {}).get("content")
         logprobs = [float(t["logprob"]) for t in content] if content else None
-        return list(reply["prompt_token_ids"]), list(choice["token_ids"]), logprobs, self._version_of(reply)
+        return list(reply["prompt_token_ids"]), list(choice["token_ids"]), logprobs, self._version_of(reply, issued)
 
-    def _version_of(self, reply: dict[str, Any]) -> int:
+    @staticmethod
+    def _version_of(reply: dict[str, Any], issued: int) -> int:
         if isinstance(reply.get("policy_version"), int):
             return int(reply["policy_version"])
         named = _VERSIONED.search(str(reply.get("model", "")))
-        return int(named.group(1)) if named else self.version
+        return int(named.group(1)) if named else issued
 
     def close(self) -> None:
         self.http.close()
@@ -228,7 +236,11 @@ class VLLMAdapters:
         model.save_pretrained(str(path))  # a PEFT model saves its adapters only
 
         def send() -> int:
-            self.client.post("/v1/load_lora_adapter", {"lora_name": name, "lora_path": str(path)})
+            self.client.post(
+                "/v1/load_lora_adapter",
+                {"lora_name": name, "lora_path": str(path)},
+                missing="start vLLM with --enable-lora and VLLM_ALLOW_RUNTIME_LORA_UPDATING=True",
+            )
             self.client.model = name
             old = version - self.keep
             if old >= 0:
@@ -242,6 +254,49 @@ class VLLMAdapters:
 
     def push(self, model: Any, version: int) -> int:
         return self.snapshot(model, version)()
+
+
+VLLM_DEV_MODE = "start vLLM with VLLM_SERVER_DEV_MODE=1 (full-weight pushes use its development endpoints)"
+
+
+class VLLMFullWeights:
+    """Pushes full weights to a vLLM server: each version written as `policy-v<version>/model.safetensors`
+    under `folder` (a folder the server reads too) in `dtype`, under the base model's parameter names
+    (`policy_state_dict`: LoRA merged), and reloaded in place by every vLLM worker
+    (`reload_weights(weights_path=...)` through `/collective_rpc`); the prefix cache is then reset,
+    running requests included, so that every later token is computed by the new weights. The
+    previous version's folder is removed once the next one is loaded."""
+
+    def __init__(self, client: EngineClient, folder: Path, dtype: Any = None):
+        import torch
+
+        self.client, self.folder, self.dtype = client, folder, dtype or torch.bfloat16
+
+    def snapshot(self, model: Any, version: int) -> Callable[[], int]:
+        """Copies the weights now; the function returned writes and loads them (on any thread)."""
+        state = {k: v.to(self.dtype) if v.is_floating_point() else v for k, v in policy_state_dict(model).items()}
+
+        def send() -> int:
+            from safetensors.torch import save_file
+
+            path = self.folder / f"policy-v{version}"
+            path.mkdir(parents=True, exist_ok=True)
+            save_file({k: v.contiguous() for k, v in state.items()}, str(path / "model.safetensors"))
+            rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(path)}}
+            self.client.post("/collective_rpc", rpc, missing=VLLM_DEV_MODE)
+            self.client.post("/reset_prefix_cache", params={"reset_running_requests": "true"}, missing=VLLM_DEV_MODE)
+            for old in self.folder.glob("policy-v*"):
+                if old != path and (old / "model.safetensors").is_file():
+                    shutil.rmtree(old, ignore_errors=True)
+            return version
+
+        return send
+
+    def push(self, model: Any, version: int) -> int:
+        return self.snapshot(model, version)()
+
+
+WeightPusher = LocalWeights | VLLMAdapters | VLLMFullWeights
 
 
 def rollout_version(trajectory: Trajectory) -> int | None:
@@ -260,7 +315,7 @@ class RolloutEngine:
     """The trainer's engine: a client, how weights reach the engine, and the local server when the
     project runs one (`for_training`)."""
 
-    def __init__(self, client: EngineClient, pusher: LocalWeights | VLLMAdapters, tokenizer: Any, server: Any = None):
+    def __init__(self, client: EngineClient, pusher: WeightPusher, tokenizer: Any, server: Any = None):
         self.client, self.pusher, self.tokenizer, self.server = client, pusher, tokenizer, server
         self._pending: threading.Thread | None = None
         self._failed: Exception | None = None
@@ -269,13 +324,15 @@ class RolloutEngine:
     def for_training(cls, config: TrainingConfig, model: Any, tokenizer: Any, folder: Path) -> RolloutEngine:
         """The engine `config.rollout_engine` names, holding `model`'s weights as version 0: `local`
         starts the policy server over a copy of the model unless `engine_url` names a running one;
-        `vllm` needs `engine_url` and LoRA (its adapters are what it loads at run time)."""
+        `vllm` needs `engine_url`, and loads a LoRA run's adapters (`VLLMAdapters`), else full
+        weights (`VLLMFullWeights`)."""
         server = None
         if config.rollout_engine == "vllm":
-            if not config.engine_url or not config.lora.enabled:
-                raise ValueError("rollout_engine vllm needs engine_url (the vLLM server) and lora.enabled")
+            if not config.engine_url:
+                raise ValueError("rollout_engine vllm needs engine_url (the vLLM server)")
             client = EngineClient(config.engine_url, model=config.model)
-            engine = cls(client, VLLMAdapters(client, folder), tokenizer)
+            pusher = VLLMAdapters(client, folder) if config.lora.enabled else VLLMFullWeights(client, folder)
+            engine = cls(client, pusher, tokenizer)
         else:
             url = config.engine_url
             if url is None:

@@ -1,11 +1,19 @@
-"""Importance-sampling correction for a sampler that is not the trained model (vLLM).
+"""Importance-sampling correction for a sampler that is not the trained model (vLLM in the trainer,
+or an inference engine one or more policy versions behind).
 
 vLLM's kernels give the sampled tokens slightly different probabilities than the trainer's own
-forward pass, so the rollouts are a little off-policy even in the first optimizer step. TRL
-multiplies the loss by the ratio pi_train(token) / pi_sampler(token), per token or per sequence,
-truncated or masked at its bounds (GRPOConfig's `vllm_importance_sampling_*` settings). TRL
-computes it inside `_generate_and_score_completions`, which WorldGRPOTrainer replaces; this is that
-rule over the sampler log-probabilities the rollouts recorded (rows.TrainingRow.sampling_logps).
+forward pass, and an engine's rollouts may come from an older version, so the rollouts are a
+little off-policy even in the first optimizer step. The loss is multiplied by the ratio
+pi_train(token) / pi_sampler(token), per token or per sequence, truncated or masked at its bounds
+(GRPOConfig's `vllm_importance_sampling_mode` and `_clip_*` settings), over the sampler
+log-probabilities the rollouts recorded (rows.TrainingRow.sampling_logps).
+
+The trainer applies it itself (`weigh_advantages`), never through TRL's `use_vllm` flag (which would
+also switch TRL's generation and weight-sync code on): the ratio, being >= 0, multiplies each token's
+advantage, which TRL's loss accepts per token (B x T) and which scales every loss type's
+policy-gradient term by it exactly as TRL's own multiplication would (min(r a x, r a y) = r min(a x,
+a y) for r >= 0), the KL term untouched. TRL's own correction is off (`vllm_importance_sampling_correction`
+False in trainer.grpo_settings), so it is applied once.
 
 The runs use `token_mask` (trainer.grpo_settings): per sequence, the ratio of a long full-history
 row is a product over thousands of tokens, which leaves the bounds for almost any row, so the whole
@@ -80,3 +88,25 @@ def sampler_correction(
         "sampling/importance_sampling_ratio/mean": applied.float().mean().item() if applied.numel() else 1.0,
         "sampling/masked_share": masked_share(ratio, loss_mask),
     }
+
+
+def weigh_advantages(
+    batch: dict[str, Any],
+    train_logps: Any,
+    loss_mask: Any,
+    mode: str,
+    clip_min: float | None,
+    clip_max: float | None,
+) -> dict[str, float]:
+    """Applies the sampler correction to `batch` in place: its `advantages` (one per row) become one
+    per token (or per row, for the sequence modes), each multiplied by the importance ratio of
+    `train_logps` (the trained model's, without gradients) over the batch's `sampling_per_token_logps`
+    (NaN where unknown: ratio 1); the ratio is kept as `importance_sampling_ratio`. Returns what the
+    step logs (`sampler_correction`)."""
+    sampling = batch.get("sampling_per_token_logps")
+    if sampling is None:
+        sampling = batch["sampling_per_token_logps"] = train_logps.new_full(train_logps.shape, math.nan)
+    ratio, logged = sampler_correction(train_logps, sampling, loss_mask, mode, clip_min, clip_max)
+    batch["importance_sampling_ratio"] = ratio
+    batch["advantages"] = batch["advantages"].reshape(-1, 1) * ratio
+    return logged

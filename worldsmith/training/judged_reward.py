@@ -8,9 +8,10 @@ verifier's verdict and evidence (the reference paper's code-augmented judge, the
 the verifier's verdict only when the judge saw it).
 
 - The ruling replaces the rollout's verdict and reward; the record (votes, reasons, the verifier's
-  verdict) is kept on the trajectory. A vote of env_error counts only when the trajectory holds an
-  env_error (`grounded`; an evaluation's judge may still exclude an episode it finds the application broke), else as agent_error: blaming the application is no way out of
-  the loss.
+  verdict) is kept on the trajectory. A vote of env_error counts as agent_error (`grounded`): a judged
+  rollout holds no env_error (the loop ends an episode at the first one, and such an episode is not
+  judged), so blaming the application is no way out of the loss. (An evaluation's judge may still
+  exclude an episode it finds the application broke.)
 - Answers are cached by the digest of what the judge reads (model, votes and the rendered prompt):
   identical rollouts, common within a group, are judged once per run.
 - A vote whose answer is not a ruling is asked again up to `retries` times; a rollout with no valid
@@ -122,18 +123,11 @@ def check_judge(config: JudgeConfig) -> None:
     check_endpoint(checked)
 
 
-def holds_env_error(trajectory: Trajectory) -> bool:
-    """Whether the environment failed in `trajectory`: a tool call that returned env_error, or the
-    episode's own env_error verdict."""
-    return trajectory.verdict == Verdict.env_error or any(s.status == Verdict.env_error for s in trajectory.steps)
-
-
-def grounded(vote: tuple[Verdict | None, str], trajectory: Trajectory) -> tuple[Verdict | None, str]:
-    """A judge's vote (ruling, reason) as it may count for `trajectory` in training: env_error only
-    when the trajectory holds one (`holds_env_error`), else agent_error, the reason saying so; a
-    policy whose answer blames the application gets no way out of the loss."""
+def grounded(vote: tuple[Verdict | None, str]) -> tuple[Verdict | None, str]:
+    """A judge's vote (ruling, reason) as it counts in training: env_error becomes agent_error, the
+    reason saying so (see the module docstring)."""
     ruling, reason = vote
-    if ruling != Verdict.env_error or holds_env_error(trajectory):
+    if ruling != Verdict.env_error:
         return vote
     return Verdict.agent_error, f"{reason} [env_error ruled but the trajectory holds none: counted as agent_error]"
 
@@ -227,10 +221,10 @@ class RewardJudge:
         return None, why
 
     def _judge(self, prompt: tuple[str, str], trajectory: Trajectory) -> Ruling:
-        """The majority of the votes on `trajectory` (an env_error vote `grounded` in it first)."""
+        """The majority of the votes on `trajectory` (each `grounded` first)."""
         verifier = trajectory.verdict
         ruling = Ruling(None, {"model": self.endpoint.model, "with_verifier": self.with_verifier, "votes": []})
-        ballots = [grounded(self._vote(prompt, ruling), trajectory) for _ in range(self.config.votes)]
+        ballots = [grounded(self._vote(prompt, ruling)) for _ in range(self.config.votes)]
         ruling.record["votes"] = [{"ruling": r, "reason": why} for r, why in ballots]
         votes = [r for r, _ in ballots if r is not None]
         if votes:

@@ -34,10 +34,12 @@ from typing import Any, TypeVar
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 
+from worldsmith.agent.chat import chat_tool_calls
 from worldsmith.agent.hf_policy import completion_text, read_turn, render_prompt, stop_token_ids
 from worldsmith.agent.messages import Message, ToolCall
 from worldsmith.localserver import BackgroundServer
 from worldsmith.toolschema import ToolSchemaJson
+from worldsmith.training.rollouts import whole_distribution
 
 VERSION_HEADER = "X-Policy-Version"
 
@@ -172,7 +174,7 @@ class ContinuousBatcher:
         sampling: dict[str, Any] = {"do_sample": False}
         if temperature > 0:  # the whole distribution, as the trainer's log-probabilities assume (no top-k/top-p)
             sampling = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
-        with torch.no_grad():
+        with torch.no_grad(), whole_distribution(self.model):
             out = self.model.generate(
                 ids.to(self.model.device),
                 attention_mask=mask.to(self.model.device),
@@ -290,14 +292,11 @@ def chat_response(
         message = {
             "role": "assistant",
             "content": turn.message.content or None,
-            "tool_calls": [
-                {
-                    "id": f"call_{uuid.uuid4().hex[:12]}",
-                    "type": "function",
-                    "function": {"name": c.name, "arguments": json.dumps(c.arguments)},
-                }
-                for c in turn.message.tool_calls
-            ],
+            "tool_calls": chat_tool_calls(
+                [c.model_copy(update={"id": f"call_{uuid.uuid4().hex[:12]}"}) for c in turn.message.tool_calls],
+                arguments_as_text=True,
+                with_ids=True,
+            ),
         }
     finished = bool(completion_ids) and completion_ids[-1] in stop_token_ids(tokenizer)
     return {

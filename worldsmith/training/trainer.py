@@ -18,8 +18,9 @@ a batch of prompts into scored token sequences. Here it
    rollout's turns joined into as few rows as the model's own chat template allows, tool-result
    tokens masked (`tool_mask`): every prompt is the model's own template's rendering, what serving
    gives it, never TRL's training variant of the template (rows.full_rows);
-5. with vLLM or an engine generating, applies TRL's importance-sampling correction from the sampler
-   log-probabilities the rollouts recorded (training/importance.py), as TRL's method would.
+5. with vLLM or an engine generating, applies the importance-sampling correction from the sampler
+   log-probabilities the rollouts recorded, folded into the advantages (training/importance.py),
+   without TRL's `use_vllm` flag.
 
 Memory is bounded by `max_tokens_per_micro_batch`: the loss (`compute_loss`) and the old/reference
 log-probability passes run over length-sorted micro-batches under that many padded tokens
@@ -46,9 +47,10 @@ from worldsmith.models.verdict import Verdict
 from worldsmith.runtime.episode import Runtime
 from worldsmith.training.config import TrainingConfig
 from worldsmith.training.engine import RolloutEngine, drop_stale, judge_each
-from worldsmith.training.importance import sampler_correction
+from worldsmith.training.importance import weigh_advantages
 from worldsmith.training.memory import VLLM_SHARE, check_cuda, vllm_installed
-from worldsmith.training.rollouts import Batcher, Sampled, TrainingPolicy, run_rollouts, truncated_turn_rate
+from worldsmith.training.rollout_metrics import rollout_metrics
+from worldsmith.training.rollouts import Batcher, Sampled, TrainingPolicy, run_rollouts, whole_distribution
 from worldsmith.training.rows import (
     TrainingRow,
     collate,
@@ -118,6 +120,7 @@ class GRPOSettings(TypedDict):
     use_cpu: bool
     bf16: bool
     use_vllm: bool
+    vllm_importance_sampling_correction: bool
     vllm_importance_sampling_mode: str
     vllm_mode: str
     vllm_gpu_memory_utilization: float
@@ -190,6 +193,7 @@ def grpo_settings(config: TrainingConfig, output_dir: Path) -> GRPOSettings:
         "use_cpu": not gpu,
         "bf16": gpu,
         "use_vllm": gpu and vllm_installed() and config.rollout_engine == "in_process",
+        "vllm_importance_sampling_correction": False,  # applied by the trainer itself (importance.weigh_advantages)
         "vllm_importance_sampling_mode": "token_mask",  # per sequence would zero long rows whole (importance.py)
         "vllm_mode": "colocate",
         "vllm_gpu_memory_utilization": VLLM_SHARE,
@@ -202,6 +206,21 @@ def grpo_args(config: TrainingConfig, output_dir: Path) -> GRPOConfig:
     """TRL's GRPOConfig for `config` (see `grpo_settings`), once the profile suits this machine."""
     check_cuda(config.profile)
     return GRPOConfig(**grpo_settings(config, output_dir))
+
+
+def refuse_unsupported(args: Any) -> None:
+    """Before TRL's setup: GRPOConfig settings this trainer cannot honour, refused in one line.
+    `num_iterations` > 1 (later passes would take the sampling model's log-probabilities as their
+    own: the trainer takes one step per batch); the `vespo` loss (it weighs by the sampler's ratio
+    itself, which the trainer folds into the advantages instead: importance.py)."""
+    if args is None:
+        return
+    if args.num_iterations != 1:
+        raise ValueError(
+            f"num_iterations {args.num_iterations} is not supported: the trainer takes one step per batch; set 1"
+        )
+    if args.loss_type == "vespo":
+        raise ValueError("loss_type vespo is not supported: its sampler ratio is applied by the trainer; use dapo")
 
 
 def model_dtype(config: TrainingConfig) -> str:
@@ -232,22 +251,6 @@ def real_group(index: int, share: float) -> bool:
     """Whether rollout group `index` (counted over the run) runs in the real worlds when a share
     `share` of groups should: exactly ceil(n * share) of the first n groups are, group 0 first."""
     return math.ceil((index + 1) * share - 1e-9) > math.ceil(index * share - 1e-9)
-
-
-def world_rewards(trajectories: list[Trajectory]) -> dict[str, float]:
-    """Rewards and success rates of a step's real and imagined rollouts apart (`reward_real`,
-    `reward_imagined`, `success_rate_real`, `success_rate_imagined`; each only when the step has such
-    rollouts scored), and `reward_gap` (imagined - real) when it has both: a gap that widens over a run
-    is the sign that the policy exploits the world model. env_error rollouts have no reward."""
-    out: dict[str, float] = {}
-    for name, imagined in (("real", False), ("imagined", True)):
-        scored = [t for t in trajectories if (t.world != "real") == imagined and t.reward is not None]
-        if scored:
-            out[f"reward_{name}"] = sum(t.reward for t in scored if t.reward is not None) / len(scored)
-            out[f"success_rate_{name}"] = sum(t.verdict == Verdict.complete for t in scored) / len(scored)
-    if "reward_real" in out and "reward_imagined" in out:
-        out["reward_gap"] = out["reward_imagined"] - out["reward_real"]
-    return out
 
 
 class WorldGRPOTrainer(ShardedTrainer, GRPOTrainer):
@@ -284,15 +287,11 @@ class WorldGRPOTrainer(ShardedTrainer, GRPOTrainer):
             from worldsmith.worldmodel.real_starts import RealStarts
 
             self.real_starts = RealStarts(runtime)
+        refuse_unsupported(kwargs.get("args") or (args[1] if len(args) > 1 else None))
         # `args`: GRPOTrainer's positional ones, the model first (mypy counts reward_funcs among them)
         super().__init__(*args, reward_funcs=[verdict_reward(config.rewards)], **kwargs)  # type: ignore[misc]
         self.stop_ids = stop_token_ids(self.processing_class)  # what ends a turn: fixed for the run
         self.engine = None if config.rollout_engine == "in_process" else RolloutEngine.for_trainer(self)
-        self.use_vllm = self.use_vllm or self.engine is not None  # TRL's loss applies the sampler's ratio under it only
-        if self.num_iterations != 1:  # later passes would take the sampling model's log-probabilities as their own
-            raise ValueError(
-                f"num_iterations {self.num_iterations} is not supported: the trainer takes one step per batch; set 1"
-            )
 
     def rollouts(self, inputs: Sequence[TaskRef]) -> list[Trajectory]:
         """One episode per input; sampling is seeded once per batch by (config seed, step, process)."""
@@ -381,7 +380,8 @@ class WorldGRPOTrainer(ShardedTrainer, GRPOTrainer):
         """Completions for a batch of prompt token ids, by TRL's generation backend (transformers,
         or vLLM when enabled, which also reports each token's log-probability), with the trainer's
         sampling settings."""
-        with self.accelerator.autocast():  # bf16 compute over fp32 weights on the gpu profile, as in the loss
+        # bf16 compute over fp32 weights on the gpu profile, as in the loss; TRL's sampling settings only
+        with self.accelerator.autocast(), whole_distribution(self.accelerator.unwrap_model(self.model)):
             completions, logprobs = self._generate_single_turn(  # type: ignore[no-untyped-call]  # TRL's, unannotated
                 prompts, None, {}, num_generations=1
             )
@@ -422,7 +422,7 @@ class WorldGRPOTrainer(ShardedTrainer, GRPOTrainer):
         batch["num_items_in_batch"] = self.accelerator.gather(loss_mask.sum()).sum()
         if self.beta != 0.0:
             batch["ref_per_token_logps"] = self._reference_logps(batch)
-        if self.use_vllm and self.vllm_importance_sampling_correction:
+        if self.use_vllm or self.engine is not None:  # sampled by another model than the trained one
             self._correct_for_sampler(mode, batch, loss_mask)
         self._log_rollouts(mode, trajectories, rewards_all, rows)
         return batch
@@ -444,7 +444,7 @@ class WorldGRPOTrainer(ShardedTrainer, GRPOTrainer):
         n, refilled = self.num_generations, 0
         rng = random.Random(f"refill:{self.config.seed}:{self.state.global_step}:{self.accelerator.process_index}")
         for _ in range(self.config.refill_rounds if mode == "train" else 0):
-            flat = flat_groups([self.config.rewards.reward(t.verdict) for t in trajectories], n)
+            flat = flat_groups([t.reward for t in trajectories], n)  # as the loop and the judge left them
             if not flat:
                 break
             dataset: Any = self.train_dataset  # the task dataset (`task_dataset`): rows by index
@@ -558,41 +558,17 @@ class WorldGRPOTrainer(ShardedTrainer, GRPOTrainer):
             return self._completion_logps(self.model, batch)
 
     def _correct_for_sampler(self, mode: str, batch: dict[str, torch.Tensor], loss_mask: Any) -> None:
-        """TRL's importance-sampling correction (see training/importance.py): the trained model's
-        log-probabilities of the sampled tokens (`old_per_token_logps`) against the sampler's, as
-        the ratio TRL's loss multiplies by; tokens without a sampler log-probability get ratio 1."""
-        old = batch["old_per_token_logps"] = self._completion_logps(self.model, batch)
-        sampling = batch.get("sampling_per_token_logps")
-        sampling = batch["sampling_per_token_logps"] = (
-            old.new_full(old.shape, math.nan) if sampling is None else sampling
-        )
+        """The importance-sampling correction (importance.weigh_advantages) of the trained model's
+        log-probabilities of the sampled tokens against the sampler's, folded into the advantages."""
+        train = self._completion_logps(self.model, batch)
         bounds = (self.vllm_importance_sampling_clip_min, self.vllm_importance_sampling_clip_max)
-        batch["importance_sampling_ratio"], logged = sampler_correction(
-            old, sampling, loss_mask, self.vllm_importance_sampling_mode, *bounds
-        )
-        for key, value in logged.items():
+        for key, value in weigh_advantages(
+            batch, train, loss_mask, self.vllm_importance_sampling_mode, *bounds
+        ).items():
             self._metrics[mode][key].append(value)
 
     def _log_rollouts(self, mode: str, trajectories: list[Trajectory], rewards: Any, rows: list[TrainingRow]) -> None:
         """Per-step rollout metrics (TRL averages them per logging step)."""
-        import torch
-
-        def rate(*verdicts: Verdict) -> float:
-            return sum(t.verdict in verdicts for t in trajectories) / len(trajectories)
-
-        metrics = self._metrics[mode]
-        finite = rewards[~torch.isnan(rewards)]
-        metrics["reward"].append(finite.mean().item() if finite.numel() else float("nan"))
-        metrics["reward_std"].append(finite.std().item() if finite.numel() > 1 else 0.0)
-        metrics["success_rate"].append(rate(Verdict.complete))
-        metrics["env_error_rate"].append(rate(Verdict.env_error))
-        metrics["format_error_rate"].append(rate(Verdict.format_error))
-        metrics["turns"].append(sum(t.turns for t in trajectories) / len(trajectories))
-        metrics["tokens"].append(sum(t.tokens_out for t in trajectories) / len(trajectories))
-        metrics["rows"].append(float(len(rows)))
-        limit = self.config.max_completion_length
-        metrics["truncated_turn_rate"].append(truncated_turn_rate(trajectories, limit, self.stop_ids))
-        if self.simulation is not None:
-            metrics["imagined_rate"].append(sum(t.world != "real" for t in trajectories) / len(trajectories))
-            for key, value in world_rewards(trajectories).items():
-                metrics[key].append(value)
+        limit, simulated = self.config.max_completion_length, self.simulation is not None
+        for key, value in rollout_metrics(trajectories, rewards, rows, limit, self.stop_ids, simulated).items():
+            self._metrics[mode][key].append(value)
