@@ -170,9 +170,8 @@ def main() -> None:
         for phase in RUNTIME_PHASES:
             unit = "" if phase.endswith("faults") else " ms"
             label = phase.removesuffix("_ms").replace("_", " ")
-            print(
-                f"  {label:<38}{native[phase]:9.2f}{unit:3}{ours[phase]:9.2f}{unit:3}  x{ours[phase] / native[phase]:.2f}"
-            )
+            ratio = f"x{ours[phase] / native[phase]:.2f}" if native[phase] > 0 else "-"
+            print(f"  {label:<38}{native[phase]:9.2f}{unit:3}{ours[phase]:9.2f}{unit:3}  {ratio}")
         for name, world in figures.items():
             print(
                 f"  {name}: first call / second call x{world['first_call_ms'] / world['second_call_ms']:.2f}; "
