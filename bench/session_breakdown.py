@@ -173,10 +173,9 @@ def main() -> None:
             ratio = f"x{ours[phase] / native[phase]:.2f}" if native[phase] > 0 else "-"
             print(f"  {label:<38}{native[phase]:9.2f}{unit:3}{ours[phase]:9.2f}{unit:3}  {ratio}")
         for name, world in figures.items():
-            print(
-                f"  {name}: first call / second call x{world['first_call_ms'] / world['second_call_ms']:.2f}; "
-                f"open + first call x{(world['open_ms'] + world['first_call_ms']) / (native['open_ms'] + native['first_call_ms']):.2f} native's"
-            )
+            print(f"  {name}: first call / second call x{world['first_call_ms'] / world['second_call_ms']:.2f}")
+        opened = (ours["open_ms"] + ours["first_call_ms"]) / (native["open_ms"] + native["first_call_ms"])
+        print(f"  imported / native, open + first call: x{opened:.2f}")
     if "gateway" in args.only:
         figures = gateway_breakdown(*imported_world(), args.sessions)  # a bundle not run yet: it pickles
         results["gateway"] = figures
