@@ -23,6 +23,7 @@ its read: the episode's first call); the last line is JSON.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import pickle
@@ -32,12 +33,16 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
 import httpx
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
+
+from worldsmith.bundle.contract import Bundle
+from worldsmith.interop.awm import AwmScenario
 
 REPO = Path(__file__).resolve().parent.parent
 READ = ("list_branches", {})
@@ -98,9 +103,9 @@ def _message(response: httpx.Response) -> dict:
     return response.json()
 
 
-def light_session(url: str) -> tuple[float, float]:
-    """A new session and one read, by hand: initialize, initialized, tools/call; the seconds of the
-    session's opening (initialize and initialized) and of the read."""
+def light_session(url: str) -> tuple[float, float, float]:
+    """A new session and one read, by hand: the seconds of its `initialize`, its
+    `notifications/initialized` and its read (`tools/call`)."""
     with httpx.Client(timeout=30, verify=False) as client:  # http:// only: no certificate store to load
         started = time.perf_counter()
         init = {
@@ -115,6 +120,7 @@ def light_session(url: str) -> tuple[float, float]:
         }
         response = client.post(url, json=init, headers=HEADERS)
         _message(response)
+        initialized = time.perf_counter()
         headers = dict(HEADERS)
         if "mcp-session-id" in response.headers:
             headers["mcp-session-id"] = response.headers["mcp-session-id"]
@@ -125,7 +131,7 @@ def light_session(url: str) -> tuple[float, float]:
         answer = _message(client.post(url, json=call, headers=headers))
         if "error" in answer or answer.get("result", {}).get("isError"):
             raise RuntimeError(f"the read failed: {answer}")
-        return opened - started, time.perf_counter() - opened
+        return initialized - started, opened - initialized, time.perf_counter() - opened
 
 
 async def official_session(url: str) -> None:
@@ -148,9 +154,9 @@ def measure(urls: dict[str, str], sessions: int) -> dict[str, dict[str, float]]:
     for _ in range(sessions):
         for name, url in urls.items():
             started = time.perf_counter()
-            opening, read = light_session(url)
+            initialize, initialized, read = light_session(url)
             samples[name]["light_ms"].append(time.perf_counter() - started)
-            samples[name]["light_open_ms"].append(opening)
+            samples[name]["light_open_ms"].append(initialize + initialized)
             samples[name]["light_read_ms"].append(read)
             started = time.perf_counter()
             anyio.run(official_session, url)
@@ -168,24 +174,10 @@ def serve_worldsmith(bundle_file: Path, port: int) -> None:
         serve(Gateway(runtime, [bundle]), listener("127.0.0.1", port), log_level="warning")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--release", type=Path, default=REPO / "tests" / "data" / "awm_format_sample")
-    parser.add_argument("--sessions", type=int, default=30)
-    parser.add_argument("--serve-worldsmith", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.serve_worldsmith:
-        serve_worldsmith(args.serve_worldsmith, args.port)
-        return
-
-    from worldsmith.interop.awm import import_scenario, read_release
-    from worldsmith.runtime.episode import Runtime
-
-    scenario = read_release(args.release)[0]
-    with Runtime(workers=1) as runtime:
-        bundle = import_scenario(scenario, runtime).bundle
-    assert bundle is not None
+@contextlib.contextmanager
+def served(scenario: AwmScenario, bundle: Bundle) -> Iterator[dict[str, str]]:
+    """Both servers of `scenario`'s app started, each in a process of its own: their MCP URLs, by
+    name (worldsmith: the gateway serving `bundle`; reference: the SDK's server, the app in-process)."""
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
         (root / "bundle.pickle").write_bytes(pickle.dumps(bundle))
@@ -208,15 +200,36 @@ def main() -> None:
         try:
             _wait_for(ours_port, ours)
             _wait_for(theirs_port, theirs)
-            urls = {
+            yield {
                 "worldsmith": f"http://127.0.0.1:{ours_port}/envs/{bundle.env_id}/mcp",
                 "reference": f"http://127.0.0.1:{theirs_port}/mcp",
             }
-            figures = measure(urls, args.sessions)
         finally:
             for process in (ours, theirs):
                 process.terminate()
                 process.wait(30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--release", type=Path, default=REPO / "tests" / "data" / "awm_format_sample")
+    parser.add_argument("--sessions", type=int, default=30)
+    parser.add_argument("--serve-worldsmith", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_worldsmith:
+        serve_worldsmith(args.serve_worldsmith, args.port)
+        return
+
+    from worldsmith.interop.awm import import_scenario, read_release
+    from worldsmith.runtime.episode import Runtime
+
+    scenario = read_release(args.release)[0]
+    with Runtime(workers=1) as runtime:
+        bundle = import_scenario(scenario, runtime).bundle
+    assert bundle is not None
+    with served(scenario, bundle) as urls:
+        figures = measure(urls, args.sessions)
     ratios = {key: figures["worldsmith"][key] / figures["reference"][key] for key in figures["worldsmith"]}
     for key in ("light_open_ms", "light_read_ms"):
         print(

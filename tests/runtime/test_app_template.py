@@ -34,9 +34,23 @@ COUNTING = (
 )
 
 
-@pytest.fixture(scope="module")
-def stamped():
-    """The AWM-format sample imported, its app changed as the module docstring says."""
+#: What `watched` adds: the app's own code that runs per request (an ASGI middleware) and per row loaded (a
+#: `load` listener on Branch), each counting in the module; list_branches answers the counts.
+WATCHING = (
+    "\nfrom sqlalchemy import event as _watch_event\nREQUESTS = []\nLOADS = []\n\n\n"
+    "class _CountRequests:\n    def __init__(self, app):\n        self.app = app\n\n"
+    "    async def __call__(self, scope, receive, send):\n        REQUESTS.append(1)\n"
+    "        await self.app(scope, receive, send)\n\n\napp.add_middleware(_CountRequests)\n\n\n"
+    '@_watch_event.listens_for(Branch, "load")\ndef _count_loads(target, context):\n    LOADS.append(1)\n'
+)
+WATCHED_ANSWER = (
+    'detail=f"built {BUILT_AT} calls {len(CALLS)}"',
+    'detail=f"built {BUILT_AT} calls {len(CALLS)} requests {len(REQUESTS)} loads {len(LOADS)}"',
+)
+
+
+def _changed_sample(replacements: tuple[tuple[str, str], ...], appended: str = ""):
+    """The AWM-format sample imported, its app.py with `replacements` made and `appended` added."""
     from worldsmith.interop.awm import import_scenario, read_release
 
     (scenario,) = read_release(REPO / "tests" / "data" / "awm_format_sample")
@@ -44,15 +58,28 @@ def stamped():
         bundle = import_scenario(scenario, runtime).bundle
     assert bundle is not None
     app = bundle.text("app.py")
-    for old, new in (STAMPED, COUNTING):
+    for old, new in replacements:
         assert old in app
         app = app.replace(old, new, 1)
+    app += appended
     artifacts = {**bundle.manifest.artifacts, "app.py": "sha256:" + hashlib.sha256(app.encode()).hexdigest()}
     return dataclasses.replace(
         bundle,
         files={**bundle.files, "app.py": app.encode()},
         manifest=bundle.manifest.model_copy(update={"artifacts": artifacts}),
     )
+
+
+@pytest.fixture(scope="module")
+def stamped():
+    """The AWM-format sample imported, its app changed as the module docstring says."""
+    return _changed_sample((STAMPED, COUNTING))
+
+
+@pytest.fixture(scope="module")
+def watched():
+    """`stamped`, with a middleware and a load listener of the app's counting (`WATCHING`)."""
+    return _changed_sample((STAMPED, COUNTING, WATCHED_ANSWER), WATCHING)
 
 
 def stamp(episode) -> tuple[int, int]:
@@ -79,6 +106,21 @@ def test_the_app_is_built_once_and_each_episode_has_its_own_copy(stamped):
             assert {code_process(first), code_process(second)} <= {p.pid for p in template.children()}
         with rt.open_episode(stamped) as third:
             assert stamp(third) == (built, 1)
+
+
+@pytest.mark.timeout(300)
+def test_an_episode_starts_from_the_apps_module_state_as_a_fresh_start_has_it(watched):
+    """The template and the spares build what the app's first request would (`asgi.warm`), but run
+    none of its per-request or per-row code: an episode's first call is the first request its
+    middleware counts, and no row of Branch was loaded before it (the call raises before querying)."""
+    with Runtime(limits=isolated(PATIENT_LIMITS, "strict"), workers=1) as rt:
+        for _ in range(3):  # the first from a spare claimed at once, the later ones from warmed spares
+            with rt.open_episode(watched) as episode:
+                result = episode.call_tool("list_branches", {})
+                assert result.status == "tool_error", result
+                assert re.search(r"calls 1 requests 1 loads 0$", result.error), result.error
+                result = episode.call_tool("list_branches", {})
+                assert re.search(r"calls 2 requests 2 loads 0$", result.error), result.error
 
 
 def test_the_templates_thread_filter_refuses_threads_but_not_forks():

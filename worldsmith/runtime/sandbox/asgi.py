@@ -11,7 +11,8 @@ started for ASGI environments (before the worker confines itself), never in stdl
   the JSON body), as fastapi-mcp and the AWM release expose them.
 - `call(app, route, arguments)` sends one HTTP request through the app (an ASGI scope, no
   socket, no server) and returns the status and the decoded body.
-- `warm(app, namespace)` builds what the stack would build at the app's first request.
+- `warm(app, namespace)` builds what the stack would build at the app's first request, running
+  none of the app's per-request or per-row code.
 """
 
 from __future__ import annotations
@@ -219,9 +220,14 @@ UNROUTED_PATH = "/.worldsmith-warm"
 
 def warm(app: Any, namespace: Mapping[str, Any]) -> None:
     """Build now what the web stack builds lazily at an app's first request, so that processes forked
-    after share it instead of each building it at its first call: SQLAlchemy's mappers configured and
-    a SELECT of each mapped class of the app's module (`namespace`) compiled, and one request to a
-    path no route serves (the middleware stack built, the router's matching run). No endpoint runs."""
+    after share it instead of each building it at its first call: SQLAlchemy's mappers configured
+    (done once per process either way) and a SELECT of each mapped class of the app's module
+    (`namespace`) compiled, and one request to a path no route serves (the middleware stack built,
+    the router's matching run). None of the app's code that runs per request or per row runs here,
+    so an episode's process starts with the app's module state as a fresh start would have it: no
+    endpoint runs; the request is sent only to an app whose per-request path is the web stack's own
+    (`_stack_only`), and a class is selected only if loading its rows runs none of the app's code
+    (`_loads_plainly`)."""
     from sqlalchemy import Engine, select
     from sqlalchemy.orm import Session, configure_mappers
 
@@ -230,10 +236,44 @@ def warm(app: Any, namespace: Mapping[str, Any]) -> None:
     mapped = [v for v in values if isinstance(v, type) and getattr(v, "__mapper__", None) is not None]
     for engine in [v for v in values if isinstance(v, Engine)]:
         with Session(engine) as session:
-            for cls in mapped:
+            for cls in filter(_loads_plainly, mapped):
                 session.scalars(select(cls).limit(1)).all()
     assert LOOP is not None, "preload() makes the event loop"
-    LOOP.run_until_complete(_request(app, "GET", UNROUTED_PATH, [], None))
+    if _stack_only(app):
+        LOOP.run_until_complete(_request(app, "GET", UNROUTED_PATH, [], None))
+
+
+def _library(value: Any) -> bool:
+    """Whether `value`'s class is the web stack's own (not one the app's code defined)."""
+    return type(value).__module__.split(".")[0] in ("fastapi", "starlette", "sqlalchemy")
+
+
+def _stack_only(app: Any) -> bool:
+    """Whether a request to a path no route serves runs only the web stack's code in `app`: a plain
+    FastAPI app and router, no middleware of the app's, the stack's own routes and error handlers."""
+    import fastapi
+    from fastapi import exception_handlers
+
+    defaults = {
+        exception_handlers.http_exception_handler,
+        exception_handlers.request_validation_exception_handler,
+        exception_handlers.websocket_request_validation_exception_handler,
+    }
+    return (
+        type(app) is fastapi.FastAPI
+        and type(app.router) is fastapi.routing.APIRouter
+        and not app.user_middleware
+        and all(handler in defaults for handler in app.exception_handlers.values())
+        and all(_library(route) for route in app.router.routes)
+    )
+
+
+def _loads_plainly(cls: type) -> bool:
+    """Whether loading a row of the mapped class `cls` runs none of the app's code: no `load` or
+    `refresh` listener (a reconstructor included) and only SQLAlchemy's own column types."""
+    events = cls._sa_class_manager.dispatch  # type: ignore[attr-defined]
+    mapper = cls.__mapper__  # type: ignore[attr-defined]
+    return not events.load and not events.refresh and all(_library(column.type) for column in mapper.columns)
 
 
 def _split(route: Route, arguments: Mapping[str, JsonValue]) -> tuple[str, list[tuple[str, str]], bytes | None]:

@@ -1,0 +1,132 @@
+"""An imported app's first request in a forked process, per warm-up: where its cost goes (issue 32).
+
+    .venv/bin/python bench/first_request.py [--forks 7]
+
+Outside the sandbox (no guard, no confinement: the app's own cost), as a template and its spares do
+it: the vendored AWM sample's app built once in this process (`asgi.preload`, the app's module run,
+`asgi.warm`), then processes forked from it, each running a warm-up of its own and then the app's
+first request (`list_branches`), with their CPU time and minor page faults (copy-on-write of what
+they touch) from `getrusage`. Warm-ups compared:
+
+- none: the request meets every page the template built as shared;
+- spare: `asgi.warm` again, as a spare does before it is claimed;
+- spare + 422s: that, plus one request per route that FastAPI refuses before any of the app's code
+  runs (a body that is not JSON, a path or query parameter of the wrong type, routes without
+  dependencies only): the web stack's validation and error paths touched in the spare;
+- second request: the same request again (the baseline: what a process that served one pays).
+
+Prints medians per warm-up (warm-up + request = what the process pays in all); the last line is JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import types
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from worldsmith.runtime.sandbox import asgi  # noqa: E402
+
+
+def _usage() -> tuple[float, int]:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return 1000 * (r.ru_utime + r.ru_stime), r.ru_minflt
+
+
+def refused_requests(app: Any) -> None:
+    """One request per route that FastAPI refuses (422) before the app's code runs; routes with
+    dependencies (which run before validation) or nothing sure to fail are left out."""
+    from fastapi.routing import APIRoute
+
+    assert asgi.LOOP is not None
+    for route in app.routes:
+        if not isinstance(route, APIRoute) or route.dependant.dependencies:
+            continue
+        path, query, body = route.path_format, [], None
+        for param in route.dependant.path_params:
+            path = path.replace("{" + param.name + "}", "x")
+        query = [(p.name, "x") for p in route.dependant.query_params if p.field_info.annotation in (int, bool)]
+        if route.body_field is not None:
+            body = b"{"
+        elif not query and not any(p.field_info.annotation is int for p in route.dependant.path_params):
+            continue
+        status, _ = asgi.LOOP.run_until_complete(asgi._request(app, sorted(route.methods)[0], path, query, body))
+        assert status == 422, (route.name, status)
+
+
+def measure(app: Any, namespace: dict, warm_up: Callable[[], None], forks: int) -> dict[str, float]:
+    """Median CPU ms and faults of `warm_up` and then of the first request, in `forks` fresh forks."""
+    route = asgi.routes_of(app)["list_branches"]
+    rows = []
+    for _ in range(forks):
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            c0, f0 = _usage()
+            warm_up()
+            c1, f1 = _usage()
+            status, _ = asgi.call(app, route, {})
+            c2, f2 = _usage()
+            os.write(write, json.dumps([c1 - c0, f1 - f0, c2 - c1, f2 - f1, status]).encode())
+            os._exit(0)
+        os.close(write)
+        rows.append(json.loads(os.read(read, 4096)))
+        os.close(read)
+        os.waitpid(pid, 0)
+    assert all(row[4] == 200 for row in rows)
+    keys = ("warm_cpu_ms", "warm_faults", "request_cpu_ms", "request_faults")
+    return {key: statistics.median(row[i] for row in rows) for i, key in enumerate(keys)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--forks", type=int, default=7)
+    args = parser.parse_args()
+    from worldsmith.interop.awm import import_scenario, read_release
+    from worldsmith.runtime.episode import Runtime
+
+    (scenario,) = read_release(ROOT / "tests" / "data" / "awm_format_sample")
+    with Runtime(workers=1) as runtime:
+        bundle = import_scenario(scenario, runtime).bundle
+    assert bundle is not None
+    with tempfile.TemporaryDirectory() as scratch:
+        world = Path(scratch) / "world.db"
+        world.write_bytes(bundle.world)
+        os.environ["DATABASE_PATH"] = f"sqlite:///{world}"
+        asgi.preload()
+        module = types.ModuleType("awm_app")
+        sys.modules[module.__name__] = module
+        exec(compile(scenario.app, "app.py", "exec"), module.__dict__)
+        app, namespace = module.__dict__["app"], module.__dict__
+        asgi.warm(app, namespace)
+        route = asgi.routes_of(app)["list_branches"]
+        warm_ups: dict[str, Callable[[], None]] = {
+            "none": lambda: None,
+            "spare": lambda: asgi.warm(app, namespace),
+            "spare + 422s": lambda: (asgi.warm(app, namespace), refused_requests(app)),
+            "second request": lambda: asgi.call(app, route, {}) and None,
+        }
+        figures = {name: measure(app, namespace, warm_up, args.forks) for name, warm_up in warm_ups.items()}
+    print(f"load average {os.getloadavg()[0]:.1f}")
+    print("warm-up in the fork (median)   warm-up: CPU ms, faults   request: CPU ms, faults   all: CPU ms, faults")
+    for name, f in figures.items():
+        print(
+            f"  {name:<28}{f['warm_cpu_ms']:9.2f}{f['warm_faults']:8.0f}      {f['request_cpu_ms']:9.2f}"
+            f"{f['request_faults']:8.0f}      {f['warm_cpu_ms'] + f['request_cpu_ms']:9.2f}"
+            f"{f['warm_faults'] + f['request_faults']:8.0f}"
+        )
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    main()
