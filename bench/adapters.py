@@ -17,8 +17,9 @@ client_venvs.py) against the same world served by `worldsmith env serve --protoc
 one episode at a time: `openenv` (OpenEnv's client `WorldEnv`: reset, call_tool, submit on one
 connection), `verl` (`WorldSession` per episode: its WebSocket, reset, call, submit) and `verifiers`
 (verifiers' own rollout, `Env.run_slot`, its harness's chat program per turn, the model a scripted one
-replying the reference solution over HTTP: tests/support/scripted_model.py). Each client process warms up
-with one round, then times its rounds.
+replying the reference solution over HTTP: tests/support/scripted_model.py; the rollouts those of
+tests/support/client_scripts/verifiers_rollouts.py, as tests/integrations/test_verifiers.py runs them). Each
+client process warms up with one round, then times its rounds.
 """
 
 from __future__ import annotations
@@ -155,20 +156,14 @@ async def main():
             return await world.submit(play["answer"])
     await timed(play_one)
 """,
-    "verifiers": """
-import verifiers.v1 as vf
+    "verifiers": f"""
+sys.path.insert(0, {str(REPO / "tests" / "support" / "client_scripts")!r})
+from verifiers_rollouts import rollouts
 
 async def main():
-    config = vf.resolve_env_config({"taskset": {"id": "worldsmith-verifiers", "base_url": base_url}})
-    env = vf.load_environment(config)
-    tasks = {t.data.id: t for t in env.taskset}
-    client = vf.EvalClientConfig(base_url=model_url, api_key_var="SCRIPTED_API_KEY")
-    ctx = vf.ModelContext(model="scripted", client=client)
-    async with env.serving():
+    async with rollouts(base_url, model_url) as world:
         async def play_one(play):
-            (slot,) = env.slots(tasks[play["task"]])
-            episode = await env.run_slot(slot, ctx)
-            return episode.traces[0].rewards["world_reward"].score
+            return await world.reward(play["task"])
         await timed(play_one)
 """,
 }
@@ -181,19 +176,11 @@ def measure_clients(rounds: int) -> dict[str, tuple[float, float]]:
     import tempfile
 
     from support.client_venvs import client_python
-    from support.integrations import served
+    from support.integrations import Play, served
     from support.scripted_model import ScriptedModel, scripted_model
 
-    plays = [
-        {"task": t.id, "calls": [[s.tool, s.arguments] for s in t.solution], "answer": t.answer or "Done."}
-        for t in TASKS
-    ]
-    actions = {
-        p["task"]: [json.dumps({"type": "call_tool", "tool_name": n, "arguments": a}) for n, a in p["calls"]]
-        + [json.dumps({"type": "call_tool", "tool_name": "submit", "arguments": {"answer": p["answer"]}})]
-        for p in plays
-    }
-    model = ScriptedModel([(t.instruction, actions[t.id]) for t in TASKS])
+    plays = [Play(t.id, [(s.tool, s.arguments) for s in t.solution], t.answer or "Done.") for t in TASKS]
+    model = ScriptedModel([(t.instruction, p.actions()) for t, p in zip(TASKS, plays, strict=True)])
     results: dict[str, tuple[float, float]] = {}
     home = tempfile.TemporaryDirectory()
     os.environ.setdefault("WORLDSMITH_HOME", home.name)  # the server's (it only reads the bundle)
@@ -201,7 +188,12 @@ def measure_clients(rounds: int) -> dict[str, tuple[float, float]]:
         for name, script in CLIENTS.items():
             python = client_python(f"worldsmith-{name}")
             code = CLIENT_PREAMBLE + script + "\nasyncio.run(main())\n"
-            arguments = [f"{url}/envs/{BUNDLE.env_id}", json.dumps(plays), str(rounds), model_url]
+            arguments = [
+                f"{url}/envs/{BUNDLE.env_id}",
+                json.dumps([p.as_json() for p in plays]),
+                str(rounds),
+                model_url,
+            ]
             environment = {**os.environ, "SCRIPTED_API_KEY": "scripted"}
             done = subprocess.run(
                 [str(python), "-c", code, *arguments], capture_output=True, text=True, env=environment, check=False

@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from support.paths import GOLDEN
-from support.paths import REPO as REPO
-from support.patience import PROCESS_S
+from support.processes import run_cli
 
 pytestmark = pytest.mark.e2e
 
@@ -20,14 +18,7 @@ pytestmark = pytest.mark.e2e
 def worldsmith(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("WORLDSMITH_")}
     env.update(WORLDSMITH_HOME=str(home), COLUMNS="200")
-    return subprocess.run(
-        [sys.executable, "-m", "worldsmith.cli", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=PROCESS_S,
-    )
+    return run_cli(list(args), env)
 
 
 @pytest.fixture(scope="module")

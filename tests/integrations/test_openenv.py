@@ -7,8 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from support.client_venvs import client_python
-from support.integrations import played_directly, plays, run_client, served
+from support.integrations import played_directly, plays, through_client
 from support.paths import GOLDEN
 
 from worldsmith.bundle.loader import load_bundle
@@ -48,9 +47,7 @@ asyncio.run(main())
 def test_openenv_client_plays_the_served_world_as_the_runtime_does(home):
     bundle = load_bundle(GOLDEN)
     episodes = plays(bundle)
-    python = client_python("worldsmith-openenv")
-    with served(GOLDEN) as url:
-        out = run_client(python, CLIENT, f"{url}/envs/{bundle.env_id}", json.dumps([p.as_json() for p in episodes]))
+    out = through_client("worldsmith-openenv", CLIENT, bundle, json.dumps([p.as_json() for p in episodes]))
     assert out["tasks"] == [t.id for t in bundle.tasks]
     for play, through_openenv in zip(episodes, out["played"], strict=True):
         assert through_openenv["submit_offered"] and through_openenv["steps"] == len(play.calls) + 1

@@ -10,8 +10,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from support.client_venvs import client_python
-from support.integrations import played_directly, plays, run_client, served
+from support.integrations import played_directly, plays, through_client
 from support.paths import GOLDEN
 
 from worldsmith.bundle.loader import load_bundle
@@ -55,9 +54,7 @@ asyncio.run(main())
 def test_verl_s_tool_schemas_and_call_format_reach_the_served_world_as_the_runtime(home):
     bundle = load_bundle(GOLDEN)
     episodes = plays(bundle)
-    python = client_python("worldsmith-verl")
-    with served(GOLDEN) as url:
-        out = run_client(python, CLIENT, f"{url}/envs/{bundle.env_id}", json.dumps([p.as_json() for p in episodes]))
+    out = through_client("worldsmith-verl", CLIENT, bundle, json.dumps([p.as_json() for p in episodes]))
     assert out["tools"] == [t.name for t in bundle.tools]
     for play, through_verl in zip(episodes, out["played"], strict=True):
         direct = played_directly(bundle, play)

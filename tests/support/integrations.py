@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from support.client_venvs import client_python
 from support.patience import PROCESS_S
 from worldsmith.agent.rewards import RewardMap
 from worldsmith.bundle.contract import Bundle
@@ -32,6 +33,13 @@ class Play:
 
     def as_json(self) -> dict[str, Any]:
         return {"task": self.task, "calls": [[n, a] for n, a in self.calls], "answer": self.answer}
+
+    def actions(self) -> list[str]:
+        """What a model replies to play it through OpenEnv's tools: each call as a `call_tool` action, then
+        `submit` with the answer (support/scripted_model.py serves them)."""
+        calls = [{"type": "call_tool", "tool_name": n, "arguments": a} for n, a in self.calls]
+        calls.append({"type": "call_tool", "tool_name": "submit", "arguments": {"answer": self.answer}})
+        return [json.dumps(c) for c in calls]
 
 
 def plays(bundle: Bundle) -> list[Play]:
@@ -73,8 +81,18 @@ def served(bundle_dir: Path) -> Iterator[str]:
         process.wait(PROCESS_S)
 
 
-def run_client(python: Path, script: str, *args: str) -> Any:
-    """Run `script` with the client environment's `python`; what it printed last, as JSON."""
-    done = subprocess.run([str(python), "-c", script, *args], capture_output=True, text=True, timeout=PROCESS_S)
+def through_client(client: str, script: str | Path, bundle: Bundle, *args: str) -> Any:
+    """`script` run by client `client`'s Python (support/client_venvs.py) against `bundle` served (`served`; a
+    bundle loaded from its folder), given the world's base URL, then `args`: what it printed last, as JSON."""
+    assert bundle.root is not None, "the bundle is served from its folder"
+    python = client_python(client)
+    with served(bundle.root) as url:
+        return run_client(python, script, f"{url}/envs/{bundle.env_id}", *args)
+
+
+def run_client(python: Path, script: str | Path, *args: str) -> Any:
+    """Run `script` (its text, or its file) with the client environment's `python`; what it printed last, as JSON."""
+    program = [str(script)] if isinstance(script, Path) else ["-c", script]
+    done = subprocess.run([str(python), *program, *args], capture_output=True, text=True, timeout=PROCESS_S)
     assert done.returncode == 0, done.stdout + done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])

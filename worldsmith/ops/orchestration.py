@@ -8,13 +8,18 @@ Every call is short: an unreachable API answers within a few seconds and never s
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from worldsmith.jsonvalue import JsonObject
+
+if TYPE_CHECKING:
+    from prefect.client.orchestration import SyncPrefectClient
 
 #: Seconds a request to the Prefect API may take.
 TIMEOUT_S = 3.0
@@ -131,11 +136,23 @@ def _deployment_problem(name: str, pool: PoolState | None, pool_name: str | None
     return None
 
 
+@contextmanager
+def _client(api_url: str, timeout_s: float) -> Iterator[SyncPrefectClient]:
+    """A Prefect client of the API at `api_url` that never retries and waits at most `timeout_s` a request."""
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, PREFECT_CLIENT_MAX_RETRIES, temporary_settings
+
+    with (
+        temporary_settings({PREFECT_API_URL: api_url, PREFECT_CLIENT_MAX_RETRIES: 0}),
+        get_client(httpx_settings={"timeout": timeout_s}, sync_client=True) as client,
+    ):
+        yield client
+
+
 def read_orchestration(api_url: str, flow_runs: int = 10, timeout_s: float = TIMEOUT_S) -> Orchestration:
     """Pools, workers, deployments and the latest `flow_runs` flow runs (by expected start, none in the
     future) from the Prefect API at `api_url`. Raises httpx.HTTPError (or a Prefect client error) when
     the API fails; call `api_reachable` first to answer quickly when nothing runs there."""
-    from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import (
         FlowFilter,
         FlowFilterId,
@@ -143,13 +160,9 @@ def read_orchestration(api_url: str, flow_runs: int = 10, timeout_s: float = TIM
         FlowRunFilterExpectedStartTime,
     )
     from prefect.client.schemas.sorting import FlowRunSort
-    from prefect.settings import PREFECT_API_URL, PREFECT_CLIENT_MAX_RETRIES, temporary_settings
 
     now = datetime.now(UTC)
-    with (
-        temporary_settings({PREFECT_API_URL: api_url, PREFECT_CLIENT_MAX_RETRIES: 0}),
-        get_client(httpx_settings={"timeout": timeout_s}, sync_client=True) as client,
-    ):
+    with _client(api_url, timeout_s) as client:
         pools = []
         for pool in client.read_work_pools():
             workers = [
@@ -227,7 +240,6 @@ def due_runs(api_url: str, timeout_s: float = TIMEOUT_S) -> dict[str, int]:
     for a worker (scheduled, late or pending) with their expected start passed. What makes a deployment
     that cannot start runs worth a warning: one nothing has asked to run yet (a GPU deployment on a
     machine without a GPU worker, a nightly schedule's next run) is not. Raises as `read_orchestration`."""
-    from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import (
         DeploymentFilter,
         DeploymentFilterId,
@@ -240,13 +252,9 @@ def due_runs(api_url: str, timeout_s: float = TIMEOUT_S) -> dict[str, int]:
         FlowRunFilterStateType,
     )
     from prefect.client.schemas.objects import StateType
-    from prefect.settings import PREFECT_API_URL, PREFECT_CLIENT_MAX_RETRIES, temporary_settings
 
     now = datetime.now(UTC)
-    with (
-        temporary_settings({PREFECT_API_URL: api_url, PREFECT_CLIENT_MAX_RETRIES: 0}),
-        get_client(httpx_settings={"timeout": timeout_s}, sync_client=True) as client,
-    ):
+    with _client(api_url, timeout_s) as client:
         waiting = client.read_flow_runs(
             flow_run_filter=FlowRunFilter(
                 deployment_id=FlowRunFilterDeploymentId(is_null_=False),

@@ -21,14 +21,6 @@ from worldsmith.runtime.errors import RuntimeFault
 
 Row = dict[str, Any]
 
-#: Irregular plurals of table names (world_values.singular handles the regular ones).
-IRREGULAR = {"people": "person", "children": "child", "men": "man", "women": "woman", "mice": "mouse"}
-
-
-def one_of(table: str) -> str:
-    """The singular of table name `table` (`people` -> person, `orders` -> order)."""
-    return IRREGULAR.get(table) or singular(table)
-
 
 def parameter_kinds(schema: dict[str, JsonValue]) -> set[str]:
     """The JSON types a parameter takes, null aside (`type`, a list of them, or anyOf/oneOf options)."""
@@ -120,7 +112,7 @@ def row_arguments(tool: ToolSchema, seed: SeedRows, table: str, row: Row, base: 
         value: Any = None
         if parameter in schema.columns and parameter != key:
             value = row.get(parameter)
-        elif key is not None and parameter in (f"{one_of(table)}_id", "id", f"{table}_id"):
+        elif key is not None and parameter in (f"{singular(table)}_id", "id", f"{table}_id"):
             value, named = row.get(key), True
         else:
             value = _through_parent(seed, schema, row, parameter)

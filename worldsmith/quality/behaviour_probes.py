@@ -18,7 +18,7 @@ from __future__ import annotations
 from worldsmith.bundle.contract import Bundle
 from worldsmith.jsonvalue import JsonObject
 from worldsmith.models.bundle import ToolSchema
-from worldsmith.quality.behaviour_calls import IRREGULAR, Caller, SeedRows
+from worldsmith.quality.behaviour_calls import Caller, SeedRows
 from worldsmith.quality.dependent_patterns import dependent_pattern_probes
 from worldsmith.quality.probe_results import ProbeResult
 from worldsmith.quality.range_bounds import range_bound_probes
@@ -27,7 +27,7 @@ from worldsmith.quality.sql_injection import injection_probes, static_probes
 from worldsmith.quality.tool_calls import reference_arguments
 from worldsmith.quality.tool_inputs import distinct, tool_inputs
 from worldsmith.quality.tool_tables import is_read_tool, named_tables
-from worldsmith.quality.world_values import WorldValues, words, world_values
+from worldsmith.quality.world_values import WorldValues, world_values
 from worldsmith.quality.write_effects import write_effect_probes
 from worldsmith.runtime.episode import Runtime
 
@@ -36,14 +36,11 @@ _BASE_TRIES = 4
 
 
 def entity_tables(tool: ToolSchema, values: WorldValues) -> set[str]:
-    """The tables `tool` acts on: those its name or description names (irregular plurals too), and those
-    its id parameters are keys of."""
-    said = set(words(f"{tool.name} {tool.description}"))
+    """The tables `tool` acts on: those its name or description names (irregular plurals too: `singular`),
+    and those its id parameters are keys of."""
     found = named_tables(tool, values.tables)
-    found |= {t for t, one in IRREGULAR.items() if t in values.tables and one in said}
     for parameter in tool.argument_schemas():
-        base = parameter.removesuffix("_id")
-        parent = values.referenced_table(parameter) or next((t for t, one in IRREGULAR.items() if one == base), None)
+        parent = values.referenced_table(parameter)
         if parent is not None and parent in values.tables:
             found.add(parent)
     return found

@@ -20,6 +20,7 @@ from typing import Any
 
 from worldsmith.bundle.sqlscript import deserialize
 from worldsmith.models.specs import TaskList
+from worldsmith.quality.world_values import singular
 
 #: The most characters a seed view takes in a prompt.
 SEED_VIEW_CHARS = 12_000
@@ -187,18 +188,13 @@ def mentioned_values(tables: list[Table], texts: Iterable[str]) -> set[str]:
     }
 
 
-def _stem(word: str) -> str:
-    for suffix in ("ies", "es", "s"):
-        if word.endswith(suffix) and len(word) > len(suffix) + 2:
-            return word[: -len(suffix)] + ("y" if suffix == "ies" else "")
-    return word
-
-
 def filtered_tables(tables: list[Table], texts: Iterable[str], tools_py: str = "") -> list[str]:
     """The tables the tasks filter on: those a word of `texts` names (a table's name or its last word,
     singular or plural), then those the queries of `tools_py` read or write, in order."""
-    words = {_stem(w) for text in texts for w in _WORD.findall(text.casefold())}
-    by_words = [t.name for t in tables if {_stem(t.name.casefold()), _stem(t.name.casefold().split("_")[-1])} & words]
+    words = {singular(w) for text in texts for w in _WORD.findall(text.casefold())}
+    by_words = [
+        t.name for t in tables if {singular(t.name.casefold()), singular(t.name.casefold().split("_")[-1])} & words
+    ]
     names = {t.name.casefold(): t.name for t in tables}
     queried = [names[m.casefold()] for m in _QUERIED.findall(tools_py) if m.casefold() in names]
     return list(dict.fromkeys(by_words + queried))

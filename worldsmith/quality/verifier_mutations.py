@@ -50,6 +50,7 @@ from worldsmith.quality.concurrently import each_on_pool
 from worldsmith.quality.probe_results import Probe, ProbeFailure, ProbeResult
 from worldsmith.quality.probes import SolutionReplay
 from worldsmith.quality.text_values import is_free_text, quoted, text_variants
+from worldsmith.quality.world_values import singular
 from worldsmith.runtime.episode import Runtime, SandboxEpisode
 
 Call = tuple[str, JsonObject]
@@ -158,8 +159,7 @@ class SeedKeys:
 
 def singulars(table: str) -> list[str]:
     """What an argument calls one row of `table`: `availability_slots` gives `availability_slot` and `slot`."""
-    one = re.sub(r"ies$", "y", table) if table.endswith("ies") else re.sub(r"(?<=[^s])s$", "", table)
-    one = re.sub(r"(ch|sh|x|ss)es$", r"\1", one) if one == table else one
+    one = singular(table)
     return list(dict.fromkeys([one, one.split("_")[-1]]))
 
 

@@ -14,9 +14,25 @@ from worldsmith.quality.memo import SharedMemo, content_digest
 from worldsmith.quality.probes import SeedValues
 from worldsmith.quality.schema import Range, TableSchema, read_schema
 
+#: Irregular plurals of table-name words, each with its singular.
+IRREGULAR = {"people": "person", "children": "child", "men": "man", "women": "woman", "mice": "mouse"}
+#: Singular words that end in -us (their plurals add -es: statuses); other words' final -s is a plural's.
+SINGULAR_US = frozenset(
+    {"status", "bus", "campus", "bonus", "virus", "census", "focus", "radius", "corpus", "syllabus", "surplus", "genus"}
+)
+
 
 def singular(word: str) -> str:
-    """English singular of a table-name word (categories -> category, branches -> branch)."""
+    """English singular of a lower-case table-name word or snake_case name, by its last word (categories ->
+    category, classes -> class, statuses -> status, people -> person, order_items -> order_item); a
+    singular (class, status, box) stays as it is."""
+    head, underscore, last = word.rpartition("_")
+    if last in IRREGULAR:
+        return head + underscore + IRREGULAR[last]
+    if last in SINGULAR_US:
+        return word
+    if last.endswith("es") and last[:-2] in SINGULAR_US:
+        return word[:-2]
     if word.endswith("ies") and len(word) > 4:
         return word[:-3] + "y"
     if re.search(r"(ss|sh|ch|x|z)es$", word):

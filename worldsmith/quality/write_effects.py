@@ -33,7 +33,6 @@ from worldsmith.quality.behaviour_calls import (
     Row,
     SeedRows,
     Written,
-    one_of,
     parameter_kinds,
     row_arguments,
     same_value,
@@ -166,7 +165,7 @@ def _target(
         return {}, dict(changes.inserted[0])
     if key is None:
         return None
-    wanted = [arguments[p] for p in (f"{one_of(table)}_id", "id") if p in arguments and p in tool.argument_schemas()]
+    wanted = [arguments[p] for p in (f"{singular(table)}_id", "id") if p in arguments and p in tool.argument_schemas()]
     for update in changes.updated:
         if wanted and same_value(update["key"].get(key), wanted[0]):
             return dict(update["before"]), dict(update["after"])

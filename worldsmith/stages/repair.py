@@ -10,7 +10,7 @@ fails the stage at once; a fatal fault (auth) propagates to stop the run."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TypeVar
 
 from pydantic import BaseModel
@@ -45,6 +45,18 @@ class CheckFailed(WorldsmithError):
         self.faults = list(faults) or [Fault(kind=kind, subject=message.split("\n")[0][:200])]
         self.evidence = evidence
         self.records = records or []
+
+
+def refuse_repeated(names: Sequence[str], kind: str, what: str) -> None:
+    """Raise `CheckFailed` of `kind` when a name stands twice in `names` (`what` they are: "task ids"), one
+    fault for each such name."""
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise CheckFailed(
+            kind,
+            f"{what} must be unique; repeated: {', '.join(repeated)}",
+            [Fault(kind=kind, subject=n) for n in repeated],
+        )
 
 
 class StageFailed(WorldsmithError):

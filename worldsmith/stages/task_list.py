@@ -14,7 +14,7 @@ from worldsmith.stages.attempts import AttemptLog
 from worldsmith.stages.history import Fault
 from worldsmith.stages.looking import offer_looks, with_looks
 from worldsmith.stages.order import Stage
-from worldsmith.stages.repair import CheckFailed, run_with_repair
+from worldsmith.stages.repair import CheckFailed, refuse_repeated, run_with_repair
 from worldsmith.stages.tools import tools_only_bundle
 from worldsmith.stages.work import EnvWork
 
@@ -24,13 +24,7 @@ MIN_TASKS = 5
 
 def check_tasks(tasks: TaskList) -> TaskList:
     ids = [t.id for t in tasks.tasks]
-    duplicates = sorted({i for i in ids if ids.count(i) > 1})
-    if duplicates:
-        raise CheckFailed(
-            "duplicate_ids",
-            f"task ids must be unique; repeated: {', '.join(duplicates)}",
-            [Fault(kind="duplicate_ids", subject=d) for d in duplicates],
-        )
+    refuse_repeated(ids, "duplicate_ids", "task ids")
     if len(ids) < MIN_TASKS:
         raise CheckFailed(
             "too_few_tasks",

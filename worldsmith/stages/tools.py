@@ -27,19 +27,12 @@ from worldsmith.stages.attempts import AttemptLog
 from worldsmith.stages.history import Fault
 from worldsmith.stages.looking import offer_looks, with_looks
 from worldsmith.stages.order import Stage
-from worldsmith.stages.repair import CheckFailed, run_with_repair
+from worldsmith.stages.repair import CheckFailed, refuse_repeated, run_with_repair
 from worldsmith.stages.work import EnvWork
 
 
 def check_plan(plan: ToolPlan) -> ToolPlan:
-    names = [t.name for t in plan.tools]
-    repeated = sorted({n for n in names if names.count(n) > 1})
-    if repeated:
-        raise CheckFailed(
-            "duplicate_tools",
-            f"tool names must be unique; repeated: {', '.join(repeated)}",
-            [Fault(kind="duplicate_tools", subject=n) for n in repeated],
-        )
+    refuse_repeated([t.name for t in plan.tools], "duplicate_tools", "tool names")
     for tool in plan.tools:
         try:
             jsonschema.Draft202012Validator.check_schema(tool.parameters)

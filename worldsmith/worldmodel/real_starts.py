@@ -15,9 +15,9 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
-from worldsmith.agent.loop import EpisodeConfig, Step, Trajectory, play_call, run_episode
+from worldsmith.agent.loop import EpisodeConfig, Step, Trajectory, play_turn, run_episode
 from worldsmith.agent.messages import Message
-from worldsmith.agent.policies import ReferencePolicy, tool_message
+from worldsmith.agent.policies import ReferencePolicy
 from worldsmith.bundle.contract import Bundle
 from worldsmith.models.bundle import TaskSpec
 from worldsmith.runtime.episode import Runtime
@@ -56,18 +56,16 @@ def real_start(
         tools = episode.tools()
         for turn, message in enumerate(tool_turns(trajectory)[:turns], start=1):
             messages.append(message)
-            for call in message.tool_calls:
-                result, step = play_call(episode, tools, turn, call)
-                if result.status == "env_error":
-                    return None
-                steps.append(step)
-                messages.append(tool_message(call, result.status, result.value, result.error))
-                history.append(
-                    {
-                        "action": {"name": call.name, "arguments": call.arguments},
-                        "observation": observation_of(result).record(),
-                    }
-                )
+            results, _ = play_turn(episode, tools, turn, message, messages, steps)
+            if results and results[-1].status == "env_error":
+                return None
+            history += [
+                {
+                    "action": {"name": call.name, "arguments": call.arguments},
+                    "observation": observation_of(result).record(),
+                }
+                for call, result in zip(message.tool_calls, results, strict=True)
+            ]
         database = episode.snapshot()
     return RealStart(turns, messages, steps, database, history, source)
 
