@@ -92,6 +92,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--forks", type=int, default=7)
     args = parser.parse_args()
+    if args.forks < 1:
+        parser.error("--forks must be at least 1")
     from worldsmith.interop.awm import import_scenario, read_release
     from worldsmith.runtime.episode import Runtime
 

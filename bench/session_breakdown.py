@@ -155,6 +155,9 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", choices=("runtime", "gateway"), default=["runtime", "gateway"])
     parser.add_argument("--settle", action="store_true", help="runtime: each episode opened with its spares ready")
     args = parser.parse_args()
+    for name in ("episodes", "sessions"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1")
     scenario, imported = imported_world()
     results: dict[str, object] = {"load_average": os.getloadavg()[0]}
     print(f"load average {os.getloadavg()[0]:.1f}", flush=True)
