@@ -688,9 +688,16 @@ print(json.dumps(out))
 """
 
 
-def _host_ipc() -> dict[str, list[str]]:
-    """The SysV IPC objects of this (the host's) IPC namespace."""
-    return {kind: Path(f"/proc/sysvipc/{kind}").read_text().splitlines()[1:] for kind in ("shm", "msg", "sem")}
+def _host_ipc(cuid: int = 65534) -> dict[str, list[tuple[str, str]]]:
+    """The SysV IPC objects of this (the host's) IPC namespace that user `cuid` (the confined probe's)
+    created, as (key, id): what other processes of the machine make or touch meanwhile (a test's
+    PostgreSQL server, say, attaching its segments) is not the probe's doing."""
+    objects = {}
+    for kind in ("shm", "msg", "sem"):
+        header, *rows = Path(f"/proc/sysvipc/{kind}").read_text().splitlines()
+        creator = header.split().index("cuid")
+        objects[kind] = [(row.split()[0], row.split()[1]) for row in rows if int(row.split()[creator]) == cuid]
+    return objects
 
 
 def _host_has(key: int, queue: bytes) -> list[str]:
