@@ -210,6 +210,18 @@ def served(scenario: AwmScenario, bundle: Bundle) -> Iterator[dict[str, str]]:
                 process.wait(30)
 
 
+def imported_world(release: Path) -> tuple[AwmScenario, Bundle]:
+    """The first scenario of AWM release folder `release` and its imported bundle."""
+    from worldsmith.interop.awm import import_scenario, read_release
+    from worldsmith.runtime.episode import Runtime
+
+    scenario = read_release(release)[0]
+    with Runtime(workers=1) as runtime:
+        bundle = import_scenario(scenario, runtime).bundle
+    assert bundle is not None
+    return scenario, bundle
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--release", type=Path, default=REPO / "tests" / "data" / "awm_format_sample")
@@ -221,13 +233,7 @@ def main() -> None:
         serve_worldsmith(args.serve_worldsmith, args.port)
         return
 
-    from worldsmith.interop.awm import import_scenario, read_release
-    from worldsmith.runtime.episode import Runtime
-
-    scenario = read_release(args.release)[0]
-    with Runtime(workers=1) as runtime:
-        bundle = import_scenario(scenario, runtime).bundle
-    assert bundle is not None
+    scenario, bundle = imported_world(args.release)
     with served(scenario, bundle) as urls:
         figures = measure(urls, args.sessions)
     ratios = {key: figures["worldsmith"][key] / figures["reference"][key] for key in figures["worldsmith"]}

@@ -64,7 +64,7 @@ def refused_requests(app: Any) -> None:
         assert status == 422, (route.name, status)
 
 
-def measure(app: Any, namespace: dict, warm_up: Callable[[], None], forks: int) -> dict[str, float]:
+def measure(app: Any, warm_up: Callable[[], None], forks: int) -> dict[str, float]:
     """Median CPU ms and faults of `warm_up` and then of the first request, in `forks` fresh forks."""
     route = asgi.routes_of(app)["list_branches"]
     rows = []
@@ -94,13 +94,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.forks < 1:
         parser.error("--forks must be at least 1")
-    from worldsmith.interop.awm import import_scenario, read_release
-    from worldsmith.runtime.episode import Runtime
+    from awm_sessions import imported_world
 
-    (scenario,) = read_release(ROOT / "tests" / "data" / "awm_format_sample")
-    with Runtime(workers=1) as runtime:
-        bundle = import_scenario(scenario, runtime).bundle
-    assert bundle is not None
+    scenario, bundle = imported_world(ROOT / "tests" / "data" / "awm_format_sample")
     with tempfile.TemporaryDirectory() as scratch:
         world = Path(scratch) / "world.db"
         world.write_bytes(bundle.world)
@@ -118,7 +114,7 @@ def main() -> None:
             "spare + 422s": lambda: (asgi.warm(app, namespace), refused_requests(app)),
             "second request": lambda: asgi.call(app, route, {}) and None,
         }
-        figures = {name: measure(app, namespace, warm_up, args.forks) for name, warm_up in warm_ups.items()}
+        figures = {name: measure(app, warm_up, args.forks) for name, warm_up in warm_ups.items()}
     print(f"load average {os.getloadavg()[0]:.1f}")
     print("warm-up in the fork (median)   warm-up: CPU ms, faults   request: CPU ms, faults   all: CPU ms, faults")
     for name, f in figures.items():

@@ -32,12 +32,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from awm_sessions import light_session, served  # noqa: E402
+from awm_sessions import imported_world, light_session, served  # noqa: E402
 from echo_world import GOLDEN  # noqa: E402
 
 from worldsmith.bundle.contract import Bundle  # noqa: E402
 from worldsmith.bundle.loader import load_bundle  # noqa: E402
-from worldsmith.interop.awm import AwmScenario, import_scenario, read_release  # noqa: E402
+from worldsmith.interop.awm import AwmScenario  # noqa: E402
 from worldsmith.runtime.episode import Runtime  # noqa: E402
 from worldsmith.runtime.limits import SandboxLimits  # noqa: E402
 
@@ -65,15 +65,6 @@ def _proc(pid: int | None) -> tuple[float, int]:
         return float("nan"), -1
     # after the name: state(0) ppid pgrp session tty tpgid flags minflt(7)
     return on_cpu_ns / 1e6, int(fields[7])
-
-
-def imported_world() -> tuple[AwmScenario, Bundle]:
-    """The vendored AWM sample and its imported bundle."""
-    (scenario,) = read_release(ROOT / "tests" / "data" / "awm_format_sample")
-    with Runtime(workers=1) as runtime:
-        bundle = import_scenario(scenario, runtime).bundle
-    assert bundle is not None
-    return scenario, bundle
 
 
 def runtime_breakdown(
@@ -158,7 +149,7 @@ def main() -> None:
     for name in ("episodes", "sessions"):
         if getattr(args, name) < 1:
             parser.error(f"--{name} must be at least 1")
-    scenario, imported = imported_world()
+    scenario, imported = imported_world(ROOT / "tests" / "data" / "awm_format_sample")
     results: dict[str, object] = {"load_average": os.getloadavg()[0]}
     print(f"load average {os.getloadavg()[0]:.1f}", flush=True)
     if "runtime" in args.only:
@@ -180,7 +171,9 @@ def main() -> None:
         opened = (ours["open_ms"] + ours["first_call_ms"]) / (native["open_ms"] + native["first_call_ms"])
         print(f"  imported / native, open + first call: x{opened:.2f}")
     if "gateway" in args.only:
-        figures = gateway_breakdown(*imported_world(), args.sessions)  # a bundle not run yet: it pickles
+        figures = gateway_breakdown(
+            *imported_world(ROOT / "tests" / "data" / "awm_format_sample"), args.sessions
+        )  # a bundle not run yet: it pickles
         results["gateway"] = figures
         ours, theirs = figures["worldsmith"], figures["reference"]
         print("new MCP session + one read, light client (median)   worldsmith   reference   ours/reference")

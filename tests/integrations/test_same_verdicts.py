@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 import skyrl_gym
-from support.client_venvs import client_python
-from support.integrations import Play, played_directly, plays, run_client, served
+from support.integrations import Play, played_directly, plays, through_client
 from support.paths import GOLDEN
 
 from worldsmith.bundle.loader import load_bundle
@@ -111,13 +110,7 @@ def test_the_same_calls_give_the_same_verdicts_through_every_interface(home, run
         }
     finally:
         use_env(None)
-    with served(GOLDEN) as url:
-        played = run_client(
-            client_python("worldsmith-openenv"),
-            OPENENV,
-            f"{url}/envs/{bundle.env_id}",
-            json.dumps([p.as_json() for p in episodes]),
-        )
+    played = through_client("worldsmith-openenv", OPENENV, bundle, json.dumps([p.as_json() for p in episodes]))
     interfaces["openenv"] = [(status, reward) for status, reward in played]
     for name, verdicts in interfaces.items():
         assert verdicts == expected, name

@@ -65,14 +65,10 @@ def stop_line(done: subprocess.CompletedProcess[str], signum: signal.Signals) ->
 
 def listed_runs(kind: str, env: dict[str, str]) -> list[dict[str, Any]]:
     """`worldsmith runs ls --kind KIND --json` run as a child in `env`, less the stopped run's kill switches."""
-    listing = subprocess.run(
-        [sys.executable, "-m", "worldsmith.cli", "runs", "ls", "--kind", kind, "--json"],
-        cwd=REPO,
-        env={k: v for k, v in env.items() if not k.startswith("WORLDSMITH_TEST_KILL")},
-        capture_output=True,
-        text=True,
-        timeout=PROCESS_S,
-        check=True,
+    listing = run_cli(
+        ["runs", "ls", "--kind", kind, "--json"],
+        {k: v for k, v in env.items() if not k.startswith("WORLDSMITH_TEST_KILL")},
     )
+    listing.check_returncode()
     runs: list[dict[str, Any]] = json.loads(listing.stdout)
     return runs

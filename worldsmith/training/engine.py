@@ -174,15 +174,20 @@ class EnginePolicy:
         return turn
 
 
-def policy_state_dict(model: Any) -> dict[str, Any]:
+def policy_state_dict(model: Any, dtype: Any = None) -> dict[str, Any]:
     """The weights the engine serves, on the CPU: the model's own, or with its LoRA adapters merged
     in (PEFT) under the base model's parameter names. The merge is computed beside the model (base +
-    each active adapter's delta), never in place: merging and unmerging would drift the frozen base."""
+    each active adapter's delta), never in place: merging and unmerging would drift the frozen base.
+    `dtype`: floating-point weights cast to it in the one copy made (a model without adapters)."""
 
     def base_name(key: str) -> str:
         return key.removeprefix("base_model.model.").replace(".base_layer", "")
 
-    state = {base_name(k): v.detach().cpu().clone() for k, v in model.state_dict().items() if "lora_" not in k}
+    def copy(v: Any) -> Any:
+        cast = dtype if dtype is not None and v.is_floating_point() else v.dtype
+        return v.detach().to("cpu", dtype=cast, copy=True)
+
+    state = {base_name(k): copy(v) for k, v in model.state_dict().items() if "lora_" not in k}
     for name, module in model.named_modules():
         if hasattr(module, "get_delta_weight") and hasattr(module, "base_layer"):
             key = base_name(f"{name}.base_layer.weight")
@@ -274,7 +279,7 @@ class VLLMFullWeights:
 
     def snapshot(self, model: Any, version: int) -> Callable[[], int]:
         """Copies the weights now; the function returned writes and loads them (on any thread)."""
-        state = {k: v.to(self.dtype) if v.is_floating_point() else v for k, v in policy_state_dict(model).items()}
+        state = policy_state_dict(model, self.dtype)
 
         def send() -> int:
             from safetensors.torch import save_file
@@ -328,8 +333,7 @@ class RolloutEngine:
         weights (`VLLMFullWeights`)."""
         server = None
         if config.rollout_engine == "vllm":
-            if not config.engine_url:
-                raise ValueError("rollout_engine vllm needs engine_url (the vLLM server)")
+            assert config.engine_url, "TrainingConfig requires engine_url for vllm"
             client = EngineClient(config.engine_url, model=config.model)
             pusher = VLLMAdapters(client, folder) if config.lora.enabled else VLLMFullWeights(client, folder)
             engine = cls(client, pusher, tokenizer)

@@ -273,6 +273,7 @@ class WorldGRPOTrainer(ShardedTrainer, GRPOTrainer):
         simulation: SimulatedRuntime | None = None,
         **kwargs: Any,
     ):
+        refuse_unsupported(kwargs.get("args"))  # before any setup: GRPOConfig comes by keyword (reward_funcs follows)
         self.config, self.runtime, self.bundles, self.simulation = config, runtime, bundles, simulation
         self.last_rollouts: list[Trajectory] = []
         self.last_rows: list[TrainingRow] = []
@@ -287,7 +288,6 @@ class WorldGRPOTrainer(ShardedTrainer, GRPOTrainer):
             from worldsmith.worldmodel.real_starts import RealStarts
 
             self.real_starts = RealStarts(runtime)
-        refuse_unsupported(kwargs.get("args") or (args[1] if len(args) > 1 else None))
         # `args`: GRPOTrainer's positional ones, the model first (mypy counts reward_funcs among them)
         super().__init__(*args, reward_funcs=[verdict_reward(config.rewards)], **kwargs)  # type: ignore[misc]
         self.stop_ids = stop_token_ids(self.processing_class)  # what ends a turn: fixed for the run

@@ -234,9 +234,10 @@ def warm(app: Any, namespace: Mapping[str, Any]) -> None:
     configure_mappers()
     values = list(namespace.values())
     mapped = [v for v in values if isinstance(v, type) and getattr(v, "__mapper__", None) is not None]
+    plain = [cls for cls in mapped if _loads_plainly(cls)]
     for engine in [v for v in values if isinstance(v, Engine)]:
         with Session(engine) as session:
-            for cls in filter(_loads_plainly, mapped):
+            for cls in plain:
                 session.scalars(select(cls).limit(1)).all()
     assert LOOP is not None, "preload() makes the event loop"
     if _stack_only(app):
