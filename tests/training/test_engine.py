@@ -19,6 +19,7 @@ from fastapi.responses import JSONResponse, Response
 from support.patience import MOMENTS_S, wait_until
 from support.scripts import call_text
 
+from worldsmith.agent.hf_policy import whole_distribution
 from worldsmith.agent.loop import EpisodeConfig, Trajectory, TurnRecord
 from worldsmith.agent.messages import Message, PolicyTurn
 from worldsmith.agent.openai_policy import OpenAIPolicy
@@ -41,7 +42,6 @@ from worldsmith.training.engine import (
 )
 from worldsmith.training.importance import sampler_correction, weigh_advantages
 from worldsmith.training.policy_server import VERSION_HEADER, ContinuousBatcher, PolicyServer, policy_app
-from worldsmith.training.rollouts import whole_distribution
 from worldsmith.training.rows import collate, windowed_rows
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")

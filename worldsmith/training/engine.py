@@ -196,7 +196,19 @@ def policy_state_dict(model: Any, dtype: Any = None) -> dict[str, Any]:
     return state
 
 
-class LocalWeights:
+class WeightPusher:
+    """How a trainer's weights reach an engine: `snapshot` copies them at once (on the trainer's thread)
+    and returns the function that sends them (on any thread), which returns the version loaded."""
+
+    def snapshot(self, model: Any, version: int) -> Callable[[], int]:
+        raise NotImplementedError
+
+    def push(self, model: Any, version: int) -> int:
+        """Snapshot and send at once; the version loaded."""
+        return self.snapshot(model, version)()
+
+
+class LocalWeights(WeightPusher):
     """Pushes to the project's policy server: each version's weights one state dict file in `folder`
     (the previous version's file removed once the next one is loaded)."""
 
@@ -223,11 +235,8 @@ class LocalWeights:
 
         return send
 
-    def push(self, model: Any, version: int) -> int:
-        return self.snapshot(model, version)()
 
-
-class VLLMAdapters:
+class VLLMAdapters(WeightPusher):
     """Pushes LoRA adapters to a vLLM server: each version saved under `folder` and loaded as
     `policy-v<version>`, which later requests name; adapters `keep` versions older are unloaded."""
 
@@ -257,14 +266,11 @@ class VLLMAdapters:
 
         return send
 
-    def push(self, model: Any, version: int) -> int:
-        return self.snapshot(model, version)()
-
 
 VLLM_DEV_MODE = "start vLLM with VLLM_SERVER_DEV_MODE=1 (full-weight pushes use its development endpoints)"
 
 
-class VLLMFullWeights:
+class VLLMFullWeights(WeightPusher):
     """Pushes full weights to a vLLM server: each version written as `policy-v<version>/model.safetensors`
     under `folder` (a folder the server reads too) in `dtype`, under the base model's parameter names
     (`policy_state_dict`: LoRA merged), and reloaded in place by every vLLM worker
@@ -296,12 +302,6 @@ class VLLMFullWeights:
             return version
 
         return send
-
-    def push(self, model: Any, version: int) -> int:
-        return self.snapshot(model, version)()
-
-
-WeightPusher = LocalWeights | VLLMAdapters | VLLMFullWeights
 
 
 def rollout_version(trajectory: Trajectory) -> int | None:

@@ -35,11 +35,10 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 
 from worldsmith.agent.chat import chat_tool_calls
-from worldsmith.agent.hf_policy import completion_text, read_turn, render_prompt, stop_token_ids
+from worldsmith.agent.hf_policy import completion_text, read_turn, render_prompt, stop_token_ids, whole_distribution
 from worldsmith.agent.messages import Message, ToolCall
 from worldsmith.localserver import BackgroundServer
 from worldsmith.toolschema import ToolSchemaJson
-from worldsmith.training.rollouts import whole_distribution
 
 VERSION_HEADER = "X-Policy-Version"
 

@@ -16,9 +16,8 @@ tokens trained on are the tokens the model sees when serving:
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,25 +28,6 @@ from worldsmith.bundle.contract import Bundle
 from worldsmith.models.bundle import TaskSpec
 from worldsmith.runtime.episode import Runtime
 from worldsmith.toolschema import ToolSchemaJson
-
-
-@contextmanager
-def whole_distribution(model: Any) -> Iterator[None]:
-    """While it lasts, `model`'s own generation config (Qwen3's top_k 20 and top_p 0.95, say) is
-    transformers' default one, so that `generate` samples from the whole softmax at the temperature
-    given, which the loss's log-probabilities (and the importance ratio) describe: transformers
-    fills every setting a `generate` call leaves unset (min_p, typical_p, top_h...) from the model's
-    config, and a truncated distribution would make the rollouts off-policy without any log-probability
-    saying so. The model's config is back afterwards (it is saved with the checkpoints)."""
-    from transformers import GenerationConfig
-
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # PEFT: the model it wraps
-    original = base.generation_config
-    base.generation_config = GenerationConfig()
-    try:
-        yield
-    finally:
-        base.generation_config = original
 
 
 @dataclass(frozen=True)

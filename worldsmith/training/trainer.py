@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
-from worldsmith.agent.hf_policy import stop_token_ids
+from worldsmith.agent.hf_policy import stop_token_ids, whole_distribution
 from worldsmith.agent.loop import EpisodeConfig, EpisodeSource, Trajectory
 from worldsmith.agent.rewards import RewardMap
 from worldsmith.bundle.contract import Bundle
@@ -50,7 +50,7 @@ from worldsmith.training.engine import RolloutEngine, drop_stale, judge_each
 from worldsmith.training.importance import weigh_advantages
 from worldsmith.training.memory import VLLM_SHARE, check_cuda, vllm_installed
 from worldsmith.training.rollout_metrics import rollout_metrics
-from worldsmith.training.rollouts import Batcher, Sampled, TrainingPolicy, run_rollouts, whole_distribution
+from worldsmith.training.rollouts import Batcher, Sampled, TrainingPolicy, run_rollouts
 from worldsmith.training.rows import (
     TrainingRow,
     collate,
