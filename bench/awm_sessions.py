@@ -233,7 +233,14 @@ def main() -> None:
         serve_worldsmith(args.serve_worldsmith, args.port)
         return
 
-    scenario, bundle = imported_world(args.release)
+    if args.sessions < 1:
+        parser.error("--sessions must be at least 1")
+    from worldsmith.interop.awm import AwmFormatError
+
+    try:
+        scenario, bundle = imported_world(args.release)
+    except AwmFormatError as exc:
+        parser.error(str(exc))
     with served(scenario, bundle) as urls:
         figures = measure(urls, args.sessions)
     ratios = {key: figures["worldsmith"][key] / figures["reference"][key] for key in figures["worldsmith"]}
