@@ -25,7 +25,8 @@ if ! installed; then
 fi
 [ "${1:-}" = "--install" ] && exit 0
 export PATH="$PWD/$BIN:$PATH" PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-PYTHON="${PYTHON:-.venv/bin/python}"
+# The project's interpreter (MCP_CONFORMANCE_PYTHON to use another one with worldsmith installed).
+PYTHON="${MCP_CONFORMANCE_PYTHON:-.venv/bin/python}"
 PORT=$("$PYTHON" -c 'from worldsmith.localserver import free_port; print(free_port())')
 RESULTS="${MCP_CONFORMANCE_RESULTS:-$(mktemp -d)}"
 LOG=$(mktemp)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 
 import pytest
 from support.paths import REPO
@@ -24,6 +25,7 @@ def test_every_conformance_scenario_that_applies_to_env_serve_passes():
         if os.environ.get("CI"):
             pytest.fail(f"required in CI (.ci/run installs it): {reason}")
         pytest.skip(reason)
-    done = subprocess.run([str(SCRIPT)], capture_output=True, text=True, timeout=540, cwd=REPO)
+    env = {**os.environ, "MCP_CONFORMANCE_PYTHON": sys.executable}
+    done = subprocess.run([str(SCRIPT)], capture_output=True, text=True, timeout=540, cwd=REPO, env=env)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-3000:]
     assert "dns-rebinding-protection: 2 passed, 0 failed" in done.stdout
