@@ -71,7 +71,7 @@ def runtime_breakdown(
     worlds: dict[str, tuple[Bundle, str, dict]], episodes: int, settle: bool
 ) -> dict[str, dict[str, float]]:
     """Median of each phase per world, the worlds' episodes taken in turn (one strict runtime each;
-    `settle`: after each close, wait until the worker's spares are forked and ready)."""
+    `settle`: after each close, wait until the worker's spares are forked, ready and warm: `SandboxWorker.spares_at_rest`)."""
     samples = {name: {phase: [] for phase in RUNTIME_PHASES} for name in worlds}
     runtimes = {name: Runtime(limits=SandboxLimits(isolation="strict"), workers=1) for name in worlds}
     try:
@@ -92,7 +92,7 @@ def runtime_breakdown(
                 episode.close()
                 closed = time.perf_counter()
                 if settle:
-                    episode._worker.request({"op": "ping", "settle": True}, timeout=60)
+                    episode._worker.spares_at_rest(10.0)
                 if round_ < 2:
                     continue
                 for phase, value in (
@@ -144,7 +144,11 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=30)
     parser.add_argument("--sessions", type=int, default=20)
     parser.add_argument("--only", nargs="+", choices=("runtime", "gateway"), default=["runtime", "gateway"])
-    parser.add_argument("--settle", action="store_true", help="runtime: each episode opened with its spares ready")
+    parser.add_argument(
+        "--settle",
+        action="store_true",
+        help="runtime: each episode opened with its spares ready and warm (`SandboxWorker.spares_at_rest`)",
+    )
     args = parser.parse_args()
     for name in ("episodes", "sessions"):
         if getattr(args, name) < 1:

@@ -12,11 +12,13 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import re
+import statistics
 
 import psutil
 import pytest
 from support.limits import PATIENT_LIMITS, code_process, isolated
 from support.paths import REPO
+from support.patience import MOMENTS_S
 
 from worldsmith.runtime.episode import Runtime
 
@@ -147,3 +149,57 @@ def test_the_templates_thread_filter_refuses_threads_but_not_forks():
         finally:
             os._exit(code)
     assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+
+
+def _minor_faults(pid: int) -> int:
+    """Minor page faults of process `pid` so far (/proc/PID/stat: copy-on-write of what it wrote)."""
+    with open(f"/proc/{pid}/stat") as handle:
+        return int(handle.read().rsplit(")", 1)[1].split()[7])
+
+
+def _first_call_faults(bundle, rounds: int = 3) -> list[int]:
+    """Minor page faults of each episode's first call (`list_branches`), each episode opened with its
+    worker's spares at rest (forked, ready, warm), under strict isolation."""
+    faults = []
+    with Runtime(limits=isolated(PATIENT_LIMITS, "strict"), workers=1) as rt:
+        with rt.open_episode(bundle) as episode:  # the worker starts, loads the world, forks its spares
+            worker = episode._worker
+        for _ in range(rounds):
+            assert worker.spares_at_rest(MOMENTS_S)
+            with rt.open_episode(bundle) as episode:
+                pid = episode._worker.channel_pid(episode.id) or code_process(episode)
+                before = _minor_faults(pid)
+                assert episode.call_tool("list_branches", {}).ok
+                faults.append(_minor_faults(pid) - before)
+    return faults
+
+
+@pytest.mark.timeout(300)
+def test_spares_write_ahead_the_pages_an_imported_worlds_first_call_writes(monkeypatch):
+    """The probe's pages (runtime/sandbox/firstpages.py): a spare at rest has already made its own the
+    pages of the template that an episode's first call writes, so that call copies a fraction of the
+    pages it copies when the parent reads none from the probe (observed 80 against 700)."""
+    from worldsmith.runtime.sandbox import firstpages
+
+    sample = _changed_sample(())
+    ahead = _first_call_faults(sample)
+    monkeypatch.setattr(firstpages, "written_pages", lambda pid, limit=firstpages.MAX_PAGES: b"")
+    without = _first_call_faults(sample)
+    assert statistics.median(ahead) * 3 < statistics.median(without), (ahead, without)
+
+
+@pytest.mark.timeout(300)
+def test_a_probe_that_never_ends_costs_the_world_its_pages_only():
+    """An app whose stand-in calls never return: its probe is stopped at its deadline, the world loads,
+    its spares are forked without pages, its episodes are served, and no probe is left behind."""
+    looping = _changed_sample(
+        (("async def list_branches():\n", "async def list_branches():\n    while True:\n        pass\n"),)
+    )
+    with Runtime(limits=isolated(PATIENT_LIMITS, "strict"), workers=1) as rt:
+        with rt.open_episode(looping) as episode:
+            assert episode.call_tool("get_book", {"book_id": 1}).ok
+            worker = episode._worker
+            spares = worker.spares_at_rest(MOMENTS_S)
+            (template,) = psutil.Process(worker.pid).children()
+            living = {p.pid for p in template.children() if p.status() != psutil.STATUS_ZOMBIE}
+            assert living == {*spares, code_process(episode)}

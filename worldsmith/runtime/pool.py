@@ -17,7 +17,8 @@ from pathlib import Path
 from worldsmith.bundle.contract import Bundle
 from worldsmith.runtime.errors import RuntimeFault
 from worldsmith.runtime.limits import SandboxLimits
-from worldsmith.runtime.sandbox.messages import LoadEnvRequest
+from worldsmith.runtime.sandbox import firstpages
+from worldsmith.runtime.sandbox.messages import FirstPagesRequest, LoadEnvRequest
 from worldsmith.runtime.worker_handle import SandboxWorker
 
 
@@ -134,6 +135,7 @@ class WorkerPool:
             "verifiers_kind": bundle.verifiers_kind.name,
             "tool_names": [t.name for t in bundle.tools],
             "clock": bundle.clock,
+            "probe": True,
         }
         code = tools_kind.code_fields(bundle.files)  # one of the two, by kind
         if "tools" in code:
@@ -143,6 +145,10 @@ class WorkerPool:
         reply, _ = worker.request(load, [bundle.world], timeout=60)
         if reply["status"] != "ok":
             raise RuntimeFault(f"loading {bundle.env_id} into a sandbox worker failed: {reply.get('error')}")
+        probe = reply.get("probe_pid")
+        if isinstance(probe, int):  # the pages its first calls wrote, for its spares to write ahead
+            pages: FirstPagesRequest = {"op": "first_pages", "env": bundle.runtime_key}
+            worker.request(pages, [firstpages.written_pages(probe)], timeout=60)
         worker.loaded_envs.add(bundle.runtime_key)
 
     def layers(self) -> dict[str, str]:

@@ -68,6 +68,7 @@ class RunIdentity(TypedDict):
     episode: str | None
     directory: str | None
     skew_s: float | None
+    probe: NotRequired[bool]  # the probe of the world's first calls (`firstpages`), not a spare
 
 
 class SpareClaim(TypedDict):
@@ -103,6 +104,16 @@ class LoadEnvRequest(RequestFields, ToolsCode):
     tool_names: list[str]
     clock: NotRequired[str | None]  # the world's frozen instant (ISO), None: the real time
     check: NotRequired[bool]  # strict isolation: open the tools once to find a load error (default True)
+    probe: NotRequired[bool]  # strict isolation, spares, an app: fork the probe of its first calls (`firstpages`)
+
+
+@final
+class FirstPagesRequest(RequestFields):
+    """The pages the probe of the loaded environment wrote (the one blob, `firstpages.written_pages`),
+    read by the parent from /proc: spares make them their own ahead; the probe goes."""
+
+    op: Literal["first_pages"]
+    env: str
 
 
 @final
@@ -230,6 +241,7 @@ EpisodeRequest = (
 #: Any request (spelled out: a type checker narrows a flat union by the fields its members have).
 Request = (
     LoadEnvRequest
+    | FirstPagesRequest
     | CheckEnvRequest
     | UnloadEnvRequest
     | RoutesRequest
@@ -268,6 +280,13 @@ def env_of(request: Request) -> str | None:
 
 class StatusOnly(TypedDict):
     """The part of an op's reply that answers with its status alone (load, open, restore, close ...)."""
+
+
+class LoadEnvReply(TypedDict):
+    """A loaded environment; `probe_pid`: its probe waits for the parent to read its pages
+    (`FirstPagesRequest`)."""
+
+    probe_pid: NotRequired[int]
 
 
 class OpenReply(TypedDict):

@@ -38,6 +38,8 @@ from worldsmith.runtime.sandbox.messages import (
     CloseRequest,
     DiffRequest,
     EpisodeRequest,
+    FirstPagesRequest,
+    LoadEnvReply,
     LoadEnvRequest,
     OpenReply,
     OpenRequest,
@@ -107,7 +109,7 @@ class Operations:
         return self.envs.get(env_key) if env_key is not None else None
 
     # -- environments ----------------------------------------------------------------------
-    def op_load_env(self, request: LoadEnvRequest, blobs: list[bytes]) -> StatusOnly:
+    def op_load_env(self, request: LoadEnvRequest, blobs: list[bytes]) -> LoadEnvReply:
         kind = TOOLS_KINDS[request.get("tools_kind")]
         if kind.web_stack and not self.config.get("frameworks"):
             raise Failure("env_error", "an ASGI environment needs a worker with the web stack")
@@ -139,6 +141,19 @@ class Operations:
             reply, _ = self.processes.serve(check, [], self.episodes)
             if reply.get("status") != "ok":
                 env.load_error = str(reply.get("error"))
+        spares = int(self.config.get("spare_processes", 0)) > 0
+        if self.strict and request.get("probe") and kind.web_stack and spares and env.load_error is None:
+            pid = self.processes.start_probe(env.key, self._new_directory())  # the parent reads its pages
+            if pid is not None:
+                return {"probe_pid": pid}
+        return {}
+
+    def op_first_pages(self, request: FirstPagesRequest, blobs: list[bytes]) -> StatusOnly:
+        """The pages the parent read from the probe (`firstpages`): spares make them their own ahead."""
+        try:
+            self.processes.end_probe(blobs[0] if blobs else b"")
+        except ValueError as exc:
+            raise Failure("env_error", str(exc)) from None
         return {}
 
     def build_shared(self) -> None:
@@ -184,6 +199,7 @@ class Operations:
             self.processes.refill(envs[0].key, self._new_directory, waiting, settle=settle)
 
     def op_unload_env(self, request: UnloadEnvRequest, blobs: list[bytes]) -> StatusOnly:
+        self.processes.end_probe()
         self.processes.discard_spares()
         env = self.envs.pop(request["env"], None)
         for episode in [e for e in self.episodes.values() if e.env is env]:

@@ -34,6 +34,7 @@ their files (`discard_spares`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -43,7 +44,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import cast
 
-from worldsmith.runtime.sandbox import episodedb, kernel
+from worldsmith.runtime.sandbox import episodedb, firstpages, kernel
 from worldsmith.runtime.sandbox.failure import Failure
 from worldsmith.runtime.sandbox.messages import (
     Reply,
@@ -76,6 +77,9 @@ from worldsmith.runtime.sandbox.template import TemplateProcess, start_template
 
 #: The syscalls that make processes: denied to the worker once its template runs (`start_template`).
 FORKS = frozenset({"clone", "fork", "vfork"})
+
+#: How long the probe of a world's first calls may take (`start_probe`): past it, spares go without.
+PROBE_S = 2.0
 
 #: A request's handler: its reply and the reply's blobs (`worker.Worker.handle`).
 Handler = Callable[[Request, list[bytes]], tuple[Reply, list[bytes]]]
@@ -116,6 +120,7 @@ class ForkedProcesses:
         become: Callable[[RunIdentity], None],
         claimed: Callable[[SpareClaim], None],
         warm: Callable[[], None],
+        probe: Callable[[], None],
         handle: Handler,
     ):
         self.config = config
@@ -123,6 +128,7 @@ class ForkedProcesses:
         self._become = become  # in a forked process: make it the identity's (confined to its episode)
         self._claimed = claimed  # in a spare: make it its episode's (`claim`)
         self._warm = warm  # in a spare that no episode waits for yet: what its first request would build
+        self._probe = probe  # in the probe (`start_probe`): its stand-in calls
         self._handle = handle
         self.template: TemplateProcess | None = None  # strict: once the environment is loaded
         self.live: dict[str, RunProcess] = {}  # episode id -> its process (strict), least recently used first
@@ -133,6 +139,8 @@ class ForkedProcesses:
         self.handed: dict[str, tuple[int, int]] = {}
         self.ended: dict[str, str] = {}  # how handed processes found ended (`sweep_handed`) ended, until reaped
         self.spares: list[Spare] = []  # strict: forked ahead, no episode's yet (`refill`, `claim`)
+        self.prober: Spare | None = None  # the probe whose pages the parent has yet to read (`start_probe`)
+        self.first_pages = b""  # what each spare makes its own ahead (`firstpages`; b"": nothing)
 
     def start_template(self, prepare: Callable[[], None]) -> None:
         """Fork the template every process will be forked from (`template.py`); the worker calls this
@@ -259,7 +267,7 @@ class ForkedProcesses:
         next reply refills), so that no request waits for a fork; a spare that cannot be forked is simply
         not there. `settle` (a `ping` that asks for it): fork them all and wait until each is ready,
         so that what the reply says holds until the next episode opens."""
-        target = max(int(self.config.get("spare_processes", 0)), 0)
+        target = max(int(self.config.get("spare_processes", 0)), 0) if self.prober is None else 0
         if settle and self.handed:
             self.sweep_handed()
         while self.template is not None and len(self.spares) < target and self.alive() < self._cap():
@@ -271,7 +279,8 @@ class ForkedProcesses:
                 process = self._fork()
             except OSError:
                 return
-            if send_within(process.requests, encode(identity), time.monotonic() + self._wait(None)) is not None:
+            data = encode(identity, [self.first_pages] if self.first_pages else [])
+            if send_within(process.requests, data, time.monotonic() + self._wait(None)) is not None:
                 self._discard(Spare(process, directory))
                 return
             self.spares.append(Spare(process, directory))
@@ -327,6 +336,38 @@ class ForkedProcesses:
         self._stop(spare.process)
         shutil.rmtree(spare.directory, ignore_errors=True)
         episodedb.remove_db(database_path(spare.directory))
+
+    # -- the probe of a world's first calls (firstpages.py) --------------------------------------
+    def start_probe(self, env_key: str, directory: str) -> int | None:
+        """Fork the probe of `env_key` (`firstpages`): confined to `directory` like a spare, it makes its
+        stand-in calls, says so and waits while the parent reads which pages it wrote (`end_probe`). No
+        spare is forked until then. Its pid, or None (and it is gone) if it did not say so in time."""
+        self.end_probe()
+        identity: RunIdentity = {"env": env_key, "episode": None, "directory": directory, "skew_s": 0.0, "probe": True}
+        try:
+            self.prober = Spare(self._fork(), directory)
+        except OSError:
+            return None
+        deadline = time.monotonic() + min(self._wait(None), PROBE_S)
+        try:
+            if send_within(self.prober.process.requests, encode(identity), deadline) is None:
+                frame, _ = self.prober.process.replies.read(deadline, max_blobs=0)
+                if frame.get("probed") is True:
+                    return self.prober.process.pid
+        except (ProtocolTimeout, ProtocolClosed, ProtocolViolation):
+            pass
+        self.end_probe()
+        return None
+
+    def end_probe(self, written: bytes = b"") -> None:
+        """The probe and its files go; the pages the parent read from it (`written`, as
+        `firstpages.written_pages` gives them; b"": none) are what spares forked from now on make their
+        own ahead. ValueError if `written` is no list of page ranges."""
+        if self.prober is not None:
+            self._discard(self.prober)
+            self.prober = None
+        if written:
+            self.first_pages = b"".join(firstpages.RANGE.pack(*pages) for pages in firstpages.ranges(written))
 
     def stop_least_recent(self) -> bool:
         """Stop the episode process used least recently; False if none is kept."""
@@ -463,12 +504,24 @@ class ForkedProcesses:
         (`become`: confined to its episode), then serve the requests the worker sends until it closes
         the pipe."""
         requests = FrameReader(requests_fd)
-        identity, _ = requests.read()
+        identity, pages = requests.read()
         self._become(cast(RunIdentity, identity))
+        if identity.get("probe") is True:  # its calls made, it waits until the parent has read its pages
+            self._probe()
+            _write_all(replies_fd, encode({"probed": True}))
+            with contextlib.suppress(ProtocolClosed):
+                requests.read()
+            return
         if identity.get("episode") is None and identity.get("directory") is not None:  # a spare: whose, later
             _write_all(replies_fd, encode({"ready": True}))  # confined, its database open (`_until_ready`)
-            if not requests.pending() and not ready(requests_fd, 0.0):  # no episode waits for it yet
+
+            def claimed() -> bool:
+                return requests.pending() or ready(requests_fd, 0.0)
+
+            if not claimed():  # no episode waits for it yet
                 self._warm()
+                with contextlib.suppress(ValueError):
+                    firstpages.write_ahead(pages[0] if pages else b"", claimed)
             claim, _ = requests.read()
             self._claimed(cast(SpareClaim, claim))
         _serve_requests(self._handle, requests, replies_fd)

@@ -39,6 +39,7 @@ from worldsmith.runtime.sandbox.failure import Failure
 from worldsmith.runtime.sandbox.guard import Guard, SandboxViolation
 from worldsmith.runtime.sandbox.host import SandboxHost
 from worldsmith.runtime.sandbox.messages import (
+    CallRequest,
     Hello,
     OpReply,
     Reply,
@@ -97,6 +98,7 @@ class Worker:
             become=self._become_run_process,
             claimed=self._claimed,
             warm=self._warm_spare,
+            probe=self._probe_calls,
             handle=self.handle,
         )
         self.operations = Operations(
@@ -156,6 +158,16 @@ class Worker:
         request's pages touched now (`SandboxHost.warm_app`)."""
         for env in self.operations.envs.values():
             self.host.warm_app(env)
+
+    def _probe_calls(self) -> None:
+        """In the probe of the environment's first calls (`firstpages`), confined and holding no
+        episode: one call of each of its app's tools with stand-in arguments (1 for each path parameter,
+        nothing else), whatever they answer, so that the pages a first call writes are written."""
+        for env in self.operations.envs.values():
+            for number, (name, route) in enumerate(sorted(env.routes.items())):
+                call: CallRequest = {"op": "call", "id": number, "episode": "", "tool": name, "arguments": {}}
+                call["arguments"] = {parameter: 1 for parameter in route.path_params}
+                self.handle(call, [])
 
     def _claimed(self, claim: SpareClaim) -> None:
         """In a spare, confined already: it is now the process of the episode `claim` names (its file
