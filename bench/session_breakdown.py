@@ -22,6 +22,7 @@ Medians; the last line is JSON.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -73,7 +74,8 @@ def runtime_breakdown(
     """Median of each phase per world, the worlds' episodes taken in turn (one strict runtime each;
     `settle`: after each close, wait until the worker's spares are forked, ready and warm: `SandboxWorker.spares_at_rest`)."""
     samples = {name: {phase: [] for phase in RUNTIME_PHASES} for name in worlds}
-    runtimes = {name: Runtime(limits=SandboxLimits(isolation="strict"), workers=1) for name in worlds}
+    limits = dataclasses.replace(SandboxLimits.from_settings(), isolation="strict")
+    runtimes = {name: Runtime(limits=limits, workers=1) for name in worlds}
     try:
         for round_ in range(episodes + 2):  # the first two: warm-up (the worker and its template start)
             for name, (bundle, tool, arguments) in worlds.items():

@@ -144,6 +144,14 @@ class Settings(BaseSettings):
             "sandbox_episode_processes; 0 forks none."
         ),
     )
+    sandbox_first_pages: bool = Field(
+        True,
+        description=(
+            "strict isolation, imported apps: each worker's spares write ahead the pages an episode's first call "
+            "writes (learned once per world by a probe that holds no episode), so that call does not copy them; "
+            "up to 16 MiB more memory per episode process. false: spares only warm up."
+        ),
+    )
     sandbox_call_files: int = Field(
         64,
         ge=1,

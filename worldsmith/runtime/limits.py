@@ -34,6 +34,9 @@ class SandboxLimits:
     #: strict isolation: processes a worker forks ahead of its episodes (started, database open, confined:
     #: an episode's first call skips that), counted in `episode_processes`; 0: none
     spare_processes: int = 2
+    #: strict isolation, an imported app: spares write ahead the pages its first call writes, learned once per
+    #: world by a probe (runtime/sandbox/firstpages.py; up to 16 MiB more per episode process)
+    first_pages: bool = True
     #: files a call may open for writing in its episode's file area (its bytes there: at most `file_size_mb`)
     call_files: int = 64
     #: how much an episode's database may grow beyond its world's (SQLite's max_page_count)
@@ -55,6 +58,7 @@ class SandboxLimits:
             isolation=s.sandbox_isolation,
             episode_processes=s.sandbox_episode_processes,
             spare_processes=s.sandbox_spare_processes,
+            first_pages=s.sandbox_first_pages,
             call_files=s.sandbox_call_files,
             episode_db_growth_mb=s.sandbox_episode_db_growth_mb,
             world_disk_mb=s.sandbox_world_disk_mb,

@@ -135,7 +135,7 @@ class WorkerPool:
             "verifiers_kind": bundle.verifiers_kind.name,
             "tool_names": [t.name for t in bundle.tools],
             "clock": bundle.clock,
-            "probe": True,
+            "probe": worker.limits.first_pages,
         }
         code = tools_kind.code_fields(bundle.files)  # one of the two, by kind
         if "tools" in code:
