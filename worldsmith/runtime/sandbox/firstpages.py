@@ -26,6 +26,8 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 MAX_PAGES = 4096
 #: A mapping larger than this is not read (an allocator's reservation, not the pages a call writes).
 MAX_MAPPING = 1 << 30
+#: Page-map entries read from one process at most (8 MiB of them): what the parent spends on a probe is bounded.
+MAX_ENTRIES = 1 << 20
 #: Pages a spare makes its own between two looks at its pipe (about a millisecond).
 CHUNK = 128
 #: A range of pages: its first page number and how many pages.
@@ -42,21 +44,23 @@ _libc.madvise.restype = ctypes.c_int
 def written_pages(pid: int, limit: int = MAX_PAGES) -> bytes:
     """The pages of process `pid`'s private writable mappings that it holds alone (present and
     mapped once: written since it was forked, or first touched by it), as `RANGE`s in address order,
-    at most `limit` pages; b"" where /proc does not say (the process is gone, or this one may not
-    read its page map)."""
+    at most `limit` pages, among the first `MAX_ENTRIES` pages of those mappings; b"" where /proc does
+    not say (the process is gone, or this one may not read its page map)."""
     try:
         with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/pagemap", "rb", buffering=0) as pagemap:
             regions = [_region(line) for line in maps]
             found: list[tuple[int, int]] = []
-            left = limit
-            for first, count in (r for r in regions if r is not None):
+            left, budget = limit, MAX_ENTRIES
+            for first, whole in (r for r in regions if r is not None):
+                count = min(whole, budget)
+                budget -= count
                 entries = array("Q")
                 entries.frombytes(os.pread(pagemap.fileno(), count * 8, first * 8))
                 for index, entry in enumerate(entries):
                     if entry & _PRESENT and entry & _EXCLUSIVE and left > 0:
                         _add(found, first + index)
                         left -= 1
-                if left == 0:
+                if left == 0 or budget == 0:
                     break
     except OSError:
         return b""

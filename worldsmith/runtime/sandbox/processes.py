@@ -29,7 +29,9 @@ takes one once it is ready (`claim`, `_until_ready`): the spare's directory beco
 and becomes that episode's process, stopped with it like any other: a spare serves one episode, never
 another. Spares count against `episode_processes` and go first when room is needed; unclaimed, they
 die with the template (their directories with the worker's scratch directory) or are discarded with
-their files (`discard_spares`).
+their files (`discard_spares`). For an imported app, a probe forked like a spare at load (never
+claimed, holding no episode) tells which pages a first call writes, and each spare writes them ahead
+once it is unclaimed and warm (`start_probe`, `end_probe`, firstpages.py).
 """
 
 from __future__ import annotations
@@ -252,8 +254,9 @@ class ForkedProcesses:
         return max(int(self.config.get("episode_processes", 128)), 1)
 
     def alive(self) -> int:
-        """The processes the template forked for this worker and it has not stopped: kept, handed, spare."""
-        return len(self.live) + len(self.handed) + len(self.spares)
+        """The processes the template forked for this worker and it has not stopped: kept, handed, spare,
+        the probe."""
+        return len(self.live) + len(self.handed) + len(self.spares) + (self.prober is not None)
 
     # -- spares ---------------------------------------------------------------------------
     def refill(
