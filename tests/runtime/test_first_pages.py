@@ -49,6 +49,15 @@ def _child(work) -> int:
     return pid
 
 
+def _written_by(work) -> set[int]:
+    """The pages a child running `work` holds alone, as `written_pages` reads them."""
+    pid = _child(work)
+    try:
+        return _pages(firstpages.written_pages(pid, limit=1 << 20))
+    finally:
+        _end(pid)
+
+
 def _pages(packed: bytes) -> set[int]:
     return {page for first, count in firstpages.ranges(packed, limit=1 << 40) for page in range(first, first + count)}
 
@@ -66,11 +75,7 @@ def test_the_pages_a_child_wrote_are_named_and_those_it_shares_are_not(shared):
         for page in range(8, 16):
             area[page * firstpages.PAGE] = ord("y")
 
-    pid = _child(write_some)
-    try:
-        found = _pages(firstpages.written_pages(pid, limit=1 << 20))
-    finally:
-        _end(pid)
+    found = _written_by(write_some)
     assert set(range(first + 8, first + 16)) <= found
     assert not found & set(range(first + 16, first + PAGES))  # shared with this process: not the child's own
 
@@ -108,10 +113,6 @@ def test_a_process_makes_pages_its_own_ahead_without_changing_them_and_stops_whe
         assert firstpages.write_ahead(wanted, stop=lambda: False) == 20
         assert area[:] == b"x" * len(area)  # contents unchanged
 
-    pid = _child(ahead)
-    try:
-        found = _pages(firstpages.written_pages(pid, limit=1 << 20))
-    finally:
-        _end(pid)
+    found = _written_by(ahead)
     assert set(range(first + 4, first + 24)) <= found
     assert not found & set(range(first + 24, first + PAGES))
