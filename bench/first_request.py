@@ -13,6 +13,10 @@ they touch) from `getrusage`. Warm-ups compared:
 - spare + 422s: that, plus one request per route that FastAPI refuses before any of the app's code
   runs (a body that is not JSON, a path or query parameter of the wrong type, routes without
   dependencies only): the web stack's validation and error paths touched in the spare;
+- spare + pages written ahead: the spare's warm-up, then the pages a probe wrote made this process's
+  own (`firstpages.write_ahead`), as spares do under strict isolation; the probe is a fork that called
+  every route but `list_branches` (1 for each path parameter), read by this process from /proc
+  (`firstpages.written_pages`), so the pages come from other requests than the one measured;
 - second request: the same request again (the baseline: what a process that served one pays).
 
 Prints medians per warm-up (warm-up + request = what the process pays in all); the last line is JSON.
@@ -24,6 +28,7 @@ import argparse
 import json
 import os
 import resource
+import signal
 import statistics
 import sys
 import tempfile
@@ -35,7 +40,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from worldsmith.runtime.sandbox import asgi  # noqa: E402
+from worldsmith.runtime.sandbox import asgi, firstpages  # noqa: E402
 
 
 def _usage() -> tuple[float, int]:
@@ -62,6 +67,29 @@ def refused_requests(app: Any) -> None:
             continue
         status, _ = asgi.LOOP.run_until_complete(asgi._request(app, sorted(route.methods)[0], path, query, body))
         assert status == 422, (route.name, status)
+
+
+def probed_pages(app: Any) -> bytes:
+    """The pages a probe fork holds alone after calling every route but `list_branches` once (1 for
+    each path parameter), read from /proc while it waits (`firstpages.written_pages`)."""
+    routes = asgi.routes_of(app)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        for name, route in routes.items():
+            if name != "list_branches":
+                asgi.call(app, route, {parameter: 1 for parameter in route.path_params})
+        os.write(write, b"1")
+        signal.pause()  # until killed, once its pages are read
+        os._exit(0)
+    os.close(write)
+    os.read(read, 1)
+    try:
+        return firstpages.written_pages(pid)
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        os.close(read)
 
 
 def measure(app: Any, warm_up: Callable[[], None], forks: int) -> dict[str, float]:
@@ -108,10 +136,15 @@ def main() -> None:
         app, namespace = module.__dict__["app"], module.__dict__
         asgi.warm(app, namespace)
         route = asgi.routes_of(app)["list_branches"]
+        pages = probed_pages(app)
         warm_ups: dict[str, Callable[[], None]] = {
             "none": lambda: None,
             "spare": lambda: asgi.warm(app, namespace),
             "spare + 422s": lambda: (asgi.warm(app, namespace), refused_requests(app)),
+            "spare + pages written ahead": lambda: (
+                asgi.warm(app, namespace),
+                firstpages.write_ahead(pages, stop=lambda: False),
+            ),
             "second request": lambda: asgi.call(app, route, {}) and None,
         }
         figures = {name: measure(app, warm_up, args.forks) for name, warm_up in warm_ups.items()}
