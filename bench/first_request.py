@@ -85,7 +85,7 @@ def probed_pages(app: Any) -> bytes:
     os.close(write)
     os.read(read, 1)
     try:
-        return firstpages.written_pages(pid)
+        return firstpages.written_pages(pid, grandparent=os.getppid())
     finally:
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)

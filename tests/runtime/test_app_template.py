@@ -197,7 +197,43 @@ def test_a_probe_that_never_ends_costs_the_world_its_pages_only():
         with rt.open_episode(looping) as episode:
             assert episode.call_tool("get_book", {"book_id": 1}).ok
             worker = episode._worker
-            spares = worker.spares_at_rest(MOMENTS_S)
+            assert worker.spares_at_rest(MOMENTS_S)
+            reply, _ = worker.request({"op": "ping"}, timeout=MOMENTS_S)
+            spares = reply["spares"]
             (template,) = psutil.Process(worker.pid).children()
             living = {p.pid for p in template.children() if p.status() != psutil.STATUS_ZOMBIE}
             assert living == {*spares, code_process(episode)}
+
+
+@pytest.mark.timeout(300)
+def test_a_probe_whose_pages_the_parent_never_sends_goes_with_the_next_request():
+    """The worker keeps its probe (and forks no spare) only until the parent sends its pages: any other
+    request ends it, with its directory and database, and the spares are forked; pages sent after that
+    are refused."""
+    from worldsmith.bundle.kinds import APP_TOOLS
+
+    sample = _changed_sample(())
+    with Runtime(limits=isolated(PATIENT_LIMITS, "strict"), workers=1) as rt:
+        worker = rt.pool_for_kind(APP_TOOLS).acquire(sample.runtime_key)
+        load = {
+            "op": "load_env",
+            "env": sample.runtime_key,
+            "tools_kind": APP_TOOLS.name,
+            "app": sample.text("app.py"),
+            "verifiers": sample.text("verifiers.py"),
+            "tool_names": [t.name for t in sample.tools],
+            "probe": True,
+        }
+        reply, _ = worker.request(load, [sample.world], timeout=MOMENTS_S)
+        probe = reply["probe_pid"]
+        assert psutil.pid_exists(probe)
+        reply, _ = worker.request({"op": "ping", "settle": True}, timeout=MOMENTS_S)  # not its pages: it goes
+        assert not psutil.pid_exists(probe) or psutil.Process(probe).status() == psutil.STATUS_ZOMBIE
+        spares = reply["spares"]
+        assert len(spares) == PATIENT_LIMITS.spare_processes
+        areas = [entry for entry in worker.scratch.iterdir() if entry.name != "databases"]
+        databases = list((worker.scratch / "databases").glob("*.db"))
+        assert len(areas) == len(spares) == len(databases)  # the probe's gone with it
+        late = {"op": "first_pages", "env": sample.runtime_key}
+        reply, _ = worker.request(late, [b""], timeout=MOMENTS_S)
+        assert reply["status"] == "env_error" and "no probe" in reply["error"]

@@ -53,7 +53,7 @@ def _written_by(work) -> set[int]:
     """The pages a child running `work` holds alone, as `written_pages` reads them."""
     pid = _child(work)
     try:
-        return _pages(firstpages.written_pages(pid, limit=1 << 20))
+        return _pages(firstpages.written_pages(pid, grandparent=os.getppid(), limit=1 << 20))
     finally:
         _end(pid)
 
@@ -89,18 +89,44 @@ def test_written_pages_stop_at_their_limit_and_a_gone_process_has_none(shared):
 
     pid = _child(write_all)
     try:
-        assert sum(count for _, count in firstpages.ranges(firstpages.written_pages(pid, limit=5))) == 5
+        assert (
+            sum(
+                count
+                for _, count in firstpages.ranges(firstpages.written_pages(pid, grandparent=os.getppid(), limit=5))
+            )
+            == 5
+        )
     finally:
         _end(pid)
-    assert firstpages.written_pages(pid) == b""
+    assert firstpages.written_pages(pid, grandparent=os.getppid()) == b""
 
 
 @pytest.mark.unit
 def test_ranges_refuse_what_is_no_list_of_ranges_and_cut_at_the_limit():
     with pytest.raises(ValueError, match="not a whole number"):
         firstpages.ranges(b"\x00" * (firstpages.RANGE.size + 3))
-    packed = firstpages.RANGE.pack(100, 10) + firstpages.RANGE.pack(200, 10)
-    assert firstpages.ranges(packed, limit=15) == [(100, 10), (200, 5)]
+    with pytest.raises(ValueError, match="past the address space"):
+        firstpages.ranges(firstpages.pack([(1 << 52, 1)]))
+    packed = firstpages.pack([(100, 10), (150, 0), (200, 10)])
+    assert firstpages.ranges(packed, limit=15) == [(100, 10), (200, 5)]  # the empty one dropped
+
+
+@pytest.mark.sandbox  # forks a child
+def test_only_a_grandchild_of_the_one_named_is_read(shared):
+    """The parent reads a probe only if it is its worker's template's child: a pid taken since by
+    another process is never read."""
+    area, _ = shared
+
+    def write_all() -> None:
+        area[:] = b"w" * len(area)
+
+    pid = _child(write_all)
+    try:
+        assert firstpages.written_pages(pid, grandparent=os.getppid()) != b""
+        assert firstpages.written_pages(pid, grandparent=os.getpid()) == b""  # its parent, not its grandparent
+        assert firstpages.written_pages(True, grandparent=os.getppid()) == b""  # not a pid
+    finally:
+        _end(pid)
 
 
 @pytest.mark.sandbox  # forks a child

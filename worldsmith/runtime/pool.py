@@ -148,7 +148,7 @@ class WorkerPool:
         probe = reply.get("probe_pid")
         if isinstance(probe, int):  # the pages its first calls wrote, for its spares to write ahead
             pages: FirstPagesRequest = {"op": "first_pages", "env": bundle.runtime_key}
-            worker.request(pages, [firstpages.written_pages(probe)], timeout=60)
+            worker.request(pages, [firstpages.written_pages(probe, grandparent=worker.pid)], timeout=60)
         worker.loaded_envs.add(bundle.runtime_key)
 
     def layers(self) -> dict[str, str]:

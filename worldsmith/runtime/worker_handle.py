@@ -184,23 +184,26 @@ class SandboxWorker:
                 self.totals.process(episode_id, pid)
             return reply, reply_blobs
 
-    def spares_at_rest(self, timeout: float) -> list[int]:
+    def spares_at_rest(self, timeout: float) -> bool:
         """Strict isolation: wait until the worker's spares are forked and ready (a `ping` that settles
         them) and done with their warm-up (each asleep, waiting on its pipe to be claimed, at two looks
-        in a row 2 ms apart), up to `timeout` in all; their pids. For measuring a first call at rest."""
+        in a row 2 ms apart), up to `timeout` in all. Whether it has spares and all came to rest in time.
+        For measuring a first call at rest (bench/, tests)."""
         deadline = time.monotonic() + timeout
         reply, _ = self.request({"op": "ping", "settle": True}, timeout=timeout)
         spares = [pid for pid in reply.get("spares") or [] if isinstance(pid, int)]
         for pid in spares:
             asleep = 0
-            while asleep < 2 and time.monotonic() < deadline:
+            while asleep < 2:
+                if time.monotonic() > deadline:
+                    return False
                 try:
                     state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
                 except OSError:
-                    break  # gone
+                    return False  # gone
                 asleep = asleep + 1 if state == "S" else 0
                 time.sleep(0.002)
-        return spares
+        return bool(spares)
 
     # -- direct channels (strict isolation) -------------------------------------------------------
     def episode_request(

@@ -18,7 +18,7 @@ import ctypes
 import os
 import struct
 from array import array
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 #: The memory page size.
 PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -33,7 +33,11 @@ CHUNK = 128
 #: A range of pages: its first page number and how many pages.
 RANGE = struct.Struct("=QQ")
 
-_PRESENT, _EXCLUSIVE = 1 << 63, 1 << 56  # /proc/PID/pagemap: the page is present; mapped by this process alone
+# /proc/PID/pagemap: the page is present; a file's page (an unwritten page of a private file mapping); mapped
+# by this process alone
+_PRESENT, _FILE, _EXCLUSIVE = 1 << 63, 1 << 61, 1 << 56
+#: Page numbers end below this (64-bit addresses).
+_END = 1 << 52
 _MADV_POPULATE_WRITE = 23  # Linux 5.14: fault pages in writable, as a write would, without writing
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -41,30 +45,71 @@ _libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
 _libc.madvise.restype = ctypes.c_int
 
 
-def written_pages(pid: int, limit: int = MAX_PAGES) -> bytes:
-    """The pages of process `pid`'s private writable mappings that it holds alone (present and
-    mapped once: written since it was forked, or first touched by it), as `RANGE`s in address order,
-    at most `limit` pages, among the first `MAX_ENTRIES` pages of those mappings; b"" where /proc does
-    not say (the process is gone, or this one may not read its page map)."""
+def written_pages(pid: int, grandparent: int, limit: int = MAX_PAGES) -> bytes:
+    """The anonymous pages of process `pid`'s private writable mappings that it holds alone (present
+    and mapped once: written since it was forked, or first touched by it), as `RANGE`s in address
+    order, at most `limit` pages, among the first `MAX_ENTRIES` pages of those mappings; b"" where
+    /proc does not say (the process is gone, or this one may not read its page map) or where `pid` is
+    not a grandchild of `grandparent` (a probe is the child of a worker's template: a pid reused by
+    another process is never read, its files opened through the one directory of the process checked)."""
+    if isinstance(pid, bool) or pid <= 1:
+        return b""
     try:
-        with open(f"/proc/{pid}/maps") as maps, open(f"/proc/{pid}/pagemap", "rb", buffering=0) as pagemap:
-            regions = [_region(line) for line in maps]
-            found: list[tuple[int, int]] = []
-            left, budget = limit, MAX_ENTRIES
-            for first, whole in (r for r in regions if r is not None):
-                count = min(whole, budget)
-                budget -= count
-                entries = array("Q")
-                entries.frombytes(os.pread(pagemap.fileno(), count * 8, first * 8))
-                for index, entry in enumerate(entries):
-                    if entry & _PRESENT and entry & _EXCLUSIVE and left > 0:
-                        _add(found, first + index)
-                        left -= 1
-                if left == 0 or budget == 0:
-                    break
+        directory = os.open(f"/proc/{pid}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return b""
-    return b"".join(RANGE.pack(first, count) for first, count in found)
+    try:
+        if _parent(_parent(pid, directory)) != grandparent:
+            return b""
+        with (
+            open("maps", opener=lambda name, flags: os.open(name, flags, dir_fd=directory)) as maps,
+            open(
+                "pagemap", "rb", buffering=0, opener=lambda name, flags: os.open(name, flags, dir_fd=directory)
+            ) as pagemap,
+        ):
+            return pack(_alone(maps, pagemap.fileno(), limit))
+    except (OSError, ValueError):
+        return b""
+    finally:
+        os.close(directory)
+
+
+def _parent(pid: int, directory: int | None = None) -> int:
+    """The parent's pid of process `pid` (its /proc directory open as `directory`, if given); 0 if gone."""
+    try:
+        if directory is None:
+            with open(f"/proc/{pid}/stat", "rb") as handle:
+                stat = handle.read()
+        else:
+            fd = os.open("stat", os.O_RDONLY | os.O_CLOEXEC, dir_fd=directory)
+            try:
+                stat = os.read(fd, 4096)
+            finally:
+                os.close(fd)
+    except OSError:
+        return 0
+    return int(stat.rsplit(b")", 1)[1].split()[1])  # after the name: state, ppid
+
+
+def _alone(maps: Iterable[str], pagemap: int, limit: int) -> list[tuple[int, int]]:
+    """The ranges of anonymous pages held alone in the private writable mappings `maps` lists, read
+    from the page map `pagemap` (`written_pages`)."""
+    found: list[tuple[int, int]] = []
+    left, budget = limit, MAX_ENTRIES
+    for first, whole in (r for r in map(_region, maps) if r is not None):
+        count = min(whole, budget)
+        budget -= count
+        entries = array("Q")
+        entries.frombytes(os.pread(pagemap, count * 8, first * 8))
+        for index, entry in enumerate(entries):
+            if entry & _PRESENT and entry & _EXCLUSIVE and not entry & _FILE:
+                _add(found, first + index)
+                left -= 1
+                if left == 0:
+                    return found
+        if budget == 0:
+            break
+    return found
 
 
 def _region(line: str) -> tuple[int, int] | None:
@@ -88,18 +133,26 @@ def _add(found: list[tuple[int, int]], page: int) -> None:
         found.append((page, 1))
 
 
+def pack(ranges: Iterable[tuple[int, int]]) -> bytes:
+    """Page ranges as `written_pages` writes them (`RANGE` each)."""
+    return b"".join(RANGE.pack(first, count) for first, count in ranges)
+
+
 def ranges(packed: bytes, limit: int = MAX_PAGES) -> list[tuple[int, int]]:
-    """The ranges of `packed` (as `written_pages` writes them), cut at `limit` pages in all.
-    ValueError if it is not a whole number of ranges."""
+    """The ranges of `packed` (as `pack` writes them), cut at `limit` pages in all (empty ranges
+    dropped). ValueError if it is not a whole number of ranges or a range ends past 64-bit addresses."""
     if len(packed) % RANGE.size:
         raise ValueError(f"page ranges: {len(packed)} bytes is not a whole number of {RANGE.size}-byte ranges")
     out: list[tuple[int, int]] = []
     left = limit
     for first, count in RANGE.iter_unpack(packed):
+        if first + count > _END:
+            raise ValueError(f"page ranges: pages {first}+{count} end past the address space")
         if left <= 0:
             break
-        out.append((first, min(count, left)))
-        left -= out[-1][1]
+        if count:
+            out.append((first, min(count, left)))
+            left -= out[-1][1]
     return out
 
 

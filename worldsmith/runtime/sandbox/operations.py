@@ -149,7 +149,10 @@ class Operations:
         return {}
 
     def op_first_pages(self, request: FirstPagesRequest, blobs: list[bytes]) -> StatusOnly:
-        """The pages the parent read from the probe (`firstpages`): spares make them their own ahead."""
+        """The pages the parent read from the probe (`firstpages`): spares make them their own ahead.
+        Pages for no pending probe (it was ended by another request: `Worker.handle`) are refused."""
+        if self.processes.prober is None or request["env"] not in self.envs:
+            raise Failure("env_error", "no probe of this environment waits for its pages")
         try:
             self.processes.end_probe(blobs[0] if blobs else b"")
         except ValueError as exc:

@@ -234,6 +234,9 @@ class ForkedProcesses:
         self.sweep_handed()  # asks the template: only when the cap is reached
         deadline = time.monotonic() + float(self.config.get("grace_s", 2.0))
         while self.alive() >= cap:
+            if self.prober is not None:  # the probe first: its pages are only a speed-up
+                self.end_probe()
+                continue
             if self.spares:  # spares go first: no episode's process is stopped for one
                 self._discard(self.spares.pop())
                 continue
@@ -370,7 +373,7 @@ class ForkedProcesses:
             self._discard(self.prober)
             self.prober = None
         if written:
-            self.first_pages = b"".join(firstpages.RANGE.pack(*pages) for pages in firstpages.ranges(written))
+            self.first_pages = firstpages.pack(firstpages.ranges(written))
 
     def stop_least_recent(self) -> bool:
         """Stop the episode process used least recently; False if none is kept."""

@@ -34,6 +34,7 @@ from typing import Any, cast
 
 from worldsmith.bundle.codepolicy import ALLOWED_MODULES
 from worldsmith.bundle.kinds import EnvFault
+from worldsmith.jsonvalue import JsonObject
 from worldsmith.runtime.sandbox import guard, kernel, worldclock
 from worldsmith.runtime.sandbox.failure import Failure
 from worldsmith.runtime.sandbox.guard import Guard, SandboxViolation
@@ -165,8 +166,8 @@ class Worker:
         nothing else), whatever they answer, so that the pages a first call writes are written."""
         for env in self.operations.envs.values():
             for number, (name, route) in enumerate(sorted(env.routes.items())):
-                call: CallRequest = {"op": "call", "id": number, "episode": "", "tool": name, "arguments": {}}
-                call["arguments"] = {parameter: 1 for parameter in route.path_params}
+                stand_in: JsonObject = {parameter: 1 for parameter in route.path_params}
+                call: CallRequest = {"op": "call", "id": number, "episode": "", "tool": name, "arguments": stand_in}
                 self.handle(call, [])
 
     def _claimed(self, claim: SpareClaim) -> None:
@@ -200,6 +201,8 @@ class Worker:
         started = time.perf_counter()
         op = str(request.get("op"))
         self.served_episodes = self.served_episodes or op not in ("load_env", "ping")
+        if op != "first_pages" and self.processes.prober is not None:  # the parent did not read it: it goes
+            self.processes.end_probe()
         forked = self.strict and not self.run_process and op in RUN_OPS
         operation: Operation | None = None if forked else getattr(self.operations, "op_" + op, None)
         reply_blobs: list[bytes] = []
