@@ -109,6 +109,14 @@ def test_an_episode_process_holds_nothing_of_other_sessions(world, golden, reque
 
 
 @pytest.mark.timeout(180)
+def _ended(process: psutil.Process) -> bool:
+    """Whether `process` has ended: a zombie its parent has not reaped yet, or reaped already."""
+    try:
+        return process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def test_a_lost_template_costs_its_worker_not_its_episodes(golden):
     """The template dying (a native world's runs no generated code: only from outside) leaves the
     worker nothing clean to fork from: it exits, and its episodes move to a fresh worker by journal
@@ -119,7 +127,7 @@ def test_a_lost_template_costs_its_worker_not_its_episodes(golden):
             worker = first._worker
             (template,) = psutil.Process(worker.pid).children()
             template.kill()
-            while template.status() != psutil.STATUS_ZOMBIE:  # the worker (its parent) has not reaped it
+            while not _ended(template):
                 time.sleep(0.01)
             with rt.open_episode(golden) as second:
                 assert second.call_tool("get_customer", {"customer_id": 1}).ok
