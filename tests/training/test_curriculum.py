@@ -25,12 +25,27 @@ def test_the_default_curriculum_changes_nothing(worlds):
     assert curriculum_bundles(worlds, Curriculum()) == worlds
 
 
-def test_a_curriculum_chooses_the_shortest_solutions(worlds):
-    chosen = curriculum_bundles(worlds, Curriculum(tasks=3, tools="solution"))
+def test_a_curriculum_chooses_the_shortest_solutions_one_per_kind(worlds):
+    curriculum = Curriculum(tasks=3, tools="solution")
+    chosen = curriculum_bundles(worlds, curriculum)
     tasks = {key: bundle.tasks[0] for key, bundle in chosen.items()}
     assert len(chosen) == 3 and all(len(b.tasks) == 1 for b in chosen.values())
-    others = [solution_size(t) for w in worlds.values() for t in w.tasks if t not in tasks.values() and t.solution]
+    kinds = {task_kind(chosen[key], task, curriculum) for key, task in tasks.items()}
+    assert len(kinds) == 3  # no two of one kind: each one's siblings stay out of training
+    others = [
+        solution_size(t)
+        for key, w in worlds.items()
+        for t in w.tasks
+        if t not in tasks.values() and t.solution and task_kind(w, t, curriculum) not in kinds
+    ]
     assert max(solution_size(t) for t in tasks.values()) <= min(others)
+
+
+def test_a_curriculum_takes_a_second_task_of_a_kind_only_when_every_kind_is_chosen():
+    world = {"retail": procedural_bundle("retail", 0)}
+    curriculum = Curriculum(tasks=6, tools="solution")
+    kinds = [task_kind(world["retail"], b.tasks[0], curriculum) for b in curriculum_bundles(world, curriculum).values()]
+    assert len(kinds) == 6 and len(set(kinds)) == 5  # five kinds a world, then one sibling
 
 
 def test_a_solution_curriculum_shows_each_task_only_its_solutions_tools(worlds):
@@ -64,13 +79,14 @@ def test_success_is_measured_in_the_real_worlds_only():
 
 
 def test_held_out_tasks_share_a_trained_tasks_tools_on_other_records():
-    """Held-out tasks of the same kind: another world of the domain (other records) whose task calls the
-    same tools in the same order, shown with the same tool definitions; never a trained task."""
+    """Held-out tasks of the same kind: a sibling (the same world's or another world's of the domain, other
+    records) whose task calls the same tools in the same order, shown with the same tool definitions;
+    never a trained task."""
     worlds = {f"retail_{seed}": procedural_bundle("retail", seed) for seed in range(3)}
     curriculum = Curriculum(tasks=2, tools="solution")
     trained = curriculum_bundles(worlds, curriculum)
     held_out = held_out_bundles(worlds, curriculum)
-    assert held_out and not set(held_out) & set(trained)
+    assert len(held_out) == len(trained) and not set(held_out) & set(trained)  # one for every trained task
     kinds = {task_kind(b, b.tasks[0], curriculum) for b in trained.values()}
     for bundle in held_out.values():
         (task,) = bundle.tasks
@@ -79,3 +95,12 @@ def test_held_out_tasks_share_a_trained_tasks_tools_on_other_records():
         assert [t.model_dump() for t in bundle.tools] in [[t.model_dump() for t in b.tools] for b in trained.values()]
     assert len(held_out_bundles(worlds, curriculum, per_task=2)) >= len(held_out)
     assert held_out_bundles(worlds, Curriculum()) == {}  # training on every task leaves none out
+
+
+def test_every_trained_task_of_one_world_has_a_held_out_sibling_in_it():
+    """One world alone holds a held-out task for each trained one: the generator's siblings."""
+    world = {"clinic": procedural_bundle("clinic", 1)}
+    for tools in ("solution", "all"):
+        curriculum = Curriculum(tasks=5, tools=tools)
+        held_out = held_out_bundles(world, curriculum)
+        assert len(held_out) == 5 and all(key.startswith("clinic#") for key in held_out)
