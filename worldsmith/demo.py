@@ -95,7 +95,7 @@ class DemoOptions(BaseModel):
             temperature=0.7,
             warmup_steps=self.warmup_steps,
             max_turns=4,
-            max_completion_length=48,
+            max_completion_length=64,
             success_samples=self.success_samples,
             seed=self.seed,
         )

@@ -76,13 +76,18 @@ def plan(config: TrainingConfig) -> dict[str, list[str]]:
     return {"train": chosen, "validation": paths["validation"]}
 
 
+WARMUP_RECIPE = 2
+"""Version of the tiny model's warm-up data (part of its cache key): 2 since a lazy habit is warmed up
+on one reference row for each lazy one (1: two for each)."""
+
+
 @task(
     name="prepare-model", cache_policy=NO_CACHE, log_prints=False, task_run_name="prepare-{config.model}"
 )  # libraries print bytecode while hashing datasets
 def prepare_model(config: TrainingConfig, bundle_paths: list[str], progress: bool = False) -> str | State:
     """The model directory to train: `config.model` itself, or for `tiny` a tiny Qwen3 model built
     offline from the curriculum's bundles and warmed up on their reference solutions (and, with
-    `curriculum.lazy_habit`, a lazy habit: two reference rows for each lazy one); cached by content
+    `curriculum.lazy_habit`, a lazy habit: one reference row for each lazy one); cached by content
     in WORLDSMITH_HOME/models. A warm-up asked to stop (`STOP`) ends at a step boundary, uncached: Cancelled."""
     if config.model != TINY:
         return _local_model(config.model)
@@ -95,7 +100,14 @@ def prepare_model(config: TrainingConfig, bundle_paths: list[str], progress: boo
     window = config.window if config.history == "windowed" else None
     key = hashlib.sha256(
         json.dumps(
-            [[b.key for b in loaded.values()], config.seed, window, config.warmup_steps, config.curriculum.model_dump()]
+            [
+                [b.key for b in loaded.values()],
+                config.seed,
+                window,
+                config.warmup_steps,
+                config.curriculum.model_dump(),
+                WARMUP_RECIPE,
+            ]
         ).encode()
     ).hexdigest()[:16]
     target = get_settings().home / "models" / f"tiny-{key}"
@@ -107,7 +119,7 @@ def prepare_model(config: TrainingConfig, bundle_paths: list[str], progress: boo
             base = build_tiny_model(Path(scratch) / "base", bundles, seed=config.seed)
             rows = reference_rows(runtime, bundles, window)
             if config.curriculum.lazy_habit:
-                rows = rows * 2 + lazy_rows(runtime, bundles, window)
+                rows = rows + lazy_rows(runtime, bundles, window)
             warm = Path(scratch) / "warm"
             warm_up(
                 base,
