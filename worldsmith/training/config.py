@@ -71,7 +71,7 @@ class Curriculum(BaseModel):
     lazy_habit: bool = Field(
         False,
         description="model=tiny: also warm up on a lazy habit of each task (its reference solution without the "
-        "last call, then the answer 'Done.'; rated incomplete), one row for every two of the reference's.",
+        "last call, then the answer 'Done.'; rated incomplete), one row for each of the reference's.",
     )
 
 
