@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from worldsmith.llm.procedural.backend import procedural_bundle
 from worldsmith.training.config import Curriculum, TrainingConfig
 from worldsmith.training.curriculum import curriculum_bundles, held_out_bundles, solution_size, task_kind
-from worldsmith.training.warmup import lazy_rows, reference_rows
+from worldsmith.training.warmup import lazy_rows, reference_rows, warmup_rows
 
 pytestmark = pytest.mark.unit
 
@@ -71,6 +71,21 @@ def test_lazy_rows_answer_done_one_call_short_of_the_solution(worlds, runtime):
     assert [a["content"] for a in answers] == ["Done.", "Done."]
     shown = {t["function"]["name"] for row in lazy + right for t in json.loads(row["tools"])}
     assert shown == {s.tool for solution in solutions for s in solution}
+
+
+@pytest.mark.sandbox
+def test_lazy_habit_warms_up_even_odds_where_it_departs(worlds, runtime):
+    """At the turn where the lazy habit answers "Done." the warm-up holds the reference's call once and the
+    lazy answer once: the mix a warm-up converges to, whatever its length."""
+    bundles = list(curriculum_bundles(worlds, Curriculum(tasks=2, tools="solution")).values())
+    rows = warmup_rows(runtime, bundles, 3, lazy_habit=True)
+    assert rows[: len(reference_rows(runtime, bundles, 3))] == reference_rows(runtime, bundles, 3)
+    departs = [row for row in rows if row["completion"][0].get("content") == "Done." and row["reward"] == 0]
+    assert len(departs) == len(bundles)
+    for lazy in departs:
+        same_window = [row["completion"][0] for row in rows if row["prompt"] == lazy["prompt"]]
+        assert len(same_window) == 2 and sum(bool(turn.get("tool_calls")) for turn in same_window) == 1
+    assert warmup_rows(runtime, bundles, 3, lazy_habit=False) == reference_rows(runtime, bundles, 3)
 
 
 def test_success_is_measured_in_the_real_worlds_only():

@@ -93,7 +93,7 @@ def prepare_model(config: TrainingConfig, bundle_paths: list[str], progress: boo
         return _local_model(config.model)
     from worldsmith.training.curriculum import curriculum_bundles
     from worldsmith.training.tiny import build_tiny_model
-    from worldsmith.training.warmup import lazy_rows, reference_rows, warm_up
+    from worldsmith.training.warmup import warm_up, warmup_rows
 
     loaded = {p: load_bundle(Path(p)) for p in sorted(bundle_paths)}
     bundles = list(curriculum_bundles(loaded, config.curriculum).values())
@@ -117,9 +117,7 @@ def prepare_model(config: TrainingConfig, bundle_paths: list[str], progress: boo
     try:
         with tempfile.TemporaryDirectory() as scratch:
             base = build_tiny_model(Path(scratch) / "base", bundles, seed=config.seed)
-            rows = reference_rows(runtime, bundles, window)
-            if config.curriculum.lazy_habit:
-                rows = rows + lazy_rows(runtime, bundles, window)
+            rows = warmup_rows(runtime, bundles, window, config.curriculum.lazy_habit)
             warm = Path(scratch) / "warm"
             warm_up(
                 base,
