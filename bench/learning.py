@@ -1,23 +1,28 @@
-"""The learning benchmark with its placebo control: the demo's training recipe (DemoOptions'
-TrainingConfig: the tiny model, its curriculum and warm-up, GRPO) run twice from the same warmed-up
-model, once with the real rewards and once with each step's rewards permuted among its rollouts (the
-placebo: the same recipe, the same number of updates, no information about which rollout did well).
-Each arm reports its success rate on the trained tasks and on held-out tasks of the same kind (the
-same tools, other records: curriculum.held_out_bundles), sampled as in training, before and after.
-Learning is real when the real arm rises and the placebo does not.
+"""The learning benchmark with its controls: the demo's training recipe (DemoOptions' TrainingConfig:
+the tiny model, its curriculum and warm-up, GRPO) run from the same warmed-up model with the real
+rewards, as a placebo with each step's rewards permuted among its rollouts (the same recipe, the same
+number of updates, no information about which rollout did well), and untrained (no update at all,
+measured with the sampling seeds of the trained arms' "after": what the warm-up alone gives). Each arm
+reports its success rate on the trained tasks and on held-out tasks of the same kind (the same tools,
+other records: curriculum.held_out_bundles; the generator makes a sibling of every task), sampled as
+in training, before and after. Learning from the reward is real when the real arm beats the placebo
+after training by more than two standard errors; the last lines say plainly whether it did
+(`separation`), on the held-out tasks and on the trained ones.
 
-    .venv/bin/python bench/learning.py [--set NAME] [--worlds retail:0 retail:1 ...] [--arms real placebo]
+    .venv/bin/python bench/learning.py [--set NAME] [--worlds retail:0 retail:1 ...]
+        [--arms real placebo untrained] [--steps N] [--warmup-steps N] [--success-samples N]
 
 `--set` trains on a set of WORLDSMITH_HOME (the train split; `worldsmith demo` leaves one named `demo`);
 without it, on procedural worlds (`--worlds DOMAIN:SEED ...`) written to a scratch directory. The
 tiny model is prepared as the train flow prepares it (cached in WORLDSMITH_HOME/models). Prints a
-line per arm and a JSON summary.
+line per arm, the verdicts and a JSON summary. A short run: `--success-samples 32` (the demo's).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import tempfile
 import time
@@ -34,7 +39,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--set", default=None, help="a set in WORLDSMITH_HOME (default: procedural worlds)")
     parser.add_argument("--worlds", nargs="+", default=WORLDS, help="procedural worlds, DOMAIN:SEED")
-    parser.add_argument("--arms", nargs="+", choices=["real", "placebo"], default=["real", "placebo"])
+    parser.add_argument(
+        "--arms", nargs="+", choices=["real", "placebo", "untrained"], default=["real", "placebo", "untrained"]
+    )
     parser.add_argument("--steps", type=int, default=None, help="GRPO steps (default: the demo's)")
     parser.add_argument("--success-samples", type=int, default=None, help="rollouts per task (default: the demo's)")
     parser.add_argument("--warmup-steps", type=int, default=None, help="warm-up steps (default: the demo's)")
@@ -108,7 +115,10 @@ def run_arm(arm: str, config: Any, model: str, paths: list[str], scratch: Path) 
             bundles={**held_out, **bundles},
         )
         before, held_before = success_rates(trainer, config.success_samples, list(held_out))
-        trainer.train()
+        if arm == "untrained":  # no update: measured with the sampling seeds of the trained arms' "after"
+            trainer.state.global_step = config.steps
+        else:
+            trainer.train()
         after, held_after = success_rates(trainer, config.success_samples, list(held_out))
     rewards = [row["reward"] for row in trainer.state.log_history if "reward" in row]
     summary = {
@@ -138,6 +148,22 @@ def run_arm(arm: str, config: Any, model: str, paths: list[str], scratch: Path) 
     return summary
 
 
+def separation(arms: list[dict[str, Any]], measure: str) -> str:
+    """Whether the real arm's `measure` ("success" or "held_out") after training beats the placebo's by a
+    clear margin: more than two standard errors of the difference of the two rates (each over its
+    arm's rollouts), said in one line either way."""
+    after = {a["arm"]: a for a in arms if a.get(f"{measure}_after") is not None}
+    if "real" not in after or "placebo" not in after:
+        return f"{measure}: not compared (the real and placebo arms both need it)"
+    real, placebo = after["real"][f"{measure}_after"], after["placebo"][f"{measure}_after"]
+    n = after["real"]["rollouts_per_task"] * after["real"]["tasks" if measure == "success" else "held_out_tasks"]
+    margin = 2 * math.sqrt((real * (1 - real) + placebo * (1 - placebo)) / n) if n else 0.0
+    said = f"real {real:.3f} vs placebo {placebo:.3f} after training ({n} rollouts each; clear margin {margin:.3f})"
+    if real - placebo > margin and real > placebo:
+        return f"{measure}: SEPARATED, {said}"
+    return f"{measure}: DID NOT SEPARATE, {said}: this run is no evidence that GRPO learned from the reward"
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     from worldsmith.demo import DemoOptions
@@ -157,7 +183,15 @@ def main(argv: list[str] | None = None) -> None:
         model = prepare_model.fn(config, paths)
         print(f"tiny model {Path(model).name} prepared (or cached) in {time.monotonic() - started:.1f} s", flush=True)
         arms = [run_arm(arm, config, model, paths, Path(scratch)) for arm in args.arms]
-    print(json.dumps({"set": args.set, "worlds": None if args.set else args.worlds, "arms": arms}, indent=2))
+    verdicts = {measure: separation(arms, measure) for measure in ("held_out", "success")}
+    for line in verdicts.values():
+        print(line, flush=True)
+    print(
+        json.dumps(
+            {"set": args.set, "worlds": None if args.set else args.worlds, "arms": arms, "verdicts": verdicts},
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

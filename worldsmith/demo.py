@@ -7,8 +7,9 @@ into a set -> serve one over the MCP gateway and solve its tasks through the MCP
 the reference and random policies -> a short GRPO run of the tiny model on the CPU, with a curriculum
 (TrainingConfig.curriculum) that lets it learn: the train tasks with the shortest reference solutions,
 only their tools shown, a warm-up on their reference solutions and on a lazy habit; its success rate on
-those tasks and on held-out tasks of the same kind (the same tools, other records: tasks of the set it does
-not train on), sampled as in training, before -> after -> a summary with the dashboard and Prefect UI
+those tasks and on held-out tasks of the same kind (the same tools, other records: the generator makes a
+sibling of every task, and the curriculum trains on one task per kind, so each trained task has one it never
+trains on), sampled as in training, before -> after -> a summary with the dashboard and Prefect UI
 addresses (also written as JSON to WORLDSMITH_HOME/demo-summary.json).
 
 Every flow runs in this process against the local server, so each run shows in the Prefect UI and
@@ -61,10 +62,15 @@ class DemoOptions(BaseModel):
     group_size: int = Field(8, ge=2, description="Rollouts per task in each GRPO step of the tiny model.")
     warmup_steps: int = Field(80, ge=0, description="Supervised warm-up steps of the tiny model.")
     train_tasks: int = Field(
-        2, ge=1, description="Tasks the tiny model trains on: the train split's with the shortest reference solutions."
+        2,
+        ge=1,
+        description="Tasks the tiny model trains on: the train split's with the shortest reference solutions, one per kind.",
     )
     success_samples: int = Field(
-        64, ge=1, description="Rollouts per trained task that measure its success rate before and after GRPO."
+        32,
+        ge=1,
+        description="Rollouts per trained task, and per held-out task of its kind, that measure their success "
+        "rates before and after GRPO.",
     )
     set_name: str = Field("demo", description="Name of the environment set the demonstration curates.")
     prefect_port: int | None = Field(
@@ -89,7 +95,7 @@ class DemoOptions(BaseModel):
             temperature=0.7,
             warmup_steps=self.warmup_steps,
             max_turns=4,
-            max_completion_length=48,
+            max_completion_length=64,
             success_samples=self.success_samples,
             seed=self.seed,
         )
@@ -394,7 +400,7 @@ class Demo:
         )
         config = o.training_config()
         self.console.print(
-            f"curriculum: the {o.train_tasks} train tasks with the shortest reference solutions, only their tools "
+            f"curriculum: the {o.train_tasks} train tasks with the shortest reference solutions (one per kind), only their tools "
             "shown; the tiny model is built offline and warmed up on their reference solutions and a lazy habit "
             "(cached afterwards)",
             highlight=False,

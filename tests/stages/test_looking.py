@@ -96,7 +96,7 @@ def test_the_verifiers_stage_sees_its_reference_solutions_results_and_replays_th
     """The model runs a reference solution before answering: each call's result and the end state's diff come
     back; the look is kept in the attempt's trace; `replay:DIR` of the recording gives the same looks back."""
     work, verifiers = procedural_work(runtime)
-    solution = next(s for s in verifiers["solutions"] if s["task_id"] == "t10_cancel")
+    solution = next(s for s in verifiers["solutions"] if s["task_id"] == "t03_update")
     server = ScriptedLLM(
         [
             tool_calls_reply(("run_solution", {"steps": solution["solution"]})),
@@ -116,7 +116,7 @@ def test_the_verifiers_stage_sees_its_reference_solutions_results_and_replays_th
     assert seen["role"] == "tool"
     lines = seen["content"].splitlines()
     assert lines[0].startswith("call 1 get_purchase(") and '"status":"ok"' in lines[0]
-    assert lines[1].startswith("call 2 cancel_purchase(")
+    assert lines[1].startswith("call 2 update_purchase_shipping_address(")
     assert lines[-1].startswith("end state's diff from the seed: ") and '"purchases"' in lines[-1]
     [kept] = stored_looks(catalog, store, attempt.id)
     assert kept["kind"] == "run_solution" and kept["answer"] == seen["content"]

@@ -336,7 +336,7 @@ def test_each_cotraining_round_records_its_metrics(prefect_api, home):
     world model trained on them (round 2 continues round 1's and is first scored on round 2's fresh
     transitions), GRPO with imagined and real rollout groups, a real evaluation; each round's
     metrics in the catalog and on the dashboard."""
-    published_set("co", [narrowed(procedural_bundle("retail", 0), ("t08_hide", "t09_reject"))], 0.0)
+    published_set("co", [narrowed(procedural_bundle("retail", 0), ("t09_pay", "t10_pay"))], 0.0)
     runner = CliRunner()
     done = runner.invoke(
         app,

@@ -76,26 +76,38 @@ def plan(config: TrainingConfig) -> dict[str, list[str]]:
     return {"train": chosen, "validation": paths["validation"]}
 
 
+WARMUP_RECIPE = 2
+"""Version of the tiny model's warm-up data (part of its cache key): 2 since a lazy habit is warmed up
+on one reference row for each lazy one (1: two for each)."""
+
+
 @task(
     name="prepare-model", cache_policy=NO_CACHE, log_prints=False, task_run_name="prepare-{config.model}"
 )  # libraries print bytecode while hashing datasets
 def prepare_model(config: TrainingConfig, bundle_paths: list[str], progress: bool = False) -> str | State:
     """The model directory to train: `config.model` itself, or for `tiny` a tiny Qwen3 model built
     offline from the curriculum's bundles and warmed up on their reference solutions (and, with
-    `curriculum.lazy_habit`, a lazy habit: two reference rows for each lazy one); cached by content
+    `curriculum.lazy_habit`, a lazy habit: one reference row for each lazy one); cached by content
     in WORLDSMITH_HOME/models. A warm-up asked to stop (`STOP`) ends at a step boundary, uncached: Cancelled."""
     if config.model != TINY:
         return _local_model(config.model)
     from worldsmith.training.curriculum import curriculum_bundles
     from worldsmith.training.tiny import build_tiny_model
-    from worldsmith.training.warmup import lazy_rows, reference_rows, warm_up
+    from worldsmith.training.warmup import warm_up, warmup_rows
 
     loaded = {p: load_bundle(Path(p)) for p in sorted(bundle_paths)}
     bundles = list(curriculum_bundles(loaded, config.curriculum).values())
     window = config.window if config.history == "windowed" else None
     key = hashlib.sha256(
         json.dumps(
-            [[b.key for b in loaded.values()], config.seed, window, config.warmup_steps, config.curriculum.model_dump()]
+            [
+                [b.key for b in loaded.values()],
+                config.seed,
+                window,
+                config.warmup_steps,
+                config.curriculum.model_dump(),
+                WARMUP_RECIPE,
+            ]
         ).encode()
     ).hexdigest()[:16]
     target = get_settings().home / "models" / f"tiny-{key}"
@@ -105,9 +117,7 @@ def prepare_model(config: TrainingConfig, bundle_paths: list[str], progress: boo
     try:
         with tempfile.TemporaryDirectory() as scratch:
             base = build_tiny_model(Path(scratch) / "base", bundles, seed=config.seed)
-            rows = reference_rows(runtime, bundles, window)
-            if config.curriculum.lazy_habit:
-                rows = rows * 2 + lazy_rows(runtime, bundles, window)
+            rows = warmup_rows(runtime, bundles, window, config.curriculum.lazy_habit)
             warm = Path(scratch) / "warm"
             warm_up(
                 base,

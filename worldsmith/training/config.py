@@ -59,8 +59,9 @@ class Curriculum(BaseModel):
         None,
         ge=1,
         description="Train on this many (env, task) rows only: the tasks with the shortest reference solutions "
-        "(fewest calls, then fewest characters of calls and answer; ties by environment and task id); tasks "
-        "without a reference solution are not chosen. Unset: every task.",
+        "(fewest calls, then fewest characters of calls and answer; ties by environment and task id), one per "
+        "kind (the same tools) before a second of any kind, so that the others are held out; tasks without a "
+        "reference solution are not chosen. Unset: every task.",
     )
     tools: Literal["all", "solution"] = Field(
         "all",
@@ -70,7 +71,7 @@ class Curriculum(BaseModel):
     lazy_habit: bool = Field(
         False,
         description="model=tiny: also warm up on a lazy habit of each task (its reference solution without the "
-        "last call, then the answer 'Done.'; rated incomplete), one row for every two of the reference's.",
+        "last call, then the answer 'Done.'; rated incomplete), one row for each of the reference's.",
     )
 
 

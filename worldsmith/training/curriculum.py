@@ -21,14 +21,23 @@ def solution_size(task: TaskSpec) -> tuple[int, int]:
     return len(calls), len(json.dumps(calls)) + len(task.answer or "")
 
 
-def chosen_tasks(bundles: dict[str, Bundle], count: int | None) -> set[tuple[str, str]]:
-    """(bundle key, task id) of the `count` tasks with the shortest reference solutions (`solution_size`,
-    ties by environment and task id); None: every task."""
+def chosen_tasks(bundles: dict[str, Bundle], curriculum: Curriculum) -> set[tuple[str, str]]:
+    """(bundle key, task id) of the `curriculum.tasks` tasks (None: every task) with the shortest
+    reference solutions (`solution_size`, ties by environment and task id), one per kind first
+    (`task_kind`): a task whose kind is already chosen comes after every kind's shortest, so that its
+    siblings (the same tools, other records) stay out of training for `held_out_bundles`."""
     every = [(key, task) for key, bundle in bundles.items() for task in bundle.tasks]
-    if count is None:
+    if curriculum.tasks is None:
         return {(key, task.id) for key, task in every}
-    solved = [(solution_size(task), bundles[key].env_id, task.id, key) for key, task in every if task.solution]
-    return {(key, task_id) for _, _, task_id, key in sorted(solved)[:count]}
+    solved = sorted((solution_size(task), bundles[key].env_id, task.id, key) for key, task in every if task.solution)
+    first: list[tuple[str, str]] = []
+    again: list[tuple[str, str]] = []
+    kinds: set[str] = set()
+    for _, _, task_id, key in solved:
+        kind = task_kind(bundles[key], bundles[key].task(task_id), curriculum)
+        (again if kind in kinds else first).append((key, task_id))
+        kinds.add(kind)
+    return set((first + again)[: curriculum.tasks])
 
 
 @dataclass(frozen=True)
@@ -58,7 +67,7 @@ def curriculum_bundles(bundles: dict[str, Bundle], curriculum: Curriculum) -> di
     """The bundles a run trains on, by key: each bundle with only its chosen tasks (bundles left with
     none are dropped) or, with tools='solution', one bundle per chosen task keyed 'KEY#TASK' showing
     only its solution's tools. ValueError when no task is left."""
-    chosen = chosen_tasks(bundles, curriculum.tasks)
+    chosen = chosen_tasks(bundles, curriculum)
     out: dict[str, Bundle] = {}
     for key, bundle in sorted(bundles.items()):
         tasks = tuple(t for t in bundle.tasks if (key, t.id) in chosen)
@@ -83,7 +92,7 @@ def held_out_bundles(bundles: dict[str, Bundle], curriculum: Curriculum, per_tas
     does not train on, at most `per_task` per trained task (the first by environment and task id),
     shown as `curriculum_bundles` shows its own and keyed alike ('KEY#TASK'). Empty when the curriculum
     trains on every task or no other task shares a kind with one of them."""
-    chosen = chosen_tasks(bundles, curriculum.tasks)
+    chosen = chosen_tasks(bundles, curriculum)
     others = sorted(
         (bundle.env_id, task.id, key)
         for key, bundle in bundles.items()

@@ -57,6 +57,15 @@ def lazy_rows(runtime: Runtime, bundles: list[Bundle], window: int | None) -> li
     return _played_rows(runtime, bundles, window, habit, ("incomplete",))
 
 
+def warmup_rows(runtime: Runtime, bundles: list[Bundle], window: int | None, lazy_habit: bool) -> list[TurnRow]:
+    """The tiny model's warm-up rows: `reference_rows`, and with `lazy_habit` the `lazy_rows` beside them,
+    one for each reference row: where the habit departs from the reference, the warm-up sees the right
+    turn and the lazy one once each, so a model that has learned both starts near even odds between them
+    (whatever the warm-up's length) and GRPO's groups hold successes and failures."""
+    rows = reference_rows(runtime, bundles, window)
+    return rows + lazy_rows(runtime, bundles, window) if lazy_habit else rows
+
+
 def _played_rows(
     runtime: Runtime,
     bundles: list[Bundle],
