@@ -119,3 +119,18 @@ def test_every_trained_task_of_one_world_has_a_held_out_sibling_in_it():
         curriculum = Curriculum(tasks=5, tools=tools)
         held_out = held_out_bundles(world, curriculum)
         assert len(held_out) == 5 and all(key.startswith("clinic#") for key in held_out)
+
+
+@pytest.mark.sandbox
+def test_a_reference_turn_longer_than_the_completion_limit_is_named(worlds, runtime, tiny_model):
+    """`overlong_turns`: a task whose reference turn GRPO would cut at `max_completion_length` (a format
+    error on every rollout: the demo's create task at 51 tokens under 48) is named with its length."""
+    from worldsmith.training.warmup import overlong_turns
+
+    bundles = list(curriculum_bundles(worlds, Curriculum(tasks=2, tools="solution")).values())
+    rows = reference_rows(runtime, bundles, 3)
+    longest = overlong_turns(tiny_model, rows, 1)
+    assert set(longest) == {f"{b.env_id}/{b.tasks[0].id}" for b in bundles}
+    cut = min(longest.values())
+    assert set(overlong_turns(tiny_model, rows, cut)) < set(longest)  # only those longer than the limit
+    assert overlong_turns(tiny_model, rows, max(longest.values())) == {}

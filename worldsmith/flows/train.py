@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from prefect import State, flow, task
+from prefect import State, flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 from prefect.states import Cancelled
 from pydantic import BaseModel
@@ -93,7 +93,7 @@ def prepare_model(config: TrainingConfig, bundle_paths: list[str], progress: boo
         return _local_model(config.model)
     from worldsmith.training.curriculum import curriculum_bundles
     from worldsmith.training.tiny import build_tiny_model
-    from worldsmith.training.warmup import warm_up, warmup_rows
+    from worldsmith.training.warmup import overlong_turns, warm_up, warmup_rows
 
     loaded = {p: load_bundle(Path(p)) for p in sorted(bundle_paths)}
     bundles = list(curriculum_bundles(loaded, config.curriculum).values())
@@ -118,6 +118,12 @@ def prepare_model(config: TrainingConfig, bundle_paths: list[str], progress: boo
         with tempfile.TemporaryDirectory() as scratch:
             base = build_tiny_model(Path(scratch) / "base", bundles, seed=config.seed)
             rows = warmup_rows(runtime, bundles, window, config.curriculum.lazy_habit)
+            for task, tokens in overlong_turns(base, rows, config.max_completion_length).items():
+                get_run_logger().warning(
+                    f"{task}: a turn of its reference solution takes {tokens} tokens, more than "
+                    f"max_completion_length {config.max_completion_length}: every rollout of it will be cut "
+                    "short (a format error) and never solve it; raise max_completion_length"
+                )
             warm = Path(scratch) / "warm"
             warm_up(
                 base,

@@ -10,8 +10,10 @@ then has to unlearn.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from worldsmith.agent.datasets import PromptCompletion, TurnRow, turn_rows
 from worldsmith.agent.loop import EpisodeConfig, run_episode
@@ -64,6 +66,34 @@ def warmup_rows(runtime: Runtime, bundles: list[Bundle], window: int | None, laz
     (whatever the warm-up's length) and GRPO's groups hold successes and failures."""
     rows = reference_rows(runtime, bundles, window)
     return rows + lazy_rows(runtime, bundles, window) if lazy_habit else rows
+
+
+def overlong_turns(model_dir: Path, rows: list[TurnRow], limit: int) -> dict[str, int]:
+    """The tasks ("env id/task id") among `rows` with a turn longer than `limit` tokens under `model_dir`'s
+    chat template (up to its end-of-turn token, the tokens a policy generates), each with its longest:
+    GRPO cuts such a turn at `max_completion_length`, a format error, so the task is never solved."""
+    from transformers import AutoTokenizer
+
+    from worldsmith.agent.hf_policy import stop_token_ids
+
+    tokenizer: Any = AutoTokenizer.from_pretrained(str(model_dir))  # its chat template takes our messages
+    stops = set(stop_token_ids(tokenizer))
+    found: dict[str, int] = {}
+    for row in rows:
+        template = {"tools": json.loads(row["tools"]), **row["chat_template_kwargs"]}
+        prompt = tokenizer.apply_chat_template(
+            row["prompt"], add_generation_prompt=True, tokenize=True, return_dict=False, **template
+        )
+        whole = tokenizer.apply_chat_template(
+            row["prompt"] + row["completion"], tokenize=True, return_dict=False, **template
+        )
+        turn = list(whole)[len(prompt) :]
+        ends = [i for i, token in enumerate(turn) if token in stops]
+        tokens = ends[0] + 1 if ends else len(turn)
+        task = f"{row['env_id']}/{row['task_id']}"
+        if tokens > limit:
+            found[task] = max(tokens, found.get(task, 0))
+    return found
 
 
 def _played_rows(
