@@ -1,13 +1,13 @@
 """The learning benchmark with its controls: the demo's training recipe (DemoOptions' TrainingConfig:
 the tiny model, its curriculum and warm-up, GRPO) run from the same warmed-up model with the real
 rewards, as a placebo with each step's rewards permuted among its rollouts (the same recipe, the same
-number of updates, no information about which rollout did well), and untrained (no update at all,
+number of steps, no information about which rollout did well), and untrained (no update at all,
 measured with the sampling seeds of the trained arms' "after": what the warm-up alone gives). Each arm
 reports its success rate on the trained tasks and on held-out tasks of the same kind (the same tools,
 other records: curriculum.held_out_bundles; the generator makes a sibling of every task), sampled as
-in training, before and after. Learning from the reward is real when the real arm beats the placebo
-after training by more than two standard errors; the last lines say plainly whether it did
-(`separation`), on the held-out tasks and on the trained ones.
+in training, before and after. The last lines say plainly whether the real arm beat every control after
+training by more than two standard errors of this run's measuring rollouts (`separation`), on the
+held-out tasks and on the trained ones: evidence from one run, not a bound on the spread between runs.
 
     .venv/bin/python bench/learning.py [--set NAME] [--worlds retail:0 retail:1 ...]
         [--arms real placebo untrained] [--steps N] [--warmup-steps N] [--success-samples N]
@@ -15,7 +15,7 @@ after training by more than two standard errors; the last lines say plainly whet
 `--set` trains on a set of WORLDSMITH_HOME (the train split; `worldsmith demo` leaves one named `demo`);
 without it, on procedural worlds (`--worlds DOMAIN:SEED ...`) written to a scratch directory. The
 tiny model is prepared as the train flow prepares it (cached in WORLDSMITH_HOME/models). Prints a
-line per arm, the verdicts and a JSON summary. A short run: `--success-samples 32` (the demo's).
+line per arm, the verdicts and a JSON summary. A short run: `--steps 5 --success-samples 16`.
 """
 
 from __future__ import annotations
@@ -149,19 +149,33 @@ def run_arm(arm: str, config: Any, model: str, paths: list[str], scratch: Path) 
 
 
 def separation(arms: list[dict[str, Any]], measure: str) -> str:
-    """Whether the real arm's `measure` ("success" or "held_out") after training beats the placebo's by a
-    clear margin: more than two standard errors of the difference of the two rates (each over its
-    arm's rollouts), said in one line either way."""
+    """Whether the real arm's `measure` ("success" or "held_out") after training beats every control run
+    (the placebo, which it needs, and the untrained arm where it ran) by a clear margin: more than two
+    standard errors of the difference of the two rates, each over its arm's rollouts, counted with one
+    success and one failure added (Agresti-Caffo), so that rates of 0 or 1 still leave a margin. It covers
+    the sampling of this run's measuring rollouts only, not the spread between training runs. Said in one
+    line either way."""
     after = {a["arm"]: a for a in arms if a.get(f"{measure}_after") is not None}
     if "real" not in after or "placebo" not in after:
         return f"{measure}: not compared (the real and placebo arms both need it)"
-    real, placebo = after["real"][f"{measure}_after"], after["placebo"][f"{measure}_after"]
+    real = after["real"][f"{measure}_after"]
     n = after["real"]["rollouts_per_task"] * after["real"]["tasks" if measure == "success" else "held_out_tasks"]
-    margin = 2 * math.sqrt((real * (1 - real) + placebo * (1 - placebo)) / n) if n else 0.0
-    said = f"real {real:.3f} vs placebo {placebo:.3f} after training ({n} rollouts each; clear margin {margin:.3f})"
-    if real - placebo > margin and real > placebo:
+    controls = {name: after[name][f"{measure}_after"] for name in ("placebo", "untrained") if name in after}
+    name, control = max(controls.items(), key=lambda item: item[1])
+    margin = 2 * math.sqrt(_variance(real, n) + _variance(control, n))
+    said = (
+        f"real {real:.3f} vs {name} {control:.3f} (the strongest control) after training ({n} rollouts each; "
+        f"clear margin {margin:.3f})"
+    )
+    if real - control > margin:
         return f"{measure}: SEPARATED, {said}"
     return f"{measure}: DID NOT SEPARATE, {said}: this run is no evidence that GRPO learned from the reward"
+
+
+def _variance(rate: float, n: int) -> float:
+    """The variance of a rate over `n` rollouts, with one success and one failure added (Agresti-Caffo)."""
+    smoothed = (rate * n + 1) / (n + 2)
+    return smoothed * (1 - smoothed) / (n + 2)
 
 
 def main(argv: list[str] | None = None) -> None:

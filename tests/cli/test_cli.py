@@ -129,8 +129,9 @@ def test_demo_main_job_runs_end_to_end(tmp_path):
     """The README's first command as it is: the whole loop on a fresh home, its summary checked, the
     dashboard and the Prefect server left running with the runs in them, then down. It is also the
     learning test: GRPO with the demo's curriculum raises the tiny model's success rate on its tasks,
-    sampled as in training, by at least 0.1 (observed 0.062 -> 0.695 over 128 rollouts on main 9a97ce3; the seeds fix
-    every batch, so runs on one machine give the same numbers whatever the load)."""
+    sampled as in training, by at least 0.25 (observed 0.516 -> 0.938 over 64 rollouts on main 64c9e56; no update at
+    all moves it by 0.08 with the same seeds, bench/learning.py; the seeds fix every batch, so runs on one machine
+    give the same numbers whatever the load)."""
     import httpx
 
     from worldsmith.demo import DemoOptions
@@ -174,7 +175,7 @@ def test_demo_main_job_runs_end_to_end(tmp_path):
         training = summary["training"]
         assert training["steps"] == steps and training["checkpoint"].startswith("sha256:")
         print(f"demo: success rate {training['success_before']:.3f} -> {training['success_after']:.3f}")
-        assert training["success_after"] >= training["success_before"] + 0.1  # GRPO learned
+        assert training["success_after"] >= training["success_before"] + 0.25  # GRPO learned
         assert f"{training['success_before']:.3f} -> {training['success_after']:.3f}" in proc.stdout
         print(
             f"demo: held-out ({training['held_out_tasks']} tasks) {training['held_out_before']} -> {training['held_out_after']}"

@@ -34,6 +34,8 @@ def _assert_siblings(tasks: list[TaskDraft]) -> None:
         shapes = {tuple(tuple(sorted(s.arguments)) for s in t.solution) for t in siblings}
         assert len(shapes) == 1  # the same arguments named at every step
         assert len({t.answer is None for t in siblings}) == 1  # all questions or all actions
+        answers = [t.answer for t in siblings if t.answer is not None]
+        assert len(set(answers)) == len(answers)  # a memorised answer passes no sibling
 
 
 @pytest.mark.parametrize("domain", DOMAINS, ids=[d.key for d in DOMAINS])

@@ -123,14 +123,46 @@ def test_every_trained_task_of_one_world_has_a_held_out_sibling_in_it():
 
 @pytest.mark.sandbox
 def test_a_reference_turn_longer_than_the_completion_limit_is_named(worlds, runtime, tiny_model):
-    """`overlong_turns`: a task whose reference turn GRPO would cut at `max_completion_length` (a format
-    error on every rollout: the demo's create task at 51 tokens under 48) is named with its length."""
-    from worldsmith.training.warmup import overlong_turns
+    """`turn_tokens` and `overlong`: a task whose reference turn GRPO would cut at `max_completion_length`
+    (a format error on every rollout: the demo's create task at 51 tokens under 48) is named with its
+    length."""
+    from worldsmith.training.warmup import overlong, turn_tokens
 
     bundles = list(curriculum_bundles(worlds, Curriculum(tasks=2, tools="solution")).values())
-    rows = reference_rows(runtime, bundles, 3)
-    longest = overlong_turns(tiny_model, rows, 1)
+    longest = turn_tokens(tiny_model, reference_rows(runtime, bundles, 3))
     assert set(longest) == {f"{b.env_id}/{b.tasks[0].id}" for b in bundles}
-    cut = min(longest.values())
-    assert set(overlong_turns(tiny_model, rows, cut)) < set(longest)  # only those longer than the limit
-    assert overlong_turns(tiny_model, rows, max(longest.values())) == {}
+    assert all(tokens > 5 for tokens in longest.values())  # a tool call with its arguments, then the end
+    assert overlong(longest, min(longest.values()) - 1) == longest
+    assert overlong(longest, max(longest.values())) == {}
+
+
+def test_a_sibling_that_expects_the_trained_answer_is_not_held_out(worlds):
+    """Count tasks ask for a number: a sibling whose expected answer is the trained task's would be
+    passed by the memorised answer, so it is no held-out task."""
+    import dataclasses
+
+    world = worlds["retail"]
+    counts = tuple(t for t in world.tasks if t.answer is not None)[:2]
+    assert len(counts) == 2 and counts[0].answer != counts[1].answer
+    curriculum = Curriculum(tasks=1)
+    apart = {"retail": dataclasses.replace(world, tasks=counts)}
+    assert len(held_out_bundles(apart, curriculum)) == 1
+    alike = (counts[0], counts[1].model_copy(update={"answer": counts[0].answer}))
+    assert held_out_bundles({"retail": dataclasses.replace(world, tasks=alike)}, curriculum) == {}
+
+
+def test_a_tiny_model_warns_of_its_reference_turns_over_the_completion_limit(tmp_path, caplog):
+    """Built or taken from the cache, a tiny model's run warns of each task whose reference turn the
+    run's `max_completion_length` would cut (the lengths are kept beside the model)."""
+    import logging
+
+    from worldsmith.flows.train import TURN_TOKENS, _warn_overlong
+
+    (tmp_path / TURN_TOKENS).write_text(json.dumps({"shipping_0/t01_create": 51, "store_0/t09_cancel": 20}))
+    with caplog.at_level(logging.WARNING):
+        _warn_overlong(tmp_path, 48)
+    assert "shipping_0/t01_create: a turn of its reference solution takes 51 tokens" in caplog.text
+    assert "t09_cancel" not in caplog.text
+    caplog.clear()
+    _warn_overlong(tmp_path, 64)
+    assert caplog.text == ""

@@ -54,4 +54,10 @@ def test_the_learning_benchmark_says_plainly_whether_real_rewards_beat_the_place
         assert "DID NOT SEPARATE" in separation([_arm("real", 0.6), _arm("placebo", placebo)], "held_out")
     assert "DID NOT SEPARATE" in separation([_arm("real", 0.0), _arm("placebo", 0.0)], "held_out")
     assert "not compared" in separation([_arm("real", 0.6), _arm("untrained", 0.1)], "held_out")
+    # beating a placebo that collapsed is not enough: the untrained arm is a control too
+    collapsed = [_arm("real", 0.6), _arm("placebo", 0.0)]
+    assert "SEPARATED" in separation(collapsed, "held_out").split(",")[0]
+    assert "DID NOT SEPARATE" in separation([*collapsed, _arm("untrained", 0.55)], "held_out")
+    # rates of 0 and 1 still leave a margin: one success in 64 against none is no evidence
+    assert "DID NOT SEPARATE" in separation([_arm("real", 1 / 64), _arm("placebo", 0.0)], "held_out")
     assert "not compared" in separation([_arm("real", None), _arm("placebo", None)], "held_out")

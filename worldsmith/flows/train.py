@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, cast
 
 from prefect import State, flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
+from prefect.exceptions import MissingContextError
 from prefect.states import Cancelled
 from pydantic import BaseModel
 from pydantic.json_schema import SkipJsonSchema
@@ -93,7 +95,7 @@ def prepare_model(config: TrainingConfig, bundle_paths: list[str], progress: boo
         return _local_model(config.model)
     from worldsmith.training.curriculum import curriculum_bundles
     from worldsmith.training.tiny import build_tiny_model
-    from worldsmith.training.warmup import overlong_turns, warm_up, warmup_rows
+    from worldsmith.training.warmup import turn_tokens, warm_up, warmup_rows
 
     loaded = {p: load_bundle(Path(p)) for p in sorted(bundle_paths)}
     bundles = list(curriculum_bundles(loaded, config.curriculum).values())
@@ -102,6 +104,7 @@ def prepare_model(config: TrainingConfig, bundle_paths: list[str], progress: boo
         json.dumps(
             [
                 [b.key for b in loaded.values()],
+                sorted(f"{b.key}/{t.id}" for b in bundles for t in b.tasks),  # the tasks the curriculum chose
                 config.seed,
                 window,
                 config.warmup_steps,
@@ -112,18 +115,13 @@ def prepare_model(config: TrainingConfig, bundle_paths: list[str], progress: boo
     ).hexdigest()[:16]
     target = get_settings().home / "models" / f"tiny-{key}"
     if (target / "config.json").is_file():
+        _warn_overlong(target, config.max_completion_length)
         return str(target)
     runtime = Runtime()
     try:
         with tempfile.TemporaryDirectory() as scratch:
             base = build_tiny_model(Path(scratch) / "base", bundles, seed=config.seed)
             rows = warmup_rows(runtime, bundles, window, config.curriculum.lazy_habit)
-            for task, tokens in overlong_turns(base, rows, config.max_completion_length).items():
-                get_run_logger().warning(
-                    f"{task}: a turn of its reference solution takes {tokens} tokens, more than "
-                    f"max_completion_length {config.max_completion_length}: every rollout of it will be cut "
-                    "short (a format error) and never solve it; raise max_completion_length"
-                )
             warm = Path(scratch) / "warm"
             warm_up(
                 base,
@@ -136,11 +134,36 @@ def prepare_model(config: TrainingConfig, bundle_paths: list[str], progress: boo
             )
             if STOP.requested:  # cut short: not the model to cache
                 return Cancelled(message="the warm-up stopped before its last step")
+            (warm / TURN_TOKENS).write_text(json.dumps(turn_tokens(warm, rows), sort_keys=True))
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(str(warm), target)  # scratch and home may be on different file systems
     finally:
         runtime.close()
+    _warn_overlong(target, config.max_completion_length)
     return str(target)
+
+
+TURN_TOKENS = "turn-tokens.json"
+"""Beside a tiny model: the longest reference turn of each task it was warmed up on, in its tokens."""
+
+
+def _warn_overlong(model_dir: Path, limit: int) -> None:
+    """Warn of each task whose reference solution has a turn longer than `limit` tokens (`TURN_TOKENS`
+    beside the model; none for a model cached before it was written)."""
+    from worldsmith.training.warmup import overlong
+
+    path = model_dir / TURN_TOKENS
+    longest = json.loads(path.read_text()) if path.is_file() else {}
+    try:
+        logger: logging.Logger | logging.LoggerAdapter[logging.Logger] = get_run_logger()
+    except MissingContextError:  # called outside a run (bench/learning.py, bench/tiny_prepare.py)
+        logger = logging.getLogger(__name__)
+    for name, tokens in overlong(longest, limit).items():
+        logger.warning(
+            f"{name}: a turn of its reference solution takes {tokens} tokens, more than max_completion_length "
+            f"{limit}: every rollout of it will be cut short (a format error) and never solve it; raise "
+            "max_completion_length"
+        )
 
 
 def _local_model(model: str) -> str:

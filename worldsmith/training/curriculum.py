@@ -91,7 +91,8 @@ def held_out_bundles(bundles: dict[str, Bundle], curriculum: Curriculum, per_tas
     """Tasks of the same kind as the curriculum's (`task_kind`: the same tools, other records) that it
     does not train on, at most `per_task` per trained task (the first by environment and task id),
     shown as `curriculum_bundles` shows its own and keyed alike ('KEY#TASK'). Empty when the curriculum
-    trains on every task or no other task shares a kind with one of them."""
+    trains on every task or no other task shares a kind with one of them. A task that expects the same
+    answer as the trained one is not held out for it (the trained answer, memorised, would pass it)."""
     chosen = chosen_tasks(bundles, curriculum)
     others = sorted(
         (bundle.env_id, task.id, key)
@@ -104,8 +105,13 @@ def held_out_bundles(bundles: dict[str, Bundle], curriculum: Curriculum, per_tas
     }
     out: dict[str, Bundle] = {}
     for key, task_id in sorted(chosen):
-        kind = task_kind(bundles[key], bundles[key].task(task_id), curriculum)
-        same = [(k, t) for _, t, k in others if kinds[(k, t)] == kind and f"{k}#{t}" not in out][:per_task]
+        trained = bundles[key].task(task_id)
+        kind = task_kind(bundles[key], trained, curriculum)
+        same = [
+            (k, t)
+            for _, t, k in others
+            if kinds[(k, t)] == kind and f"{k}#{t}" not in out and not _same_answer(trained, bundles[k].task(t))
+        ][:per_task]
         for other_key, other_id in same:
             bundle, task = bundles[other_key], bundles[other_key].task(other_id)
             shown = (
@@ -115,3 +121,8 @@ def held_out_bundles(bundles: dict[str, Bundle], curriculum: Curriculum, per_tas
             )
             out[f"{other_key}#{other_id}"] = shown
     return out
+
+
+def _same_answer(trained: TaskSpec, other: TaskSpec) -> bool:
+    """Whether `other` expects the answer `trained` expects (a count, a name...; None: no answer asked)."""
+    return trained.answer is not None and trained.answer == other.answer

@@ -68,32 +68,42 @@ def warmup_rows(runtime: Runtime, bundles: list[Bundle], window: int | None, laz
     return rows + lazy_rows(runtime, bundles, window) if lazy_habit else rows
 
 
-def overlong_turns(model_dir: Path, rows: list[TurnRow], limit: int) -> dict[str, int]:
-    """The tasks ("env id/task id") among `rows` with a turn longer than `limit` tokens under `model_dir`'s
-    chat template (up to its end-of-turn token, the tokens a policy generates), each with its longest:
-    GRPO cuts such a turn at `max_completion_length`, a format error, so the task is never solved."""
+def turn_tokens(model_dir: Path, rows: list[TurnRow]) -> dict[str, int]:
+    """The longest turn of each task ("env id/task id") among `rows`, in tokens of `model_dir`'s chat
+    template up to its end-of-turn token (what a policy generates for it). A row whose prompt does not
+    render as the start of prompt and completion together is left out (no count to trust)."""
     from transformers import AutoTokenizer
 
     from worldsmith.agent.hf_policy import stop_token_ids
 
     tokenizer: Any = AutoTokenizer.from_pretrained(str(model_dir))  # its chat template takes our messages
     stops = set(stop_token_ids(tokenizer))
-    found: dict[str, int] = {}
+    longest: dict[str, int] = {}
     for row in rows:
         template = {"tools": json.loads(row["tools"]), **row["chat_template_kwargs"]}
-        prompt = tokenizer.apply_chat_template(
-            row["prompt"], add_generation_prompt=True, tokenize=True, return_dict=False, **template
+        prompt = list(
+            tokenizer.apply_chat_template(
+                row["prompt"], add_generation_prompt=True, tokenize=True, return_dict=False, **template
+            )
         )
-        whole = tokenizer.apply_chat_template(
-            row["prompt"] + row["completion"], tokenize=True, return_dict=False, **template
+        whole = list(
+            tokenizer.apply_chat_template(
+                row["prompt"] + row["completion"], tokenize=True, return_dict=False, **template
+            )
         )
-        turn = list(whole)[len(prompt) :]
+        if whole[: len(prompt)] != prompt:
+            continue
+        turn = whole[len(prompt) :]
         ends = [i for i, token in enumerate(turn) if token in stops]
-        tokens = ends[0] + 1 if ends else len(turn)
         task = f"{row['env_id']}/{row['task_id']}"
-        if tokens > limit:
-            found[task] = max(tokens, found.get(task, 0))
-    return found
+        longest[task] = max(ends[0] + 1 if ends else len(turn), longest.get(task, 0))
+    return longest
+
+
+def overlong(longest: dict[str, int], limit: int) -> dict[str, int]:
+    """The tasks of `longest` (`turn_tokens`) with a turn over `limit` tokens: GRPO cuts such a turn at
+    `max_completion_length`, a format error, so the task is never solved."""
+    return {task: tokens for task, tokens in longest.items() if tokens > limit}
 
 
 def _played_rows(

@@ -239,6 +239,22 @@ def _count_options(domain: Domain, entity: Entity, rows: Rows) -> list[tuple[See
     ]
 
 
+def _different_counts(
+    drawn: list[tuple[SeedRow, str, int]], counts: list[tuple[SeedRow, str, int]]
+) -> list[tuple[SeedRow, str, int]] | None:
+    """`drawn` with each option whose count an earlier one already asks for replaced by the first of
+    `counts` with a count not asked yet (siblings that expect the same number would be passed by a
+    memorised answer: training/curriculum.py); None when `counts` has too few different numbers."""
+    kept: list[tuple[SeedRow, str, int]] = []
+    for option in drawn:
+        if any(option[2] == k[2] for k in kept):
+            option = next((o for o in counts if all(o[2] != k[2] for k in kept)), option)
+            if any(option[2] == k[2] for k in kept):
+                return None
+        kept.append(option)
+    return kept
+
+
 def _task_count(task_id: str, domain: Domain, entity: Entity, option: tuple[SeedRow, str, int]) -> TaskDraft:
     column, parent = foreign_keys(entity)[0]
     parents = {e.table: e for e in domain.entities}
@@ -311,7 +327,12 @@ def _sibling_tasks(
         counts = _count_options(domain, kind[1], rows)
         if len(counts) < SIBLINGS:
             return None
-        return [partial(_task_count, domain=domain, entity=kind[1], option=o) for o in rng.sample(counts, SIBLINGS)]
+        options = _different_counts(rng.sample(counts, SIBLINGS), counts)
+        return (
+            None
+            if options is None
+            else [partial(_task_count, domain=domain, entity=kind[1], option=o) for o in options]
+        )
     if kind[0] == "two":
         first = pool.actions(SIBLINGS)
         second = pool.actions(SIBLINGS) if first else None
