@@ -45,7 +45,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=None, help="GRPO steps (default: the demo's)")
     parser.add_argument("--success-samples", type=int, default=None, help="rollouts per task (default: the demo's)")
     parser.add_argument("--warmup-steps", type=int, default=None, help="warm-up steps (default: the demo's)")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    for name in ("steps", "success_samples"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.warmup_steps is not None and args.warmup_steps < 0:
+        parser.error("--warmup-steps must be at least 0")
+    return args
 
 
 def permuted_rewards(rewards: Any, seed: int) -> Any:

@@ -301,6 +301,9 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--only", nargs="+", choices=FIGURES, default=FIGURES, help="the figures to run")
     args = parser.parse_args()
+    for name in ("calls", "episodes", "workers"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1")
 
     golden = load_bundle(GOLDEN)
     big = megabyte_world(golden)

@@ -61,3 +61,11 @@ def test_the_learning_benchmark_says_plainly_whether_real_rewards_beat_the_place
     # rates of 0 and 1 still leave a margin: one success in 64 against none is no evidence
     assert "DID NOT SEPARATE" in separation([_arm("real", 1 / 64), _arm("placebo", 0.0)], "held_out")
     assert "not compared" in separation([_arm("real", None), _arm("placebo", None)], "held_out")
+
+
+@pytest.mark.unit
+def test_the_learning_benchmark_refuses_counts_that_run_nothing(capsys):
+    for argv, said in ((["--steps", "0"], "--steps must be at least 1"), (["--warmup-steps", "-1"], "at least 0")):
+        with pytest.raises(SystemExit) as exited:
+            _bench().parse_args(argv)
+        assert exited.value.code == 2 and said in capsys.readouterr().err
