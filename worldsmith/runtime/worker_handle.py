@@ -29,6 +29,8 @@ import uuid
 from pathlib import Path
 from typing import cast
 
+import psutil
+
 from worldsmith.runtime.channel import ChannelBroken, EpisodeChannel
 from worldsmith.runtime.errors import RuntimeFault, WorkerLost
 from worldsmith.runtime.limits import SandboxLimits
@@ -198,10 +200,10 @@ class SandboxWorker:
                 if time.monotonic() > deadline:
                     return False
                 try:
-                    state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-                except OSError:
+                    sleeping = psutil.Process(pid).status() == psutil.STATUS_SLEEPING
+                except psutil.NoSuchProcess:
                     return False  # gone
-                asleep = asleep + 1 if state == "S" else 0
+                asleep = asleep + 1 if sleeping else 0
                 time.sleep(0.002)
         return bool(spares)
 

@@ -246,11 +246,11 @@ def _different_counts(
     `counts` with a count not asked yet (siblings that expect the same number would be passed by a
     memorised answer: training/curriculum.py); None when `counts` has too few different numbers."""
     kept: list[tuple[SeedRow, str, int]] = []
-    for option in drawn:
-        if any(option[2] == k[2] for k in kept):
-            option = next((o for o in counts if all(o[2] != k[2] for k in kept)), option)
-            if any(option[2] == k[2] for k in kept):
-                return None
+    for drawn_option in drawn:
+        asked = {k[2] for k in kept}
+        option = drawn_option if drawn_option[2] not in asked else next((o for o in counts if o[2] not in asked), None)
+        if option is None:
+            return None
         kept.append(option)
     return kept
 
