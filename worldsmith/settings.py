@@ -152,6 +152,15 @@ class Settings(BaseSettings):
             "up to 16 MiB more memory per episode process. false: spares only warm up."
         ),
     )
+    sandbox_stand_in_reads: bool = Field(
+        True,
+        description=(
+            "strict isolation, imported apps: each worker's template makes one request to each GET route of the "
+            "app (stand-in arguments, a private copy of the world) before it forks any episode's process, so "
+            "that an episode's first call finds the web stack's and the ORM's caches filled; only for an app "
+            "whose own state a trial shows unchanged by them. false: episodes start from the app as built."
+        ),
+    )
     sandbox_call_files: int = Field(
         64,
         ge=1,

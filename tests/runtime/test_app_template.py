@@ -10,6 +10,7 @@ run, and how many calls this process's copy of it has counted.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import re
 import statistics
@@ -51,14 +52,21 @@ WATCHED_ANSWER = (
 )
 
 
-def _changed_sample(replacements: tuple[tuple[str, str], ...], appended: str = ""):
-    """The AWM-format sample imported, its app.py with `replacements` made and `appended` added."""
+@functools.cache
+def _imported_sample():
+    """The AWM-format sample imported (once per test process)."""
     from worldsmith.interop.awm import import_scenario, read_release
 
     (scenario,) = read_release(REPO / "tests" / "data" / "awm_format_sample")
     with Runtime(limits=PATIENT_LIMITS, workers=1) as runtime:
         bundle = import_scenario(scenario, runtime).bundle
     assert bundle is not None
+    return bundle
+
+
+def _changed_sample(replacements: tuple[tuple[str, str], ...], appended: str = ""):
+    """The AWM-format sample imported, its app.py with `replacements` made and `appended` added."""
+    bundle = _imported_sample()
     app = bundle.text("app.py")
     for old, new in replacements:
         assert old in app
@@ -237,3 +245,82 @@ def test_a_probe_whose_pages_the_parent_never_sends_goes_with_the_next_request()
         late = {"op": "first_pages", "env": sample.runtime_key}
         reply, _ = worker.request(late, [b""], timeout=MOMENTS_S)
         assert reply["status"] == "env_error" and "no probe" in reply["error"]
+
+
+# -- stand-in reads (runtime/sandbox/standin.py) ----------------------------------------------------
+
+#: list_branches made to answer (as a refusal) how many statements its engine had compiled before its
+#: query and after it: equal when the template's stand-in reads compiled it already.
+COMPILING = (
+    "async def list_branches():\n    with SessionLocal() as session:\n"
+    "        rows = session.scalars(select(Branch).order_by(Branch.id)).all()\n"
+    "        return [BranchOut.model_validate(row) for row in rows]\n",
+    "async def list_branches():\n    compiled = len(engine._compiled_cache)\n    with SessionLocal() as session:\n"
+    "        session.scalars(select(Branch).order_by(Branch.id)).all()\n"
+    "    raise HTTPException(status_code=418, detail=f'compiled {compiled} {len(engine._compiled_cache)}')\n",
+)
+
+#: Apps that keep something of each request (appended to the sample: an ASGI middleware of theirs that
+#: counts in `app.state`, or fills an lru_cache): their template makes no stand-in read.
+KEEPING = {
+    "app.state": "app.state.requests = getattr(app.state, 'requests', 0) + 1",
+    "lru_cache": "_seen(scope['path'])",
+    "a global of an http middleware": None,  # `@app.middleware("http")`: Starlette's BaseHTTPMiddleware
+}
+HTTP_MIDDLEWARE = (
+    "\nREQUESTS = []\n\n\n@app.middleware('http')\nasync def _keep(request, call_next):\n"
+    "    REQUESTS.append(request.url.path)\n    return await call_next(request)\n"
+)
+KEEPER = (
+    "\nimport functools as _functools\n\n\n@_functools.lru_cache\ndef _seen(path):\n    return path\n\n\n"
+    "class _Keep:\n    def __init__(self, app):\n        self.app = app\n\n"
+    "    async def __call__(self, scope, receive, send):\n        KEEP\n"
+    "        await self.app(scope, receive, send)\n\n\napp.add_middleware(_Keep)\n"
+)
+
+
+def _first_compiles(bundle, *, stand_in_reads: bool = True, episodes: int = 2) -> list[tuple[int, int]]:
+    """Per episode, what its first call of list_branches (`COMPILING`) says: statements compiled before
+    its query and after it."""
+    limits = dataclasses.replace(isolated(PATIENT_LIMITS, "strict"), stand_in_reads=stand_in_reads)
+    answers = []
+    with Runtime(limits=limits, workers=1) as rt:
+        for _ in range(episodes):
+            with rt.open_episode(bundle) as episode:
+                result = episode.call_tool("list_branches", {})
+                assert result.status == "tool_error", result
+                before, after = re.search(r"compiled (\d+) (\d+)", result.error).groups()
+                answers.append((int(before), int(after)))
+    return answers
+
+
+@pytest.mark.timeout(300)
+def test_an_episodes_first_call_finds_its_statement_compiled_by_the_templates_stand_in_reads():
+    """The template made one request to each GET route before it forked (the app keeps nothing of
+    them): an episode's first call compiles nothing new. With `stand_in_reads` off it compiles its query."""
+    sample = _changed_sample((COMPILING,))
+    assert all(before == after for before, after in _first_compiles(sample))
+    assert all(after == before + 1 for before, after in _first_compiles(sample, stand_in_reads=False))
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("keeps", sorted(KEEPING))
+def test_an_app_that_keeps_something_of_its_requests_gets_no_stand_in_reads(keeps):
+    """The trial fork saw the app's own state change: the template made no request, and each episode's
+    first call starts from the app as built (its query compiled there, the app's store empty)."""
+    keeper = KEEPING[keeps]
+    sample = _changed_sample((COMPILING,), HTTP_MIDDLEWARE if keeper is None else KEEPER.replace("KEEP", keeper))
+    assert all(after == before + 1 for before, after in _first_compiles(sample))
+
+
+@pytest.mark.timeout(300)
+def test_stand_in_reads_that_take_too_long_are_not_made_and_the_world_is_served():
+    """A GET route that sleeps past the trial's time (list_book_reviews, book 1): the trial is stopped,
+    the template makes no request, the world loads and serves its episodes (their first calls compile
+    their queries)."""
+    sleeping = (
+        "        reviews = session.scalars(\n",
+        "        _sleep_clock.sleep(5)\n        reviews = session.scalars(\n",
+    )
+    sample = _changed_sample((COMPILING, sleeping), "\nimport time as _sleep_clock\n")
+    assert all(after == before + 1 for before, after in _first_compiles(sample, episodes=1))

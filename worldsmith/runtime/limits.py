@@ -37,6 +37,9 @@ class SandboxLimits:
     #: strict isolation, an imported app: spares write ahead the pages its first call writes, learned once per
     #: world by a probe (runtime/sandbox/firstpages.py; up to 16 MiB more per episode process)
     first_pages: bool = True
+    #: strict isolation, an imported app: the template makes one request to each GET route before it forks,
+    #: if a trial shows the app keeps nothing of them (runtime/sandbox/standin.py); false: none
+    stand_in_reads: bool = True
     #: files a call may open for writing in its episode's file area (its bytes there: at most `file_size_mb`)
     call_files: int = 64
     #: how much an episode's database may grow beyond its world's (SQLite's max_page_count)
@@ -59,6 +62,7 @@ class SandboxLimits:
             episode_processes=s.sandbox_episode_processes,
             spare_processes=s.sandbox_spare_processes,
             first_pages=s.sandbox_first_pages,
+            stand_in_reads=s.sandbox_stand_in_reads,
             call_files=s.sandbox_call_files,
             episode_db_growth_mb=s.sandbox_episode_db_growth_mb,
             world_disk_mb=s.sandbox_world_disk_mb,

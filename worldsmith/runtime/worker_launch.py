@@ -46,6 +46,7 @@ def launch_worker(
         "isolation": limits.isolation,
         "episode_processes": limits.episode_processes,
         "spare_processes": limits.spare_processes,
+        "stand_in_reads": limits.stand_in_reads,
         "call_files": limits.call_files,
         "episode_db_growth_mb": limits.episode_db_growth_mb,
         "frameworks": frameworks,

@@ -42,6 +42,12 @@ FRAMEWORK_MODULES = (
     "starlette.routing",
     "starlette.responses",
     "starlette.concurrency",
+    "starlette.middleware.base",  # `@app.middleware("http")`: its first request imports the rest of anyio
+    "anyio._backends._asyncio",
+    "anyio.streams.memory",
+    "anyio.streams.stapled",
+    "anyio.streams.tls",
+    "queue",
     "pydantic",
     "pydantic.fields",
     "sqlalchemy",

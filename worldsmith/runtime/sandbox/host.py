@@ -12,12 +12,16 @@ generated code (`module`), an ASGI environment's app started and called (`start_
 from __future__ import annotations
 
 import _random
+import contextlib
 import decimal
+import functools
 import io
+import math
 import os
 import random
 import sqlite3
 import sys
+import time
 import traceback
 import types
 from collections.abc import Callable, Iterator
@@ -112,8 +116,11 @@ class SandboxHost:
         # ASGI environments: the connection their engines hand out right now
         self.current_conn: sqlite3.Connection | None = None
 
-    def run(self, fn: Callable[[], Any], *, episode: OpenEpisode | None, files: tuple[str, ...]) -> tuple[Any, str]:
-        """Run `fn` as generated code; returns (result, captured stdout) or raises Failure."""
+    def run(
+        self, fn: Callable[[], Any], *, episode: OpenEpisode | None, files: tuple[str, ...], wall_s: float | None = None
+    ) -> tuple[Any, str]:
+        """Run `fn` as generated code (within `wall_s` seconds, at most the call timeout); returns
+        (result, captured stdout) or raises Failure."""
         stdout, stderr = sys.stdout, sys.stderr
         capture = io.StringIO()
         sys.stdout = sys.stderr = capture
@@ -126,7 +133,7 @@ class SandboxHost:
         try:
             with guard.GUARD.untrusted(
                 episode_dir=episode.directory if episode else None,
-                wall_s=self.config["call_timeout_s"],
+                wall_s=min(self.config["call_timeout_s"], wall_s if wall_s is not None else math.inf),
                 cpu_s=self.config["cpu_s"],
             ):
                 try:
@@ -239,6 +246,34 @@ class SandboxHost:
             self.run(lambda: asgi.warm(env.app, module.__dict__), episode=None, files=("app.py",))
         except Exception:  # noqa: BLE001, S110 - the first call pays what this would have
             pass
+        finally:
+            self.current_conn = None
+            sqlite3.Connection.close(scratch)
+
+    def stand_in_reads(self, env: LoadedEnv, names: list[str], seconds: float) -> bool:
+        """One request to each of the app's routes `names` as generated code, on a private copy of the
+        world, with stand-in arguments (1 for each path parameter, nothing else), within `seconds` in
+        all: whether all were made in time. Their answers and failures are dropped (`standin`); a
+        refusal of the guard is recorded as for any run."""
+        from worldsmith.runtime.sandbox import asgi  # loaded in ASGI workers (worker._preload)
+
+        deadline = time.monotonic() + seconds
+        scratch = self._private_world(env)
+        try:
+            for name in names:
+                route = env.routes[name]
+                stand_in: JsonObject = {parameter: 1 for parameter in route.path_params}
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                with contextlib.suppress(Failure):
+                    self.run(
+                        functools.partial(asgi.call, env.app, route, stand_in),
+                        episode=None,
+                        files=("app.py",),
+                        wall_s=left,
+                    )
+            return time.monotonic() <= deadline
         finally:
             self.current_conn = None
             sqlite3.Connection.close(scratch)

@@ -45,6 +45,7 @@ class WorkerConfig(TypedDict):
     call_files: int  # files a call may open for writing in its episode's file area
     episode_db_growth_mb: int  # how much an episode's database may grow beyond its world's
     frameworks: bool  # it imports the web stack of ASGI environments before it confines itself
+    stand_in_reads: bool  # strict isolation, an app: its template makes its first requests if harmless (`standin`)
     channel_fd: int | None  # strict isolation: its end of the socket episode processes' pipes go over
     recursion_limit: NotRequired[int]  # default 1000
 

@@ -27,7 +27,7 @@ from worldsmith.bundle.kinds import TOOLS_KINDS, VERIFIERS_KINDS, Tool
 from worldsmith.bundle.readquery import run_read_queries
 from worldsmith.bundle.sqlscript import deserialize, restore, snapshot
 from worldsmith.jsonvalue import JsonObject
-from worldsmith.runtime.sandbox import dbdiff, episodedb, guard, worldclock
+from worldsmith.runtime.sandbox import dbdiff, episodedb, guard, standin, worldclock
 from worldsmith.runtime.sandbox.episodedb import refuse_transaction_control, write_db
 from worldsmith.runtime.sandbox.failure import Failure
 from worldsmith.runtime.sandbox.host import SandboxHost, app_module_name
@@ -172,6 +172,8 @@ class Operations:
             try:
                 worldclock.set_clock(env.clock, 0.0)  # module-level clock reads: the world's, no episode's skew
                 env.tools_kind.build_shared(self.host, env)
+                if self.config.get("stand_in_reads", True):  # an app's first requests, made here if harmless
+                    env.stand_in_reads = standin.keep_stand_in_reads(self.host, env)
             except Exception:  # noqa: BLE001 - each process that builds it again reports it
                 env.app, env.routes = None, {}
                 sys.modules.pop(app_module_name(env.key), None)

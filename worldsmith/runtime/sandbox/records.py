@@ -34,6 +34,7 @@ class LoadedEnv:
     clock: str | None = None  # ISO instant the code's clock reads answer (None: the real time); see worldclock
     app: Any = None  # an app object, made on first use
     routes: dict[str, Route] = field(default_factory=dict)
+    stand_in_reads: tuple[str, ...] = ()  # strict isolation: the routes the template read ahead (`standin`)
     load_error: str | None = None  # strict isolation: why the tools do not load (checked once)
 
 

@@ -1,0 +1,252 @@
+"""What an imported app keeps between requests (runtime/sandbox/appstate.py), and the template's stand-in
+reads kept only where they leave it as it was (runtime/sandbox/standin.py), in this process: no sandbox
+worker. The app's module is made here from source, so that its classes and functions are its own."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from worldsmith.runtime.sandbox import appstate, guard, standin
+from worldsmith.runtime.sandbox.failure import Failure
+from worldsmith.runtime.sandbox.guard import Guard
+from worldsmith.runtime.sandbox.host import app_module_name
+
+APP = """
+import functools
+import threading
+from fastapi import FastAPI
+from sqlalchemy import Integer, create_engine
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+app = FastAPI()
+engine = create_engine("sqlite://")
+SETTINGS = {"page_size": 10, "labels": ["a", "b"]}
+LOCAL = threading.local()
+
+
+class Context(threading.local):
+    pass
+
+
+CONTEXT = Context()
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Branch(Base):
+    __tablename__ = "branches"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+
+
+class Registry:
+    seen = []
+
+    def __init__(self):
+        self.count = 0
+
+
+class Slotted:
+    __slots__ = ("value",)
+
+    def __init__(self):
+        self.value = 0
+
+
+class Lazy:
+    touched = []
+
+    def __getattr__(self, name):
+        Lazy.touched.append(name)
+        raise AttributeError(name)
+
+    @property
+    def visible(self):
+        Lazy.touched.append("visible")
+        return 1
+
+
+REGISTRY = Registry()
+SLOTTED = Slotted()
+LAZY = Lazy()
+SESSION = Session(engine)
+
+
+def counter():
+    calls = 0
+
+    def count():
+        nonlocal calls
+        calls += 1
+        return calls
+
+    return count
+
+
+COUNT = counter()
+
+
+@functools.lru_cache
+def cached(key):
+    return key
+"""
+
+
+#: The runtime key of the environment whose app the module above is.
+KEY = "test"
+
+
+@pytest.fixture
+def app_module() -> Iterator[types.ModuleType]:
+    """The module above, run as the app module of environment KEY (its classes and functions are its own)."""
+    module = types.ModuleType(app_module_name(KEY))
+    sys.modules[module.__name__] = module
+    try:
+        exec(compile(APP, "app.py", "exec"), module.__dict__)
+        yield module
+    finally:
+        sys.modules.pop(module.__name__, None)
+
+
+def _fingerprint(module: types.ModuleType) -> tuple[object, ...] | None:
+    return appstate.fingerprint(module.__dict__, module.__name__)
+
+
+CHANGES = {
+    "a global's value": lambda m: m.SETTINGS.update(page_size=20),
+    "a list inside a global": lambda m: m.SETTINGS["labels"].append("c"),
+    "a new global": lambda m: setattr(m, "LAST_REQUEST", "/api/books"),
+    "a class attribute's list": lambda m: m.Registry.seen.append(1),
+    "an instance of the app's class": lambda m: setattr(m.REGISTRY, "count", 1),
+    "a slot of the app's object": lambda m: setattr(m.SLOTTED, "value", 1),
+    "a closure's cell": lambda m: m.COUNT(),
+    "an lru_cache": lambda m: m.cached("/api/books"),
+    "app.state": lambda m: setattr(m.app.state, "requests", 1),
+    "a thread-local": lambda m: setattr(m.LOCAL, "user", 7),
+    "the app's thread-local": lambda m: setattr(m.CONTEXT, "user", 7),
+    "a session's identity map": lambda m: m.SESSION.add(m.Branch(id=1)),
+}
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("change", sorted(CHANGES))
+def test_a_change_to_what_the_app_keeps_changes_its_fingerprint(app_module, change):
+    before = _fingerprint(app_module)
+    assert before is not None and before == _fingerprint(app_module)  # taken twice alike
+    CHANGES[change](app_module)
+    assert _fingerprint(app_module) != before
+
+
+@pytest.mark.unit
+def test_the_frameworks_own_caches_are_not_the_apps(app_module):
+    """What a framework object keeps for itself (here: SQLAlchemy's compiled statements, FastAPI's
+    schema, a mapper's memoized paths) is not read: filling it changes nothing."""
+    from sqlalchemy import select
+
+    before = _fingerprint(app_module)
+    with app_module.engine.connect() as connection:
+        app_module.Base.metadata.create_all(connection)
+        connection.execute(select(app_module.Branch).order_by(app_module.Branch.id)).all()
+    assert len(app_module.engine._compiled_cache) > 0
+    app_module.app.openapi()  # cached on the app object
+    assert _fingerprint(app_module) == before
+
+
+@pytest.mark.unit
+def test_the_fingerprint_runs_none_of_the_apps_code(app_module):
+    _fingerprint(app_module)
+    assert app_module.Lazy.touched == []
+
+
+@pytest.mark.unit
+def test_too_much_to_walk_is_no_answer(app_module, monkeypatch):
+    monkeypatch.setattr(appstate, "MAX_OBJECTS", 10)
+    assert _fingerprint(app_module) is None
+
+
+# -- the template's stand-in reads (a trial fork: the sandbox tier) ---------------------------------
+
+
+class _Host:
+    """Stands in for `SandboxHost.stand_in_reads`: `read` is what one round of reads does to the app's
+    module in this process (the trial runs it in a fork); each round is counted in the module."""
+
+    def __init__(self, read: Any, finished: bool = True):
+        self.read = read
+        self.finished = finished
+
+    def stand_in_reads(self, env: Any, names: list[str], seconds: float) -> bool:
+        module = sys.modules[app_module_name(env.key)]
+        self.read(module)
+        return self.finished
+
+
+@pytest.fixture
+def loaded(app_module, monkeypatch) -> Any:
+    """A loaded environment whose app is `app_module`'s, with two GET routes and a POST one."""
+    monkeypatch.setattr(guard, "GUARD", Guard(frameworks=True), raising=False)
+    monkeypatch.setattr(standin, "TRIAL_S", 0.5)
+    assert app_module.__name__ == app_module_name(KEY)
+    routes = {
+        name: types.SimpleNamespace(method=method) for name, method in (("b", "GET"), ("a", "GET"), ("c", "POST"))
+    }
+    return types.SimpleNamespace(key=KEY, app=app_module.app, routes=routes)
+
+
+@pytest.mark.sandbox
+def test_reads_that_leave_the_app_as_it_was_are_made_in_the_template(loaded):
+    rounds = []
+    host = _Host(lambda module: rounds.append(os.getpid()))
+    assert standin.keep_stand_in_reads(host, loaded) == ("a", "b")  # its GET routes
+    assert rounds == [os.getpid()]  # here once (the trial's round was in its fork)
+
+
+@pytest.mark.sandbox
+def test_an_app_that_keeps_something_of_its_reads_gets_none(loaded):
+    module = sys.modules[app_module_name(loaded.key)]
+    rounds = []
+    host = _Host(lambda m: (rounds.append(os.getpid()), m.Registry.seen.append("request")))
+    assert standin.keep_stand_in_reads(host, loaded) == ()
+    assert rounds == [] and module.Registry.seen == []  # the trial's change stayed in its fork
+
+
+@pytest.mark.sandbox
+def test_reads_that_do_not_end_in_time_are_not_made(loaded):
+    started = time.monotonic()
+    assert standin.keep_stand_in_reads(_Host(lambda m: time.sleep(30)), loaded) == ()
+    assert time.monotonic() - started < 10  # the trial is killed past TRIAL_S (0.5 s here) and a second
+    assert standin.keep_stand_in_reads(_Host(lambda m: None, finished=False), loaded) == ()
+
+
+@pytest.mark.sandbox
+def test_a_refusal_of_the_guard_during_the_trial_means_no_reads(loaded):
+    host = _Host(lambda m: guard.GUARD.violations.append(guard.SandboxViolation("network", "refused")))
+    assert standin.keep_stand_in_reads(host, loaded) == ()
+    assert guard.GUARD.violations == []
+
+
+@pytest.mark.sandbox
+def test_an_app_changed_only_by_the_templates_own_reads_is_dropped(loaded):
+    """Clean in the trial, changed here (an app that behaves differently the second time): the caller
+    drops the built app (`Operations.build_shared`), so that no process starts from the changed one."""
+    template = os.getpid()
+    host = _Host(lambda m: m.Registry.seen.append(1) if os.getpid() == template else None)
+    with pytest.raises(Failure, match="changed under its stand-in reads"):
+        standin.keep_stand_in_reads(host, loaded)
+
+
+@pytest.mark.sandbox
+def test_an_app_without_get_routes_or_not_built_gets_none(loaded):
+    host = _Host(lambda m: pytest.fail("no reads expected"))
+    loaded.routes = {"c": types.SimpleNamespace(method="POST")}
+    assert standin.keep_stand_in_reads(host, loaded) == ()
+    loaded.routes, loaded.app = {"a": types.SimpleNamespace(method="GET")}, None
+    assert standin.keep_stand_in_reads(host, loaded) == ()
