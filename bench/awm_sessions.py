@@ -15,8 +15,12 @@ client, two ways:
   the same for both servers and more than what is measured);
 - official: the `mcp` SDK's `streamable_http_client` and `ClientSession`.
 
+A third server, the **floor**, answers every request at once with canned bytes under the same
+uvicorn (`FLOOR_SERVER`: no session, no app): a session against it costs what the client and the HTTP
+stack do, the least any server's session can cost on this machine.
+
 Prints the medians and the ratios (worldsmith / reference: below 1 means worldsmith is
-faster), with the light client's session split in two (its opening: `initialize` and `initialized`;
+faster; the floor / reference beside them), with the light client's session split in two (its opening: `initialize` and `initialized`;
 its read: the episode's first call); the last line is JSON.
 """
 
@@ -71,6 +75,49 @@ async def list_branches() -> str:
 
 app = server.streamable_http_app(streamable_http_path="/mcp")
 logging.getLogger().setLevel(logging.WARNING)
+"""
+
+
+#: The floor: a server that answers each request at once with canned bytes (no MCP session, no app, no
+#: database), under the same uvicorn. What a session costs against it is the client's and the HTTP
+#: stack's share, which no server can take off: the least any server's session can cost here.
+FLOOR_SERVER = """
+import json
+
+RESULTS = {
+    "initialize": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {"tools": {}},
+        "serverInfo": {"name": "floor", "version": "0"},
+    },
+    "tools/list": {"tools": []},
+}
+READ_RESULT = {"content": [{"type": "text", "text": "[]"}], "isError": False}
+
+
+async def app(scope, receive, send):
+    if scope["type"] != "http":
+        return
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    status, payload, headers = 200, b"", [(b"mcp-session-id", b"floor")]
+    if scope["method"] == "POST":
+        request = json.loads(body)
+        if "id" in request:
+            result = RESULTS.get(request.get("method"), READ_RESULT)
+            payload = json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": result}).encode()
+            headers.append((b"content-type", b"application/json"))
+        else:
+            status = 202
+    elif scope["method"] == "GET":  # no stream of server messages
+        status = 405
+    headers.append((b"content-length", str(len(payload)).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": payload})
 """
 
 
@@ -176,8 +223,9 @@ def serve_worldsmith(bundle_file: Path, port: int) -> None:
 
 @contextlib.contextmanager
 def served(scenario: AwmScenario, bundle: Bundle) -> Iterator[dict[str, str]]:
-    """Both servers of `scenario`'s app started, each in a process of its own: their MCP URLs, by
-    name (worldsmith: the gateway serving `bundle`; reference: the SDK's server, the app in-process)."""
+    """The servers of `scenario`'s app started, each in a process of its own: their MCP URLs, by
+    name (worldsmith: the gateway serving `bundle`; reference: the SDK's server, the app in-process;
+    floor: canned answers, `FLOOR_SERVER`)."""
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
         (root / "bundle.pickle").write_bytes(pickle.dumps(bundle))
@@ -187,7 +235,8 @@ def served(scenario: AwmScenario, bundle: Bundle) -> Iterator[dict[str, str]]:
         )
         (root / "reference_server.py").write_text(REFERENCE_SERVER.replace("PATH", repr(read_path)))
         (root / "world.db").write_bytes(bundle.world)
-        ours_port, theirs_port = _free_port(), _free_port()
+        (root / "floor_server.py").write_text(FLOOR_SERVER)
+        ours_port, theirs_port, floor_port = _free_port(), _free_port(), _free_port()
         ours = subprocess.Popen(
             [sys.executable, __file__, "--serve-worldsmith", str(root / "bundle.pickle"), "--port", str(ours_port)]
         )
@@ -197,15 +246,22 @@ def served(scenario: AwmScenario, bundle: Bundle) -> Iterator[dict[str, str]]:
             cwd=root,
             env={**os.environ, "DATABASE_PATH": f"sqlite:///{root / 'world.db'}"},
         )
+        floor = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "floor_server:app", "--port", str(floor_port)]
+            + ["--log-level", "warning", "--no-access-log"],
+            cwd=root,
+        )
         try:
             _wait_for(ours_port, ours)
             _wait_for(theirs_port, theirs)
+            _wait_for(floor_port, floor)
             yield {
                 "worldsmith": f"http://127.0.0.1:{ours_port}/envs/{bundle.env_id}/mcp",
                 "reference": f"http://127.0.0.1:{theirs_port}/mcp",
+                "floor": f"http://127.0.0.1:{floor_port}/mcp",
             }
         finally:
-            for process in (ours, theirs):
+            for process in (ours, theirs, floor):
                 process.terminate()
                 process.wait(30)
 
@@ -244,6 +300,7 @@ def main() -> None:
     with served(scenario, bundle) as urls:
         figures = measure(urls, args.sessions)
     ratios = {key: figures["worldsmith"][key] / figures["reference"][key] for key in figures["worldsmith"]}
+    floors = {key: figures["floor"][key] / figures["reference"][key] for key in figures["floor"]}
     for key in ("light_open_ms", "light_read_ms"):
         print(
             f"  light client, {'the session opened' if key == 'light_open_ms' else 'its one read'}: worldsmith "
@@ -254,9 +311,19 @@ def main() -> None:
             continue
         print(
             f"new session + one read, {key[:-3]:>8} client: worldsmith {figures['worldsmith'][key]:7.2f} ms, "
-            f"reference {figures['reference'][key]:7.2f} ms, x{ratio:.2f} (target <= 0.5)"
+            f"reference {figures['reference'][key]:7.2f} ms, x{ratio:.2f} (target <= 0.5; the floor "
+            f"{figures['floor'][key]:.2f} ms, x{floors[key]:.2f})"
         )
-    print(json.dumps({**figures, "ratio_worldsmith_over_reference": ratios, "sessions": args.sessions}))
+    print(
+        json.dumps(
+            {
+                **figures,
+                "ratio_worldsmith_over_reference": ratios,
+                "ratio_floor_over_reference": floors,
+                "sessions": args.sessions,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

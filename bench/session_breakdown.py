@@ -12,7 +12,8 @@ the CPU the process had spent before it (fork, confinement, database, warm-up). 
 native per phase, first / second call per world.
 
 gateway: the imported world served by `serving.gateway.serve` and by the reference (the MCP SDK's
-server, the app called in-process: `bench/awm_sessions.py`), each in a process of its own; a light
+server, the app called in-process: `bench/awm_sessions.py`), and the floor (canned answers under the
+same uvicorn: what the client and the HTTP stack cost), each in a process of its own; a light
 client's new session split into `initialize` (ours opens the episode there), `notifications/initialized`
 and the read (the episode's first call), taken in turn against both, with ratios ours / reference.
 
@@ -181,13 +182,17 @@ def main() -> None:
             *imported_world(ROOT / "tests" / "data" / "awm_format_sample"), args.sessions
         )  # a bundle not run yet: it pickles
         results["gateway"] = figures
-        ours, theirs = figures["worldsmith"], figures["reference"]
-        print("new MCP session + one read, light client (median)   worldsmith   reference   ours/reference")
+        ours, theirs, floor = figures["worldsmith"], figures["reference"], figures["floor"]
+        print(
+            "new MCP session + one read, light client (median)   worldsmith   reference   ours/reference"
+            "      floor  floor/reference"
+        )
         for kind in ("initialize_ms", "initialized_ms", "read_ms", "session_ms"):
             print(
                 f"  {kind.removesuffix('_ms'):<48}{ours[kind]:9.2f} ms{theirs[kind]:9.2f} ms  x{ours[kind] / theirs[kind]:.2f}"
+                f"        {floor[kind]:7.2f} ms  x{floor[kind] / theirs[kind]:.2f}"
             )
-        print("  (target: the whole session at most x0.5 the reference's)")
+        print("  (target: the whole session at most x0.5 the reference's; the floor: canned answers, no server work)")
     print(json.dumps(results))
 
 

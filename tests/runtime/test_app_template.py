@@ -313,6 +313,21 @@ def test_an_app_that_keeps_something_of_its_requests_gets_no_stand_in_reads(keep
     assert all(after == before + 1 for before, after in _first_compiles(sample))
 
 
+#: The same middlewares keeping nothing: their template makes the stand-in reads.
+KEEPING_NOTHING = {
+    "an ASGI middleware": KEEPER.replace("KEEP", "pass"),
+    "an http middleware": HTTP_MIDDLEWARE.replace("REQUESTS.append(request.url.path)", "request.url.path"),
+}
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("middleware", sorted(KEEPING_NOTHING))
+def test_an_app_whose_middleware_keeps_nothing_gets_its_stand_in_reads(middleware):
+    """The control of the test above: the same apps without what they keep pass the trial."""
+    sample = _changed_sample((COMPILING,), KEEPING_NOTHING[middleware])
+    assert all(before == after for before, after in _first_compiles(sample))
+
+
 @pytest.mark.timeout(300)
 def test_stand_in_reads_that_take_too_long_are_not_made_and_the_world_is_served():
     """A GET route that sleeps past the trial's time (list_book_reviews, book 1): the trial is stopped,

@@ -20,7 +20,10 @@ from worldsmith.runtime.sandbox.host import app_module_name
 
 APP = """
 import functools
+import itertools
+import random
 import threading
+import types
 from fastapi import FastAPI
 from sqlalchemy import Integer, create_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
@@ -74,7 +77,43 @@ class Lazy:
         return 1
 
 
+class Meta(type):
+    def __getattribute__(cls, name):
+        Lazy.touched.append(("metaclass", name))
+        return type.__getattribute__(cls, name)
+
+
+class Watched(metaclass=Meta):
+    def __getattribute__(self, name):
+        Lazy.touched.append(("instance", name))
+        return object.__getattribute__(self, name)
+
+
+class Disguised:  # says it is the interpreter's: walked all the same, none of its code run
+    __module__ = "builtins"
+    expire_all = None
+
+    @property
+    def identity_map(self):
+        Lazy.touched.append("identity_map")
+        return {}
+
+
+class Namespaced:
+    __slots__ = "value"
+
+    def __init__(self):
+        self.value = 0
+
+
 REGISTRY = Registry()
+WATCHED = Watched()
+DISGUISED = Disguised()
+NAMESPACED = Namespaced()
+IDS = itertools.count(1)
+RNG = random.Random(42)
+BAG = types.SimpleNamespace(hits=0)
+TAGGED = {Registry()}
 SLOTTED = Slotted()
 LAZY = Lazy()
 SESSION = Session(engine)
@@ -133,6 +172,16 @@ CHANGES = {
     "a thread-local": lambda m: setattr(m.LOCAL, "user", 7),
     "the app's thread-local": lambda m: setattr(m.CONTEXT, "user", 7),
     "a session's identity map": lambda m: m.SESSION.add(m.Branch(id=1)),
+    "a session's open transaction": lambda m: m.SESSION.connection(),
+    "an id counter": lambda m: next(m.IDS),
+    "a random generator": lambda m: m.RNG.random(),
+    "a SimpleNamespace": lambda m: setattr(m.BAG, "hits", 1),
+    "an attribute of the app": lambda m: setattr(m.app, "cache", {"/api/books": []}),
+    "an attribute of its router": lambda m: setattr(m.app.router, "hits", 1),
+    "an object in a set": lambda m: setattr(next(iter(m.TAGGED)), "count", 2),
+    "a slot named by a string": lambda m: setattr(m.NAMESPACED, "value", 1),
+    "an object that says it is the interpreter's": lambda m: setattr(m.DISGUISED, "hits", 1),
+    "an object with its own __getattribute__": lambda m: object.__setattr__(m.WATCHED, "hits", 1),
 }
 
 
@@ -162,8 +211,30 @@ def test_the_frameworks_own_caches_are_not_the_apps(app_module):
 
 @pytest.mark.unit
 def test_the_fingerprint_runs_none_of_the_apps_code(app_module):
-    _fingerprint(app_module)
+    """No property, `__getattr__`, `__getattribute__` (the object's or its metaclass's) or method the
+    app set on an object (an lru_cache's `cache_info`) is called, whatever module a class says it is of."""
+    app_module.cached.cache_info = lambda: app_module.Lazy.touched.append("cache_info")
+    app_module.Lazy.touched.clear()
+    assert _fingerprint(app_module) is not None
     assert app_module.Lazy.touched == []
+
+
+UNREADABLE = {
+    "a generator": "PENDING = (n for n in range(3))",
+    "attributes that are not a dict": (
+        "class Odd:\n    pass\n\n\nODD = Odd()\nODD.__dict__ = type('Spoof', (dict,), {})()"
+    ),
+    "a __dict__ of the app's": "class Fake:\n    @property\n    def __dict__(self):\n        return {}\n\n\nFAKE = Fake()",
+}
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("held", sorted(UNREADABLE))
+def test_what_the_walk_cannot_read_is_no_answer(app_module, held):
+    """State the walk cannot read without running code that is not the interpreter's: cannot tell
+    (taken as changed, so the template makes no stand-in read)."""
+    exec(compile(UNREADABLE[held], "app.py", "exec"), app_module.__dict__)
+    assert _fingerprint(app_module) is None
 
 
 @pytest.mark.unit
@@ -241,6 +312,36 @@ def test_an_app_changed_only_by_the_templates_own_reads_is_dropped(loaded):
     host = _Host(lambda m: m.Registry.seen.append(1) if os.getpid() == template else None)
     with pytest.raises(Failure, match="changed under its stand-in reads"):
         standin.keep_stand_in_reads(host, loaded)
+
+
+@pytest.mark.sandbox
+def test_reads_that_leave_something_on_the_event_loop_are_not_kept(loaded, monkeypatch):
+    """A task a read started and left pending would run in an episode's first request: in the trial it
+    means no reads; left by the template's own reads, the loop is cleared and the built app dropped."""
+    import asyncio
+
+    from worldsmith.runtime.sandbox import asgi
+
+    loop = asyncio.new_event_loop()
+    monkeypatch.setattr(asgi, "LOOP", loop)
+
+    async def later() -> None:
+        await asyncio.sleep(3600)
+
+    try:
+        leaving = _Host(lambda m: loop.create_task(later()))
+        assert standin.keep_stand_in_reads(leaving, loaded) == ()
+        assert asgi.loop_idle()  # the trial's task stayed in its fork
+        template = os.getpid()
+        leaving = _Host(lambda m: loop.create_task(later()) if os.getpid() == template else None)
+        with pytest.raises(Failure, match="changed under its stand-in reads"):
+            standin.keep_stand_in_reads(leaving, loaded)
+        assert not loop._ready and not loop._scheduled  # nothing the task would do is scheduled any more
+    finally:
+        for task in asyncio.all_tasks(loop):
+            task.cancel()
+        loop.run_until_complete(asyncio.sleep(0))
+        loop.close()
 
 
 @pytest.mark.sandbox

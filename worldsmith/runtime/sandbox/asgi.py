@@ -351,6 +351,24 @@ async def _request(
     return status, b"".join(chunks)
 
 
+def loop_idle() -> bool:
+    """Whether nothing waits on the event loop: no task pending, no callback or timer scheduled (what a
+    request left would run in the next request's turn of the loop)."""
+    if LOOP is None:
+        return True
+    ready, scheduled = getattr(LOOP, "_ready", ()), getattr(LOOP, "_scheduled", ())
+    return not asyncio.all_tasks(LOOP) and not ready and not scheduled
+
+
+def clear_loop() -> None:
+    """Drop every callback and timer scheduled on the event loop, so that nothing a request left (a
+    task's next step included) runs in a later request's turn of the loop."""
+    for name in ("_ready", "_scheduled"):
+        pending = getattr(LOOP, name, None)
+        if pending is not None:
+            pending.clear()
+
+
 def call(app: Any, route: Route, arguments: Mapping[str, JsonValue]) -> tuple[int, JsonValue]:
     """One call of `route` with flat `arguments`: (HTTP status, decoded JSON body or text)."""
     assert LOOP is not None, "preload() makes the event loop"

@@ -15,6 +15,7 @@ import _random
 import contextlib
 import decimal
 import functools
+import gc
 import io
 import math
 import os
@@ -226,6 +227,7 @@ class SandboxHost:
         """A private in-memory copy of `env`'s world, bound as the connection the app's code gets."""
         scratch = deserialize(env.world, factory=AppConnection, transactions=refuse_transaction_control)
         worldclock.bind_sql(scratch, env.clock)
+        guard.GUARD.watch(scratch)  # a query of the app's is interrupted past the run's deadline
         for name in (SAVEPOINT, APP_SAVEPOINT):  # what the app's commits and rollbacks work within
             sqlite3.Connection.execute(scratch, f"SAVEPOINT {name}")
         self.current_conn = scratch
@@ -253,27 +255,32 @@ class SandboxHost:
     def stand_in_reads(self, env: LoadedEnv, names: list[str], seconds: float) -> bool:
         """One request to each of the app's routes `names` as generated code, on a private copy of the
         world, with stand-in arguments (1 for each path parameter, nothing else), within `seconds` in
-        all: whether all were made in time. Their answers and failures are dropped (`standin`); a
-        refusal of the guard is recorded as for any run."""
+        all: whether all were made in time, none refused by the guard (the first refusal ends them; it
+        is recorded as for any run), and nothing but this process's own references holds the private
+        copy after them (a session of the app's left bound to it). Their answers and failures are
+        dropped (`standin`)."""
         from worldsmith.runtime.sandbox import asgi  # loaded in ASGI workers (worker._preload)
 
         deadline = time.monotonic() + seconds
+        refusals = len(guard.GUARD.violations)
         scratch = self._private_world(env)
+        held = sys.getrefcount(scratch)  # this frame's, `current_conn`'s and the argument's
         try:
             for name in names:
                 route = env.routes[name]
                 stand_in: JsonObject = {parameter: 1 for parameter in route.path_params}
                 left = deadline - time.monotonic()
-                if left <= 0:
+                if left <= 0 or len(guard.GUARD.violations) > refusals:
                     return False
                 with contextlib.suppress(Failure):
-                    self.run(
-                        functools.partial(asgi.call, env.app, route, stand_in),
-                        episode=None,
-                        files=("app.py",),
-                        wall_s=left,
-                    )
-            return time.monotonic() <= deadline
+                    request = functools.partial(asgi.call, env.app, route, stand_in)
+                    self.run(request, episode=None, files=("app.py",), wall_s=left)
+            gc.collect()
+            return (
+                time.monotonic() <= deadline
+                and len(guard.GUARD.violations) == refusals
+                and (sys.getrefcount(scratch) <= held)
+            )
         finally:
             self.current_conn = None
             sqlite3.Connection.close(scratch)

@@ -46,7 +46,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import cast
 
-from worldsmith.runtime.sandbox import episodedb, firstpages, kernel
+from worldsmith.runtime.sandbox import episodedb, firstpages, kernel, standin
 from worldsmith.runtime.sandbox.failure import Failure
 from worldsmith.runtime.sandbox.messages import (
     Reply,
@@ -150,7 +150,10 @@ class ForkedProcesses:
         template first (it drops the worker's channels)."""
         if self._control is None:
             raise Failure("env_error", "sandbox worker fault: no socket to a template (strict isolation only)")
-        self.template = start_template(self._control, prepare, self._run_child, self.config["call_timeout_s"])
+        prepare_s = self.config["call_timeout_s"]  # the app's build (`Operations.build_shared`)
+        if self.config.get("frameworks") and self.config.get("stand_in_reads", True):
+            prepare_s += standin.BUDGET_S  # and its stand-in reads
+        self.template = start_template(self._control, prepare, self._run_child, prepare_s)
         try:  # the worker forks nothing more (its heap is no clean source): a filter on top of its own
             kernel.seccomp(kernel.ZYGOTE_ALLOWED - FORKS)
         except OSError:

@@ -31,7 +31,7 @@ import signal
 import sys
 from types import ModuleType
 
-from worldsmith.runtime.sandbox import appstate, guard
+from worldsmith.runtime.sandbox import appstate, guard, kernel
 from worldsmith.runtime.sandbox.failure import Failure
 from worldsmith.runtime.sandbox.host import SandboxHost, app_module_name
 from worldsmith.runtime.sandbox.protocol import ready
@@ -41,6 +41,9 @@ from worldsmith.runtime.sandbox.records import LoadedEnv
 TRIAL_S = 2.0
 #: How long the template's own run may take (a loaded machine): past it the built app is dropped.
 TEMPLATE_S = 10.0
+#: How much longer a template making stand-in reads may take before its first answer: the trial
+#: (killed a second past TRIAL_S), its own run, and the walks of the app's state (`appstate`).
+BUDGET_S = TRIAL_S + 1.0 + TEMPLATE_S + 2.0
 
 
 def read_routes(env: LoadedEnv) -> list[str]:
@@ -57,6 +60,9 @@ def keep_stand_in_reads(host: SandboxHost, env: LoadedEnv) -> tuple[str, ...]:
     if env.app is None or module is None or not names or not _trial(host, env, module, names):
         return ()
     if not _unchanged_by_reads(host, env, module, names, TEMPLATE_S):
+        from worldsmith.runtime.sandbox import asgi  # loaded in ASGI workers (worker._preload)
+
+        asgi.clear_loop()  # what the requests left on the loop never runs
         raise Failure("env_error", "the app's state changed under its stand-in reads in the template")
     return tuple(names)
 
@@ -64,13 +70,16 @@ def keep_stand_in_reads(host: SandboxHost, env: LoadedEnv) -> tuple[str, ...]:
 def _unchanged_by_reads(
     host: SandboxHost, env: LoadedEnv, module: ModuleType, names: list[str], seconds: float
 ) -> bool:
-    """Make the stand-in reads; whether they were all made within `seconds`, the guard refused
-    nothing and the app keeps the same state as before."""
+    """Make the stand-in reads; whether they were all made within `seconds` and the guard refused
+    nothing (`SandboxHost.stand_in_reads`), and left the app keeping the same state as before and
+    nothing waiting on the event loop."""
+    from worldsmith.runtime.sandbox import asgi  # loaded in ASGI workers (worker._preload)
+
     refusals = len(guard.GUARD.violations)
     before = appstate.fingerprint(module.__dict__, module.__name__)
-    in_time = host.stand_in_reads(env, names, seconds)
+    made = before is not None and asgi.loop_idle() and host.stand_in_reads(env, names, seconds)
     after = appstate.fingerprint(module.__dict__, module.__name__)
-    return in_time and before is not None and after == before and len(guard.GUARD.violations) == refusals
+    return made and after == before and asgi.loop_idle() and len(guard.GUARD.violations) == refusals
 
 
 def _trial(host: SandboxHost, env: LoadedEnv, module: ModuleType, names: list[str]) -> bool:
@@ -86,6 +95,7 @@ def _trial(host: SandboxHost, env: LoadedEnv, module: ModuleType, names: list[st
     if pid == 0:  # the trial: never returns
         passed = False
         try:
+            kernel.die_with_parent()
             os.close(answer)
             passed = _unchanged_by_reads(host, env, module, names, TRIAL_S)
         finally:
