@@ -30,6 +30,8 @@ import weakref
 from collections.abc import Iterator, Sized
 from typing import Any, cast
 
+from worldsmith.errors import WorldsmithError
+
 #: Objects walked at most; past it the fingerprint is None.
 MAX_OBJECTS = 100_000
 #: Strings and bytes longer than this are recorded by length and hash.
@@ -99,8 +101,9 @@ def _loaded(module: str, name: str) -> type | None:
     return found if type(found) is type or (found is not None and type in _mro(type(found))) else None
 
 
-class _CannotTell(Exception):
-    """Something the walk cannot read without running code that is not the interpreter's."""
+class CannotTell(WorldsmithError):
+    """Something the walk cannot read without running code that is not the interpreter's (caught by
+    `fingerprint`: its answer is then None)."""
 
 
 def _has_dict(cls: type) -> bool:
@@ -112,7 +115,7 @@ def _has_dict(cls: type) -> bool:
 
 def _instance_dict(obj: object, cls: type) -> dict[str, Any]:
     """`obj`'s own attributes ({} if it has none; a thread-local's in this thread), read through the
-    interpreter's own `__dict__` descriptor; _CannotTell if that is not what the class has, or if the
+    interpreter's own `__dict__` descriptor; CannotTell if that is not what the class has, or if the
     attributes are not a plain dict."""
     if threading.local in _mro(cls):  # its own lookup answers "__dict__" itself, before any class's
         attributes = threading.local.__getattribute__(obj, "__dict__")  # type: ignore[arg-type]
@@ -122,20 +125,20 @@ def _instance_dict(obj: object, cls: type) -> dict[str, Any]:
             return {}
         descriptor = _type_dict(base)["__dict__"]
         if type(descriptor) not in (types.GetSetDescriptorType, types.MemberDescriptorType):
-            raise _CannotTell(f"{_type_name(base)}.__dict__ is not the interpreter's")
+            raise CannotTell(f"{_type_name(base)}.__dict__ is not the interpreter's")
         attributes = descriptor.__get__(obj, base)
     if type(attributes) is not dict:
-        raise _CannotTell(f"a {_type_name(cls)}'s attributes are not a dict")
+        raise CannotTell(f"a {_type_name(cls)}'s attributes are not a dict")
     return attributes
 
 
 def _slots(obj: object, cls: type) -> Iterator[object]:
-    """The values of `obj`'s `__slots__` that are set; _CannotTell for slots that are not names."""
+    """The values of `obj`'s `__slots__` that are set; CannotTell for slots that are not names."""
     for base in _mro(cls):
         slots = _type_dict(base).get("__slots__", ())
         names = (slots,) if type(slots) is str else slots
         if type(names) not in (tuple, list) or any(type(name) is not str for name in names):
-            raise _CannotTell(f"{_type_name(base)}.__slots__ is not a sequence of names")
+            raise CannotTell(f"{_type_name(base)}.__slots__ is not a sequence of names")
         for name in names:
             descriptor = _type_dict(base).get(name)
             if type(descriptor) is types.MemberDescriptorType:
@@ -215,14 +218,14 @@ def _beneath(obj: Any, cls: type, module: str) -> list[object] | None:
     if cls is itertools.count:  # its next value and step, if they are numbers
         state = itertools.count.__reduce__(obj)[1]
         if any(type(value) not in _SCALARS for value in state):
-            raise _CannotTell("an itertools.count of values that are not numbers")
+            raise CannotTell("an itertools.count of values that are not numbers")
         return list(state)
     if cls in _STATELESS:
         return None
     if _framework(cls):
         return _store(obj, cls, mro)
     if not _has_dict(cls) and not any("__slots__" in _type_dict(base) for base in mro):
-        raise _CannotTell(f"a {_type_name(cls)} keeps its state where it cannot be read")
+        raise CannotTell(f"a {_type_name(cls)} keeps its state where it cannot be read")
     return _attributes(obj, cls)
 
 
@@ -238,7 +241,7 @@ def fingerprint(namespace: dict[str, Any], module: str) -> tuple[object, ...] | 
     when it cannot tell (an object it cannot read, past MAX_OBJECTS objects)."""
     try:
         return _walk(namespace, module)
-    except Exception:  # noqa: BLE001 - _CannotTell, or an object stranger than the walk knows: cannot tell
+    except Exception:  # noqa: BLE001 - CannotTell, or an object stranger than the walk knows: cannot tell
         return None
 
 
