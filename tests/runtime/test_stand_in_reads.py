@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from worldsmith.runtime.sandbox import appstate, guard, standin
+from worldsmith.runtime.sandbox import appstate, asgi, guard, standin
 from worldsmith.runtime.sandbox.failure import Failure
 from worldsmith.runtime.sandbox.guard import Guard
 from worldsmith.runtime.sandbox.host import app_module_name
@@ -24,7 +24,12 @@ import itertools
 import random
 import threading
 import types
-from fastapi import FastAPI
+from collections import namedtuple
+from contextvars import ContextVar
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
+from fastapi import Depends, FastAPI
+from pydantic import BaseModel
 from sqlalchemy import Integer, create_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
@@ -106,6 +111,68 @@ class Namespaced:
         self.value = 0
 
 
+class Counting:  # a middleware of the app's, reachable only through the app's middleware stack
+    def __init__(self, app):
+        self.app = app
+        self.hits = 0
+
+    async def __call__(self, scope, receive, send):
+        await self.app(scope, receive, send)
+
+
+app.add_middleware(Counting)
+
+
+class Limiter:  # a dependency's instance, reachable only through its route
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self):
+        return self.calls
+
+
+@app.get("/limited", dependencies=[Depends(Limiter())])
+async def limited():
+    return {}
+
+
+def routes():  # an endpoint made by a factory: its closure reachable only through its route
+    seen = []
+
+    @app.get("/made")
+    async def made():
+        seen.append(1)
+        return {}
+
+
+routes()
+
+
+class EqualsAll(type):  # a metaclass the walk must never ask to compare or hash
+    def __eq__(cls, other):
+        Lazy.touched.append("metaclass __eq__")
+        return True
+
+    def __hash__(cls):
+        Lazy.touched.append("metaclass __hash__")
+        return 0
+
+
+class Compared(metaclass=EqualsAll):
+    pass
+
+
+class Model(BaseModel):  # what ordinary apps hold: none of it is "cannot tell"
+    tags: list[str] = []
+    note: str | None = None
+
+
+EPOCH = datetime(2024, 1, 1, tzinfo=timezone.utc)
+LOAN_PERIOD = timedelta(days=14)
+FINE = Decimal("0.25")
+Point = namedtuple("Point", "x y")
+CURRENT_USER = ContextVar("current_user", default=None)
+COMPARED = Compared()
 REGISTRY = Registry()
 WATCHED = Watched()
 DISGUISED = Disguised()
@@ -150,6 +217,7 @@ def app_module() -> Iterator[types.ModuleType]:
     sys.modules[module.__name__] = module
     try:
         exec(compile(APP, "app.py", "exec"), module.__dict__)
+        asgi.build_stack(module.app)  # as the template does before its first fingerprint
         yield module
     finally:
         sys.modules.pop(module.__name__, None)
@@ -182,7 +250,22 @@ CHANGES = {
     "a slot named by a string": lambda m: setattr(m.NAMESPACED, "value", 1),
     "an object that says it is the interpreter's": lambda m: setattr(m.DISGUISED, "hits", 1),
     "an object with its own __getattribute__": lambda m: object.__setattr__(m.WATCHED, "hits", 1),
+    "a middleware's own state": lambda m: setattr(_middleware(m, "Counting"), "hits", 1),
+    "a dependency's instance": lambda m: setattr(_route(m, "/limited").dependant.dependencies[0].call, "calls", 1),
+    "a factory endpoint's closure": lambda m: _route(m, "/made").endpoint.__closure__[0].cell_contents.append(1),
 }
+
+
+def _middleware(module: types.ModuleType, name: str) -> Any:
+    """The app's middleware `name` in its built stack (each one's `app` is the next)."""
+    layer = module.app.middleware_stack
+    while type(layer).__name__ != name:
+        layer = layer.app
+    return layer
+
+
+def _route(module: types.ModuleType, path: str) -> Any:
+    return next(route for route in module.app.router.routes if getattr(route, "path", None) == path)
 
 
 @pytest.mark.unit
@@ -216,6 +299,25 @@ def test_the_fingerprint_runs_none_of_the_apps_code(app_module):
     app_module.cached.cache_info = lambda: app_module.Lazy.touched.append("cache_info")
     app_module.Lazy.touched.clear()
     assert _fingerprint(app_module) is not None
+    assert app_module.Lazy.touched == []
+
+
+@pytest.mark.unit
+def test_a_key_that_is_not_a_string_is_never_compared(app_module):
+    """A crafted key hashing like an attribute name the walk looks up: cannot tell, and its `__eq__`
+    never runs."""
+
+    class Crafted:
+        def __hash__(self):
+            return hash("_state")
+
+        def __eq__(self, other):
+            app_module.Lazy.touched.append("key __eq__")
+            return False
+
+    app_module.app.state.__dict__[Crafted()] = 1
+    app_module.Lazy.touched.clear()
+    assert _fingerprint(app_module) is None
     assert app_module.Lazy.touched == []
 
 
@@ -253,6 +355,9 @@ class _Host:
     def __init__(self, read: Any, finished: bool = True):
         self.read = read
         self.finished = finished
+
+    def run(self, fn: Any, *, episode: Any, files: tuple[str, ...]) -> tuple[Any, str]:
+        return fn(), ""  # as `SandboxHost.run` answers, without the guard (not installed here)
 
     def stand_in_reads(self, env: Any, names: list[str], seconds: float) -> bool:
         module = sys.modules[app_module_name(env.key)]

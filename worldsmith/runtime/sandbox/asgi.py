@@ -351,6 +351,13 @@ async def _request(
     return status, b"".join(chunks)
 
 
+def build_stack(app: Any) -> None:
+    """Build the app's middleware stack now, as its first request would (its middleware's constructors
+    run: the caller runs this as generated code)."""
+    if getattr(app, "middleware_stack", None) is None:
+        app.middleware_stack = app.build_middleware_stack()
+
+
 def loop_idle() -> bool:
     """Whether nothing waits on the event loop: no task pending, no callback or timer scheduled (what a
     request left would run in the next request's turn of the loop)."""

@@ -275,7 +275,8 @@ class SandboxHost:
                 with contextlib.suppress(Failure):
                     request = functools.partial(asgi.call, env.app, route, stand_in)
                     self.run(request, episode=None, files=("app.py",), wall_s=left)
-            gc.collect()
+            with contextlib.suppress(Failure):  # finalizers of what the requests dropped: the app's code
+                self.run(gc.collect, episode=None, files=("app.py",))
             return (
                 time.monotonic() <= deadline
                 and len(guard.GUARD.violations) == refusals

@@ -26,16 +26,21 @@ tells no episode anything of another (docs/security.md, "Stand-in reads").
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import sys
+from collections.abc import Callable
 from types import ModuleType
+from typing import TypeVar
 
 from worldsmith.runtime.sandbox import appstate, guard, kernel
 from worldsmith.runtime.sandbox.failure import Failure
 from worldsmith.runtime.sandbox.host import SandboxHost, app_module_name
 from worldsmith.runtime.sandbox.protocol import ready
 from worldsmith.runtime.sandbox.records import LoadedEnv
+
+T = TypeVar("T")
 
 #: How long the trial's requests may take in all; past it the template makes none.
 TRIAL_S = 2.0
@@ -75,11 +80,21 @@ def _unchanged_by_reads(
     nothing waiting on the event loop."""
     from worldsmith.runtime.sandbox import asgi  # loaded in ASGI workers (worker._preload)
 
+    def guarded(fn: Callable[[], T]) -> T | None:  # as generated code: what the app's objects run is its code
+        try:
+            result: T = host.run(fn, episode=None, files=("app.py",))[0]
+        except Failure:
+            return None
+        return result
+
     refusals = len(guard.GUARD.violations)
-    before = appstate.fingerprint(module.__dict__, module.__name__)
-    made = before is not None and asgi.loop_idle() and host.stand_in_reads(env, names, seconds)
-    after = appstate.fingerprint(module.__dict__, module.__name__)
-    return made and after == before and asgi.loop_idle() and len(guard.GUARD.violations) == refusals
+    guarded(lambda: asgi.build_stack(env.app))  # its middleware exist before the first fingerprint
+    state = functools.partial(appstate.fingerprint, module.__dict__, module.__name__)
+    before = guarded(state)
+    made = before is not None and guarded(asgi.loop_idle) and host.stand_in_reads(env, names, seconds)
+    after = guarded(state)
+    idle = guarded(asgi.loop_idle)
+    return bool(made) and after == before and bool(idle) and len(guard.GUARD.violations) == refusals
 
 
 def _trial(host: SandboxHost, env: LoadedEnv, module: ModuleType, names: list[str]) -> bool:
