@@ -408,6 +408,8 @@ def test_import_publishes_one_good_environment_that_the_evaluate_flow_evaluates(
         [],
     )
     assert row["tools"] == len(endpoints()) == 19 and row["tasks"] == 10
+    # its template read each GET route ahead (strict isolation: docs/security.md, "Stand-in reads")
+    assert row["read_ahead"] == sum(e["method"].upper() == "GET" for e in endpoints()) == 9
     with catalog.session() as session:
         reports = {r.kind: r.passed for r in session.exec(select(QualityReport)).all()}
     assert reports == {"expectations": True, "probes": True, "import": True}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import json
 import re
 import statistics
 
@@ -311,6 +312,25 @@ def test_an_app_that_keeps_something_of_its_requests_gets_no_stand_in_reads(keep
     keeper = KEEPING[keeps]
     sample = _changed_sample((COMPILING,), HTTP_MIDDLEWARE if keeper is None else KEEPER.replace("KEEP", keeper))
     assert all(after == before + 1 for before, after in _first_compiles(sample))
+
+
+@pytest.mark.timeout(300)
+def test_the_routes_read_ahead_are_reported_with_the_apps_tools():
+    """`Runtime.describe_app` (what an import reports as `read ahead`): the GET routes the template read,
+    none for an app that keeps something of a request."""
+    sample = _changed_sample(())
+    keeping = _changed_sample((), KEEPER.replace("KEEP", KEEPING["app.state"]))
+    with Runtime(limits=isolated(PATIENT_LIMITS, "strict"), workers=1) as rt:
+        described = rt.describe_app(sample.text("app.py"), sample.world)
+        assert described.stand_in_reads == _get_routes() and len(described.stand_in_reads) == 9
+        assert rt.describe_app(keeping.text("app.py"), keeping.world).stand_in_reads == []
+
+
+def _get_routes() -> list[str]:
+    """The sample's GET operations by tool name, from its release's spec."""
+    spec = json.loads((REPO / "tests" / "data" / "awm_format_sample" / "gen_spec.jsonl").read_text().splitlines()[0])
+    endpoints = (e for group in spec["api_spec"]["api_groups"] for e in group["endpoints"])
+    return sorted(e["operation_id"] for e in endpoints if e["method"].upper() == "GET")
 
 
 #: The same middlewares keeping nothing: their template makes the stand-in reads.

@@ -59,7 +59,7 @@ def import_awm(
         print(json.dumps(rows, indent=2))
     else:
         table = Table(title=f"import of {directory} ({verifier_mode} verifiers)")
-        for column in ("scenario", "version", "status", "tools", "tasks", "defects"):
+        for column in ("scenario", "version", "status", "tools", "tasks", "read ahead", "defects"):
             table.add_column(column)
         for row in rows:
             kinds: dict[str, int] = {}
@@ -71,6 +71,7 @@ def import_awm(
                 row["status"],
                 str(row["tools"]),
                 str(row["tasks"]),
+                str(row["read_ahead"]),
                 ", ".join(f"{k} x{n}" for k, n in sorted(kinds.items())) or "none",
             )
         console.print(table)

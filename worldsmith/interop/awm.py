@@ -382,6 +382,7 @@ class Imported:
     defects: list[ImportProblem] = field(default_factory=list)
     failed_inserts: list[tuple[str, str]] = field(default_factory=list)
     inserts: int = 0
+    stand_in_reads: list[str] = field(default_factory=list)  # the routes its template read ahead (AppRoutes)
 
 
 def import_scenario(
@@ -449,6 +450,7 @@ def import_scenario(
     if routes.error is not None:
         result.defects.append(ImportProblem(APP, routes.error, routes.limit, routes.refused_module))
         return result
+    result.stand_in_reads = routes.stand_in_reads
     try:
         result.bundle = build_bundle({**sources, "tools.json": tools_json_bytes(routes.tools)}, manifest)
     except BundleError as exc:

@@ -33,6 +33,7 @@ class ImportRow(TypedDict):
     tasks: int
     inserts: int  # the seed inserts of the release
     defects: list[dict[str, str]]  # {kind, target, detail} (interop/report.py)
+    read_ahead: int  # GET routes its template read ahead (0: the app keeps something of a request, or reads off)
     reason: NotRequired[str | None]  # a published version's failure reason
 
 
@@ -60,6 +61,7 @@ def import_release(
             "tasks": len(scenario.tasks),
             "inserts": imported.inserts,
             "defects": found,
+            "read_ahead": len(imported.stand_in_reads),
         }
         if imported.bundle is not None:
             checks = [

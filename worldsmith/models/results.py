@@ -47,9 +47,12 @@ class VerifierResult(BaseModel):
 
 class AppRoutes(BaseModel):
     """An ASGI app's tools (one JSON schema per route), or why the app does not load: `error`, with the
-    sandbox `limit` it broke and the `refused_module` of a refused import (as a ToolResult's)."""
+    sandbox `limit` it broke and the `refused_module` of a refused import (as a ToolResult's).
+    `stand_in_reads`: the routes its template read ahead (strict isolation; none: the app keeps
+    something of a request, or the reads are off: docs/security.md, "Stand-in reads")."""
 
     tools: list[JsonObject] = Field(default_factory=list)
+    stand_in_reads: list[str] = Field(default_factory=list)
     error: str | None = None
     limit: str | None = None
     refused_module: str | None = None

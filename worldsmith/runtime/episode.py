@@ -192,7 +192,7 @@ class Runtime:
                     limit=reply.get("limit"),
                     refused_module=reply.get("refused_module"),
                 )
-            return AppRoutes(tools=reply["tools"])
+            return AppRoutes(tools=reply["tools"], stand_in_reads=reply.get("stand_in_reads", []))
         finally:
             pool.release(worker, retire=True)
 

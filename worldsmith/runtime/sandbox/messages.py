@@ -316,6 +316,7 @@ class RoutesReply(TypedDict):
     """An ASGI environment's tools."""
 
     tools: list[JsonObject]  # one tool schema per route ({"name", "description", "parameters"})
+    stand_in_reads: NotRequired[list[str]]  # strict isolation: the routes its template read ahead (`standin`)
 
 
 class PingReply(TypedDict):
@@ -351,6 +352,7 @@ class Reply(TypedDict, total=False):
     changed: bool
     verdict: str
     tools: list[JsonObject]
+    stand_in_reads: list[str]
     episodes: int
     envs: int
     processes: dict[str, int]

@@ -219,7 +219,7 @@ class Operations:
         schemas = env.tools_kind.schemas(self.host, env) if env is not None else None
         if schemas is None:
             raise Failure("env_error", f"ASGI environment {request['env']} is not loaded in this worker")
-        return {"tools": schemas}
+        return {"tools": schemas, "stand_in_reads": list(env.stand_in_reads) if env is not None else []}
 
     # -- episodes --------------------------------------------------------------------------
     def _new_directory(self) -> str:

@@ -210,6 +210,7 @@ _REPLY_FIELDS: dict[str, type | tuple[type, ...]] = {
     "changed": bool,
     "verdict": str,
     "tools": list,
+    "stand_in_reads": list,
     "retire": bool,
 }
 _STATUSES = frozenset(get_args(Status))
