@@ -22,7 +22,9 @@ they touch) from `getrusage`. Warm-ups compared:
   of a request: list_branches among them), on a private copy of the world;
 - second request: the same request again (the baseline: what a process that served one pays).
 
-Prints medians per warm-up (warm-up + request = what the process pays in all); the last line is JSON.
+Prints medians per warm-up (warm-up + request = what the process pays in all), and what one walk of the
+app's state costs (`appstate.fingerprint`, which the template runs four times per world); the last
+line is JSON.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import signal
 import statistics
 import sys
 import tempfile
+import time
 import types
 from collections.abc import Callable
 from pathlib import Path
@@ -43,7 +46,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from worldsmith.runtime.sandbox import asgi, firstpages  # noqa: E402
+from worldsmith.runtime.sandbox import appstate, asgi, firstpages  # noqa: E402
 
 
 def _usage() -> tuple[float, int]:
@@ -177,6 +180,13 @@ def main() -> None:
         }
         figures = {name: measure(app, warm_up, args.forks) for name, warm_up in warm_ups.items()}
         figures["stand-in reads + spare + pages"] = with_stand_in_reads(app, namespace, args.forks)
+        walks = []  # what the template's check of the app's state costs (four walks per world and worker)
+        for _ in range(5):
+            started = time.perf_counter()
+            records = appstate.fingerprint(namespace, module.__name__)
+            walks.append(1000 * (time.perf_counter() - started))
+        assert records is not None
+        walk = {"records": len(records), "ms": statistics.median(walks)}
         figures["second request"] = figures.pop("second request")  # the baseline last
     print(f"load average {os.getloadavg()[0]:.1f}")
     print("warm-up in the fork (median)       warm-up: CPU ms, faults   request: CPU ms, faults   all: CPU ms, faults")
@@ -186,7 +196,8 @@ def main() -> None:
             f"{f['request_faults']:8.0f}      {f['warm_cpu_ms'] + f['request_cpu_ms']:9.2f}"
             f"{f['warm_faults'] + f['request_faults']:8.0f}"
         )
-    print(json.dumps(figures))
+    print(f"the app's state walked once (appstate.fingerprint): {walk['records']} records, {walk['ms']:.1f} ms")
+    print(json.dumps({**figures, "walk": walk}))
 
 
 if __name__ == "__main__":

@@ -78,7 +78,6 @@ _STATELESS = frozenset(
             range,
             slice,
             object,
-            type(None),
             type(threading.Lock()),  # released between requests
             type(threading.RLock()),
             weakref.ReferenceType,  # the referent is not walked through it
@@ -317,17 +316,13 @@ def _cell_contents(cell: types.CellType) -> object:
 def fingerprint(namespace: dict[str, Any], module: str) -> tuple[object, ...] | None:
     """What the app of module `module` (its namespace `namespace`) keeps between requests (see the
     module docstring), or None when it cannot tell (an object it cannot read, past MAX_OBJECTS)."""
-    _CHECKED.clear()
-    _ANCESTORS.clear()
-    _SLOTS.clear()
     try:
         return _walk(namespace, module)
     except BaseException:  # noqa: BLE001 - CannotTell, or anything stranger than the walk knows
         return None
-    finally:
-        _CHECKED.clear()
-        _ANCESTORS.clear()
-        _SLOTS.clear()
+    finally:  # the walk's caches (by id: valid for one walk only)
+        for cache in (_CHECKED, _ANCESTORS, _SLOTS):
+            cache.clear()
 
 
 def _walk(namespace: dict[str, Any], module: str) -> tuple[object, ...] | None:

@@ -198,7 +198,6 @@ class SandboxHost:
             return env.routes
         from worldsmith.runtime.sandbox import asgi
 
-        scratch = self._private_world(env)
         # a registered module: pydantic and SQLAlchemy resolve a class's annotations through sys.modules
         module = types.ModuleType(app_module_name(env.key))
         namespace = module.__dict__
@@ -206,7 +205,7 @@ class SandboxHost:
         namespace[ENGINE_FACTORY] = self._engine
         namespace[CLOCK] = worldclock.app_clock
         sys.modules[module.__name__] = module
-        try:
+        with self._private_world(env):
             self.run(lambda: exec(env.code, namespace), episode=None, files=("app.py",))
             from fastapi import FastAPI
 
@@ -217,21 +216,24 @@ class SandboxHost:
                 raise Failure("env_error", "app.py defines no FastAPI application")
             routes, _ = self.run(lambda: asgi.routes_of(apps[0]), episode=None, files=("app.py",))
             self.run(lambda: asgi.warm(apps[0], namespace), episode=None, files=("app.py",))
-        finally:
-            self.current_conn = None
-            sqlite3.Connection.close(scratch)
         env.app, env.routes = apps[0], routes
         return env.routes
 
-    def _private_world(self, env: LoadedEnv) -> sqlite3.Connection:
-        """A private in-memory copy of `env`'s world, bound as the connection the app's code gets."""
+    @contextmanager
+    def _private_world(self, env: LoadedEnv) -> Iterator[sqlite3.Connection]:
+        """A private in-memory copy of `env`'s world, bound as the connection the app's code gets, and
+        closed (unbound) on exit."""
         scratch = deserialize(env.world, factory=AppConnection, transactions=refuse_transaction_control)
         worldclock.bind_sql(scratch, env.clock)
         guard.GUARD.watch(scratch)  # a query of the app's is interrupted past the run's deadline
         for name in (SAVEPOINT, APP_SAVEPOINT):  # what the app's commits and rollbacks work within
             sqlite3.Connection.execute(scratch, f"SAVEPOINT {name}")
         self.current_conn = scratch
-        return scratch
+        try:
+            yield scratch
+        finally:
+            self.current_conn = None
+            sqlite3.Connection.close(scratch)
 
     def warm_app(self, env: LoadedEnv) -> None:
         """In a spare, confined and before any episode claims it: run the built app's warm-up again
@@ -243,14 +245,8 @@ class SandboxHost:
             return
         from worldsmith.runtime.sandbox import asgi  # loaded in ASGI workers (worker._preload)
 
-        scratch = self._private_world(env)
-        try:
+        with self._private_world(env), contextlib.suppress(Exception):  # the first call pays what this would have
             self.run(lambda: asgi.warm(env.app, module.__dict__), episode=None, files=("app.py",))
-        except Exception:  # noqa: BLE001, S110 - the first call pays what this would have
-            pass
-        finally:
-            self.current_conn = None
-            sqlite3.Connection.close(scratch)
 
     def stand_in_reads(self, env: LoadedEnv, names: list[str], seconds: float) -> bool:
         """One request to each of the app's routes `names` as generated code, on a private copy of the
@@ -263,9 +259,8 @@ class SandboxHost:
 
         deadline = time.monotonic() + seconds
         refusals = len(guard.GUARD.violations)
-        scratch = self._private_world(env)
-        held = sys.getrefcount(scratch)  # this frame's, `current_conn`'s and the argument's
-        try:
+        with self._private_world(env) as scratch:
+            held = sys.getrefcount(scratch)  # this frame's, the manager's, `current_conn`'s and the argument's
             for name in names:
                 route = env.routes[name]
                 stand_in: JsonObject = {parameter: 1 for parameter in route.path_params}
@@ -282,9 +277,6 @@ class SandboxHost:
                 and len(guard.GUARD.violations) == refusals
                 and (sys.getrefcount(scratch) <= held)
             )
-        finally:
-            self.current_conn = None
-            sqlite3.Connection.close(scratch)
 
     def call_route(self, episode: OpenEpisode, name: str, arguments: JsonObject) -> JsonValue:
         """Send one request to the app as generated code: 4xx answers are the tool's refusals

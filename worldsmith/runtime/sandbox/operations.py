@@ -217,9 +217,9 @@ class Operations:
         """The tools of an ASGI environment's app: one JSON schema per route."""
         env = self.envs.get(request["env"])
         schemas = env.tools_kind.schemas(self.host, env) if env is not None else None
-        if schemas is None:
+        if env is None or schemas is None:
             raise Failure("env_error", f"ASGI environment {request['env']} is not loaded in this worker")
-        return {"tools": schemas, "stand_in_reads": list(env.stand_in_reads) if env is not None else []}
+        return {"tools": schemas, "stand_in_reads": list(env.stand_in_reads)}
 
     # -- episodes --------------------------------------------------------------------------
     def _new_directory(self) -> str:
